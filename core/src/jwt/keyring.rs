@@ -1,0 +1,349 @@
+//! Signing keys and the [`Keyring`] that rotates them.
+
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::fmt;
+
+use hmac::{Hmac, KeyInit, Mac};
+use sha2::Sha256;
+
+use super::claims::{Claims, TokenType, Validation};
+use super::compact::{self, Compact};
+use super::{KeyringError, MAX_TOKEN_LEN, Segment, SignError, VerifyError};
+use crate::secret::SecretString;
+use crate::time::Timestamp;
+
+/// Smallest HS256 key: the hash output size (RFC 7518 §3.2).
+pub const MIN_KEY_LEN: usize = 32;
+/// Longest accepted `kid`.
+pub const MAX_KID_LEN: usize = 64;
+
+/// An HS256 key. Holds the HMAC state with the key already absorbed, so each
+/// signature costs two compressions fewer; prints as elided.
+#[derive(Clone)]
+pub struct SigningKey {
+    mac: Hmac<Sha256>,
+}
+
+impl SigningKey {
+    /// A key from raw bytes; at least 32 of them (RFC 7518 §3.2).
+    pub fn from_bytes(key: &[u8]) -> Result<Self, KeyringError> {
+        if key.len() < MIN_KEY_LEN {
+            return Err(KeyringError::KeyTooShort);
+        }
+        let mac = Hmac::<Sha256>::new_from_slice(key).map_err(|_| KeyringError::KeyTooShort)?;
+        Ok(Self { mac })
+    }
+
+    /// HMAC-SHA256 of `data` under this key.
+    #[must_use]
+    pub fn mac(&self, data: &[u8]) -> [u8; 32] {
+        let mut mac = self.mac.clone();
+        mac.update(data);
+        mac.finalize().into_bytes().into()
+    }
+
+    /// Verifies the structure, header and signature of `token` with this key
+    /// alone, and returns its claims unvalidated: the caller must still run
+    /// [`Validation::check_claims`]. A `kid` in the header is ignored.
+    pub fn verify_signature(&self, token: &str, typ: TokenType) -> Result<Claims, VerifyError> {
+        let compact = Compact::split(token)?;
+        compact::parse_header(compact.header, typ)?;
+        self.check_signature(&compact)
+    }
+
+    fn check_signature(&self, compact: &Compact<'_>) -> Result<Claims, VerifyError> {
+        let signature = compact.signature_bytes()?;
+        let mut mac = self.mac.clone();
+        mac.update(compact.signing_input.as_bytes());
+        mac.verify_slice(&signature)
+            .map_err(|_| VerifyError::BadSignature)?;
+        Claims::parse(&compact::decode(compact.payload, Segment::Payload)?)
+    }
+}
+
+impl fmt::Debug for SigningKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SigningKey(..)")
+    }
+}
+
+/// A key identifier (`kid`, RFC 7515 §4.1.4): 1–64 characters of
+/// `A-Z a-z 0-9 - _ .`, so it can be written into a header unescaped.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct KeyId(String);
+
+impl KeyId {
+    /// Checks the `kid` grammar.
+    pub fn parse(kid: &str) -> Result<Self, KeyringError> {
+        let ok = (1..=MAX_KID_LEN).contains(&kid.len())
+            && kid
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+        if ok {
+            Ok(Self(kid.into()))
+        } else {
+            Err(KeyringError::InvalidKeyId)
+        }
+    }
+
+    /// The identifier.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum KeyState {
+    /// Verifies; may become active.
+    Verifying,
+    /// Verifies nothing, forever.
+    Retired,
+}
+
+#[derive(Clone, Debug)]
+struct Entry {
+    kid: KeyId,
+    key: SigningKey,
+    state: KeyState,
+}
+
+/// The host's signing keys, by `kid`.
+///
+/// Rotation without logging anyone out: `insert` the new key, `set_active`
+/// it (new tokens use it; old tokens still verify), and `retire` the old key
+/// once every token it signed has expired (or at once, to revoke them all).
+/// The keyring lives in the host's secret storage, never in the [`Store`].
+///
+/// [`Store`]: crate::store::Store
+#[derive(Clone, Debug, Default)]
+pub struct Keyring {
+    entries: Vec<Entry>,
+    active: Option<usize>,
+}
+
+/// A token that passed every check, with its claims and the key that signed it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verified {
+    /// The validated claims.
+    pub claims: Claims,
+    /// The `kid` of the key that verified it.
+    pub kid: String,
+}
+
+impl Keyring {
+    /// An empty keyring.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a verifying key.
+    pub fn insert(&mut self, kid: &str, key: SigningKey) -> Result<(), KeyringError> {
+        let kid = KeyId::parse(kid)?;
+        if self.position(kid.as_str()).is_some() {
+            return Err(KeyringError::DuplicateKeyId);
+        }
+        self.entries.push(Entry {
+            kid,
+            key,
+            state: KeyState::Verifying,
+        });
+        Ok(())
+    }
+
+    /// Makes `kid` the key new tokens are signed with.
+    pub fn set_active(&mut self, kid: &str) -> Result<(), KeyringError> {
+        let i = self.position(kid).ok_or(KeyringError::UnknownKeyId)?;
+        if self.entries[i].state == KeyState::Retired {
+            return Err(KeyringError::KeyRetired);
+        }
+        self.active = Some(i);
+        Ok(())
+    }
+
+    /// Retires `kid`: tokens it signed stop verifying at once.
+    pub fn retire(&mut self, kid: &str) -> Result<(), KeyringError> {
+        let i = self.position(kid).ok_or(KeyringError::UnknownKeyId)?;
+        if self.active == Some(i) {
+            return Err(KeyringError::RetiringActiveKey);
+        }
+        self.entries[i].state = KeyState::Retired;
+        Ok(())
+    }
+
+    /// The `kid` of the active key.
+    #[must_use]
+    pub fn active_kid(&self) -> Option<&str> {
+        self.active.map(|i| self.entries[i].kid.as_str())
+    }
+
+    /// The active key, for deriving MACs other than token signatures.
+    #[must_use]
+    pub fn active_key(&self) -> Option<(&str, &SigningKey)> {
+        self.active
+            .map(|i| (self.entries[i].kid.as_str(), &self.entries[i].key))
+    }
+
+    /// A key that still verifies, by `kid`.
+    pub fn verifying_key(&self, kid: &str) -> Result<&SigningKey, VerifyError> {
+        let entry = self
+            .position(kid)
+            .map(|i| &self.entries[i])
+            .ok_or(VerifyError::UnknownKey)?;
+        match entry.state {
+            KeyState::Retired => Err(VerifyError::RetiredKey),
+            KeyState::Verifying => Ok(&entry.key),
+        }
+    }
+
+    fn position(&self, kid: &str) -> Option<usize> {
+        self.entries.iter().position(|e| e.kid.as_str() == kid)
+    }
+
+    /// Signs `claims` as a compact JWS with the active key:
+    /// `{"alg":"HS256","typ":…,"kid":…}`.
+    pub fn sign(&self, typ: TokenType, claims: &Claims) -> Result<SecretString, SignError> {
+        let (kid, key) = self.active_key().ok_or(SignError::NoActiveKey)?;
+        let mut header = String::with_capacity(48 + kid.len());
+        header.push_str(r#"{"alg":"HS256","typ":""#);
+        header.push_str(typ.as_str());
+        header.push_str(r#"","kid":""#);
+        header.push_str(kid);
+        header.push_str(r#""}"#);
+        let payload = serde_json::to_vec(claims).map_err(|_| SignError::TooLong)?;
+
+        let mut token = String::with_capacity((header.len() + payload.len()) * 4 / 3 + 48);
+        compact::encode_into(header.as_bytes(), &mut token);
+        token.push('.');
+        compact::encode_into(&payload, &mut token);
+        let signature = key.mac(token.as_bytes());
+        token.push('.');
+        compact::encode_into(&signature, &mut token);
+        if token.len() > MAX_TOKEN_LEN {
+            return Err(SignError::TooLong);
+        }
+        Ok(SecretString::new(token))
+    }
+
+    /// Verifies `token` fully: structure, header, `kid`, signature, then
+    /// `expect`'s claim checks at `now`.
+    pub fn verify(
+        &self,
+        token: &str,
+        expect: &Validation,
+        now: Timestamp,
+    ) -> Result<Verified, VerifyError> {
+        let compact = Compact::split(token)?;
+        let header = compact::parse_header(compact.header, expect.token_type())?;
+        let kid = header.kid.ok_or(VerifyError::MissingKeyId)?;
+        let claims = self.verifying_key(&kid)?.check_signature(&compact)?;
+        expect.check_claims(&claims, now)?;
+        Ok(Verified { claims, kid })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::format;
+
+    fn keyring() -> Keyring {
+        let mut k = Keyring::new();
+        k.insert("k1", SigningKey::from_bytes(&[1; 32]).unwrap())
+            .unwrap();
+        k.set_active("k1").unwrap();
+        k
+    }
+
+    fn claims() -> Claims {
+        Claims {
+            aud: Some("r".into()),
+            exp: Some(1_000),
+            sub: Some("u".into()),
+            ..Claims::default()
+        }
+    }
+
+    #[test]
+    fn sign_then_verify_round_trips() {
+        let k = keyring();
+        let t = k.sign(TokenType::AccessToken, &claims()).unwrap();
+        let v = k
+            .verify(
+                t.expose_secret(),
+                &Validation::new(TokenType::AccessToken, "r"),
+                Timestamp::from_secs(10),
+            )
+            .unwrap();
+        assert_eq!(v.claims, claims());
+        assert_eq!(v.kid, "k1");
+    }
+
+    #[test]
+    fn a_token_of_one_type_never_verifies_as_another() {
+        let k = keyring();
+        let t = k.sign(TokenType::AgentToken, &claims()).unwrap();
+        let err = k.verify(
+            t.expose_secret(),
+            &Validation::new(TokenType::AccessToken, "r"),
+            Timestamp::from_secs(10),
+        );
+        assert_eq!(err, Err(VerifyError::TypeMismatch));
+    }
+
+    #[test]
+    fn rotation_keeps_old_tokens_until_retired() {
+        let mut k = keyring();
+        let old = k.sign(TokenType::AccessToken, &claims()).unwrap();
+        k.insert("k2", SigningKey::from_bytes(&[2; 32]).unwrap())
+            .unwrap();
+        k.set_active("k2").unwrap();
+        let v = Validation::new(TokenType::AccessToken, "r");
+        let now = Timestamp::from_secs(10);
+        assert!(k.verify(old.expose_secret(), &v, now).is_ok());
+        let new = k.sign(TokenType::AccessToken, &claims()).unwrap();
+        assert_eq!(k.verify(new.expose_secret(), &v, now).unwrap().kid, "k2");
+        assert_eq!(k.retire("k2"), Err(KeyringError::RetiringActiveKey));
+        k.retire("k1").unwrap();
+        assert_eq!(
+            k.verify(old.expose_secret(), &v, now),
+            Err(VerifyError::RetiredKey)
+        );
+        assert_eq!(k.set_active("k1"), Err(KeyringError::KeyRetired));
+    }
+
+    #[test]
+    fn keys_and_kids_are_validated() {
+        assert_eq!(
+            SigningKey::from_bytes(&[0; 31]).err(),
+            Some(KeyringError::KeyTooShort)
+        );
+        let mut k = Keyring::new();
+        for kid in ["", "a b", "\"", &"x".repeat(65)] {
+            assert_eq!(
+                k.insert(kid, SigningKey::from_bytes(&[0; 32]).unwrap()),
+                Err(KeyringError::InvalidKeyId)
+            );
+        }
+        k.insert("a", SigningKey::from_bytes(&[0; 32]).unwrap())
+            .unwrap();
+        assert_eq!(
+            k.insert("a", SigningKey::from_bytes(&[0; 32]).unwrap()),
+            Err(KeyringError::DuplicateKeyId)
+        );
+        assert_eq!(
+            k.sign(TokenType::Jwt, &Claims::default()).err(),
+            Some(SignError::NoActiveKey)
+        );
+    }
+
+    #[test]
+    fn debug_elides_key_material() {
+        let k = keyring();
+        let dbg = format!("{k:?}");
+        assert!(dbg.contains("SigningKey(..)"));
+        assert!(!dbg.contains("[1, 1"));
+    }
+}

@@ -1,0 +1,34 @@
+//! HS256 JSON Web Tokens: compact JWS (RFC 7515) carrying JWT claims
+//! (RFC 7519), signed with HMAC-SHA256 (RFC 7518 §3.2).
+//!
+//! * [`Keyring`] maps `kid` to [`SigningKey`]: one active key signs, every
+//!   key not yet retired verifies, so rotating the signing key logs nobody
+//!   out and retiring a key revokes every token it signed.
+//! * The parser is strict on purpose (RFC 8725, JWT best current practice):
+//!   the size bound is checked before any decoding; exactly three segments;
+//!   unpadded base64url with canonical trailing bits and no other alphabet
+//!   (RFC 7515 §2); the header must be a JSON object whose `alg` is exactly
+//!   `HS256` (pinning the algorithm, §3.1 of RFC 8725) with the expected
+//!   `typ` (§3.11) and no `crit` (RFC 7515 §4.1.11: we understand no
+//!   extensions); duplicate member names are rejected (RFC 7515 §5.2 allows a
+//!   parser to refuse them, and accepting them invites confusion between
+//!   parsers); `exp`, `nbf` and `iat` must be JSON integers in `i64`.
+//! * The signature is checked, in constant time, before the claims are
+//!   parsed, so unauthenticated claim bytes never reach the JSON parser.
+//! * [`Validation`] then requires `aud` (RFC 7519 §4.1.3), checks `iss`,
+//!   `exp` and `nbf` with a leeway of a few seconds.
+//!
+//! Errors ([`VerifyError`]) name the check that failed and never echo the
+//! token.
+
+mod claims;
+mod compact;
+mod error;
+mod keyring;
+
+pub use claims::{Audience, Claims, NumericDateFault, TokenType, Validation};
+pub use error::{KeyringError, Segment, SignError, VerifyError};
+pub use keyring::{KeyId, Keyring, MAX_KID_LEN, MIN_KEY_LEN, SigningKey, Verified};
+
+/// Largest token accepted, checked before any decoding.
+pub const MAX_TOKEN_LEN: usize = 8 * 1024;

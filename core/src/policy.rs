@@ -1,0 +1,71 @@
+//! [`Policy`]: every lifetime and limit the core enforces, in one value.
+//!
+//! The defaults are the product's promises (DESIGN.md); a host may tighten
+//! them, and tests shorten them to drive expiry quickly.
+
+use core::time::Duration;
+
+const MINUTE: u64 = 60;
+const HOUR: u64 = 60 * MINUTE;
+const DAY: u64 = 24 * HOUR;
+
+/// Lifetimes and limits. Build with [`Policy::default`] and adjust fields.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Policy {
+    /// Lifetime of an access token (JWT `exp - iat`). Default 300 s.
+    pub access_token_ttl: Duration,
+    /// Lifetime of an authorization code. Default 60 s (RFC 6749 §4.1.2
+    /// recommends at most ten minutes).
+    pub authorization_code_ttl: Duration,
+    /// A grant lapses this long after its last successful refresh. Default 30 days.
+    pub grant_idle_ttl: Duration,
+    /// A grant lapses this long after its creation, whatever happens. Default 90 days.
+    pub grant_absolute_ttl: Duration,
+    /// A terminal execution result is kept this long. Default 24 h.
+    pub result_retention: Duration,
+    /// Undecided requests allowed per connection before the next is refused. Default 128.
+    pub max_undecided_requests: u32,
+    /// Largest execution result stored, in bytes. Default 256 KiB.
+    pub max_result_bytes: u32,
+    /// How long after a rotation a retry of the previous refresh token gets
+    /// the same successor instead of revoking the grant. Default `None` (off):
+    /// a spent token always revokes.
+    pub refresh_retry_window: Option<Duration>,
+    /// Clock skew tolerated on JWT `exp`/`nbf`/`iat`. Default 5 s.
+    pub jwt_leeway: Duration,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self {
+            access_token_ttl: Duration::from_secs(5 * MINUTE),
+            authorization_code_ttl: Duration::from_secs(MINUTE),
+            grant_idle_ttl: Duration::from_secs(30 * DAY),
+            grant_absolute_ttl: Duration::from_secs(90 * DAY),
+            result_retention: Duration::from_secs(24 * HOUR),
+            max_undecided_requests: 128,
+            max_result_bytes: 256 * 1024,
+            refresh_retry_window: None,
+            jwt_leeway: Duration::from_secs(5),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_the_documented_promises() {
+        let p = Policy::default();
+        assert_eq!(p.access_token_ttl.as_secs(), 300);
+        assert_eq!(p.authorization_code_ttl.as_secs(), 60);
+        assert_eq!(p.grant_idle_ttl.as_secs(), 30 * 86_400);
+        assert_eq!(p.grant_absolute_ttl.as_secs(), 90 * 86_400);
+        assert_eq!(p.result_retention.as_secs(), 86_400);
+        assert_eq!(p.max_undecided_requests, 128);
+        assert_eq!(p.max_result_bytes, 262_144);
+        assert_eq!(p.refresh_retry_window, None);
+    }
+}

@@ -1,0 +1,230 @@
+//! The storage contract: what a store must guarantee, and what breaking it
+//! would cost.
+//!
+//! A store is an ordered byte key-value store with named tables ([`Table`],
+//! owned by the core) and serializable transactions. The core owns the key
+//! layout and the record encoding ([`codec`]), so every store holds identical
+//! bytes and makes no policy decision; a store is a thin adapter that the same
+//! conformance suite (`tests/store_contract.rs`) runs against.
+//!
+//! # The contract
+//!
+//! * **Atomic commit.** [`WriteTransaction::commit`] makes every write of the
+//!   transaction visible and durable at once, or none of them. *Breaking it*
+//!   lets a crash leave a refresh token both rotated and valid, or an agent
+//!   call recorded as run without its result: the replay protection the core
+//!   promises rests on this.
+//! * **Rollback on drop.** A write transaction dropped without `commit`
+//!   changes nothing. *Breaking it* turns every early return in the engine
+//!   (a rejected request, a panic) into a half-applied operation.
+//! * **Serialised writers.** At most one write transaction is open at a time;
+//!   [`Store::begin_write`] waits for the previous one. *Breaking it* loses
+//!   updates: two racing refreshes of one token would both rotate it, and the
+//!   reuse detection that revokes a stolen token would never fire.
+//! * **Read your writes.** Reads through a write transaction see its own
+//!   uncommitted writes. *Breaking it* makes a multi-record operation read
+//!   stale state it has just replaced.
+//! * **Consistent reads.** A read transaction sees one committed state for its
+//!   whole life. *Breaking it* can show a listing half of one commit.
+//! * **Ordered keys.** [`ReadTransaction::range`] returns keys in ascending
+//!   byte order. *Breaking it* breaks paging cursors and the budgeted sweep.
+//!
+//! A failed `commit` may still have become durable (redb documents the same
+//! of its own commit). The engine is written so that an operation retried
+//! after such a failure is judged afresh against whatever state is durable,
+//! never assumed to have been lost.
+//!
+//! # Group commit
+//!
+//! A durable commit costs an fsync. The engine applies each operation to a
+//! `&mut W: WriteTransaction` it does not own, and decides before it writes
+//! (a rejection writes nothing unless the rejection itself must be recorded,
+//! as when reuse of a refresh token revokes its grant). A host may therefore
+//! apply many callers' operations to one transaction and answer each caller
+//! only after the shared commit is durable.
+
+pub mod codec;
+mod table;
+
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::fmt;
+use core::ops::Bound;
+
+pub use codec::{CodecError, Record};
+pub use table::Table;
+
+use crate::error::{ErrorCode, WireError};
+
+/// One entry returned by a range scan.
+pub type Entry = (Vec<u8>, Vec<u8>);
+
+/// A key-value store with the guarantees listed in the [module docs](self).
+pub trait Store {
+    /// A read transaction: a consistent snapshot.
+    type Read<'a>: ReadTransaction
+    where
+        Self: 'a;
+    /// A write transaction: serialised, all-or-nothing.
+    type Write<'a>: WriteTransaction
+    where
+        Self: 'a;
+
+    /// Opens a read transaction.
+    ///
+    /// A thread must not open a write transaction while it holds a read
+    /// transaction of the same store: some stores (the memory store) would
+    /// wait for it forever.
+    fn begin_read(&self) -> Result<Self::Read<'_>, StoreError>;
+
+    /// Opens a write transaction, waiting until no other is open.
+    fn begin_write(&self) -> Result<Self::Write<'_>, StoreError>;
+}
+
+/// Reads inside a transaction.
+pub trait ReadTransaction {
+    /// The value stored under `key`.
+    fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
+
+    /// Up to `limit` entries with keys within `(start, end)`, in ascending key
+    /// order.
+    fn range(
+        &self,
+        table: Table,
+        start: Bound<&[u8]>,
+        end: Bound<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<Entry>, StoreError>;
+
+    /// Decodes the record stored under `key`.
+    fn load<R: Record>(&self, key: &[u8]) -> Result<Option<R>, StoreError>
+    where
+        Self: Sized,
+    {
+        match self.get(R::TABLE, key)? {
+            Some(bytes) => Ok(Some(
+                codec::decode(&bytes).map_err(|e| StoreError::corrupt(R::TABLE, e))?,
+            )),
+            None => Ok(None),
+        }
+    }
+}
+
+/// Writes inside a transaction. Nothing is visible to others until
+/// [`WriteTransaction::commit`]; dropping the transaction discards it.
+pub trait WriteTransaction: ReadTransaction {
+    /// Stores `value` under `key`, replacing any previous value.
+    fn put(&mut self, table: Table, key: &[u8], value: &[u8]) -> Result<(), StoreError>;
+
+    /// Removes `key`; returns whether it was present.
+    fn delete(&mut self, table: Table, key: &[u8]) -> Result<bool, StoreError>;
+
+    /// Makes every write of this transaction durable and visible, atomically.
+    fn commit(self) -> Result<(), StoreError>;
+
+    /// Encodes and stores a record.
+    fn save<R: Record>(&mut self, key: &[u8], record: &R) -> Result<(), StoreError>
+    where
+        Self: Sized,
+    {
+        let bytes = codec::encode(record).map_err(|e| StoreError::corrupt(R::TABLE, e))?;
+        self.put(R::TABLE, key, &bytes)
+    }
+}
+
+/// The smallest key greater than every key starting with `prefix`, or
+/// `None` when no such key exists (an all-`0xff` prefix).
+#[must_use]
+pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < u8::MAX {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}
+
+/// What kind of failure a store reported.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreErrorKind {
+    /// The storage medium failed (I/O, out of space).
+    Io,
+    /// Stored bytes could not be decoded, or the database is damaged.
+    Corrupt,
+    /// The store is already open elsewhere or otherwise unavailable.
+    Unavailable,
+    /// Any other backend failure.
+    Other,
+}
+
+/// A failure of the storage backend. It never carries record contents.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreError {
+    kind: StoreErrorKind,
+    context: &'static str,
+    detail: String,
+}
+
+impl StoreError {
+    /// A backend failure during `context` (e.g. `"commit"`), with the
+    /// backend's own description.
+    #[must_use]
+    pub fn new(kind: StoreErrorKind, context: &'static str, detail: impl fmt::Display) -> Self {
+        Self {
+            kind,
+            context,
+            detail: alloc::format!("{detail}"),
+        }
+    }
+
+    fn corrupt(table: Table, e: CodecError) -> Self {
+        Self::new(StoreErrorKind::Corrupt, table.name(), e)
+    }
+
+    /// The kind of failure.
+    #[must_use]
+    pub fn kind(&self) -> StoreErrorKind {
+        self.kind
+    }
+
+    /// What the store was doing.
+    #[must_use]
+    pub fn context(&self) -> &'static str {
+        self.context
+    }
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "store failure ({:?}) during {}: {}",
+            self.kind, self.context, self.detail
+        )
+    }
+}
+
+impl WireError for StoreError {
+    fn code(&self) -> ErrorCode {
+        ErrorCode::ServerError
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for StoreError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_end_bounds_every_extension() {
+        assert_eq!(prefix_end(b"ab"), Some(b"ac".to_vec()));
+        assert_eq!(prefix_end(&[1, 0xff]), Some(alloc::vec![2]));
+        assert_eq!(prefix_end(&[0xff, 0xff]), None);
+        assert_eq!(prefix_end(b""), None);
+    }
+}

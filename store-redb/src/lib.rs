@@ -1,0 +1,259 @@
+//! A durable [`Store`] for Portcullis on [redb](https://docs.rs/redb): one
+//! redb table per core [`Table`], `&[u8]` keys and values, redb's own
+//! serialisable write transactions.
+//!
+//! redb gives the contract natively: a write transaction is all-or-nothing
+//! and rolled back when dropped, writers are serialised, a read transaction
+//! is a snapshot. The host chooses [`Durability`]: `Immediate` (the default)
+//! fsyncs every commit, so an acknowledged operation survives a crash;
+//! `None` trades that for speed and is only for tests or caches.
+#![forbid(unsafe_code)]
+
+use std::ops::Bound;
+use std::path::Path;
+
+use portcullis_core::store::{
+    Entry, ReadTransaction, Store, StoreError, StoreErrorKind, Table, WriteTransaction,
+};
+pub use redb::Durability;
+use redb::{ReadableDatabase, ReadableTable, TableDefinition, TableError};
+
+type Def = TableDefinition<'static, &'static [u8], &'static [u8]>;
+
+const META: Def = TableDefinition::new("meta");
+const SITES: Def = TableDefinition::new("sites");
+const CLIENTS: Def = TableDefinition::new("clients");
+const CODES: Def = TableDefinition::new("codes");
+const GRANTS: Def = TableDefinition::new("grants");
+const GRANT_INDEX: Def = TableDefinition::new("grant_index");
+const EXPIRY: Def = TableDefinition::new("expiry");
+const AGENT_TOKENS: Def = TableDefinition::new("agent_tokens");
+const REQUESTS: Def = TableDefinition::new("requests");
+const OUTCOMES: Def = TableDefinition::new("outcomes");
+const APPROVALS: Def = TableDefinition::new("approvals");
+const TABS: Def = TableDefinition::new("tabs");
+
+/// The redb table of a core table. The names match [`Table::name`].
+const fn definition(table: Table) -> Def {
+    match table {
+        Table::Meta => META,
+        Table::Sites => SITES,
+        Table::Clients => CLIENTS,
+        Table::Codes => CODES,
+        Table::Grants => GRANTS,
+        Table::GrantIndex => GRANT_INDEX,
+        Table::Expiry => EXPIRY,
+        Table::AgentTokens => AGENT_TOKENS,
+        Table::Requests => REQUESTS,
+        Table::Outcomes => OUTCOMES,
+        Table::Approvals => APPROVALS,
+        Table::Tabs => TABS,
+        _ => unreachable_table(),
+    }
+}
+
+#[cold]
+const fn unreachable_table() -> Def {
+    // `Table` is non_exhaustive for users; this crate is updated with the core.
+    panic!("portcullis-store-redb is older than portcullis-core: unknown table")
+}
+
+/// The redb store.
+#[derive(Debug)]
+pub struct RedbStore {
+    db: redb::Database,
+    durability: Durability,
+}
+
+impl RedbStore {
+    /// Opens the database at `path`, creating it (and every table) if needed.
+    /// Commits are fsynced ([`Durability::Immediate`]).
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        let db = redb::Database::create(path).map_err(|e| error(e, "open database"))?;
+        let store = Self {
+            db,
+            durability: Durability::Immediate,
+        };
+        store.create_tables()?;
+        Ok(store)
+    }
+
+    /// Sets the durability of every later commit.
+    #[must_use]
+    pub fn with_durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
+        self
+    }
+
+    /// The underlying database, for backups and compaction.
+    #[must_use]
+    pub fn database(&self) -> &redb::Database {
+        &self.db
+    }
+
+    fn create_tables(&self) -> Result<(), StoreError> {
+        let txn = self.db.begin_write().map_err(|e| error(e, "begin write"))?;
+        for table in Table::ALL {
+            txn.open_table(definition(table))
+                .map_err(|e| error(e, "create table"))?;
+        }
+        txn.commit().map_err(|e| error(e, "commit"))
+    }
+}
+
+impl Store for RedbStore {
+    type Read<'a> = RedbRead;
+    type Write<'a> = RedbWrite;
+
+    fn begin_read(&self) -> Result<RedbRead, StoreError> {
+        Ok(RedbRead {
+            txn: self.db.begin_read().map_err(|e| error(e, "begin read"))?,
+        })
+    }
+
+    fn begin_write(&self) -> Result<RedbWrite, StoreError> {
+        let mut txn = self.db.begin_write().map_err(|e| error(e, "begin write"))?;
+        txn.set_durability(self.durability)
+            .map_err(|e| error(e, "set durability"))?;
+        Ok(RedbWrite { txn })
+    }
+}
+
+/// A read transaction: a redb snapshot.
+pub struct RedbRead {
+    txn: redb::ReadTransaction,
+}
+
+impl std::fmt::Debug for RedbRead {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RedbRead")
+    }
+}
+
+impl ReadTransaction for RedbRead {
+    fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        let t = match self.txn.open_table(definition(table)) {
+            Ok(t) => t,
+            Err(TableError::TableDoesNotExist(_)) => return Ok(None),
+            Err(e) => return Err(error(e, "open table")),
+        };
+        let value = t.get(key).map_err(|e| error(e, "get"))?;
+        Ok(value.map(|v| v.value().to_vec()))
+    }
+
+    fn range(
+        &self,
+        table: Table,
+        start: Bound<&[u8]>,
+        end: Bound<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<Entry>, StoreError> {
+        let t = match self.txn.open_table(definition(table)) {
+            Ok(t) => t,
+            Err(TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+            Err(e) => return Err(error(e, "open table")),
+        };
+        collect(&t, start, end, limit)
+    }
+}
+
+/// A write transaction: redb's, rolled back by redb when dropped.
+pub struct RedbWrite {
+    txn: redb::WriteTransaction,
+}
+
+impl std::fmt::Debug for RedbWrite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RedbWrite")
+    }
+}
+
+impl ReadTransaction for RedbWrite {
+    fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        let t = self
+            .txn
+            .open_table(definition(table))
+            .map_err(|e| error(e, "open table"))?;
+        let value = t.get(key).map_err(|e| error(e, "get"))?;
+        Ok(value.map(|v| v.value().to_vec()))
+    }
+
+    fn range(
+        &self,
+        table: Table,
+        start: Bound<&[u8]>,
+        end: Bound<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<Entry>, StoreError> {
+        let t = self
+            .txn
+            .open_table(definition(table))
+            .map_err(|e| error(e, "open table"))?;
+        collect(&t, start, end, limit)
+    }
+}
+
+impl WriteTransaction for RedbWrite {
+    fn put(&mut self, table: Table, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
+        let mut t = self
+            .txn
+            .open_table(definition(table))
+            .map_err(|e| error(e, "open table"))?;
+        t.insert(key, value).map_err(|e| error(e, "insert"))?;
+        Ok(())
+    }
+
+    fn delete(&mut self, table: Table, key: &[u8]) -> Result<bool, StoreError> {
+        let mut t = self
+            .txn
+            .open_table(definition(table))
+            .map_err(|e| error(e, "open table"))?;
+        let removed = t.remove(key).map_err(|e| error(e, "remove"))?;
+        Ok(removed.is_some())
+    }
+
+    fn commit(self) -> Result<(), StoreError> {
+        self.txn.commit().map_err(|e| error(e, "commit"))
+    }
+}
+
+fn collect(
+    table: &impl ReadableTable<&'static [u8], &'static [u8]>,
+    start: Bound<&[u8]>,
+    end: Bound<&[u8]>,
+    limit: usize,
+) -> Result<Vec<Entry>, StoreError> {
+    if let (Bound::Included(s) | Bound::Excluded(s), Bound::Included(e) | Bound::Excluded(e)) =
+        (start, end)
+        && s > e
+    {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    if limit == 0 {
+        return Ok(out);
+    }
+    for item in table
+        .range::<&[u8]>((start, end))
+        .map_err(|e| error(e, "range"))?
+    {
+        let (k, v) = item.map_err(|e| error(e, "range"))?;
+        out.push((k.value().to_vec(), v.value().to_vec()));
+        if out.len() == limit {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+/// Maps a redb error into the store error, keeping what we were doing.
+fn error(e: impl Into<redb::Error>, context: &'static str) -> StoreError {
+    let e: redb::Error = e.into();
+    let kind = match &e {
+        redb::Error::Io(_) => StoreErrorKind::Io,
+        redb::Error::Corrupted(_) | redb::Error::UpgradeRequired(_) => StoreErrorKind::Corrupt,
+        redb::Error::DatabaseAlreadyOpen => StoreErrorKind::Unavailable,
+        _ => StoreErrorKind::Other,
+    };
+    StoreError::new(kind, context, e)
+}

@@ -1,0 +1,11 @@
+//! Integration tests of the `portcullis` facade: one binary, topic modules.
+//!
+//! One binary keeps link time low and makes proptest write its regressions to
+//! the top-level `proptest-regressions/` directory.
+
+mod support;
+
+mod jwt;
+// mod links; (being written)
+mod pkce;
+mod store_contract;

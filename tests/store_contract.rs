@@ -1,0 +1,420 @@
+//! The store contract, written once and run on every store.
+
+use std::ops::Bound::{self, Excluded, Included, Unbounded};
+
+use portcullis::store::{ReadTransaction, Store, Table, WriteTransaction, prefix_end};
+
+use crate::on_every_store;
+
+fn put<S: Store>(store: &S, table: Table, key: &[u8], value: &[u8]) {
+    let mut w = store.begin_write().unwrap();
+    w.put(table, key, value).unwrap();
+    w.commit().unwrap();
+}
+
+fn get<S: Store>(store: &S, table: Table, key: &[u8]) -> Option<Vec<u8>> {
+    store.begin_read().unwrap().get(table, key).unwrap()
+}
+
+fn keys<S: Store>(
+    store: &S,
+    table: Table,
+    start: Bound<&[u8]>,
+    end: Bound<&[u8]>,
+    limit: usize,
+) -> Vec<Vec<u8>> {
+    let r = store.begin_read().unwrap();
+    r.range(table, start, end, limit)
+        .unwrap()
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect()
+}
+
+fn reads_see_own_writes_before_commit<S: Store>(store: &S) {
+    let mut w = store.begin_write().unwrap();
+    w.put(Table::Grants, b"g1", b"one").unwrap();
+    assert_eq!(
+        w.get(Table::Grants, b"g1").unwrap().as_deref(),
+        Some(&b"one"[..])
+    );
+    w.put(Table::Grants, b"g1", b"two").unwrap();
+    assert_eq!(
+        w.get(Table::Grants, b"g1").unwrap().as_deref(),
+        Some(&b"two"[..])
+    );
+    assert_eq!(
+        w.range(Table::Grants, Unbounded, Unbounded, 10)
+            .unwrap()
+            .len(),
+        1
+    );
+    assert!(w.delete(Table::Grants, b"g1").unwrap());
+    assert!(!w.delete(Table::Grants, b"g1").unwrap());
+    assert_eq!(w.get(Table::Grants, b"g1").unwrap(), None);
+    w.put(Table::Grants, b"g2", b"kept").unwrap();
+    w.commit().unwrap();
+    assert_eq!(get(store, Table::Grants, b"g1"), None);
+    assert_eq!(
+        get(store, Table::Grants, b"g2").as_deref(),
+        Some(&b"kept"[..])
+    );
+}
+
+fn dropping_a_write_changes_nothing<S: Store>(store: &S) {
+    put(store, Table::Sites, b"s", b"before");
+    put(store, Table::Codes, b"c", b"code");
+    {
+        let mut w = store.begin_write().unwrap();
+        w.put(Table::Sites, b"s", b"after").unwrap();
+        w.put(Table::Sites, b"new", b"x").unwrap();
+        w.delete(Table::Codes, b"c").unwrap();
+        w.put(Table::Sites, b"s", b"after again").unwrap();
+        // dropped without commit
+    }
+    assert_eq!(
+        get(store, Table::Sites, b"s").as_deref(),
+        Some(&b"before"[..])
+    );
+    assert_eq!(get(store, Table::Sites, b"new"), None);
+    assert_eq!(
+        get(store, Table::Codes, b"c").as_deref(),
+        Some(&b"code"[..])
+    );
+}
+
+fn a_panic_inside_a_write_changes_nothing<S: Store + Sync>(store: &S) {
+    put(store, Table::Meta, b"k", b"v");
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut w = store.begin_write().unwrap();
+        w.put(Table::Meta, b"k", b"half").unwrap();
+        panic!("operation failed halfway");
+    }));
+    assert!(result.is_err());
+    assert_eq!(get(store, Table::Meta, b"k").as_deref(), Some(&b"v"[..]));
+    put(store, Table::Meta, b"k", b"still writable");
+    assert_eq!(
+        get(store, Table::Meta, b"k").as_deref(),
+        Some(&b"still writable"[..])
+    );
+}
+
+fn tables_are_separate<S: Store>(store: &S) {
+    for (i, table) in Table::ALL.iter().enumerate() {
+        put(store, *table, b"same key", &[i as u8]);
+    }
+    for (i, table) in Table::ALL.iter().enumerate() {
+        assert_eq!(
+            get(store, *table, b"same key"),
+            Some(vec![i as u8]),
+            "{table:?}"
+        );
+    }
+}
+
+fn ranges_are_ordered_bounded_and_limited<S: Store>(store: &S) {
+    let mut w = store.begin_write().unwrap();
+    for k in [&b"b"[..], b"a", b"ab", b"b\x00", b"\xff", b"c", b"", b"aa"] {
+        w.put(Table::Expiry, k, b"v").unwrap();
+    }
+    w.commit().unwrap();
+    let all = keys(store, Table::Expiry, Unbounded, Unbounded, usize::MAX);
+    let expected: Vec<Vec<u8>> = [&b""[..], b"a", b"aa", b"ab", b"b", b"b\x00", b"c", b"\xff"]
+        .iter()
+        .map(|k| k.to_vec())
+        .collect();
+    assert_eq!(all, expected);
+    assert_eq!(
+        keys(store, Table::Expiry, Unbounded, Unbounded, 3),
+        expected[..3].to_vec()
+    );
+    assert_eq!(
+        keys(store, Table::Expiry, Included(b"a"), Excluded(b"b"), 10),
+        expected[1..4].to_vec()
+    );
+    assert_eq!(
+        keys(store, Table::Expiry, Excluded(b"a"), Included(b"b"), 10),
+        expected[2..5].to_vec()
+    );
+    assert_eq!(
+        keys(store, Table::Expiry, Included(b"b"), Unbounded, 2),
+        expected[4..6].to_vec()
+    );
+    let end = prefix_end(b"a").unwrap();
+    assert_eq!(
+        keys(store, Table::Expiry, Included(b"a"), Excluded(&end), 10),
+        expected[1..4].to_vec()
+    );
+    assert_eq!(
+        keys(store, Table::Expiry, Unbounded, Unbounded, 0),
+        Vec::<Vec<u8>>::new()
+    );
+    // Empty and inverted ranges answer nothing rather than panicking.
+    assert!(keys(store, Table::Expiry, Included(b"c"), Excluded(b"a"), 10).is_empty());
+    assert!(keys(store, Table::Expiry, Excluded(b"b"), Excluded(b"b"), 10).is_empty());
+    assert_eq!(
+        keys(store, Table::Expiry, Included(b"b"), Included(b"b"), 10),
+        vec![b"b".to_vec()]
+    );
+}
+
+fn holds_a_hundred_thousand_keys<S: Store>(store: &S) {
+    const N: u32 = 100_000;
+    let mut w = store.begin_write().unwrap();
+    for i in 0..N {
+        w.put(Table::Grants, &i.to_be_bytes(), &i.to_le_bytes())
+            .unwrap();
+    }
+    w.commit().unwrap();
+    let r = store.begin_read().unwrap();
+    let (mut seen, mut cursor) = (0u32, None::<Vec<u8>>);
+    loop {
+        let start = cursor.as_deref().map_or(Unbounded, Excluded);
+        let page = r.range(Table::Grants, start, Unbounded, 4_096).unwrap();
+        let Some((last, _)) = page.last() else { break };
+        for (k, v) in &page {
+            assert_eq!(k.as_slice(), seen.to_be_bytes());
+            assert_eq!(v.as_slice(), seen.to_le_bytes());
+            seen += 1;
+        }
+        cursor = Some(last.clone());
+    }
+    assert_eq!(seen, N);
+    assert_eq!(
+        r.get(Table::Grants, &77_777u32.to_be_bytes()).unwrap(),
+        Some(77_777u32.to_le_bytes().to_vec())
+    );
+}
+
+fn holds_a_one_mebibyte_value<S: Store>(store: &S) {
+    let value: Vec<u8> = (0..1024 * 1024).map(|i| (i * 31 % 251) as u8).collect();
+    put(store, Table::Requests, b"big", &value);
+    assert_eq!(get(store, Table::Requests, b"big"), Some(value));
+}
+
+fn racing_writers_lose_no_update<S: Store + Sync>(store: &S) {
+    const PER_THREAD: u64 = 10_000;
+    put(store, Table::Meta, b"counter", &0u64.to_be_bytes());
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| {
+                for _ in 0..PER_THREAD {
+                    let mut w = store.begin_write().unwrap();
+                    let n = u64::from_be_bytes(
+                        w.get(Table::Meta, b"counter")
+                            .unwrap()
+                            .unwrap()
+                            .try_into()
+                            .unwrap(),
+                    );
+                    w.put(Table::Meta, b"counter", &(n + 1).to_be_bytes())
+                        .unwrap();
+                    w.commit().unwrap();
+                }
+            });
+        }
+    });
+    assert_eq!(
+        get(store, Table::Meta, b"counter"),
+        Some((2 * PER_THREAD).to_be_bytes().to_vec())
+    );
+}
+
+fn a_read_transaction_is_a_snapshot<S: Store + Sync>(store: &S) {
+    put(store, Table::Tabs, b"a", b"1");
+    put(store, Table::Tabs, b"b", b"1");
+    // A writer on another thread updates both keys in one transaction.
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut w = store.begin_write().unwrap();
+            w.put(Table::Tabs, b"a", b"2").unwrap();
+            w.put(Table::Tabs, b"b", b"2").unwrap();
+            w.commit().unwrap();
+        });
+    });
+    let r = store.begin_read().unwrap();
+    assert_eq!(
+        r.get(Table::Tabs, b"a").unwrap(),
+        r.get(Table::Tabs, b"b").unwrap()
+    );
+}
+
+on_every_store!(
+    reads_see_own_writes_before_commit,
+    dropping_a_write_changes_nothing,
+    a_panic_inside_a_write_changes_nothing,
+    tables_are_separate,
+    ranges_are_ordered_bounded_and_limited,
+    holds_a_hundred_thousand_keys,
+    holds_a_one_mebibyte_value,
+    racing_writers_lose_no_update,
+    a_read_transaction_is_a_snapshot,
+);
+
+mod redb_durability {
+    use portcullis::store::{
+        Durability, ReadTransaction, RedbStore, Store, Table, WriteTransaction,
+    };
+
+    #[test]
+    fn a_reopened_file_keeps_every_commit() {
+        let db = crate::support::TempRedb::with_durability(Durability::Immediate);
+        for i in 0u32..50 {
+            let mut w = db.store.begin_write().unwrap();
+            w.put(Table::Grants, &i.to_be_bytes(), b"g").unwrap();
+            w.commit().unwrap();
+        }
+        {
+            let mut w = db.store.begin_write().unwrap();
+            w.put(Table::Grants, b"uncommitted", b"x").unwrap();
+        }
+        let path = db.path.clone();
+        let crate::support::TempRedb { store, dir, .. } = db;
+        drop(store);
+        let reopened = RedbStore::open(&path).unwrap();
+        let r = reopened.begin_read().unwrap();
+        let all = r
+            .range(
+                Table::Grants,
+                std::ops::Bound::Unbounded,
+                std::ops::Bound::Unbounded,
+                100,
+            )
+            .unwrap();
+        assert_eq!(all.len(), 50);
+        assert_eq!(r.get(Table::Grants, b"uncommitted").unwrap(), None);
+        drop(dir);
+    }
+
+    #[test]
+    fn a_second_open_of_the_same_file_is_refused_with_context() {
+        let db = crate::support::TempRedb::new();
+        let err = RedbStore::open(&db.path).unwrap_err();
+        assert_eq!(err.kind(), portcullis::store::StoreErrorKind::Unavailable);
+        assert_eq!(err.context(), "open database");
+    }
+}
+
+/// SIGKILL crash torture on redb: a child process commits in a loop and
+/// acknowledges each commit on stdout; the parent kills it at random moments
+/// and checks the reopened file after every kill.
+mod crash {
+    use std::io::{BufRead, BufReader};
+    use std::ops::Bound::Unbounded;
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    use portcullis::store::{
+        Durability, ReadTransaction, RedbStore, Store, Table, WriteTransaction,
+    };
+    use rand::RngExt;
+
+    const CHILD_ENV: &str = "PORTCULLIS_CRASH_CHILD_DB";
+    const KILLS: usize = 50;
+
+    /// Each transaction `n` writes `log/n`, then sets both `a` and `b` to `n`:
+    /// a partial transaction would show `a != b` or a gap in the log.
+    fn commit_one(store: &RedbStore, n: u64) {
+        let mut w = store.begin_write().unwrap();
+        w.put(Table::Outcomes, &n.to_be_bytes(), &[0xAB; 512])
+            .unwrap();
+        w.put(Table::Meta, b"a", &n.to_be_bytes()).unwrap();
+        w.put(Table::Meta, b"b", &n.to_be_bytes()).unwrap();
+        w.commit().unwrap();
+    }
+
+    fn read_counter(r: &impl ReadTransaction, key: &[u8]) -> u64 {
+        r.get(Table::Meta, key)
+            .unwrap()
+            .map_or(0, |v| u64::from_be_bytes(v.try_into().unwrap()))
+    }
+
+    /// Not a test of its own: the child half of `sigkill_never_loses_an_acknowledged_commit`,
+    /// which runs this binary again with the environment variable set. Without
+    /// it, it returns at once.
+    #[test]
+    fn child_process_entry() {
+        let Ok(path) = std::env::var(CHILD_ENV) else {
+            return;
+        };
+        let store = RedbStore::open(&path)
+            .unwrap()
+            .with_durability(Durability::Immediate);
+        let mut n = read_counter(&store.begin_read().unwrap(), b"a");
+        loop {
+            n += 1;
+            commit_one(&store, n);
+            println!("ack {n}");
+        }
+    }
+
+    #[test]
+    fn sigkill_never_loses_an_acknowledged_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("crash.redb");
+        drop(RedbStore::open(&path).unwrap());
+        let mut rng = crate::support::rng(0xC4A5);
+        let exe = std::env::current_exe().unwrap();
+        let mut total_acked = 0u64;
+        for kill in 0..KILLS {
+            let mut child = Command::new(&exe)
+                .args([
+                    "--exact",
+                    "store_contract::crash::child_process_entry",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(CHILD_ENV, &path)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+            // Kill after a random number of acknowledgements, or a random
+            // time, whichever the child reaches first.
+            let acks_before_kill = rng.random_range(1..40u64);
+            let deadline = Instant::now() + Duration::from_millis(rng.random_range(5..200));
+            let mut last_ack = None;
+            while let Some(Ok(line)) = lines.next() {
+                if let Some(n) = line.strip_prefix("ack ") {
+                    last_ack = Some(n.parse::<u64>().unwrap());
+                    if last_ack.unwrap() % acks_before_kill == 0 || Instant::now() > deadline {
+                        break;
+                    }
+                }
+            }
+            // Land the kill at a random point inside the next commit.
+            std::thread::sleep(Duration::from_micros(rng.random_range(0..3_000)));
+            child.kill().unwrap();
+            child.wait().unwrap();
+            let store = RedbStore::open(&path).unwrap();
+            let r = store.begin_read().unwrap();
+            let (a, b) = (read_counter(&r, b"a"), read_counter(&r, b"b"));
+            assert_eq!(a, b, "kill {kill}: a partial transaction is visible");
+            if let Some(acked) = last_ack {
+                assert!(
+                    a >= acked,
+                    "kill {kill}: acknowledged commit {acked} lost (file holds {a})"
+                );
+                total_acked = total_acked.max(acked);
+            }
+            let log = r
+                .range(Table::Outcomes, Unbounded, Unbounded, usize::MAX)
+                .unwrap();
+            assert_eq!(
+                log.len() as u64,
+                a,
+                "kill {kill}: the log and the counters disagree"
+            );
+            assert!(
+                log.iter()
+                    .enumerate()
+                    .all(|(i, (k, _))| k.as_slice() == (i as u64 + 1).to_be_bytes())
+            );
+        }
+        assert!(
+            total_acked >= KILLS as u64,
+            "the child made too little progress to test anything"
+        );
+    }
+}
