@@ -5,7 +5,11 @@
 
 mod support;
 
+mod alloc_counter;
+mod clients;
 mod jwt;
-// mod links; (being written)
+mod links;
+mod oauth;
+mod oauth_model;
 mod pkce;
 mod store_contract;

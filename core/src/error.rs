@@ -34,6 +34,8 @@ pub enum ErrorCode {
     UnsupportedResponseType,
     /// RFC 6749 §5.2: the requested scope is unknown or wider than granted.
     InvalidScope,
+    /// RFC 8707 §2: the `resource` is not one this server protects.
+    InvalidTarget,
     /// RFC 6749 §4.1.2.1: the user or server denied the request.
     AccessDenied,
     /// RFC 6749 §4.1.2.1: the service is switched off for now; retry later.
@@ -88,6 +90,7 @@ impl ErrorCode {
             Self::UnsupportedGrantType => "unsupported_grant_type",
             Self::UnsupportedResponseType => "unsupported_response_type",
             Self::InvalidScope => "invalid_scope",
+            Self::InvalidTarget => "invalid_target",
             Self::AccessDenied => "access_denied",
             Self::TemporarilyUnavailable => "temporarily_unavailable",
             Self::ServerError => "server_error",
@@ -137,6 +140,7 @@ impl ErrorCode {
             | Self::UnsupportedGrantType
             | Self::UnsupportedResponseType
             | Self::InvalidScope
+            | Self::InvalidTarget
             | Self::InvalidRedirectUri
             | Self::InvalidClientMetadata
             | Self::InvalidParams

@@ -33,9 +33,20 @@ use portcullis_core::store::{Entry, ReadTransaction, Store, StoreError, Table, W
 type Tables = [BTreeMap<Vec<u8>, Vec<u8>>; Table::ALL.len()];
 
 /// The in-memory store. Cheap to create; share it by reference or `Arc`.
-#[derive(Debug, Default)]
+/// Its `Debug` shows sizes, never records.
+#[derive(Default)]
 pub struct MemoryStore {
     tables: RwLock<Tables>,
+}
+
+impl std::fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let tables = self.tables.read().unwrap_or_else(PoisonError::into_inner);
+        let records: usize = tables.iter().map(BTreeMap::len).sum();
+        f.debug_struct("MemoryStore")
+            .field("records", &records)
+            .finish()
+    }
 }
 
 impl MemoryStore {
@@ -84,9 +95,22 @@ fn range_of(
 }
 
 /// A read transaction: the read lock, held until dropped.
-#[derive(Debug)]
 pub struct MemoryRead<'a> {
     tables: RwLockReadGuard<'a, Tables>,
+}
+
+impl std::fmt::Debug for MemoryRead<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MemoryRead")
+    }
+}
+
+impl std::fmt::Debug for MemoryWrite<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryWrite")
+            .field("undo_entries", &self.undo.len())
+            .finish()
+    }
 }
 
 impl ReadTransaction for MemoryRead<'_> {
@@ -106,7 +130,6 @@ impl ReadTransaction for MemoryRead<'_> {
 }
 
 /// A write transaction: the write lock and an undo log.
-#[derive(Debug)]
 pub struct MemoryWrite<'a> {
     tables: RwLockWriteGuard<'a, Tables>,
     /// `(table, key, value before the write)`, oldest first.

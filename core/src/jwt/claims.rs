@@ -478,7 +478,7 @@ mod tests {
         assert_eq!(fault("[]"), VerifyError::ClaimsMalformed);
         assert_eq!(fault(r#"{"sub":1}"#), VerifyError::ClaimsMalformed);
         assert_eq!(fault(r#"{"aud":[]}"#), VerifyError::ClaimsMalformed);
-        assert_eq!(fault(r#"{} x"#), VerifyError::ClaimsMalformed);
+        assert_eq!(fault("{} x"), VerifyError::ClaimsMalformed);
     }
 
     #[test]

@@ -81,6 +81,44 @@ pub trait Store {
     fn begin_write(&self) -> Result<Self::Write<'_>, StoreError>;
 }
 
+impl<T: Store + ?Sized> Store for &T {
+    type Read<'a>
+        = T::Read<'a>
+    where
+        Self: 'a;
+    type Write<'a>
+        = T::Write<'a>
+    where
+        Self: 'a;
+
+    fn begin_read(&self) -> Result<Self::Read<'_>, StoreError> {
+        (**self).begin_read()
+    }
+
+    fn begin_write(&self) -> Result<Self::Write<'_>, StoreError> {
+        (**self).begin_write()
+    }
+}
+
+impl<T: Store + ?Sized> Store for alloc::sync::Arc<T> {
+    type Read<'a>
+        = T::Read<'a>
+    where
+        Self: 'a;
+    type Write<'a>
+        = T::Write<'a>
+    where
+        Self: 'a;
+
+    fn begin_read(&self) -> Result<Self::Read<'_>, StoreError> {
+        (**self).begin_read()
+    }
+
+    fn begin_write(&self) -> Result<Self::Write<'_>, StoreError> {
+        (**self).begin_write()
+    }
+}
+
 /// Reads inside a transaction.
 pub trait ReadTransaction {
     /// The value stored under `key`.

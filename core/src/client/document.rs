@@ -1,0 +1,495 @@
+//! Clients identified by a client-ID metadata document
+//! (draft-ietf-oauth-client-id-metadata-document, used by the MCP
+//! authorization specification of 2025-11-25).
+//!
+//! The client id is an HTTPS URL; the document it serves is the client's
+//! metadata. The core never fetches: [`parse_client_id_url`] checks the URL,
+//! [`ClientIdUrl::fetch_request`] tells the host what to fetch and under
+//! which limits, and [`validate_document`] checks the bytes it got back.
+//! Caching the document (per its HTTP caching headers, within bounds the
+//! host chooses) is the host's business.
+
+use alloc::string::String;
+use core::fmt;
+
+use url::{Host, Url};
+
+use super::json::{self, JsonFault};
+use super::metadata::{RegistrationError, TokenEndpointAuthMethod, metadata_from_members, take};
+use super::redirect_uri::{Authority, TextFault, check_uri_text, split_scheme};
+use super::stateless::Client;
+use crate::error::{ErrorCode, WireError};
+
+/// Longest accepted client-ID URL, in bytes.
+pub const MAX_CLIENT_ID_URL_LEN: usize = 2048;
+/// Largest accepted metadata document, in bytes: the host stops reading
+/// beyond it.
+pub const MAX_DOCUMENT_LEN: usize = 5 * 1024;
+
+/// Whether `client_id` is meant as a metadata-document URL (it starts with
+/// `https://`) rather than a registered id. It still has to pass
+/// [`parse_client_id_url`].
+#[must_use]
+pub fn is_document_client_id(client_id: &str) -> bool {
+    client_id.starts_with("https://")
+}
+
+/// A client id that is an acceptable metadata-document URL.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ClientIdUrl {
+    url: String,
+    host_start: usize,
+    host_end: usize,
+}
+
+/// Checks a client id as a metadata-document URL (the draft's client
+/// identifier rules, made strict where it leaves room):
+///
+/// * at most [`MAX_CLIENT_ID_URL_LEN`] bytes of RFC 3986 §2 URI characters
+///   with well-formed `%` escapes (so no whitespace or control characters);
+/// * scheme `https`, written in lower case;
+/// * no fragment, no userinfo (not even an empty `#` or `@`);
+/// * no query: the draft discourages one, and refusing it removes a second
+///   spelling of the same client;
+/// * a path other than `/`, with no `.` or `..` segment, raw or
+///   percent-encoded (`%2e`);
+/// * a domain-name host: IP literals and `localhost` (or any name under
+///   it) are refused outright, since the document must come from the public
+///   internet;
+/// * already in the URL Standard's serialized form (lower-case host, no
+///   default port, …), so the client id is exactly the URL fetched and the
+///   `client_id` the document must repeat.
+///
+/// The host must still refuse to connect to special-use addresses the name
+/// resolves to.
+pub fn parse_client_id_url(client_id: &str) -> Result<ClientIdUrl, DocumentError> {
+    if client_id.len() > MAX_CLIENT_ID_URL_LEN {
+        return Err(DocumentError::UrlTooLong);
+    }
+    check_uri_text(client_id).map_err(|fault| match fault {
+        TextFault::Character | TextFault::PercentEncoding => DocumentError::UrlCharacter,
+    })?;
+    if client_id.contains('#') {
+        return Err(DocumentError::UrlFragment);
+    }
+    let Some(("https", after_scheme)) = split_scheme(client_id) else {
+        return Err(DocumentError::UrlNotHttps);
+    };
+    let authority = Authority::split(client_id, after_scheme).ok_or(DocumentError::UrlMalformed)?;
+    if authority.has_userinfo {
+        return Err(DocumentError::UrlUserinfo);
+    }
+    if client_id.contains('?') {
+        return Err(DocumentError::UrlQuery);
+    }
+    let path = &client_id[authority.rest_start..];
+    if path.is_empty() || path == "/" {
+        return Err(DocumentError::UrlMissingPath);
+    }
+    if path.split('/').any(is_dot_segment) {
+        return Err(DocumentError::UrlDotSegment);
+    }
+    let url = Url::parse(client_id).map_err(|_| DocumentError::UrlMalformed)?;
+    if url.as_str() != client_id {
+        return Err(DocumentError::UrlNotCanonical);
+    }
+    match url.host() {
+        Some(Host::Domain(domain)) if !is_localhost(domain) => {}
+        Some(_) => return Err(DocumentError::UrlSpecialHost),
+        None => return Err(DocumentError::UrlMalformed),
+    }
+    Ok(ClientIdUrl {
+        url: client_id.into(),
+        host_start: authority.host_start,
+        host_end: authority.host_end,
+    })
+}
+
+/// `.` or `..`, where each dot may also be written `%2e` or `%2E`.
+fn is_dot_segment(segment: &str) -> bool {
+    let mut rest = segment;
+    let mut dots = 0;
+    while !rest.is_empty() {
+        if let Some(after) = rest.strip_prefix('.') {
+            rest = after;
+        } else if rest.len() >= 3 && rest[..3].eq_ignore_ascii_case("%2e") {
+            rest = &rest[3..];
+        } else {
+            return false;
+        }
+        dots += 1;
+    }
+    (1..=2).contains(&dots)
+}
+
+fn is_localhost(domain: &str) -> bool {
+    let domain = domain.trim_end_matches('.');
+    domain == "localhost" || domain.ends_with(".localhost")
+}
+
+/// What the host must fetch, and how.
+///
+/// The host sends one `GET` to [`FetchRequest::url`] (with `Accept:
+/// application/json`) and hands the body to [`validate_document`] only if
+/// every rule held:
+///
+/// * **no redirects**: a 3xx is a failure, never followed;
+/// * **200 only**: any other status is a failure;
+/// * **at most [`FetchRequest::max_bytes`]**: stop reading beyond it and
+///   fail (a body that large is refused anyway);
+/// * **no special-use addresses**: refuse to connect when the name resolves
+///   to a loopback, private, link-local, multicast or otherwise special-use
+///   address (RFC 6890), checked on the address actually connected to;
+/// * a short timeout.
+///
+/// A failed fetch means the client is unknown: show the error to the user
+/// and never redirect.
+#[non_exhaustive]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FetchRequest {
+    /// The URL to fetch: the client id itself.
+    pub url: String,
+    /// The most body bytes to read ([`MAX_DOCUMENT_LEN`]).
+    pub max_bytes: usize,
+}
+
+impl ClientIdUrl {
+    /// The URL, which is the client id.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.url
+    }
+
+    /// The host serving the document; show it on the consent screen, since
+    /// unlike `client_name` it is verified (by TLS).
+    #[must_use]
+    pub fn host(&self) -> &str {
+        &self.url[self.host_start..self.host_end]
+    }
+
+    /// The fetch the host performs.
+    #[must_use]
+    pub fn fetch_request(&self) -> FetchRequest {
+        FetchRequest {
+            url: self.url.clone(),
+            max_bytes: MAX_DOCUMENT_LEN,
+        }
+    }
+}
+
+/// Validates a fetched metadata document for `url`.
+///
+/// * At most [`MAX_DOCUMENT_LEN`] bytes, one JSON object, no member name
+///   repeated.
+/// * `client_id` is present and equals the URL exactly (simple string
+///   comparison, RFC 3986 §6.2.1).
+/// * No `client_secret` or `client_secret_expires_at`, and no
+///   `token_endpoint_auth_method` based on a shared secret
+///   (`client_secret_basic`, `client_secret_post`, `client_secret_jwt`):
+///   there is no way to share one with a document client. An absent method
+///   means `none`; any other method is unsupported.
+/// * Everything else as for a registration request
+///   ([`parse_registration`](super::parse_registration)): redirect URIs obey
+///   [`RedirectUri`](super::RedirectUri), grant and response types are
+///   supported, and so on.
+///
+/// The result is a public [`Client`] whose id is the URL.
+pub fn validate_document(url: &ClientIdUrl, body: &[u8]) -> Result<Client, DocumentError> {
+    if body.len() > MAX_DOCUMENT_LEN {
+        return Err(DocumentError::TooLarge);
+    }
+    let mut members = json::parse_object(body).map_err(|fault| match fault {
+        JsonFault::Malformed => DocumentError::Malformed,
+        JsonFault::DuplicateMember => DocumentError::DuplicateMember,
+    })?;
+    match members.remove("client_id") {
+        Some(serde_json::Value::String(id)) if id == url.url => {}
+        _ => return Err(DocumentError::ClientIdMismatch),
+    }
+    if members.contains_key("client_secret") || members.contains_key("client_secret_expires_at") {
+        return Err(DocumentError::ClientSecretPresent);
+    }
+    match take(&mut members, "token_endpoint_auth_method") {
+        None => {}
+        Some(serde_json::Value::String(method)) => match method.as_str() {
+            "none" => {}
+            "client_secret_basic" | "client_secret_post" | "client_secret_jwt" => {
+                return Err(DocumentError::SharedSecretMethod);
+            }
+            _ => return Err(DocumentError::UnsupportedAuthMethod),
+        },
+        Some(_) => return Err(DocumentError::UnsupportedAuthMethod),
+    }
+    let metadata = metadata_from_members(&mut members, TokenEndpointAuthMethod::None)
+        .map_err(DocumentError::Metadata)?;
+    Ok(Client::Document {
+        client_id: url.url.clone(),
+        metadata,
+    })
+}
+
+/// Why a client-ID URL or its metadata document was refused. None of the
+/// variants carries document text.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DocumentError {
+    /// The URL is longer than [`MAX_CLIENT_ID_URL_LEN`].
+    UrlTooLong,
+    /// The URL has a byte outside the RFC 3986 URI characters or a
+    /// malformed `%` escape.
+    UrlCharacter,
+    /// The URL is not `https://…`.
+    UrlNotHttps,
+    /// The URL has a fragment.
+    UrlFragment,
+    /// The URL has userinfo.
+    UrlUserinfo,
+    /// The URL has a query.
+    UrlQuery,
+    /// The URL's path is empty or `/`.
+    UrlMissingPath,
+    /// The URL's path has a `.` or `..` segment (possibly encoded).
+    UrlDotSegment,
+    /// The URL is not in the URL Standard's serialized form.
+    UrlNotCanonical,
+    /// The URL's host is an IP literal or `localhost`.
+    UrlSpecialHost,
+    /// The URL cannot be parsed.
+    UrlMalformed,
+    /// The document is larger than [`MAX_DOCUMENT_LEN`].
+    TooLarge,
+    /// The document is not one JSON object.
+    Malformed,
+    /// The document repeats a member name.
+    DuplicateMember,
+    /// The document's `client_id` is missing or differs from the URL.
+    ClientIdMismatch,
+    /// The document has `client_secret` or `client_secret_expires_at`.
+    ClientSecretPresent,
+    /// The document's `token_endpoint_auth_method` uses a shared secret.
+    SharedSecretMethod,
+    /// The document's `token_endpoint_auth_method` is not `none`.
+    UnsupportedAuthMethod,
+    /// The rest of the metadata breaks a registration rule.
+    Metadata(RegistrationError),
+}
+
+impl fmt::Display for DocumentError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let text = match self {
+            Self::UrlTooLong => "client id URL is longer than 2048 bytes",
+            Self::UrlCharacter => "client id URL has disallowed characters",
+            Self::UrlNotHttps => "client id URL must use https",
+            Self::UrlFragment => "client id URL must not have a fragment",
+            Self::UrlUserinfo => "client id URL must not carry userinfo",
+            Self::UrlQuery => "client id URL must not have a query",
+            Self::UrlMissingPath => "client id URL must have a path",
+            Self::UrlDotSegment => "client id URL must not have dot segments",
+            Self::UrlNotCanonical => "client id URL is not in canonical form",
+            Self::UrlSpecialHost => "client id URL must name a public domain",
+            Self::UrlMalformed => "client id URL is not a valid URL",
+            Self::TooLarge => "client metadata document is larger than 5120 bytes",
+            Self::Malformed => "client metadata document is not a JSON object",
+            Self::DuplicateMember => "client metadata document repeats a member",
+            Self::ClientIdMismatch => "client metadata document client_id does not match its URL",
+            Self::ClientSecretPresent => "client metadata document must not contain a secret",
+            Self::SharedSecretMethod => {
+                "client metadata document must not use a shared-secret auth method"
+            }
+            Self::UnsupportedAuthMethod => {
+                "client metadata document token_endpoint_auth_method must be none"
+            }
+            Self::Metadata(e) => return write!(f, "client metadata document: {e}"),
+        };
+        f.write_str(text)
+    }
+}
+
+impl WireError for DocumentError {
+    /// URL problems make the client unknown (`invalid_client`); document
+    /// problems are `invalid_client_metadata`, or `invalid_redirect_uri` for
+    /// redirect URIs, as in registration. Either way the authorization
+    /// endpoint shows the error and never redirects.
+    fn code(&self) -> ErrorCode {
+        match self {
+            Self::UrlTooLong
+            | Self::UrlCharacter
+            | Self::UrlNotHttps
+            | Self::UrlFragment
+            | Self::UrlUserinfo
+            | Self::UrlQuery
+            | Self::UrlMissingPath
+            | Self::UrlDotSegment
+            | Self::UrlNotCanonical
+            | Self::UrlSpecialHost
+            | Self::UrlMalformed => ErrorCode::InvalidClient,
+            Self::Metadata(e) => e.code(),
+            _ => ErrorCode::InvalidClientMetadata,
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for DocumentError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::RedirectUriError;
+    use alloc::format;
+
+    const ID: &str = "https://client.example.com/oauth/metadata.json";
+
+    fn url() -> ClientIdUrl {
+        parse_client_id_url(ID).unwrap()
+    }
+
+    fn doc(extra: &str) -> String {
+        format!(r#"{{"client_id":"{ID}","redirect_uris":["http://127.0.0.1/cb"]{extra}}}"#)
+    }
+
+    #[test]
+    fn client_id_urls_follow_the_rules() {
+        let u = url();
+        assert_eq!(u.as_str(), ID);
+        assert_eq!(u.host(), "client.example.com");
+        assert_eq!(
+            u.fetch_request(),
+            FetchRequest {
+                url: ID.into(),
+                max_bytes: 5120
+            }
+        );
+        assert!(parse_client_id_url("https://c.example:8443/x").is_ok());
+        assert!(parse_client_id_url("https://c.example/a/.well-known/x%2F").is_ok());
+        for (s, err) in [
+            ("http://c.example/x", DocumentError::UrlNotHttps),
+            ("HTTPS://c.example/x", DocumentError::UrlNotHttps),
+            ("pc1.k.x.y", DocumentError::UrlNotHttps),
+            ("https://c.example", DocumentError::UrlMissingPath),
+            ("https://c.example/", DocumentError::UrlMissingPath),
+            ("https://c.example/x#", DocumentError::UrlFragment),
+            ("https://c.example/x#y", DocumentError::UrlFragment),
+            ("https://@c.example/x", DocumentError::UrlUserinfo),
+            ("https://u:p@c.example/x", DocumentError::UrlUserinfo),
+            ("https://c.example/x?y", DocumentError::UrlQuery),
+            ("https://c.example/x?", DocumentError::UrlQuery),
+            ("https://c.example/a/../x", DocumentError::UrlDotSegment),
+            ("https://c.example/a/./x", DocumentError::UrlDotSegment),
+            ("https://c.example/a/%2e%2E/x", DocumentError::UrlDotSegment),
+            ("https://c.example/a/.%2e", DocumentError::UrlDotSegment),
+            ("https://c.example/x/.", DocumentError::UrlDotSegment),
+            ("https://C.example/x", DocumentError::UrlNotCanonical),
+            ("https://c.example:443/x", DocumentError::UrlNotCanonical),
+            ("https://127.0.0.1/x", DocumentError::UrlSpecialHost),
+            ("https://[::1]/x", DocumentError::UrlSpecialHost),
+            ("https://localhost/x", DocumentError::UrlSpecialHost),
+            ("https://a.localhost./x", DocumentError::UrlSpecialHost),
+            ("https://c.example/ x", DocumentError::UrlCharacter),
+            ("https://c.example/\u{0}", DocumentError::UrlCharacter),
+            ("https://c.example/%", DocumentError::UrlCharacter),
+        ] {
+            assert_eq!(parse_client_id_url(s), Err(err), "{s}");
+            assert_eq!(err.code(), ErrorCode::InvalidClient);
+        }
+        assert!(!is_dot_segment("..."));
+        assert!(!is_dot_segment(""));
+        let long = format!("https://c.example/{}", "x".repeat(2048));
+        assert_eq!(parse_client_id_url(&long), Err(DocumentError::UrlTooLong));
+        assert!(is_document_client_id(ID));
+        assert!(!is_document_client_id("pc1.k1.a.b"));
+    }
+
+    #[test]
+    fn a_valid_document_makes_a_public_client() {
+        let client = validate_document(
+            &url(),
+            doc(r#","client_name":"Agent","token_endpoint_auth_method":"none","grant_types":["authorization_code","refresh_token"],"software_id":"x""#)
+                .as_bytes(),
+        )
+        .unwrap();
+        assert_eq!(client.id(), ID);
+        assert!(client.is_document());
+        assert!(!client.is_confidential());
+        assert!(client.all_redirects_loopback());
+        assert!(client.redirect_uri("http://127.0.0.1:4242/cb").is_some());
+        assert_eq!(client.issued_at(), None);
+        assert_eq!(client.metadata().client_name.as_deref(), Some("Agent"));
+    }
+
+    #[test]
+    fn invalid_documents_are_refused() {
+        let other = r#"{"client_id":"https://client.example.com/oauth/other.json","redirect_uris":["http://127.0.0.1/cb"]}"#;
+        let cases = [
+            (String::from(other), DocumentError::ClientIdMismatch),
+            (
+                String::from(r#"{"redirect_uris":["http://127.0.0.1/cb"]}"#),
+                DocumentError::ClientIdMismatch,
+            ),
+            (
+                doc(r#","token_endpoint_auth_method":"client_secret_basic""#),
+                DocumentError::SharedSecretMethod,
+            ),
+            (
+                doc(r#","token_endpoint_auth_method":"client_secret_post""#),
+                DocumentError::SharedSecretMethod,
+            ),
+            (
+                doc(r#","token_endpoint_auth_method":"private_key_jwt""#),
+                DocumentError::UnsupportedAuthMethod,
+            ),
+            (
+                doc(r#","client_secret":"s""#),
+                DocumentError::ClientSecretPresent,
+            ),
+            (
+                doc(r#","client_secret_expires_at":0"#),
+                DocumentError::ClientSecretPresent,
+            ),
+            (doc(r#","client_id":"x""#), DocumentError::DuplicateMember),
+            (String::from("[]"), DocumentError::Malformed),
+            (
+                format!(r#"{{"client_id":"{ID}","redirect_uris":["http://127.1/cb"]}}"#),
+                DocumentError::Metadata(RegistrationError::RedirectUri {
+                    index: 0,
+                    reason: RedirectUriError::NotLoopback,
+                }),
+            ),
+            (
+                format!(r#"{{"client_id":"{ID}","redirect_uris":["myapp://cb"]}}"#),
+                DocumentError::Metadata(RegistrationError::RedirectUri {
+                    index: 0,
+                    reason: RedirectUriError::Scheme,
+                }),
+            ),
+            (
+                doc(r#","grant_types":["client_credentials"]"#),
+                DocumentError::Metadata(RegistrationError::UnsupportedGrantType),
+            ),
+        ];
+        for (body, err) in cases {
+            assert_eq!(
+                validate_document(&url(), body.as_bytes()),
+                Err(err),
+                "{body}"
+            );
+        }
+        let big = doc(&format!(r#","x":"{}""#, "a".repeat(MAX_DOCUMENT_LEN)));
+        assert_eq!(
+            validate_document(&url(), big.as_bytes()),
+            Err(DocumentError::TooLarge)
+        );
+        assert_eq!(
+            DocumentError::Metadata(RegistrationError::RedirectUri {
+                index: 0,
+                reason: RedirectUriError::Scheme
+            })
+            .code(),
+            ErrorCode::InvalidRedirectUri
+        );
+        assert_eq!(
+            DocumentError::ClientIdMismatch.code(),
+            ErrorCode::InvalidClientMetadata
+        );
+    }
+}

@@ -1,0 +1,649 @@
+//! Stateless registration (RFC 7591 Appendix A.5.2) and the resolved
+//! [`Client`].
+//!
+//! A registered client id is `pc1.<kid>.<payload>.<tag>`:
+//!
+//! * `kid` names the [`Keyring`] key that issued it (it may contain `.`;
+//!   the id is split from the right, and base64url has no `.`);
+//! * `payload` is unpadded base64url of a version byte and the postcard
+//!   encoding of the metadata and the issue time;
+//! * `tag` is unpadded base64url of
+//!   `mac_labeled("portcullis/client-id/v1", [kid, payload])`.
+//!
+//! Registration therefore writes nothing: anonymous callers cannot grow the
+//! store, and there is nothing to reap. Resolving checks the tag in constant
+//! time *before* decoding the payload, then re-validates the metadata with
+//! today's rules, so a rule tightened later also applies to old ids.
+//!
+//! A confidential client's secret is
+//! `base64url(mac_labeled("portcullis/client-secret/v1", [client_id]))`
+//! under the same key: derived on demand, never stored, and checked in
+//! constant time.
+//!
+//! Consequences the host should know:
+//!
+//! * **Retiring a key invalidates every client registered under it** (and
+//!   their secrets): they fail to resolve as unknown and must register
+//!   again. Rotation without retirement keeps them working. Grants the host
+//!   keeps for such clients are the host's to revoke or keep.
+//! * Registrations cannot be deleted or updated (RFC 7592 is not
+//!   supported); a client that changes its metadata registers again.
+//! * Ids are bounded by [`MAX_CLIENT_ID_LEN`]; metadata that does not fit is
+//!   refused at registration with `invalid_client_metadata`.
+
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::fmt;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use serde::{Deserialize, Serialize};
+use subtle::ConstantTimeEq;
+
+use super::metadata::{ClientMetadata, GrantType, RegistrationError, TokenEndpointAuthMethod};
+use super::redirect_uri::RedirectUri;
+use crate::error::{ErrorCode, WireError};
+use crate::jwt::{Keyring, SigningKey};
+use crate::secret::SecretString;
+use crate::time::Timestamp;
+
+/// Every registered (stateless) client id starts with this.
+pub const CLIENT_ID_PREFIX: &str = "pc1.";
+/// Longest registered client id, in bytes; checked before any decoding.
+pub const MAX_CLIENT_ID_LEN: usize = 4096;
+
+const ID_LABEL: &str = "portcullis/client-id/v1";
+const SECRET_LABEL: &str = "portcullis/client-secret/v1";
+const PAYLOAD_VERSION: u8 = 1;
+/// Unpadded base64url of 32 bytes.
+const TAG_LEN: usize = 43;
+
+/// The result of a registration: what the §3.2.1 response carries.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RegisteredClient {
+    /// The new client id (a `pc1.` id).
+    pub client_id: String,
+    /// The derived secret of a `client_secret_basic` client; `None` for a
+    /// public one. Send it once, in the registration response.
+    pub client_secret: Option<SecretString>,
+    /// The registered metadata.
+    pub metadata: ClientMetadata,
+    /// When the id was issued (`client_id_issued_at`).
+    pub issued_at: Timestamp,
+}
+
+/// The postcard payload of a client id, after the version byte.
+#[derive(Serialize, Deserialize)]
+struct Payload<'a> {
+    issued_at: u64,
+    /// 0 = `none`, 1 = `client_secret_basic`.
+    auth: u8,
+    /// Bit 0 = `authorization_code`, bit 1 = `refresh_token`.
+    grants: u8,
+    #[serde(borrow)]
+    redirect_uris: Vec<&'a str>,
+    client_name: Option<&'a str>,
+    scope: Option<&'a str>,
+    client_uri: Option<&'a str>,
+    logo_uri: Option<&'a str>,
+}
+
+/// Registers a client statelessly: validates `metadata`
+/// ([`ClientMetadata::validate`]), issues a `pc1.` id under the keyring's
+/// active key and, for a `client_secret_basic` client, derives its secret.
+/// Nothing is stored.
+pub fn register(
+    metadata: ClientMetadata,
+    keyring: &Keyring,
+    now: Timestamp,
+) -> Result<RegisteredClient, RegistrationError> {
+    metadata.validate()?;
+    let (kid, key) = keyring.active_key().ok_or(RegistrationError::NoActiveKey)?;
+    let payload = Payload {
+        issued_at: now.as_secs(),
+        auth: match metadata.token_endpoint_auth_method {
+            TokenEndpointAuthMethod::None => 0,
+            TokenEndpointAuthMethod::ClientSecretBasic => 1,
+        },
+        grants: metadata.grant_types.iter().fold(0, |bits, g| {
+            bits | match g {
+                GrantType::AuthorizationCode => 1,
+                GrantType::RefreshToken => 2,
+            }
+        }),
+        redirect_uris: metadata
+            .redirect_uris
+            .iter()
+            .map(RedirectUri::as_str)
+            .collect(),
+        client_name: metadata.client_name.as_deref(),
+        scope: metadata.scope.as_deref(),
+        client_uri: metadata.client_uri.as_deref(),
+        logo_uri: metadata.logo_uri.as_deref(),
+    };
+    let encoded = postcard::to_extend(&payload, alloc::vec![PAYLOAD_VERSION])
+        .map_err(|_| RegistrationError::TooLargeForClientId)?;
+    let id_len = CLIENT_ID_PREFIX.len() + kid.len() + 2 + encoded.len().div_ceil(3) * 4 + TAG_LEN;
+    if id_len > MAX_CLIENT_ID_LEN {
+        return Err(RegistrationError::TooLargeForClientId);
+    }
+    let mut client_id = String::with_capacity(id_len);
+    client_id.push_str(CLIENT_ID_PREFIX);
+    client_id.push_str(kid);
+    client_id.push('.');
+    let payload_start = client_id.len();
+    URL_SAFE_NO_PAD.encode_string(&encoded, &mut client_id);
+    let tag = key.mac_labeled(
+        ID_LABEL,
+        &[kid.as_bytes(), client_id[payload_start..].as_bytes()],
+    );
+    client_id.push('.');
+    URL_SAFE_NO_PAD.encode_string(tag, &mut client_id);
+    let client_secret = match metadata.token_endpoint_auth_method {
+        TokenEndpointAuthMethod::None => None,
+        TokenEndpointAuthMethod::ClientSecretBasic => Some(derive_secret(key, &client_id)),
+    };
+    Ok(RegisteredClient {
+        client_id,
+        client_secret,
+        metadata,
+        issued_at: now,
+    })
+}
+
+/// The RFC 7591 §3.2.1 response body (sent with `201 Created` and
+/// `Cache-Control: no-store`): `client_id`, `client_id_issued_at`, for a
+/// confidential client `client_secret` and `client_secret_expires_at: 0`
+/// (the secret does not expire on its own; it ends with its key), then the
+/// registered metadata, with defaults made explicit.
+#[must_use]
+pub fn registration_response(client: &RegisteredClient) -> String {
+    #[derive(Serialize)]
+    struct Body<'a> {
+        client_id: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        client_secret: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        client_secret_expires_at: Option<u64>,
+        client_id_issued_at: u64,
+        redirect_uris: Vec<&'a str>,
+        token_endpoint_auth_method: &'static str,
+        grant_types: Vec<&'static str>,
+        response_types: [&'static str; 1],
+        #[serde(skip_serializing_if = "Option::is_none")]
+        client_name: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        scope: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        client_uri: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        logo_uri: Option<&'a str>,
+    }
+    let m = &client.metadata;
+    let secret = client
+        .client_secret
+        .as_ref()
+        .map(SecretString::expose_secret);
+    let body = Body {
+        client_id: &client.client_id,
+        client_secret: secret,
+        client_secret_expires_at: secret.map(|_| 0),
+        client_id_issued_at: client.issued_at.as_secs(),
+        redirect_uris: m.redirect_uris.iter().map(RedirectUri::as_str).collect(),
+        token_endpoint_auth_method: m.token_endpoint_auth_method.as_str(),
+        grant_types: m.grant_types.iter().map(|g| g.as_str()).collect(),
+        response_types: ["code"],
+        client_name: m.client_name.as_deref(),
+        scope: m.scope.as_deref(),
+        client_uri: m.client_uri.as_deref(),
+        logo_uri: m.logo_uri.as_deref(),
+    };
+    // Strings, integers and arrays of them always serialize.
+    serde_json::to_string(&body).unwrap_or_default()
+}
+
+/// A resolved client: registered (a `pc1.` id) or identified by its
+/// metadata document URL. Obtain one from [`resolve_stateless`] or
+/// [`validate_document`](super::validate_document).
+#[non_exhaustive]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Client {
+    /// Registered dynamically; its id carries its metadata.
+    #[non_exhaustive]
+    Registered {
+        /// The `pc1.` client id.
+        client_id: String,
+        /// Its metadata, as registered.
+        metadata: ClientMetadata,
+        /// When it registered.
+        issued_at: Timestamp,
+    },
+    /// Identified by the HTTPS URL of its client-ID metadata document.
+    #[non_exhaustive]
+    Document {
+        /// The document URL, which is the client id.
+        client_id: String,
+        /// The metadata from the document; always a public client.
+        metadata: ClientMetadata,
+    },
+}
+
+impl Client {
+    /// The client id.
+    #[must_use]
+    pub fn id(&self) -> &str {
+        match self {
+            Self::Registered { client_id, .. } | Self::Document { client_id, .. } => client_id,
+        }
+    }
+
+    /// The client's metadata.
+    #[must_use]
+    pub fn metadata(&self) -> &ClientMetadata {
+        match self {
+            Self::Registered { metadata, .. } | Self::Document { metadata, .. } => metadata,
+        }
+    }
+
+    /// Whether the client was identified by a metadata document.
+    #[must_use]
+    pub fn is_document(&self) -> bool {
+        matches!(self, Self::Document { .. })
+    }
+
+    /// When a registered client registered; `None` for a document client.
+    #[must_use]
+    pub fn issued_at(&self) -> Option<Timestamp> {
+        match self {
+            Self::Registered { issued_at, .. } => Some(*issued_at),
+            Self::Document { .. } => None,
+        }
+    }
+
+    /// Whether the client must authenticate with a secret
+    /// (`client_secret_basic`).
+    #[must_use]
+    pub fn is_confidential(&self) -> bool {
+        self.metadata().token_endpoint_auth_method == TokenEndpointAuthMethod::ClientSecretBasic
+    }
+
+    /// The registered redirect URI that `presented` designates, if any
+    /// ([`RedirectUri::matches`]). `None` must be shown to the user and never
+    /// redirected to (RFC 6749 §4.1.2.1).
+    #[must_use]
+    pub fn redirect_uri(&self, presented: &str) -> Option<&RedirectUri> {
+        self.metadata()
+            .redirect_uris
+            .iter()
+            .find(|uri| uri.matches(presented))
+    }
+
+    /// Whether every redirect URI is loopback: the consent screen warns.
+    #[must_use]
+    pub fn all_redirects_loopback(&self) -> bool {
+        self.metadata().all_redirects_loopback()
+    }
+}
+
+/// The parts of a `pc1.` id.
+struct IdParts<'a> {
+    kid: &'a str,
+    payload: &'a str,
+    tag: &'a str,
+}
+
+impl<'a> IdParts<'a> {
+    fn split(client_id: &'a str) -> Option<Self> {
+        if client_id.len() > MAX_CLIENT_ID_LEN {
+            return None;
+        }
+        let rest = client_id.strip_prefix(CLIENT_ID_PREFIX)?;
+        let mut from_right = rest.rsplitn(3, '.');
+        let tag = from_right.next()?;
+        let payload = from_right.next()?;
+        let kid = from_right.next()?;
+        (!kid.is_empty() && !payload.is_empty() && tag.len() == TAG_LEN).then_some(Self {
+            kid,
+            payload,
+            tag,
+        })
+    }
+}
+
+/// Resolves a registered client id: the key the id names must still verify
+/// (not retired), the tag must match (compared in constant time, before the
+/// payload is decoded), and the carried metadata must pass today's rules.
+/// Every failure is [`ClientError::UnknownClient`], so the answer reveals
+/// nothing about which check failed.
+pub fn resolve_stateless(client_id: &str, keyring: &Keyring) -> Result<Client, ClientError> {
+    resolve_parts(client_id, keyring).ok_or(ClientError::UnknownClient)
+}
+
+fn resolve_parts(client_id: &str, keyring: &Keyring) -> Option<Client> {
+    let parts = IdParts::split(client_id)?;
+    let key = keyring.verifying_key(parts.kid).ok()?;
+    let mut tag = [0u8; 32];
+    if URL_SAFE_NO_PAD.decode_slice(parts.tag, &mut tag).ok()? != 32 {
+        return None;
+    }
+    let expected = key.mac_labeled(ID_LABEL, &[parts.kid.as_bytes(), parts.payload.as_bytes()]);
+    if !bool::from(expected.ct_eq(&tag)) {
+        return None;
+    }
+    let bytes = URL_SAFE_NO_PAD.decode(parts.payload).ok()?;
+    let (&PAYLOAD_VERSION, encoded) = bytes.split_first()? else {
+        return None;
+    };
+    let (payload, rest) = postcard::take_from_bytes::<Payload<'_>>(encoded).ok()?;
+    if !rest.is_empty() {
+        return None;
+    }
+    let metadata = ClientMetadata {
+        redirect_uris: payload
+            .redirect_uris
+            .iter()
+            .map(|uri| RedirectUri::parse(uri).ok())
+            .collect::<Option<Vec<_>>>()?,
+        client_name: payload.client_name.map(String::from),
+        token_endpoint_auth_method: match payload.auth {
+            0 => TokenEndpointAuthMethod::None,
+            1 => TokenEndpointAuthMethod::ClientSecretBasic,
+            _ => return None,
+        },
+        grant_types: match payload.grants {
+            1 => alloc::vec![GrantType::AuthorizationCode],
+            3 => alloc::vec![GrantType::AuthorizationCode, GrantType::RefreshToken],
+            _ => return None,
+        },
+        scope: payload.scope.map(String::from),
+        client_uri: payload.client_uri.map(String::from),
+        logo_uri: payload.logo_uri.map(String::from),
+    };
+    metadata.validate().ok()?;
+    Some(Client::Registered {
+        client_id: client_id.into(),
+        metadata,
+        issued_at: Timestamp::from_secs(payload.issued_at),
+    })
+}
+
+/// Authenticates `client` at the token endpoint (RFC 6749 §2.3.1).
+///
+/// A public client must present no secret at all (not even an empty one); a
+/// confidential client must present its derived secret, compared in
+/// constant time. `presented_secret` is the secret exactly as the adapter
+/// decoded it from the `Authorization: Basic` header (form-urlencoding
+/// undone; derived secrets are base64url and need none). Every failure is
+/// `invalid_client` (401).
+pub fn authenticate(
+    client: &Client,
+    keyring: &Keyring,
+    presented_secret: Option<&str>,
+) -> Result<(), ClientError> {
+    match (client.is_confidential(), presented_secret) {
+        (false, None) => Ok(()),
+        (false, Some(_)) => Err(ClientError::UnexpectedSecret),
+        (true, None) => Err(ClientError::SecretRequired),
+        (true, Some(presented)) => {
+            let Client::Registered { client_id, .. } = client else {
+                return Err(ClientError::UnknownClient);
+            };
+            let parts = IdParts::split(client_id).ok_or(ClientError::UnknownClient)?;
+            let key = keyring
+                .verifying_key(parts.kid)
+                .map_err(|_| ClientError::UnknownClient)?;
+            let expected = derive_secret(key, client_id);
+            if bool::from(
+                expected
+                    .expose_secret()
+                    .as_bytes()
+                    .ct_eq(presented.as_bytes()),
+            ) {
+                Ok(())
+            } else {
+                Err(ClientError::SecretMismatch)
+            }
+        }
+    }
+}
+
+fn derive_secret(key: &SigningKey, client_id: &str) -> SecretString {
+    let mac = key.mac_labeled(SECRET_LABEL, &[client_id.as_bytes()]);
+    SecretString::new(URL_SAFE_NO_PAD.encode(mac))
+}
+
+/// Why a client could not be resolved or authenticated. Never carries the
+/// presented secret.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientError {
+    /// The client id is malformed, names an unknown or retired key, has a
+    /// bad tag, or carries metadata today's rules refuse.
+    UnknownClient,
+    /// A confidential client presented no secret.
+    SecretRequired,
+    /// The presented secret is wrong.
+    SecretMismatch,
+    /// A public client presented a secret.
+    UnexpectedSecret,
+}
+
+impl fmt::Display for ClientError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::UnknownClient => "unknown client",
+            Self::SecretRequired => "client authentication required",
+            Self::SecretMismatch => "client authentication failed",
+            Self::UnexpectedSecret => "public client must not present a secret",
+        })
+    }
+}
+
+impl WireError for ClientError {
+    fn code(&self) -> ErrorCode {
+        ErrorCode::InvalidClient
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for ClientError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::parse_registration;
+    use alloc::format;
+
+    fn keyring() -> Keyring {
+        let mut k = Keyring::new();
+        k.insert("k.1", SigningKey::from_bytes(&[1; 32]).unwrap())
+            .unwrap();
+        k.set_active("k.1").unwrap();
+        k
+    }
+
+    fn metadata(auth: &str) -> ClientMetadata {
+        parse_registration(
+            format!(
+                r#"{{"redirect_uris":["https://a.example/cb","http://localhost/cb"],
+                   "token_endpoint_auth_method":"{auth}","client_name":"Agent",
+                   "grant_types":["authorization_code","refresh_token"],"scope":"skills:read",
+                   "logo_uri":"https://a.example/logo.png"}}"#
+            )
+            .as_bytes(),
+        )
+        .unwrap()
+    }
+
+    const NOW: Timestamp = Timestamp::from_secs(1_700_000_000);
+
+    #[test]
+    fn register_then_resolve_round_trips() {
+        let k = keyring();
+        for auth in ["none", "client_secret_basic"] {
+            let reg = register(metadata(auth), &k, NOW).unwrap();
+            assert!(reg.client_id.starts_with("pc1.k.1."));
+            let client = resolve_stateless(&reg.client_id, &k).unwrap();
+            assert_eq!(client.id(), reg.client_id);
+            assert_eq!(client.metadata(), &reg.metadata);
+            assert_eq!(client.issued_at(), Some(NOW));
+            assert!(!client.is_document());
+            assert_eq!(client.is_confidential(), auth != "none");
+            assert_eq!(reg.client_secret.is_some(), auth != "none");
+        }
+    }
+
+    #[test]
+    fn secrets_are_derived_and_checked() {
+        let k = keyring();
+        let reg = register(metadata("client_secret_basic"), &k, NOW).unwrap();
+        let client = resolve_stateless(&reg.client_id, &k).unwrap();
+        let secret = reg.client_secret.as_ref().unwrap().expose_secret();
+        assert_eq!(secret.len(), 43);
+        assert_eq!(authenticate(&client, &k, Some(secret)), Ok(()));
+        assert_eq!(
+            authenticate(&client, &k, None),
+            Err(ClientError::SecretRequired)
+        );
+        let mut wrong = String::from(secret);
+        wrong.pop();
+        assert_eq!(
+            authenticate(&client, &k, Some(&wrong)),
+            Err(ClientError::SecretMismatch)
+        );
+        wrong.push('A');
+        if wrong != secret {
+            assert_eq!(
+                authenticate(&client, &k, Some(&wrong)),
+                Err(ClientError::SecretMismatch)
+            );
+        }
+        let public = register(metadata("none"), &k, NOW).unwrap();
+        let public = resolve_stateless(&public.client_id, &k).unwrap();
+        assert_eq!(authenticate(&public, &k, None), Ok(()));
+        assert_eq!(
+            authenticate(&public, &k, Some("")),
+            Err(ClientError::UnexpectedSecret)
+        );
+        assert_eq!(
+            authenticate(&public, &k, Some(secret)),
+            Err(ClientError::UnexpectedSecret)
+        );
+    }
+
+    #[test]
+    fn tampered_ids_are_unknown() {
+        let k = keyring();
+        let reg = register(metadata("none"), &k, NOW).unwrap();
+        let id = &reg.client_id;
+        let payload_at = CLIENT_ID_PREFIX.len() + "k.1.".len();
+        let mut flipped = String::from(id.as_str());
+        let c = if &id[payload_at..=payload_at] == "A" {
+            "B"
+        } else {
+            "A"
+        };
+        flipped.replace_range(payload_at..=payload_at, c);
+        let mut other_key = Keyring::new();
+        other_key
+            .insert("k.1", SigningKey::from_bytes(&[2; 32]).unwrap())
+            .unwrap();
+        for bad in [
+            flipped.as_str(),
+            &id[..id.len() - 1],
+            &format!("{id}A"),
+            &id.replacen("pc1.", "pc2.", 1),
+            &id.replacen("k.1", "k.2", 1),
+            "pc1.",
+            "pc1.k.1..",
+            "",
+            &"pc1.k.1.".repeat(1000),
+        ] {
+            assert_eq!(
+                resolve_stateless(bad, &k),
+                Err(ClientError::UnknownClient),
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            resolve_stateless(id, &other_key),
+            Err(ClientError::UnknownClient)
+        );
+    }
+
+    #[test]
+    fn retiring_the_key_unregisters_its_clients() {
+        let mut k = keyring();
+        let reg = register(metadata("client_secret_basic"), &k, NOW).unwrap();
+        let client = resolve_stateless(&reg.client_id, &k).unwrap();
+        k.insert("k2", SigningKey::from_bytes(&[2; 32]).unwrap())
+            .unwrap();
+        k.set_active("k2").unwrap();
+        assert!(resolve_stateless(&reg.client_id, &k).is_ok());
+        k.retire("k.1").unwrap();
+        assert_eq!(
+            resolve_stateless(&reg.client_id, &k),
+            Err(ClientError::UnknownClient)
+        );
+        let secret = reg.client_secret.as_ref().unwrap().expose_secret();
+        assert_eq!(
+            authenticate(&client, &k, Some(secret)),
+            Err(ClientError::UnknownClient)
+        );
+    }
+
+    #[test]
+    fn oversized_metadata_cannot_become_an_id() {
+        let uris: Vec<_> = (0..10)
+            .map(|i| {
+                RedirectUri::parse(&format!("https://a.example/{i}/{}", "x".repeat(500))).unwrap()
+            })
+            .collect();
+        let m = ClientMetadata::new(uris, TokenEndpointAuthMethod::None);
+        assert_eq!(
+            register(m, &keyring(), NOW),
+            Err(RegistrationError::TooLargeForClientId)
+        );
+        assert_eq!(
+            register(metadata("none"), &Keyring::new(), NOW),
+            Err(RegistrationError::NoActiveKey)
+        );
+    }
+
+    #[test]
+    fn response_body_follows_rfc_7591() {
+        let k = keyring();
+        let reg = register(metadata("client_secret_basic"), &k, NOW).unwrap();
+        let body: serde_json::Value = serde_json::from_str(&registration_response(&reg)).unwrap();
+        assert_eq!(body["client_id"], reg.client_id.as_str());
+        assert_eq!(
+            body["client_secret"],
+            reg.client_secret.as_ref().unwrap().expose_secret()
+        );
+        assert_eq!(body["client_secret_expires_at"], 0);
+        assert_eq!(body["client_id_issued_at"], 1_700_000_000_u64);
+        assert_eq!(body["token_endpoint_auth_method"], "client_secret_basic");
+        assert_eq!(
+            body["grant_types"],
+            serde_json::json!(["authorization_code", "refresh_token"])
+        );
+        assert_eq!(body["response_types"], serde_json::json!(["code"]));
+        assert_eq!(body["redirect_uris"][1], "http://localhost/cb");
+        assert_eq!(body["client_name"], "Agent");
+        assert!(body.get("client_uri").is_none());
+
+        let public = register(metadata("none"), &k, NOW).unwrap();
+        let body: serde_json::Value =
+            serde_json::from_str(&registration_response(&public)).unwrap();
+        assert!(body.get("client_secret").is_none());
+        assert!(body.get("client_secret_expires_at").is_none());
+    }
+
+    #[test]
+    fn debug_of_a_registration_elides_the_secret() {
+        let reg = register(metadata("client_secret_basic"), &keyring(), NOW).unwrap();
+        let secret = reg.client_secret.as_ref().unwrap().expose_secret();
+        assert!(!format!("{reg:?}").contains(secret));
+        assert_eq!(ClientError::SecretMismatch.http_status(), 401);
+    }
+}

@@ -1,0 +1,384 @@
+//! Protected-resource checks and grant management: bearer verification,
+//! listing, revocation and the expiry sweep.
+
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::fmt;
+use core::ops::Bound;
+
+use super::{Engine, SiteOpError, keys, load_site};
+use crate::bearer::{self, Challenge};
+use crate::error::{ErrorCode, WireError};
+use crate::grant::{Grant, GrantId, GrantStatus, RevocationReason};
+use crate::jwt::{TokenType, Validation};
+use crate::metadata;
+use crate::scope::ScopeSet;
+use crate::site::{SiteError, SiteId};
+use crate::store::{ReadTransaction, Store, StoreError, Table, prefix_end};
+use crate::time::Timestamp;
+
+/// Who is calling a protected resource: the verified outcome of
+/// [`Engine::verify_bearer`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Principal {
+    /// The site.
+    pub site: SiteId,
+    /// The grant the token belongs to.
+    pub grant: GrantId,
+    /// The user.
+    pub subject: String,
+    /// The client.
+    pub client_id: String,
+    /// The client's unverified name, for approval prompts.
+    pub client_name: Option<String>,
+    /// The token's scopes.
+    pub scopes: ScopeSet,
+    /// The token id (`jti`).
+    pub token_id: String,
+    /// When the token expires.
+    pub expires: Timestamp,
+}
+
+/// Why a protected-resource request was refused.
+#[non_exhaustive]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BearerRejection {
+    /// Answer with this challenge (401 or 403).
+    Challenge(Challenge),
+    /// The site is off: 503 with `Retry-After`.
+    Unavailable {
+        /// Seconds for `Retry-After`.
+        retry_after_secs: u32,
+    },
+    /// The site does not exist.
+    UnknownSite,
+    /// The store failed.
+    Store(StoreError),
+}
+
+impl From<StoreError> for BearerRejection {
+    fn from(e: StoreError) -> Self {
+        Self::Store(e)
+    }
+}
+
+impl fmt::Display for BearerRejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Challenge(c) => match c.error {
+                Some(code) => write!(f, "bearer token refused: {code}"),
+                None => f.write_str("bearer token required"),
+            },
+            Self::Unavailable { .. } => {
+                f.write_str("external agents are switched off for this site")
+            }
+            Self::UnknownSite => f.write_str("no such site"),
+            Self::Store(_) => f.write_str("temporary server error"),
+        }
+    }
+}
+
+impl WireError for BearerRejection {
+    fn code(&self) -> ErrorCode {
+        match self {
+            Self::Challenge(c) => c.error.unwrap_or(ErrorCode::InvalidToken),
+            Self::Unavailable { .. } => ErrorCode::TemporarilyUnavailable,
+            Self::UnknownSite => ErrorCode::InvalidRequest,
+            Self::Store(_) => ErrorCode::ServerError,
+        }
+    }
+
+    fn http_status(&self) -> u16 {
+        match self {
+            Self::Challenge(c) => c.status,
+            _ => self.code().http_status(),
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for BearerRejection {}
+
+/// One grant, as a user or an admin sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GrantSummary {
+    /// The grant id.
+    pub id: GrantId,
+    /// The user.
+    pub subject: String,
+    /// The client.
+    pub client_id: String,
+    /// The client's unverified name.
+    pub client_name: Option<String>,
+    /// Granted scopes.
+    pub scopes: ScopeSet,
+    /// Created.
+    pub created: Timestamp,
+    /// Last successful refresh (or creation).
+    pub last_used: Timestamp,
+    /// When it lapses unless refreshed.
+    pub expires: Timestamp,
+    /// Live, revoked or expired.
+    pub status: GrantStatus,
+}
+
+/// A page of grants and the cursor of the next page.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GrantPage {
+    /// The grants, ordered by id.
+    pub grants: Vec<GrantSummary>,
+    /// Pass as `after` to read the next page; `None` at the end.
+    pub next: Option<GrantId>,
+}
+
+impl<S: Store> Engine<S> {
+    /// Checks a protected-resource request: the `Authorization` header
+    /// (`None` when absent), the `scope` the request needs, at `now`.
+    /// Verifies the JWT (algorithm, type, key, signature, expiry, audience =
+    /// the site's resource, issuer), then that its grant is live and the site
+    /// enabled, so revocation takes effect at once, then the scopes.
+    pub fn verify_bearer(
+        &self,
+        site_id: &SiteId,
+        authorization: Option<&str>,
+        required: &ScopeSet,
+        now: Timestamp,
+    ) -> Result<Principal, BearerRejection> {
+        self.read(|txn| {
+            let site = load_site(txn, site_id).map_err(|e| match e {
+                SiteOpError::Store(e) => BearerRejection::Store(e),
+                SiteOpError::Site(_) => BearerRejection::UnknownSite,
+            })?;
+            if let Err(SiteError::Disabled { retry_after_secs }) = site.ensure_enabled() {
+                return Err(BearerRejection::Unavailable { retry_after_secs });
+            }
+            let md = metadata::protected_resource_metadata_url(&site);
+            let invalid =
+                |why: &str| BearerRejection::Challenge(Challenge::invalid_token(&md, why));
+            let token = match bearer::parse_authorization(authorization) {
+                Ok(Some(token)) => token,
+                Ok(None) => {
+                    return Err(BearerRejection::Challenge(Challenge::unauthenticated(
+                        &md, required,
+                    )));
+                }
+                Err(e) => return Err(invalid(&alloc::format!("{e}"))),
+            };
+            let expect = Validation::new(TokenType::AccessToken, site.resource())
+                .issuer(site.issuer.clone())
+                .leeway(self.policy.jwt_leeway);
+            let claims = self
+                .keyring
+                .verify(token, &expect, now)
+                .map_err(|e| invalid(&alloc::format!("{e}")))?
+                .claims;
+            let grant_id = claims
+                .gid
+                .as_deref()
+                .and_then(GrantId::parse)
+                .ok_or_else(|| invalid("token names no grant"))?;
+            let grant: Grant = txn
+                .load(grant_id.as_bytes())?
+                .ok_or_else(|| invalid("the grant is revoked"))?;
+            if grant.status(&site, now, &self.policy) != GrantStatus::Live {
+                return Err(invalid("the grant is revoked or expired"));
+            }
+            let scopes = ScopeSet::parse(claims.scope.as_deref().unwrap_or(""))
+                .map_err(|_| invalid("token scope is malformed"))?;
+            if !required.is_subset(&scopes) {
+                // List every scope the request needs (RFC 6750 §3.1).
+                return Err(BearerRejection::Challenge(Challenge::insufficient_scope(
+                    &md,
+                    &required.union(&scopes),
+                )));
+            }
+            Ok(Principal {
+                site: site.id,
+                grant: grant.id,
+                subject: grant.subject,
+                client_id: grant.client_id,
+                client_name: grant.client_name,
+                scopes,
+                token_id: claims.jti.unwrap_or_default(),
+                expires: Timestamp::from_secs(
+                    claims.exp.and_then(|e| u64::try_from(e).ok()).unwrap_or(0),
+                ),
+            })
+        })
+    }
+
+    /// A grant by id.
+    pub fn grant(&self, id: &GrantId) -> Result<Option<Grant>, StoreError> {
+        self.read(|txn| txn.load(id.as_bytes()))
+    }
+
+    /// A user's grants on a site, a page at a time, after `after`.
+    pub fn list_user_grants(
+        &self,
+        site: &SiteId,
+        subject: &str,
+        after: Option<GrantId>,
+        limit: usize,
+        now: Timestamp,
+    ) -> Result<GrantPage, SiteOpError> {
+        self.list_grants(site, &keys::user_grants(site, subject), after, limit, now)
+    }
+
+    /// Every grant of a site, a page at a time, after `after`.
+    pub fn list_site_grants(
+        &self,
+        site: &SiteId,
+        after: Option<GrantId>,
+        limit: usize,
+        now: Timestamp,
+    ) -> Result<GrantPage, SiteOpError> {
+        self.list_grants(site, &keys::site_grants(site), after, limit, now)
+    }
+
+    fn list_grants(
+        &self,
+        site_id: &SiteId,
+        prefix: &[u8],
+        after: Option<GrantId>,
+        limit: usize,
+        now: Timestamp,
+    ) -> Result<GrantPage, SiteOpError> {
+        self.read(|txn| {
+            let site = load_site(txn, site_id)?;
+            let end = prefix_end(prefix);
+            let start = after.map(|a| keys::with_grant(prefix.to_vec(), &a));
+            let start = start
+                .as_deref()
+                .map_or(Bound::Included(prefix), Bound::Excluded);
+            let end = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+            let entries = txn.range(Table::GrantIndex, start, end, limit.saturating_add(1))?;
+            let mut grants = Vec::with_capacity(entries.len().min(limit));
+            let mut next = None;
+            for (i, (key, _)) in entries.iter().enumerate() {
+                let Some(id) = key
+                    .len()
+                    .checked_sub(16)
+                    .and_then(|at| <[u8; 16]>::try_from(&key[at..]).ok())
+                else {
+                    continue;
+                };
+                if i == limit {
+                    next = grants.last().map(|g: &GrantSummary| g.id);
+                    break;
+                }
+                if let Some(g) = txn.load::<Grant>(&id)? {
+                    grants.push(GrantSummary {
+                        id: g.id,
+                        status: g.status(&site, now, &self.policy),
+                        expires: g.expires_at(&self.policy),
+                        subject: g.subject,
+                        client_id: g.client_id,
+                        client_name: g.client_name,
+                        scopes: g.scopes,
+                        created: g.created,
+                        last_used: g.last_refreshed,
+                    });
+                }
+            }
+            Ok(GrantPage { grants, next })
+        })
+    }
+
+    /// Revokes one grant; its tokens stop working at once. Returns whether a
+    /// live grant was revoked.
+    pub fn revoke_grant(&self, id: &GrantId, now: Timestamp) -> Result<bool, StoreError> {
+        self.transact(|txn| {
+            let Some(mut grant) = txn.load::<Grant>(id.as_bytes())? else {
+                return Ok(false);
+            };
+            if grant.revoked.is_some() {
+                return Ok(false);
+            }
+            grant.revoke(RevocationReason::Revoked, now);
+            txn.save(id.as_bytes(), &grant)?;
+            Ok(true)
+        })
+    }
+
+    /// Revokes every grant a user holds on a site, in one transaction.
+    /// Returns how many were revoked.
+    pub fn revoke_user_grants(
+        &self,
+        site: &SiteId,
+        subject: &str,
+        now: Timestamp,
+    ) -> Result<usize, StoreError> {
+        self.transact(|txn| {
+            let prefix = keys::user_grants(site, subject);
+            let end = prefix_end(&prefix);
+            let end = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+            let entries =
+                txn.range(Table::GrantIndex, Bound::Included(&prefix), end, usize::MAX)?;
+            let mut revoked = 0;
+            for (key, _) in entries {
+                let id = &key[key.len() - 16..];
+                if let Some(mut grant) = txn.load::<Grant>(id)?
+                    && grant.revoked.is_none()
+                {
+                    grant.revoke(RevocationReason::Revoked, now);
+                    txn.save(id, &grant)?;
+                    revoked += 1;
+                }
+            }
+            Ok(revoked)
+        })
+    }
+
+    /// Deletes expired codes and grants through the expiry index, touching
+    /// at most `budget` index entries. Returns how many entries it handled;
+    /// call again while it returns `budget`.
+    ///
+    /// A grant refreshed since it was indexed is re-indexed at its new
+    /// deadline instead of deleted (refreshes do not pay for index upkeep).
+    pub fn sweep(&self, now: Timestamp, budget: usize) -> Result<usize, StoreError> {
+        self.transact(|txn| {
+            let end = keys::expiry(now, Table::Meta, &[]);
+            let due = txn.range(
+                Table::Expiry,
+                Bound::Unbounded,
+                Bound::Excluded(&end),
+                budget,
+            )?;
+            for (entry, _) in &due {
+                txn.delete(Table::Expiry, entry)?;
+                let Some((_, table, key)) = keys::split_expiry(entry) else {
+                    continue;
+                };
+                if table == Table::Codes.index() as u8 {
+                    txn.delete(Table::Codes, key)?;
+                } else if table == Table::Grants.index() as u8 {
+                    let Some(grant) = txn.load::<Grant>(key)? else {
+                        continue;
+                    };
+                    let deadline = grant.expires_at(&self.policy);
+                    if deadline > now {
+                        txn.put(
+                            Table::Expiry,
+                            &keys::expiry(deadline, Table::Grants, key),
+                            &[],
+                        )?;
+                        continue;
+                    }
+                    txn.delete(Table::Grants, key)?;
+                    txn.delete(
+                        Table::GrantIndex,
+                        &keys::with_grant(
+                            keys::user_grants(&grant.site, &grant.subject),
+                            &grant.id,
+                        ),
+                    )?;
+                    txn.delete(
+                        Table::GrantIndex,
+                        &keys::with_grant(keys::site_grants(&grant.site), &grant.id),
+                    )?;
+                }
+            }
+            Ok(due.len())
+        })
+    }
+}

@@ -1,0 +1,601 @@
+//! The OAuth operations: sites, the authorization and token endpoints,
+//! registration and RFC 7009 revocation.
+
+use alloc::string::String;
+use core::fmt;
+
+use rand_core::CryptoRng;
+
+use super::{Engine, SiteOpError, Txn, keys, load_site};
+use crate::authorize::{
+    self, AuthorizationCode, AuthorizeAnswer, AuthorizeError, CodeState, Refusal,
+};
+use crate::client::{self, RegisteredClient, RegistrationError};
+use crate::error::{ErrorCode, WireError};
+use crate::form::Form;
+use crate::grant::{Grant, GrantId, RefreshTokenParts, RefreshVerdict, RevocationReason};
+use crate::jwt::{Claims, TokenType};
+use crate::pkce::{CodeVerifier, PkceError};
+use crate::rand;
+use crate::scope::ScopeSet;
+use crate::secret::SecretString;
+use crate::site::{Site, SiteConfig, SiteError, SiteId};
+use crate::store::{ReadTransaction, Store, StoreError, Table};
+use crate::time::Timestamp;
+use crate::token::{self, ClientCredentials, TokenError, TokenResponse};
+
+impl<S: Store> Engine<S> {
+    /// Creates a site with a fresh random public key.
+    pub fn create_site<R: CryptoRng + ?Sized>(
+        &self,
+        config: SiteConfig,
+        rng: &mut R,
+        now: Timestamp,
+    ) -> Result<Site, SiteOpError> {
+        self.transact(|txn| {
+            let key = keys::site(&config.id);
+            if txn.load::<Site>(key)?.is_some() {
+                return Err(SiteError::AlreadyExists.into());
+            }
+            let site = Site::create(config, rand::base64url::<16, _>(rng), now)?;
+            txn.save(keys::site(&site.id), &site)?;
+            Ok(site)
+        })
+    }
+
+    /// Reads a site.
+    pub fn site(&self, id: &SiteId) -> Result<Site, SiteOpError> {
+        self.read(|txn| load_site(txn, id))
+    }
+
+    /// Applies a new configuration to an existing site.
+    pub fn update_site(&self, config: SiteConfig) -> Result<Site, SiteOpError> {
+        self.modify_site(&config.id.clone(), |site| site.update(config))
+    }
+
+    /// Turns a site's off switch. Grants are kept either way.
+    pub fn set_site_enabled(&self, id: &SiteId, enabled: bool) -> Result<Site, SiteOpError> {
+        self.modify_site(id, |site| {
+            site.set_enabled(enabled);
+            Ok(())
+        })
+    }
+
+    /// The emergency path: a new public key and resource URL, and every
+    /// grant of the site revoked at once (O(1): the epoch moves).
+    pub fn rotate_site_key<R: CryptoRng + ?Sized>(
+        &self,
+        id: &SiteId,
+        rng: &mut R,
+    ) -> Result<Site, SiteOpError> {
+        let key = rand::base64url::<16, _>(rng);
+        self.modify_site(id, |site| {
+            site.rotate_key(key);
+            Ok(())
+        })
+    }
+
+    /// Revokes every grant of a site in O(1), keeping its resource URL.
+    pub fn revoke_site_grants(&self, id: &SiteId) -> Result<Site, SiteOpError> {
+        self.modify_site(id, |site| {
+            site.revoke_all_grants();
+            Ok(())
+        })
+    }
+
+    fn modify_site(
+        &self,
+        id: &SiteId,
+        f: impl FnOnce(&mut Site) -> Result<(), SiteError>,
+    ) -> Result<Site, SiteOpError> {
+        self.transact(|txn| {
+            let mut site = load_site(&*txn, id)?;
+            f(&mut site)?;
+            txn.save(keys::site(id), &site)?;
+            Ok(site)
+        })
+    }
+
+    /// RFC 7591 dynamic registration. Stateless: nothing is stored, so
+    /// anonymous callers cannot grow the store.
+    pub fn register_client(
+        &self,
+        request_json: &[u8],
+        now: Timestamp,
+    ) -> Result<RegisteredClient, RegistrationError> {
+        let metadata = client::parse_registration(request_json)?;
+        client::register(metadata, &self.keyring, now)
+    }
+
+    /// The authorization endpoint (GET): validates `query` for `site`.
+    /// `client_document` is the body the host fetched after an
+    /// [`AuthorizeAnswer::FetchClientDocument`]. Changes nothing.
+    pub fn authorize(
+        &self,
+        site: &SiteId,
+        query: &str,
+        client_document: Option<&[u8]>,
+    ) -> Result<AuthorizeAnswer, SiteOpError> {
+        let site = self.site(site)?;
+        if let Err(SiteError::Disabled { retry_after_secs }) = site.ensure_enabled() {
+            return Ok(AuthorizeAnswer::Unavailable { retry_after_secs });
+        }
+        Ok(
+            match authorize::validate(&site, &self.keyring, query, client_document) {
+                Ok(request) => AuthorizeAnswer::Consent(request.consent_screen(&site)),
+                Err(refusal) => refusal_answer(&site, refusal),
+            },
+        )
+    }
+
+    /// The user's decision on the consent screen (POST), for the signed-in
+    /// `subject`. The adapter re-submits the original `query` (it is
+    /// validated again: nothing from the first visit is trusted) and must
+    /// have checked its CSRF token. Allow issues a single-use code; Deny
+    /// redirects with `access_denied`.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "each argument is one fact the adapter holds; bundling them would only rename them"
+    )]
+    pub fn decide<R: CryptoRng + ?Sized>(
+        &self,
+        site_id: &SiteId,
+        query: &str,
+        client_document: Option<&[u8]>,
+        subject: &str,
+        allow: bool,
+        rng: &mut R,
+        now: Timestamp,
+    ) -> Result<AuthorizeAnswer, SiteOpError> {
+        self.transact(|txn| {
+            let site = load_site(&*txn, site_id)?;
+            if let Err(SiteError::Disabled { retry_after_secs }) = site.ensure_enabled() {
+                return Ok(AuthorizeAnswer::Unavailable { retry_after_secs });
+            }
+            let request = match authorize::validate(&site, &self.keyring, query, client_document) {
+                Ok(r) => r,
+                Err(refusal) => return Ok(refusal_answer(&site, refusal)),
+            };
+            if !allow {
+                let url = authorize::error_redirect(
+                    &site,
+                    &request.redirect_uri,
+                    Some(&request.state),
+                    &AuthorizeError::AccessDenied,
+                );
+                return Ok(AuthorizeAnswer::Redirect(url));
+            }
+            let Some((kid, key)) = self.keyring.active_key() else {
+                return Err(SiteOpError::Store(StoreError::new(
+                    crate::store::StoreErrorKind::Other,
+                    "decide",
+                    "keyring has no active key",
+                )));
+            };
+            let code = AuthorizationCode {
+                id: rand::bytes::<16, _>(rng),
+                site: site.id.clone(),
+                epoch: site.epoch,
+                client_id: request.client.id().into(),
+                client_name: request.client.metadata().client_name.clone(),
+                redirect_uri: request.redirect_uri.clone(),
+                challenge: request.challenge,
+                scopes: request.scopes.clone(),
+                resource: request.resource.clone(),
+                subject: subject.into(),
+                expires: now.saturating_add(self.policy.authorization_code_ttl),
+                state: CodeState::Issued,
+            };
+            txn.save(&code.id, &code)?;
+            txn.put(
+                Table::Expiry,
+                &keys::expiry(code.expires, Table::Codes, &code.id),
+                &[],
+            )?;
+            let text = code.code(kid, key);
+            let url = authorize::redirect_with(
+                &request.redirect_uri,
+                [
+                    ("code", text.expose_secret()),
+                    ("state", request.state.as_str()),
+                    ("iss", site.issuer.as_str()),
+                ],
+            );
+            Ok(AuthorizeAnswer::Redirect(url))
+        })
+    }
+
+    /// The token endpoint: `body` is the raw `application/x-www-form-urlencoded`
+    /// request body, `authorization` the `Authorization` header if any.
+    /// One write transaction; see [`TokenError::to_response`] for the answer
+    /// on failure.
+    pub fn token<R: CryptoRng + ?Sized>(
+        &self,
+        site_id: &SiteId,
+        body: &str,
+        authorization: Option<&str>,
+        rng: &mut R,
+        now: Timestamp,
+    ) -> Result<TokenResponse, TokenError> {
+        let form = Form::parse(body, token::MAX_BODY_LEN).map_err(TokenError::Malformed)?;
+        let grant_type = form
+            .get("grant_type")
+            .ok_or(TokenError::MissingParameter("grant_type"))?;
+        if !matches!(grant_type, "authorization_code" | "refresh_token") {
+            return Err(TokenError::UnsupportedGrantType);
+        }
+        let credentials = ClientCredentials::read(&form, authorization)?;
+        self.transact(|txn| {
+            let site = load_site(&*txn, site_id).map_err(|e| match e {
+                SiteOpError::Store(e) => TokenError::Store(e),
+                SiteOpError::Site(_) => TokenError::InvalidGrant,
+            })?;
+            if let Err(SiteError::Disabled { retry_after_secs }) = site.ensure_enabled() {
+                return Err(TokenError::Unavailable { retry_after_secs });
+            }
+            // Client authentication comes first (RFC 6749 §3.2.1).
+            let client_id = self.authenticate_client(&credentials)?;
+            if grant_type == "authorization_code" {
+                self.exchange_code(txn, &site, &client_id, &form, rng, now)
+            } else {
+                self.refresh(txn, &site, &client_id, &form, rng, now)
+            }
+        })
+    }
+
+    /// Authenticates the client and returns its id.
+    fn authenticate_client(
+        &self,
+        credentials: &ClientCredentials<'_>,
+    ) -> Result<String, TokenError> {
+        let id = &*credentials.client_id;
+        if client::is_document_client_id(id) {
+            // Metadata-document clients are public by rule (no shared
+            // secret); their document was validated at authorization and the
+            // code binds the id.
+            client::parse_client_id_url(id).map_err(|_| TokenError::InvalidClient)?;
+            if credentials.secret.is_some() {
+                return Err(TokenError::InvalidClient);
+            }
+            return Ok(id.into());
+        }
+        let client =
+            client::resolve_stateless(id, &self.keyring).map_err(|_| TokenError::InvalidClient)?;
+        client::authenticate(&client, &self.keyring, credentials.secret.as_deref())
+            .map_err(|_| TokenError::InvalidClient)?;
+        Ok(id.into())
+    }
+
+    /// RFC 6749 §4.1.3 with PKCE (RFC 7636 §4.6) and the replay rule of
+    /// §4.1.2: a code used twice fails, and when the replay is otherwise
+    /// valid the grant from its first use is revoked.
+    fn exchange_code<R: CryptoRng + ?Sized>(
+        &self,
+        txn: &mut Txn<S::Write<'_>>,
+        site: &Site,
+        client_id: &str,
+        form: &Form<'_>,
+        rng: &mut R,
+        now: Timestamp,
+    ) -> Result<TokenResponse, TokenError> {
+        let code_text = form
+            .get("code")
+            .ok_or(TokenError::MissingParameter("code"))?;
+        let redirect_uri = form
+            .get("redirect_uri")
+            .ok_or(TokenError::MissingParameter("redirect_uri"))?;
+        let id =
+            authorize::verify_code(&self.keyring, code_text).ok_or(TokenError::InvalidGrant)?;
+        let mut code: AuthorizationCode = txn.load(&id)?.ok_or(TokenError::InvalidGrant)?;
+        if now >= code.expires || code.site != site.id || code.epoch != site.epoch {
+            return Err(TokenError::InvalidGrant);
+        }
+        if code.client_id != client_id || code.redirect_uri != redirect_uri {
+            return Err(TokenError::InvalidGrant);
+        }
+        // Every code carries a challenge, so a missing verifier is a
+        // downgrade attempt (OAuth 2.1 §4.1.3) and fails like a wrong one.
+        let verifier = form
+            .get("code_verifier")
+            .ok_or(TokenError::Pkce(PkceError::VerifierTooShort))?;
+        let verifier = CodeVerifier::parse(verifier).map_err(TokenError::Pkce)?;
+        if !code.challenge.verify(verifier) {
+            return Err(TokenError::InvalidGrant);
+        }
+        if let Some(resource) = form.get("resource")
+            && !crate::site::resource_matches(&code.resource, resource)
+        {
+            return Err(TokenError::InvalidTarget);
+        }
+        if let CodeState::Redeemed(grant_id) = code.state {
+            // An otherwise valid replay: the code leaked, so the grant it
+            // produced is revoked. The answer is still invalid_grant.
+            if let Some(mut grant) = txn.load::<Grant>(grant_id.as_bytes())? {
+                grant.revoke(RevocationReason::CodeReplay, now);
+                txn.save(grant_id.as_bytes(), &grant)?;
+            }
+            return Err(TokenError::InvalidGrant);
+        }
+        let (kid, key) = self.keyring.active_key().ok_or(TokenError::InvalidGrant)?;
+        let grant = Grant::new(
+            GrantId::from_bytes(rand::bytes::<16, _>(rng)),
+            site,
+            code.client_id.clone(),
+            code.client_name.clone(),
+            code.subject.clone(),
+            code.scopes.clone(),
+            rand::bytes::<16, _>(rng),
+            kid.into(),
+            now,
+        );
+        code.state = CodeState::Redeemed(grant.id);
+        txn.save(&code.id, &code)?;
+        self.insert_grant(txn, &grant)?;
+        let access = self.access_token(site, &grant, &grant.scopes, rng, now)?;
+        Ok(TokenResponse {
+            access_token: access,
+            expires_in: self.policy.access_token_ttl.as_secs(),
+            refresh_token: grant.refresh_token(key),
+            scope: grant.scopes.clone(),
+        })
+    }
+
+    fn insert_grant(&self, txn: &mut Txn<S::Write<'_>>, grant: &Grant) -> Result<(), StoreError> {
+        txn.save(grant.id.as_bytes(), grant)?;
+        txn.put(
+            Table::GrantIndex,
+            &keys::with_grant(keys::user_grants(&grant.site, &grant.subject), &grant.id),
+            &[],
+        )?;
+        txn.put(
+            Table::GrantIndex,
+            &keys::with_grant(keys::site_grants(&grant.site), &grant.id),
+            &[],
+        )?;
+        txn.put(
+            Table::Expiry,
+            &keys::expiry(
+                grant.expires_at(&self.policy),
+                Table::Grants,
+                grant.id.as_bytes(),
+            ),
+            &[],
+        )
+    }
+
+    /// RFC 6749 §6 with rotation on every use; see [`crate::grant`] for the
+    /// three cases and why forged tokens revoke nothing.
+    fn refresh<R: CryptoRng + ?Sized>(
+        &self,
+        txn: &mut Txn<S::Write<'_>>,
+        site: &Site,
+        client_id: &str,
+        form: &Form<'_>,
+        rng: &mut R,
+        now: Timestamp,
+    ) -> Result<TokenResponse, TokenError> {
+        let text = form
+            .get("refresh_token")
+            .ok_or(TokenError::MissingParameter("refresh_token"))?;
+        let parts = RefreshTokenParts::parse(text).ok_or(TokenError::InvalidGrant)?;
+        let key = parts.key(&self.keyring).ok_or(TokenError::InvalidGrant)?;
+        let mut grant: Grant = txn
+            .load(parts.grant.as_bytes())?
+            .ok_or(TokenError::InvalidGrant)?;
+        if !grant.tag_matches(key, parts.generation, &parts.tag)
+            || parts.generation > grant.generation
+        {
+            // Forged: revoke nothing.
+            return Err(TokenError::InvalidGrant);
+        }
+        if grant.client_id != client_id {
+            // Another client's token (RFC 6749 §6): refused, and revoking
+            // would let that client log the user out.
+            return Err(TokenError::InvalidGrant);
+        }
+        if grant.status(site, now, &self.policy) != crate::grant::GrantStatus::Live {
+            return Err(TokenError::InvalidGrant);
+        }
+        let requested = match form.get("scope") {
+            None => grant.scopes.clone(),
+            Some(s) => ScopeSet::parse(s).map_err(|_| TokenError::InvalidScope)?,
+        };
+        if requested.is_empty() || !requested.is_subset(&grant.scopes) {
+            return Err(TokenError::InvalidScope);
+        }
+        if let Some(resource) = form.get("resource")
+            && !crate::site::resource_matches(&grant.resource, resource)
+        {
+            return Err(TokenError::InvalidTarget);
+        }
+        match grant.judge_refresh(
+            parts.generation,
+            &requested,
+            now,
+            self.policy.refresh_retry_window,
+        ) {
+            RefreshVerdict::Reuse => {
+                grant.revoke(RevocationReason::RefreshReuse, now);
+                txn.save(grant.id.as_bytes(), &grant)?;
+                Err(TokenError::InvalidGrant)
+            }
+            RefreshVerdict::RetrySameSuccessor => {
+                let key = self
+                    .keyring
+                    .verifying_key(&grant.kid)
+                    .map_err(|_| TokenError::InvalidGrant)?;
+                let refresh = grant.refresh_token(key);
+                let access = self.access_token(site, &grant, &requested, rng, now)?;
+                Ok(self.token_response(access, refresh, requested))
+            }
+            RefreshVerdict::Rotate => {
+                let (kid, key) = self.keyring.active_key().ok_or(TokenError::InvalidGrant)?;
+                grant.rotate(requested.clone(), kid.into(), now);
+                txn.save(grant.id.as_bytes(), &grant)?;
+                let access = self.access_token(site, &grant, &requested, rng, now)?;
+                Ok(self.token_response(access, grant.refresh_token(key), requested))
+            }
+        }
+    }
+
+    fn token_response(
+        &self,
+        access: SecretString,
+        refresh: SecretString,
+        scope: ScopeSet,
+    ) -> TokenResponse {
+        TokenResponse {
+            access_token: access,
+            expires_in: self.policy.access_token_ttl.as_secs(),
+            refresh_token: refresh,
+            scope,
+        }
+    }
+
+    /// Signs an RFC 9068 access token for `grant` with `scope`.
+    fn access_token<R: CryptoRng + ?Sized>(
+        &self,
+        site: &Site,
+        grant: &Grant,
+        scope: &ScopeSet,
+        rng: &mut R,
+        now: Timestamp,
+    ) -> Result<SecretString, TokenError> {
+        let claims = Claims {
+            iss: Some(site.issuer.clone()),
+            sub: Some(grant.subject.clone()),
+            aud: Some(grant.resource.as_str().into()),
+            exp: Some(
+                now.saturating_add(self.policy.access_token_ttl)
+                    .as_jwt_secs(),
+            ),
+            iat: Some(now.as_jwt_secs()),
+            jti: Some(rand::base64url::<16, _>(rng)),
+            client_id: Some(grant.client_id.clone()),
+            scope: Some(alloc::format!("{scope}")),
+            gid: Some(alloc::format!("{}", grant.id)),
+            ..Claims::default()
+        };
+        self.keyring
+            .sign(TokenType::AccessToken, &claims)
+            .map_err(|_| TokenError::InvalidGrant)
+    }
+
+    /// RFC 7009 revocation. Answers `Ok` for unknown or foreign tokens (no
+    /// oracle, §2.2); revoking a refresh or access token revokes its grant.
+    pub fn revoke_token(
+        &self,
+        site_id: &SiteId,
+        body: &str,
+        authorization: Option<&str>,
+        now: Timestamp,
+    ) -> Result<(), RevokeError> {
+        let form = Form::parse(body, token::MAX_BODY_LEN).map_err(|_| RevokeError::Malformed)?;
+        let token = form.get("token").ok_or(RevokeError::Malformed)?;
+        let credentials = ClientCredentials::read(&form, authorization)
+            .map_err(|_| RevokeError::InvalidClient)?;
+        let client_id = self
+            .authenticate_client(&credentials)
+            .map_err(|_| RevokeError::InvalidClient)?;
+        self.transact(|txn| {
+            let site = load_site(&*txn, site_id).map_err(|e| match e {
+                SiteOpError::Store(e) => RevokeError::Store(e),
+                SiteOpError::Site(_) => RevokeError::Malformed,
+            })?;
+            if let Err(SiteError::Disabled { retry_after_secs }) = site.ensure_enabled() {
+                return Err(RevokeError::Unavailable { retry_after_secs });
+            }
+            let Some(grant_id) = self.grant_of_token(token, now) else {
+                return Ok(());
+            };
+            let Some(mut grant) = txn.load::<Grant>(grant_id.as_bytes())? else {
+                return Ok(());
+            };
+            if grant.client_id == client_id && grant.revoked.is_none() {
+                grant.revoke(RevocationReason::ClientRequest, now);
+                txn.save(grant_id.as_bytes(), &grant)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// The grant a refresh or access token belongs to, if its key is ours
+    /// (refresh) or it verifies (an unexpired access token). The caller
+    /// checks the grant's client before revoking.
+    fn grant_of_token(&self, token: &str, now: Timestamp) -> Option<GrantId> {
+        if let Some(parts) = RefreshTokenParts::parse(token) {
+            parts.key(&self.keyring)?;
+            return Some(parts.grant);
+        }
+        let expect = crate::jwt::Validation::without_audience(TokenType::AccessToken);
+        let claims = self.keyring.verify(token, &expect, now).ok()?.claims;
+        GrantId::parse(claims.gid.as_deref()?)
+    }
+}
+
+fn refusal_answer(site: &Site, refusal: Refusal) -> AuthorizeAnswer {
+    match refusal {
+        Refusal::Local(e) => AuthorizeAnswer::ShowError(e),
+        Refusal::Fetch(f) => AuthorizeAnswer::FetchClientDocument(f),
+        Refusal::Redirect {
+            redirect_uri,
+            state,
+            error,
+        } => AuthorizeAnswer::Redirect(authorize::error_redirect(
+            site,
+            &redirect_uri,
+            state.as_deref(),
+            &error,
+        )),
+    }
+}
+
+/// Why a revocation request failed (RFC 7009 §2.2.1).
+#[non_exhaustive]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RevokeError {
+    /// The site is off.
+    Unavailable {
+        /// Seconds for `Retry-After`.
+        retry_after_secs: u32,
+    },
+    /// No `token`, or a malformed body.
+    Malformed,
+    /// Client authentication failed.
+    InvalidClient,
+    /// The store failed; nothing changed.
+    Store(StoreError),
+}
+
+impl From<StoreError> for RevokeError {
+    fn from(e: StoreError) -> Self {
+        Self::Store(e)
+    }
+}
+
+impl fmt::Display for RevokeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Unavailable { .. } => {
+                "external agents are switched off for this site; retry later"
+            }
+            Self::Malformed => "token is required",
+            Self::InvalidClient => "client authentication failed",
+            Self::Store(_) => "temporary server error",
+        })
+    }
+}
+
+impl WireError for RevokeError {
+    fn code(&self) -> ErrorCode {
+        match self {
+            Self::Unavailable { .. } => ErrorCode::TemporarilyUnavailable,
+            Self::Malformed => ErrorCode::InvalidRequest,
+            Self::InvalidClient => ErrorCode::InvalidClient,
+            Self::Store(_) => ErrorCode::ServerError,
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for RevokeError {}

@@ -1,0 +1,225 @@
+//! Fuzz entry points for client registration and metadata documents.
+
+use crate::client::{
+    self, Client, ClientIdUrl, RedirectUri, TokenEndpointAuthMethod, parse_client_id_url,
+};
+use crate::jwt::{Keyring, SigningKey};
+use crate::time::Timestamp;
+
+const DOCUMENT_URL: &str = "https://client.example.com/oauth/metadata.json";
+
+fn keyring() -> Keyring {
+    let mut keyring = Keyring::new();
+    keyring
+        .insert("k1", SigningKey::from_bytes(&[7; 32]).expect("32-byte key"))
+        .expect("valid kid");
+    keyring.set_active("k1").expect("known kid");
+    keyring
+}
+
+/// Invariants every resolved client holds, however it was obtained.
+fn check_client(client: &Client) {
+    let metadata = client.metadata();
+    assert!((1..=client::MAX_REDIRECT_URIS).contains(&metadata.redirect_uris.len()));
+    assert_eq!(metadata.validate(), Ok(()));
+    for uri in &metadata.redirect_uris {
+        assert_eq!(RedirectUri::parse(uri.as_str()).as_ref(), Ok(uri));
+        assert!(uri.matches(uri.as_str()));
+        assert_eq!(
+            client.redirect_uri(uri.as_str()).map(RedirectUri::as_str),
+            Some(uri.as_str())
+        );
+        assert!(!uri.as_str().contains(['#', ' ', '\\']));
+        let (scheme, _) = uri.as_str().split_once("://").expect("absolute URI");
+        assert!(scheme == "https" || (scheme == "http" && uri.is_loopback()));
+    }
+}
+
+/// Parses arbitrary bytes as a registration request. Whatever is accepted
+/// must register, resolve to the same metadata, authenticate exactly with
+/// its derived secret, and produce a JSON response; arbitrary text must
+/// never resolve as a client id.
+pub fn registration_json(data: &[u8]) {
+    let keyring = keyring();
+    if let Ok(text) = core::str::from_utf8(data) {
+        assert!(client::resolve_stateless(text, &keyring).is_err());
+        let _ = RedirectUri::parse(text);
+    }
+    let Ok(metadata) = client::parse_registration(data) else {
+        return;
+    };
+    assert!(data.len() <= client::MAX_REGISTRATION_LEN);
+    let now = Timestamp::from_secs(1_700_000_000);
+    let registered = match client::register(metadata.clone(), &keyring, now) {
+        Ok(registered) => registered,
+        Err(client::RegistrationError::TooLargeForClientId) => return,
+        Err(e) => panic!("valid metadata failed to register: {e}"),
+    };
+    assert!(registered.client_id.len() <= client::MAX_CLIENT_ID_LEN);
+    let resolved =
+        client::resolve_stateless(&registered.client_id, &keyring).expect("a fresh id resolves");
+    assert_eq!(resolved.metadata(), &metadata);
+    assert_eq!(resolved.issued_at(), Some(now));
+    check_client(&resolved);
+    let confidential =
+        metadata.token_endpoint_auth_method == TokenEndpointAuthMethod::ClientSecretBasic;
+    assert_eq!(resolved.is_confidential(), confidential);
+    assert_eq!(registered.client_secret.is_some(), confidential);
+    match &registered.client_secret {
+        Some(secret) => {
+            assert!(
+                client::authenticate(&resolved, &keyring, Some(secret.expose_secret())).is_ok()
+            );
+            assert!(client::authenticate(&resolved, &keyring, None).is_err());
+            assert!(client::authenticate(&resolved, &keyring, Some("")).is_err());
+        }
+        None => {
+            assert!(client::authenticate(&resolved, &keyring, None).is_ok());
+            assert!(client::authenticate(&resolved, &keyring, Some("")).is_err());
+        }
+    }
+    let body: serde_json::Value =
+        serde_json::from_str(&client::registration_response(&registered)).expect("JSON body");
+    assert_eq!(
+        body["client_id"].as_str(),
+        Some(registered.client_id.as_str())
+    );
+    // The echoed metadata registers to the same client again.
+    let mut echoed = body;
+    let object = echoed.as_object_mut().expect("an object");
+    for assigned in [
+        "client_id",
+        "client_secret",
+        "client_secret_expires_at",
+        "client_id_issued_at",
+    ] {
+        object.remove(assigned);
+    }
+    let again = serde_json::to_vec(&echoed).expect("serializes");
+    if again.len() <= client::MAX_REGISTRATION_LEN {
+        assert_eq!(client::parse_registration(&again), Ok(metadata));
+    }
+}
+
+/// Parses arbitrary bytes as a metadata document for a fixed URL, and as a
+/// client-ID URL. Accepted documents yield public clients whose id is the
+/// URL; accepted URLs are `https` with a path and no query or fragment.
+pub fn client_metadata_document(data: &[u8]) {
+    let url: ClientIdUrl = parse_client_id_url(DOCUMENT_URL).expect("valid URL");
+    if let Ok(client) = client::validate_document(&url, data) {
+        assert!(data.len() <= client::MAX_DOCUMENT_LEN);
+        assert_eq!(client.id(), DOCUMENT_URL);
+        assert!(client.is_document());
+        assert!(!client.is_confidential());
+        assert!(client::authenticate(&client, &keyring(), None).is_ok());
+        check_client(&client);
+    }
+    let Ok(text) = core::str::from_utf8(data) else {
+        return;
+    };
+    if let Ok(parsed) = parse_client_id_url(text) {
+        assert_eq!(parsed.as_str(), text);
+        assert!(client::is_document_client_id(text));
+        assert!(text.len() <= client::MAX_CLIENT_ID_URL_LEN);
+        assert!(!text.contains(['?', '#']));
+        let after = &text["https://".len()..];
+        let (authority, path) = after.split_at(after.find('/').expect("a path"));
+        assert!(!authority.contains('@'));
+        assert!(path.len() > 1);
+        assert!(!path.split('/').any(|s| s == "." || s == ".."));
+        assert!(text.contains(parsed.host()));
+        let fetch = parsed.fetch_request();
+        assert_eq!(fetch.url, text);
+        assert_eq!(fetch.max_bytes, client::MAX_DOCUMENT_LEN);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seeds_and_edge_cases_hold_the_invariants() {
+        for input in [
+            &br#"{"redirect_uris":["http://localhost:33418/callback"],"token_endpoint_auth_method":"none","grant_types":["authorization_code","refresh_token"]}"#[..],
+            br#"{"redirect_uris":["https://a.example/cb"],"client_name":"A","scope":"x y","logo_uri":"https://a.example/l"}"#,
+            br#"{"redirect_uris":["https://a.example"],"client_uri":null}"#,
+            br#"{"redirect_uris":["http://127.1/cb"],"client_id":"x","redirect_uris":[]}"#,
+            br#"{"client_id":"https://client.example.com/oauth/metadata.json","redirect_uris":["http://[::1]/cb"]}"#,
+            b"https://client.example.com/oauth/metadata.json",
+            b"https://c.example/a/%2e%2e",
+            b"pc1.k1.AA.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+            b"",
+            b"\xff{",
+        ] {
+            registration_json(input);
+            client_metadata_document(input);
+        }
+    }
+}
+#[cfg(test)]
+mod scratch {
+    #[test]
+    fn scratch_mutation_fuzz() {
+        let seeds: [&[u8]; 4] = [
+            br#"{"redirect_uris":["http://localhost:33418/callback","https://a.example/x?y=1"],"token_endpoint_auth_method":"none","grant_types":["authorization_code","refresh_token"],"client_name":"A b","scope":"x y","client_uri":"https://a.example"}"#,
+            br#"{"client_id":"https://client.example.com/oauth/metadata.json","redirect_uris":["http://[::1]/cb"],"response_types":["code"]}"#,
+            b"https://client.example.com/oauth/metadata.json",
+            br#"{"redirect_uris":["https://a.example"]}"#,
+        ];
+        let dict: [&[u8]; 16] = [
+            b"\"",
+            b"{",
+            b"}",
+            b"[",
+            b"]",
+            b",",
+            b":",
+            b"null",
+            b"%2e",
+            b"..",
+            b"/",
+            b"@",
+            b"#",
+            b"127.0.0.1",
+            b"\"none\"",
+            b"\"client_secret_basic\"",
+        ];
+        let mut s: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut next = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        for _ in 0..5_000_000 {
+            let mut d = seeds[(next() % 4) as usize].to_vec();
+            for _ in 0..(next() % 4 + 1) {
+                let len = d.len().max(1);
+                let at = (next() as usize) % len;
+                match next() % 4 {
+                    0 => {
+                        if !d.is_empty() {
+                            d.remove(at.min(d.len() - 1));
+                        }
+                    }
+                    1 => d.insert(at.min(d.len()), (next() % 128) as u8),
+                    2 => {
+                        let w = dict[(next() % 16) as usize];
+                        for (i, b) in w.iter().enumerate() {
+                            d.insert((at + i).min(d.len()), *b);
+                        }
+                    }
+                    _ => {
+                        if !d.is_empty() {
+                            let i = at.min(d.len() - 1);
+                            d[i] = (next() % 128) as u8;
+                        }
+                    }
+                }
+            }
+            super::registration_json(&d);
+            super::client_metadata_document(&d);
+        }
+    }
+}

@@ -1,0 +1,100 @@
+//! # portcullis-core
+//!
+//! **The contract:** this crate never performs I/O, never reads a clock and
+//! never draws randomness of its own. Facts come in as arguments — the current
+//! time as a [`Timestamp`], randomness as a [`rand_core::CryptoRng`], storage
+//! as a [`store::Store`] the host implements — and decisions go out as values
+//! the host acts on (a status, headers and a body to send; a URL to fetch; a
+//! redirect to follow). The same inputs always give the same outputs, which is
+//! what lets tests drive time by hand and fuzzers replay any failure.
+//!
+//! The crate is `#![no_std]` with `alloc` and forbids `unsafe`. The `std`
+//! feature only adds `std::error::Error` impls.
+//!
+//! ## Modules
+//!
+//! | module | owns |
+//! |---|---|
+//! | [`time`] | [`Timestamp`], saturating seconds since the Unix epoch |
+//! | [`policy`] | [`Policy`]: every lifetime and limit in one value |
+//! | [`rand`] | the single place random material is drawn |
+//! | [`secret`] | secret types: elided `Debug`, constant-time equality |
+//! | [`error`] | stable wire codes and HTTP statuses |
+//! | [`jwt`] | HS256 compact JWS (RFC 7515/7519) and the signing [`jwt::Keyring`] |
+//! | [`mac`] | HMAC-SHA256, the one MAC |
+//! | [`pkce`] | PKCE S256 (RFC 7636) |
+//! | [`client`] | clients: redirect-URI policy, stateless registration (RFC 7591), metadata documents |
+//! | [`store`] | the storage contract, tables and record encoding |
+//! | [`redirect`] | the open-redirect guard [`redirect::SafePath`] |
+//! | [`link`] | deep links, the open route, external links |
+//! | [`gateway`] | the resource gateway's URI mapping and rewriting |
+//!
+//! ## Driving the core
+//!
+//! An adapter verifies an access token by handing over the token, the clock
+//! and the keys, and gets a typed verdict back:
+//!
+//! ```
+//! use portcullis_core::jwt::{Claims, Keyring, SigningKey, Validation, TokenType};
+//! use portcullis_core::Timestamp;
+//!
+//! // The host loads its key from its own secret storage.
+//! let mut keyring = Keyring::new();
+//! keyring.insert("k1", SigningKey::from_bytes(&[7u8; 32]).unwrap()).unwrap();
+//! keyring.set_active("k1").unwrap();
+//!
+//! let now = Timestamp::from_secs(1_700_000_000);
+//! let claims = Claims {
+//!     iss: Some("https://auth.example.com".into()),
+//!     sub: Some("user-1".into()),
+//!     aud: Some("https://app.example.com/mcp".into()),
+//!     iat: Some(now.as_secs() as i64),
+//!     exp: Some(now.as_secs() as i64 + 300),
+//!     ..Claims::default()
+//! };
+//! let token = keyring.sign(TokenType::AccessToken, &claims).unwrap();
+//!
+//! let expect = Validation::new(TokenType::AccessToken, "https://app.example.com/mcp")
+//!     .issuer("https://auth.example.com");
+//! let verified = keyring.verify(token.expose_secret(), &expect, now).unwrap();
+//! assert_eq!(verified.claims.sub.as_deref(), Some("user-1"));
+//! ```
+#![no_std]
+#![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+extern crate alloc;
+#[cfg(feature = "std")]
+extern crate std;
+
+pub mod authorize;
+pub mod bearer;
+pub mod client;
+pub mod engine;
+pub mod error;
+pub mod form;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
+pub mod gateway;
+pub mod grant;
+pub mod http;
+pub mod jwt;
+pub mod link;
+pub mod mac;
+pub mod metadata;
+pub mod pkce;
+pub mod policy;
+pub mod rand;
+pub mod redirect;
+pub mod scope;
+pub mod secret;
+pub mod site;
+pub mod store;
+pub mod time;
+pub mod token;
+
+pub use engine::Engine;
+pub use error::{ErrorCode, WireError};
+pub use policy::Policy;
+pub use time::Timestamp;

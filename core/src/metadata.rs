@@ -1,0 +1,175 @@
+//! Discovery documents: RFC 8414 authorization server metadata and
+//! RFC 9728 protected resource metadata, with the well-known URLs an
+//! adapter serves them at. Both stay served while a site is switched off,
+//! so clients can still discover why they get 503.
+
+use alloc::string::String;
+use alloc::vec::Vec;
+
+use serde::Serialize;
+use url::Url;
+
+use crate::site::Site;
+
+/// The RFC 8414 §2 document.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct AuthorizationServerMetadata {
+    /// The issuer.
+    pub issuer: String,
+    /// `{issuer}/authorize`.
+    pub authorization_endpoint: String,
+    /// `{issuer}/token`.
+    pub token_endpoint: String,
+    /// `{issuer}/register` (RFC 7591).
+    pub registration_endpoint: String,
+    /// `{issuer}/revoke` (RFC 7009).
+    pub revocation_endpoint: String,
+    /// `["code"]`.
+    pub response_types_supported: [&'static str; 1],
+    /// `["authorization_code", "refresh_token"]`.
+    pub grant_types_supported: [&'static str; 2],
+    /// `["S256"]` (RFC 7636 §6.2).
+    pub code_challenge_methods_supported: [&'static str; 1],
+    /// `["none", "client_secret_basic"]`.
+    pub token_endpoint_auth_methods_supported: [&'static str; 2],
+    /// `["none", "client_secret_basic"]`.
+    pub revocation_endpoint_auth_methods_supported: [&'static str; 2],
+    /// The site's scopes.
+    pub scopes_supported: Vec<String>,
+    /// Client-ID metadata documents are accepted.
+    pub client_id_metadata_document_supported: bool,
+    /// `iss` is sent on authorization responses (RFC 9207 §3).
+    pub authorization_response_iss_parameter_supported: bool,
+}
+
+impl AuthorizationServerMetadata {
+    /// The document for `site`.
+    #[must_use]
+    pub fn for_site(site: &Site) -> Self {
+        Self {
+            issuer: site.issuer.clone(),
+            authorization_endpoint: site.endpoint("/authorize"),
+            token_endpoint: site.endpoint("/token"),
+            registration_endpoint: site.endpoint("/register"),
+            revocation_endpoint: site.endpoint("/revoke"),
+            response_types_supported: ["code"],
+            grant_types_supported: ["authorization_code", "refresh_token"],
+            code_challenge_methods_supported: ["S256"],
+            token_endpoint_auth_methods_supported: ["none", "client_secret_basic"],
+            revocation_endpoint_auth_methods_supported: ["none", "client_secret_basic"],
+            scopes_supported: site.scopes.iter().map(String::from).collect(),
+            client_id_metadata_document_supported: true,
+            authorization_response_iss_parameter_supported: true,
+        }
+    }
+
+    /// The JSON body.
+    #[must_use]
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+/// The RFC 9728 §2 document.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ProtectedResourceMetadata {
+    /// The resource URL.
+    pub resource: String,
+    /// The issuer of the site's authorization server.
+    pub authorization_servers: [String; 1],
+    /// The site's scopes.
+    pub scopes_supported: Vec<String>,
+    /// `["header"]`: tokens only in the `Authorization` header.
+    pub bearer_methods_supported: [&'static str; 1],
+    /// The site's name.
+    pub resource_name: String,
+}
+
+impl ProtectedResourceMetadata {
+    /// The document for `site`.
+    #[must_use]
+    pub fn for_site(site: &Site) -> Self {
+        Self {
+            resource: site.resource(),
+            authorization_servers: [site.issuer.clone()],
+            scopes_supported: site.scopes.iter().map(String::from).collect(),
+            bearer_methods_supported: ["header"],
+            resource_name: site.name.clone(),
+        }
+    }
+
+    /// The JSON body.
+    #[must_use]
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+/// Inserts `well_known` between the host and the path of `url` (RFC 8414
+/// §3.1, RFC 9728 §3.1); a path of `/` is dropped.
+fn well_known(url: &str, well_known: &str) -> Option<String> {
+    let parsed = Url::parse(url).ok()?;
+    let mut out = parsed.origin().ascii_serialization();
+    out.push_str(well_known);
+    let path = parsed.path();
+    if path != "/" {
+        out.push_str(path);
+    }
+    Some(out)
+}
+
+/// Where the site's RFC 8414 document is served.
+#[must_use]
+pub fn authorization_server_metadata_url(site: &Site) -> String {
+    well_known(&site.issuer, "/.well-known/oauth-authorization-server").unwrap_or_default()
+}
+
+/// Where the site's RFC 9728 document is served: the path-suffixed form for
+/// the resource URL. Adapters may also serve it at the root well-known path.
+#[must_use]
+pub fn protected_resource_metadata_url(site: &Site) -> String {
+    well_known(&site.resource(), "/.well-known/oauth-protected-resource").unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::site::{SiteConfig, SiteId};
+    use crate::time::Timestamp;
+
+    #[test]
+    fn well_known_urls_insert_between_host_and_path() {
+        let site = Site::create(
+            SiteConfig::new(
+                SiteId::parse("s").unwrap(),
+                "S",
+                "https://a.example/tenant",
+                "https://a.example/mcp/",
+            ),
+            "k9".into(),
+            Timestamp::EPOCH,
+        )
+        .unwrap();
+        assert_eq!(
+            authorization_server_metadata_url(&site),
+            "https://a.example/.well-known/oauth-authorization-server/tenant"
+        );
+        assert_eq!(
+            protected_resource_metadata_url(&site),
+            "https://a.example/.well-known/oauth-protected-resource/mcp/k9"
+        );
+        let md: serde_json::Value =
+            serde_json::from_str(&AuthorizationServerMetadata::for_site(&site).to_json()).unwrap();
+        assert_eq!(
+            md["code_challenge_methods_supported"],
+            serde_json::json!(["S256"])
+        );
+        assert_eq!(md["token_endpoint"], "https://a.example/tenant/token");
+        let pr: serde_json::Value =
+            serde_json::from_str(&ProtectedResourceMetadata::for_site(&site).to_json()).unwrap();
+        assert_eq!(
+            pr["authorization_servers"],
+            serde_json::json!(["https://a.example/tenant"])
+        );
+    }
+}

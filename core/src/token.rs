@@ -1,0 +1,282 @@
+//! The token endpoint's wire side (RFC 6749 §3.2, §4.1.3, §5 and §6):
+//! parsing the form body and client credentials, the success body, and the
+//! errors with their exact statuses and headers. The flows themselves are
+//! [`Engine::token`](crate::engine::Engine::token).
+
+use alloc::borrow::Cow;
+use alloc::string::String;
+use core::fmt;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use serde::Serialize;
+
+use crate::error::{ErrorCode, WireError};
+use crate::form::{self, Form, FormError};
+use crate::http::HttpResponse;
+use crate::pkce::PkceError;
+use crate::scope::ScopeSet;
+use crate::secret::SecretString;
+use crate::store::StoreError;
+
+/// Longest token request body accepted.
+pub const MAX_BODY_LEN: usize = 16 * 1024;
+
+/// The client's identity as presented: `Authorization: Basic` (RFC 6749
+/// §2.3.1) or a bare `client_id` parameter for public clients (§2.3).
+#[derive(Clone)]
+pub struct ClientCredentials<'a> {
+    /// The client id.
+    pub client_id: Cow<'a, str>,
+    /// The secret, when Basic authentication was used.
+    pub secret: Option<Cow<'a, str>>,
+    /// Whether the credentials came in a Basic header (so a failure answers
+    /// with a `Basic` challenge, RFC 6749 §5.2).
+    pub via_basic: bool,
+}
+
+impl fmt::Debug for ClientCredentials<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientCredentials")
+            .field("client_id", &self.client_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> ClientCredentials<'a> {
+    /// Reads the credentials from the `Authorization` header and the form.
+    /// Exactly one method may be used: a secret in the body
+    /// (`client_secret_post`) is refused, and a body `client_id` next to a
+    /// Basic header must name the same client.
+    pub fn read(form: &Form<'a>, authorization: Option<&'a str>) -> Result<Self, TokenError> {
+        if form.get("client_secret").is_some() {
+            return Err(TokenError::InvalidClient);
+        }
+        let body_id = form.get("client_id");
+        if let Some(header) = authorization {
+            let (id, secret) = parse_basic(header)?;
+            if body_id.is_some_and(|b| b != id) {
+                return Err(TokenError::InvalidClient);
+            }
+            Ok(Self {
+                client_id: Cow::Owned(id),
+                secret: Some(Cow::Owned(secret)),
+                via_basic: true,
+            })
+        } else {
+            let id = body_id.ok_or(TokenError::InvalidClient)?;
+            Ok(Self {
+                client_id: Cow::Owned(id.into()),
+                secret: None,
+                via_basic: false,
+            })
+        }
+    }
+}
+
+/// `Basic base64(urlencode(id) ":" urlencode(secret))` (RFC 6749 §2.3.1,
+/// RFC 7617 §2); the scheme is case-insensitive.
+fn parse_basic(header: &str) -> Result<(String, String), TokenError> {
+    if header.len() > 4096 {
+        return Err(TokenError::InvalidClient);
+    }
+    let (scheme, encoded) = header.split_once(' ').ok_or(TokenError::InvalidClient)?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return Err(TokenError::InvalidClient);
+    }
+    let decoded = STANDARD
+        .decode(encoded.trim())
+        .map_err(|_| TokenError::InvalidClient)?;
+    let decoded = core::str::from_utf8(&decoded).map_err(|_| TokenError::InvalidClient)?;
+    let (id, secret) = decoded.split_once(':').ok_or(TokenError::InvalidClient)?;
+    let id = form::decode(id).map_err(|_| TokenError::InvalidClient)?;
+    let secret = form::decode(secret).map_err(|_| TokenError::InvalidClient)?;
+    if id.is_empty() {
+        return Err(TokenError::InvalidClient);
+    }
+    Ok((id.into_owned(), secret.into_owned()))
+}
+
+/// A successful token response (RFC 6749 §5.1).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TokenResponse {
+    /// The access token (a JWT).
+    pub access_token: SecretString,
+    /// Seconds until the access token expires.
+    pub expires_in: u64,
+    /// The refresh token.
+    pub refresh_token: SecretString,
+    /// The access token's scope.
+    pub scope: ScopeSet,
+}
+
+impl TokenResponse {
+    /// The JSON body.
+    #[must_use]
+    pub fn to_json(&self) -> String {
+        #[derive(Serialize)]
+        struct Body<'a> {
+            access_token: &'a str,
+            token_type: &'static str,
+            expires_in: u64,
+            refresh_token: &'a str,
+            scope: String,
+        }
+        serde_json::to_string(&Body {
+            access_token: self.access_token.expose_secret(),
+            token_type: "Bearer",
+            expires_in: self.expires_in,
+            refresh_token: self.refresh_token.expose_secret(),
+            scope: alloc::format!("{}", self.scope),
+        })
+        .unwrap_or_default()
+    }
+
+    /// 200 with the JSON body and `Cache-Control: no-store`.
+    #[must_use]
+    pub fn to_response(&self) -> HttpResponse {
+        HttpResponse {
+            status: 200,
+            headers: alloc::vec![("content-type", "application/json".into())],
+            body: self.to_json(),
+        }
+        .no_store()
+    }
+}
+
+/// Why a token request failed.
+#[non_exhaustive]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TokenError {
+    /// The site is switched off: 503 with `Retry-After`, never
+    /// `invalid_grant` (clients discard credentials on that).
+    Unavailable {
+        /// Seconds for `Retry-After`.
+        retry_after_secs: u32,
+    },
+    /// The body is too long, repeats a parameter or is malformed.
+    Malformed(FormError),
+    /// A required parameter is missing.
+    MissingParameter(&'static str),
+    /// `grant_type` is not `authorization_code` or `refresh_token`.
+    UnsupportedGrantType,
+    /// Client authentication failed.
+    InvalidClient,
+    /// The code or refresh token is invalid, expired, spent, revoked, or was
+    /// issued to another client or redirect URI. One answer for all, so it is
+    /// no oracle.
+    InvalidGrant,
+    /// The PKCE verifier is missing, malformed or wrong.
+    Pkce(PkceError),
+    /// The requested scope is wider than granted or malformed.
+    InvalidScope,
+    /// The `resource` is not the one the grant is bound to.
+    InvalidTarget,
+    /// The store failed; nothing was changed.
+    Store(StoreError),
+}
+
+impl fmt::Display for TokenError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Unavailable { .. } => {
+                f.write_str("external agents are switched off for this site; retry later")
+            }
+            Self::Malformed(e) => write!(f, "{e}"),
+            Self::MissingParameter(p) => write!(f, "{p} is required"),
+            Self::UnsupportedGrantType => {
+                f.write_str("grant_type must be authorization_code or refresh_token")
+            }
+            Self::InvalidClient => f.write_str("client authentication failed"),
+            Self::InvalidGrant | Self::Pkce(_) => {
+                f.write_str("the grant is invalid, expired or revoked")
+            }
+            Self::InvalidScope => f.write_str("scope is wider than granted"),
+            Self::InvalidTarget => f.write_str("resource does not match the grant"),
+            Self::Store(_) => f.write_str("temporary server error"),
+        }
+    }
+}
+
+impl WireError for TokenError {
+    fn code(&self) -> ErrorCode {
+        match self {
+            Self::Unavailable { .. } => ErrorCode::TemporarilyUnavailable,
+            Self::Malformed(_) | Self::MissingParameter(_) => ErrorCode::InvalidRequest,
+            Self::UnsupportedGrantType => ErrorCode::UnsupportedGrantType,
+            Self::InvalidClient => ErrorCode::InvalidClient,
+            Self::InvalidGrant | Self::Pkce(_) => ErrorCode::InvalidGrant,
+            Self::InvalidScope => ErrorCode::InvalidScope,
+            Self::InvalidTarget => ErrorCode::InvalidTarget,
+            Self::Store(_) => ErrorCode::ServerError,
+        }
+    }
+}
+
+impl From<StoreError> for TokenError {
+    fn from(e: StoreError) -> Self {
+        Self::Store(e)
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for TokenError {}
+
+impl TokenError {
+    /// The full HTTP answer: RFC 6749 §5.2 body, `no-store`, `Retry-After`
+    /// while off, and a `Basic` challenge when Basic authentication failed.
+    #[must_use]
+    pub fn to_response(&self, via_basic: bool) -> HttpResponse {
+        let mut r = HttpResponse::oauth_error(self.code(), &alloc::format!("{self}"));
+        if let Self::Unavailable { retry_after_secs } = self {
+            r = r.with_header("retry-after", alloc::format!("{retry_after_secs}"));
+        }
+        if matches!(self, Self::InvalidClient) && via_basic {
+            r = r.with_header("www-authenticate", String::from("Basic realm=\"token\""));
+        }
+        r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn basic_credentials_are_form_decoded() {
+        let header = alloc::format!("basic {}", STANDARD.encode("my%20client:s%3Acret"));
+        let form = Form::parse("grant_type=x", 100).unwrap();
+        let c = ClientCredentials::read(&form, Some(&header)).unwrap();
+        assert_eq!(c.client_id, "my client");
+        assert_eq!(c.secret.as_deref(), Some("s:cret"));
+        let other = Form::parse("client_id=else", 100).unwrap();
+        assert_eq!(
+            ClientCredentials::read(&other, Some(&header)).unwrap_err(),
+            TokenError::InvalidClient
+        );
+        let post = Form::parse("client_id=a&client_secret=b", 100).unwrap();
+        assert_eq!(
+            ClientCredentials::read(&post, None).unwrap_err(),
+            TokenError::InvalidClient
+        );
+        assert_eq!(
+            ClientCredentials::read(&Form::default(), None).unwrap_err(),
+            TokenError::InvalidClient
+        );
+    }
+
+    #[test]
+    fn errors_carry_their_statuses_and_headers() {
+        let r = TokenError::Unavailable {
+            retry_after_secs: 30,
+        }
+        .to_response(false);
+        assert_eq!((r.status, r.header("retry-after")), (503, Some("30")));
+        assert_eq!(r.header("cache-control"), Some("no-store"));
+        let r = TokenError::InvalidClient.to_response(true);
+        assert_eq!(r.status, 401);
+        assert!(r.header("www-authenticate").is_some());
+        let r = TokenError::InvalidGrant.to_response(false);
+        assert!(r.body.contains("\"invalid_grant\""));
+    }
+}

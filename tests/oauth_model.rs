@@ -1,0 +1,239 @@
+//! Model-based property test of the authorization server: random sequences
+//! of operations run against the engine and against a plain model, and every
+//! answer must agree.
+
+use portcullis::Policy;
+use portcullis::engine::BearerRejection;
+use portcullis::store::Store;
+use portcullis::token::{TokenError, TokenResponse};
+use proptest::prelude::*;
+use proptest::test_runner::FileFailurePersistence;
+
+use crate::oauth::World;
+
+const DAY: u64 = 86_400;
+
+#[derive(Clone, Debug)]
+enum Op {
+    Login,
+    RefreshCurrent(usize),
+    RefreshOld(usize, usize),
+    RefreshForged(usize),
+    Verify(usize),
+    Revoke(usize),
+    Disable,
+    Enable,
+    RotateSiteKey,
+    Advance(u64),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => Just(Op::Login),
+        4 => any::<usize>().prop_map(Op::RefreshCurrent),
+        1 => (any::<usize>(), any::<usize>()).prop_map(|(g, k)| Op::RefreshOld(g, k)),
+        1 => any::<usize>().prop_map(Op::RefreshForged),
+        3 => any::<usize>().prop_map(Op::Verify),
+        1 => any::<usize>().prop_map(Op::Revoke),
+        1 => Just(Op::Disable),
+        2 => Just(Op::Enable),
+        1 => Just(Op::RotateSiteKey),
+        2 => prop_oneof![Just(1u64), Just(299), Just(3_600), Just(10 * DAY), Just(25 * DAY)].prop_map(Op::Advance),
+    ]
+}
+
+/// What the model knows of one grant.
+struct ModelGrant {
+    /// Every refresh token issued, oldest first; the last one is current.
+    refresh_tokens: Vec<String>,
+    /// The latest access token and when it was issued.
+    access: TokenResponse,
+    access_issued: u64,
+    revoked: bool,
+    epoch: u32,
+    created: u64,
+    last_refreshed: u64,
+}
+
+struct Model {
+    grants: Vec<ModelGrant>,
+    enabled: bool,
+    epoch: u32,
+}
+
+impl Model {
+    fn live(&self, g: &ModelGrant, now: u64) -> bool {
+        !g.revoked
+            && g.epoch == self.epoch
+            && now < (g.last_refreshed + 30 * DAY).min(g.created + 90 * DAY)
+    }
+}
+
+fn run<S: Store>(store: S, ops: &[Op]) -> Result<(), TestCaseError> {
+    let mut w = World::with_policy(store, Policy::default());
+    let mut m = Model {
+        grants: Vec::new(),
+        enabled: true,
+        epoch: 0,
+    };
+    for op in ops {
+        let now = w.now.as_secs();
+        match *op {
+            Op::Login => {
+                if m.enabled {
+                    let t = w.login();
+                    m.grants.push(ModelGrant {
+                        refresh_tokens: vec![t.refresh_token.expose_secret().to_string()],
+                        access: t,
+                        access_issued: now,
+                        revoked: false,
+                        epoch: m.epoch,
+                        created: now,
+                        last_refreshed: now,
+                    });
+                } else {
+                    let answer = w
+                        .engine
+                        .authorize(&w.site, &w.query(&[], &[]), None)
+                        .unwrap();
+                    let unavailable = matches!(
+                        answer,
+                        portcullis::authorize::AuthorizeAnswer::Unavailable { .. }
+                    );
+                    prop_assert!(unavailable, "authorize while off answered {:?}", answer);
+                }
+            }
+            Op::RefreshCurrent(i) | Op::RefreshOld(i, _) | Op::RefreshForged(i)
+                if !m.grants.is_empty() =>
+            {
+                let i = i % m.grants.len();
+                let (token, kind) = {
+                    let g = &m.grants[i];
+                    match *op {
+                        Op::RefreshCurrent(_) => (g.refresh_tokens.last().unwrap().clone(), 0),
+                        Op::RefreshOld(_, k) if g.refresh_tokens.len() > 1 => (
+                            g.refresh_tokens[k % (g.refresh_tokens.len() - 1)].clone(),
+                            1,
+                        ),
+                        Op::RefreshOld(..) => continue,
+                        _ => {
+                            let mut parts: Vec<String> = g
+                                .refresh_tokens
+                                .last()
+                                .unwrap()
+                                .split('.')
+                                .map(String::from)
+                                .collect();
+                            parts[3] = "Z".repeat(42) + "A";
+                            (parts.join("."), 2)
+                        }
+                    }
+                };
+                let result = w.refresh(&token);
+                let live = m.live(&m.grants[i], now);
+                if !m.enabled {
+                    prop_assert_eq!(
+                        result.unwrap_err(),
+                        TokenError::Unavailable {
+                            retry_after_secs: 60
+                        }
+                    );
+                } else if kind == 2 || !live {
+                    prop_assert_eq!(result.unwrap_err(), TokenError::InvalidGrant);
+                } else if kind == 1 {
+                    prop_assert_eq!(result.unwrap_err(), TokenError::InvalidGrant);
+                    m.grants[i].revoked = true;
+                } else {
+                    let t = result
+                        .map_err(|e| TestCaseError::fail(format!("refresh failed: {e:?}")))?;
+                    let g = &mut m.grants[i];
+                    g.refresh_tokens
+                        .push(t.refresh_token.expose_secret().to_string());
+                    g.access = t;
+                    g.access_issued = now;
+                    g.last_refreshed = now;
+                }
+            }
+            Op::Verify(i) if !m.grants.is_empty() => {
+                let i = i % m.grants.len();
+                let g = &m.grants[i];
+                let result = w.bearer(&g.access, "skills:read");
+                let token_fresh = now < g.access_issued + 300 + 5;
+                match result {
+                    Ok(_) => prop_assert!(
+                        m.enabled && m.live(g, now) && token_fresh,
+                        "accepted a token the model refuses"
+                    ),
+                    Err(BearerRejection::Unavailable { .. }) => prop_assert!(!m.enabled),
+                    Err(BearerRejection::Challenge(c)) => {
+                        prop_assert!(
+                            m.enabled && !(m.live(g, now) && token_fresh),
+                            "refused a token the model accepts"
+                        );
+                        prop_assert_eq!(c.status, 401);
+                    }
+                    Err(other) => prop_assert!(false, "unexpected {:?}", other),
+                }
+            }
+            Op::Revoke(i) if !m.grants.is_empty() => {
+                let i = i % m.grants.len();
+                let id = w.bearer_grant_id(&m.grants[i].refresh_tokens[0]);
+                w.engine.revoke_grant(&id, w.now).unwrap();
+                m.grants[i].revoked = true;
+            }
+            Op::Disable => {
+                w.engine.set_site_enabled(&w.site, false).unwrap();
+                m.enabled = false;
+            }
+            Op::Enable => {
+                w.engine.set_site_enabled(&w.site, true).unwrap();
+                m.enabled = true;
+            }
+            Op::RotateSiteKey => {
+                w.engine
+                    .rotate_site_key(&w.site, &mut crate::support::rng(now))
+                    .unwrap();
+                m.epoch += 1;
+            }
+            Op::Advance(secs) => w.advance(secs),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+impl<S: Store> World<S> {
+    /// The grant named by a refresh token (its second field).
+    fn bearer_grant_id(&self, refresh_token: &str) -> portcullis::grant::GrantId {
+        portcullis::grant::GrantId::parse(refresh_token.split('.').nth(1).unwrap()).unwrap()
+    }
+}
+
+fn config(cases: u32) -> ProptestConfig {
+    ProptestConfig {
+        cases,
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
+            "proptest-regressions/oauth_model.txt",
+        ))),
+        ..ProptestConfig::default()
+    }
+}
+
+proptest! {
+    #![proptest_config(config(96))]
+
+    #[test]
+    fn engine_agrees_with_the_model_on_memory(ops in prop::collection::vec(op(), 1..40)) {
+        run(crate::support::memory(), &ops)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(config(24))]
+
+    #[test]
+    fn engine_agrees_with_the_model_on_redb(ops in prop::collection::vec(op(), 1..30)) {
+        let db = crate::support::TempRedb::new();
+        run(&db.store, &ops)?;
+    }
+}
