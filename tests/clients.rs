@@ -18,15 +18,18 @@ const DOC_URL: &str = "https://agent.example.com/.well-known/oauth-client.json";
 fn keyring() -> Keyring {
     let mut keyring = Keyring::new();
     keyring
-        .insert("2025-01", SigningKey::from_bytes(&[9; 32]).unwrap())
-        .unwrap();
-    keyring.set_active("2025-01").unwrap();
+        .insert(
+            "2025-01",
+            SigningKey::from_bytes(&[9; 32]).expect("32-byte key"),
+        )
+        .expect("valid kid");
+    keyring.set_active("2025-01").expect("known kid");
     keyring
 }
 
 fn register(json: &str) -> client::RegisteredClient {
-    let metadata = client::parse_registration(json.as_bytes()).unwrap();
-    client::register(metadata, &keyring(), NOW).unwrap()
+    let metadata = client::parse_registration(json.as_bytes()).expect("valid request");
+    client::register(metadata, &keyring(), NOW).expect("registers")
 }
 
 #[test]
@@ -395,8 +398,13 @@ fn redirect_text() -> impl Strategy<Value = String> {
         Just("http://127.1".to_owned()),
         Just("http://localhost.example".to_owned()),
     ];
-    let path = proptest::collection::vec("[a-zA-Z0-9._~-]{0,6}", 0..4)
-        .prop_map(|segments| segments.iter().map(|s| format!("/{s}")).collect::<String>());
+    let path = proptest::collection::vec("[a-zA-Z0-9._~-]{0,6}", 0..4).prop_map(|segments| {
+        segments.iter().fold(String::new(), |mut path, s| {
+            path.push('/');
+            path.push_str(s);
+            path
+        })
+    });
     let query = proptest::option::of("[a-z0-9=&%]{0,8}");
     (host, path, query).prop_map(|(h, p, q)| match q {
         Some(q) => format!("{h}{p}?{q}"),

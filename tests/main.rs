@@ -2,12 +2,20 @@
 //!
 //! One binary keeps link time low and makes proptest write its regressions to
 //! the top-level `proptest-regressions/` directory.
+#![allow(clippy::unwrap_used, reason = "a test fails loudly where it unwraps")]
+#![allow(
+    clippy::many_single_char_names,
+    reason = "scenarios name their tokens a, b, c"
+)]
+#![allow(clippy::too_many_lines, reason = "a scenario reads best as one story")]
 
 mod support;
 
 mod alloc_counter;
 mod clients;
 mod jwt;
+mod ledger;
+mod ledger_model;
 mod links;
 mod oauth;
 mod oauth_model;

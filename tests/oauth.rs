@@ -63,7 +63,7 @@ impl<S: Store> World<S> {
         );
         engine.create_site(config, &mut rng, now).unwrap();
         let registered = engine
-            .register_client(format!(r#"{{"redirect_uris":["http://127.0.0.1/callback"],"token_endpoint_auth_method":"none","client_name":"Test Agent"}}"#).as_bytes(), now)
+            .register_client(br#"{"redirect_uris":["http://127.0.0.1/callback"],"token_endpoint_auth_method":"none","client_name":"Test Agent","grant_types":["authorization_code","refresh_token"]}"#, now)
             .unwrap();
         Self {
             engine,
@@ -576,10 +576,27 @@ fn refresh_scope_may_narrow_never_widen<S: Store>(store: &S) {
     assert_eq!(again.scope.to_string(), "skills:read skills:write");
 }
 
+fn refresh_needs_a_registered_refresh_grant<S: Store>(store: &S) {
+    let mut w = World::new(store);
+    let t = w.login();
+    let code_only = w.engine.register_client(br#"{"redirect_uris":["http://127.0.0.1/callback"],"token_endpoint_auth_method":"none"}"#, w.now).unwrap();
+    let r = w.token(&[
+        ("grant_type", "refresh_token"),
+        ("refresh_token", &refresh_of(&t)),
+        ("client_id", &code_only.client_id),
+    ]);
+    assert_eq!(r.unwrap_err(), TokenError::UnauthorizedClient);
+    let r = w.token(&[
+        ("grant_type", "password"),
+        ("client_id", &code_only.client_id),
+    ]);
+    assert_eq!(r.unwrap_err(), TokenError::UnsupportedGrantType);
+}
+
 fn refresh_is_bound_to_client_and_resource<S: Store>(store: &S) {
     let mut w = World::new(store);
     let t = w.login();
-    let other = w.engine.register_client(br#"{"redirect_uris":["https://other.example/cb"],"token_endpoint_auth_method":"none"}"#, w.now).unwrap();
+    let other = w.engine.register_client(br#"{"redirect_uris":["https://other.example/cb"],"token_endpoint_auth_method":"none","grant_types":["authorization_code","refresh_token"]}"#, w.now).unwrap();
     let r = w.token(&[
         ("grant_type", "refresh_token"),
         ("refresh_token", &refresh_of(&t)),
@@ -905,6 +922,7 @@ on_every_store!(
     forged_tokens_revoke_nothing_and_answer_like_reuse,
     refresh_scope_may_narrow_never_widen,
     refresh_is_bound_to_client_and_resource,
+    refresh_needs_a_registered_refresh_grant,
     retry_window_returns_the_same_successor,
     idle_and_absolute_lifetimes,
     the_off_switch_answers_503_and_changes_nothing,
@@ -1053,3 +1071,90 @@ fn no_secret_leaks_into_debug_or_errors<S: Store + std::fmt::Debug>(store: &S) {
 }
 
 on_every_store!(no_secret_leaks_into_debug_or_errors);
+
+fn agent_tokens_are_minted_listed_and_revoked_by_jti<S: Store>(store: &S) {
+    use portcullis::engine::{AgentTokenRequest, MintError};
+    let mut w = World::new(store);
+    let request = AgentTokenRequest {
+        subject: USER.into(),
+        org_domain: Some("example.com".into()),
+        scopes: ScopeSet::parse("skills:read").unwrap(),
+        ttl: Duration::from_secs(30 * DAY),
+        label: Some("laptop CLI".into()),
+    };
+    let (token, record) = w
+        .engine
+        .mint_agent_token(&w.site, request.clone(), &mut w.rng, w.now)
+        .unwrap();
+    let header = format!("Bearer {}", token.expose_secret());
+    let read = ScopeSet::parse("skills:read").unwrap();
+    let p = w
+        .engine
+        .verify_agent_token(&w.site, Some(&header), &read, w.now)
+        .unwrap();
+    assert_eq!(
+        (p.subject.as_str(), p.org_domain.as_deref(), p.jti.as_str()),
+        (USER, Some("example.com"), record.jti.as_str())
+    );
+    // Scoped: a write needs a scope the token lacks.
+    let write = ScopeSet::parse("skills:write").unwrap();
+    assert!(
+        matches!(w.engine.verify_agent_token(&w.site, Some(&header), &write, w.now), Err(BearerRejection::Challenge(c)) if c.status == 403)
+    );
+    // An agent token is not an access token, and the reverse.
+    assert!(
+        w.engine
+            .verify_bearer(&w.site, Some(&header), &read, w.now)
+            .is_err()
+    );
+    let (second, _) = w
+        .engine
+        .mint_agent_token(&w.site, request.clone(), &mut w.rng, w.now)
+        .unwrap();
+    assert_eq!(w.engine.list_agent_tokens(&w.site, USER).unwrap().len(), 2);
+    assert!(
+        w.engine
+            .list_agent_tokens(&w.site, "someone-else")
+            .unwrap()
+            .is_empty()
+    );
+    // Revoked by jti: fails at once; the other keeps working.
+    assert!(
+        w.engine
+            .revoke_agent_token(&w.site, &record.jti, w.now)
+            .unwrap()
+    );
+    assert!(
+        !w.engine
+            .revoke_agent_token(&w.site, &record.jti, w.now)
+            .unwrap()
+    );
+    assert!(
+        w.engine
+            .verify_agent_token(&w.site, Some(&header), &read, w.now)
+            .is_err()
+    );
+    let header2 = format!("Bearer {}", second.expose_secret());
+    assert!(
+        w.engine
+            .verify_agent_token(&w.site, Some(&header2), &read, w.now)
+            .is_ok()
+    );
+    // Expiring.
+    w.advance(30 * DAY + 10);
+    assert!(
+        w.engine
+            .verify_agent_token(&w.site, Some(&header2), &read, w.now)
+            .is_err()
+    );
+    let mut bad = request;
+    bad.scopes = ScopeSet::parse("admin").unwrap();
+    assert_eq!(
+        w.engine
+            .mint_agent_token(&w.site, bad, &mut w.rng, w.now)
+            .unwrap_err(),
+        MintError::InvalidScope
+    );
+}
+
+on_every_store!(agent_tokens_are_minted_listed_and_revoked_by_jti);

@@ -177,7 +177,7 @@ fn run<S: Store>(store: S, ops: &[Op]) -> Result<(), TestCaseError> {
             }
             Op::Revoke(i) if !m.grants.is_empty() => {
                 let i = i % m.grants.len();
-                let id = w.bearer_grant_id(&m.grants[i].refresh_tokens[0]);
+                let id = grant_of(&m.grants[i].refresh_tokens[0]);
                 w.engine.revoke_grant(&id, w.now).unwrap();
                 m.grants[i].revoked = true;
             }
@@ -202,11 +202,9 @@ fn run<S: Store>(store: S, ops: &[Op]) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-impl<S: Store> World<S> {
-    /// The grant named by a refresh token (its second field).
-    fn bearer_grant_id(&self, refresh_token: &str) -> portcullis::grant::GrantId {
-        portcullis::grant::GrantId::parse(refresh_token.split('.').nth(1).unwrap()).unwrap()
-    }
+/// The grant named by a refresh token (its second field).
+fn grant_of(refresh_token: &str) -> portcullis::grant::GrantId {
+    portcullis::grant::GrantId::parse(refresh_token.split('.').nth(1).unwrap()).unwrap()
 }
 
 fn config(cases: u32) -> ProptestConfig {

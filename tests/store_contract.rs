@@ -187,7 +187,7 @@ fn holds_a_hundred_thousand_keys<S: Store>(store: &S) {
 }
 
 fn holds_a_one_mebibyte_value<S: Store>(store: &S) {
-    let value: Vec<u8> = (0..1024 * 1024).map(|i| (i * 31 % 251) as u8).collect();
+    let value: Vec<u8> = (0..1024 * 1024u32).map(|i| (i * 31 % 251) as u8).collect();
     put(store, Table::Requests, b"big", &value);
     assert_eq!(get(store, Table::Requests, b"big"), Some(value));
 }

@@ -28,6 +28,9 @@
 //! | [`redirect`] | the open-redirect guard [`redirect::SafePath`] |
 //! | [`link`] | deep links, the open route, external links |
 //! | [`gateway`] | the resource gateway's URI mapping and rewriting |
+//! | [`ledger`] | the execution ledger: request ids, replay, outcomes, results, retention, rate limits |
+//! | [`approval`] | approvals of write actions and what they are bound to |
+//! | [`tab`] | the connected tab: liveness, reload, take-over, sign-out |
 //!
 //! ## Driving the core
 //!
@@ -67,6 +70,8 @@ extern crate alloc;
 #[cfg(feature = "std")]
 extern crate std;
 
+pub mod agent_token;
+pub mod approval;
 pub mod authorize;
 pub mod bearer;
 pub mod client;
@@ -80,6 +85,7 @@ pub mod gateway;
 pub mod grant;
 pub mod http;
 pub mod jwt;
+pub mod ledger;
 pub mod link;
 pub mod mac;
 pub mod metadata;
@@ -91,10 +97,11 @@ pub mod scope;
 pub mod secret;
 pub mod site;
 pub mod store;
+pub mod tab;
 pub mod time;
 pub mod token;
 
 pub use engine::Engine;
 pub use error::{ErrorCode, WireError};
 pub use policy::Policy;
-pub use time::Timestamp;
+pub use time::{Timestamp, TimestampMs};

@@ -5,6 +5,8 @@
 
 use core::time::Duration;
 
+use crate::ledger::RateLimit;
+
 const MINUTE: u64 = 60;
 const HOUR: u64 = 60 * MINUTE;
 const DAY: u64 = 24 * HOUR;
@@ -34,6 +36,12 @@ pub struct Policy {
     pub refresh_retry_window: Option<Duration>,
     /// Clock skew tolerated on JWT `exp`/`nbf`/`iat`. Default 5 s.
     pub jwt_leeway: Duration,
+    /// Per-grant rate of `execute` calls (GCRA). Default one call per 100 ms
+    /// with bursts of 32.
+    pub execute_rate: RateLimit,
+    /// A connected tab that has sent no heartbeat for this long is no longer
+    /// live. Default 45 s.
+    pub tab_heartbeat_timeout: Duration,
 }
 
 impl Default for Policy {
@@ -48,6 +56,8 @@ impl Default for Policy {
             max_result_bytes: 256 * 1024,
             refresh_retry_window: None,
             jwt_leeway: Duration::from_secs(5),
+            execute_rate: RateLimit::new(100, 32),
+            tab_heartbeat_timeout: Duration::from_secs(45),
         }
     }
 }
@@ -67,5 +77,7 @@ mod tests {
         assert_eq!(p.max_undecided_requests, 128);
         assert_eq!(p.max_result_bytes, 262_144);
         assert_eq!(p.refresh_retry_window, None);
+        assert_eq!(p.execute_rate, RateLimit::new(100, 32));
+        assert_eq!(p.tab_heartbeat_timeout.as_secs(), 45);
     }
 }

@@ -60,6 +60,44 @@ impl Timestamp {
     }
 }
 
+/// Milliseconds since the Unix epoch: the clock input of the few decisions
+/// that need sub-second precision (the rate limiter's `retryAfterMs`).
+///
+/// Operations that take it derive their [`Timestamp`] from it
+/// ([`TimestampMs::timestamp`], rounding down), so one call never sees two
+/// different clocks.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(transparent)]
+pub struct TimestampMs(u64);
+
+impl TimestampMs {
+    /// A timestamp `ms` milliseconds after the epoch.
+    #[must_use]
+    pub const fn from_millis(ms: u64) -> Self {
+        Self(ms)
+    }
+
+    /// Milliseconds since the epoch.
+    #[must_use]
+    pub const fn as_millis(self) -> u64 {
+        self.0
+    }
+
+    /// The whole second this instant falls in.
+    #[must_use]
+    pub const fn timestamp(self) -> Timestamp {
+        Timestamp(self.0 / 1_000)
+    }
+}
+
+impl From<Timestamp> for TimestampMs {
+    fn from(t: Timestamp) -> Self {
+        Self(t.0.saturating_mul(1_000))
+    }
+}
+
 impl fmt::Display for Timestamp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}s", self.0)
@@ -85,6 +123,17 @@ mod tests {
             Duration::ZERO
         );
         assert_eq!(Timestamp::MAX.as_jwt_secs(), i64::MAX);
+    }
+
+    #[test]
+    fn milliseconds_round_down_to_their_second() {
+        let t = TimestampMs::from_millis(10_999);
+        assert_eq!(t.timestamp(), Timestamp::from_secs(10));
+        assert_eq!(
+            TimestampMs::from(Timestamp::from_secs(3)).as_millis(),
+            3_000
+        );
+        assert_eq!(TimestampMs::from(Timestamp::MAX).as_millis(), u64::MAX);
     }
 
     #[test]

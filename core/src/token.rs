@@ -162,6 +162,8 @@ pub enum TokenError {
     UnsupportedGrantType,
     /// Client authentication failed.
     InvalidClient,
+    /// The client did not register this grant type.
+    UnauthorizedClient,
     /// The code or refresh token is invalid, expired, spent, revoked, or was
     /// issued to another client or redirect URI. One answer for all, so it is
     /// no oracle.
@@ -188,6 +190,7 @@ impl fmt::Display for TokenError {
                 f.write_str("grant_type must be authorization_code or refresh_token")
             }
             Self::InvalidClient => f.write_str("client authentication failed"),
+            Self::UnauthorizedClient => f.write_str("the client did not register this grant type"),
             Self::InvalidGrant | Self::Pkce(_) => {
                 f.write_str("the grant is invalid, expired or revoked")
             }
@@ -205,6 +208,7 @@ impl WireError for TokenError {
             Self::Malformed(_) | Self::MissingParameter(_) => ErrorCode::InvalidRequest,
             Self::UnsupportedGrantType => ErrorCode::UnsupportedGrantType,
             Self::InvalidClient => ErrorCode::InvalidClient,
+            Self::UnauthorizedClient => ErrorCode::UnauthorizedClient,
             Self::InvalidGrant | Self::Pkce(_) => ErrorCode::InvalidGrant,
             Self::InvalidScope => ErrorCode::InvalidScope,
             Self::InvalidTarget => ErrorCode::InvalidTarget,

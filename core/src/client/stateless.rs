@@ -93,11 +93,14 @@ struct Payload<'a> {
 /// active key and, for a `client_secret_basic` client, derives its secret.
 /// Nothing is stored.
 pub fn register(
-    metadata: ClientMetadata,
+    mut metadata: ClientMetadata,
     keyring: &Keyring,
     now: Timestamp,
 ) -> Result<RegisteredClient, RegistrationError> {
     metadata.validate()?;
+    // The id carries grant types as a set; keep the echo equal to what
+    // resolving will return.
+    metadata.grant_types.sort_unstable();
     let (kid, key) = keyring.active_key().ok_or(RegistrationError::NoActiveKey)?;
     let payload = Payload {
         issued_at: now.as_secs(),
@@ -135,7 +138,7 @@ pub fn register(
     URL_SAFE_NO_PAD.encode_string(&encoded, &mut client_id);
     let tag = key.mac_labeled(
         ID_LABEL,
-        &[kid.as_bytes(), client_id[payload_start..].as_bytes()],
+        &[kid.as_bytes(), &client_id.as_bytes()[payload_start..]],
     );
     client_id.push('.');
     URL_SAFE_NO_PAD.encode_string(tag, &mut client_id);
@@ -270,6 +273,10 @@ impl Client {
     /// The registered redirect URI that `presented` designates, if any
     /// ([`RedirectUri::matches`]). `None` must be shown to the user and never
     /// redirected to (RFC 6749 §4.1.2.1).
+    ///
+    /// On a match, redirect to `presented` itself — for a loopback URI it
+    /// carries the port the client listens on — and bind the code to it, so
+    /// the token request must repeat exactly that text.
     #[must_use]
     pub fn redirect_uri(&self, presented: &str) -> Option<&RedirectUri> {
         self.metadata()
@@ -491,6 +498,24 @@ mod tests {
             assert_eq!(client.is_confidential(), auth != "none");
             assert_eq!(reg.client_secret.is_some(), auth != "none");
         }
+    }
+
+    #[test]
+    fn hand_built_metadata_round_trips_too() {
+        let k = keyring();
+        let mut m = ClientMetadata::new(
+            alloc::vec![RedirectUri::parse("http://[::1]/cb").unwrap()],
+            TokenEndpointAuthMethod::None,
+        );
+        m.grant_types = alloc::vec![GrantType::RefreshToken, GrantType::AuthorizationCode];
+        m.client_name = Some("Ünïcode ✓".into());
+        let reg = register(m, &k, NOW).unwrap();
+        let client = resolve_stateless(&reg.client_id, &k).unwrap();
+        assert_eq!(client.metadata(), &reg.metadata);
+        assert_eq!(
+            reg.metadata.grant_types,
+            [GrantType::AuthorizationCode, GrantType::RefreshToken]
+        );
     }
 
     #[test]

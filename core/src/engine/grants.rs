@@ -10,10 +10,10 @@ use super::{Engine, SiteOpError, keys, load_site};
 use crate::bearer::{self, Challenge};
 use crate::error::{ErrorCode, WireError};
 use crate::grant::{Grant, GrantId, GrantStatus, RevocationReason};
-use crate::jwt::{TokenType, Validation};
+use crate::jwt::{Claims, TokenType, Validation};
 use crate::metadata;
 use crate::scope::ScopeSet;
-use crate::site::{SiteError, SiteId};
+use crate::site::{Site, SiteError, SiteId};
 use crate::store::{ReadTransaction, Store, StoreError, Table, prefix_end};
 use crate::time::Timestamp;
 
@@ -131,7 +131,59 @@ pub struct GrantPage {
     pub next: Option<GrantId>,
 }
 
+/// A bearer JWT that passed the checks shared by access and agent tokens.
+pub(super) struct CheckedBearer {
+    pub(super) site: Site,
+    pub(super) metadata_url: String,
+    pub(super) claims: Claims,
+}
+
 impl<S: Store> Engine<S> {
+    /// The checks every bearer credential passes first: the site exists and
+    /// is on, the header is a bearer token, and the JWT verifies as `typ`
+    /// for the site's resource and issuer at `now`.
+    pub(super) fn check_bearer<R: ReadTransaction>(
+        &self,
+        txn: &R,
+        site_id: &SiteId,
+        authorization: Option<&str>,
+        required: &ScopeSet,
+        typ: TokenType,
+        now: Timestamp,
+    ) -> Result<CheckedBearer, BearerRejection> {
+        let site = load_site(txn, site_id).map_err(|e| match e {
+            SiteOpError::Store(e) => BearerRejection::Store(e),
+            SiteOpError::Site(_) => BearerRejection::UnknownSite,
+        })?;
+        if let Err(SiteError::Disabled { retry_after_secs }) = site.ensure_enabled() {
+            return Err(BearerRejection::Unavailable { retry_after_secs });
+        }
+        let md = metadata::protected_resource_metadata_url(&site);
+        let invalid = |why: &str| BearerRejection::Challenge(Challenge::invalid_token(&md, why));
+        let token = match bearer::parse_authorization(authorization) {
+            Ok(Some(token)) => token,
+            Ok(None) => {
+                return Err(BearerRejection::Challenge(Challenge::unauthenticated(
+                    &md, required,
+                )));
+            }
+            Err(e) => return Err(invalid(&alloc::format!("{e}"))),
+        };
+        let expect = Validation::new(typ, site.resource())
+            .issuer(site.issuer.clone())
+            .leeway(self.policy.jwt_leeway);
+        let claims = self
+            .keyring
+            .verify(token, &expect, now)
+            .map_err(|e| invalid(&alloc::format!("{e}")))?
+            .claims;
+        Ok(CheckedBearer {
+            site,
+            metadata_url: md,
+            claims,
+        })
+    }
+
     /// Checks a protected-resource request: the `Authorization` header
     /// (`None` when absent), the `scope` the request needs, at `now`.
     /// Verifies the JWT (algorithm, type, key, signature, expiry, audience =
@@ -145,33 +197,17 @@ impl<S: Store> Engine<S> {
         now: Timestamp,
     ) -> Result<Principal, BearerRejection> {
         self.read(|txn| {
-            let site = load_site(txn, site_id).map_err(|e| match e {
-                SiteOpError::Store(e) => BearerRejection::Store(e),
-                SiteOpError::Site(_) => BearerRejection::UnknownSite,
-            })?;
-            if let Err(SiteError::Disabled { retry_after_secs }) = site.ensure_enabled() {
-                return Err(BearerRejection::Unavailable { retry_after_secs });
-            }
-            let md = metadata::protected_resource_metadata_url(&site);
+            let checked = self.check_bearer(
+                txn,
+                site_id,
+                authorization,
+                required,
+                TokenType::AccessToken,
+                now,
+            )?;
+            let (site, md, claims) = (checked.site, checked.metadata_url, checked.claims);
             let invalid =
                 |why: &str| BearerRejection::Challenge(Challenge::invalid_token(&md, why));
-            let token = match bearer::parse_authorization(authorization) {
-                Ok(Some(token)) => token,
-                Ok(None) => {
-                    return Err(BearerRejection::Challenge(Challenge::unauthenticated(
-                        &md, required,
-                    )));
-                }
-                Err(e) => return Err(invalid(&alloc::format!("{e}"))),
-            };
-            let expect = Validation::new(TokenType::AccessToken, site.resource())
-                .issuer(site.issuer.clone())
-                .leeway(self.policy.jwt_leeway);
-            let claims = self
-                .keyring
-                .verify(token, &expect, now)
-                .map_err(|e| invalid(&alloc::format!("{e}")))?
-                .claims;
             let grant_id = claims
                 .gid
                 .as_deref()
@@ -296,6 +332,7 @@ impl<S: Store> Engine<S> {
             }
             grant.revoke(RevocationReason::Revoked, now);
             txn.save(id.as_bytes(), &grant)?;
+            super::ledger::cancel_grant_requests(txn, id, now)?;
             Ok(true)
         })
     }
@@ -322,6 +359,7 @@ impl<S: Store> Engine<S> {
                 {
                     grant.revoke(RevocationReason::Revoked, now);
                     txn.save(id, &grant)?;
+                    super::ledger::cancel_grant_requests(txn, &grant.id, now)?;
                     revoked += 1;
                 }
             }

@@ -5,6 +5,7 @@
 use alloc::vec::Vec;
 
 use crate::grant::GrantId;
+use crate::ledger::{Lineage, RequestId};
 use crate::site::SiteId;
 use crate::store::Table;
 use crate::time::Timestamp;
@@ -56,4 +57,119 @@ pub(crate) fn split_expiry(key: &[u8]) -> Option<(Timestamp, u8, &[u8])> {
     let (at, rest) = key.split_first_chunk::<8>()?;
     let (&table, key) = rest.split_first()?;
     Some((Timestamp::from_secs(u64::from_be_bytes(*at)), table, key))
+}
+
+/// `AgentTokens`: `j | jti`, the record.
+pub(crate) fn agent_token(jti: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(1 + jti.len());
+    k.push(b'j');
+    k.extend_from_slice(jti.as_bytes());
+    k
+}
+
+/// `AgentTokens`: `u | site | subject | jti`, the index of a user's tokens
+/// (with an empty `jti`, the prefix of all of them).
+pub(crate) fn agent_token_of_user(site: &SiteId, subject: &str, jti: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(5 + site.as_str().len() + subject.len() + jti.len());
+    k.push(b'u');
+    push_str(&mut k, site.as_str());
+    push_str(&mut k, subject);
+    k.extend_from_slice(jti.as_bytes());
+    k
+}
+
+/// `Requests`: `q | lineage | request id`, the request record.
+pub(crate) fn request(lineage: &Lineage, id: &RequestId) -> Vec<u8> {
+    let mut k = Vec::with_capacity(49);
+    k.push(b'q');
+    k.extend_from_slice(&lineage.0);
+    k.extend_from_slice(id.as_bytes());
+    k
+}
+
+/// `Requests`: `g | grant`, the prefix of a grant's undecided requests.
+pub(crate) fn grant_requests(grant: &GrantId) -> Vec<u8> {
+    let mut k = Vec::with_capacity(33);
+    k.push(b'g');
+    k.extend_from_slice(grant.as_bytes());
+    k
+}
+
+/// `Requests`: `g | grant | request id` → lineage, one undecided request.
+pub(crate) fn grant_request(grant: &GrantId, id: &RequestId) -> Vec<u8> {
+    let mut k = grant_requests(grant);
+    k.extend_from_slice(id.as_bytes());
+    k
+}
+
+/// `Requests`: `e | deadline | lineage | request id`, the ledger's own
+/// expiry index (the shared `Expiry` sweep only knows codes and grants).
+pub(crate) fn ledger_expiry(at: Timestamp, lineage: &Lineage, id: &RequestId) -> Vec<u8> {
+    let mut k = Vec::with_capacity(57);
+    k.push(b'e');
+    k.extend_from_slice(&at.as_secs().to_be_bytes());
+    k.extend_from_slice(&lineage.0);
+    k.extend_from_slice(id.as_bytes());
+    k
+}
+
+/// The first ledger expiry key after every entry due at `now`.
+pub(crate) fn ledger_expiry_after(now: Timestamp) -> Vec<u8> {
+    let mut k = Vec::with_capacity(9);
+    k.push(b'e');
+    k.extend_from_slice(&now.as_secs().saturating_add(1).to_be_bytes());
+    k
+}
+
+/// Splits a ledger expiry key.
+pub(crate) fn split_ledger_expiry(key: &[u8]) -> Option<(Timestamp, Lineage, RequestId)> {
+    let rest = key.strip_prefix(b"e")?;
+    let (at, rest) = rest.split_first_chunk::<8>()?;
+    let (lineage, rest) = rest.split_first_chunk::<32>()?;
+    let id: [u8; 16] = rest.try_into().ok()?;
+    Some((
+        Timestamp::from_secs(u64::from_be_bytes(*at)),
+        Lineage(*lineage),
+        RequestId::from_bytes(id),
+    ))
+}
+
+/// `Requests`: `r | grant`, the grant's GCRA state.
+pub(crate) fn rate(grant: &GrantId) -> Vec<u8> {
+    let mut k = Vec::with_capacity(17);
+    k.push(b'r');
+    k.extend_from_slice(grant.as_bytes());
+    k
+}
+
+/// `Outcomes`: `lineage | request id`, the prefix of a request's outcomes.
+pub(crate) fn outcomes(lineage: &Lineage, id: &RequestId) -> Vec<u8> {
+    let mut k = Vec::with_capacity(52);
+    k.extend_from_slice(&lineage.0);
+    k.extend_from_slice(id.as_bytes());
+    k
+}
+
+/// `Outcomes`: `lineage | request id | seq`.
+pub(crate) fn outcome(lineage: &Lineage, id: &RequestId, seq: u32) -> Vec<u8> {
+    let mut k = outcomes(lineage, id);
+    k.extend_from_slice(&seq.to_be_bytes());
+    k
+}
+
+/// `Tabs`: `c | grant`, the grant's tab connection.
+pub(crate) fn tab(grant: &GrantId) -> Vec<u8> {
+    let mut k = Vec::with_capacity(17);
+    k.push(b'c');
+    k.extend_from_slice(grant.as_bytes());
+    k
+}
+
+/// `Tabs`: `s | site | browser session`, the prefix of a session's tabs.
+pub(crate) fn session_tabs(site: &SiteId, session: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(5 + site.as_str().len() + session.len() + 16);
+    k.push(b's');
+    push_str(&mut k, site.as_str());
+    push_str(&mut k, session);
+    k
 }

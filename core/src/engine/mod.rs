@@ -22,8 +22,10 @@
 //! transaction that wrote nothing is dropped, not committed, so rejections
 //! cost no fsync; one in which the store failed is dropped whole.
 
+mod agent;
 mod grants;
 mod keys;
+mod ledger;
 mod oauth;
 
 use alloc::vec::Vec;
@@ -35,6 +37,7 @@ use crate::policy::Policy;
 use crate::site::{Site, SiteError, SiteId};
 use crate::store::{Entry, ReadTransaction, Record, Store, StoreError, Table, WriteTransaction};
 
+pub use agent::{AgentPrincipal, AgentTokenRequest, MintError};
 pub use grants::{BearerRejection, GrantPage, GrantSummary, Principal};
 pub use oauth::RevokeError;
 

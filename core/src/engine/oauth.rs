@@ -10,7 +10,7 @@ use super::{Engine, SiteOpError, Txn, keys, load_site};
 use crate::authorize::{
     self, AuthorizationCode, AuthorizeAnswer, AuthorizeError, CodeState, Refusal,
 };
-use crate::client::{self, RegisteredClient, RegistrationError};
+use crate::client::{self, GrantType, RegisteredClient, RegistrationError};
 use crate::error::{ErrorCode, WireError};
 use crate::form::Form;
 use crate::grant::{Grant, GrantId, RefreshTokenParts, RefreshVerdict, RevocationReason};
@@ -221,9 +221,11 @@ impl<S: Store> Engine<S> {
         let grant_type = form
             .get("grant_type")
             .ok_or(TokenError::MissingParameter("grant_type"))?;
-        if !matches!(grant_type, "authorization_code" | "refresh_token") {
-            return Err(TokenError::UnsupportedGrantType);
-        }
+        let grant = match grant_type {
+            "authorization_code" => GrantType::AuthorizationCode,
+            "refresh_token" => GrantType::RefreshToken,
+            _ => return Err(TokenError::UnsupportedGrantType),
+        };
         let credentials = ClientCredentials::read(&form, authorization)?;
         self.transact(|txn| {
             let site = load_site(&*txn, site_id).map_err(|e| match e {
@@ -234,8 +236,8 @@ impl<S: Store> Engine<S> {
                 return Err(TokenError::Unavailable { retry_after_secs });
             }
             // Client authentication comes first (RFC 6749 §3.2.1).
-            let client_id = self.authenticate_client(&credentials)?;
-            if grant_type == "authorization_code" {
+            let client_id = self.authenticate_client(&credentials, Some(grant))?;
+            if grant == GrantType::AuthorizationCode {
                 self.exchange_code(txn, &site, &client_id, &form, rng, now)
             } else {
                 self.refresh(txn, &site, &client_id, &form, rng, now)
@@ -244,9 +246,13 @@ impl<S: Store> Engine<S> {
     }
 
     /// Authenticates the client and returns its id.
+    /// Authenticates the client and, for a registered client, checks that
+    /// it registered `grant` (RFC 7591 §2: `grant_types` bounds what a client
+    /// may use; RFC 6749 §5.2 `unauthorized_client`). Returns the client id.
     fn authenticate_client(
         &self,
         credentials: &ClientCredentials<'_>,
+        grant: Option<GrantType>,
     ) -> Result<String, TokenError> {
         let id = &*credentials.client_id;
         if client::is_document_client_id(id) {
@@ -263,6 +269,9 @@ impl<S: Store> Engine<S> {
             client::resolve_stateless(id, &self.keyring).map_err(|_| TokenError::InvalidClient)?;
         client::authenticate(&client, &self.keyring, credentials.secret.as_deref())
             .map_err(|_| TokenError::InvalidClient)?;
+        if grant.is_some_and(|g| !client.metadata().allows_grant(g)) {
+            return Err(TokenError::UnauthorizedClient);
+        }
         Ok(id.into())
     }
 
@@ -313,6 +322,7 @@ impl<S: Store> Engine<S> {
             if let Some(mut grant) = txn.load::<Grant>(grant_id.as_bytes())? {
                 grant.revoke(RevocationReason::CodeReplay, now);
                 txn.save(grant_id.as_bytes(), &grant)?;
+                super::ledger::cancel_grant_requests(txn, &grant_id, now)?;
             }
             return Err(TokenError::InvalidGrant);
         }
@@ -417,6 +427,7 @@ impl<S: Store> Engine<S> {
             RefreshVerdict::Reuse => {
                 grant.revoke(RevocationReason::RefreshReuse, now);
                 txn.save(grant.id.as_bytes(), &grant)?;
+                super::ledger::cancel_grant_requests(txn, &grant.id, now)?;
                 Err(TokenError::InvalidGrant)
             }
             RefreshVerdict::RetrySameSuccessor => {
@@ -495,7 +506,7 @@ impl<S: Store> Engine<S> {
         let credentials = ClientCredentials::read(&form, authorization)
             .map_err(|_| RevokeError::InvalidClient)?;
         let client_id = self
-            .authenticate_client(&credentials)
+            .authenticate_client(&credentials, None)
             .map_err(|_| RevokeError::InvalidClient)?;
         self.transact(|txn| {
             let site = load_site(&*txn, site_id).map_err(|e| match e {
@@ -514,6 +525,7 @@ impl<S: Store> Engine<S> {
             if grant.client_id == client_id && grant.revoked.is_none() {
                 grant.revoke(RevocationReason::ClientRequest, now);
                 txn.save(grant_id.as_bytes(), &grant)?;
+                super::ledger::cancel_grant_requests(txn, &grant_id, now)?;
             }
             Ok(())
         })

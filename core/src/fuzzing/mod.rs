@@ -5,4 +5,6 @@
 
 pub mod client;
 pub mod foundation;
+pub mod ledger;
 pub mod links;
+pub mod oauth;

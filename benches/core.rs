@@ -1,0 +1,255 @@
+//! Criterion benchmarks, side by side with their floors and peers:
+//!
+//! * HS256 sign and verify against a bare HMAC-SHA256 over the same bytes
+//!   and against `jsonwebtoken`;
+//! * bearer verification with the grant check against bare verification;
+//! * refresh rotation on the memory store;
+//! * the open-redirect guard against `url` parse + join.
+//!
+//! `cargo bench --bench core`; the figures are in the README.
+#![allow(
+    missing_docs,
+    reason = "criterion's macros generate undocumented items"
+)]
+#![allow(clippy::unwrap_used, reason = "a benchmark's setup fails loudly")]
+
+use std::hint::black_box;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use hmac::{KeyInit, Mac};
+use portcullis::form::encode_pairs;
+use portcullis::jwt::{Claims, Keyring, SigningKey, TokenType, Validation};
+use portcullis::pkce::{CodeChallenge, CodeVerifier};
+use portcullis::redirect::SafePath;
+use portcullis::scope::ScopeSet;
+use portcullis::site::{SiteConfig, SiteId};
+use portcullis::store::MemoryStore;
+use portcullis::{Engine, Policy, Timestamp};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+
+const KEY: [u8; 32] = [0x42; 32];
+const AUD: &str = "https://app.example.com/mcp/5mKq2w9f3Xc7vB1nRtYz0A";
+const ISS: &str = "https://app.example.com";
+const NOW: i64 = 1_800_000_000;
+
+fn claims() -> Claims {
+    Claims {
+        iss: Some(ISS.into()),
+        sub: Some("user-42".into()),
+        aud: Some(AUD.into()),
+        exp: Some(NOW + 300),
+        iat: Some(NOW),
+        jti: Some("q1w2e3r4t5y6u7i8o9p0aa".into()),
+        client_id: Some("pc1.k1.client".into()),
+        scope: Some("skills:read skills:write".into()),
+        gid: Some("AQEBAQEBAQEBAQEBAQEBAQ".into()),
+        ..Claims::default()
+    }
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct PeerClaims {
+    iss: String,
+    sub: String,
+    aud: String,
+    exp: i64,
+    iat: i64,
+    jti: String,
+    client_id: String,
+    scope: String,
+    gid: String,
+}
+
+fn peer_claims() -> PeerClaims {
+    let c = claims();
+    PeerClaims {
+        iss: c.iss.unwrap(),
+        sub: c.sub.unwrap(),
+        aud: AUD.into(),
+        exp: c.exp.unwrap(),
+        iat: c.iat.unwrap(),
+        jti: c.jti.unwrap(),
+        client_id: c.client_id.unwrap(),
+        scope: c.scope.unwrap(),
+        gid: c.gid.unwrap(),
+    }
+}
+
+fn keyring() -> Keyring {
+    let mut k = Keyring::new();
+    k.insert("k1", SigningKey::from_bytes(&KEY).unwrap())
+        .unwrap();
+    k.set_active("k1").unwrap();
+    k
+}
+
+fn bare_hmac(data: &[u8]) -> [u8; 32] {
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(&KEY).unwrap();
+    mac.update(data);
+    mac.finalize().into_bytes().into()
+}
+
+fn jwt(c: &mut Criterion) {
+    let keyring = keyring();
+    let token = keyring.sign(TokenType::AccessToken, &claims()).unwrap();
+    let token = token.expose_secret().to_string();
+    let signing_input = &token[..token.rfind('.').unwrap()];
+    let expect = Validation::new(TokenType::AccessToken, AUD).issuer(ISS);
+    let now = Timestamp::from_secs(NOW.unsigned_abs());
+
+    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
+    header.kid = Some("k1".into());
+    header.typ = Some("at+jwt".into());
+    let enc = jsonwebtoken::EncodingKey::from_secret(&KEY).unwrap();
+    let dec = jsonwebtoken::DecodingKey::from_secret(&KEY).unwrap();
+    let mut validation = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::HS256);
+    validation.set_audience(&[AUD]);
+    validation.set_issuer(&[ISS]);
+    validation.validate_exp = false;
+    let peer_token = jsonwebtoken::encode(&header, &peer_claims(), &enc).unwrap();
+
+    let mut g = c.benchmark_group("hs256");
+    g.bench_function("bare_hmac_sha256_same_bytes", |b| {
+        b.iter(|| bare_hmac(black_box(signing_input.as_bytes())));
+    });
+    g.bench_function("portcullis_sign", |b| {
+        b.iter(|| {
+            keyring
+                .sign(TokenType::AccessToken, black_box(&claims()))
+                .unwrap()
+        });
+    });
+    g.bench_function("jsonwebtoken_encode", |b| {
+        b.iter(|| jsonwebtoken::encode(&header, black_box(&peer_claims()), &enc).unwrap());
+    });
+    g.bench_function("portcullis_verify", |b| {
+        b.iter(|| keyring.verify(black_box(&token), &expect, now).unwrap());
+    });
+    g.bench_function("jsonwebtoken_decode", |b| {
+        b.iter(|| {
+            jsonwebtoken::decode::<PeerClaims>(black_box(&peer_token), &dec, &validation).unwrap()
+        });
+    });
+    g.finish();
+}
+
+const VERIFIER: &str = "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk";
+
+/// An engine on the memory store with one site, one client and one grant.
+fn engine_with_grant() -> (Engine<MemoryStore>, SiteId, String, String, String) {
+    let mut rng = StdRng::seed_from_u64(1);
+    let now = Timestamp::from_secs(NOW.unsigned_abs());
+    let engine = Engine::new(MemoryStore::new(), keyring(), Policy::default());
+    let site = SiteId::parse("bench").unwrap();
+    engine
+        .create_site(
+            SiteConfig::new(site.clone(), "Bench", ISS, "https://app.example.com/mcp/"),
+            &mut rng,
+            now,
+        )
+        .unwrap();
+    let client = engine
+        .register_client(
+            br#"{"redirect_uris":["http://127.0.0.1/cb"],"token_endpoint_auth_method":"none","grant_types":["authorization_code","refresh_token"]}"#,
+            now,
+        )
+        .unwrap();
+    let challenge =
+        CodeChallenge::from_verifier(CodeVerifier::parse(VERIFIER).unwrap()).to_base64url();
+    let resource = engine.site(&site).unwrap().resource();
+    let query = encode_pairs([
+        ("response_type", "code"),
+        ("client_id", client.client_id.as_str()),
+        ("redirect_uri", "http://127.0.0.1/cb"),
+        ("state", "s"),
+        ("code_challenge", challenge.as_str()),
+        ("code_challenge_method", "S256"),
+        ("resource", resource.as_str()),
+    ]);
+    let portcullis::authorize::AuthorizeAnswer::Redirect(url) = engine
+        .decide(&site, &query, None, "user-42", true, &mut rng, now)
+        .unwrap()
+    else {
+        panic!("no redirect")
+    };
+    let code = portcullis::form::Form::parse(url.split_once('?').unwrap().1, 4096)
+        .unwrap()
+        .get("code")
+        .unwrap()
+        .to_string();
+    let body = encode_pairs([
+        ("grant_type", "authorization_code"),
+        ("code", code.as_str()),
+        ("redirect_uri", "http://127.0.0.1/cb"),
+        ("code_verifier", VERIFIER),
+        ("client_id", client.client_id.as_str()),
+    ]);
+    let tokens = engine.token(&site, &body, None, &mut rng, now).unwrap();
+    (
+        engine,
+        site,
+        client.client_id,
+        tokens.access_token.expose_secret().into(),
+        tokens.refresh_token.expose_secret().into(),
+    )
+}
+
+fn engine(c: &mut Criterion) {
+    let (engine, site, client_id, access, refresh) = engine_with_grant();
+    let now = Timestamp::from_secs(NOW.unsigned_abs());
+    let header = format!("Bearer {access}");
+    let required = ScopeSet::parse("skills:read").unwrap();
+    let resource = engine.site(&site).unwrap().resource();
+    let expect = Validation::new(TokenType::AccessToken, resource).issuer(ISS);
+    let mut g = c.benchmark_group("engine_memory");
+    g.bench_function("bare_jwt_verify", |b| {
+        b.iter(|| {
+            engine
+                .keyring()
+                .verify(black_box(&access), &expect, now)
+                .unwrap()
+        });
+    });
+    g.bench_function("verify_bearer_with_grant_check", |b| {
+        b.iter(|| {
+            engine
+                .verify_bearer(&site, Some(black_box(&header)), &required, now)
+                .unwrap()
+        });
+    });
+    let mut rng = StdRng::seed_from_u64(2);
+    let mut current = refresh;
+    g.bench_function("refresh_rotation", |b| {
+        b.iter(|| {
+            let body = encode_pairs([
+                ("grant_type", "refresh_token"),
+                ("refresh_token", current.as_str()),
+                ("client_id", client_id.as_str()),
+            ]);
+            let t = engine.token(&site, &body, None, &mut rng, now).unwrap();
+            current = t.refresh_token.expose_secret().to_string();
+        });
+    });
+    g.finish();
+}
+
+fn redirect(c: &mut Criterion) {
+    let origin = url::Url::parse("https://chat.example.com").unwrap();
+    let path = "/inbox/threads/42?f_label=work&sort=recent#latest";
+    let mut g = c.benchmark_group("redirect_guard");
+    g.bench_function("portcullis_safe_path", |b| {
+        b.iter(|| SafePath::new(black_box(path)).unwrap());
+    });
+    g.bench_function("url_parse_and_join", |b| {
+        b.iter(|| {
+            let base = url::Url::parse(black_box("https://chat.example.com")).unwrap();
+            let joined = base.join(black_box(path)).unwrap();
+            joined.origin() == origin.origin()
+        });
+    });
+    g.finish();
+}
+
+criterion_group!(benches, jwt, engine, redirect);
+criterion_main!(benches);

@@ -1,0 +1,314 @@
+//! Approvals of write actions: what a pending approval is bound to, the
+//! user's decision, and when an approval is void.
+//!
+//! A write (or an action of unknown effect) waits for the user unless its
+//! kind is auto-approved for the connected tab. The pending approval is bound
+//! to **the request, the position and exact fingerprint of the action, the
+//! grant and the policy in force** ([`Binding`]: grant id, the grant's epoch
+//! and the site's `policy_version`). The user may:
+//!
+//! * approve it **once** ([`ApprovalDecision::Once`]);
+//! * approve it and **auto-approve its kind** for the current tab connection
+//!   and client ([`ApprovalDecision::AutoApproveKind`]) — never offered for
+//!   unknown effects, in-page callers or sites that forbid it;
+//! * **deny** it ([`ApprovalDecision::Deny`]): the request ends with
+//!   `PERMISSION_DENIED`.
+//!
+//! An approval is used once, by the action it was shown for, and is void if
+//! the grant or the policy changed in between. Identical repeated writes ask
+//! again even when their kind is auto-approved: auto-approval covers each
+//! distinct write once per connection (see [`crate::tab`]).
+
+use alloc::string::String;
+use core::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::error::{ErrorCode, WireError};
+use crate::grant::GrantId;
+use crate::ledger::{Action, ActionFingerprint, RequestId};
+use crate::time::Timestamp;
+
+/// The policy in force when an approval was asked for or is used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Binding {
+    /// The grant the request runs under.
+    pub grant: GrantId,
+    /// That grant's site epoch.
+    pub epoch: u32,
+    /// The site's policy version.
+    pub policy_version: u32,
+}
+
+/// An approval waiting for the user.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingApproval {
+    /// The action's position in the request.
+    pub seq: u32,
+    /// The action, with its fingerprint.
+    pub action: Action,
+    /// The policy in force when it was asked for.
+    pub binding: Binding,
+    /// The requesting client, for the prompt.
+    pub client_id: String,
+    /// The client's unverified name, for the prompt.
+    pub client_name: Option<String>,
+    /// Whether the prompt may offer "auto-approve this kind".
+    pub offer_auto_approve: bool,
+    /// When it was asked for.
+    pub asked: Timestamp,
+}
+
+/// The user's answer to a prompt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ApprovalDecision {
+    /// Run this one action, once.
+    Once,
+    /// Run it, and auto-approve further (non-identical) writes of its kind
+    /// for the current tab connection and client.
+    AutoApproveKind,
+    /// Do not run it: the request ends with `PERMISSION_DENIED`.
+    Deny,
+}
+
+/// A granted approval, waiting for the resumed run to use it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Approved {
+    /// The position it is for.
+    pub seq: u32,
+    /// The exact action it is for.
+    pub fingerprint: ActionFingerprint,
+    /// The policy in force when the user decided.
+    pub binding: Binding,
+}
+
+impl PendingApproval {
+    /// Applies `decision` under the policy `in_force`. `Ok(Some(_))` is an
+    /// approval to store, `Ok(None)` a denial.
+    pub fn decide(
+        &self,
+        decision: ApprovalDecision,
+        in_force: &Binding,
+    ) -> Result<Option<Approved>, ApprovalError> {
+        if self.binding != *in_force {
+            return Err(ApprovalError::Void);
+        }
+        match decision {
+            ApprovalDecision::Deny => Ok(None),
+            ApprovalDecision::AutoApproveKind if !self.offer_auto_approve => {
+                Err(ApprovalError::AutoApprovalNotOffered)
+            }
+            ApprovalDecision::Once | ApprovalDecision::AutoApproveKind => Ok(Some(Approved {
+                seq: self.seq,
+                fingerprint: self.action.fingerprint(),
+                binding: self.binding,
+            })),
+        }
+    }
+
+    /// What the tab shows and the client is told.
+    #[must_use]
+    pub fn prompt(&self, request_id: RequestId) -> ApprovalPrompt {
+        ApprovalPrompt {
+            request_id,
+            grant: self.binding.grant,
+            seq: self.seq,
+            kind: self.action.kind().into(),
+            effect: self.action.effect(),
+            fingerprint: self.action.fingerprint(),
+            client_id: self.client_id.clone(),
+            client_name: self.client_name.clone(),
+            offer_auto_approve: self.offer_auto_approve,
+            asked: self.asked,
+        }
+    }
+}
+
+impl Approved {
+    /// Whether this approval covers the action at `seq` with `fingerprint`
+    /// under the policy `in_force`. The caller removes it once used.
+    #[must_use]
+    pub fn covers(&self, seq: u32, fingerprint: &ActionFingerprint, in_force: &Binding) -> bool {
+        self.seq == seq && self.fingerprint == *fingerprint && self.binding == *in_force
+    }
+}
+
+/// An approval prompt: the data of the dialog, naming the requesting client.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApprovalPrompt {
+    /// The request.
+    pub request_id: RequestId,
+    /// The grant it runs under.
+    pub grant: GrantId,
+    /// The action's position.
+    pub seq: u32,
+    /// The action's kind.
+    pub kind: String,
+    /// The action's effect.
+    pub effect: crate::ledger::Effect,
+    /// The exact action.
+    pub fingerprint: ActionFingerprint,
+    /// The requesting client.
+    pub client_id: String,
+    /// Its unverified name; show it marked as such.
+    pub client_name: Option<String>,
+    /// Whether to offer "auto-approve this kind".
+    pub offer_auto_approve: bool,
+    /// When it was asked for.
+    pub asked: Timestamp,
+}
+
+impl ApprovalPrompt {
+    /// The reference a decision names.
+    #[must_use]
+    pub fn reference(&self) -> ApprovalRef {
+        ApprovalRef {
+            grant: self.grant,
+            request_id: self.request_id,
+            seq: self.seq,
+            fingerprint: self.fingerprint,
+        }
+    }
+
+    /// The JSON form a client sees with `approval_pending`.
+    #[must_use]
+    pub fn to_json(&self) -> Value {
+        json!({
+            "kind": self.kind,
+            "effect": self.effect.as_str(),
+            "seq": self.seq,
+            "client": {
+                "id": self.client_id,
+                "name": self.client_name,
+                "verified": false,
+            },
+        })
+    }
+}
+
+/// Names one pending approval exactly: a decision about an older prompt
+/// (another action, or the same position asked again) is refused as stale.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ApprovalRef {
+    /// The grant.
+    pub grant: GrantId,
+    /// The request.
+    pub request_id: RequestId,
+    /// The action's position.
+    pub seq: u32,
+    /// The exact action.
+    pub fingerprint: ActionFingerprint,
+}
+
+/// Why a decision was refused.
+#[non_exhaustive]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ApprovalError {
+    /// No such approval is pending (decided already, or another action).
+    NotPending,
+    /// The grant or the policy changed since it was asked for: the run will
+    /// ask again.
+    Void,
+    /// Auto-approval was not offered for this prompt.
+    AutoApprovalNotOffered,
+    /// The approval belongs to another user.
+    Forbidden,
+    /// The store failed; nothing changed.
+    Store(crate::store::StoreError),
+}
+
+impl From<crate::store::StoreError> for ApprovalError {
+    fn from(e: crate::store::StoreError) -> Self {
+        Self::Store(e)
+    }
+}
+
+impl fmt::Display for ApprovalError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::NotPending => "no such approval is pending",
+            Self::Void => "the session or policy changed since this approval was asked for",
+            Self::AutoApprovalNotOffered => "auto-approval is not available for this action",
+            Self::Forbidden => "this approval belongs to another user",
+            Self::Store(_) => "temporary server error",
+        })
+    }
+}
+
+impl WireError for ApprovalError {
+    fn code(&self) -> ErrorCode {
+        match self {
+            Self::NotPending | Self::Void => ErrorCode::ExpectationFailed,
+            Self::AutoApprovalNotOffered => ErrorCode::InvalidParams,
+            Self::Forbidden => ErrorCode::PermissionDenied,
+            Self::Store(_) => ErrorCode::ServerError,
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for ApprovalError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::Effect;
+
+    fn pending(offer: bool) -> PendingApproval {
+        PendingApproval {
+            seq: 2,
+            action: Action::new("cart.add", Effect::Write, b"{}").unwrap(),
+            binding: Binding {
+                grant: GrantId::from_bytes([1; 16]),
+                epoch: 0,
+                policy_version: 3,
+            },
+            client_id: "c".into(),
+            client_name: Some("Agent".into()),
+            offer_auto_approve: offer,
+            asked: Timestamp::EPOCH,
+        }
+    }
+
+    #[test]
+    fn an_approval_covers_exactly_its_action_under_its_policy() {
+        let p = pending(true);
+        let approved = p
+            .decide(ApprovalDecision::Once, &p.binding)
+            .unwrap()
+            .unwrap();
+        let fp = p.action.fingerprint();
+        assert!(approved.covers(2, &fp, &p.binding));
+        assert!(!approved.covers(3, &fp, &p.binding));
+        let other = Action::new("cart.add", Effect::Write, b"{ }")
+            .unwrap()
+            .fingerprint();
+        assert!(!approved.covers(2, &other, &p.binding));
+        let mut newer = p.binding;
+        newer.policy_version += 1;
+        assert!(!approved.covers(2, &fp, &newer));
+        let mut regranted = p.binding;
+        regranted.grant = GrantId::from_bytes([2; 16]);
+        assert!(!approved.covers(2, &fp, &regranted));
+    }
+
+    #[test]
+    fn decisions() {
+        let p = pending(false);
+        assert_eq!(p.decide(ApprovalDecision::Deny, &p.binding), Ok(None));
+        assert_eq!(
+            p.decide(ApprovalDecision::AutoApproveKind, &p.binding),
+            Err(ApprovalError::AutoApprovalNotOffered)
+        );
+        let mut changed = p.binding;
+        changed.epoch = 1;
+        assert_eq!(
+            p.decide(ApprovalDecision::Once, &changed),
+            Err(ApprovalError::Void)
+        );
+        let prompt = pending(true).prompt(RequestId::from_bytes([9; 16]));
+        assert_eq!(prompt.to_json()["client"]["name"], "Agent");
+        assert_eq!(prompt.reference().seq, 2);
+    }
+}

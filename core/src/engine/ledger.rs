@@ -1,0 +1,1081 @@
+//! The ledger, approval and connected-tab operations: one store transaction
+//! each. See [`crate::ledger`] for the rules they implement.
+
+use alloc::vec::Vec;
+use core::ops::Bound;
+
+use super::{Engine, SiteOpError, Txn, keys, load_site};
+use crate::approval::{
+    ApprovalDecision, ApprovalError, ApprovalPrompt, ApprovalRef, Binding, PendingApproval,
+};
+use crate::bearer::Challenge;
+use crate::engine::Principal;
+use crate::grant::{Grant, GrantId, GrantStatus};
+use crate::ledger::{
+    self, Action, ActionVerdict, BeginAnswer, BeginError, Caller, Completion, Effect, End,
+    ExecuteParams, ExecutionRequest, ExecutionTicket, Failure, Lineage, Outcome, OutcomePage,
+    OutcomesError, Park, ReconnectLink, Report, RequestId, RequestState, StoredResult, TicketError,
+};
+use crate::metadata;
+use crate::scope::ScopeSet;
+use crate::site::{Site, SiteError, SiteId};
+use crate::store::{
+    Entry, ReadTransaction, Store, StoreError, Table, WriteTransaction, prefix_end,
+};
+use crate::tab::{Connected, Dispatch, TabConnection, TabError, TabHello};
+use crate::time::{Timestamp, TimestampMs};
+
+/// The failure a non-live grant status means.
+fn session_failure(status: Option<GrantStatus>) -> Failure {
+    match status {
+        Some(GrantStatus::Expired) => Failure::Expired,
+        _ => Failure::Revoked,
+    }
+}
+
+fn prefix_bounds(prefix: &[u8]) -> (Bound<&[u8]>, Option<Vec<u8>>) {
+    (Bound::Included(prefix), prefix_end(prefix))
+}
+
+/// Every entry under `prefix`.
+fn scan<R: ReadTransaction>(
+    txn: &R,
+    table: Table,
+    prefix: &[u8],
+    limit: usize,
+) -> Result<Vec<Entry>, StoreError> {
+    let (start, end) = prefix_bounds(prefix);
+    let end = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+    txn.range(table, start, end, limit)
+}
+
+/// Saves a request and keeps its indexes: the grant index while undecided,
+/// and an expiry entry at `look_at` (a hint: the sweep recomputes the real
+/// deadline and re-files the entry if it is later).
+fn store_request<W: WriteTransaction>(
+    txn: &mut Txn<W>,
+    lineage: &Lineage,
+    rec: &ExecutionRequest,
+    look_at: Timestamp,
+) -> Result<(), StoreError> {
+    let index = keys::grant_request(&rec.grant, &rec.id);
+    if rec.is_undecided() {
+        txn.put(Table::Requests, &index, &lineage.0)?;
+    } else {
+        txn.delete(Table::Requests, &index)?;
+    }
+    txn.put(
+        Table::Requests,
+        &keys::ledger_expiry(look_at, lineage, &rec.id),
+        &[],
+    )?;
+    txn.save(&keys::request(lineage, &rec.id), rec)
+}
+
+/// Ends every undecided request of `grant` (`SESSION_REVOKED`; running calls
+/// with `unknownTail`) and its tab connection, in the caller's transaction.
+/// Every path that revokes a grant calls this in the same transaction.
+pub(crate) fn cancel_grant_requests<W: WriteTransaction>(
+    txn: &mut Txn<W>,
+    grant: &GrantId,
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    for (key, lineage) in scan(
+        &*txn,
+        Table::Requests,
+        &keys::grant_requests(grant),
+        usize::MAX,
+    )? {
+        let (Some(id), Ok(lineage)) = (
+            key.get(17..33)
+                .and_then(|b| <[u8; 16]>::try_from(b).ok())
+                .map(RequestId::from_bytes),
+            <[u8; 32]>::try_from(lineage.as_slice()).map(Lineage),
+        ) else {
+            continue;
+        };
+        match txn.load::<ExecutionRequest>(&keys::request(&lineage, &id))? {
+            Some(mut rec) if rec.grant == *grant => {
+                rec.cancel(Failure::Revoked, now);
+                store_request(txn, &lineage, &rec, now)?;
+            }
+            _ => {
+                txn.delete(Table::Requests, &key)?;
+            }
+        }
+    }
+    if let Some(mut tab) = txn.load::<TabConnection>(&keys::tab(grant))?
+        && tab.end().is_some()
+    {
+        txn.save(&keys::tab(grant), &tab)?;
+    }
+    txn.delete(Table::Requests, &keys::rate(grant))?;
+    Ok(())
+}
+
+/// Cuts off the running requests of `grant` dispatched to `connection`.
+fn cut_runs<W: WriteTransaction>(
+    txn: &mut Txn<W>,
+    grant: &GrantId,
+    connection: u32,
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    for (key, lineage) in scan(
+        &*txn,
+        Table::Requests,
+        &keys::grant_requests(grant),
+        usize::MAX,
+    )? {
+        let (Some(id), Ok(lineage)) = (
+            key.get(17..33)
+                .and_then(|b| <[u8; 16]>::try_from(b).ok())
+                .map(RequestId::from_bytes),
+            <[u8; 32]>::try_from(lineage.as_slice()).map(Lineage),
+        ) else {
+            continue;
+        };
+        if let Some(mut rec) = txn.load::<ExecutionRequest>(&keys::request(&lineage, &id))?
+            && rec.grant == *grant
+            && rec.state == RequestState::Running
+            && rec.connection == connection
+        {
+            rec.cancel(Failure::ConnectionLost, now);
+            store_request(txn, &lineage, &rec, now)?;
+        }
+    }
+    Ok(())
+}
+
+fn reconnect_link(site: &Site) -> ReconnectLink {
+    ReconnectLink {
+        site: site.id.clone(),
+        url: site.consent_url.clone().or_else(|| {
+            site.allowed_origins
+                .first()
+                .map(|o| alloc::format!("{}/", o.trim_end_matches('/')))
+        }),
+    }
+}
+
+fn binding(site: &Site, grant: &Grant) -> Binding {
+    Binding {
+        grant: grant.id,
+        epoch: grant.epoch,
+        policy_version: site.policy_version,
+    }
+}
+
+/// What a ticket operation works on, once the ticket is known current.
+struct RunContext {
+    key: Vec<u8>,
+    rec: ExecutionRequest,
+    site: Site,
+    grant: Grant,
+    tab: TabConnection,
+}
+
+impl<S: Store> Engine<S> {
+    fn grant_status<R: ReadTransaction>(
+        &self,
+        txn: &R,
+        site: &Site,
+        id: &GrantId,
+        now: Timestamp,
+    ) -> Result<(Option<Grant>, Option<GrantStatus>), StoreError> {
+        let grant: Option<Grant> = txn.load(id.as_bytes())?;
+        let status = grant.as_ref().map(|g| g.status(site, now, &self.policy));
+        Ok((grant, status))
+    }
+
+    fn page<R: ReadTransaction>(
+        &self,
+        txn: &R,
+        lineage: &Lineage,
+        rec: &ExecutionRequest,
+        from: u32,
+    ) -> Result<OutcomePage, StoreError> {
+        let start = keys::outcome(lineage, &rec.id, from);
+        let prefix = keys::outcomes(lineage, &rec.id);
+        let end = prefix_end(&prefix);
+        let end = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+        let entries = txn.range(
+            Table::Outcomes,
+            Bound::Included(&start),
+            end,
+            ledger::OUTCOME_PAGE,
+        )?;
+        let mut outcomes = Vec::with_capacity(entries.len());
+        for (_, bytes) in entries {
+            outcomes.push(crate::store::codec::decode::<Outcome>(&bytes).map_err(|e| {
+                StoreError::new(crate::store::StoreErrorKind::Corrupt, "outcomes", e)
+            })?);
+        }
+        let reached = from.saturating_add(outcomes.len() as u32);
+        let next = if reached < rec.outcomes && !outcomes.is_empty() {
+            ledger::issue_cursor(&self.keyring, lineage, &rec.id, reached)
+        } else {
+            None
+        };
+        Ok(OutcomePage {
+            outcomes,
+            next,
+            total: rec.outcomes,
+        })
+    }
+
+    fn stored<R: ReadTransaction>(
+        &self,
+        txn: &R,
+        lineage: &Lineage,
+        rec: &ExecutionRequest,
+        from: u32,
+    ) -> Result<Option<StoredResult>, StoreError> {
+        let RequestState::Done {
+            at,
+            end,
+            unknown_tail,
+        } = &rec.state
+        else {
+            return Ok(None);
+        };
+        Ok(Some(StoredResult {
+            request_id: rec.id,
+            end: end.clone(),
+            unknown_tail: *unknown_tail,
+            finished: *at,
+            outcomes: self.page(txn, lineage, rec, from)?,
+        }))
+    }
+
+    fn save_request<W: WriteTransaction>(
+        &self,
+        txn: &mut Txn<W>,
+        lineage: &Lineage,
+        rec: &ExecutionRequest,
+    ) -> Result<(), StoreError> {
+        store_request(
+            txn,
+            lineage,
+            rec,
+            rec.next_deadline(self.policy.result_retention),
+        )
+    }
+
+    /// `execute`: admits a call with a request id, or tells the caller where
+    /// that request stands. `principal` comes from [`Engine::verify_bearer`];
+    /// the grant is checked again here. `now` is in milliseconds for the
+    /// rate limiter; everything else uses its whole second.
+    ///
+    /// Order of checks: site switch, session, rate limit, then the request id
+    /// (replay, stored result, pending state), then — for new or resumed
+    /// work — the undecided limit and the live tab. Only an admitted run, a
+    /// state change the check itself causes (a cut-off run, an adoption) and
+    /// the rate limiter write anything.
+    #[allow(
+        clippy::too_many_lines,
+        reason = "one decision table, read top to bottom; splitting it would scatter the order of checks"
+    )]
+    pub fn begin(
+        &self,
+        principal: &Principal,
+        params: &ExecuteParams,
+        caller: Caller,
+        now: TimestampMs,
+    ) -> Result<BeginAnswer, BeginError> {
+        let from = params.outcome_cursor.as_deref();
+        self.transact(|txn| {
+            let now_s = now.timestamp();
+            let site = load_site(&*txn, &principal.site).map_err(|e| match e {
+                SiteOpError::Store(e) => BeginError::Store(e),
+                SiteOpError::Site(_) => BeginError::SessionRevoked,
+            })?;
+            if let Err(SiteError::Disabled { retry_after_secs }) = site.ensure_enabled() {
+                return Err(BeginError::Unavailable { retry_after_secs });
+            }
+            let (grant, status) = self.grant_status(&*txn, &site, &principal.grant, now_s)?;
+            let grant = match (grant, status) {
+                (Some(g), Some(GrantStatus::Live)) => g,
+                (_, Some(GrantStatus::Expired)) => return Err(BeginError::SessionExpired),
+                _ => return Err(BeginError::SessionRevoked),
+            };
+            let rate_key = keys::rate(&grant.id);
+            let tat = txn
+                .get(Table::Requests, &rate_key)?
+                .and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
+                .map(u64::from_be_bytes);
+            match self.policy.execute_rate.check(tat, now.as_millis()) {
+                Ok(next) => txn.put(Table::Requests, &rate_key, &next.to_be_bytes())?,
+                Err(retry_after_ms) => return Err(BeginError::RateLimited { retry_after_ms }),
+            }
+            let lineage = Lineage::of(site.id.as_str(), &grant.subject, &grant.client_id);
+            let key = keys::request(&lineage, &params.request_id);
+            let tab: Option<TabConnection> = txn.load(&keys::tab(&grant.id))?;
+            let timeout = self.policy.tab_heartbeat_timeout;
+            let dispatch = |tab: &Option<TabConnection>| match tab {
+                Some(t) => t.dispatch(false, now_s, timeout),
+                None => Dispatch::NoLiveTab,
+            };
+            let ticket = |rec: &ExecutionRequest| ExecutionTicket {
+                lineage,
+                request_id: rec.id,
+                site: site.id.clone(),
+                grant: grant.id,
+                run: rec.run,
+                next_action: 0,
+                connection: rec.connection,
+                scopes: principal.scopes.clone(),
+                client_id: grant.client_id.clone(),
+                client_name: grant.client_name.clone(),
+            };
+
+            let Some(mut rec) = txn.load::<ExecutionRequest>(&key)? else {
+                let limit = self.policy.max_undecided_requests;
+                let undecided = scan(
+                    &*txn,
+                    Table::Requests,
+                    &keys::grant_requests(&grant.id),
+                    limit as usize + 1,
+                )?;
+                if undecided.len() >= limit as usize {
+                    return Err(BeginError::TooManyUndecided { limit });
+                }
+                let Dispatch::To(connection) = dispatch(&tab) else {
+                    return Err(BeginError::NoLiveTab(reconnect_link(&site)));
+                };
+                let rec = ExecutionRequest::new(
+                    params.request_id,
+                    params.fingerprint(),
+                    grant.id,
+                    grant.absolute_deadline(&self.policy),
+                    caller == Caller::InPage,
+                    connection,
+                    now_s,
+                );
+                self.save_request(txn, &lineage, &rec)?;
+                return Ok(BeginAnswer::Run(ticket(&rec)));
+            };
+            if rec.fingerprint != params.fingerprint() {
+                return Err(BeginError::ReplayDetected);
+            }
+            let from = match from {
+                Some(c) => ledger::open_cursor(&self.keyring, &lineage, &rec.id, c)?,
+                None => 0,
+            };
+
+            // A request of another grant of the lineage (a scope upgrade).
+            if rec.grant != grant.id {
+                let (_, owner) = self.grant_status(&*txn, &site, &rec.grant, now_s)?;
+                let owner_tab: Option<TabConnection> = txn.load(&keys::tab(&rec.grant))?;
+                if owner != Some(GrantStatus::Live) {
+                    if rec.is_undecided() {
+                        rec.cancel(session_failure(owner), now_s);
+                        self.save_request(txn, &lineage, &rec)?;
+                    }
+                    if owner != Some(GrantStatus::Expired) {
+                        // A revoked grant's results are read by nobody.
+                        return Err(BeginError::ResultExpired);
+                    }
+                } else if rec.state == RequestState::Running {
+                    if dispatch(&owner_tab) == Dispatch::To(rec.connection) {
+                        return Ok(BeginAnswer::ExecutionPending(rec.id));
+                    }
+                    rec.cancel(Failure::ConnectionLost, now_s);
+                    self.save_request(txn, &lineage, &rec)?;
+                } else if rec.is_undecided() {
+                    txn.delete(Table::Requests, &keys::grant_request(&rec.grant, &rec.id))?;
+                    rec.adopt(grant.id, grant.absolute_deadline(&self.policy));
+                    self.save_request(txn, &lineage, &rec)?;
+                }
+            }
+
+            match &rec.state {
+                RequestState::Done { .. } => {
+                    if rec
+                        .retained_until(self.policy.result_retention)
+                        .is_some_and(|until| now_s >= until)
+                    {
+                        return Err(BeginError::ResultExpired);
+                    }
+                    let stored = self.stored(&*txn, &lineage, &rec, from)?;
+                    return stored
+                        .map(BeginAnswer::Stored)
+                        .ok_or(BeginError::ResultExpired);
+                }
+                RequestState::Expired => return Err(BeginError::ResultExpired),
+                RequestState::Running => {
+                    if dispatch(&tab) == Dispatch::To(rec.connection) {
+                        return Ok(BeginAnswer::ExecutionPending(rec.id));
+                    }
+                    rec.cancel(Failure::ConnectionLost, now_s);
+                    self.save_request(txn, &lineage, &rec)?;
+                    let stored = self.stored(&*txn, &lineage, &rec, from)?;
+                    return stored
+                        .map(BeginAnswer::Stored)
+                        .ok_or(BeginError::ResultExpired);
+                }
+                RequestState::AwaitingApproval(pending) => {
+                    if pending.binding == binding(&site, &grant) {
+                        return Ok(BeginAnswer::ApprovalPending(pending.prompt(rec.id)));
+                    }
+                    // Void: the grant or policy changed. The run asks again.
+                    rec.approved = None;
+                    rec.park(Park::Resume);
+                }
+                RequestState::Parked(Park::Scope(needed)) => {
+                    if !needed.is_subset(&principal.scopes) {
+                        let md = metadata::protected_resource_metadata_url(&site);
+                        return Err(BeginError::InsufficientScope(
+                            Challenge::insufficient_scope(&md, &needed.union(&principal.scopes)),
+                        ));
+                    }
+                }
+                RequestState::Parked(_) => {}
+            }
+            let Dispatch::To(connection) = dispatch(&tab) else {
+                return Err(BeginError::NoLiveTab(reconnect_link(&site)));
+            };
+            rec.resume(connection);
+            self.save_request(txn, &lineage, &rec)?;
+            Ok(BeginAnswer::Run(ticket(&rec)))
+        })
+    }
+
+    /// Loads what a ticket operation needs, or ends the request if its
+    /// grant is no longer live or its tab connection moved.
+    fn run_context<W: WriteTransaction>(
+        &self,
+        txn: &mut Txn<W>,
+        ticket: &ExecutionTicket,
+        now: Timestamp,
+    ) -> Result<RunContext, TicketError> {
+        let key = keys::request(&ticket.lineage, &ticket.request_id);
+        let Some(mut rec) = txn.load::<ExecutionRequest>(&key)? else {
+            return Err(TicketError::Stale);
+        };
+        if rec.grant != ticket.grant || rec.run != ticket.run || rec.state != RequestState::Running
+        {
+            return Err(TicketError::Stale);
+        }
+        let site = load_site(&*txn, &ticket.site).map_err(|e| match e {
+            SiteOpError::Store(e) => TicketError::Store(e),
+            SiteOpError::Site(_) => TicketError::Stale,
+        })?;
+        let (grant, status) = self.grant_status(&*txn, &site, &rec.grant, now)?;
+        let grant = match (grant, status) {
+            (Some(g), Some(GrantStatus::Live)) => g,
+            (_, status) => {
+                let why = session_failure(status);
+                rec.cancel(why, now);
+                self.save_request(txn, &ticket.lineage, &rec)?;
+                return Err(TicketError::Ended(why));
+            }
+        };
+        let tab = txn
+            .load::<TabConnection>(&keys::tab(&grant.id))?
+            .filter(|t| {
+                t.dispatch(false, now, self.policy.tab_heartbeat_timeout)
+                    == Dispatch::To(rec.connection)
+            });
+        let Some(tab) = tab else {
+            rec.cancel(Failure::ConnectionLost, now);
+            self.save_request(txn, &ticket.lineage, &rec)?;
+            return Err(TicketError::Ended(Failure::ConnectionLost));
+        };
+        Ok(RunContext {
+            key,
+            rec,
+            site,
+            grant,
+            tab,
+        })
+    }
+
+    /// Authorizes the next action of a run (see [`ActionVerdict`]): replays
+    /// a recorded one, checks its scope (reads need `skills:read`, writes and
+    /// unknown effects `skills:write`), the tab's visibility for actions that
+    /// drive page controls, and the approval of writes and unknown effects.
+    pub fn authorize_action(
+        &self,
+        mut ticket: ExecutionTicket,
+        action: &Action,
+        now: Timestamp,
+    ) -> Result<ActionVerdict, TicketError> {
+        self.transact(move |txn| {
+            let RunContext {
+                key,
+                mut rec,
+                site,
+                grant,
+                mut tab,
+            } = self.run_context(txn, &ticket, now)?;
+            if rec.in_flight.is_some() {
+                return Err(TicketError::OutOfOrder(alloc::boxed::Box::new(ticket)));
+            }
+            let lineage = ticket.lineage;
+            let seq = ticket.next_action;
+            let fingerprint = action.fingerprint();
+            if seq < rec.outcomes {
+                let recorded: Option<Outcome> = txn.load(&keys::outcome(&lineage, &rec.id, seq))?;
+                return match recorded {
+                    Some(o) if o.fingerprint == fingerprint => {
+                        ticket.next_action += 1;
+                        Ok(ActionVerdict::Replay(ticket, o))
+                    }
+                    _ => {
+                        rec.finish(End::Failed(Failure::Diverged), false, now);
+                        self.save_request(txn, &lineage, &rec)?;
+                        Err(TicketError::Ended(Failure::Diverged))
+                    }
+                };
+            }
+            let needed = action.effect().required_scope();
+            if !ticket.scopes.contains(needed) {
+                let needed = ScopeSet::from_tokens([needed]).unwrap_or_default();
+                let md = metadata::protected_resource_metadata_url(&site);
+                let challenge = Challenge::insufficient_scope(&md, &needed.union(&ticket.scopes));
+                rec.park(Park::Scope(needed));
+                self.save_request(txn, &lineage, &rec)?;
+                return Ok(ActionVerdict::InsufficientScope(challenge));
+            }
+            if action.drives_page() && !tab.visible {
+                rec.park(Park::TabHidden);
+                self.save_request(txn, &lineage, &rec)?;
+                return Ok(ActionVerdict::TabNotVisible);
+            }
+            if action.effect().needs_approval() {
+                let in_force = binding(&site, &grant);
+                let may_auto =
+                    action.effect() == Effect::Write && !rec.in_page && site.auto_approval_allowed;
+                if rec
+                    .approved
+                    .is_some_and(|a| a.covers(seq, &fingerprint, &in_force))
+                {
+                    rec.approved = None;
+                } else if may_auto && tab.auto_approves(action.kind(), &fingerprint) {
+                    tab.remember_write(fingerprint);
+                    txn.save(&keys::tab(&grant.id), &tab)?;
+                } else {
+                    rec.approved = None;
+                    let pending = PendingApproval {
+                        seq,
+                        action: action.clone(),
+                        binding: in_force,
+                        client_id: ticket.client_id.clone(),
+                        client_name: ticket.client_name.clone(),
+                        offer_auto_approve: may_auto,
+                        asked: now,
+                    };
+                    let prompt = pending.prompt(rec.id);
+                    rec.ask(pending);
+                    self.save_request(txn, &lineage, &rec)?;
+                    return Ok(ActionVerdict::ApprovalPending(prompt));
+                }
+            }
+            rec.dispatch(seq, action);
+            txn.save(&key, &rec)?;
+            ticket.next_action += 1;
+            Ok(ActionVerdict::Run(ticket))
+        })
+    }
+
+    /// Records the outcome of the action the run was last authorized to
+    /// perform; returns the ticket for the next action.
+    pub fn record_outcome(
+        &self,
+        ticket: ExecutionTicket,
+        report: Report,
+        now: Timestamp,
+    ) -> Result<ExecutionTicket, TicketError> {
+        if let Err(e) = report.validate() {
+            return Err(TicketError::Invalid(alloc::boxed::Box::new(ticket), e));
+        }
+        self.transact(move |txn| {
+            let RunContext { key, mut rec, .. } = self.run_context(txn, &ticket, now)?;
+            let Some(done) = rec.confirm() else {
+                return Err(TicketError::OutOfOrder(alloc::boxed::Box::new(ticket)));
+            };
+            let outcome = Outcome {
+                seq: done.seq,
+                kind: done.kind,
+                effect: done.effect,
+                fingerprint: done.fingerprint,
+                status: report.status,
+                summary: report.summary,
+            };
+            txn.save(&keys::outcome(&ticket.lineage, &rec.id, done.seq), &outcome)?;
+            txn.save(&key, &rec)?;
+            Ok(ticket)
+        })
+    }
+
+    /// Ends the run with the code's result or business error and returns
+    /// the stored result. `unknownTail` is set if an authorized action was
+    /// never confirmed.
+    pub fn complete(
+        &self,
+        ticket: ExecutionTicket,
+        completion: &Completion,
+        now: Timestamp,
+    ) -> Result<StoredResult, TicketError> {
+        let end = match End::from_completion(completion, self.policy.max_result_bytes) {
+            Ok(end) => end,
+            Err(e) => return Err(TicketError::Invalid(alloc::boxed::Box::new(ticket), e)),
+        };
+        self.transact(move |txn| {
+            let RunContext { mut rec, .. } = self.run_context(txn, &ticket, now)?;
+            rec.finish(end, false, now);
+            self.save_request(txn, &ticket.lineage, &rec)?;
+            self.stored(&*txn, &ticket.lineage, &rec, 0)?
+                .ok_or(TicketError::Stale)
+        })
+    }
+
+    /// A page of a stored result's outcomes, from an `outcomeCursor`.
+    pub fn outcomes(
+        &self,
+        principal: &Principal,
+        request_id: &RequestId,
+        cursor: &str,
+        now: Timestamp,
+    ) -> Result<OutcomePage, OutcomesError> {
+        self.read(|txn| {
+            let site = load_site(txn, &principal.site).map_err(|e| match e {
+                SiteOpError::Store(e) => OutcomesError::Store(e),
+                SiteOpError::Site(_) => OutcomesError::Session(Failure::Revoked),
+            })?;
+            let (grant, status) = self.grant_status(txn, &site, &principal.grant, now)?;
+            let Some(grant) = grant.filter(|_| status == Some(GrantStatus::Live)) else {
+                return Err(OutcomesError::Session(session_failure(status)));
+            };
+            let lineage = Lineage::of(site.id.as_str(), &grant.subject, &grant.client_id);
+            let from = ledger::open_cursor(&self.keyring, &lineage, request_id, cursor)
+                .map_err(OutcomesError::Invalid)?;
+            let rec: ExecutionRequest = txn
+                .load(&keys::request(&lineage, request_id))?
+                .ok_or(OutcomesError::NotFound)?;
+            if rec.grant != grant.id {
+                let (_, owner) = self.grant_status(txn, &site, &rec.grant, now)?;
+                if owner == Some(GrantStatus::Revoked) || owner.is_none() {
+                    return Err(OutcomesError::ResultExpired);
+                }
+            }
+            match rec.retained_until(self.policy.result_retention) {
+                Some(until) if now < until => Ok(self.page(txn, &lineage, &rec, from)?),
+                None if rec.is_undecided() => Err(OutcomesError::Pending),
+                _ => Err(OutcomesError::ResultExpired),
+            }
+        })
+    }
+
+    /// Deletes expired results (keeping tombstones) and records past their
+    /// grant's deadline, through the ledger's expiry index, doing at most
+    /// `budget` units of work (index entries and outcomes). Returns the work
+    /// done; call again while it returns `budget`.
+    pub fn sweep_ledger(&self, now: Timestamp, budget: usize) -> Result<usize, StoreError> {
+        self.transact(|txn| {
+            let end = keys::ledger_expiry_after(now);
+            let due = txn.range(
+                Table::Requests,
+                Bound::Included(b"e".as_slice()),
+                Bound::Excluded(&end),
+                budget,
+            )?;
+            let mut work = 0;
+            for (entry, _) in &due {
+                if work >= budget {
+                    break;
+                }
+                work += 1;
+                txn.delete(Table::Requests, entry)?;
+                let Some((at, lineage, id)) = keys::split_ledger_expiry(entry) else {
+                    continue;
+                };
+                let key = keys::request(&lineage, &id);
+                let Some(mut rec) = txn.load::<ExecutionRequest>(&key)? else {
+                    continue;
+                };
+                let deadline = rec.next_deadline(self.policy.result_retention);
+                if deadline > now {
+                    txn.put(
+                        Table::Requests,
+                        &keys::ledger_expiry(deadline, &lineage, &id),
+                        &[],
+                    )?;
+                    continue;
+                }
+                if !matches!(rec.state, RequestState::Expired) {
+                    let room = budget.saturating_sub(work);
+                    let outcomes = scan(
+                        &*txn,
+                        Table::Outcomes,
+                        &keys::outcomes(&lineage, &id),
+                        room + 1,
+                    )?;
+                    let finished = outcomes.len() <= room;
+                    for (k, _) in outcomes.iter().take(room) {
+                        txn.delete(Table::Outcomes, k)?;
+                        work += 1;
+                    }
+                    if !finished {
+                        // Come back for the rest.
+                        txn.put(Table::Requests, entry, &[])?;
+                        break;
+                    }
+                }
+                if now >= rec.grant_end {
+                    txn.delete(Table::Requests, &keys::grant_request(&rec.grant, &id))?;
+                    txn.delete(Table::Requests, &key)?;
+                } else {
+                    rec.expire();
+                    txn.save(&key, &rec)?;
+                    txn.put(
+                        Table::Requests,
+                        &keys::ledger_expiry(rec.grant_end, &lineage, &id),
+                        &[],
+                    )?;
+                }
+                let _ = at;
+            }
+            Ok(work)
+        })
+    }
+
+    /// The approvals waiting for `subject` on `grant`, for the tab's dialogs.
+    pub fn pending_approvals(
+        &self,
+        site: &SiteId,
+        subject: &str,
+        grant: &GrantId,
+    ) -> Result<Vec<ApprovalPrompt>, ApprovalError> {
+        self.read(|txn| {
+            let g: Grant = txn
+                .load(grant.as_bytes())?
+                .filter(|g: &Grant| g.site == *site && g.subject == subject)
+                .ok_or(ApprovalError::Forbidden)?;
+            let lineage = Lineage::of(site.as_str(), &g.subject, &g.client_id);
+            let mut out = Vec::new();
+            for (key, _) in scan(
+                txn,
+                Table::Requests,
+                &keys::grant_requests(grant),
+                usize::MAX,
+            )? {
+                let Some(id) = key
+                    .get(17..33)
+                    .and_then(|b| <[u8; 16]>::try_from(b).ok())
+                    .map(RequestId::from_bytes)
+                else {
+                    continue;
+                };
+                if let Some(rec) = txn.load::<ExecutionRequest>(&keys::request(&lineage, &id))?
+                    && let RequestState::AwaitingApproval(p) = &rec.state
+                {
+                    out.push(p.prompt(rec.id));
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    /// The user's decision on an approval prompt, from the connected tab of
+    /// the signed-in `subject`. Deny ends the request with
+    /// `PERMISSION_DENIED`; an approval lets the next `begin` with the same
+    /// request id resume and run the action once.
+    pub fn decide_approval(
+        &self,
+        site_id: &SiteId,
+        subject: &str,
+        approval: &ApprovalRef,
+        decision: ApprovalDecision,
+        now: Timestamp,
+    ) -> Result<(), ApprovalError> {
+        self.transact(|txn| {
+            let site = load_site(&*txn, site_id).map_err(|e| match e {
+                SiteOpError::Store(e) => ApprovalError::Store(e),
+                SiteOpError::Site(_) => ApprovalError::Forbidden,
+            })?;
+            let (grant, status) = self.grant_status(&*txn, &site, &approval.grant, now)?;
+            let grant = grant
+                .filter(|g| g.site == site.id && g.subject == subject)
+                .ok_or(ApprovalError::Forbidden)?;
+            let lineage = Lineage::of(site.id.as_str(), &grant.subject, &grant.client_id);
+            let key = keys::request(&lineage, &approval.request_id);
+            let mut rec: ExecutionRequest = txn.load(&key)?.ok_or(ApprovalError::NotPending)?;
+            let RequestState::AwaitingApproval(pending) = &rec.state else {
+                return Err(ApprovalError::NotPending);
+            };
+            if rec.grant != grant.id
+                || pending.seq != approval.seq
+                || pending.action.fingerprint() != approval.fingerprint
+            {
+                return Err(ApprovalError::NotPending);
+            }
+            if status != Some(GrantStatus::Live) {
+                return Err(ApprovalError::Void);
+            }
+            let pending = pending.clone();
+            match pending.decide(decision, &binding(&site, &grant)) {
+                Err(ApprovalError::Void) => {
+                    rec.approved = None;
+                    rec.park(Park::Resume);
+                    self.save_request(txn, &lineage, &rec)?;
+                    Err(ApprovalError::Void)
+                }
+                Err(e) => Err(e),
+                Ok(None) => {
+                    rec.finish(End::Failed(Failure::Denied), false, now);
+                    self.save_request(txn, &lineage, &rec)?;
+                    Ok(())
+                }
+                Ok(Some(approved)) => {
+                    if decision == ApprovalDecision::AutoApproveKind
+                        && let Some(mut tab) = txn.load::<TabConnection>(&keys::tab(&grant.id))?
+                        && tab.connected
+                    {
+                        tab.allow_kind(pending.action.kind(), approved.fingerprint);
+                        txn.save(&keys::tab(&grant.id), &tab)?;
+                    }
+                    rec.approved = Some(approved);
+                    rec.park(Park::Resume);
+                    self.save_request(txn, &lineage, &rec)?;
+                    Ok(())
+                }
+            }
+        })
+    }
+
+    /// Loads the grant a tab operation is for, checking it is `subject`'s on
+    /// `site` and live.
+    fn tab_grant<R: ReadTransaction>(
+        &self,
+        txn: &R,
+        site_id: &SiteId,
+        subject: &str,
+        grant: &GrantId,
+        now: Timestamp,
+    ) -> Result<Site, TabError> {
+        let site = load_site(txn, site_id).map_err(|e| match e {
+            SiteOpError::Store(e) => TabError::Store(e),
+            SiteOpError::Site(_) => TabError::Forbidden,
+        })?;
+        if let Err(SiteError::Disabled { retry_after_secs }) = site.ensure_enabled() {
+            return Err(TabError::Unavailable { retry_after_secs });
+        }
+        let (g, status) = self.grant_status(txn, &site, grant, now)?;
+        if !g.is_some_and(|g| g.site == site.id && g.subject == subject) {
+            return Err(TabError::Forbidden);
+        }
+        if status != Some(GrantStatus::Live) {
+            return Err(TabError::Session(session_failure(status)));
+        }
+        Ok(site)
+    }
+
+    fn move_tab(
+        &self,
+        site_id: &SiteId,
+        subject: &str,
+        grant: &GrantId,
+        hello: &TabHello,
+        take_over: bool,
+        now: Timestamp,
+    ) -> Result<Connected, TabError> {
+        hello.validate()?;
+        self.transact(|txn| {
+            let site = self.tab_grant(&*txn, site_id, subject, grant, now)?;
+            let key = keys::tab(grant);
+            let (tab, connected) = match txn.load::<TabConnection>(&key)? {
+                None => {
+                    let tab = TabConnection::new(*grant, site.id.clone(), hello, now);
+                    let c = Connected {
+                        connection: tab.connection,
+                        ended: None,
+                    };
+                    (tab, c)
+                }
+                Some(mut tab) => {
+                    if tab.browser_session != hello.browser_session {
+                        txn.delete(
+                            Table::Tabs,
+                            &keys::with_grant(
+                                keys::session_tabs(&site.id, &tab.browser_session),
+                                grant,
+                            ),
+                        )?;
+                    }
+                    let c = if take_over {
+                        tab.take_over(hello, now)
+                    } else {
+                        tab.connect(hello, now, self.policy.tab_heartbeat_timeout)?
+                    };
+                    (tab, c)
+                }
+            };
+            if let Some(ended) = connected.ended {
+                cut_runs(txn, grant, ended, now)?;
+            }
+            txn.put(
+                Table::Tabs,
+                &keys::with_grant(keys::session_tabs(&site.id, &hello.browser_session), grant),
+                &[],
+            )?;
+            txn.save(&key, &tab)?;
+            Ok(connected)
+        })
+    }
+
+    /// A page connects as `grant`'s executor: a first connection, the same
+    /// one again, or a reload of the connected tab (which ends the old page's
+    /// connection: its runs are cut off, its auto-approvals end). Another tab
+    /// is refused with [`TabError::Busy`] while the connection is live.
+    pub fn connect_tab(
+        &self,
+        site: &SiteId,
+        subject: &str,
+        grant: &GrantId,
+        hello: &TabHello,
+        now: Timestamp,
+    ) -> Result<Connected, TabError> {
+        self.move_tab(site, subject, grant, hello, false, now)
+    }
+
+    /// "Use this tab": moves `grant`'s connection to this page. Calls
+    /// dispatched to the old tab are cut off and end with `unknownTail`.
+    pub fn take_over_tab(
+        &self,
+        site: &SiteId,
+        subject: &str,
+        grant: &GrantId,
+        hello: &TabHello,
+        now: Timestamp,
+    ) -> Result<Connected, TabError> {
+        self.move_tab(site, subject, grant, hello, true, now)
+    }
+
+    /// A heartbeat (with visibility) from the connected page.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "each argument is one fact the adapter holds; bundling them would only rename them"
+    )]
+    pub fn tab_heartbeat(
+        &self,
+        site: &SiteId,
+        subject: &str,
+        grant: &GrantId,
+        tab_id: &str,
+        page_instance: &str,
+        visible: bool,
+        now: Timestamp,
+    ) -> Result<(), TabError> {
+        self.transact(|txn| {
+            self.tab_grant(&*txn, site, subject, grant, now)?;
+            let key = keys::tab(grant);
+            let mut tab: TabConnection = txn.load(&key)?.ok_or(TabError::NotConnected)?;
+            tab.heartbeat(
+                tab_id,
+                page_instance,
+                visible,
+                now,
+                self.policy.tab_heartbeat_timeout,
+            )?;
+            txn.save(&key, &tab)?;
+            Ok(())
+        })
+    }
+
+    /// The connected page disconnects: the connection ends (its runs are cut
+    /// off, its auto-approvals end); the grant stays.
+    pub fn disconnect_tab(
+        &self,
+        site: &SiteId,
+        subject: &str,
+        grant: &GrantId,
+        tab_id: &str,
+        page_instance: &str,
+        now: Timestamp,
+    ) -> Result<(), TabError> {
+        self.transact(|txn| {
+            let key = keys::tab(grant);
+            let mut tab: TabConnection = txn.load(&key)?.ok_or(TabError::NotConnected)?;
+            if tab.site != *site {
+                return Err(TabError::Forbidden);
+            }
+            let g: Option<Grant> = txn.load(grant.as_bytes())?;
+            if g.is_none_or(|g| g.subject != subject) {
+                return Err(TabError::Forbidden);
+            }
+            let ended = tab.disconnect(tab_id, page_instance)?;
+            cut_runs(txn, grant, ended, now)?;
+            txn.save(&key, &tab)?;
+            Ok(())
+        })
+    }
+
+    /// Sign-out: ends every tab connection of `browser_session` on `site`
+    /// at once, with their auto-approvals. Returns how many ended.
+    pub fn reset_session(
+        &self,
+        site: &SiteId,
+        browser_session: &str,
+        now: Timestamp,
+    ) -> Result<usize, StoreError> {
+        self.transact(|txn| {
+            let prefix = keys::session_tabs(site, browser_session);
+            let mut ended = 0;
+            for (index, _) in scan(&*txn, Table::Tabs, &prefix, usize::MAX)? {
+                txn.delete(Table::Tabs, &index)?;
+                let Some(grant) = index
+                    .len()
+                    .checked_sub(16)
+                    .and_then(|at| <[u8; 16]>::try_from(&index[at..]).ok())
+                    .map(GrantId::from_bytes)
+                else {
+                    continue;
+                };
+                let key = keys::tab(&grant);
+                if let Some(mut tab) = txn.load::<TabConnection>(&key)?
+                    && tab.browser_session == browser_session
+                    && let Some(connection) = tab.end()
+                {
+                    cut_runs(txn, &grant, connection, now)?;
+                    txn.save(&key, &tab)?;
+                    ended += 1;
+                }
+            }
+            Ok(ended)
+        })
+    }
+
+    /// `grant`'s tab connection, if it ever connected.
+    pub fn tab_connection(&self, grant: &GrantId) -> Result<Option<TabConnection>, StoreError> {
+        self.read(|txn| txn.load(&keys::tab(grant)))
+    }
+
+    /// Where an action of `grant` would be dispatched now: the live
+    /// connection, `no_live_tab` or `tab_not_visible`.
+    pub fn dispatch(
+        &self,
+        grant: &GrantId,
+        drives_page: bool,
+        now: Timestamp,
+    ) -> Result<Dispatch, StoreError> {
+        Ok(match self.tab_connection(grant)? {
+            Some(tab) => tab.dispatch(drives_page, now, self.policy.tab_heartbeat_timeout),
+            None => Dispatch::NoLiveTab,
+        })
+    }
+
+    /// A request as stored, for administration and tests.
+    pub fn execution_request(
+        &self,
+        principal: &Principal,
+        request_id: &RequestId,
+    ) -> Result<Option<ExecutionRequest>, StoreError> {
+        let lineage = Lineage::of(
+            principal.site.as_str(),
+            &principal.subject,
+            &principal.client_id,
+        );
+        self.read(|txn| txn.load(&keys::request(&lineage, request_id)))
+    }
+}

@@ -1,0 +1,267 @@
+//! Actions inside a run and their confirmed outcomes.
+//!
+//! An [`Action`] is what the running code asks the page to do: a kind (the
+//! skill or control it names), an [`Effect`], whether it drives page
+//! controls, and the [`ActionFingerprint`] of its exact arguments. An
+//! [`Outcome`] is the confirmed record of one action that ran, numbered in
+//! the order the actions were authorized.
+
+use alloc::string::String;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::LedgerError;
+use super::id::ActionFingerprint;
+use crate::scope::{SKILLS_READ, SKILLS_WRITE};
+use crate::store::{Record, Table};
+
+/// Longest action kind.
+pub const MAX_KIND_LEN: usize = 128;
+/// Longest outcome summary, in bytes: outcomes are compact by contract.
+pub const MAX_SUMMARY_LEN: usize = 4 * 1024;
+/// Longest business error code or outcome error code.
+pub const MAX_CODE_LEN: usize = 64;
+
+/// What an action may do to the world.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Effect {
+    /// Observes only. Needs `skills:read`; never asks for approval.
+    Read,
+    /// Changes something. Needs `skills:write` and an approval, unless the
+    /// user auto-approved its kind for the connected tab.
+    Write,
+    /// Not declared. Treated like a write that can never be auto-approved.
+    Unknown,
+}
+
+impl Effect {
+    /// `read`, `write` or `unknown`.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Read => "read",
+            Self::Write => "write",
+            Self::Unknown => "unknown",
+        }
+    }
+
+    /// The scope an action with this effect needs.
+    #[must_use]
+    pub const fn required_scope(self) -> &'static str {
+        match self {
+            Self::Read => SKILLS_READ,
+            Self::Write | Self::Unknown => SKILLS_WRITE,
+        }
+    }
+
+    /// Whether a human must approve it (writes and unknown effects).
+    #[must_use]
+    pub const fn needs_approval(self) -> bool {
+        !matches!(self, Self::Read)
+    }
+}
+
+/// One action a run asks to perform.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Action {
+    kind: String,
+    effect: Effect,
+    drives_page: bool,
+    fingerprint: ActionFingerprint,
+}
+
+impl Action {
+    /// An action of `kind` with `effect`, fingerprinted over its exact
+    /// `arguments` (the bytes the page will receive). The kind is 1–128
+    /// printable ASCII characters; anything else is `INVALID_PARAMS`.
+    pub fn new(kind: &str, effect: Effect, arguments: &[u8]) -> Result<Self, LedgerError> {
+        if kind.is_empty()
+            || kind.len() > MAX_KIND_LEN
+            || !kind.bytes().all(|b| b.is_ascii_graphic())
+        {
+            return Err(LedgerError::InvalidAction);
+        }
+        Ok(Self {
+            kind: kind.into(),
+            effect,
+            drives_page: false,
+            fingerprint: ActionFingerprint::of(kind, effect.as_str(), arguments),
+        })
+    }
+
+    /// Marks the action as driving page controls: it needs the connected
+    /// tab to be visible (`tab_not_visible` otherwise).
+    #[must_use]
+    pub fn driving_page(mut self) -> Self {
+        self.drives_page = true;
+        self
+    }
+
+    /// The kind.
+    #[must_use]
+    pub fn kind(&self) -> &str {
+        &self.kind
+    }
+
+    /// The effect.
+    #[must_use]
+    pub fn effect(&self) -> Effect {
+        self.effect
+    }
+
+    /// Whether it drives page controls.
+    #[must_use]
+    pub fn drives_page(&self) -> bool {
+        self.drives_page
+    }
+
+    /// The fingerprint of kind, effect and arguments.
+    #[must_use]
+    pub fn fingerprint(&self) -> ActionFingerprint {
+        self.fingerprint
+    }
+}
+
+/// How an action that ran ended, as the page reports it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OutcomeStatus {
+    /// It succeeded.
+    Ok,
+    /// It failed with this (business) code; the failure is part of the
+    /// result, not a protocol failure.
+    Failed(String),
+}
+
+/// What the host reports after an authorized action ran.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Report {
+    /// Success or failure.
+    pub status: OutcomeStatus,
+    /// A compact summary for the client (at most [`MAX_SUMMARY_LEN`] bytes).
+    /// On a resumed run it is handed back in place of running the action
+    /// again, so it should carry what the code needs to continue.
+    pub summary: String,
+}
+
+impl Report {
+    /// A success with `summary`.
+    #[must_use]
+    pub fn ok(summary: impl Into<String>) -> Self {
+        Self {
+            status: OutcomeStatus::Ok,
+            summary: summary.into(),
+        }
+    }
+
+    /// A failure with `code` and `summary`.
+    #[must_use]
+    pub fn failed(code: impl Into<String>, summary: impl Into<String>) -> Self {
+        Self {
+            status: OutcomeStatus::Failed(code.into()),
+            summary: summary.into(),
+        }
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), LedgerError> {
+        let code_ok = match &self.status {
+            OutcomeStatus::Ok => true,
+            OutcomeStatus::Failed(code) => valid_code(code),
+        };
+        if code_ok && self.summary.len() <= MAX_SUMMARY_LEN {
+            Ok(())
+        } else {
+            Err(LedgerError::InvalidReport)
+        }
+    }
+}
+
+/// A business or outcome code: 1–64 characters of `A-Z a-z 0-9 _ - .`.
+pub(crate) fn valid_code(code: &str) -> bool {
+    (1..=MAX_CODE_LEN).contains(&code.len())
+        && code
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}
+
+/// The confirmed outcome of one action.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Outcome {
+    /// Its position among the request's actions, from 0.
+    pub seq: u32,
+    /// The action's kind.
+    pub kind: String,
+    /// The action's effect.
+    pub effect: Effect,
+    /// The action's fingerprint.
+    pub fingerprint: ActionFingerprint,
+    /// How it ended.
+    pub status: OutcomeStatus,
+    /// The host's compact summary.
+    pub summary: String,
+}
+
+impl Record for Outcome {
+    const TABLE: Table = Table::Outcomes;
+    const VERSION: u8 = 1;
+}
+
+impl Outcome {
+    /// The JSON form: `{"seq", "kind", "effect", "ok", "error"?, "summary"}`.
+    #[must_use]
+    pub fn to_json(&self) -> Value {
+        let mut v = json!({
+            "seq": self.seq,
+            "kind": self.kind,
+            "effect": self.effect.as_str(),
+            "ok": matches!(self.status, OutcomeStatus::Ok),
+            "summary": self.summary,
+        });
+        if let OutcomeStatus::Failed(code) = &self.status {
+            v["error"] = json!({ "code": code });
+        }
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scopes_and_approval_follow_the_effect() {
+        assert_eq!(Effect::Read.required_scope(), SKILLS_READ);
+        assert_eq!(Effect::Write.required_scope(), SKILLS_WRITE);
+        assert_eq!(Effect::Unknown.required_scope(), SKILLS_WRITE);
+        assert!(!Effect::Read.needs_approval());
+        assert!(Effect::Write.needs_approval() && Effect::Unknown.needs_approval());
+    }
+
+    #[test]
+    fn actions_are_validated_and_fingerprinted() {
+        let a = Action::new("cart.add", Effect::Write, br#"{"sku":1}"#).unwrap();
+        let b = Action::new("cart.add", Effect::Write, br#"{"sku":2}"#).unwrap();
+        let c = Action::new("cart.add", Effect::Unknown, br#"{"sku":1}"#).unwrap();
+        assert_ne!(a.fingerprint(), b.fingerprint());
+        assert_ne!(a.fingerprint(), c.fingerprint());
+        assert!(!a.drives_page() && a.clone().driving_page().drives_page());
+        for bad in ["", "a b", "é", &"x".repeat(129)] {
+            assert_eq!(
+                Action::new(bad, Effect::Read, b""),
+                Err(LedgerError::InvalidAction)
+            );
+        }
+    }
+
+    #[test]
+    fn reports_are_bounded() {
+        assert!(Report::ok("fine").validate().is_ok());
+        assert!(Report::failed("OUT_OF_STOCK", "").validate().is_ok());
+        assert!(Report::failed("bad code", "").validate().is_err());
+        assert!(
+            Report::ok("x".repeat(MAX_SUMMARY_LEN + 1))
+                .validate()
+                .is_err()
+        );
+    }
+}

@@ -1,0 +1,611 @@
+//! The execution ledger: request-id replay protection, pending work,
+//! per-action authorization, outcomes, results and their retention.
+//!
+//! This module owns the records and answers; [`crate::Engine`] runs them
+//! against a store (`begin`, `authorize_action`, `record_outcome`,
+//! `complete`, `outcomes`, `sweep_ledger`). Approvals live in
+//! [`crate::approval`], the connected tab in [`crate::tab`].
+//!
+//! # One call, end to end
+//!
+//! ```text
+//! client ── execute {requestId, code} ──▶ Engine::begin ─┬─ Run(ticket) ──▶ run the code in the tab
+//!                                                        ├─ execution_pending / approval_pending
+//!                                                        └─ the stored result, or a protocol failure
+//! for each action the code asks for:
+//!   Engine::authorize_action(ticket, action) ─┬─ Run(ticket)      → perform it, then record_outcome
+//!                                             ├─ Replay(ticket, o) → it ran before: use `o`, do not run
+//!                                             └─ approval / scope / hidden tab: the run stops (parked)
+//! Engine::complete(ticket, value or business error) → the stored result
+//! ```
+//!
+//! An [`ExecutionTicket`] is owned by the caller, like quinn's `Incoming`:
+//! it must be handed back to authorize each action, record each outcome and
+//! complete the run. Only the ticket of a request's latest run is valid.
+//!
+//! # Replay rules
+//!
+//! * Requests are keyed by the grant's **lineage** (site, user, client) and
+//!   the client-chosen [`RequestId`]. The first accepted call binds the id
+//!   to the [`CodeFingerprint`] (SHA-256 of the code); another code is
+//!   `REPLAY_DETECTED`, for as long as the id is remembered.
+//! * The same id and code never run twice: a later call returns the current
+//!   state — `execution_pending` while a run holds the ticket,
+//!   `approval_pending` while the user decides — or the stored result.
+//!   **This deliberately differs from the IETF idempotency-key draft**,
+//!   which answers a duplicate of an in-flight request with 409: like
+//!   durable-execution engines, we tell the client where its request stands,
+//!   which is what it needs to poll and resume.
+//! * **Resuming re-runs the code from the start.** Actions whose outcome is
+//!   recorded are answered from the journal ([`ActionVerdict::Replay`]), so no
+//!   action runs twice; a resumed run that asks for a different action at a
+//!   recorded position ends with `EXPECTATION_FAILED`.
+//! * A rejection before any effect (bad input, rate limit, missing scope, no
+//!   live tab, too many undecided requests) is not a final result: the same
+//!   id is judged afresh next time. Effects are never re-run by the core: an
+//!   action authorized but never confirmed leaves `unknownTail`.
+//!
+//! # Scope upgrades
+//!
+//! A missing scope parks the request (403 `insufficient_scope` with the
+//! challenge). The client re-authorizes with the wider scope, which issues a
+//! **new grant** for the same site, user and client — the same lineage — and
+//! retries the same request id with the new token: the parked request is
+//! **adopted** by the new grant and resumes where it stopped. Adoption voids
+//! approvals given under the old grant. A running request is never adopted
+//! (`execution_pending`); a stored result is readable by any grant of the
+//! lineage unless the grant that produced it was revoked.
+//!
+//! # Retention
+//!
+//! A result is kept for `Policy::result_retention` (24 h) from the terminal
+//! state, then answers `result_expired`. Undecided work never expires by
+//! retention. After the result is deleted a tombstone (id and code
+//! fingerprint) stays until the owning grant's absolute deadline, so an
+//! expired id answers `result_expired` and never runs again. Nothing
+//! outlives that deadline. [`crate::Engine::sweep_ledger`] deletes through
+//! the ledger's own expiry index with a work budget.
+//!
+//! # Revocation
+//!
+//! Revoking a grant (per grant, per user, refresh-token reuse, code replay,
+//! RFC 7009) cancels its undecided requests and ends its tab connection in
+//! the same transaction: running calls end `SESSION_REVOKED` with
+//! `unknownTail`. A site-wide revocation (epoch bump) is O(1) and cannot
+//! enumerate: every ledger operation re-checks the grant, and the undecided
+//! requests of a grant that is no longer live end (`SESSION_REVOKED` or
+//! `SESSION_EXPIRED`) when they are next touched. A revoked grant reads no
+//! stored result.
+//!
+//! # Error taxonomy (what a client does)
+//!
+//! | code | HTTP | client behaviour |
+//! |---|---|---|
+//! | `ACTION_NOT_FOUND` | 404 | re-describe; the page may have changed |
+//! | `ACTION_UNAVAILABLE` | 503 | report the reason; do not retry until the precondition changes (also: the tab changed mid-call, or 128 undecided requests) |
+//! | `INVALID_PARAMS` | 400 | correct the argument from the schema (bad `requestId`, envelope, cursor, oversized result) |
+//! | `EXPECTATION_FAILED` | 417 | re-observe the page, then decide (a resumed run diverged) |
+//! | `PERMISSION_DENIED` | 403 | stop; ask a human to act, not the agent |
+//! | `SESSION_EXPIRED` / `SESSION_REVOKED` | 401 | re-authenticate or request a new delegation |
+//! | `RATE_LIMITED` | 429 | honour `retryAfterMs`; do not spin |
+//! | `REPLAY_DETECTED` | 409 | use a new id only for a logically new request; otherwise inspect the prior outcome |
+//! | `no_live_tab` | 503 | show the user the reconnect link; retry the same id once a tab is connected |
+//! | `tab_not_visible` | 400 | ask the user to focus the connected tab; retry the same id |
+//! | `result_expired` | 410 | the result is gone; intentional new work uses a new id — never replay writes blindly |
+//! | `insufficient_scope` | 403 | re-authorize with the `scope` of the challenge; retry the same id |
+
+mod action;
+mod cursor;
+mod envelope;
+mod id;
+mod rate;
+mod request;
+mod result;
+
+use alloc::boxed::Box;
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::fmt;
+
+use serde_json::{Value, json};
+
+pub use action::{
+    Action, Effect, MAX_CODE_LEN as MAX_OUTCOME_CODE_LEN, MAX_KIND_LEN, MAX_SUMMARY_LEN, Outcome,
+    OutcomeStatus, Report,
+};
+pub use cursor::MAX_CURSOR_LEN;
+pub use envelope::{ExecuteParams, MAX_CODE_LEN, MAX_ENVELOPE_LEN};
+pub(crate) use id::Lineage;
+pub use id::{ActionFingerprint, CodeFingerprint, RequestId};
+pub use rate::RateLimit;
+pub use request::{ExecutionRequest, InFlight, Park, RequestState};
+pub use result::{BusinessError, Completion, End, Failure, MAX_MESSAGE_LEN};
+
+pub(crate) use cursor::{issue as issue_cursor, open as open_cursor};
+
+use crate::approval::ApprovalPrompt;
+use crate::bearer::Challenge;
+use crate::error::{ErrorCode, WireError};
+use crate::grant::GrantId;
+use crate::scope::ScopeSet;
+use crate::site::SiteId;
+use crate::store::StoreError;
+use crate::time::Timestamp;
+
+/// Outcomes per page.
+pub const OUTCOME_PAGE: usize = 100;
+
+/// Invalid input to the ledger: every variant is `INVALID_PARAMS`.
+#[non_exhaustive]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LedgerError {
+    /// The request id is not a canonical UUID.
+    InvalidRequestId,
+    /// The `execute` envelope is malformed.
+    MalformedEnvelope(&'static str),
+    /// An action kind is malformed.
+    InvalidAction,
+    /// An outcome report is malformed or too large.
+    InvalidReport,
+    /// A result is not valid JSON, or a business error code is malformed.
+    InvalidResult,
+    /// A result is larger than the limit.
+    ResultTooLarge {
+        /// The limit in bytes.
+        limit: u32,
+    },
+    /// An `outcomeCursor` was not issued for this request.
+    InvalidCursor,
+}
+
+impl fmt::Display for LedgerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::InvalidRequestId => f.write_str("requestId must be a UUID in canonical form"),
+            Self::MalformedEnvelope(why) => f.write_str(why),
+            Self::InvalidAction => f.write_str("action kind must be 1-128 printable characters"),
+            Self::InvalidReport => f.write_str("outcome report is malformed or too large"),
+            Self::InvalidResult => f.write_str("result is malformed"),
+            Self::ResultTooLarge { limit } => write!(f, "result is larger than {limit} bytes"),
+            Self::InvalidCursor => f.write_str("outcomeCursor is not valid for this request"),
+        }
+    }
+}
+
+impl WireError for LedgerError {
+    fn code(&self) -> ErrorCode {
+        ErrorCode::InvalidParams
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for LedgerError {}
+
+/// Who submitted a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Caller {
+    /// An external client with a grant (MCP).
+    Client,
+    /// An in-page caller (`WebMCP`): never offered auto-approval.
+    InPage,
+}
+
+/// The right to run one request's code, owned by the caller: hand it back to
+/// [`crate::Engine::authorize_action`], [`crate::Engine::record_outcome`] and
+/// finally [`crate::Engine::complete`]. Only the latest run's ticket is
+/// valid; dropping it leaves the request `execution_pending` until its tab
+/// connection ends.
+#[must_use = "a ticket must be handed back to authorize actions and complete the request"]
+#[derive(Debug, PartialEq, Eq)]
+pub struct ExecutionTicket {
+    pub(crate) lineage: Lineage,
+    pub(crate) request_id: RequestId,
+    pub(crate) site: SiteId,
+    pub(crate) grant: GrantId,
+    pub(crate) run: u32,
+    pub(crate) next_action: u32,
+    pub(crate) connection: u32,
+    pub(crate) scopes: ScopeSet,
+    pub(crate) client_id: String,
+    pub(crate) client_name: Option<String>,
+}
+
+impl ExecutionTicket {
+    /// The request.
+    #[must_use]
+    pub fn request_id(&self) -> RequestId {
+        self.request_id
+    }
+
+    /// The position of the next action the run will ask for.
+    #[must_use]
+    pub fn next_seq(&self) -> u32 {
+        self.next_action
+    }
+
+    /// The tab connection to dispatch the run's actions to.
+    #[must_use]
+    pub fn connection(&self) -> u32 {
+        self.connection
+    }
+
+    /// The run number (1 for the first run, then one more per resume).
+    #[must_use]
+    pub fn run(&self) -> u32 {
+        self.run
+    }
+}
+
+/// A page of outcomes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutcomePage {
+    /// The outcomes, by position.
+    pub outcomes: Vec<Outcome>,
+    /// The `outcomeCursor` of the next page; `None` at the end.
+    pub next: Option<String>,
+    /// How many outcomes the request has.
+    pub total: u32,
+}
+
+/// A terminal request as a client reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredResult {
+    /// The request.
+    pub request_id: RequestId,
+    /// How it ended.
+    pub end: End,
+    /// Effects may have happened beyond the confirmed outcomes.
+    pub unknown_tail: bool,
+    /// When it ended.
+    pub finished: Timestamp,
+    /// A page of its outcomes.
+    pub outcomes: OutcomePage,
+}
+
+impl StoredResult {
+    /// The JSON a client receives:
+    ///
+    /// ```json
+    /// {"ok": true, "requestId": "…", "status": "done", "result": …,
+    ///  "outcomes": [{"seq": 0, "kind": "…", "effect": "write", "ok": true, "summary": "…"}],
+    ///  "outcomeCursor": "…" | null, "unknownTail": false}
+    /// ```
+    ///
+    /// A business failure is `"ok": true, "result": {"error": {"code", "message"}}`;
+    /// a protocol failure is `"ok": false, "error": {"code", "message"}`.
+    #[must_use]
+    pub fn to_json(&self) -> Value {
+        let mut v = json!({
+            "requestId": alloc::format!("{}", self.request_id),
+            "status": "done",
+            "outcomes": self.outcomes.outcomes.iter().map(Outcome::to_json).collect::<Vec<_>>(),
+            "outcomeCursor": self.outcomes.next,
+            "unknownTail": self.unknown_tail,
+        });
+        self.end.write_json(&mut v);
+        v
+    }
+}
+
+/// What [`crate::Engine::begin`] answers when the call is accepted.
+#[must_use]
+#[derive(Debug, PartialEq, Eq)]
+pub enum BeginAnswer {
+    /// Run the code now; the ticket authorizes its actions.
+    Run(ExecutionTicket),
+    /// A run of this request is in progress.
+    ExecutionPending(RequestId),
+    /// The request waits for the user.
+    ApprovalPending(ApprovalPrompt),
+    /// The request ended; here is its result.
+    Stored(StoredResult),
+}
+
+impl BeginAnswer {
+    /// The JSON for the pending answers and stored results (`None` for
+    /// [`BeginAnswer::Run`], which the caller answers after the run):
+    /// `{"ok": true, "requestId": …, "status": "execution_pending"}` or
+    /// `{"ok": true, "requestId": …, "status": "approval_pending", "approval": {…}}`.
+    #[must_use]
+    pub fn to_json(&self) -> Option<Value> {
+        match self {
+            Self::Run(_) => None,
+            Self::ExecutionPending(id) => Some(json!({
+                "ok": true,
+                "requestId": alloc::format!("{id}"),
+                "status": "execution_pending",
+            })),
+            Self::ApprovalPending(p) => Some(json!({
+                "ok": true,
+                "requestId": alloc::format!("{}", p.request_id),
+                "status": "approval_pending",
+                "approval": p.to_json(),
+            })),
+            Self::Stored(s) => Some(s.to_json()),
+        }
+    }
+}
+
+/// Where the user reconnects a tab: the data of the link in `no_live_tab`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReconnectLink {
+    /// The site.
+    pub site: SiteId,
+    /// The consent page or, without one, the first allowed origin's root.
+    pub url: Option<String>,
+}
+
+/// Why [`crate::Engine::begin`] refused a call: a protocol failure that is
+/// not recorded (the same id is judged afresh), except where noted.
+#[non_exhaustive]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BeginError {
+    /// The call's parameters are malformed: `INVALID_PARAMS`.
+    Invalid(LedgerError),
+    /// The id is bound to other code: `REPLAY_DETECTED`.
+    ReplayDetected,
+    /// The id's result was deleted (or its grant revoked): `result_expired`.
+    ResultExpired,
+    /// The request needs scopes the token lacks: 403 with this challenge.
+    InsufficientScope(Challenge),
+    /// The grant was revoked: `SESSION_REVOKED`.
+    SessionRevoked,
+    /// The grant expired: `SESSION_EXPIRED`.
+    SessionExpired,
+    /// Too many calls: `RATE_LIMITED`; retry in exactly this many ms.
+    RateLimited {
+        /// Milliseconds until a retry is allowed.
+        retry_after_ms: u64,
+    },
+    /// The connection has this many undecided requests already:
+    /// `ACTION_UNAVAILABLE`. Nothing was evicted.
+    TooManyUndecided {
+        /// The limit.
+        limit: u32,
+    },
+    /// No connected tab: `no_live_tab`, with the reconnect link.
+    NoLiveTab(ReconnectLink),
+    /// The site is switched off: 503 `temporarily_unavailable`.
+    Unavailable {
+        /// Seconds for `Retry-After`.
+        retry_after_secs: u32,
+    },
+    /// The store failed; nothing changed.
+    Store(StoreError),
+}
+
+impl From<StoreError> for BeginError {
+    fn from(e: StoreError) -> Self {
+        Self::Store(e)
+    }
+}
+
+impl From<LedgerError> for BeginError {
+    fn from(e: LedgerError) -> Self {
+        Self::Invalid(e)
+    }
+}
+
+impl fmt::Display for BeginError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Invalid(e) => write!(f, "{e}"),
+            Self::ReplayDetected => f.write_str("requestId was already used with different code"),
+            Self::ResultExpired => f.write_str("the result of this requestId has expired"),
+            Self::InsufficientScope(_) => f.write_str("the token lacks a scope this call needs"),
+            Self::SessionRevoked => f.write_str("the session was revoked"),
+            Self::SessionExpired => f.write_str("the session expired"),
+            Self::RateLimited { retry_after_ms } => {
+                write!(f, "too many calls; retry after {retry_after_ms} ms")
+            }
+            Self::TooManyUndecided { limit } => {
+                write!(f, "{limit} requests are still undecided; finish some first")
+            }
+            Self::NoLiveTab(_) => f.write_str("no connected tab; reconnect one"),
+            Self::Unavailable { .. } => {
+                f.write_str("external agents are switched off for this site")
+            }
+            Self::Store(_) => f.write_str("temporary server error"),
+        }
+    }
+}
+
+impl WireError for BeginError {
+    fn code(&self) -> ErrorCode {
+        match self {
+            Self::Invalid(e) => e.code(),
+            Self::ReplayDetected => ErrorCode::ReplayDetected,
+            Self::ResultExpired => ErrorCode::ResultExpired,
+            Self::InsufficientScope(_) => ErrorCode::InsufficientScope,
+            Self::SessionRevoked => ErrorCode::SessionRevoked,
+            Self::SessionExpired => ErrorCode::SessionExpired,
+            Self::RateLimited { .. } => ErrorCode::RateLimited,
+            Self::TooManyUndecided { .. } => ErrorCode::ActionUnavailable,
+            Self::NoLiveTab(_) => ErrorCode::NoLiveTab,
+            Self::Unavailable { .. } => ErrorCode::TemporarilyUnavailable,
+            Self::Store(_) => ErrorCode::ServerError,
+        }
+    }
+
+    fn http_status(&self) -> u16 {
+        match self {
+            Self::InsufficientScope(c) => c.status,
+            _ => self.code().http_status(),
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for BeginError {}
+
+impl BeginError {
+    /// The protocol-failure JSON:
+    /// `{"ok": false, "requestId": …, "error": {"code", "message", "retryAfterMs"?, "reconnectUrl"?}}`.
+    /// An adapter also sends `WWW-Authenticate` for
+    /// [`BeginError::InsufficientScope`].
+    #[must_use]
+    pub fn to_json(&self, request_id: Option<RequestId>) -> Value {
+        let mut error = json!({
+            "code": self.code().as_str(),
+            "message": alloc::format!("{self}"),
+        });
+        match self {
+            Self::RateLimited { retry_after_ms } => error["retryAfterMs"] = json!(retry_after_ms),
+            Self::NoLiveTab(link) => error["reconnectUrl"] = json!(link.url),
+            _ => {}
+        }
+        json!({
+            "ok": false,
+            "requestId": request_id.map(|id| alloc::format!("{id}")),
+            "error": error,
+        })
+    }
+}
+
+/// What [`crate::Engine::authorize_action`] answers.
+#[must_use]
+#[derive(Debug, PartialEq, Eq)]
+pub enum ActionVerdict {
+    /// Perform the action now, then [`crate::Engine::record_outcome`].
+    Run(ExecutionTicket),
+    /// The action ran in an earlier run: use this outcome, do not run it.
+    Replay(ExecutionTicket, Outcome),
+    /// The run stops: the user must approve (`approval_pending`).
+    ApprovalPending(ApprovalPrompt),
+    /// The run stops: the token lacks a scope (403 with this challenge).
+    /// Not a final result: the same id resumes once the scope is granted.
+    InsufficientScope(Challenge),
+    /// The run stops: the action drives page controls and the tab is hidden
+    /// (`tab_not_visible`). The same id resumes.
+    TabNotVisible,
+}
+
+/// Why a ticket operation ([`crate::Engine::authorize_action`],
+/// [`crate::Engine::record_outcome`], [`crate::Engine::complete`]) failed.
+/// The three share it because they fail the same ways.
+#[non_exhaustive]
+#[derive(Debug, PartialEq, Eq)]
+pub enum TicketError {
+    /// The ticket is not the request's current run (the request was
+    /// resumed, parked or ended meanwhile). The run must stop.
+    Stale,
+    /// The ledger ended the request just now; the run must stop.
+    Ended(Failure),
+    /// Out of order (an outcome with no action authorized, an action while
+    /// another awaits its outcome): the ticket is handed back unchanged.
+    OutOfOrder(Box<ExecutionTicket>),
+    /// Invalid input; the ticket is handed back unchanged.
+    Invalid(Box<ExecutionTicket>, LedgerError),
+    /// The store failed; nothing changed, and the ticket is lost: the
+    /// request ends when its tab connection does.
+    Store(StoreError),
+}
+
+impl From<StoreError> for TicketError {
+    fn from(e: StoreError) -> Self {
+        Self::Store(e)
+    }
+}
+
+impl fmt::Display for TicketError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Stale => f.write_str("the run is no longer current"),
+            Self::Ended(why) => f.write_str(why.message()),
+            Self::OutOfOrder(_) => f.write_str("ticket operations out of order"),
+            Self::Invalid(_, e) => write!(f, "{e}"),
+            Self::Store(_) => f.write_str("temporary server error"),
+        }
+    }
+}
+
+impl WireError for TicketError {
+    fn code(&self) -> ErrorCode {
+        match self {
+            Self::Stale | Self::OutOfOrder(_) => ErrorCode::ExpectationFailed,
+            Self::Ended(why) => why.code(),
+            Self::Invalid(_, e) => e.code(),
+            Self::Store(_) => ErrorCode::ServerError,
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for TicketError {}
+
+/// Why [`crate::Engine::outcomes`] refused a page.
+#[non_exhaustive]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OutcomesError {
+    /// Bad cursor: `INVALID_PARAMS`.
+    Invalid(LedgerError),
+    /// No such request for this lineage.
+    NotFound,
+    /// The result is gone: `result_expired`.
+    ResultExpired,
+    /// The request is still undecided: outcomes are read from its result.
+    Pending,
+    /// The grant is not live.
+    Session(Failure),
+    /// The store failed.
+    Store(StoreError),
+}
+
+impl From<StoreError> for OutcomesError {
+    fn from(e: StoreError) -> Self {
+        Self::Store(e)
+    }
+}
+
+impl fmt::Display for OutcomesError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Invalid(e) => write!(f, "{e}"),
+            Self::NotFound => f.write_str("no such request"),
+            Self::ResultExpired => f.write_str("the result of this requestId has expired"),
+            Self::Pending => f.write_str("the request has no result yet"),
+            Self::Session(why) => f.write_str(why.message()),
+            Self::Store(_) => f.write_str("temporary server error"),
+        }
+    }
+}
+
+impl WireError for OutcomesError {
+    fn code(&self) -> ErrorCode {
+        match self {
+            Self::Invalid(e) => e.code(),
+            Self::NotFound => ErrorCode::InvalidParams,
+            Self::ResultExpired => ErrorCode::ResultExpired,
+            Self::Pending => ErrorCode::ExpectationFailed,
+            Self::Session(f) => f.code(),
+            Self::Store(_) => ErrorCode::ServerError,
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for OutcomesError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn protocol_failures_carry_their_client_data() {
+        let e = BeginError::RateLimited { retry_after_ms: 42 };
+        let v = e.to_json(Some(RequestId::from_bytes([0; 16])));
+        assert_eq!(v["ok"], false);
+        assert_eq!(v["error"]["code"], "RATE_LIMITED");
+        assert_eq!(v["error"]["retryAfterMs"], 42);
+        assert_eq!(e.http_status(), 429);
+        assert_eq!(BeginError::ReplayDetected.http_status(), 409);
+        assert_eq!(BeginError::ResultExpired.code().as_str(), "result_expired");
+        let link = ReconnectLink {
+            site: SiteId::parse("s").unwrap(),
+            url: Some("https://a.example/".into()),
+        };
+        let v = BeginError::NoLiveTab(link).to_json(None);
+        assert_eq!(v["error"]["code"], "no_live_tab");
+        assert_eq!(v["error"]["reconnectUrl"], "https://a.example/");
+    }
+}

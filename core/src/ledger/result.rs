@@ -1,0 +1,185 @@
+//! How a request ends, and the JSON a client receives.
+//!
+//! Two kinds of failure never mix (see the [module docs](super)):
+//!
+//! * a **protocol failure** ([`Failure`], and every [`super::BeginError`])
+//!   means the business operation did not (or may not have) run to its end:
+//!   `{"ok": false, "error": {"code": "PERMISSION_DENIED", "message": …}}`;
+//! * a **business failure** ([`BusinessError`]) is a result the code itself
+//!   produced: `{"ok": true, "result": {"error": {"code": …, "message": …}}}`.
+
+use alloc::string::String;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::LedgerError;
+use super::action::valid_code;
+use crate::error::ErrorCode;
+
+/// Longest business error message, in bytes.
+pub const MAX_MESSAGE_LEN: usize = 2 * 1024;
+
+/// A failure the code itself reports (`result.error`): the protocol worked.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BusinessError {
+    /// A stable code chosen by the application (`A-Z a-z 0-9 _ - .`, 1–64).
+    pub code: String,
+    /// A human-readable message.
+    pub message: String,
+}
+
+impl BusinessError {
+    /// A business error; the code grammar is checked when the request
+    /// completes.
+    #[must_use]
+    pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            code: code.into(),
+            message: message.into(),
+        }
+    }
+
+    /// `{"code": …, "message": …}`.
+    #[must_use]
+    pub fn to_json(&self) -> Value {
+        json!({ "code": self.code, "message": self.message })
+    }
+}
+
+/// What the host hands to [`crate::Engine::complete`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum Completion {
+    /// The code returned this value (at most `Policy::max_result_bytes`
+    /// once serialised).
+    Value(Value),
+    /// The code failed with a business error.
+    Error(BusinessError),
+}
+
+/// Why the ledger ended a request on its own: a protocol failure.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Failure {
+    /// The user denied an approval: `PERMISSION_DENIED`.
+    Denied,
+    /// The grant was revoked while the request was undecided: `SESSION_REVOKED`.
+    Revoked,
+    /// The grant expired while the request was undecided: `SESSION_EXPIRED`.
+    Expired,
+    /// The connected tab changed (take-over, reload, disconnect, sign-out or
+    /// a missed heartbeat) while the call ran there: `ACTION_UNAVAILABLE`.
+    ConnectionLost,
+    /// A resumed run asked for a different action than the one recorded at
+    /// the same position: `EXPECTATION_FAILED`.
+    Diverged,
+}
+
+impl Failure {
+    /// The wire code.
+    #[must_use]
+    pub const fn code(self) -> ErrorCode {
+        match self {
+            Self::Denied => ErrorCode::PermissionDenied,
+            Self::Revoked => ErrorCode::SessionRevoked,
+            Self::Expired => ErrorCode::SessionExpired,
+            Self::ConnectionLost => ErrorCode::ActionUnavailable,
+            Self::Diverged => ErrorCode::ExpectationFailed,
+        }
+    }
+
+    /// A message safe to show the client.
+    #[must_use]
+    pub const fn message(self) -> &'static str {
+        match self {
+            Self::Denied => "the user denied the action",
+            Self::Revoked => "the session was revoked; the call was cancelled",
+            Self::Expired => "the session expired; the call was cancelled",
+            Self::ConnectionLost => "the connected tab changed while the call ran",
+            Self::Diverged => "the resumed code asked for a different action than it did before",
+        }
+    }
+}
+
+/// How a request ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum End {
+    /// The code returned a value (its JSON text).
+    Returned(String),
+    /// The code failed with a business error.
+    Business(BusinessError),
+    /// The ledger ended it: a protocol failure.
+    Failed(Failure),
+}
+
+impl End {
+    /// Validates and encodes a host's completion against `max_bytes`.
+    pub(crate) fn from_completion(c: &Completion, max_bytes: u32) -> Result<Self, LedgerError> {
+        match c {
+            Completion::Value(v) => {
+                let text = serde_json::to_string(v).map_err(|_| LedgerError::InvalidResult)?;
+                if text.len() > max_bytes as usize {
+                    return Err(LedgerError::ResultTooLarge { limit: max_bytes });
+                }
+                Ok(Self::Returned(text))
+            }
+            Completion::Error(e) => {
+                if !valid_code(&e.code) || e.message.len() > MAX_MESSAGE_LEN {
+                    return Err(LedgerError::InvalidResult);
+                }
+                Ok(Self::Business(e.clone()))
+            }
+        }
+    }
+
+    /// The JSON members this end contributes: `ok` and `result` or `error`.
+    pub(crate) fn write_json(&self, out: &mut Value) {
+        match self {
+            Self::Returned(text) => {
+                out["ok"] = Value::Bool(true);
+                out["result"] = serde_json::from_str(text).unwrap_or(Value::Null);
+            }
+            Self::Business(e) => {
+                out["ok"] = Value::Bool(true);
+                out["result"] = json!({ "error": e.to_json() });
+            }
+            Self::Failed(f) => {
+                out["ok"] = Value::Bool(false);
+                out["error"] = json!({ "code": f.code().as_str(), "message": f.message() });
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn results_are_bounded_and_validated() {
+        let big = Completion::Value(Value::String("x".repeat(100)));
+        assert_eq!(
+            End::from_completion(&big, 50),
+            Err(LedgerError::ResultTooLarge { limit: 50 })
+        );
+        assert!(End::from_completion(&big, 102).is_ok());
+        let bad = Completion::Error(BusinessError::new("has space", "m"));
+        assert_eq!(
+            End::from_completion(&bad, 50),
+            Err(LedgerError::InvalidResult)
+        );
+    }
+
+    #[test]
+    fn protocol_and_business_failures_have_separate_shapes() {
+        let mut v = json!({});
+        End::Business(BusinessError::new("OUT_OF_STOCK", "none left")).write_json(&mut v);
+        assert_eq!(v["ok"], true);
+        assert_eq!(v["result"]["error"]["code"], "OUT_OF_STOCK");
+        let mut v = json!({});
+        End::Failed(Failure::Denied).write_json(&mut v);
+        assert_eq!(v["ok"], false);
+        assert_eq!(v["error"]["code"], "PERMISSION_DENIED");
+        assert!(v.get("result").is_none());
+    }
+}

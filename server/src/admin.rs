@@ -1,0 +1,230 @@
+//! The admin subcommands on the server's database: grants, the site's off
+//! switch and key, agent tokens, and token inspection.
+//!
+//! They open the redb file directly, and redb allows one process at a time:
+//! while `portcullis serve` runs they refuse with a clear message (stop the
+//! server, run the command, start it again). Output is one JSON object per
+//! line on stdout.
+
+use std::io::Write;
+use std::path::Path;
+use std::time::Duration;
+
+use portcullis_core::agent_token::AgentToken;
+use portcullis_core::engine::{AgentTokenRequest, GrantSummary};
+use portcullis_core::grant::{GrantId, GrantStatus};
+use portcullis_core::jwt::{Keyring, TokenType, Validation};
+use portcullis_core::scope::ScopeSet;
+use portcullis_core::site::Site;
+use portcullis_core::{Engine, Policy};
+use portcullis_store_redb::RedbStore;
+use serde_json::{Value, json};
+
+use crate::cli::{GrantsAction, SiteAction, TokenAction, TokensAction};
+use crate::{clock, keys, setup};
+
+fn engine(db: &Path) -> Result<Engine<RedbStore>, String> {
+    setup::engine(db, Policy::default(), false).map(|(e, _)| e)
+}
+
+fn emit(out: &mut impl Write, value: &Value) -> Result<(), String> {
+    writeln!(out, "{value}").map_err(|e| format!("writing stdout: {e}"))
+}
+
+fn status(s: GrantStatus) -> &'static str {
+    match s {
+        GrantStatus::Live => "live",
+        GrantStatus::Revoked => "revoked",
+        GrantStatus::Expired => "expired",
+    }
+}
+
+fn grant_json(g: &GrantSummary) -> Value {
+    json!({
+        "id": g.id.to_string(),
+        "subject": g.subject,
+        "client_id": g.client_id,
+        "client_name_unverified": g.client_name,
+        "scopes": g.scopes.to_string(),
+        "created": g.created.as_secs(),
+        "last_used": g.last_used.as_secs(),
+        "expires": g.expires.as_secs(),
+        "status": status(g.status),
+    })
+}
+
+fn site_json(s: &Site) -> Value {
+    json!({
+        "id": s.id.as_str(),
+        "issuer": s.issuer,
+        "resource": s.resource(),
+        "enabled": s.enabled,
+        "epoch": s.epoch,
+        "scopes": s.scopes.to_string(),
+    })
+}
+
+fn token_json(t: &AgentToken) -> Value {
+    let now = clock::now();
+    json!({
+        "jti": t.jti,
+        "subject": t.subject,
+        "org_domain": t.org_domain,
+        "scopes": t.scopes.to_string(),
+        "label": t.label,
+        "created": t.created.as_secs(),
+        "expires": t.expires.as_secs(),
+        "revoked": t.revoked.map(portcullis_core::Timestamp::as_secs),
+        "live": t.is_live(now),
+    })
+}
+
+/// `portcullis grants …`.
+pub(crate) fn grants(db: &Path, action: GrantsAction, out: &mut impl Write) -> Result<(), String> {
+    let engine = engine(db)?;
+    let site = setup::demo_site(&engine)?;
+    let now = clock::now();
+    match action {
+        GrantsAction::List { subject } => {
+            let mut after = None;
+            loop {
+                let page = match &subject {
+                    Some(s) => engine.list_user_grants(&site.id, s, after, 500, now),
+                    None => engine.list_site_grants(&site.id, after, 500, now),
+                }
+                .map_err(|e| e.to_string())?;
+                for g in &page.grants {
+                    emit(out, &grant_json(g))?;
+                }
+                match page.next {
+                    Some(next) => after = Some(next),
+                    None => return Ok(()),
+                }
+            }
+        }
+        GrantsAction::Revoke { id, subject, all } => {
+            let value = if all {
+                engine
+                    .revoke_site_grants(&site.id)
+                    .map_err(|e| e.to_string())?;
+                json!({"revoked": "all"})
+            } else if let Some(subject) = subject {
+                let n = engine
+                    .revoke_user_grants(&site.id, &subject, now)
+                    .map_err(|e| e.to_string())?;
+                json!({"revoked": n, "subject": subject})
+            } else {
+                let text = id.unwrap_or_default();
+                let gid = GrantId::parse(&text).ok_or("not a grant id")?;
+                let grant = engine.grant(&gid).map_err(|e| e.to_string())?;
+                if grant.is_none_or(|g| g.site != site.id) {
+                    return Err(format!("no grant {text} on this site"));
+                }
+                let revoked = engine.revoke_grant(&gid, now).map_err(|e| e.to_string())?;
+                json!({"id": text, "revoked": revoked})
+            };
+            emit(out, &value)
+        }
+    }
+}
+
+/// `portcullis site …`.
+pub(crate) fn site(db: &Path, action: SiteAction, out: &mut impl Write) -> Result<(), String> {
+    let engine = engine(db)?;
+    let id = setup::demo_site(&engine)?.id;
+    let site = match action {
+        SiteAction::Show => setup::demo_site(&engine)?,
+        SiteAction::Disable => engine
+            .set_site_enabled(&id, false)
+            .map_err(|e| e.to_string())?,
+        SiteAction::Enable => engine
+            .set_site_enabled(&id, true)
+            .map_err(|e| e.to_string())?,
+        SiteAction::RotateKey => engine
+            .rotate_site_key(&id, &mut rand::rng())
+            .map_err(|e| e.to_string())?,
+    };
+    emit(out, &site_json(&site))
+}
+
+/// `portcullis tokens …`.
+pub(crate) fn tokens(db: &Path, action: TokensAction, out: &mut impl Write) -> Result<(), String> {
+    let engine = engine(db)?;
+    let site = setup::demo_site(&engine)?;
+    let now = clock::now();
+    match action {
+        TokensAction::Mint {
+            subject,
+            scope,
+            ttl_secs,
+            label,
+            org_domain,
+        } => {
+            let scopes = ScopeSet::parse(&scope).map_err(|e| format!("--scope: {e}"))?;
+            let request = AgentTokenRequest {
+                subject,
+                org_domain,
+                scopes,
+                ttl: Duration::from_secs(ttl_secs),
+                label,
+            };
+            let (token, record) = engine
+                .mint_agent_token(&site.id, request, &mut rand::rng(), now)
+                .map_err(|e| e.to_string())?;
+            let mut value = token_json(&record);
+            // Shown once: the store keeps only the record.
+            value["token"] = Value::String(token.expose_secret().to_owned());
+            emit(out, &value)
+        }
+        TokensAction::List { subject } => {
+            for t in engine
+                .list_agent_tokens(&site.id, &subject)
+                .map_err(|e| e.to_string())?
+            {
+                emit(out, &token_json(&t))?;
+            }
+            Ok(())
+        }
+        TokensAction::Revoke { jti } => {
+            let revoked = engine
+                .revoke_agent_token(&site.id, &jti, now)
+                .map_err(|e| e.to_string())?;
+            emit(out, &json!({"jti": jti, "revoked": revoked}))
+        }
+    }
+}
+
+/// `portcullis token inspect`: verifies against the key file only (no
+/// database access, so it works while the server runs). Tries the access-
+/// token type, then the agent-token type; reports the core's reason when
+/// verification fails.
+pub(crate) fn token(action: TokenAction, out: &mut impl Write) -> Result<(), String> {
+    let TokenAction::Inspect { db, aud, iss, jwt } = action;
+    let keys = keys::load(&db.db, false)?;
+    let now = clock::now();
+    let verify = |keyring: &Keyring, typ| {
+        let mut expect = aud.as_ref().map_or_else(
+            || Validation::without_audience(typ),
+            |a| Validation::new(typ, a.clone()),
+        );
+        if let Some(iss) = &iss {
+            expect = expect.issuer(iss.clone());
+        }
+        keyring.verify(jwt.trim(), &expect, now)
+    };
+    let mut result =
+        verify(&keys.keyring, TokenType::AccessToken).map(|v| (TokenType::AccessToken, v));
+    if matches!(result, Err(portcullis_core::jwt::VerifyError::TypeMismatch)) {
+        result = verify(&keys.keyring, TokenType::AgentToken).map(|v| (TokenType::AgentToken, v));
+    }
+    let value = match result {
+        Ok((typ, verified)) => json!({
+            "valid": true,
+            "typ": typ.as_str(),
+            "kid": verified.kid,
+            "claims": verified.claims,
+        }),
+        Err(e) => json!({"valid": false, "reason": e.to_string()}),
+    };
+    emit(out, &value)
+}

@@ -1,0 +1,107 @@
+//! The key file beside the database (`<db>.keys`, mode 0600): the signing
+//! key of the [`Keyring`] and the secret that signs browser session cookies.
+//! Keys never enter the store (DESIGN "Secrets are never stored in the
+//! clear").
+//!
+//! The file is JSON: `{"kid": "...", "signing_key": "<32 bytes base64url>",
+//! "session_secret": "<32 bytes base64url>"}`. It is created on first use
+//! with `O_EXCL` and mode 0600.
+
+use std::fmt;
+use std::fs::OpenOptions;
+use std::io::Write as _;
+use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+use std::path::{Path, PathBuf};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use portcullis_core::jwt::{Keyring, SigningKey};
+use serde::{Deserialize, Serialize};
+
+/// The key file's contents.
+#[derive(Serialize, Deserialize)]
+struct KeyFile {
+    kid: String,
+    signing_key: String,
+    session_secret: String,
+}
+
+/// The loaded keys.
+pub(crate) struct Keys {
+    /// The token-signing keyring (one active key).
+    pub(crate) keyring: Keyring,
+    /// The MAC key of session cookies and CSRF tokens.
+    pub(crate) session: SigningKey,
+}
+
+impl fmt::Debug for Keys {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Keys(..)")
+    }
+}
+
+/// Where the key file of `db` lives.
+pub(crate) fn key_path(db: &Path) -> PathBuf {
+    let mut p = db.as_os_str().to_owned();
+    p.push(".keys");
+    PathBuf::from(p)
+}
+
+/// Loads the key file of `db`, creating it with fresh random keys if it
+/// does not exist and `create` is set.
+pub(crate) fn load(db: &Path, create: bool) -> Result<Keys, String> {
+    let path = key_path(db);
+    if !path.exists() {
+        if !create {
+            return Err(format!("no key file at {}", path.display()));
+        }
+        write_new(&path)?;
+    }
+    let meta = std::fs::metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    if meta.permissions().mode() & 0o077 != 0 {
+        tracing::warn!(path = %path.display(), "key file is readable by other users; chmod 600 it");
+    }
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let file: KeyFile = serde_json::from_str(&text)
+        .map_err(|e| format!("{}: not a key file: {e}", path.display()))?;
+    let decode = |what: &str, b64: &str| {
+        URL_SAFE_NO_PAD
+            .decode(b64)
+            .ok()
+            .and_then(|bytes| SigningKey::from_bytes(&bytes).ok())
+            .ok_or_else(|| {
+                format!(
+                    "{}: {what} is not a base64url key of 32+ bytes",
+                    path.display()
+                )
+            })
+    };
+    let mut keyring = Keyring::new();
+    keyring
+        .insert(&file.kid, decode("signing_key", &file.signing_key)?)
+        .and_then(|()| keyring.set_active(&file.kid))
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(Keys {
+        keyring,
+        session: decode("session_secret", &file.session_secret)?,
+    })
+}
+
+fn write_new(path: &Path) -> Result<(), String> {
+    let mut rng = rand::rng();
+    let file = KeyFile {
+        kid: format!("k-{}", portcullis_core::rand::base64url::<6, _>(&mut rng)),
+        signing_key: portcullis_core::rand::base64url::<32, _>(&mut rng),
+        session_secret: portcullis_core::rand::base64url::<32, _>(&mut rng),
+    };
+    let text = serde_json::to_string_pretty(&file).map_err(|e| e.to_string())?;
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| format!("creating {}: {e}", path.display()))?;
+    f.write_all(text.as_bytes())
+        .and_then(|()| f.sync_all())
+        .map_err(|e| format!("writing {}: {e}", path.display()))
+}

@@ -1,0 +1,60 @@
+//! `portcullis`: the reference server and admin CLI of Portcullis.
+//!
+//! A thin adapter: axum and tokio for HTTP, the redb store for state, and
+//! the policy core for every decision. See `portcullis --help`.
+
+mod admin;
+mod check;
+mod cli;
+mod clock;
+mod keys;
+mod pages;
+mod serve;
+mod session;
+mod setup;
+
+use std::io::Write as _;
+use std::process::ExitCode;
+
+use clap::Parser as _;
+use tracing_subscriber::EnvFilter;
+
+use crate::cli::{Cli, Command};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .init();
+    let mut out = std::io::stdout().lock();
+    let result = match cli.command {
+        Command::Serve(args) => {
+            drop(out);
+            serve_blocking(args)
+        }
+        Command::Grants { db, action } => admin::grants(&db.db, action, &mut out),
+        Command::Site { db, action } => admin::site(&db.db, action, &mut out),
+        Command::Tokens { db, action } => admin::tokens(&db.db, action, &mut out),
+        Command::Token { action } => admin::token(action, &mut out),
+        Command::Check { guard } => check::run(guard, std::io::stdin().lock(), &mut out),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "portcullis: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn serve_blocking(args: cli::ServeArgs) -> Result<(), String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("starting the runtime: {e}"))?
+        .block_on(serve::run(args))
+}

@@ -1,0 +1,226 @@
+//! The HTML pages: sign-in, consent, errors and the Agents page. Every
+//! dynamic value goes through [`escape`]; pages carry no script.
+
+use std::fmt::Write as _;
+
+use portcullis_core::Timestamp;
+use portcullis_core::authorize::ConsentScreen;
+use portcullis_core::engine::GrantSummary;
+use portcullis_core::grant::GrantStatus;
+
+/// HTML-escapes `s` for text and double-quoted attribute values.
+pub(crate) fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn layout(title: &str, body: &str) -> String {
+    format!(
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\
+<title>{title}</title><style>\
+body{{font-family:system-ui,sans-serif;max-width:42rem;margin:2rem auto;padding:0 1rem;color:#222}}\
+.warn{{background:#fff4d6;border:1px solid #e0b000;padding:.6rem;border-radius:4px}}\
+.dev{{background:#fde2e2;border:1px solid #c33;padding:.6rem;border-radius:4px}}\
+table{{border-collapse:collapse;width:100%}}td,th{{border-bottom:1px solid #ddd;padding:.3rem;text-align:left;vertical-align:top}}\
+code{{word-break:break-all}}button{{padding:.4rem 1rem;margin-right:.5rem}}\
+</style></head><body>{body}</body></html>\n",
+        title = escape(title),
+    )
+}
+
+/// The development sign-in page, served at the URL that needs a session; the
+/// form posts back to that same URL (`action`), which then reloads itself.
+pub(crate) fn sign_in(action: &str) -> String {
+    layout(
+        "Sign in",
+        &format!(
+            "<h1>Sign in</h1>\
+<p class=\"dev\"><strong>Development sign-in.</strong> This demo server trusts any user name; \
+a real deployment signs users in with its own identity provider.</p>\
+<form method=\"post\" action=\"{action}\">\
+<input type=\"hidden\" name=\"intent\" value=\"signin\">\
+<label>User name <input name=\"username\" required maxlength=\"64\" pattern=\"[A-Za-z0-9._@-]+\" autofocus></label> \
+<button type=\"submit\">Sign in</button></form>",
+            action = escape(action),
+        ),
+    )
+}
+
+/// The consent screen for `screen`, for `subject`; the form posts the
+/// decision to `action` (the authorization URL itself, so the original query
+/// is re-submitted) with the session's `csrf` token.
+pub(crate) fn consent(screen: &ConsentScreen, subject: &str, action: &str, csrf: &str) -> String {
+    let name = screen.client_name_unverified.as_deref().map_or_else(
+        || "An unnamed client".to_owned(),
+        |n| {
+            format!(
+                "“{}” <em>(unverified: the client chose this name)</em>",
+                escape(n)
+            )
+        },
+    );
+    let mut scopes = String::new();
+    for s in screen.scopes.iter() {
+        let what = match s {
+            "skills:read" => "search and read skills",
+            "skills:write" => "run skills that change data (each write still asks you)",
+            _ => "",
+        };
+        let _ = write!(
+            scopes,
+            "<li><code>{}</code> {}</li>",
+            escape(s),
+            escape(what)
+        );
+    }
+    let loopback = if screen.loopback_only {
+        "<p class=\"warn\"><strong>This client runs on your computer</strong> (it only accepts \
+answers at a local address). Any program on this machine could be asking: allow it only if you \
+just started the connection yourself.</p>"
+    } else {
+        ""
+    };
+    layout(
+        "Connect an agent",
+        &format!(
+            "<h1>Connect an agent to {site}</h1>\
+<p>{name} wants to act for you on <strong>{site}</strong>.</p>\
+<p>Client ID: <code>{client_id}</code><br>You will be sent back to: <code>{host}</code></p>\
+{loopback}<p>It asks to:</p><ul>{scopes}</ul>\
+<p>Signed in as <strong>{subject}</strong>.</p>\
+<form method=\"post\" action=\"{action}\">\
+<input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
+<button type=\"submit\" name=\"intent\" value=\"allow\">Allow</button>\
+<button type=\"submit\" name=\"intent\" value=\"deny\">Deny</button></form>",
+            site = escape(&screen.site_name),
+            client_id = escape(&screen.client_id),
+            host = escape(&screen.callback_host),
+            subject = escape(subject),
+            action = escape(action),
+            csrf = escape(csrf),
+        ),
+    )
+}
+
+/// An error shown to the user (never a redirect).
+pub(crate) fn error(title: &str, message: &str) -> String {
+    layout(
+        title,
+        &format!("<h1>{}</h1><p>{}</p>", escape(title), escape(message)),
+    )
+}
+
+/// The Agents page: the user's connections, each revocable, and sign-out.
+pub(crate) fn agents(
+    subject: &str,
+    mcp_url: &str,
+    grants: &[GrantSummary],
+    csrf: &str,
+    notice: Option<&str>,
+) -> String {
+    let mut rows = String::new();
+    for g in grants {
+        let status = match g.status {
+            GrantStatus::Live => "connected",
+            GrantStatus::Revoked => "revoked",
+            GrantStatus::Expired => "expired",
+        };
+        let name = g.client_name.as_deref().map_or_else(
+            || "(unnamed)".to_owned(),
+            |n| format!("{} <em>(unverified)</em>", escape(n)),
+        );
+        let revoke = if g.status == GrantStatus::Live {
+            format!(
+                "<form method=\"post\" action=\"/agents\">\
+<input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
+<input type=\"hidden\" name=\"grant\" value=\"{id}\">\
+<button type=\"submit\" name=\"intent\" value=\"revoke\">Disconnect</button></form>",
+                csrf = escape(csrf),
+                id = escape(&g.id.to_string()),
+            )
+        } else {
+            String::new()
+        };
+        let _ = write!(
+            rows,
+            "<tr><td>{name}<br><code>{client}</code></td><td>{scopes}</td><td>{status}</td>\
+<td>{created}</td><td>{revoke}</td></tr>",
+            client = escape(&short(&g.client_id)),
+            scopes = escape(&g.scopes.to_string()),
+            created = date(g.created),
+        );
+    }
+    if grants.is_empty() {
+        rows.push_str("<tr><td colspan=\"5\">No agent is connected.</td></tr>");
+    }
+    let notice = notice.map_or_else(String::new, |n| {
+        format!("<p class=\"warn\">{}</p>", escape(n))
+    });
+    layout(
+        "Agents",
+        &format!(
+            "<h1>Agents</h1>{notice}\
+<p>Signed in as <strong>{subject}</strong>.</p>\
+<p>Connect an MCP client to <code>{mcp}</code>.</p>\
+<table><tr><th>Client</th><th>Scopes</th><th>Status</th><th>Connected</th><th></th></tr>{rows}</table>\
+<form method=\"post\" action=\"/agents\"><input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
+<p><button type=\"submit\" name=\"intent\" value=\"signout\">Sign out</button></p></form>",
+            subject = escape(subject),
+            mcp = escape(mcp_url),
+            csrf = escape(csrf),
+        ),
+    )
+}
+
+/// A client id can be long (stateless ids carry metadata): show its start.
+fn short(id: &str) -> String {
+    match id.char_indices().nth(40) {
+        Some((at, _)) => format!("{}…", &id[..at]),
+        None => id.to_owned(),
+    }
+}
+
+/// Seconds since the epoch as `YYYY-MM-DD` (UTC).
+fn date(t: Timestamp) -> String {
+    // Civil-from-days (H. Hinnant), valid for the whole u64 range we meet.
+    let days = i64::try_from(t.as_secs() / 86_400).unwrap_or(0) + 719_468;
+    let era = days.div_euclid(146_097);
+    let doe = days.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_markup_and_quotes() {
+        assert_eq!(
+            escape(r#"<a href="x">'&'</a>"#),
+            "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;"
+        );
+    }
+
+    #[test]
+    fn dates_are_civil() {
+        assert_eq!(date(Timestamp::from_secs(0)), "1970-01-01");
+        assert_eq!(date(Timestamp::from_secs(1_709_164_800)), "2024-02-29");
+    }
+}

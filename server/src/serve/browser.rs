@@ -1,0 +1,262 @@
+//! The browser side: the development sign-in, the Agents page and the open
+//! route. Every form post is checked for a same-origin `Origin` (when the
+//! browser sends one) and, once signed in, for the session's CSRF token.
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, RawQuery, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::Response;
+use portcullis_core::form::Form;
+use portcullis_core::grant::GrantId;
+use portcullis_core::http::HttpResponse;
+use portcullis_core::link::OpenAnswer;
+
+use super::{App, BODY_LIMIT, Shared, respond};
+use crate::session::{self, Session};
+use crate::{clock, pages};
+
+/// A form body as UTF-8 text (bounded by the router's body limit).
+pub(crate) struct FormBody(pub(crate) String);
+
+impl<S: Send + Sync> FromRequest<S> for FormBody {
+    type Rejection = Response;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let bytes = Bytes::from_request(req, state)
+            .await
+            .map_err(axum::response::IntoResponse::into_response)?;
+        String::from_utf8(bytes.to_vec())
+            .map(FormBody)
+            .map_err(|_| bad_form())
+    }
+}
+
+/// 400 for a malformed form.
+pub(crate) fn bad_form() -> Response {
+    respond::html(
+        StatusCode::BAD_REQUEST,
+        pages::error("Bad request", "The form could not be read."),
+    )
+}
+
+/// 403 for a cross-site form post.
+pub(crate) fn cross_site() -> Response {
+    respond::html(
+        StatusCode::FORBIDDEN,
+        pages::error("Forbidden", "Cross-site form posts are refused."),
+    )
+}
+
+/// 403 for a missing or wrong CSRF token.
+pub(crate) fn bad_csrf() -> Response {
+    respond::html(
+        StatusCode::FORBIDDEN,
+        pages::error(
+            "Forbidden",
+            "The form has expired or did not come from this site. Reload the page and try again.",
+        ),
+    )
+}
+
+impl App {
+    /// The browser's session, if its cookie verifies.
+    pub(crate) fn session(&self, headers: &HeaderMap) -> Option<Session> {
+        Session::from_headers(&self.session_key, headers, self.secure, clock::now())
+    }
+
+    /// Whether a form post comes from our own pages: a browser's `Origin`
+    /// (and `Sec-Fetch-Site`), when present, must say so. Clients that send
+    /// neither are not browsers and carry no ambient cookie risk beyond the
+    /// CSRF token.
+    pub(crate) fn same_origin(&self, headers: &HeaderMap) -> bool {
+        let origin_ok = headers.get(header::ORIGIN).is_none_or(|o| {
+            o.as_bytes()
+                .eq_ignore_ascii_case(self.public_url.as_bytes())
+        });
+        let fetch_ok = headers
+            .get("sec-fetch-site")
+            .is_none_or(|v| matches!(v.as_bytes(), b"same-origin" | b"none"));
+        origin_ok && fetch_ok
+    }
+
+    /// The development sign-in: any valid user name gets a session; then
+    /// back to `return_to` (the page the form was served on, a fixed path of
+    /// ours plus the query it was requested with).
+    pub(crate) fn sign_in(
+        &self,
+        headers: &HeaderMap,
+        form: &Form<'_>,
+        return_to: &str,
+    ) -> Response {
+        if !self.same_origin(headers) {
+            return cross_site();
+        }
+        let Some(name) = form.get("username").filter(|n| session::valid_subject(n)) else {
+            return respond::html(
+                StatusCode::BAD_REQUEST,
+                pages::error(
+                    "Sign-in failed",
+                    "A user name is 1-64 letters, digits and . _ @ -.",
+                ),
+            );
+        };
+        let expires = clock::now().saturating_add(self.session_ttl);
+        let (_, value) = Session::issue(&self.session_key, name, expires, &mut rand::rng());
+        tracing::info!("signed in");
+        respond::with_cookie(
+            respond::see_other(return_to),
+            &session::set_cookie(&value, self.secure, self.session_ttl.as_secs()),
+        )
+    }
+}
+
+/// Signing out ends the browser session in the core too. Phase 1 has no
+/// connected tab yet; the lead wires the core's `reset_session` here (it
+/// disconnects the user's tab at once, DESIGN "Connected tab").
+fn reset_browser_session(_app: &App, _subject: &str) {}
+
+/// `GET /`: the Agents page.
+pub(crate) async fn home() -> Response {
+    respond::see_other("/agents")
+}
+
+/// `GET /_agent-native/open`: the open route. Without a session the
+/// sign-in page is served at this same URL, and signing in reloads it.
+pub(crate) async fn open(
+    State(app): State<Shared>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let query = query.unwrap_or_default();
+    let signed_in = app.session(&headers).is_some();
+    match app.open_route.handle(&query, signed_in, |_| None) {
+        Ok(OpenAnswer::SignIn) => respond::html(StatusCode::OK, pages::sign_in(&open_url(&query))),
+        Ok(OpenAnswer::Redirect(redirect)) => {
+            // Phase 1: there is no connected tab to deliver the `navigate`
+            // command to; the redirect alone is served.
+            tracing::info!(source = ?redirect.source, rejected_to = redirect.rejected_to.is_some(), "open route");
+            respond::core(HttpResponse::redirect(redirect.location))
+        }
+        Err(e) => respond::html(
+            StatusCode::BAD_REQUEST,
+            pages::error("Bad link", &e.to_string()),
+        ),
+    }
+}
+
+fn open_url(query: &str) -> String {
+    format!(
+        "{}?{query}",
+        portcullis_core::link::LinkConfig::DEFAULT_OPEN_PATH
+    )
+}
+
+/// `POST /_agent-native/open`: the sign-in form of the open route.
+pub(crate) async fn open_sign_in(
+    State(app): State<Shared>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+    body: FormBody,
+) -> Response {
+    let query = query.unwrap_or_default();
+    match Form::parse(&body.0, BODY_LIMIT) {
+        Ok(form) if form.get("intent") == Some("signin") => {
+            app.sign_in(&headers, &form, &open_url(&query))
+        }
+        _ => bad_form(),
+    }
+}
+
+/// `GET /agents`: the signed-in user's connections.
+pub(crate) async fn agents(State(app): State<Shared>, headers: HeaderMap) -> Response {
+    let Some(session) = app.session(&headers) else {
+        return respond::html(StatusCode::OK, pages::sign_in("/agents"));
+    };
+    let subject = session.subject.clone();
+    let listed = app
+        .blocking(move |app| {
+            let site = app.engine.site(&app.site)?;
+            let page = app
+                .engine
+                .list_user_grants(&app.site, &subject, None, 200, clock::now())?;
+            Ok::<_, portcullis_core::engine::SiteOpError>((site, page))
+        })
+        .await;
+    match listed {
+        Ok(Ok((site, page))) => respond::html(
+            StatusCode::OK,
+            pages::agents(
+                &session.subject,
+                &site.resource(),
+                &page.grants,
+                &session.csrf_token(&app.session_key),
+                (!site.enabled).then_some("External agents are switched off for this site."),
+            ),
+        ),
+        Ok(Err(e)) => respond::internal(&e.to_string()),
+        Err(r) => r,
+    }
+}
+
+/// `POST /agents`: sign in, sign out, or disconnect one of your agents.
+pub(crate) async fn agents_post(
+    State(app): State<Shared>,
+    headers: HeaderMap,
+    body: FormBody,
+) -> Response {
+    let Ok(form) = Form::parse(&body.0, BODY_LIMIT) else {
+        return bad_form();
+    };
+    if form.get("intent") == Some("signin") {
+        return app.sign_in(&headers, &form, "/agents");
+    }
+    if !app.same_origin(&headers) {
+        return cross_site();
+    }
+    let Some(session) = app.session(&headers) else {
+        return respond::html(StatusCode::UNAUTHORIZED, pages::sign_in("/agents"));
+    };
+    if !session.csrf_matches(&app.session_key, form.get("csrf").unwrap_or_default()) {
+        return bad_csrf();
+    }
+    match form.get("intent") {
+        Some("signout") => {
+            reset_browser_session(&app, &session.subject);
+            tracing::info!("signed out");
+            respond::with_cookie(
+                respond::see_other("/agents"),
+                &session::clear_cookie(app.secure),
+            )
+        }
+        Some("revoke") => {
+            let Some(id) = form.get("grant").and_then(GrantId::parse) else {
+                return bad_form();
+            };
+            let subject = session.subject.clone();
+            let revoked = app
+                .blocking(move |app| {
+                    // Only the user's own grants: the id alone is not authority.
+                    match app.engine.grant(&id)? {
+                        Some(g) if g.subject == subject && g.site == app.site => {
+                            app.engine.revoke_grant(&id, clock::now()).map(Some)
+                        }
+                        _ => Ok(None),
+                    }
+                })
+                .await;
+            match revoked {
+                Ok(Ok(Some(_))) => {
+                    tracing::info!("grant revoked by its user");
+                    respond::see_other("/agents")
+                }
+                Ok(Ok(None)) => respond::html(
+                    StatusCode::NOT_FOUND,
+                    pages::error("Not found", "You have no such connection."),
+                ),
+                Ok(Err(e)) => respond::internal(&e.to_string()),
+                Err(r) => r,
+            }
+        }
+        _ => bad_form(),
+    }
+}

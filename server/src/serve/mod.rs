@@ -1,0 +1,226 @@
+//! `portcullis serve`: the axum adapter. Every route hands the raw request
+//! parts (query, body, `Authorization`) to the core and copies the core's
+//! answer; the only things decided here are transport matters (which page
+//! template, body limits, cookies, CSRF).
+//!
+//! Routes:
+//!
+//! | route | what |
+//! |---|---|
+//! | `GET /.well-known/oauth-authorization-server` | RFC 8414 (the issuer has no path, so this is also the path-suffixed form) |
+//! | `GET /.well-known/oauth-protected-resource[/mcp/{key}]` | RFC 9728, root and path-suffixed |
+//! | `POST /register` | RFC 7591 (stateless) |
+//! | `GET, POST /authorize` | sign-in, consent, decision |
+//! | `POST /token`, `POST /revoke` | RFC 6749, RFC 7009 |
+//! | `ANY /mcp/{key}` | the protected resource (phase 1: bearer check only) |
+//! | `ANY /mcp` | `307` to the current `/mcp/{key}` |
+//! | `GET, POST /_agent-native/open` | the open route |
+//! | `GET, POST /agents` | sign-in/out, the user's connections, revoke |
+//!
+//! The MCP URL is `<public-url>/mcp/<site public key>`: the resource URL of
+//! the core (`resource_prefix + public_key`). Rotating the site key
+//! (`portcullis site rotate-key`) moves it; the old URL answers 404.
+
+mod browser;
+mod mcp;
+mod oauth;
+mod respond;
+mod trace;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::response::Response;
+use axum::routing::{any, get, post};
+use portcullis_core::jwt::SigningKey;
+use portcullis_core::link::OpenRoute;
+use portcullis_core::site::SiteId;
+use portcullis_core::{Engine, Policy};
+use portcullis_store_redb::RedbStore;
+
+use crate::cli::ServeArgs;
+use crate::setup;
+
+/// Largest request body accepted anywhere (the token endpoint's limit,
+/// [`portcullis_core::token::MAX_BODY_LEN`]; registration documents are
+/// smaller).
+const BODY_LIMIT: usize = portcullis_core::token::MAX_BODY_LEN;
+
+/// What every handler shares.
+pub(crate) struct App {
+    engine: Engine<RedbStore>,
+    site: SiteId,
+    session_key: SigningKey,
+    /// The public origin, no trailing slash.
+    public_url: String,
+    /// Cookies are `Secure` (and `__Host-`) when the public URL is https.
+    secure: bool,
+    session_ttl: Duration,
+    open_route: OpenRoute,
+}
+
+type Shared = Arc<App>;
+
+impl App {
+    /// Runs `f` on the blocking pool: engine operations do store I/O
+    /// (an fsync per committed write).
+    async fn blocking<T: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&Self) -> T + Send + 'static,
+    ) -> Result<T, Response> {
+        let app = Arc::clone(self);
+        tokio::task::spawn_blocking(move || f(&app))
+            .await
+            .map_err(|_| respond::internal("a blocking task failed"))
+    }
+}
+
+/// The policy of `args`: the core's defaults with the overrides applied.
+fn policy(args: &ServeArgs) -> Policy {
+    let mut p = Policy::default();
+    if let Some(s) = args.access_token_ttl_secs {
+        p.access_token_ttl = Duration::from_secs(s);
+    }
+    if let Some(s) = args.code_ttl_secs {
+        p.authorization_code_ttl = Duration::from_secs(s);
+    }
+    if let Some(s) = args.grant_idle_ttl_secs {
+        p.grant_idle_ttl = Duration::from_secs(s);
+    }
+    if let Some(s) = args.refresh_retry_window_secs {
+        p.refresh_retry_window = Some(Duration::from_secs(s));
+    }
+    if let Some(s) = args.jwt_leeway_secs {
+        p.jwt_leeway = Duration::from_secs(s);
+    }
+    p
+}
+
+/// The public origin: `--public-url` or `http://<bound address>`; it must be
+/// an origin (no path, query or trailing slash) so the issuer's well-known
+/// documents live at the root.
+fn public_url(args: &ServeArgs, bound: SocketAddr) -> Result<String, String> {
+    let url = args
+        .public_url
+        .clone()
+        .unwrap_or_else(|| format!("http://{bound}"));
+    let url = url.trim_end_matches('/').to_owned();
+    let rest = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"))
+        .ok_or("--public-url must start with http:// or https://")?;
+    if rest.is_empty() || rest.contains(['/', '?', '#', '@']) {
+        return Err("--public-url must be an origin (scheme, host and port only)".into());
+    }
+    Ok(url)
+}
+
+/// The router.
+fn router(app: Shared) -> Router {
+    Router::new()
+        .route(
+            "/.well-known/oauth-authorization-server",
+            get(oauth::authorization_server_metadata),
+        )
+        .route(
+            "/.well-known/oauth-protected-resource",
+            get(oauth::protected_resource_metadata_root),
+        )
+        .route(
+            "/.well-known/oauth-protected-resource/mcp/{key}",
+            get(oauth::protected_resource_metadata),
+        )
+        .route("/register", post(oauth::register))
+        .route("/authorize", get(oauth::authorize).post(oauth::decide))
+        .route("/token", post(oauth::token))
+        .route("/revoke", post(oauth::revoke))
+        .route("/mcp", any(mcp::current))
+        .route("/mcp/{key}", any(mcp::endpoint))
+        .route(
+            portcullis_core::link::LinkConfig::DEFAULT_OPEN_PATH,
+            get(browser::open).post(browser::open_sign_in),
+        )
+        .route("/agents", get(browser::agents).post(browser::agents_post))
+        .route("/", get(browser::home))
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(axum::middleware::from_fn(trace::requests))
+        .with_state(app)
+}
+
+/// Runs the server until SIGINT or SIGTERM, then finishes in-flight
+/// requests and returns.
+pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
+    let listener = tokio::net::TcpListener::bind(args.addr)
+        .await
+        .map_err(|e| format!("binding {}: {e}", args.addr))?;
+    let bound = listener.local_addr().map_err(|e| e.to_string())?;
+    let public = public_url(&args, bound)?;
+    let policy = policy(&args);
+    let db = args.db.db.clone();
+    let public_for_setup = public.clone();
+    let (engine, keys, site) = tokio::task::spawn_blocking(move || {
+        let (engine, keys) = setup::engine(&db, policy, true)?;
+        let site = setup::ensure_demo_site(&engine, &public_for_setup)?;
+        Ok::<_, String>((engine, keys, site))
+    })
+    .await
+    .map_err(|e| e.to_string())??;
+    let app = Arc::new(App {
+        engine,
+        site: site.id.clone(),
+        session_key: keys.session,
+        secure: public.starts_with("https://"),
+        public_url: public.clone(),
+        session_ttl: Duration::from_secs(args.session_ttl_secs),
+        open_route: OpenRoute::new(),
+    });
+    banner(&public, &site.resource(), site.enabled, bound);
+    tracing::info!(addr = %bound, "listening");
+    axum::serve(listener, router(app))
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .map_err(|e| e.to_string())?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+fn banner(public: &str, mcp: &str, enabled: bool, bound: SocketAddr) {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(
+        out,
+        "Portcullis demo server on {bound}\n  MCP URL:     {mcp}\n  Agents page: {public}/agents\n  \
+         Sign in:     open the Agents page and enter any user name (development sign-in)\n  \
+         External agents: {}",
+        if enabled {
+            "enabled"
+        } else {
+            "DISABLED (portcullis site enable)"
+        }
+    );
+    let _ = out.flush();
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+    tracing::info!("shutting down: finishing in-flight requests");
+}

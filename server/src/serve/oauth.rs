@@ -1,0 +1,319 @@
+//! The authorization server's routes: metadata documents, registration, the
+//! authorization endpoint (sign-in, consent, decision), token and revocation.
+
+use axum::body::Bytes;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse as _, Response};
+use portcullis_core::authorize::AuthorizeAnswer;
+use portcullis_core::client;
+use portcullis_core::engine::RevokeError;
+use portcullis_core::error::{ErrorCode, WireError as _};
+use portcullis_core::form::Form;
+use portcullis_core::http::HttpResponse;
+use portcullis_core::metadata::{AuthorizationServerMetadata, ProtectedResourceMetadata};
+
+use super::browser::{self, FormBody};
+use super::respond;
+use super::{BODY_LIMIT, Shared};
+use crate::{clock, pages};
+
+/// RFC 8414 §3.
+pub(crate) async fn authorization_server_metadata(State(app): State<Shared>) -> Response {
+    match app.blocking(|app| app.engine.site(&app.site)).await {
+        Ok(Ok(site)) => json_document(AuthorizationServerMetadata::for_site(&site).to_json()),
+        Ok(Err(e)) => respond::internal(&e.to_string()),
+        Err(r) => r,
+    }
+}
+
+/// RFC 9728 §3 at the root well-known path.
+pub(crate) async fn protected_resource_metadata_root(State(app): State<Shared>) -> Response {
+    resource_metadata(&app, None).await
+}
+
+/// RFC 9728 §3, path-suffixed for `/mcp/{key}`.
+pub(crate) async fn protected_resource_metadata(
+    State(app): State<Shared>,
+    Path(key): Path<String>,
+) -> Response {
+    resource_metadata(&app, Some(key)).await
+}
+
+async fn resource_metadata(app: &Shared, key: Option<String>) -> Response {
+    match app.blocking(|app| app.engine.site(&app.site)).await {
+        Ok(Ok(site)) if key.as_ref().is_none_or(|k| *k == site.public_key) => {
+            json_document(ProtectedResourceMetadata::for_site(&site).to_json())
+        }
+        Ok(Ok(_)) => (StatusCode::NOT_FOUND, "no such resource\n").into_response(),
+        Ok(Err(e)) => respond::internal(&e.to_string()),
+        Err(r) => r,
+    }
+}
+
+fn json_document(body: String) -> Response {
+    let mut r = (StatusCode::OK, body).into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        axum::http::HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+/// RFC 7591 §3: 201 with the §3.2.1 body, or 400 with the §3.2.2 error.
+pub(crate) async fn register(State(app): State<Shared>, body: Bytes) -> Response {
+    let answer = app
+        .blocking(move |app| app.engine.register_client(&body, clock::now()))
+        .await;
+    match answer {
+        Ok(Ok(registered)) => respond::core(HttpResponse {
+            status: 201,
+            headers: vec![
+                ("content-type", "application/json".into()),
+                ("cache-control", "no-store".into()),
+            ],
+            body: client::registration_response(&registered),
+        }),
+        Ok(Err(e)) => {
+            tracing::info!(error = e.code().as_str(), "registration refused");
+            respond::core(HttpResponse::oauth_error(e.code(), &e.to_string()))
+        }
+        Err(r) => r,
+    }
+}
+
+/// The authorization URL a form on the page posts back to: this path and
+/// the query exactly as received, so the decision re-submits it.
+fn self_url(query: &str) -> String {
+    format!("/authorize?{query}")
+}
+
+/// `GET /authorize`: the core validates the request; a valid one shows the
+/// consent page, or the sign-in page at this same URL when there is no
+/// session.
+pub(crate) async fn authorize(
+    State(app): State<Shared>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let query = query.unwrap_or_default();
+    let q = query.clone();
+    let answer = match app
+        .blocking(move |app| app.engine.authorize(&app.site, &q, None))
+        .await
+    {
+        Ok(Ok(a)) => a,
+        Ok(Err(e)) => return respond::internal(&e.to_string()),
+        Err(r) => return r,
+    };
+    match answer {
+        AuthorizeAnswer::Consent(screen) => match app.session(&headers) {
+            None => respond::html(StatusCode::OK, pages::sign_in(&self_url(&query))),
+            Some(session) => respond::html(
+                StatusCode::OK,
+                pages::consent(
+                    &screen,
+                    &session.subject,
+                    &self_url(&query),
+                    &session.csrf_token(&app.session_key),
+                ),
+            ),
+        },
+        other => answer_page(other),
+    }
+}
+
+/// Every answer but the consent screen.
+fn answer_page(answer: AuthorizeAnswer) -> Response {
+    match answer {
+        AuthorizeAnswer::Redirect(url) => respond::core(HttpResponse::redirect(url)),
+        AuthorizeAnswer::ShowError(e) => {
+            tracing::info!(
+                error = e.code().as_str(),
+                "authorization request shown an error"
+            );
+            respond::html(
+                StatusCode::BAD_REQUEST,
+                pages::error("This connection request cannot be used", &e.to_string()),
+            )
+        }
+        AuthorizeAnswer::FetchClientDocument(_) => respond::html(
+            StatusCode::BAD_REQUEST,
+            pages::error(
+                "Unsupported client",
+                "This client identifies itself with a metadata-document URL. The demo server \
+                 makes no outbound requests, so it supports registered clients only (POST /register).",
+            ),
+        ),
+        AuthorizeAnswer::Unavailable { retry_after_secs } => {
+            let mut r = respond::html(
+                StatusCode::SERVICE_UNAVAILABLE,
+                pages::error(
+                    "Agents are switched off",
+                    "External agents are temporarily switched off for this site. Try again later.",
+                ),
+            );
+            if let Ok(v) = retry_after_secs.to_string().parse() {
+                r.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+            r
+        }
+        AuthorizeAnswer::Consent(_) => respond::internal("unexpected consent answer"),
+    }
+}
+
+/// `POST /authorize`: the sign-in form (`intent=signin`) or the consent
+/// decision (`intent=allow|deny`, with the session's CSRF token). The query
+/// of the URL is the original authorization request, validated again by the
+/// core.
+pub(crate) async fn decide(
+    State(app): State<Shared>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+    body: FormBody,
+) -> Response {
+    let query = query.unwrap_or_default();
+    let Ok(form) = Form::parse(&body.0, BODY_LIMIT) else {
+        return browser::bad_form();
+    };
+    if !app.same_origin(&headers) {
+        return browser::cross_site();
+    }
+    let allow = match form.get("intent") {
+        Some("signin") => return app.sign_in(&headers, &form, &self_url(&query)),
+        Some("allow") => true,
+        Some("deny") => false,
+        _ => return browser::bad_form(),
+    };
+    let Some(session) = app.session(&headers) else {
+        return respond::html(StatusCode::UNAUTHORIZED, pages::sign_in(&self_url(&query)));
+    };
+    if !session.csrf_matches(&app.session_key, form.get("csrf").unwrap_or_default()) {
+        return browser::bad_csrf();
+    }
+    let subject = session.subject.clone();
+    let answer = app
+        .blocking(move |app| {
+            app.engine.decide(
+                &app.site,
+                &query,
+                None,
+                &subject,
+                allow,
+                &mut rand::rng(),
+                clock::now(),
+            )
+        })
+        .await;
+    match answer {
+        Ok(Ok(a)) => {
+            tracing::info!(allow, "consent decided");
+            answer_page(a)
+        }
+        Ok(Err(e)) => respond::internal(&e.to_string()),
+        Err(r) => r,
+    }
+}
+
+/// Whether the `Authorization` header uses the Basic scheme (a failed
+/// client authentication then answers with a Basic challenge).
+fn is_basic(authorization: Option<&str>) -> bool {
+    authorization.is_some_and(|h| h.get(..6).is_some_and(|s| s.eq_ignore_ascii_case("basic ")))
+}
+
+/// The body as UTF-8.
+fn utf8_body(body: &Bytes) -> Option<String> {
+    String::from_utf8(body.to_vec()).ok()
+}
+
+/// The answer to a body that is not UTF-8.
+fn not_utf8() -> Response {
+    respond::core(HttpResponse::oauth_error(
+        ErrorCode::InvalidRequest,
+        "the request body is not UTF-8",
+    ))
+}
+
+/// `POST /token`: the core's answer, copied.
+pub(crate) async fn token(State(app): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
+    let Ok(authorization) = respond::header_text(&headers, header::AUTHORIZATION) else {
+        return respond::core(TokenErrorResponse::malformed_header());
+    };
+    let Some(body) = utf8_body(&body) else {
+        return not_utf8();
+    };
+    let via_basic = is_basic(authorization.as_deref());
+    let answer = app
+        .blocking(move |app| {
+            app.engine.token(
+                &app.site,
+                &body,
+                authorization.as_deref(),
+                &mut rand::rng(),
+                clock::now(),
+            )
+        })
+        .await;
+    match answer {
+        Ok(Ok(tokens)) => {
+            tracing::info!("tokens issued");
+            respond::core(tokens.to_response())
+        }
+        Ok(Err(e)) => {
+            tracing::info!(error = e.code().as_str(), "token request refused");
+            respond::core(e.to_response(via_basic))
+        }
+        Err(r) => r,
+    }
+}
+
+/// Answers for a request the core never saw.
+struct TokenErrorResponse;
+
+impl TokenErrorResponse {
+    fn malformed_header() -> HttpResponse {
+        HttpResponse::oauth_error(
+            ErrorCode::InvalidRequest,
+            "the Authorization header is not visible ASCII",
+        )
+    }
+}
+
+/// `POST /revoke` (RFC 7009): 200 with an empty body on success, also for
+/// unknown tokens (§2.2).
+pub(crate) async fn revoke(State(app): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
+    let Ok(authorization) = respond::header_text(&headers, header::AUTHORIZATION) else {
+        return respond::core(TokenErrorResponse::malformed_header());
+    };
+    let Some(body) = utf8_body(&body) else {
+        return not_utf8();
+    };
+    let via_basic = is_basic(authorization.as_deref());
+    let answer = app
+        .blocking(move |app| {
+            app.engine
+                .revoke_token(&app.site, &body, authorization.as_deref(), clock::now())
+        })
+        .await;
+    match answer {
+        Ok(Ok(())) => {
+            tracing::info!("revocation accepted");
+            StatusCode::OK.into_response()
+        }
+        Ok(Err(e)) => {
+            tracing::info!(error = e.code().as_str(), "revocation refused");
+            let mut r = HttpResponse::oauth_error(e.code(), &e.to_string());
+            match e {
+                RevokeError::Unavailable { retry_after_secs } => {
+                    r = r.with_header("retry-after", retry_after_secs.to_string());
+                }
+                RevokeError::InvalidClient if via_basic => {
+                    r = r.with_header("www-authenticate", "Basic realm=\"token\"".into());
+                }
+                _ => {}
+            }
+            respond::core(r)
+        }
+        Err(r) => r,
+    }
+}

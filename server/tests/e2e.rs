@@ -1,0 +1,902 @@
+//! End-to-end tests: the built `portcullis` binary, spawned on a loopback
+//! port with a database in a temporary directory, driven over real HTTP.
+#![allow(
+    clippy::unwrap_used,
+    reason = "test helpers: a failed unwrap is a failed test"
+)]
+
+use std::io::Write as _;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use portcullis_core::form::{Form, encode_pairs};
+use portcullis_core::pkce::{CodeChallenge, CodeVerifier};
+use reqwest::StatusCode;
+use reqwest::header::{HeaderMap, LOCATION, SET_COOKIE, WWW_AUTHENTICATE};
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_portcullis");
+const VERIFIER: &str = "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk";
+const REDIRECT: &str = "http://127.0.0.1:4711/callback";
+const STATE: &str = "state-MARKER-7f3a";
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A running server over a database in a temporary directory.
+struct Server {
+    dir: tempfile::TempDir,
+    port: u16,
+    child: Option<Child>,
+    extra: Vec<String>,
+    http: reqwest::Client,
+}
+
+impl Server {
+    async fn start(extra: &[&str]) -> Self {
+        let mut s = Self {
+            dir: tempfile::tempdir().unwrap(),
+            port: free_port(),
+            child: None,
+            extra: extra.iter().map(|s| (*s).to_owned()).collect(),
+            http: reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .no_proxy()
+                .pool_max_idle_per_host(0)
+                .build()
+                .unwrap(),
+        };
+        s.restart().await;
+        s
+    }
+
+    fn db(&self) -> PathBuf {
+        self.dir.path().join("portcullis.redb")
+    }
+
+    fn log_file(&self, name: &str) -> std::fs::File {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join(name))
+            .unwrap()
+    }
+
+    /// Starts (again) on the same port and database.
+    async fn restart(&mut self) {
+        assert!(self.child.is_none());
+        let child = Command::new(BIN)
+            .arg("serve")
+            .arg("--db")
+            .arg(self.db())
+            .arg("--addr")
+            .arg(format!("127.0.0.1:{}", self.port))
+            .args(&self.extra)
+            .env("RUST_LOG", "debug")
+            .stdin(Stdio::null())
+            .stdout(self.log_file("stdout.log"))
+            .stderr(self.log_file("stderr.log"))
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(r) = self
+                .http
+                .get(self.url("/.well-known/oauth-authorization-server"))
+                .send()
+                .await
+            {
+                assert_eq!(r.status(), StatusCode::OK);
+                return;
+            }
+            assert!(Instant::now() < deadline, "server did not start");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// SIGTERM, then waits for a clean exit.
+    fn stop(&mut self) {
+        let mut child = self.child.take().unwrap();
+        let status = Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status()
+            .unwrap();
+        assert!(status.success());
+        assert!(child.wait().unwrap().success(), "graceful exit");
+    }
+
+    fn base(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base())
+    }
+
+    /// Runs an admin command on this server's database.
+    fn cli(&self, args: &[&str]) -> Output {
+        Command::new(BIN)
+            .args(args)
+            .arg("--db")
+            .arg(self.db())
+            .output()
+            .unwrap()
+    }
+
+    fn cli_json(&self, args: &[&str]) -> Vec<Value> {
+        let out = self.cli(args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    fn logs(&self) -> String {
+        let read = |n: &str| std::fs::read_to_string(self.dir.path().join(n)).unwrap_or_default();
+        format!("{}{}", read("stdout.log"), read("stderr.log"))
+    }
+
+    async fn resource(&self) -> String {
+        let doc: Value = self
+            .http
+            .get(self.url("/.well-known/oauth-protected-resource"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        doc["resource"].as_str().unwrap().to_owned()
+    }
+
+    async fn register(&self) -> String {
+        let r = self
+            .http
+            .post(self.url("/register"))
+            .header("content-type", "application/json")
+            .body(r#"{"redirect_uris":["http://127.0.0.1/callback"],"token_endpoint_auth_method":"none","grant_types":["authorization_code","refresh_token"],"client_name":"Test Agent"}"#)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::CREATED);
+        assert_eq!(header(r.headers(), "cache-control"), "no-store");
+        let body: Value = r.json().await.unwrap();
+        body["client_id"].as_str().unwrap().to_owned()
+    }
+
+    async fn query(&self, client_id: &str, scope: &str) -> String {
+        let challenge =
+            CodeChallenge::from_verifier(CodeVerifier::parse(VERIFIER).unwrap()).to_base64url();
+        let resource = self.resource().await;
+        encode_pairs([
+            ("response_type", "code"),
+            ("client_id", client_id),
+            ("redirect_uri", REDIRECT),
+            ("state", STATE),
+            ("code_challenge", challenge.as_str()),
+            ("code_challenge_method", "S256"),
+            ("resource", resource.as_str()),
+            ("scope", scope),
+        ])
+    }
+
+    /// Posts the development sign-in form to `path_and_query`; returns the
+    /// `Cookie` header value.
+    async fn sign_in(&self, path_and_query: &str, user: &str) -> String {
+        let r = self
+            .http
+            .post(self.url(path_and_query))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(encode_pairs([("intent", "signin"), ("username", user)]))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::SEE_OTHER);
+        assert_eq!(header(r.headers(), "location"), path_and_query);
+        let set = header(r.headers(), SET_COOKIE.as_str());
+        assert!(
+            set.contains("HttpOnly") && set.contains("SameSite=Lax"),
+            "{set}"
+        );
+        assert!(!set.contains("Secure"), "plain http on loopback");
+        set.split(';').next().unwrap().to_owned()
+    }
+
+    async fn get(&self, path: &str, cookie: Option<&str>) -> reqwest::Response {
+        let mut req = self.http.get(self.url(path));
+        if let Some(c) = cookie {
+            req = req.header("cookie", c);
+        }
+        req.send().await.unwrap()
+    }
+
+    async fn post_form(
+        &self,
+        path: &str,
+        cookie: Option<&str>,
+        pairs: &[(&str, &str)],
+    ) -> reqwest::Response {
+        let mut req = self
+            .http
+            .post(self.url(path))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(encode_pairs(pairs.iter().copied()));
+        if let Some(c) = cookie {
+            req = req.header("cookie", c);
+        }
+        req.send().await.unwrap()
+    }
+
+    /// Consent with the session: returns the redirect to the client.
+    async fn consent(&self, query: &str, cookie: &str, intent: &str) -> String {
+        let path = format!("/authorize?{query}");
+        let page = self.get(&path, Some(cookie)).await;
+        assert_eq!(page.status(), StatusCode::OK);
+        assert_eq!(header(page.headers(), "x-frame-options"), "DENY");
+        let html = page.text().await.unwrap();
+        assert!(
+            html.contains("Test Agent") && html.contains("unverified"),
+            "{html}"
+        );
+        assert!(html.contains("runs on your computer"), "loopback warning");
+        let csrf = csrf_of(&html);
+        let r = self
+            .post_form(&path, Some(cookie), &[("intent", intent), ("csrf", &csrf)])
+            .await;
+        assert_eq!(r.status(), StatusCode::FOUND);
+        header(r.headers(), "location")
+    }
+
+    async fn token(&self, pairs: &[(&str, &str)]) -> reqwest::Response {
+        self.post_form("/token", None, pairs).await
+    }
+
+    async fn exchange(&self, client_id: &str, code: &str) -> reqwest::Response {
+        self.token(&[
+            ("grant_type", "authorization_code"),
+            ("code", code),
+            ("redirect_uri", REDIRECT),
+            ("client_id", client_id),
+            ("code_verifier", VERIFIER),
+        ])
+        .await
+    }
+
+    async fn refresh(&self, client_id: &str, refresh_token: &str) -> reqwest::Response {
+        self.token(&[
+            ("grant_type", "refresh_token"),
+            ("refresh_token", refresh_token),
+            ("client_id", client_id),
+        ])
+        .await
+    }
+
+    async fn mcp(&self, bearer: Option<&str>) -> reqwest::Response {
+        let mut req = self.http.post(self.resource().await).body("{}");
+        if let Some(t) = bearer {
+            req = req.header("authorization", format!("Bearer {t}"));
+        }
+        req.send().await.unwrap()
+    }
+
+    /// The whole flow for `user` with `scope`: returns the client id, the
+    /// session cookie and the token response.
+    async fn login(&self, user: &str, scope: &str) -> Login {
+        let client_id = self.register().await;
+        let query = self.query(&client_id, scope).await;
+        let cookie = self.sign_in(&format!("/authorize?{query}"), user).await;
+        let location = self.consent(&query, &cookie, "allow").await;
+        let code = param(&location, "code").unwrap();
+        let r = self.exchange(&client_id, &code).await;
+        assert_eq!(r.status(), StatusCode::OK);
+        let tokens: Value = r.json().await.unwrap();
+        Login {
+            client_id,
+            cookie,
+            code,
+            access: tokens["access_token"].as_str().unwrap().to_owned(),
+            refresh: tokens["refresh_token"].as_str().unwrap().to_owned(),
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+struct Login {
+    client_id: String,
+    cookie: String,
+    code: String,
+    access: String,
+    refresh: String,
+}
+
+fn header(h: &HeaderMap, name: &str) -> String {
+    h.get(name)
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default()
+}
+
+fn param(url: &str, name: &str) -> Option<String> {
+    let (_, query) = url.split_once('?')?;
+    Form::parse(query, 64 * 1024)
+        .unwrap()
+        .get(name)
+        .map(String::from)
+}
+
+fn csrf_of(html: &str) -> String {
+    let at = html.find("name=\"csrf\" value=\"").expect("a csrf field") + 19;
+    html[at..].split('"').next().unwrap().to_owned()
+}
+
+async fn error_of(r: reqwest::Response) -> String {
+    let body: Value = r.json().await.unwrap();
+    body["error"].as_str().unwrap().to_owned()
+}
+
+// ------------------------------------------------------------------ tests
+
+#[tokio::test]
+async fn the_code_flow_with_pkce_reaches_the_mcp_endpoint() {
+    let s = Server::start(&[]).await;
+    let client_id = s.register().await;
+    let query = s.query(&client_id, "skills:read skills:write").await;
+    let path = format!("/authorize?{query}");
+
+    // No session: the sign-in page at the same URL.
+    let page = s.get(&path, None).await;
+    assert_eq!(page.status(), StatusCode::OK);
+    let html = page.text().await.unwrap();
+    assert!(html.contains("Development sign-in"), "{html}");
+    let cookie = s.sign_in(&path, "alice").await;
+
+    // The consent form refuses a post without the CSRF token.
+    let r = s
+        .post_form(&path, Some(&cookie), &[("intent", "allow")])
+        .await;
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    let r = s
+        .post_form(
+            &path,
+            Some(&cookie),
+            &[("intent", "allow"), ("csrf", "AAAA")],
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+
+    let location = s.consent(&query, &cookie, "allow").await;
+    assert!(location.starts_with(REDIRECT), "{location}");
+    assert_eq!(param(&location, "state").as_deref(), Some(STATE));
+    assert_eq!(param(&location, "iss"), Some(s.base()));
+    let code = param(&location, "code").unwrap();
+
+    let r = s.exchange(&client_id, &code).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(header(r.headers(), "cache-control"), "no-store");
+    let tokens: Value = r.json().await.unwrap();
+    assert_eq!(tokens["token_type"], "Bearer");
+    let access = tokens["access_token"].as_str().unwrap();
+
+    let r = s.mcp(Some(access)).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let who: Value = r.json().await.unwrap();
+    assert_eq!(who["subject"], "alice");
+    assert_eq!(who["scopes"], "skills:read skills:write");
+
+    // A replayed code fails (and, being otherwise valid, revokes the grant).
+    let r = s.exchange(&client_id, &code).await;
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(error_of(r).await, "invalid_grant");
+    assert_eq!(s.mcp(Some(access)).await.status(), StatusCode::UNAUTHORIZED);
+
+    // Deny redirects with access_denied.
+    let location = s.consent(&query, &cookie, "deny").await;
+    assert_eq!(param(&location, "error").as_deref(), Some("access_denied"));
+
+    // An unknown client is shown an error, never redirected.
+    let bad = query.replace("client_id=", "client_id=x");
+    let r = s.get(&format!("/authorize?{bad}"), Some(&cookie)).await;
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    assert!(r.headers().get(LOCATION).is_none());
+}
+
+#[tokio::test]
+async fn the_agents_page_lists_and_disconnects_your_agents() {
+    let s = Server::start(&[]).await;
+    let login = s.login("alice", "skills:read").await;
+    let page = s.get("/agents", Some(&login.cookie)).await;
+    assert_eq!(page.status(), StatusCode::OK);
+    let html = page.text().await.unwrap();
+    assert!(
+        html.contains("Test Agent") && html.contains("connected"),
+        "{html}"
+    );
+    let csrf = csrf_of(&html);
+    let at = html.find("name=\"grant\" value=\"").unwrap() + 20;
+    let grant = html[at..].split('"').next().unwrap().to_owned();
+
+    // Another user cannot disconnect alice's agent.
+    let bob = s.sign_in("/agents", "bob").await;
+    let bob_csrf = csrf_of(&s.get("/agents", Some(&bob)).await.text().await.unwrap());
+    let r = s
+        .post_form(
+            "/agents",
+            Some(&bob),
+            &[("intent", "revoke"), ("grant", &grant), ("csrf", &bob_csrf)],
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    // Nor can a post with bob's CSRF token on alice's session.
+    let r = s
+        .post_form(
+            "/agents",
+            Some(&login.cookie),
+            &[("intent", "revoke"), ("grant", &grant), ("csrf", &bob_csrf)],
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    // A cross-site post is refused before anything else.
+    let r = s
+        .http
+        .post(s.url("/agents"))
+        .header("origin", "https://evil.example")
+        .header("cookie", &login.cookie)
+        .body(encode_pairs([
+            ("intent", "revoke"),
+            ("grant", grant.as_str()),
+            ("csrf", csrf.as_str()),
+        ]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    assert_eq!(s.mcp(Some(&login.access)).await.status(), StatusCode::OK);
+
+    let r = s
+        .post_form(
+            "/agents",
+            Some(&login.cookie),
+            &[("intent", "revoke"), ("grant", &grant), ("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert_eq!(
+        s.mcp(Some(&login.access)).await.status(),
+        StatusCode::UNAUTHORIZED
+    );
+
+    // Sign-out clears the cookie.
+    let r = s
+        .post_form(
+            "/agents",
+            Some(&login.cookie),
+            &[("intent", "signout"), ("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert!(header(r.headers(), "set-cookie").contains("Max-Age=0"));
+}
+
+#[tokio::test]
+async fn refresh_tokens_rotate_and_reuse_revokes_the_grant() {
+    let s = Server::start(&["--access-token-ttl-secs", "2", "--jwt-leeway-secs", "0"]).await;
+    let login = s.login("alice", "skills:read").await;
+    tokio::time::sleep(Duration::from_millis(3100)).await;
+    let r = s.mcp(Some(&login.access)).await;
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    assert!(header(r.headers(), "www-authenticate").contains("error=\"invalid_token\""));
+
+    let r = s.refresh(&login.client_id, &login.refresh).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let t2: Value = r.json().await.unwrap();
+    assert_eq!(t2["expires_in"], 2);
+    let refresh2 = t2["refresh_token"].as_str().unwrap();
+    assert_ne!(refresh2, login.refresh);
+    let access2 = t2["access_token"].as_str().unwrap();
+    assert_eq!(s.mcp(Some(access2)).await.status(), StatusCode::OK);
+
+    // The spent token again: invalid_grant, and the whole grant is revoked.
+    let r = s.refresh(&login.client_id, &login.refresh).await;
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(error_of(r).await, "invalid_grant");
+    assert_eq!(
+        s.mcp(Some(access2)).await.status(),
+        StatusCode::UNAUTHORIZED
+    );
+    let r = s.refresh(&login.client_id, refresh2).await;
+    assert_eq!(error_of(r).await, "invalid_grant");
+}
+
+#[tokio::test]
+async fn the_resource_answers_with_the_cores_challenges() {
+    let s = Server::start(&[]).await;
+    let r = s.mcp(None).await;
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    let challenge = header(r.headers(), WWW_AUTHENTICATE.as_str());
+    assert!(
+        challenge.starts_with("Bearer resource_metadata=\""),
+        "{challenge}"
+    );
+    assert!(
+        !challenge.contains("error="),
+        "no error without credentials: {challenge}"
+    );
+    let md = challenge.split('"').nth(1).unwrap();
+    let doc: Value = s.http.get(md).send().await.unwrap().json().await.unwrap();
+    assert_eq!(doc["resource"], s.resource().await);
+
+    let r = s.mcp(Some("not.a.token")).await;
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    assert!(header(r.headers(), "www-authenticate").contains("error=\"invalid_token\""));
+
+    let login = s.login("alice", "skills:write").await;
+    let r = s.mcp(Some(&login.access)).await;
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    let challenge = header(r.headers(), "www-authenticate");
+    assert!(
+        challenge.contains("error=\"insufficient_scope\""),
+        "{challenge}"
+    );
+    assert!(challenge.contains("skills:read"), "{challenge}");
+
+    // Tokens in the query are refused; /mcp points at the current key.
+    let r = s
+        .http
+        .get(format!("{}?access_token=x", s.resource().await))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    let r = s.get("/mcp", None).await;
+    assert_eq!(r.status(), StatusCode::TEMPORARY_REDIRECT);
+    assert_eq!(s.url(&header(r.headers(), "location")), s.resource().await);
+    // Bodies are bounded.
+    let big = "a".repeat(20 * 1024);
+    let r = s
+        .post_form("/token", None, &[("grant_type", big.as_str())])
+        .await;
+    assert_eq!(r.status(), StatusCode::PAYLOAD_TOO_LARGE);
+}
+
+#[tokio::test]
+async fn the_off_switch_answers_503_and_keeps_grants() {
+    let mut s = Server::start(&[]).await;
+    let login = s.login("alice", "skills:read").await;
+
+    // The CLI refuses while the server holds the database.
+    let out = s.cli(&["site", "disable"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("stop the server first"));
+
+    s.stop();
+    assert_eq!(s.cli_json(&["site", "disable"])[0]["enabled"], false);
+    s.restart().await;
+    let r = s.mcp(Some(&login.access)).await;
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(!header(r.headers(), "retry-after").is_empty());
+    let r = s.refresh(&login.client_id, &login.refresh).await;
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(!header(r.headers(), "retry-after").is_empty());
+    assert_eq!(error_of(r).await, "temporarily_unavailable");
+    let query = s.query(&login.client_id, "skills:read").await;
+    let r = s
+        .get(&format!("/authorize?{query}"), Some(&login.cookie))
+        .await;
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+    // Metadata keeps being served.
+    assert_eq!(
+        s.get("/.well-known/oauth-protected-resource", None)
+            .await
+            .status(),
+        StatusCode::OK
+    );
+
+    s.stop();
+    assert_eq!(s.cli_json(&["site", "enable"])[0]["enabled"], true);
+    s.restart().await;
+    assert_eq!(s.mcp(Some(&login.access)).await.status(), StatusCode::OK);
+    // The refresh attempted while off did not rotate.
+    assert_eq!(
+        s.refresh(&login.client_id, &login.refresh).await.status(),
+        StatusCode::OK
+    );
+}
+
+#[tokio::test]
+async fn admin_commands_manage_grants_tokens_and_the_site_key() {
+    let mut s = Server::start(&[]).await;
+    let login = s.login("alice", "skills:read").await;
+    let old_resource = s.resource().await;
+    s.stop();
+
+    let grants = s.cli_json(&["grants", "list"]);
+    assert_eq!(grants.len(), 1);
+    assert_eq!(grants[0]["subject"], "alice");
+    assert_eq!(grants[0]["status"], "live");
+    let inspected = s.cli_json(&["token", "inspect", &login.access]);
+    assert_eq!(inspected[0]["valid"], true);
+    assert_eq!(inspected[0]["claims"]["sub"], "alice");
+    let forged = format!("{}x", login.access);
+    let inspected = s.cli_json(&["token", "inspect", &forged]);
+    assert_eq!(inspected[0]["valid"], false);
+    assert!(inspected[0]["reason"].as_str().unwrap().len() > 3);
+
+    let minted = s.cli_json(&["tokens", "mint", "--subject", "carol", "--label", "cli"]);
+    let agent = minted[0]["token"].as_str().unwrap().to_owned();
+    let jti = minted[0]["jti"].as_str().unwrap().to_owned();
+    assert_eq!(
+        s.cli_json(&["tokens", "list", "--subject", "carol"])[0]["jti"],
+        jti.as_str()
+    );
+
+    s.restart().await;
+    let r = s.mcp(Some(&agent)).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.json::<Value>().await.unwrap()["subject"], "carol");
+    s.stop();
+
+    assert_eq!(s.cli_json(&["tokens", "revoke", &jti])[0]["revoked"], true);
+    let id = grants[0]["id"].as_str().unwrap();
+    assert_eq!(s.cli_json(&["grants", "revoke", id])[0]["revoked"], true);
+    s.restart().await;
+    assert_eq!(s.mcp(Some(&agent)).await.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        s.mcp(Some(&login.access)).await.status(),
+        StatusCode::UNAUTHORIZED
+    );
+    let second = s.login("alice", "skills:read").await;
+    s.stop();
+
+    let site = s.cli_json(&["site", "rotate-key"]);
+    assert_ne!(site[0]["resource"], old_resource.as_str());
+    s.restart().await;
+    assert_eq!(s.resource().await, site[0]["resource"].as_str().unwrap());
+    let r = s.http.post(&old_resource).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    assert_eq!(
+        s.mcp(Some(&second.access)).await.status(),
+        StatusCode::UNAUTHORIZED
+    );
+}
+
+#[tokio::test]
+async fn the_open_route_signs_in_and_redirects_only_on_site() {
+    let s = Server::start(&[]).await;
+    let path = "/_agent-native/open?app=mail&view=inbox&to=%2Fthread%2F42&f_label=work";
+    let r = s.get(path, None).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert!(r.text().await.unwrap().contains("Development sign-in"));
+    let cookie = s.sign_in(path, "alice").await;
+
+    let r = s.get(path, Some(&cookie)).await;
+    assert_eq!(r.status(), StatusCode::FOUND);
+    assert_eq!(header(r.headers(), "location"), "/thread/42?f_label=work");
+
+    for evil in [
+        "%2F%2Fevil.com",
+        "%2F%5Cevil.com",
+        "https%3A%2F%2Fevil.com",
+        "%2F%2F%2Fevil.com",
+    ] {
+        let r = s
+            .get(
+                &format!("/_agent-native/open?view=inbox&to={evil}"),
+                Some(&cookie),
+            )
+            .await;
+        assert_eq!(r.status(), StatusCode::FOUND);
+        assert_eq!(header(r.headers(), "location"), "/inbox", "{evil}");
+    }
+    let r = s
+        .get("/_agent-native/open?to=%2F%2Fevil.com", Some(&cookie))
+        .await;
+    assert_eq!(header(r.headers(), "location"), "/");
+    let r = s
+        .get("/_agent-native/open?to=/a&to=/b", Some(&cookie))
+        .await;
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+}
+
+fn check(args: &[&str], input: &str) -> Vec<Value> {
+    let mut child = Command::new(BIN)
+        .arg("check")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn check_commands_judge_one_json_string_per_line() {
+    let out = check(
+        &["redirect", "--origin", "https://app.example.com"],
+        "\"/inbox?x=1\"\n\"//evil.com\"\n\"/\\\\evil.com\"\n",
+    );
+    assert_eq!(out.len(), 3);
+    assert_eq!(out[0]["verdict"], "accept");
+    assert_eq!(out[0]["normalized"], "https://app.example.com/inbox?x=1");
+    assert_eq!(out[1]["verdict"], "reject");
+    assert_eq!(out[2]["verdict"], "reject");
+    assert!(out[1]["reason"].is_string());
+
+    let out = check(
+        &[
+            "link",
+            "--host-origin",
+            "https://chat.example.com",
+            "--sandbox-origin",
+            "https://apps.example.net",
+        ],
+        "\"HTTPS://Docs.Example.org:443/a/../b\"\n\"https://chat.example.com./x\"\n\"javascript:alert(1)\"\n",
+    );
+    assert_eq!(out[0]["normalized"], "https://docs.example.org/b");
+    assert_eq!(out[1]["verdict"], "reject");
+    assert_eq!(out[2]["verdict"], "reject");
+
+    // A token signed with a known key: accepted at its time, rejected later.
+    let key = [7u8; 32];
+    let mut keyring = portcullis_core::jwt::Keyring::new();
+    keyring
+        .insert(
+            "k1",
+            portcullis_core::jwt::SigningKey::from_bytes(&key).unwrap(),
+        )
+        .unwrap();
+    keyring.set_active("k1").unwrap();
+    let claims = portcullis_core::jwt::Claims {
+        iss: Some("https://as.example".into()),
+        aud: Some("https://rs.example/mcp".into()),
+        exp: Some(1_000_300),
+        ..Default::default()
+    };
+    let token = keyring
+        .sign(portcullis_core::jwt::TokenType::AccessToken, &claims)
+        .unwrap();
+    let key_b64 = base64url(&key);
+    let line = format!("\"{}\"\n\"x.y.z\"\n", token.expose_secret());
+    let args = [
+        "jwt",
+        "--key-b64url",
+        &key_b64,
+        "--aud",
+        "https://rs.example/mcp",
+        "--iss",
+        "https://as.example",
+        "--now",
+    ];
+    let out = check(&[&args[..], &["1000000"]].concat(), &line);
+    assert_eq!(out[0]["verdict"], "accept", "{:?}", out[0]);
+    assert_eq!(out[0]["normalized"]["aud"], "https://rs.example/mcp");
+    assert_eq!(out[1]["verdict"], "reject");
+    let out = check(&[&args[..], &["2000000"]].concat(), &line);
+    assert_eq!(out[0]["verdict"], "reject");
+    assert!(
+        out[0]["reason"].as_str().unwrap().contains("expired"),
+        "{:?}",
+        out[0]
+    );
+}
+
+fn base64url(bytes: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
+        for i in 0..=chunk.len() {
+            out.push(char::from(A[(n >> (18 - 6 * i) & 63) as usize]));
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn logs_hold_no_token_code_secret_or_cookie() {
+    let mut s = Server::start(&[]).await;
+    let login = s.login("alice", "skills:read skills:write").await;
+    let r = s.refresh(&login.client_id, &login.refresh).await;
+    let t2: Value = r.json().await.unwrap();
+    let refresh2 = t2["refresh_token"].as_str().unwrap().to_owned();
+    let access2 = t2["access_token"].as_str().unwrap().to_owned();
+    assert_eq!(s.mcp(Some(&access2)).await.status(), StatusCode::OK);
+    let _ = s.mcp(Some(&login.access)).await;
+    let html = s
+        .get("/agents", Some(&login.cookie))
+        .await
+        .text()
+        .await
+        .unwrap();
+    let csrf = csrf_of(&html);
+    let r = s
+        .post_form(
+            "/revoke",
+            None,
+            &[("token", &refresh2), ("client_id", &login.client_id)],
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let _ = s
+        .get(
+            "/_agent-native/open?view=inbox&to=%2Fsecret-path-MARKER",
+            Some(&login.cookie),
+        )
+        .await;
+    s.stop();
+
+    let logs = s.logs();
+    assert!(logs.contains("served"), "request logs are written: {logs}");
+    let keyfile = std::fs::read_to_string(format!("{}.keys", s.db().display())).unwrap();
+    let keyfile: Value = serde_json::from_str(&keyfile).unwrap();
+    let cookie_value = login.cookie.split_once('=').unwrap().1.to_owned();
+    let secrets = [
+        ("access token", login.access.as_str()),
+        ("refresh token", login.refresh.as_str()),
+        ("rotated refresh token", refresh2.as_str()),
+        ("second access token", access2.as_str()),
+        ("code", login.code.as_str()),
+        ("code verifier", VERIFIER),
+        ("state", STATE),
+        ("session cookie", cookie_value.as_str()),
+        ("csrf token", csrf.as_str()),
+        ("signing key", keyfile["signing_key"].as_str().unwrap()),
+        (
+            "session secret",
+            keyfile["session_secret"].as_str().unwrap(),
+        ),
+        ("open-route target", "secret-path-MARKER"),
+    ];
+    for (what, secret) in secrets {
+        assert!(!logs.contains(secret), "the {what} appears in the logs");
+        // Also no long fragment of it (e.g. a JWT's signature alone).
+        if secret.len() > 40 {
+            let tail = &secret[secret.len() - 24..];
+            assert!(
+                !logs.contains(tail),
+                "a fragment of the {what} appears in the logs"
+            );
+        }
+    }
+}
