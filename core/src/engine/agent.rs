@@ -174,9 +174,10 @@ impl<S: Store> Engine<S> {
                 TokenType::AgentToken,
                 now,
             )?;
-            let (site, md, claims) = (checked.site, checked.metadata_url, checked.claims);
+            let (site, claims) = (checked.site, checked.claims);
+            let md = || crate::metadata::protected_resource_metadata_url(&site);
             let invalid =
-                |why: &str| BearerRejection::Challenge(Challenge::invalid_token(&md, why));
+                |why: &str| BearerRejection::Challenge(Challenge::invalid_token(&md(), why));
             let jti = claims.jti.ok_or_else(|| invalid("token has no jti"))?;
             let record: AgentToken = txn
                 .load(&keys::agent_token(&jti))?
@@ -186,7 +187,7 @@ impl<S: Store> Engine<S> {
             }
             if !required.is_subset(&record.scopes) {
                 return Err(BearerRejection::Challenge(Challenge::insufficient_scope(
-                    &md,
+                    &md(),
                     &required.union(&record.scopes),
                 )));
             }

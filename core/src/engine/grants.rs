@@ -134,7 +134,6 @@ pub struct GrantPage {
 /// A bearer JWT that passed the checks shared by access and agent tokens.
 pub(super) struct CheckedBearer {
     pub(super) site: Site,
-    pub(super) metadata_url: String,
     pub(super) claims: Claims,
 }
 
@@ -158,13 +157,14 @@ impl<S: Store> Engine<S> {
         if let Err(SiteError::Disabled { retry_after_secs }) = site.ensure_enabled() {
             return Err(BearerRejection::Unavailable { retry_after_secs });
         }
-        let md = metadata::protected_resource_metadata_url(&site);
-        let invalid = |why: &str| BearerRejection::Challenge(Challenge::invalid_token(&md, why));
+        let md = || metadata::protected_resource_metadata_url(&site);
+        let invalid = |why: &str| BearerRejection::Challenge(Challenge::invalid_token(&md(), why));
         let token = match bearer::parse_authorization(authorization) {
             Ok(Some(token)) => token,
             Ok(None) => {
                 return Err(BearerRejection::Challenge(Challenge::unauthenticated(
-                    &md, required,
+                    &md(),
+                    required,
                 )));
             }
             Err(e) => return Err(invalid(&alloc::format!("{e}"))),
@@ -177,11 +177,7 @@ impl<S: Store> Engine<S> {
             .verify(token, &expect, now)
             .map_err(|e| invalid(&alloc::format!("{e}")))?
             .claims;
-        Ok(CheckedBearer {
-            site,
-            metadata_url: md,
-            claims,
-        })
+        Ok(CheckedBearer { site, claims })
     }
 
     /// Checks a protected-resource request: the `Authorization` header
@@ -205,9 +201,10 @@ impl<S: Store> Engine<S> {
                 TokenType::AccessToken,
                 now,
             )?;
-            let (site, md, claims) = (checked.site, checked.metadata_url, checked.claims);
+            let (site, claims) = (checked.site, checked.claims);
+            let md = || metadata::protected_resource_metadata_url(&site);
             let invalid =
-                |why: &str| BearerRejection::Challenge(Challenge::invalid_token(&md, why));
+                |why: &str| BearerRejection::Challenge(Challenge::invalid_token(&md(), why));
             let grant_id = claims
                 .gid
                 .as_deref()
@@ -224,7 +221,7 @@ impl<S: Store> Engine<S> {
             if !required.is_subset(&scopes) {
                 // List every scope the request needs (RFC 6750 §3.1).
                 return Err(BearerRejection::Challenge(Challenge::insufficient_scope(
-                    &md,
+                    &md(),
                     &required.union(&scopes),
                 )));
             }

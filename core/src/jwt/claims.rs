@@ -26,6 +26,20 @@ pub enum TokenType {
 }
 
 impl TokenType {
+    /// How many token types there are.
+    pub(super) const COUNT: usize = 3;
+    /// Every token type, in [`TokenType::index`] order.
+    pub(super) const ALL: [Self; Self::COUNT] = [Self::AccessToken, Self::AgentToken, Self::Jwt];
+
+    /// A dense index for per-type tables.
+    pub(super) const fn index(self) -> usize {
+        match self {
+            Self::AccessToken => 0,
+            Self::AgentToken => 1,
+            Self::Jwt => 2,
+        }
+    }
+
     /// The `typ` value written when signing.
     #[must_use]
     pub const fn as_str(self) -> &'static str {

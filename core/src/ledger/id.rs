@@ -138,6 +138,14 @@ impl ActionFingerprint {
     pub const fn as_bytes(&self) -> &[u8; 32] {
         &self.0
     }
+
+    /// A fingerprint from its digest bytes: how an adapter reads back the
+    /// one it showed in an approval dialog (an [`crate::approval::ApprovalRef`]
+    /// names the exact action the user decided on).
+    #[must_use]
+    pub const fn from_bytes(bytes: [u8; 32]) -> Self {
+        Self(bytes)
+    }
 }
 
 impl fmt::Debug for ActionFingerprint {
