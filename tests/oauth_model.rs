@@ -15,6 +15,7 @@ const DAY: u64 = 86_400;
 
 #[derive(Clone, Debug)]
 enum Op {
+    Register,
     Login,
     RefreshCurrent(usize),
     RefreshOld(usize, usize),
@@ -29,6 +30,7 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
+        1 => Just(Op::Register),
         3 => Just(Op::Login),
         4 => any::<usize>().prop_map(Op::RefreshCurrent),
         1 => (any::<usize>(), any::<usize>()).prop_map(|(g, k)| Op::RefreshOld(g, k)),
@@ -44,6 +46,8 @@ fn op() -> impl Strategy<Value = Op> {
 
 /// What the model knows of one grant.
 struct ModelGrant {
+    /// The client the grant was issued to.
+    client_id: String,
     /// Every refresh token issued, oldest first; the last one is current.
     refresh_tokens: Vec<String>,
     /// The latest access token and when it was issued.
@@ -79,10 +83,17 @@ fn run<S: Store>(store: S, ops: &[Op]) -> Result<(), TestCaseError> {
     for op in ops {
         let now = w.now.as_secs();
         match *op {
+            Op::Register => {
+                // Later logins use a newly registered client (stateless:
+                // registration answers without writing anything).
+                let json = br#"{"redirect_uris":["http://127.0.0.1/callback"],"token_endpoint_auth_method":"none","grant_types":["authorization_code","refresh_token"]}"#;
+                w.client_id = w.engine.register_client(json, w.now).unwrap().client_id;
+            }
             Op::Login => {
                 if m.enabled {
                     let t = w.login();
                     m.grants.push(ModelGrant {
+                        client_id: w.client_id.clone(),
                         refresh_tokens: vec![t.refresh_token.expose_secret().to_string()],
                         access: t,
                         access_issued: now,
@@ -129,7 +140,13 @@ fn run<S: Store>(store: S, ops: &[Op]) -> Result<(), TestCaseError> {
                         }
                     }
                 };
-                let result = w.refresh(&token);
+                // Each grant refreshes as the client it was issued to.
+                let client_id = m.grants[i].client_id.clone();
+                let result = w.token(&[
+                    ("grant_type", "refresh_token"),
+                    ("refresh_token", &token),
+                    ("client_id", &client_id),
+                ]);
                 let live = m.live(&m.grants[i], now);
                 if !m.enabled {
                     prop_assert_eq!(
