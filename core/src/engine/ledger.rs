@@ -49,6 +49,31 @@ fn scan<R: ReadTransaction>(
     txn.range(table, start, end, limit)
 }
 
+/// The undecided requests of `grant`, from its index: each entry's index
+/// key, the request's lineage and its id. Malformed entries are skipped.
+fn undecided_of<R: ReadTransaction>(
+    txn: &R,
+    grant: &GrantId,
+) -> Result<Vec<(Vec<u8>, Lineage, RequestId)>, StoreError> {
+    let entries = scan(
+        txn,
+        Table::Requests,
+        &keys::grant_requests(grant),
+        usize::MAX,
+    )?;
+    Ok(entries
+        .into_iter()
+        .filter_map(|(key, lineage)| {
+            let id = key
+                .get(17..33)
+                .and_then(|b| <[u8; 16]>::try_from(b).ok())
+                .map(RequestId::from_bytes)?;
+            let lineage = <[u8; 32]>::try_from(lineage.as_slice()).ok().map(Lineage)?;
+            Some((key, lineage, id))
+        })
+        .collect())
+}
+
 /// Saves a request and keeps its indexes: the grant index while undecided,
 /// and an expiry entry at `look_at` (a hint: the sweep recomputes the real
 /// deadline and re-files the entry if it is later).
@@ -80,20 +105,7 @@ pub(crate) fn cancel_grant_requests<W: WriteTransaction>(
     grant: &GrantId,
     now: Timestamp,
 ) -> Result<(), StoreError> {
-    for (key, lineage) in scan(
-        &*txn,
-        Table::Requests,
-        &keys::grant_requests(grant),
-        usize::MAX,
-    )? {
-        let (Some(id), Ok(lineage)) = (
-            key.get(17..33)
-                .and_then(|b| <[u8; 16]>::try_from(b).ok())
-                .map(RequestId::from_bytes),
-            <[u8; 32]>::try_from(lineage.as_slice()).map(Lineage),
-        ) else {
-            continue;
-        };
+    for (key, lineage, id) in undecided_of(&*txn, grant)? {
         match txn.load::<ExecutionRequest>(&keys::request(&lineage, &id))? {
             Some(mut rec) if rec.grant == *grant => {
                 rec.cancel(Failure::Revoked, now);
@@ -120,20 +132,7 @@ fn cut_runs<W: WriteTransaction>(
     connection: u32,
     now: Timestamp,
 ) -> Result<(), StoreError> {
-    for (key, lineage) in scan(
-        &*txn,
-        Table::Requests,
-        &keys::grant_requests(grant),
-        usize::MAX,
-    )? {
-        let (Some(id), Ok(lineage)) = (
-            key.get(17..33)
-                .and_then(|b| <[u8; 16]>::try_from(b).ok())
-                .map(RequestId::from_bytes),
-            <[u8; 32]>::try_from(lineage.as_slice()).map(Lineage),
-        ) else {
-            continue;
-        };
+    for (_, lineage, id) in undecided_of(&*txn, grant)? {
         if let Some(mut rec) = txn.load::<ExecutionRequest>(&keys::request(&lineage, &id))?
             && rec.grant == *grant
             && rec.state == RequestState::Running
@@ -754,19 +753,7 @@ impl<S: Store> Engine<S> {
                 .ok_or(ApprovalError::Forbidden)?;
             let lineage = Lineage::of(site.as_str(), &g.subject, &g.client_id);
             let mut out = Vec::new();
-            for (key, _) in scan(
-                txn,
-                Table::Requests,
-                &keys::grant_requests(grant),
-                usize::MAX,
-            )? {
-                let Some(id) = key
-                    .get(17..33)
-                    .and_then(|b| <[u8; 16]>::try_from(b).ok())
-                    .map(RequestId::from_bytes)
-                else {
-                    continue;
-                };
+            for (_, _, id) in undecided_of(txn, grant)? {
                 if let Some(rec) = txn.load::<ExecutionRequest>(&keys::request(&lineage, &id))?
                     && let RequestState::AwaitingApproval(p) = &rec.state
                 {
