@@ -23,7 +23,18 @@
 //! | [`jwt`] | HS256 compact JWS (RFC 7515/7519) and the signing [`jwt::Keyring`] |
 //! | [`mac`] | HMAC-SHA256, the one MAC |
 //! | [`pkce`] | PKCE S256 (RFC 7636) |
+//! | [`scope`] | scope sets (RFC 6749 §3.3) |
+//! | [`form`] | strict `application/x-www-form-urlencoded` parsing |
+//! | [`http`] | [`http::HttpResponse`]: the answer an adapter copies out |
+//! | [`site`] | sites: issuer, resource, scopes, off switch, key epoch |
 //! | [`client`] | clients: redirect-URI policy, stateless registration (RFC 7591), metadata documents |
+//! | [`authorize`] | the authorization endpoint, consent data, codes (RFC 6749 §4.1, RFC 9207) |
+//! | [`grant`] | grants and refresh-token rotation with reuse detection |
+//! | [`token`] | the token endpoint's wire side (RFC 6749 §5) |
+//! | [`bearer`] | `Authorization: Bearer` and `WWW-Authenticate` (RFC 6750, RFC 9728) |
+//! | [`metadata`] | discovery documents (RFC 8414, RFC 9728) |
+//! | [`agent_token`] | minted per-user agent tokens, revocable by `jti` |
+//! | [`engine`] | [`Engine`]: every operation as one store transaction |
 //! | [`store`] | the storage contract, tables and record encoding |
 //! | [`redirect`] | the open-redirect guard [`redirect::SafePath`] |
 //! | [`link`] | deep links, the open route, external links |
