@@ -23,10 +23,17 @@ use crate::cli::{Cli, Command};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // rmcp logs whole JSON-RPC messages (tool arguments and results: user
+    // data) at debug level: it is held at info whatever `RUST_LOG` says.
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info"))
+        .add_directive(
+            "rmcp=info"
+                .parse()
+                .unwrap_or_else(|_| unreachable!("a valid directive")),
+        );
     tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
-        )
+        .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(false)
         .init();

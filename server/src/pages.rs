@@ -1,5 +1,6 @@
 //! The HTML pages: sign-in, consent, errors and the Agents page. Every
-//! dynamic value goes through [`escape`]; pages carry no script.
+//! dynamic value goes through [`escape`]. Only the Agents page runs a
+//! script (`/agents/app.js`, the connected tab); none is inline.
 
 use std::fmt::Write as _;
 
@@ -34,6 +35,9 @@ body{{font-family:system-ui,sans-serif;max-width:42rem;margin:2rem auto;padding:
 .dev{{background:#fde2e2;border:1px solid #c33;padding:.6rem;border-radius:4px}}\
 table{{border-collapse:collapse;width:100%}}td,th{{border-bottom:1px solid #ddd;padding:.3rem;text-align:left;vertical-align:top}}\
 code{{word-break:break-all}}button{{padding:.4rem 1rem;margin-right:.5rem}}\
+.approval{{border:2px solid #c60;background:#fff8f0;padding:.8rem;margin:1rem 0;border-radius:6px}}\
+.approval pre{{background:#fff;border:1px solid #ddd;padding:.4rem;white-space:pre-wrap}}\
+.highlight{{background:#ffef9a;outline:2px solid #e0b000}}\
 </style></head><body>{body}</body></html>\n",
         title = escape(title),
     )
@@ -174,8 +178,14 @@ pub(crate) fn agents(
 <p>Signed in as <strong>{subject}</strong>.</p>\
 <p>Connect an MCP client to <code>{mcp}</code>.</p>\
 <table><tr><th>Client</th><th>Scopes</th><th>Status</th><th>Connected</th><th></th></tr>{rows}</table>\
+<section id=\"tab\" data-csrf=\"{csrf}\"><h2>This tab</h2>\
+<p id=\"tab-status\">Calls from your agents run in this tab. Connecting…</p>\
+<p><button type=\"button\" id=\"use-this-tab\" hidden>Use this tab</button></p></section>\
+<section id=\"approvals\" aria-live=\"polite\"></section>\
+<section><h2>Notes</h2><ul id=\"notes\"><li>No notes yet.</li></ul></section>\
 <form method=\"post\" action=\"/agents\"><input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
-<p><button type=\"submit\" name=\"intent\" value=\"signout\">Sign out</button></p></form>",
+<p><button type=\"submit\" name=\"intent\" value=\"signout\">Sign out</button></p></form>\
+<script src=\"/agents/app.js\" defer></script>",
             subject = escape(subject),
             mcp = escape(mcp_url),
             csrf = escape(csrf),

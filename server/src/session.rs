@@ -131,6 +131,12 @@ impl Session {
         )
     }
 
+    /// The browser session's id: what the core's tab connections and
+    /// `reset_session` know the browser by (random, not a credential).
+    pub(crate) fn browser_session(&self) -> &str {
+        &self.sid
+    }
+
     /// This session's CSRF token, for the hidden field of every form.
     pub(crate) fn csrf_token(&self, key: &SigningKey) -> String {
         URL_SAFE_NO_PAD.encode(key.mac_labeled(CSRF_LABEL, &[self.sid.as_bytes()]))

@@ -9,13 +9,14 @@ use std::io::Write as _;
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use portcullis_core::form::{Form, encode_pairs};
 use portcullis_core::pkce::{CodeChallenge, CodeVerifier};
 use reqwest::StatusCode;
 use reqwest::header::{HeaderMap, LOCATION, SET_COOKIE, WWW_AUTHENTICATE};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 const BIN: &str = env!("CARGO_BIN_EXE_portcullis");
 const VERIFIER: &str = "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk";
@@ -286,12 +287,50 @@ impl Server {
         .await
     }
 
+    /// An MCP `initialize` with `bearer`: the bearer check runs first.
     async fn mcp(&self, bearer: Option<&str>) -> reqwest::Response {
-        let mut req = self.http.post(self.resource().await).body("{}");
+        let init = json!({
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "e2e", "version": "1"},
+        });
+        self.rpc(bearer, "initialize", init).await
+    }
+
+    /// One JSON-RPC request to the MCP endpoint (Streamable HTTP).
+    async fn rpc(&self, bearer: Option<&str>, method: &str, params: Value) -> reqwest::Response {
+        let mut req = self
+            .http
+            .post(self.resource().await)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-06-18")
+            .body(
+                json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string(),
+            );
         if let Some(t) = bearer {
             req = req.header("authorization", format!("Bearer {t}"));
         }
         req.send().await.unwrap()
+    }
+
+    /// `tools/call`: the tool's structured result (and whether it is an error).
+    async fn tool(&self, bearer: &str, name: &str, arguments: Value) -> (Value, bool) {
+        let r = self
+            .rpc(
+                Some(bearer),
+                "tools/call",
+                json!({"name": name, "arguments": arguments}),
+            )
+            .await;
+        assert_eq!(r.status(), StatusCode::OK);
+        assert!(header(r.headers(), "content-type").starts_with("application/json"));
+        let v: Value = r.json().await.unwrap();
+        let result = &v["result"];
+        (
+            result["structuredContent"].clone(),
+            result["isError"] == Value::Bool(true),
+        )
     }
 
     /// The whole flow for `user` with `scope`: returns the client id, the
@@ -401,9 +440,9 @@ async fn the_code_flow_with_pkce_reaches_the_mcp_endpoint() {
 
     let r = s.mcp(Some(access)).await;
     assert_eq!(r.status(), StatusCode::OK);
-    let who: Value = r.json().await.unwrap();
-    assert_eq!(who["subject"], "alice");
-    assert_eq!(who["scopes"], "skills:read skills:write");
+    let init: Value = r.json().await.unwrap();
+    assert_eq!(init["result"]["serverInfo"]["name"], "portcullis-demo");
+    assert!(init["result"]["capabilities"]["tools"].is_object());
 
     // A replayed code fails (and, being otherwise valid, revokes the grant).
     let r = s.exchange(&client_id, &code).await;
@@ -652,9 +691,19 @@ async fn admin_commands_manage_grants_tokens_and_the_site_key() {
     );
 
     s.restart().await;
-    let r = s.mcp(Some(&agent)).await;
-    assert_eq!(r.status(), StatusCode::OK);
-    assert_eq!(r.json::<Value>().await.unwrap()["subject"], "carol");
+    assert_eq!(s.mcp(Some(&agent)).await.status(), StatusCode::OK);
+    // An agent token may search skills but not execute (it has no tab).
+    let (found, _) = s.tool(&agent, "search_skills", json!({})).await;
+    assert_eq!(found["skills"].as_array().unwrap().len(), 3);
+    let (refused, is_error) = s
+        .tool(
+            &agent,
+            "execute",
+            json!({"requestId": "0190b2a4-7c3e-7def-8abc-0123456789ab", "code": "[]"}),
+        )
+        .await;
+    assert!(is_error);
+    assert_eq!(refused["error"]["code"], "ACTION_UNAVAILABLE");
     s.stop();
 
     assert_eq!(s.cli_json(&["tokens", "revoke", &jti])[0]["revoked"], true);
@@ -899,4 +948,402 @@ async fn logs_hold_no_token_code_secret_or_cookie() {
             );
         }
     }
+}
+
+// ------------------------------------------------------ the connected tab
+
+/// A scripted connected tab: speaks the tab channel with the user's cookie
+/// and CSRF token, as `/agents/app.js` does.
+#[derive(Clone)]
+struct Tab {
+    http: reqwest::Client,
+    base: String,
+    cookie: String,
+    csrf: String,
+    id: String,
+    page: String,
+}
+
+impl Tab {
+    async fn open(s: &Server, cookie: &str, tab_id: &str, page: &str) -> Self {
+        let html = s.get("/agents", Some(cookie)).await.text().await.unwrap();
+        assert!(
+            html.contains("/agents/app.js"),
+            "the page is the connected tab"
+        );
+        Self {
+            http: s.http.clone(),
+            base: s.base(),
+            cookie: cookie.to_owned(),
+            csrf: csrf_of(&html),
+            id: tab_id.to_owned(),
+            page: page.to_owned(),
+        }
+    }
+
+    async fn post(&self, path: &str, body: &Value) -> (StatusCode, Value) {
+        let r = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .header("cookie", &self.cookie)
+            .header("x-csrf-token", &self.csrf)
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap();
+        let status = r.status();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn connect(&self, visible: bool, take_over: bool) -> Value {
+        let hello = json!({"tabId": self.id, "pageInstance": self.page,
+                           "visible": visible, "takeOver": take_over});
+        let (status, v) = self.post("/agents/tab/connect", &hello).await;
+        assert_eq!(status, StatusCode::OK, "{v}");
+        v
+    }
+
+    async fn heartbeat(&self, visible: bool) -> Value {
+        let beat = json!({"tabId": self.id, "pageInstance": self.page, "visible": visible});
+        self.post("/agents/tab/heartbeat", &beat).await.1
+    }
+
+    async fn poll(&self, since: u64) -> Value {
+        let r = self
+            .http
+            .get(format!(
+                "{}/agents/tab/work?tabId={}&pageInstance={}&since={since}",
+                self.base, self.id, self.page
+            ))
+            .header("cookie", &self.cookie)
+            .header("x-csrf-token", &self.csrf)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        r.json().await.unwrap()
+    }
+
+    /// Polls until an approval is pending; returns it.
+    async fn approval(&self) -> Value {
+        let mut since = 0;
+        for _ in 0..20 {
+            let w = self.poll(since).await;
+            if let Some(a) = w["approvals"].as_array().and_then(|a| a.first()) {
+                return a.clone();
+            }
+            since = w["version"].as_u64().unwrap();
+        }
+        panic!("no approval arrived");
+    }
+
+    async fn decide(&self, a: &Value, decision: &str) -> StatusCode {
+        let body = json!({"grant": a["grant"], "requestId": a["requestId"], "seq": a["seq"],
+                          "fingerprint": a["fingerprint"], "decision": decision});
+        self.post("/agents/tab/decide", &body).await.0
+    }
+
+    async fn notes(&self) -> Vec<Value> {
+        let r = self
+            .http
+            .get(format!("{}/app/notes", self.base))
+            .header("cookie", &self.cookie)
+            .send()
+            .await
+            .unwrap();
+        let v: Value = r.json().await.unwrap();
+        v["notes"].as_array().unwrap().clone()
+    }
+
+    /// Performs one job as the page would (the notes app's own API) and
+    /// reports its outcome.
+    async fn perform(&self, job: &Value) {
+        let (ok, summary) = match job["skill"].as_str().unwrap() {
+            "create_note" => {
+                let (status, note) = self.post("/app/notes", &job["args"]).await;
+                (status == StatusCode::CREATED, note.to_string())
+            }
+            "list_notes" => (true, Value::Array(self.notes().await).to_string()),
+            "highlight_note" => (true, json!({"highlighted": job["args"]["id"]}).to_string()),
+            other => panic!("unknown skill {other}"),
+        };
+        let report = json!({"job": job["job"], "ok": ok, "summary": summary});
+        let (status, _) = self.post("/agents/tab/report", &report).await;
+        assert_eq!(status, StatusCode::OK);
+    }
+
+    /// Runs jobs in the background until aborted; counts them.
+    fn work(&self) -> (tokio::task::JoinHandle<()>, std::sync::Arc<AtomicUsize>) {
+        let done = std::sync::Arc::new(AtomicUsize::new(0));
+        let (tab, count) = (self.clone(), done.clone());
+        let handle = tokio::spawn(async move {
+            let mut since = 0;
+            loop {
+                let w = tab.poll(since).await;
+                since = w["version"].as_u64().unwrap();
+                for job in w["jobs"].as_array().unwrap() {
+                    tab.perform(job).await;
+                    count.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        });
+        (handle, done)
+    }
+}
+
+fn create_note(title: &str) -> String {
+    json!([{"skill": "create_note", "args": {"title": title, "body": "from the agent"}}])
+        .to_string()
+}
+
+const R1: &str = "0190b2a4-7c3e-7def-8abc-000000000001";
+const R2: &str = "0190b2a4-7c3e-7def-8abc-000000000002";
+const R3: &str = "0190b2a4-7c3e-7def-8abc-000000000003";
+const R4: &str = "0190b2a4-7c3e-7def-8abc-000000000004";
+const R5: &str = "0190b2a4-7c3e-7def-8abc-000000000005";
+
+#[tokio::test]
+#[allow(
+    clippy::too_many_lines,
+    clippy::many_single_char_names,
+    reason = "one scenario, read top to bottom: the agent, the tab and the user take turns"
+)]
+async fn execute_runs_a_write_once_through_approval_in_the_connected_tab() {
+    let mut s = Server::start(&[]).await;
+    let login = s.login("alice", "skills:read skills:write").await;
+    let token = login.access.as_str();
+
+    let r = s.rpc(Some(token), "tools/list", json!({})).await;
+    let tools: Value = r.json().await.unwrap();
+    let names: Vec<&str> = tools["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["search_skills", "describe_skill", "execute"]);
+    let (d, _) = s
+        .tool(token, "describe_skill", json!({"name": "create_note"}))
+        .await;
+    assert_eq!(d["skill"]["effect"], "write");
+    assert_eq!(d["skill"]["needsApproval"], true);
+
+    // No tab yet: no_live_tab with the reconnect link, and nothing is bound.
+    let call = json!({"requestId": R1, "code": create_note("Groceries")});
+    let (v, is_error) = s.tool(token, "execute", call.clone()).await;
+    assert!(is_error);
+    assert_eq!(v["error"]["code"], "no_live_tab", "{v}");
+    assert!(
+        v["error"]["reconnectUrl"]
+            .as_str()
+            .unwrap()
+            .starts_with(&s.base())
+    );
+
+    let tab = Tab::open(&s, &login.cookie, "tab-1", "page-1").await;
+    let c = tab.connect(true, false).await;
+    assert_eq!(c["grants"][0]["state"], "connected", "{c}");
+    assert_eq!(c["grants"][0]["client"]["name"], "Test Agent");
+
+    // A write asks first; the prompt names the client.
+    let (v, is_error) = s.tool(token, "execute", call.clone()).await;
+    assert!(!is_error, "{v}");
+    assert_eq!(v["status"], "approval_pending", "{v}");
+    assert_eq!(v["approval"]["client"]["name"], "Test Agent");
+    assert_eq!(v["approval"]["client"]["verified"], false);
+    let (again, _) = s.tool(token, "execute", call.clone()).await;
+    assert_eq!(again["status"], "approval_pending");
+
+    // The tab shows it (with the arguments) and the user approves.
+    let a = tab.approval().await;
+    assert_eq!(a["kind"], "create_note");
+    assert_eq!(a["client"]["id"], login.client_id.as_str());
+    assert_eq!(a["args"]["title"], "Groceries");
+    assert_eq!(a["offerAutoApprove"], true);
+    let mut stale = a.clone();
+    stale["fingerprint"] = json!("00".repeat(32));
+    assert_eq!(
+        tab.decide(&stale, "once").await,
+        StatusCode::EXPECTATION_FAILED
+    );
+    assert_eq!(tab.decide(&a, "once").await, StatusCode::OK);
+    assert!(
+        tab.notes().await.is_empty(),
+        "nothing ran before the agent resumes"
+    );
+
+    // The agent resumes with the same id: the tab runs it, exactly once.
+    let (worker, jobs) = tab.work();
+    let (v, is_error) = s.tool(token, "execute", call.clone()).await;
+    assert!(!is_error, "{v}");
+    assert_eq!(v["status"], "done", "{v}");
+    assert_eq!(v["ok"], true);
+    assert_eq!(v["result"][0]["skill"], "create_note");
+    assert_eq!(v["result"][0]["result"]["title"], "Groceries");
+    assert_eq!(v["outcomes"][0]["effect"], "write");
+    assert_eq!(v["unknownTail"], false);
+    let (replayed, _) = s.tool(token, "execute", call.clone()).await;
+    assert_eq!(replayed, v, "the stored result, not a second run");
+    assert_eq!(tab.notes().await.len(), 1);
+    assert_eq!(jobs.load(Ordering::SeqCst), 1);
+
+    // The same id with other code is a replay.
+    let other = json!({"requestId": R1, "code": create_note("Other")});
+    let (v, is_error) = s.tool(token, "execute", other).await;
+    assert!(is_error);
+    assert_eq!(v["error"]["code"], "REPLAY_DETECTED");
+
+    // A read runs at once, without approval.
+    let list = json!([{"skill": "list_notes", "args": {}}]).to_string();
+    let (v, _) = s
+        .tool(token, "execute", json!({"requestId": R2, "code": list}))
+        .await;
+    assert_eq!(v["status"], "done", "{v}");
+    assert_eq!(v["result"][0]["result"][0]["title"], "Groceries");
+
+    // Page controls need the tab visible.
+    tab.heartbeat(false).await;
+    let hl = json!([{"skill": "highlight_note", "args": {"id": "n1"}}]).to_string();
+    let hl_call = json!({"requestId": R3, "code": hl});
+    let (v, is_error) = s.tool(token, "execute", hl_call.clone()).await;
+    assert!(is_error);
+    assert_eq!(v["error"]["code"], "tab_not_visible", "{v}");
+    tab.heartbeat(true).await;
+    let (v, _) = s.tool(token, "execute", hl_call).await;
+    assert_eq!(v["result"][0]["result"]["highlighted"], "n1", "{v}");
+
+    // A denied write never runs.
+    let deny_call = json!({"requestId": R4, "code": create_note("Denied")});
+    let (v, _) = s.tool(token, "execute", deny_call.clone()).await;
+    assert_eq!(v["status"], "approval_pending");
+    let a = tab.approval().await;
+    assert_eq!(tab.decide(&a, "deny").await, StatusCode::OK);
+    let (v, is_error) = s.tool(token, "execute", deny_call).await;
+    assert!(is_error, "{v}");
+    assert_eq!(v["error"]["code"], "PERMISSION_DENIED");
+    assert_eq!(tab.notes().await.len(), 1);
+
+    // Sign-out disconnects the tab at once (reset_session).
+    let (status, _) = tab.post("/agents/tab/heartbeat", &json!({})).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let r = s
+        .post_form(
+            "/agents",
+            Some(&login.cookie),
+            &[("intent", "signout"), ("csrf", &tab.csrf)],
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    worker.abort();
+    let call = json!({"requestId": R5, "code": create_note("After sign-out")});
+    let (v, _) = s.tool(token, "execute", call).await;
+    assert_eq!(v["error"]["code"], "no_live_tab", "{v}");
+    assert_eq!(jobs.load(Ordering::SeqCst), 3);
+
+    // Nothing secret (or the user's data) reached the logs, at debug level.
+    s.stop();
+    let logs = s.logs();
+    assert!(logs.contains("execute: run complete"), "{logs}");
+    let cookie_value = login.cookie.split_once('=').unwrap().1;
+    for (what, secret) in [
+        ("access token", token),
+        ("access token signature", &token[token.len() - 24..]),
+        ("session cookie", cookie_value),
+        ("csrf token", tab.csrf.as_str()),
+        ("note title", "Groceries"),
+        ("approval fingerprint", a["fingerprint"].as_str().unwrap()),
+    ] {
+        assert!(!logs.contains(secret), "the {what} appears in the logs");
+    }
+}
+
+#[tokio::test]
+async fn a_duplicated_tab_cannot_take_over_until_the_user_says_so() {
+    let s = Server::start(&[]).await;
+    let login = s.login("alice", "skills:read skills:write").await;
+    let first = Tab::open(&s, &login.cookie, "tab-1", "page-1").await;
+    assert_eq!(
+        first.connect(true, false).await["grants"][0]["state"],
+        "connected"
+    );
+    let second = Tab::open(&s, &login.cookie, "tab-2", "page-2").await;
+    assert_eq!(
+        second.connect(true, false).await["grants"][0]["state"],
+        "busy"
+    );
+    assert_eq!(
+        second.connect(true, true).await["grants"][0]["state"],
+        "connected"
+    );
+    assert_eq!(
+        first.heartbeat(true).await["grants"][0]["state"],
+        "not_connected"
+    );
+    // The tab channel refuses a request without the CSRF token.
+    let mut forged = second.clone();
+    forged.csrf = "AAAA".into();
+    let (status, _) = forged.post("/agents/tab/heartbeat", &json!({})).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+}
+
+#[tokio::test]
+async fn auto_approval_covers_other_writes_of_the_kind_but_never_an_identical_one() {
+    let s = Server::start(&[]).await;
+    let login = s.login("alice", "skills:read skills:write").await;
+    let token = login.access.as_str();
+    let tab = Tab::open(&s, &login.cookie, "tab-1", "page-1").await;
+    tab.connect(true, false).await;
+    let (worker, jobs) = tab.work();
+
+    let first = json!({"requestId": R1, "code": create_note("One")});
+    let (v, _) = s.tool(token, "execute", first.clone()).await;
+    assert_eq!(v["status"], "approval_pending");
+    let a = tab.approval().await;
+    assert_eq!(tab.decide(&a, "auto").await, StatusCode::OK);
+    let (v, _) = s.tool(token, "execute", first).await;
+    assert_eq!(v["status"], "done", "{v}");
+
+    // Another write of the kind runs without asking.
+    let (v, _) = s
+        .tool(
+            token,
+            "execute",
+            json!({"requestId": R2, "code": create_note("Two")}),
+        )
+        .await;
+    assert_eq!(v["status"], "done", "{v}");
+    // The identical write again asks again.
+    let (v, _) = s
+        .tool(
+            token,
+            "execute",
+            json!({"requestId": R3, "code": create_note("Two")}),
+        )
+        .await;
+    assert_eq!(v["status"], "approval_pending", "{v}");
+    // A reload (new page instance) ends the auto-approval.
+    let reloaded = Tab {
+        page: "page-2".into(),
+        ..tab.clone()
+    };
+    assert_eq!(
+        reloaded.connect(true, false).await["grants"][0]["state"],
+        "connected"
+    );
+    worker.abort();
+    let (_, jobs2) = reloaded.work();
+    let (v, _) = s
+        .tool(
+            token,
+            "execute",
+            json!({"requestId": R4, "code": create_note("Three")}),
+        )
+        .await;
+    assert_eq!(v["status"], "approval_pending", "{v}");
+    assert_eq!(tab.notes().await.len(), 2);
+    assert_eq!(
+        jobs.load(Ordering::SeqCst) + jobs2.load(Ordering::SeqCst),
+        2
+    );
 }

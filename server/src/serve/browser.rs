@@ -110,10 +110,46 @@ impl App {
     }
 }
 
-/// Signing out ends the browser session in the core too. Phase 1 has no
-/// connected tab yet; the lead wires the core's `reset_session` here (it
-/// disconnects the user's tab at once, DESIGN "Connected tab").
-fn reset_browser_session(_app: &App, _subject: &str) {}
+/// Signing out ends the browser session in the core too: `reset_session`
+/// disconnects every tab connection of this browser session at once, with
+/// its auto-approvals (DESIGN "Connected tab").
+async fn reset_browser_session(app: &Shared, session: &Session) {
+    let browser_session = session.browser_session().to_owned();
+    let ended = app
+        .blocking(move |app| {
+            app.engine
+                .reset_session(&app.site, &browser_session, clock::now())
+        })
+        .await;
+    match ended {
+        Ok(Ok(n)) => tracing::info!(ended = n, "browser session reset"),
+        Ok(Err(e)) => tracing::error!(cause = %e, "reset_session failed"),
+        Err(_) => {}
+    }
+    app.relay.bump(&session.subject);
+}
+
+/// The connected tab's script (`GET /agents/app.js`).
+const SCRIPT: &str = include_str!("agents.js");
+
+/// `GET /agents/app.js`.
+pub(crate) async fn script() -> Response {
+    let mut r = axum::response::IntoResponse::into_response(SCRIPT);
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        axum::http::HeaderValue::from_static("text/javascript; charset=utf-8"),
+    );
+    h.insert(
+        header::CACHE_CONTROL,
+        axum::http::HeaderValue::from_static("no-cache"),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        axum::http::HeaderValue::from_static("nosniff"),
+    );
+    r
+}
 
 /// `GET /`: the Agents page.
 pub(crate) async fn home() -> Response {
@@ -183,7 +219,7 @@ pub(crate) async fn agents(State(app): State<Shared>, headers: HeaderMap) -> Res
         })
         .await;
     match listed {
-        Ok(Ok((site, page))) => respond::html(
+        Ok(Ok((site, page))) => respond::html_with_script(
             StatusCode::OK,
             pages::agents(
                 &session.subject,
@@ -221,7 +257,7 @@ pub(crate) async fn agents_post(
     }
     match form.get("intent") {
         Some("signout") => {
-            reset_browser_session(&app, &session.subject);
+            reset_browser_session(&app, &session).await;
             tracing::info!("signed out");
             respond::with_cookie(
                 respond::see_other("/agents"),

@@ -1,29 +1,68 @@
-//! The protected resource at `/mcp/{key}`.
+//! The MCP endpoint at `/mcp/{key}`: rmcp's Streamable HTTP server
+//! transport behind the core's bearer check.
 //!
-//! **Phase 1:** the endpoint only verifies the bearer token through the core
-//! (an OAuth access token, or a minted agent token) and answers `200` with
-//! `{"subject", "scopes", "client_id"|"jti"}`; refusals copy the core's
-//! challenge (`401`/`403` with `WWW-Authenticate`) or `503` with
-//! `Retry-After`. Phase 2 replaces the success path with the MCP server
-//! (rmcp, Streamable HTTP).
+//! * [`guard`] (an axum middleware on the route) runs **first**: the path
+//!   key must be the site's current public key (else 404), a token in the
+//!   query is refused, and the core's `verify_bearer` (or, for a minted
+//!   agent token, `verify_agent_token`) decides; refusals copy the core's
+//!   challenge (`401`/`403` with `WWW-Authenticate`) or `503` with
+//!   `Retry-After`. The verified [`Verified`] identity goes into the request
+//!   extensions, where the tools read it.
+//! * rmcp serves MCP **statelessly** with JSON responses (no `Mcp-Session-Id`:
+//!   every POST carries its own bearer, so no session outlives a token).
+//! * [`Tools`] implements `search_skills`, `describe_skill` and `execute`
+//!   (see [`super::run`] and [`super::skills`]). Tool answers are structured
+//!   JSON; a protocol failure (`"ok": false`) is an `isError` result. A
+//!   missing scope found mid-run turns the HTTP response into the core's
+//!   `403 insufficient_scope` challenge, as the MCP authorization spec asks.
 
-use axum::extract::{Path, RawQuery, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use axum::extract::{Path, RawQuery, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse as _, Response};
-use portcullis_core::bearer;
-use portcullis_core::engine::BearerRejection;
+use portcullis_core::bearer::{self, Challenge};
+use portcullis_core::engine::{BearerRejection, Principal};
 use portcullis_core::error::{ErrorCode, WireError as _};
 use portcullis_core::http::HttpResponse;
 use portcullis_core::scope::{SKILLS_READ, ScopeSet};
-use serde_json::json;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, JsonObject,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+use serde_json::{Value, json};
 
+use super::run::{self, Answer};
+use super::skills::{self, Skill};
 use super::{Shared, respond};
 use crate::clock;
 
-/// The scope every phase-1 request needs.
+/// Largest MCP request body (the ledger's envelope limit plus JSON-RPC).
+const MAX_MCP_BODY: usize = portcullis_core::ledger::MAX_ENVELOPE_LEN + 16 * 1024;
+
+/// The scope every MCP request needs: listing and describing skills are
+/// reads. Writes are checked per action by the ledger.
 fn required() -> ScopeSet {
     ScopeSet::parse(SKILLS_READ).unwrap_or_default()
 }
+
+/// The identity the bearer check verified.
+#[derive(Clone, Debug)]
+pub(crate) enum Verified {
+    /// An OAuth access token of a grant.
+    Grant(Principal),
+    /// A minted agent token (no grant: it cannot `execute`).
+    AgentToken,
+}
+
+/// Where a tool asks for the response to become `403 insufficient_scope`.
+#[derive(Clone, Default)]
+struct ScopeSlot(Arc<Mutex<Option<Challenge>>>);
 
 /// `ANY /mcp`: a `307` to the current MCP URL (the path carries the site's
 /// public key, which rotation changes).
@@ -41,108 +80,281 @@ pub(crate) async fn current(State(app): State<Shared>) -> Response {
     }
 }
 
-/// What the endpoint decided.
+/// The rmcp service for the router.
+pub(crate) fn service(
+    app: &Shared,
+    allowed_hosts: Vec<String>,
+) -> StreamableHttpService<Tools, NeverSessionManager> {
+    let config = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(false)
+        .with_json_response(true)
+        .with_allowed_hosts(allowed_hosts)
+        .with_max_request_body_bytes(MAX_MCP_BODY)
+        .with_sse_keep_alive(None);
+    let app = Arc::clone(app);
+    StreamableHttpService::new(
+        move || {
+            Ok(Tools {
+                app: Arc::clone(&app),
+            })
+        },
+        Arc::new(NeverSessionManager::default()),
+        config,
+    )
+}
+
+/// What the bearer check decided.
 enum Verdict {
     NoSuchKey,
     Rejected(BearerRejection),
-    Accepted(serde_json::Value),
+    Accepted(Verified),
 }
 
-/// `ANY /mcp/{key}`.
-pub(crate) async fn endpoint(
+fn check(app: &super::App, key: &str, authorization: Option<&str>) -> Result<Verdict, String> {
+    let site = app.engine.site(&app.site).map_err(|e| e.to_string())?;
+    if key != site.public_key {
+        return Ok(Verdict::NoSuchKey);
+    }
+    let now = clock::now();
+    let first = match app
+        .engine
+        .verify_bearer(&app.site, authorization, &required(), now)
+    {
+        Ok(p) => return Ok(Verdict::Accepted(Verified::Grant(p))),
+        Err(r) => r,
+    };
+    // Not an access token: it may be a minted agent token.
+    if let BearerRejection::Challenge(c) = &first
+        && c.error == Some(ErrorCode::InvalidToken)
+    {
+        match app
+            .engine
+            .verify_agent_token(&app.site, authorization, &required(), now)
+        {
+            Ok(_) => return Ok(Verdict::Accepted(Verified::AgentToken)),
+            Err(BearerRejection::Challenge(c2))
+                if c2.error == Some(ErrorCode::InsufficientScope) =>
+            {
+                return Ok(Verdict::Rejected(BearerRejection::Challenge(c2)));
+            }
+            Err(_) => {}
+        }
+    }
+    Ok(Verdict::Rejected(first))
+}
+
+fn challenge_response(c: Challenge) -> Response {
+    respond::core(HttpResponse {
+        status: c.status,
+        headers: vec![("www-authenticate", c.www_authenticate)],
+        body: String::new(),
+    })
+}
+
+/// The bearer check in front of rmcp (see the module docs).
+pub(crate) async fn guard(
     State(app): State<Shared>,
     Path(key): Path<String>,
-    headers: HeaderMap,
     RawQuery(query): RawQuery,
+    mut request: Request,
+    next: Next,
 ) -> Response {
     if let Err(e) = bearer::refuse_query_token(query.as_deref()) {
         return respond::core(HttpResponse::oauth_error(e.code(), &e.to_string()));
     }
     // A header that is not visible ASCII is passed on as a malformed one.
-    let authorization = respond::header_text(&headers, header::AUTHORIZATION)
+    let authorization = respond::header_text(request.headers(), header::AUTHORIZATION)
         .unwrap_or_else(|()| Some(String::from("\u{fffd}")));
     let verdict = app
-        .blocking(move |app| {
-            let site = match app.engine.site(&app.site) {
-                Ok(site) => site,
-                Err(e) => return Err(e.to_string()),
-            };
-            if key != site.public_key {
-                return Ok(Verdict::NoSuchKey);
-            }
-            let now = clock::now();
-            let auth = authorization.as_deref();
-            let first = match app.engine.verify_bearer(&app.site, auth, &required(), now) {
-                Ok(p) => {
-                    return Ok(Verdict::Accepted(json!({
-                        "subject": p.subject,
-                        "scopes": p.scopes.to_string(),
-                        "client_id": p.client_id,
-                    })));
-                }
-                Err(r) => r,
-            };
-            // Not an access token: it may be a minted agent token.
-            if let BearerRejection::Challenge(c) = &first
-                && c.error == Some(ErrorCode::InvalidToken)
-            {
-                match app
-                    .engine
-                    .verify_agent_token(&app.site, auth, &required(), now)
-                {
-                    Ok(p) => {
-                        return Ok(Verdict::Accepted(json!({
-                            "subject": p.subject,
-                            "scopes": p.scopes.to_string(),
-                            "jti": p.jti,
-                        })));
-                    }
-                    Err(BearerRejection::Challenge(c2))
-                        if c2.error == Some(ErrorCode::InsufficientScope) =>
-                    {
-                        return Ok(Verdict::Rejected(BearerRejection::Challenge(c2)));
-                    }
-                    Err(_) => {}
-                }
-            }
-            Ok(Verdict::Rejected(first))
-        })
+        .blocking(move |app| check(app, &key, authorization.as_deref()))
         .await;
-    let verdict = match verdict {
-        Ok(Ok(v)) => v,
+    let verified = match verdict {
+        Ok(Ok(Verdict::Accepted(v))) => v,
+        Ok(Ok(Verdict::NoSuchKey)) => {
+            return (StatusCode::NOT_FOUND, "no such MCP endpoint\n").into_response();
+        }
+        Ok(Ok(Verdict::Rejected(rejection))) => return refused(rejection),
         Ok(Err(e)) => return respond::internal(&e),
         Err(r) => return r,
     };
-    match verdict {
-        Verdict::NoSuchKey => (StatusCode::NOT_FOUND, "no such MCP endpoint\n").into_response(),
-        Verdict::Accepted(body) => {
-            tracing::info!("bearer accepted");
-            respond::core(HttpResponse::json(200, &body))
+    let slot = ScopeSlot::default();
+    request.extensions_mut().insert(verified);
+    request.extensions_mut().insert(slot.clone());
+    let mut response = next.run(request).await;
+    let challenge = slot.0.lock().unwrap_or_else(PoisonError::into_inner).take();
+    if let Some(c) = challenge {
+        tracing::info!(status = c.status, "execute: scope missing");
+        if let Ok(v) = HeaderValue::try_from(c.www_authenticate) {
+            *response.status_mut() =
+                StatusCode::from_u16(c.status).unwrap_or(StatusCode::FORBIDDEN);
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, v);
         }
-        Verdict::Rejected(rejection) => {
-            let error = match &rejection {
-                BearerRejection::Challenge(c) => c.error.map_or("none", ErrorCode::as_str),
-                other => other.code().as_str(),
-            };
-            tracing::info!(status = rejection.http_status(), error, "bearer refused");
-            match rejection {
-                BearerRejection::Challenge(c) => respond::core(HttpResponse {
-                    status: c.status,
-                    headers: vec![("www-authenticate", c.www_authenticate)],
-                    body: String::new(),
-                }),
-                BearerRejection::Unavailable { retry_after_secs } => respond::core(
-                    HttpResponse::oauth_error(
-                        ErrorCode::TemporarilyUnavailable,
-                        &rejection.to_string(),
-                    )
-                    .with_header("retry-after", retry_after_secs.to_string()),
-                ),
-                BearerRejection::UnknownSite => {
-                    (StatusCode::NOT_FOUND, "no such site\n").into_response()
-                }
-                other => respond::internal(&other.to_string()),
+    }
+    response
+}
+
+fn refused(rejection: BearerRejection) -> Response {
+    let error = match &rejection {
+        BearerRejection::Challenge(c) => c.error.map_or("none", ErrorCode::as_str),
+        other => other.code().as_str(),
+    };
+    tracing::info!(status = rejection.http_status(), error, "bearer refused");
+    match rejection {
+        BearerRejection::Challenge(c) => challenge_response(c),
+        BearerRejection::Unavailable { retry_after_secs } => respond::core(
+            HttpResponse::oauth_error(ErrorCode::TemporarilyUnavailable, &rejection.to_string())
+                .with_header("retry-after", retry_after_secs.to_string()),
+        ),
+        BearerRejection::UnknownSite => (StatusCode::NOT_FOUND, "no such site\n").into_response(),
+        other => respond::internal(&other.to_string()),
+    }
+}
+
+/// The MCP tools, one value per request (stateless).
+#[derive(Clone)]
+pub(crate) struct Tools {
+    app: Shared,
+}
+
+fn schema(v: &Value) -> Arc<JsonObject> {
+    Arc::new(v.as_object().cloned().unwrap_or_default())
+}
+
+fn tools() -> Vec<Tool> {
+    vec![
+        Tool::new(
+            "search_skills",
+            "Search the skills of the user's open app (empty query: all). \
+             Each has a name, a description and an effect (read or write).",
+            schema(&json!({
+                "type": "object",
+                "properties": {"query": {"type": "string", "maxLength": 200}},
+                "additionalProperties": false,
+            })),
+        ),
+        Tool::new(
+            "describe_skill",
+            "The input schema and effect of one skill. Writes need the user's approval.",
+            schema(&json!({
+                "type": "object",
+                "properties": {"name": {"type": "string", "maxLength": 128}},
+                "required": ["name"],
+                "additionalProperties": false,
+            })),
+        ),
+        Tool::new(
+            "execute",
+            "Run skills in the user's connected browser tab. `code` is a JSON array of steps \
+             [{\"skill\": name, \"args\": {...}}], run in order. `requestId` is a fresh UUID per \
+             logical request: calling again with the same requestId and code never runs it twice \
+             and returns its state (approval_pending, execution_pending) or its result. \
+             On approval_pending or execution_pending, call again with the same requestId. \
+             ok:false is a protocol failure (see error.code); result.error a business failure.",
+            schema(&json!({
+                "type": "object",
+                "properties": {
+                    "requestId": {"type": "string", "format": "uuid"},
+                    "code": {"type": "string", "maxLength": portcullis_core::ledger::MAX_CODE_LEN},
+                    "outcomeCursor": {"type": "string"},
+                },
+                "required": ["requestId", "code"],
+                "additionalProperties": false,
+            })),
+        ),
+    ]
+}
+
+fn structured(answer: &Answer) -> CallToolResult {
+    if answer.is_error() {
+        CallToolResult::structured_error(answer.body.clone())
+    } else {
+        CallToolResult::structured(answer.body.clone())
+    }
+}
+
+fn ok(body: Value) -> CallToolResult {
+    CallToolResult::structured(body)
+}
+
+impl ServerHandler for Tools {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("portcullis-demo", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "Skills of a notes app, run in the user's connected browser tab. \
+                 Find them with search_skills, read one with describe_skill, run them with execute.",
+            )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult {
+            tools: tools(),
+            ..ListToolsResult::default()
+        })
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let parts = context
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .ok_or_else(|| ErrorData::internal_error("no request", None))?;
+        let verified = parts
+            .extensions
+            .get::<Verified>()
+            .cloned()
+            .ok_or_else(|| ErrorData::internal_error("no verified caller", None))?;
+        let slot = parts.extensions.get::<ScopeSlot>().cloned();
+        let args = Value::Object(request.arguments.unwrap_or_default());
+        let result = match request.name.as_ref() {
+            "search_skills" => {
+                let query = args
+                    .get("query")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                let found: Vec<Value> = skills::search(query).iter().map(|s| s.summary()).collect();
+                ok(json!({"ok": true, "skills": found}))
             }
-        }
+            "describe_skill" => {
+                let name = args.get("name").and_then(Value::as_str).unwrap_or_default();
+                match Skill::named(name) {
+                    Some(s) => ok(json!({"ok": true, "skill": s.describe()})),
+                    None => structured(&run::failure(
+                        ErrorCode::ActionNotFound,
+                        "no such skill: call search_skills",
+                        None,
+                    )),
+                }
+            }
+            "execute" => {
+                let answer = match verified {
+                    Verified::Grant(p) => run::execute(&self.app, p, &args).await,
+                    Verified::AgentToken => run::failure(
+                        ErrorCode::ActionUnavailable,
+                        "execute runs in a connected tab, which needs an OAuth connection; \
+                         agent tokens can search and describe skills only",
+                        None,
+                    ),
+                };
+                if let (Some(c), Some(slot)) = (&answer.challenge, slot) {
+                    *slot.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(c.clone());
+                }
+                structured(&answer)
+            }
+            _ => {
+                return Err(ErrorData::invalid_params(
+                    format!("no tool named {:?}", request.name),
+                    None,
+                ));
+            }
+        };
+        Ok(result.into())
     }
 }

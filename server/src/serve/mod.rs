@@ -12,10 +12,13 @@
 //! | `POST /register` | RFC 7591 (stateless) |
 //! | `GET, POST /authorize` | sign-in, consent, decision |
 //! | `POST /token`, `POST /revoke` | RFC 6749, RFC 7009 |
-//! | `ANY /mcp/{key}` | the protected resource (phase 1: bearer check only) |
+//! | `ANY /mcp/{key}` | the MCP server (rmcp, Streamable HTTP) behind the bearer check ([`mcp`]) |
 //! | `ANY /mcp` | `307` to the current `/mcp/{key}` |
 //! | `GET, POST /_agent-native/open` | the open route |
-//! | `GET, POST /agents` | sign-in/out, the user's connections, revoke |
+//! | `GET, POST /agents` | sign-in/out, the user's connections, revoke; the connected tab |
+//! | `GET /agents/app.js` | the connected tab's script |
+//! | `/agents/tab/*` | the tab channel ([`tab`]) |
+//! | `GET, POST /app/notes` | the demo notes app's own API ([`notes`]) |
 //!
 //! The MCP URL is `<public-url>/mcp/<site public key>`: the resource URL of
 //! the core (`resource_prefix + public_key`). Rotating the site key
@@ -23,8 +26,13 @@
 
 mod browser;
 mod mcp;
+mod notes;
 mod oauth;
+mod relay;
 mod respond;
+mod run;
+mod skills;
+mod tab;
 mod trace;
 
 use std::net::SocketAddr;
@@ -60,6 +68,13 @@ pub(crate) struct App {
     secure: bool,
     session_ttl: Duration,
     open_route: OpenRoute,
+    /// Runs in flight and the tabs' mailboxes.
+    relay: relay::Relay,
+    /// The demo notes app's data.
+    notes: notes::Notes,
+    /// Becomes `true` when the server shuts down: long-polls end at once
+    /// instead of holding the graceful shutdown for their 25 s.
+    stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 type Shared = Arc<App>;
@@ -118,8 +133,24 @@ fn public_url(args: &ServeArgs, bound: SocketAddr) -> Result<String, String> {
     Ok(url)
 }
 
+/// The `Host` values the MCP endpoint accepts (DNS-rebinding guard): the
+/// public URL's authority and the bound address.
+fn mcp_hosts(public: &str, bound: SocketAddr) -> Vec<String> {
+    let authority = public
+        .split_once("://")
+        .map_or(public, |(_, rest)| rest)
+        .to_owned();
+    vec![authority, bound.to_string()]
+}
+
 /// The router.
-fn router(app: Shared) -> Router {
+fn router(app: Shared, mcp_hosts: Vec<String>) -> Router {
+    let mcp = Router::new()
+        .route_service("/mcp/{key}", mcp::service(&app, mcp_hosts))
+        .route_layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&app),
+            mcp::guard,
+        ));
     Router::new()
         .route(
             "/.well-known/oauth-authorization-server",
@@ -138,16 +169,24 @@ fn router(app: Shared) -> Router {
         .route("/token", post(oauth::token))
         .route("/revoke", post(oauth::revoke))
         .route("/mcp", any(mcp::current))
-        .route("/mcp/{key}", any(mcp::endpoint))
         .route(
             portcullis_core::link::LinkConfig::DEFAULT_OPEN_PATH,
             get(browser::open).post(browser::open_sign_in),
         )
         .route("/agents", get(browser::agents).post(browser::agents_post))
+        .route("/agents/app.js", get(browser::script))
+        .route("/agents/tab/connect", post(tab::connect))
+        .route("/agents/tab/heartbeat", post(tab::heartbeat))
+        .route("/agents/tab/disconnect", post(tab::disconnect))
+        .route("/agents/tab/work", get(tab::work))
+        .route("/agents/tab/report", post(tab::report))
+        .route("/agents/tab/decide", post(tab::decide))
+        .route("/app/notes", get(notes::list).post(notes::create))
         .route("/", get(browser::home))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
-        .layer(axum::middleware::from_fn(trace::requests))
         .with_state(app)
+        .merge(mcp)
+        .layer(axum::middleware::from_fn(trace::requests))
 }
 
 /// Runs the server until SIGINT or SIGTERM, then finishes in-flight
@@ -168,6 +207,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
     })
     .await
     .map_err(|e| e.to_string())??;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let app = Arc::new(App {
         engine,
         site: site.id.clone(),
@@ -176,11 +216,17 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
         public_url: public.clone(),
         session_ttl: Duration::from_secs(args.session_ttl_secs),
         open_route: OpenRoute::new(),
+        relay: relay::Relay::default(),
+        notes: notes::Notes::default(),
+        stopping: stop_rx,
     });
     banner(&public, &site.resource(), site.enabled, bound);
     tracing::info!(addr = %bound, "listening");
-    axum::serve(listener, router(app))
-        .with_graceful_shutdown(shutdown_signal())
+    axum::serve(listener, router(app, mcp_hosts(&public, bound)))
+        .with_graceful_shutdown(async move {
+            shutdown_signal().await;
+            let _ = stop_tx.send(true);
+        })
         .await
         .map_err(|e| e.to_string())?;
     tracing::info!("stopped");

@@ -24,7 +24,10 @@ pub(crate) fn core(answer: HttpResponse) -> Response {
 }
 
 /// An HTML page: no caching, no framing (the consent page must not be
-/// clickjacked), no scripts, no referrer (authorization URLs carry `state`).
+/// clickjacked), no scripts, no referrer to other origins (authorization
+/// URLs carry `state`). `same-origin`, not `no-referrer`: under
+/// `no-referrer` browsers send `Origin: null` on our own form posts, which
+/// the same-origin check must refuse.
 pub(crate) fn html(status: StatusCode, page: String) -> Response {
     let mut response = (status, page).into_response();
     let h = response.headers_mut();
@@ -36,7 +39,7 @@ pub(crate) fn html(status: StatusCode, page: String) -> Response {
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     h.insert(
         header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
+        HeaderValue::from_static("same-origin"),
     );
     h.insert(
         header::X_CONTENT_TYPE_OPTIONS,
@@ -46,6 +49,21 @@ pub(crate) fn html(status: StatusCode, page: String) -> Response {
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static(
             "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'",
+        ),
+    );
+    response
+}
+
+/// An HTML page that runs this server's own scripts (the Agents page, the
+/// connected tab): [`html`] with `script-src 'self'` and `connect-src 'self'`
+/// added, still no inline script.
+pub(crate) fn html_with_script(status: StatusCode, page: String) -> Response {
+    let mut response = html(status, page);
+    response.headers_mut().insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'unsafe-inline'; \
+             frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
         ),
     );
     response

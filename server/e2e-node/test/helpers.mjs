@@ -1,0 +1,186 @@
+// Shared helpers of the Node end-to-end tests: spawn `portcullis serve` on a
+// fresh database, drive the development sign-in and consent with plain HTTP,
+// and speak the tab channel as a scripted connected tab.
+import { spawn } from "node:child_process";
+import { mkdtempSync, rmSync, readFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve, dirname } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const here = dirname(fileURLToPath(import.meta.url));
+
+/** The server binary: `$PORTCULLIS_BIN`, else the workspace's debug build. */
+export const BIN = process.env.PORTCULLIS_BIN ?? resolve(here, "../../../target/debug/portcullis");
+
+/** Starts the server on a free loopback port; resolves once it listens. */
+export async function startServer(extra = []) {
+  const dir = mkdtempSync(join(tmpdir(), "portcullis-e2e-"));
+  const child = spawn(BIN, ["serve", "--db", join(dir, "p.redb"), "--addr", "127.0.0.1:0", ...extra], {
+    stdio: ["ignore", "pipe", "pipe"],
+    env: { ...process.env, RUST_LOG: "debug" },
+  });
+  let out = "";
+  let err = "";
+  child.stderr.on("data", (d) => { err += d; });
+  const base = await new Promise((ok, fail) => {
+    const timer = setTimeout(() => fail(new Error(`server did not start: ${err}`)), 20000);
+    child.stdout.on("data", (d) => {
+      out += d;
+      const m = out.match(/Agents page: (http:\/\/[^\s]+)\/agents/);
+      if (m) { clearTimeout(timer); ok(m[1]); }
+    });
+    child.on("exit", (code) => fail(new Error(`server exited ${code}: ${err}`)));
+  });
+  const mcpUrl = out.match(/MCP URL:\s+(\S+)/)[1];
+  return {
+    base,
+    mcpUrl,
+    logs: () => out + err,
+    async stop() {
+      const exited = new Promise((ok) => child.on("exit", ok));
+      child.kill("SIGTERM");
+      await exited;
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+export const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms));
+
+/** The `name=value` of a response's session cookie. */
+function cookieOf(r) {
+  const set = r.headers.getSetCookie().find((c) => c.startsWith("portcullis_session="));
+  if (!set) throw new Error(`no session cookie (status ${r.status})`);
+  return set.split(";")[0];
+}
+
+/** The CSRF token of a page's forms. */
+export function csrfOf(html) {
+  const m = html.match(/name="csrf" value="([^"]+)"/);
+  if (!m) throw new Error("no csrf field");
+  return m[1];
+}
+
+const form = (pairs) => new URLSearchParams(pairs).toString();
+
+/**
+ * Follows an authorization URL as the user's browser would, with plain HTTP:
+ * the sign-in form (any user name), then the consent form with its CSRF
+ * token. Returns the session cookie and the authorization code from the
+ * redirect to the client.
+ */
+export async function authorizeAsUser(authorizationUrl, user, cookie) {
+  const url = new URL(authorizationUrl);
+  const path = url.pathname + url.search;
+  if (!cookie) {
+    const page = await fetch(url, { redirect: "manual" });
+    if (!(await page.text()).includes("Development sign-in")) throw new Error("no sign-in page");
+    const r = await fetch(url, {
+      method: "POST",
+      redirect: "manual",
+      headers: { "content-type": "application/x-www-form-urlencoded" },
+      body: form({ intent: "signin", username: user }),
+    });
+    if (r.status !== 303 || r.headers.get("location") !== path) throw new Error(`sign-in: ${r.status}`);
+    cookie = cookieOf(r);
+  }
+  const consent = await fetch(url, { headers: { cookie } });
+  const html = await consent.text();
+  if (!html.includes("unverified")) throw new Error(`no consent screen: ${html}`);
+  const r = await fetch(url, {
+    method: "POST",
+    redirect: "manual",
+    headers: { "content-type": "application/x-www-form-urlencoded", cookie },
+    body: form({ intent: "allow", csrf: csrfOf(html) }),
+  });
+  if (r.status !== 302) throw new Error(`consent: ${r.status}`);
+  const back = new URL(r.headers.get("location"));
+  return { cookie, code: back.searchParams.get("code"), state: back.searchParams.get("state") };
+}
+
+/** A scripted connected tab speaking the tab channel (as /agents/app.js does). */
+export class ScriptedTab {
+  constructor(base, cookie, id = "node-tab", page = "node-page") {
+    Object.assign(this, { base, cookie, id, page, since: 0, jobs: 0, running: false });
+  }
+
+  async open() {
+    const html = await (await fetch(`${this.base}/agents`, { headers: { cookie: this.cookie } })).text();
+    this.csrf = csrfOf(html);
+    return this;
+  }
+
+  async call(method, path, body) {
+    const r = await fetch(`${this.base}${path}`, {
+      method,
+      headers: { cookie: this.cookie, "x-csrf-token": this.csrf, "content-type": "application/json" },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    return { status: r.status, json: await r.json().catch(() => null) };
+  }
+
+  connect(visible = true) {
+    return this.call("POST", "/agents/tab/connect", { tabId: this.id, pageInstance: this.page, visible });
+  }
+
+  async poll() {
+    const q = new URLSearchParams({ tabId: this.id, pageInstance: this.page, since: String(this.since) });
+    const r = await this.call("GET", `/agents/tab/work?${q}`);
+    this.since = r.json.version;
+    return r.json;
+  }
+
+  /** Polls until an approval is pending. */
+  async approval() {
+    for (let i = 0; i < 20; i++) {
+      const w = await this.poll();
+      if (w.approvals.length > 0) return w.approvals[0];
+    }
+    throw new Error("no approval arrived");
+  }
+
+  decide(a, decision) {
+    const { grant, requestId, seq, fingerprint } = a;
+    return this.call("POST", "/agents/tab/decide", { grant, requestId, seq, fingerprint, decision });
+  }
+
+  async notes() {
+    return (await this.call("GET", "/app/notes")).json.notes;
+  }
+
+  /** Performs one job with the notes app's own API, then reports it. */
+  async perform(job) {
+    let ok = true;
+    let summary;
+    if (job.skill === "create_note") {
+      const r = await this.call("POST", "/app/notes", job.args);
+      ok = r.status === 201;
+      summary = JSON.stringify(r.json);
+    } else if (job.skill === "list_notes") {
+      summary = JSON.stringify(await this.notes());
+    } else {
+      summary = JSON.stringify({ highlighted: job.args.id });
+    }
+    await this.call("POST", "/agents/tab/report", { job: job.job, ok, summary });
+    this.jobs += 1;
+  }
+
+  /** Runs jobs in the background until stop(). */
+  work() {
+    this.running = true;
+    this.loop = (async () => {
+      while (this.running) {
+        const w = await this.poll();
+        for (const job of w.jobs) await this.perform(job);
+      }
+    })();
+  }
+
+  async stop() {
+    this.running = false;
+    await this.call("POST", "/agents/tab/connect", { tabId: this.id, pageInstance: this.page, visible: true });
+    await this.loop;
+  }
+}
+
+export { readFileSync };

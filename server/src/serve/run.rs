@@ -1,0 +1,344 @@
+//! The `execute` tool: the ledger's `begin`, and a driver that runs the
+//! admitted code step by step in the connected tab.
+//!
+//! ```text
+//! execute ─ parse envelope + program ─ Engine::begin ─┬─ Run(ticket) ─▶ spawn driver, wait ≤ WAIT
+//!                                                     ├─ ExecutionPending ─▶ wait on its driver ≤ WAIT
+//!                                                     └─ approval_pending / stored result / failure
+//! driver, per step: Engine::authorize_action ─┬─ Run    ─▶ job to the tab, its report ─▶ record_outcome
+//!                                             ├─ Replay ─▶ the recorded summary (never runs again)
+//!                                             └─ approval / scope / hidden tab: the run stops
+//!                   then Engine::complete ─▶ the stored result
+//! ```
+//!
+//! The driver owns the [`ExecutionTicket`] between HTTP requests; a call that
+//! outlasts [`WAIT`] answers `execution_pending` and the client calls again
+//! with the same id. Every answer's JSON is the core's, or built like it
+//! (`{"ok": false, "requestId", "error": {"code", "message"}}`) from the
+//! core's error codes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use portcullis_core::bearer::Challenge;
+use portcullis_core::engine::Principal;
+use portcullis_core::error::{ErrorCode, WireError};
+use portcullis_core::ledger::{
+    ActionVerdict, BeginAnswer, BeginError, BusinessError, Caller, Completion, ExecuteParams,
+    ExecutionTicket, OutcomeStatus, Report, RequestId, TicketError,
+};
+use portcullis_core::tab::Dispatch;
+use serde_json::{Value, json};
+
+use super::relay::{DriverEnd, Job, TabReport};
+use super::skills::{self, Step};
+use super::{App, Shared};
+use crate::clock;
+
+/// How long an `execute` call waits for its run before answering
+/// `execution_pending`.
+pub(crate) const WAIT: Duration = Duration::from_secs(15);
+/// How often a driver waiting for the tab checks that its connection is
+/// still the live one.
+const CHECK: Duration = Duration::from_secs(2);
+
+/// A tool answer: the JSON body, and the challenge when the HTTP response
+/// must be `403 insufficient_scope`.
+#[derive(Clone, Debug)]
+pub(crate) struct Answer {
+    /// The structured result.
+    pub(crate) body: Value,
+    /// Set for a missing scope.
+    pub(crate) challenge: Option<Challenge>,
+}
+
+impl Answer {
+    fn ok(body: Value) -> Self {
+        Self {
+            body,
+            challenge: None,
+        }
+    }
+
+    /// Whether this is a protocol failure (`"ok": false`).
+    pub(crate) fn is_error(&self) -> bool {
+        self.body["ok"] == Value::Bool(false)
+    }
+
+    fn begin_error(e: &BeginError, id: Option<RequestId>) -> Self {
+        Self {
+            body: e.to_json(id),
+            challenge: match e {
+                BeginError::InsufficientScope(c) => Some(c.clone()),
+                _ => None,
+            },
+        }
+    }
+}
+
+/// A protocol failure with `code`, shaped like the core's.
+pub(crate) fn failure(code: ErrorCode, message: &str, id: Option<RequestId>) -> Answer {
+    Answer::ok(json!({
+        "ok": false,
+        "requestId": id.map(|i| i.to_string()),
+        "error": {"code": code.as_str(), "message": message},
+    }))
+}
+
+fn internal(id: Option<RequestId>) -> Answer {
+    failure(ErrorCode::ServerError, "temporary server error", id)
+}
+
+fn ticket_failure(e: &TicketError, id: RequestId) -> Answer {
+    failure(e.code(), &e.to_string(), Some(id))
+}
+
+/// `execute` for a verified principal with the tool's `arguments`.
+pub(crate) async fn execute(app: &Shared, principal: Principal, arguments: &Value) -> Answer {
+    let Ok(bytes) = serde_json::to_vec(arguments) else {
+        return internal(None);
+    };
+    let params = match ExecuteParams::parse_json(&bytes) {
+        Ok(p) => p,
+        Err(e) => return Answer::begin_error(&BeginError::Invalid(e), None),
+    };
+    let id = params.request_id;
+    let steps = match skills::parse_program(&params.code) {
+        Ok(s) => s,
+        Err(e) => return failure(e.code, &e.message, Some(id)),
+    };
+    let principal = Arc::new(principal);
+    let params = Arc::new(params);
+    // Twice at most: once more when a lost run leaves its answer to the ledger.
+    for _ in 0..2 {
+        let (p, q) = (Arc::clone(&principal), Arc::clone(&params));
+        let begun = app
+            .blocking(move |app| app.engine.begin(&p, &q, Caller::Client, clock::now_ms()))
+            .await;
+        let rx = match begun {
+            Err(_) => return internal(Some(id)),
+            Ok(Err(e)) => return Answer::begin_error(&e, Some(id)),
+            Ok(Ok(BeginAnswer::Run(ticket))) => {
+                tracing::info!(run = ticket.run(), "execute: run admitted");
+                spawn_driver(app, &principal, ticket, steps.clone())
+            }
+            Ok(Ok(BeginAnswer::ExecutionPending(_))) => {
+                match app.relay.driver(principal.grant, id) {
+                    Some(rx) => rx,
+                    None => return pending(id),
+                }
+            }
+            Ok(Ok(other)) => return Answer::ok(other.to_json().unwrap_or(Value::Null)),
+        };
+        match wait(rx).await {
+            Some(Some(answer)) => return answer,
+            Some(None) => {}
+            None => return pending(id),
+        }
+    }
+    pending(id)
+}
+
+fn pending(id: RequestId) -> Answer {
+    Answer::ok(
+        BeginAnswer::ExecutionPending(id)
+            .to_json()
+            .unwrap_or(Value::Null),
+    )
+}
+
+/// The driver's end, or `None` if it is still running after [`WAIT`].
+async fn wait(mut rx: tokio::sync::watch::Receiver<Option<DriverEnd>>) -> Option<Option<Answer>> {
+    match tokio::time::timeout(WAIT, rx.wait_for(Option::is_some)).await {
+        Ok(Ok(end)) => end.clone(),
+        // The driver vanished without an answer: ask the ledger.
+        Ok(Err(_)) => Some(None),
+        Err(_) => None,
+    }
+}
+
+fn spawn_driver(
+    app: &Shared,
+    principal: &Principal,
+    ticket: ExecutionTicket,
+    steps: Vec<Step>,
+) -> tokio::sync::watch::Receiver<Option<DriverEnd>> {
+    let grant = principal.grant;
+    let id = ticket.request_id();
+    let subject = principal.subject.clone();
+    let (tx, rx) = app.relay.start_driver(grant, id);
+    let app = Arc::clone(app);
+    tokio::spawn(async move {
+        let driver = Driver {
+            app: &app,
+            subject: &subject,
+            grant,
+            id,
+        };
+        let end = driver.drive(ticket, steps).await;
+        let _ = tx.send(Some(end));
+        app.relay.end_driver(grant, id);
+    });
+    rx
+}
+
+/// One run in progress.
+struct Driver<'a> {
+    app: &'a Shared,
+    subject: &'a str,
+    grant: portcullis_core::grant::GrantId,
+    id: RequestId,
+}
+
+impl Driver<'_> {
+    async fn drive(&self, mut ticket: ExecutionTicket, steps: Vec<Step>) -> DriverEnd {
+        let mut results = Vec::with_capacity(steps.len());
+        for step in steps {
+            let Ok(action) = step.action() else {
+                return Some(internal(Some(self.id)));
+            };
+            let seq = ticket.next_seq();
+            let verdict = self
+                .app
+                .blocking(move |app| app.engine.authorize_action(ticket, &action, clock::now()))
+                .await;
+            let verdict = match verdict {
+                Err(_) => return Some(internal(Some(self.id))),
+                Ok(Err(e)) => return Some(ticket_failure(&e, self.id)),
+                Ok(Ok(v)) => v,
+            };
+            let (t, status, summary) = match verdict {
+                ActionVerdict::Run(t) => {
+                    let job = Job {
+                        id: portcullis_core::rand::base64url::<12, _>(&mut rand::rng()),
+                        grant: self.grant,
+                        connection: t.connection(),
+                        request_id: self.id,
+                        seq,
+                        skill: step.skill.name,
+                        args: step.args.clone(),
+                    };
+                    // No report: the tab went away. The ticket is dropped and
+                    // the ledger ends the run (`unknownTail`) with the
+                    // connection.
+                    let report = self.perform(job).await?;
+                    match self.record(t, report).await {
+                        Ok(done) => done,
+                        Err(answer) => return Some(answer),
+                    }
+                }
+                ActionVerdict::Replay(t, outcome) => (t, outcome.status, outcome.summary),
+                ActionVerdict::ApprovalPending(prompt) => {
+                    self.app
+                        .relay
+                        .set_detail(self.grant, self.id, prompt.seq, step.args);
+                    self.app.relay.bump(self.subject);
+                    tracing::info!(seq, "execute: approval asked");
+                    let answer = BeginAnswer::ApprovalPending(prompt).to_json();
+                    return Some(Answer::ok(answer.unwrap_or(Value::Null)));
+                }
+                ActionVerdict::InsufficientScope(c) => {
+                    return Some(Answer::begin_error(
+                        &BeginError::InsufficientScope(c),
+                        Some(self.id),
+                    ));
+                }
+                ActionVerdict::TabNotVisible => {
+                    return Some(failure(
+                        ErrorCode::TabNotVisible,
+                        "this action drives the page: ask the user to show the connected tab, \
+                         then call again with the same requestId",
+                        Some(self.id),
+                    ));
+                }
+            };
+            ticket = t;
+            if let OutcomeStatus::Failed(code) = status {
+                let error = BusinessError::new(code, summary);
+                return Some(self.complete(ticket, Completion::Error(error)).await);
+            }
+            let result = serde_json::from_str(&summary).unwrap_or(Value::String(summary));
+            results.push(json!({"skill": step.skill.name, "result": result}));
+        }
+        Some(
+            self.complete(ticket, Completion::Value(Value::Array(results)))
+                .await,
+        )
+    }
+
+    /// Hands `job` to the tab and waits for its report while the connection
+    /// it was dispatched to stays live.
+    async fn perform(&self, job: Job) -> Option<TabReport> {
+        let (grant, connection, job_id) = (job.grant, job.connection, job.id.clone());
+        let mut rx = self.app.relay.dispatch(self.subject, job);
+        loop {
+            tokio::select! {
+                r = &mut rx => return r.ok(),
+                () = tokio::time::sleep(CHECK) => {
+                    let live = self
+                        .app
+                        .blocking(move |app| app.engine.dispatch(&grant, false, clock::now()))
+                        .await;
+                    if !matches!(live, Ok(Ok(Dispatch::To(c))) if c == connection) {
+                        self.app.relay.withdraw(self.subject, &job_id);
+                        tracing::info!("execute: the tab went away mid-run");
+                        return None;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Records the tab's report; an oversized or malformed one is recorded
+    /// as a failure (the action did run).
+    async fn record(
+        &self,
+        ticket: ExecutionTicket,
+        report: TabReport,
+    ) -> Result<(ExecutionTicket, OutcomeStatus, String), Answer> {
+        let core = match report.failed {
+            None => Report::ok(report.summary),
+            Some(code) => Report::failed(code, report.summary),
+        };
+        let (status, summary) = (core.status.clone(), core.summary.clone());
+        let recorded = self
+            .app
+            .blocking(
+                move |app| match app.engine.record_outcome(ticket, core, clock::now()) {
+                    Err(TicketError::Invalid(ticket, _)) => {
+                        let fallback = Report::failed("BAD_REPORT", "the tab's report was invalid");
+                        app.engine
+                            .record_outcome(*ticket, fallback, clock::now())
+                            .map(|t| (t, false))
+                    }
+                    other => other.map(|t| (t, true)),
+                },
+            )
+            .await;
+        match recorded {
+            Err(_) => Err(internal(Some(self.id))),
+            Ok(Err(e)) => Err(ticket_failure(&e, self.id)),
+            Ok(Ok((t, true))) => Ok((t, status, summary)),
+            Ok(Ok((t, false))) => Ok((
+                t,
+                OutcomeStatus::Failed("BAD_REPORT".into()),
+                "the tab's report was invalid".into(),
+            )),
+        }
+    }
+
+    async fn complete(&self, ticket: ExecutionTicket, completion: Completion) -> Answer {
+        let done = self
+            .app
+            .blocking(move |app: &App| app.engine.complete(ticket, &completion, clock::now()))
+            .await;
+        match done {
+            Err(_) => internal(Some(self.id)),
+            Ok(Err(e)) => ticket_failure(&e, self.id),
+            Ok(Ok(stored)) => {
+                tracing::info!("execute: run complete");
+                Answer::ok(stored.to_json())
+            }
+        }
+    }
+}

@@ -1,0 +1,586 @@
+//! The tab channel: how the Agents page becomes the connected tab of every
+//! live grant of the signed-in user, receives work and shows approvals.
+//!
+//! Every call carries the session cookie, a same-origin `Origin` (when the
+//! browser sends one) and the session's CSRF token in `x-csrf-token`. JSON
+//! in, JSON out; every decision is the core's (`connect_tab`,
+//! `take_over_tab`, `tab_heartbeat`, `disconnect_tab`, `pending_approvals`,
+//! `decide_approval`).
+//!
+//! | route | body / query | what |
+//! |---|---|---|
+//! | `POST /agents/tab/connect` | `{tabId, pageInstance, visible, takeOver}` | connect (or "use this tab") for each live grant |
+//! | `POST /agents/tab/heartbeat` | `{tabId, pageInstance, visible}` | liveness and visibility |
+//! | `POST /agents/tab/disconnect` | `{tabId, pageInstance}` | end this page's connections |
+//! | `GET /agents/tab/work` | `?tabId&pageInstance&since` | long-poll (≤ 25 s): jobs for this page, pending approvals, connection states |
+//! | `POST /agents/tab/report` | `{job, ok, code?, summary}` | the outcome of a job |
+//! | `POST /agents/tab/decide` | `{grant, requestId, seq, fingerprint, decision}` | `once`, `auto` or `deny` |
+//!
+//! The page keeps its tab id in `sessionStorage` and makes a new page
+//! instance id on every load; a long-poll answers at once when its `since`
+//! is older than the user's mailbox version.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse as _, Response};
+use portcullis_core::approval::{ApprovalDecision, ApprovalRef};
+use portcullis_core::error::WireError as _;
+use portcullis_core::grant::{GrantId, GrantStatus};
+use portcullis_core::ledger::{ActionFingerprint, RequestId};
+use portcullis_core::tab::{TabConnection, TabError, TabHello};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use super::relay::{Delivery, TabReport};
+use super::{App, Shared};
+use crate::clock;
+use crate::session::Session;
+
+/// Longest a work poll waits.
+pub(crate) const POLL: Duration = Duration::from_secs(25);
+
+/// A JSON error: `{"ok": false, "error": {"code", "message"}}`.
+pub(crate) fn error(status: StatusCode, code: &str, message: &str) -> Response {
+    (
+        status,
+        Json(json!({"ok": false, "error": {"code": code, "message": message}})),
+    )
+        .into_response()
+}
+
+fn wire_error(e: &impl portcullis_core::error::WireError) -> Response {
+    error(
+        StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        e.code().as_str(),
+        &e.to_string(),
+    )
+}
+
+/// The checks of every tab-channel call: same origin, a session, its CSRF
+/// token in `x-csrf-token`.
+#[expect(
+    clippy::result_large_err,
+    reason = "the refusal is the response itself, sent at once; boxing it buys nothing"
+)]
+pub(crate) fn check_post(app: &App, headers: &HeaderMap) -> Result<Session, Response> {
+    if !app.same_origin(headers) {
+        return Err(error(
+            StatusCode::FORBIDDEN,
+            "PERMISSION_DENIED",
+            "cross-site request",
+        ));
+    }
+    let Some(session) = app.session(headers) else {
+        return Err(error(
+            StatusCode::UNAUTHORIZED,
+            "SESSION_EXPIRED",
+            "sign in first",
+        ));
+    };
+    let csrf = headers
+        .get("x-csrf-token")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    if !session.csrf_matches(&app.session_key, csrf) {
+        return Err(error(
+            StatusCode::FORBIDDEN,
+            "PERMISSION_DENIED",
+            "bad CSRF token: reload the page",
+        ));
+    }
+    Ok(session)
+}
+
+#[expect(
+    clippy::result_large_err,
+    reason = "the refusal is the response itself, sent at once; boxing it buys nothing"
+)]
+fn body<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, Response> {
+    serde_json::from_slice(bytes)
+        .map_err(|_| error(StatusCode::BAD_REQUEST, "INVALID_PARAMS", "malformed body"))
+}
+
+/// A live grant of the user, as the page shows it.
+#[derive(Clone)]
+struct LiveGrant {
+    id: GrantId,
+    client_id: String,
+    client_name: Option<String>,
+}
+
+impl App {
+    fn live_grants(&self, subject: &str) -> Result<Vec<LiveGrant>, String> {
+        let page = self
+            .engine
+            .list_user_grants(&self.site, subject, None, 200, clock::now())
+            .map_err(|e| e.to_string())?;
+        Ok(page
+            .grants
+            .into_iter()
+            .filter(|g| g.status == GrantStatus::Live)
+            .map(|g| LiveGrant {
+                id: g.id,
+                client_id: g.client_id,
+                client_name: g.client_name,
+            })
+            .collect())
+    }
+}
+
+fn grant_json(g: &LiveGrant) -> Value {
+    json!({
+        "grant": g.id.to_string(),
+        "client": {"id": g.client_id, "name": g.client_name, "verified": false},
+    })
+}
+
+/// How a page's connection of one grant stands, for the page.
+fn tab_state(result: &Result<(), TabError>) -> &'static str {
+    match result {
+        Ok(()) => "connected",
+        Err(TabError::Busy) => "busy",
+        Err(TabError::NotConnected) => "not_connected",
+        Err(_) => "error",
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Hello {
+    tab_id: String,
+    page_instance: String,
+    #[serde(default)]
+    visible: bool,
+    #[serde(default)]
+    take_over: bool,
+}
+
+/// `POST /agents/tab/connect`.
+pub(crate) async fn connect(State(app): State<Shared>, headers: HeaderMap, raw: Bytes) -> Response {
+    let session = match check_post(&app, &headers) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let hello: Hello = match body(&raw) {
+        Ok(h) => h,
+        Err(r) => return r,
+    };
+    let subject = session.subject.clone();
+    let browser_session = session.browser_session().to_owned();
+    let done = app
+        .blocking(move |app| {
+            let hello_core = TabHello {
+                browser_session,
+                tab_id: hello.tab_id,
+                page_instance: hello.page_instance,
+                visible: hello.visible,
+            };
+            let mut out = Vec::new();
+            for g in app.live_grants(&subject)? {
+                let now = clock::now();
+                let r = if hello.take_over {
+                    app.engine
+                        .take_over_tab(&app.site, &subject, &g.id, &hello_core, now)
+                } else {
+                    app.engine
+                        .connect_tab(&app.site, &subject, &g.id, &hello_core, now)
+                };
+                let mut v = grant_json(&g);
+                let r = r.map(|_| ());
+                v["state"] = json!(tab_state(&r));
+                if let Err(e) = &r {
+                    v["error"] = json!({"code": e.code().as_str(), "message": e.to_string()});
+                }
+                out.push(v);
+            }
+            Ok::<_, String>(out)
+        })
+        .await;
+    match done {
+        Ok(Ok(grants)) => {
+            app.relay.bump(&session.subject);
+            tracing::info!(grants = grants.len(), "tab connected");
+            Json(json!({"ok": true, "grants": grants})).into_response()
+        }
+        Ok(Err(e)) => super::respond::internal(&e),
+        Err(r) => r,
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Beat {
+    tab_id: String,
+    page_instance: String,
+    #[serde(default)]
+    visible: bool,
+}
+
+/// `POST /agents/tab/heartbeat`.
+pub(crate) async fn heartbeat(
+    State(app): State<Shared>,
+    headers: HeaderMap,
+    raw: Bytes,
+) -> Response {
+    let session = match check_post(&app, &headers) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let beat: Beat = match body(&raw) {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let subject = session.subject.clone();
+    let done = app
+        .blocking(move |app| {
+            let mut out = Vec::new();
+            for g in app.live_grants(&subject)? {
+                let r = app.engine.tab_heartbeat(
+                    &app.site,
+                    &subject,
+                    &g.id,
+                    &beat.tab_id,
+                    &beat.page_instance,
+                    beat.visible,
+                    clock::now(),
+                );
+                let mut v = grant_json(&g);
+                v["state"] = json!(tab_state(&r));
+                out.push(v);
+            }
+            Ok::<_, String>(out)
+        })
+        .await;
+    match done {
+        Ok(Ok(grants)) => Json(json!({"ok": true, "grants": grants})).into_response(),
+        Ok(Err(e)) => super::respond::internal(&e),
+        Err(r) => r,
+    }
+}
+
+/// `POST /agents/tab/disconnect`.
+pub(crate) async fn disconnect(
+    State(app): State<Shared>,
+    headers: HeaderMap,
+    raw: Bytes,
+) -> Response {
+    let session = match check_post(&app, &headers) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let beat: Beat = match body(&raw) {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let subject = session.subject.clone();
+    let done = app
+        .blocking(move |app| {
+            let mut ended = 0;
+            for g in app.live_grants(&subject)? {
+                if app
+                    .engine
+                    .disconnect_tab(
+                        &app.site,
+                        &subject,
+                        &g.id,
+                        &beat.tab_id,
+                        &beat.page_instance,
+                        clock::now(),
+                    )
+                    .is_ok()
+                {
+                    ended += 1;
+                }
+            }
+            Ok::<_, String>(ended)
+        })
+        .await;
+    match done {
+        Ok(Ok(ended)) => {
+            tracing::info!(ended, "tab disconnected");
+            Json(json!({"ok": true, "ended": ended})).into_response()
+        }
+        Ok(Err(e)) => super::respond::internal(&e),
+        Err(r) => r,
+    }
+}
+
+/// The work-poll query.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct WorkQuery {
+    tab_id: String,
+    page_instance: String,
+    #[serde(default)]
+    since: u64,
+}
+
+/// What a poll reads from the engine: the user's grants, their tab
+/// connections and pending approvals.
+struct Snapshot {
+    grants: Vec<(LiveGrant, Option<TabConnection>)>,
+    approvals: Vec<Value>,
+}
+
+impl App {
+    fn snapshot(&self, subject: &str) -> Result<Snapshot, String> {
+        let mut grants = Vec::new();
+        let mut approvals = Vec::new();
+        for g in self.live_grants(subject)? {
+            let tab = self
+                .engine
+                .tab_connection(&g.id)
+                .map_err(|e| e.to_string())?;
+            for p in self
+                .engine
+                .pending_approvals(&self.site, subject, &g.id)
+                .map_err(|e| e.to_string())?
+            {
+                approvals.push(json!({
+                    "grant": g.id.to_string(),
+                    "requestId": p.request_id.to_string(),
+                    "seq": p.seq,
+                    "kind": p.kind,
+                    "effect": p.effect.as_str(),
+                    "fingerprint": hex(p.fingerprint.as_bytes()),
+                    "client": {"id": p.client_id, "name": p.client_name, "verified": false},
+                    "offerAutoApprove": p.offer_auto_approve,
+                    "args": self.relay.detail(g.id, p.request_id, p.seq),
+                }));
+            }
+            grants.push((g, tab));
+        }
+        Ok(Snapshot { grants, approvals })
+    }
+}
+
+/// `GET /agents/tab/work`: the long-poll.
+pub(crate) async fn work(
+    State(app): State<Shared>,
+    headers: HeaderMap,
+    Query(q): Query<WorkQuery>,
+) -> Response {
+    let session = match check_post(&app, &headers) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let subject = session.subject;
+    let mut deadline = Instant::now() + POLL;
+    loop {
+        let (version, notify) = app.relay.watch(&subject);
+        let notified = notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        let who = subject.clone();
+        let snap = match app.blocking(move |app| app.snapshot(&who)).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => return super::respond::internal(&e),
+            Err(r) => return r,
+        };
+        let tabs: HashMap<GrantId, &TabConnection> = snap
+            .grants
+            .iter()
+            .filter_map(|(g, t)| t.as_ref().map(|t| (g.id, t)))
+            .collect();
+        let jobs = app
+            .relay
+            .take_jobs(&subject, |job| match tabs.get(&job.grant) {
+                Some(t) if t.connected && t.connection == job.connection => {
+                    if t.tab_id == q.tab_id && t.page_instance == q.page_instance {
+                        Delivery::Take
+                    } else {
+                        Delivery::Keep
+                    }
+                }
+                _ => Delivery::Drop,
+            });
+        let now = Instant::now();
+        if !jobs.is_empty() || version > q.since || now >= deadline {
+            let grants: Vec<Value> = snap
+                .grants
+                .iter()
+                .map(|(g, t)| {
+                    let mut v = grant_json(g);
+                    v["here"] = json!(t.as_ref().is_some_and(|t| t.connected
+                        && t.tab_id == q.tab_id
+                        && t.page_instance == q.page_instance));
+                    v["connected"] = json!(t.as_ref().is_some_and(|t| t.connected));
+                    v
+                })
+                .collect();
+            let jobs: Vec<Value> = jobs
+                .iter()
+                .map(|j| {
+                    json!({
+                        "job": j.id,
+                        "grant": j.grant.to_string(),
+                        "requestId": j.request_id.to_string(),
+                        "seq": j.seq,
+                        "skill": j.skill,
+                        "args": j.args,
+                    })
+                })
+                .collect();
+            return Json(json!({
+                "ok": true,
+                "version": version,
+                "jobs": jobs,
+                "approvals": snap.approvals,
+                "grants": grants,
+            }))
+            .into_response();
+        }
+        let mut stopping = app.stopping.clone();
+        if *stopping.borrow() {
+            deadline = now;
+            continue;
+        }
+        tokio::select! {
+            _ = tokio::time::timeout(deadline - now, notified) => {}
+            _ = stopping.changed() => deadline = Instant::now(),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JobReport {
+    job: String,
+    ok: bool,
+    #[serde(default)]
+    code: Option<String>,
+    summary: String,
+}
+
+/// `POST /agents/tab/report`.
+pub(crate) async fn report(State(app): State<Shared>, headers: HeaderMap, raw: Bytes) -> Response {
+    let session = match check_post(&app, &headers) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let r: JobReport = match body(&raw) {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    let failed = if r.ok {
+        None
+    } else {
+        Some(r.code.unwrap_or_else(|| "FAILED".into()))
+    };
+    let delivered = app.relay.report(
+        &session.subject,
+        &r.job,
+        TabReport {
+            failed,
+            summary: r.summary,
+        },
+    );
+    if delivered {
+        Json(json!({"ok": true})).into_response()
+    } else {
+        error(
+            StatusCode::NOT_FOUND,
+            "EXPECTATION_FAILED",
+            "no such job awaits a report",
+        )
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Decide {
+    grant: String,
+    request_id: String,
+    seq: u32,
+    fingerprint: String,
+    decision: String,
+}
+
+/// `POST /agents/tab/decide`.
+pub(crate) async fn decide(State(app): State<Shared>, headers: HeaderMap, raw: Bytes) -> Response {
+    let session = match check_post(&app, &headers) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let d: Decide = match body(&raw) {
+        Ok(d) => d,
+        Err(r) => return r,
+    };
+    let decision = match d.decision.as_str() {
+        "once" => ApprovalDecision::Once,
+        "auto" => ApprovalDecision::AutoApproveKind,
+        "deny" => ApprovalDecision::Deny,
+        _ => return error(StatusCode::BAD_REQUEST, "INVALID_PARAMS", "bad decision"),
+    };
+    let (Some(grant), Ok(request_id), Some(fingerprint)) = (
+        GrantId::parse(&d.grant),
+        RequestId::parse(&d.request_id),
+        unhex32(&d.fingerprint),
+    ) else {
+        return error(StatusCode::BAD_REQUEST, "INVALID_PARAMS", "bad approval");
+    };
+    let approval = ApprovalRef {
+        grant,
+        request_id,
+        seq: d.seq,
+        fingerprint: ActionFingerprint::from_bytes(fingerprint),
+    };
+    let subject = session.subject.clone();
+    let done = app
+        .blocking(move |app| {
+            app.engine
+                .decide_approval(&app.site, &subject, &approval, decision, clock::now())
+        })
+        .await;
+    match done {
+        Ok(Ok(())) => {
+            app.relay.clear_detail(grant, request_id, d.seq);
+            app.relay.bump(&session.subject);
+            tracing::info!(decision = d.decision, "approval decided");
+            Json(json!({"ok": true})).into_response()
+        }
+        Ok(Err(e)) => wire_error(&e),
+        Err(r) => r,
+    }
+}
+
+/// Lower-case hex.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}
+
+/// 64 hex digits as 32 bytes.
+fn unhex32(text: &str) -> Option<[u8; 32]> {
+    if text.len() != 64 || !text.is_ascii() {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = u8::from_str_radix(text.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fingerprints_round_trip_through_hex() {
+        let bytes: [u8; 32] = core::array::from_fn(|i| (i * 7) as u8);
+        assert_eq!(unhex32(&hex(&bytes)), Some(bytes));
+        assert_eq!(unhex32("zz"), None);
+        assert_eq!(unhex32(&"g".repeat(64)), None);
+    }
+}
