@@ -1158,3 +1158,48 @@ fn agent_tokens_are_minted_listed_and_revoked_by_jti<S: Store>(store: &S) {
 }
 
 on_every_store!(agent_tokens_are_minted_listed_and_revoked_by_jti);
+
+fn metadata_document_clients_follow_the_site_setting<S: Store>(store: &S) {
+    use portcullis::metadata::AuthorizationServerMetadata;
+    let w = World::new(store);
+    let doc_client = "https://agent.example/client.json";
+    let q = w.query(
+        &[
+            ("client_id", doc_client),
+            ("redirect_uri", "https://agent.example/cb"),
+        ],
+        &[],
+    );
+    let answer = w.engine.authorize(&w.site, &q, None).unwrap();
+    let AuthorizeAnswer::FetchClientDocument(fetch) = answer else {
+        panic!("{answer:?}")
+    };
+    assert_eq!(fetch.url, doc_client);
+    let body = br#"{"client_id":"https://agent.example/client.json","client_name":"Doc Agent","redirect_uris":["https://agent.example/cb"],"token_endpoint_auth_method":"none"}"#;
+    let answer = w.engine.authorize(&w.site, &q, Some(body)).unwrap();
+    let AuthorizeAnswer::Consent(screen) = answer else {
+        panic!("{answer:?}")
+    };
+    assert_eq!(screen.client_name_unverified.as_deref(), Some("Doc Agent"));
+    assert!(
+        AuthorizationServerMetadata::for_site(&w.engine.site(&w.site).unwrap())
+            .client_id_metadata_document_supported
+    );
+
+    let mut config = SiteConfig::new(
+        w.site.clone(),
+        "Demo",
+        "https://app.example.com",
+        "https://app.example.com/mcp/",
+    );
+    config.client_metadata_documents = false;
+    let site = w.engine.update_site(config).unwrap();
+    assert!(!AuthorizationServerMetadata::for_site(&site).client_id_metadata_document_supported);
+    let answer = w.engine.authorize(&w.site, &q, Some(body)).unwrap();
+    assert!(
+        matches!(answer, AuthorizeAnswer::ShowError(_)),
+        "{answer:?}"
+    );
+}
+
+on_every_store!(metadata_document_clients_follow_the_site_setting);

@@ -197,7 +197,7 @@ pub(crate) fn validate(
     let client_id = q
         .get("client_id")
         .ok_or(Refusal::Local(AuthorizeError::MissingClientId))?;
-    let client = resolve_client(keyring, client_id, client_document)?;
+    let client = resolve_client(site, keyring, client_id, client_document)?;
     let redirect_uri = q
         .get("redirect_uri")
         .ok_or(Refusal::Local(AuthorizeError::MissingRedirectUri))?;
@@ -251,11 +251,15 @@ pub(crate) fn validate(
 }
 
 fn resolve_client(
+    site: &Site,
     keyring: &Keyring,
     client_id: &str,
     document: Option<&[u8]>,
 ) -> Result<Client, Refusal> {
     if client::is_document_client_id(client_id) {
+        if !site.client_metadata_documents {
+            return Err(Refusal::Local(AuthorizeError::UnknownClient));
+        }
         let url = client::parse_client_id_url(client_id)
             .map_err(|e| Refusal::Local(AuthorizeError::ClientDocument(e)))?;
         let Some(body) = document else {

@@ -36,7 +36,7 @@ pub struct AuthorizationServerMetadata {
     pub revocation_endpoint_auth_methods_supported: [&'static str; 2],
     /// The site's scopes.
     pub scopes_supported: Vec<String>,
-    /// Client-ID metadata documents are accepted.
+    /// Whether client-ID metadata documents are accepted (per site).
     pub client_id_metadata_document_supported: bool,
     /// `iss` is sent on authorization responses (RFC 9207 §3).
     pub authorization_response_iss_parameter_supported: bool,
@@ -58,7 +58,7 @@ impl AuthorizationServerMetadata {
             token_endpoint_auth_methods_supported: ["none", "client_secret_basic"],
             revocation_endpoint_auth_methods_supported: ["none", "client_secret_basic"],
             scopes_supported: site.scopes.iter().map(String::from).collect(),
-            client_id_metadata_document_supported: true,
+            client_id_metadata_document_supported: site.client_metadata_documents,
             authorization_response_iss_parameter_supported: true,
         }
     }

@@ -83,6 +83,11 @@ pub struct SiteConfig {
     pub auto_approval_allowed: bool,
     /// Seconds clients are told to wait while the site is off.
     pub retry_after_secs: u32,
+    /// Whether clients may identify themselves by the HTTPS URL of a
+    /// client-ID metadata document. Only a host that fetches those documents
+    /// (see [`crate::client::FetchRequest`]) should turn this on; the
+    /// discovery document advertises it.
+    pub client_metadata_documents: bool,
 }
 
 impl SiteConfig {
@@ -100,6 +105,7 @@ impl SiteConfig {
             consent_url: None,
             auto_approval_allowed: true,
             retry_after_secs: 60,
+            client_metadata_documents: true,
         }
     }
 
@@ -175,6 +181,8 @@ pub struct Site {
     pub auto_approval_allowed: bool,
     /// `Retry-After` seconds while off.
     pub retry_after_secs: u32,
+    /// Whether client-ID metadata documents are accepted.
+    pub client_metadata_documents: bool,
     /// The off switch.
     pub enabled: bool,
     /// Grants from another epoch are revoked.
@@ -210,6 +218,7 @@ impl Site {
             consent_url: config.consent_url,
             auto_approval_allowed: config.auto_approval_allowed,
             retry_after_secs: config.retry_after_secs,
+            client_metadata_documents: config.client_metadata_documents,
             enabled: true,
             epoch: 0,
             policy_version: 0,
@@ -237,6 +246,7 @@ impl Site {
         self.consent_url = config.consent_url;
         self.auto_approval_allowed = config.auto_approval_allowed;
         self.retry_after_secs = config.retry_after_secs;
+        self.client_metadata_documents = config.client_metadata_documents;
         Ok(())
     }
 

@@ -66,9 +66,14 @@ pub(crate) fn ensure_demo_site(
         &format!("{public_url}{MCP_PREFIX}"),
     );
     config.allowed_origins = vec![public_url.to_owned()];
+    // The demo server makes no outbound requests, so it cannot fetch
+    // client-ID metadata documents: it says so in its discovery document.
+    config.client_metadata_documents = false;
     match engine.site(&config.id) {
         Ok(site)
-            if site.issuer == config.issuer && site.resource_prefix == config.resource_prefix =>
+            if site.issuer == config.issuer
+                && site.resource_prefix == config.resource_prefix
+                && site.client_metadata_documents == config.client_metadata_documents =>
         {
             Ok(site)
         }
