@@ -1203,3 +1203,31 @@ fn metadata_document_clients_follow_the_site_setting<S: Store>(store: &S) {
 }
 
 on_every_store!(metadata_document_clients_follow_the_site_setting);
+
+fn a_user_revokes_only_their_own_grants<S: Store>(store: &S) {
+    let mut w = World::new(store);
+    let t = w.login();
+    let grant = w.bearer(&t, "skills:read").unwrap().grant;
+    assert_eq!(
+        w.engine
+            .revoke_own_grant(&w.site, "mallory", &grant, w.now)
+            .unwrap(),
+        None
+    );
+    assert!(w.bearer(&t, "skills:read").is_ok());
+    assert_eq!(
+        w.engine
+            .revoke_own_grant(&w.site, USER, &grant, w.now)
+            .unwrap(),
+        Some(true)
+    );
+    assert!(w.bearer(&t, "skills:read").is_err());
+    assert_eq!(
+        w.engine
+            .revoke_own_grant(&w.site, USER, &grant, w.now)
+            .unwrap(),
+        Some(false)
+    );
+}
+
+on_every_store!(a_user_revokes_only_their_own_grants);

@@ -6,7 +6,7 @@ use alloc::vec::Vec;
 
 use serde::Serialize;
 
-use crate::error::ErrorCode;
+use crate::error::{ErrorCode, WireError};
 
 /// A complete HTTP answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -24,6 +24,16 @@ impl HttpResponse {
     #[must_use]
     pub fn json(status: u16, body: &impl Serialize) -> Self {
         let body = serde_json::to_string(body).unwrap_or_else(|_| String::from("{}"));
+        Self {
+            status,
+            headers: alloc::vec![("content-type", "application/json".into())],
+            body,
+        }
+    }
+
+    /// An already serialised JSON body with `status`.
+    #[must_use]
+    pub fn json_body(status: u16, body: String) -> Self {
         Self {
             status,
             headers: alloc::vec![("content-type", "application/json".into())],
@@ -67,6 +77,18 @@ impl HttpResponse {
             status: 302,
             headers: alloc::vec![("location", location), ("cache-control", "no-store".into())],
             body: String::new(),
+        }
+    }
+
+    /// The complete answer to an error of any operation: the RFC 6749 §5.2
+    /// body with the status its code maps to, and `Retry-After` when the
+    /// caller should come back later.
+    #[must_use]
+    pub fn error(error: &impl WireError, retry_after_secs: Option<u32>) -> Self {
+        let r = Self::oauth_error(error.code(), &alloc::format!("{error}"));
+        match retry_after_secs {
+            Some(secs) => r.with_header("retry-after", alloc::format!("{secs}")),
+            None => r,
         }
     }
 

@@ -161,6 +161,19 @@ pub fn register(
 /// registered metadata, with defaults made explicit.
 #[must_use]
 pub fn registration_response(client: &RegisteredClient) -> String {
+    registration_body(client)
+}
+
+impl RegisteredClient {
+    /// The complete RFC 7591 §3.2.1 answer: 201, the JSON body, `no-store`
+    /// (the body may hold a client secret).
+    #[must_use]
+    pub fn to_response(&self) -> crate::http::HttpResponse {
+        crate::http::HttpResponse::json_body(201, registration_body(self)).no_store()
+    }
+}
+
+fn registration_body(client: &RegisteredClient) -> String {
     #[derive(Serialize)]
     struct Body<'a> {
         client_id: &'a str,

@@ -10,6 +10,7 @@ use super::{Engine, SiteOpError, keys, load_site};
 use crate::bearer::{self, Challenge};
 use crate::error::{ErrorCode, WireError};
 use crate::grant::{Grant, GrantId, GrantStatus, RevocationReason};
+use crate::http::HttpResponse;
 use crate::jwt::{Claims, TokenType, Validation};
 use crate::metadata;
 use crate::scope::ScopeSet;
@@ -98,6 +99,25 @@ impl WireError for BearerRejection {
 
 #[cfg(feature = "std")]
 impl std::error::Error for BearerRejection {}
+
+impl BearerRejection {
+    /// The complete answer: the challenge's status and `WWW-Authenticate`
+    /// (RFC 6750 §3), or 503 with `Retry-After` while the site is off.
+    #[must_use]
+    pub fn to_response(&self) -> HttpResponse {
+        match self {
+            Self::Challenge(c) => HttpResponse {
+                status: c.status,
+                headers: alloc::vec![("www-authenticate", c.www_authenticate.clone())],
+                body: String::new(),
+            },
+            Self::Unavailable { retry_after_secs } => {
+                HttpResponse::error(self, Some(*retry_after_secs))
+            }
+            _ => HttpResponse::error(self, None),
+        }
+    }
+}
 
 /// One grant, as a user or an admin sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -320,17 +340,43 @@ impl<S: Store> Engine<S> {
     /// Revokes one grant; its tokens stop working at once. Returns whether a
     /// live grant was revoked.
     pub fn revoke_grant(&self, id: &GrantId, now: Timestamp) -> Result<bool, StoreError> {
+        self.revoke_grant_if(id, now, |_| true)
+            .map(|r| r == Some(true))
+    }
+
+    /// Revokes one grant for the user who holds it: `Ok(None)` when `subject`
+    /// holds no such grant on `site` (the id alone is no authority),
+    /// `Ok(Some(revoked))` otherwise. Ownership is checked in the same
+    /// transaction as the revocation.
+    pub fn revoke_own_grant(
+        &self,
+        site: &SiteId,
+        subject: &str,
+        id: &GrantId,
+        now: Timestamp,
+    ) -> Result<Option<bool>, StoreError> {
+        self.revoke_grant_if(id, now, |g| g.site == *site && g.subject == subject)
+    }
+
+    /// `None` when the grant is missing or `owned` refuses it; otherwise
+    /// whether a live grant was revoked.
+    fn revoke_grant_if(
+        &self,
+        id: &GrantId,
+        now: Timestamp,
+        owned: impl FnOnce(&Grant) -> bool,
+    ) -> Result<Option<bool>, StoreError> {
         self.transact(|txn| {
-            let Some(mut grant) = txn.load::<Grant>(id.as_bytes())? else {
-                return Ok(false);
+            let Some(mut grant) = txn.load::<Grant>(id.as_bytes())?.filter(|g| owned(g)) else {
+                return Ok(None);
             };
             if grant.revoked.is_some() {
-                return Ok(false);
+                return Ok(Some(false));
             }
             grant.revoke(RevocationReason::Revoked, now);
             txn.save(id.as_bytes(), &grant)?;
             super::ledger::cancel_grant_requests(txn, id, now)?;
-            Ok(true)
+            Ok(Some(true))
         })
     }
 

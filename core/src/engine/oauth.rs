@@ -14,6 +14,7 @@ use crate::client::{self, GrantType, RegisteredClient, RegistrationError};
 use crate::error::{ErrorCode, WireError};
 use crate::form::Form;
 use crate::grant::{Grant, GrantId, RefreshTokenParts, RefreshVerdict, RevocationReason};
+use crate::http::HttpResponse;
 use crate::jwt::{Claims, TokenType};
 use crate::pkce::{CodeVerifier, PkceError};
 use crate::rand;
@@ -611,3 +612,22 @@ impl WireError for RevokeError {
 
 #[cfg(feature = "std")]
 impl std::error::Error for RevokeError {}
+
+impl RevokeError {
+    /// The complete answer (RFC 7009 §2.2.1): the RFC 6749 §5.2 body,
+    /// `Retry-After` while the site is off, and a `Basic` challenge when
+    /// Basic authentication failed.
+    #[must_use]
+    pub fn to_response(&self, via_basic: bool) -> HttpResponse {
+        let retry = match self {
+            Self::Unavailable { retry_after_secs } => Some(*retry_after_secs),
+            _ => None,
+        };
+        let r = HttpResponse::error(self, retry);
+        if matches!(self, Self::InvalidClient) && via_basic {
+            r.with_header("www-authenticate", String::from("Basic realm=\"token\""))
+        } else {
+            r
+        }
+    }
+}

@@ -272,12 +272,8 @@ pub(crate) async fn agents_post(
             let revoked = app
                 .blocking(move |app| {
                     // Only the user's own grants: the id alone is not authority.
-                    match app.engine.grant(&id)? {
-                        Some(g) if g.subject == subject && g.site == app.site => {
-                            app.engine.revoke_grant(&id, clock::now()).map(Some)
-                        }
-                        _ => Ok(None),
-                    }
+                    app.engine
+                        .revoke_own_grant(&app.site, &subject, &id, clock::now())
                 })
                 .await;
             match revoked {

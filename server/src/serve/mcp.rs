@@ -143,14 +143,6 @@ fn check(app: &super::App, key: &str, authorization: Option<&str>) -> Result<Ver
     Ok(Verdict::Rejected(first))
 }
 
-fn challenge_response(c: Challenge) -> Response {
-    respond::core(HttpResponse {
-        status: c.status,
-        headers: vec![("www-authenticate", c.www_authenticate)],
-        body: String::new(),
-    })
-}
-
 /// The bearer check in front of rmcp (see the module docs).
 pub(crate) async fn guard(
     State(app): State<Shared>,
@@ -200,11 +192,9 @@ fn refused(rejection: BearerRejection) -> Response {
     };
     tracing::info!(status = rejection.http_status(), error, "bearer refused");
     match rejection {
-        BearerRejection::Challenge(c) => challenge_response(c),
-        BearerRejection::Unavailable { retry_after_secs } => respond::core(
-            HttpResponse::oauth_error(ErrorCode::TemporarilyUnavailable, &rejection.to_string())
-                .with_header("retry-after", retry_after_secs.to_string()),
-        ),
+        BearerRejection::Challenge(_) | BearerRejection::Unavailable { .. } => {
+            respond::core(rejection.to_response())
+        }
         BearerRejection::UnknownSite => (StatusCode::NOT_FOUND, "no such site\n").into_response(),
         other => respond::internal(&other.to_string()),
     }

@@ -6,8 +6,6 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse as _, Response};
 use portcullis_core::authorize::AuthorizeAnswer;
-use portcullis_core::client;
-use portcullis_core::engine::RevokeError;
 use portcullis_core::error::{ErrorCode, WireError as _};
 use portcullis_core::form::Form;
 use portcullis_core::http::HttpResponse;
@@ -66,17 +64,10 @@ pub(crate) async fn register(State(app): State<Shared>, body: Bytes) -> Response
         .blocking(move |app| app.engine.register_client(&body, clock::now()))
         .await;
     match answer {
-        Ok(Ok(registered)) => respond::core(HttpResponse {
-            status: 201,
-            headers: vec![
-                ("content-type", "application/json".into()),
-                ("cache-control", "no-store".into()),
-            ],
-            body: client::registration_response(&registered),
-        }),
+        Ok(Ok(registered)) => respond::core(registered.to_response()),
         Ok(Err(e)) => {
             tracing::info!(error = e.code().as_str(), "registration refused");
-            respond::core(HttpResponse::oauth_error(e.code(), &e.to_string()))
+            respond::core(HttpResponse::error(&e, None))
         }
         Err(r) => r,
     }
@@ -302,17 +293,7 @@ pub(crate) async fn revoke(State(app): State<Shared>, headers: HeaderMap, body: 
         }
         Ok(Err(e)) => {
             tracing::info!(error = e.code().as_str(), "revocation refused");
-            let mut r = HttpResponse::oauth_error(e.code(), &e.to_string());
-            match e {
-                RevokeError::Unavailable { retry_after_secs } => {
-                    r = r.with_header("retry-after", retry_after_secs.to_string());
-                }
-                RevokeError::InvalidClient if via_basic => {
-                    r = r.with_header("www-authenticate", "Basic realm=\"token\"".into());
-                }
-                _ => {}
-            }
-            respond::core(r)
+            respond::core(e.to_response(via_basic))
         }
         Err(r) => r,
     }
