@@ -38,6 +38,9 @@ code{{word-break:break-all}}button{{padding:.4rem 1rem;margin-right:.5rem}}\
 .approval{{border:2px solid #c60;background:#fff8f0;padding:.8rem;margin:1rem 0;border-radius:6px}}\
 .approval pre{{background:#fff;border:1px solid #ddd;padding:.4rem;white-space:pre-wrap}}\
 .highlight{{background:#ffef9a;outline:2px solid #e0b000}}\
+.navigated{{background:#e6f0ff;border:1px solid #4a7bd0;padding:.6rem;border-radius:4px}}\
+.draft{{border:2px dashed #4a7bd0;padding:.8rem;margin:1rem 0;border-radius:6px}}\
+.draft input,.draft textarea{{width:100%;box-sizing:border-box;margin:.2rem 0 .6rem}}\
 </style></head><body>{body}</body></html>\n",
         title = escape(title),
     )
@@ -182,6 +185,7 @@ pub(crate) fn agents(
 <p id=\"tab-status\">Calls from your agents run in this tab. Connecting…</p>\
 <p><button type=\"button\" id=\"use-this-tab\" hidden>Use this tab</button></p></section>\
 <section id=\"approvals\" aria-live=\"polite\"></section>\
+<section id=\"navigation\" aria-live=\"polite\"></section>\
 <section><h2>Notes</h2><ul id=\"notes\"><li>No notes yet.</li></ul></section>\
 <form method=\"post\" action=\"/agents\"><input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
 <p><button type=\"submit\" name=\"intent\" value=\"signout\">Sign out</button></p></form>\

@@ -1025,6 +1025,11 @@ impl Tab {
         r.json().await.unwrap()
     }
 
+    /// Acknowledges message `id` (a `navigate` command).
+    async fn ack(&self, id: &Value) -> StatusCode {
+        self.post("/agents/tab/ack", &json!({"id": id})).await.0
+    }
+
     /// Polls until an approval is pending; returns it.
     async fn approval(&self) -> Value {
         let mut since = 0;
@@ -1346,4 +1351,165 @@ async fn auto_approval_covers_other_writes_of_the_kind_but_never_an_identical_on
         jobs.load(Ordering::SeqCst) + jobs2.load(Ordering::SeqCst),
         2
     );
+}
+
+// ------------------------------------------------ deep links to the tab
+
+/// The `messages` of a work-poll answer.
+fn messages(w: &Value) -> Vec<Value> {
+    w["messages"].as_array().unwrap().clone()
+}
+
+#[tokio::test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "one scenario, read top to bottom: three browsers, one link"
+)]
+async fn the_open_route_navigates_the_tab_of_its_own_browser_session_only() {
+    let s = Server::start(&[]).await;
+    let compose = base64url(br#"{"id":"d1","title":"Hi","body":"there"}"#);
+    let path = format!(
+        "/_agent-native/open?app=notes&view=notes&noteId=n-7&f_q=milk&to=%2Fagents&compose={compose}"
+    );
+    // Without a session: the sign-in page, at the same URL.
+    let r = s.get(&path, None).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert!(r.text().await.unwrap().contains("Development sign-in"));
+    let alice = s.sign_in(&path, "alice").await;
+    let alice_other_browser = s.sign_in("/agents", "alice").await;
+    let bob = s.sign_in("/agents", "bob").await;
+    let tab = Tab::open(&s, &alice, "tab-a", "page-a").await;
+    let other_browser = Tab::open(&s, &alice_other_browser, "tab-a2", "page-a2").await;
+    let other_user = Tab::open(&s, &bob, "tab-b", "page-b").await;
+    for t in [&tab, &other_browser, &other_user] {
+        t.connect(true, false).await;
+        assert_eq!(messages(&t.poll(0).await), Vec::<Value>::new());
+    }
+
+    let r = s.get(&path, Some(&alice)).await;
+    assert_eq!(r.status(), StatusCode::FOUND);
+    assert_eq!(header(r.headers(), "location"), "/agents?f_q=milk");
+    // Neither another browser of the same user nor another user gets it,
+    // though each poll would take whatever is its own.
+    assert!(messages(&other_browser.poll(0).await).is_empty());
+    assert!(messages(&other_user.poll(0).await).is_empty());
+    let got = messages(&tab.poll(0).await);
+    assert_eq!(got.len(), 1, "{got:?}");
+    let id = got[0]["id"].clone();
+    assert!(id.as_str().is_some_and(|id| id.len() >= 16));
+    assert_eq!(
+        got[0],
+        json!({
+            "kind": "navigate",
+            "id": id,
+            "navigate": {"view": "notes", "noteId": "n-7", "f_q": "milk"},
+            "compose": {"key": "compose-d1", "draft": {"id": "d1", "title": "Hi", "body": "there"}},
+        })
+    );
+    // Handed out once: not again while it awaits its acknowledgement.
+    assert!(messages(&tab.poll(0).await).is_empty());
+    assert_eq!(other_user.ack(&id).await, StatusCode::NOT_FOUND);
+    assert_eq!(other_browser.ack(&id).await, StatusCode::NOT_FOUND);
+    assert_eq!(tab.ack(&id).await, StatusCode::OK);
+    assert_eq!(tab.ack(&id).await, StatusCode::NOT_FOUND);
+
+    // A waiting long-poll wakes for its own session's command only.
+    let since = tab.poll(0).await["version"].as_u64().unwrap();
+    let since_b = other_browser.poll(0).await["version"].as_u64().unwrap();
+    let waiting = tokio::spawn({
+        let tab = tab.clone();
+        async move { tab.poll(since).await }
+    });
+    let waiting_other = tokio::spawn({
+        let t = other_browser.clone();
+        async move { t.poll(since_b).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    // `//evil.com` is refused as a target; the command is still delivered.
+    let r = s
+        .get(
+            "/_agent-native/open?view=inbox&to=%2F%2Fevil.com&f_label=work",
+            Some(&alice),
+        )
+        .await;
+    assert_eq!(header(r.headers(), "location"), "/inbox?f_label=work");
+    let w = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let got = messages(&w);
+    assert_eq!(got.len(), 1, "{w}");
+    assert_eq!(
+        got[0]["navigate"],
+        json!({"view": "inbox", "f_label": "work"})
+    );
+    assert_eq!(got[0].get("compose"), None);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !waiting_other.is_finished(),
+        "another browser's poll is not woken"
+    );
+    waiting_other.abort();
+    assert_eq!(tab.ack(&got[0]["id"]).await, StatusCode::OK);
+    assert!(s.logs().contains("navigate queued"));
+}
+
+#[tokio::test]
+async fn a_navigate_command_goes_to_the_connected_tab_and_the_newest_win() {
+    let s = Server::start(&[]).await;
+    let login = s.login("alice", "skills:read skills:write").await;
+    let connected = Tab::open(&s, &login.cookie, "tab-1", "page-1").await;
+    assert_eq!(
+        connected.connect(true, false).await["grants"][0]["state"],
+        "connected"
+    );
+    let second = Tab::open(&s, &login.cookie, "tab-2", "page-2").await;
+    assert_eq!(
+        second.connect(true, false).await["grants"][0]["state"],
+        "busy"
+    );
+    for i in 0..6 {
+        let r = s
+            .get(
+                &format!("/_agent-native/open?view=v{i}&n={i}"),
+                Some(&login.cookie),
+            )
+            .await;
+        assert_eq!(r.status(), StatusCode::FOUND);
+    }
+    // The page of the same browser session that is not its connected tab
+    // does not take them; the connected tab takes the newest four.
+    assert!(messages(&second.poll(0).await).is_empty());
+    let got = messages(&connected.poll(0).await);
+    let views: Vec<&str> = got
+        .iter()
+        .map(|m| m["navigate"]["view"].as_str().unwrap())
+        .collect();
+    assert_eq!(views, ["v2", "v3", "v4", "v5"]);
+    assert_eq!(got[3]["navigate"], json!({"view": "v5", "n": "5"}));
+    for m in &got {
+        assert_eq!(connected.ack(&m["id"]).await, StatusCode::OK);
+    }
+    // Signing out drops what is pending.
+    let _ = s
+        .get("/_agent-native/open?view=late", Some(&login.cookie))
+        .await;
+    let html = s
+        .get("/agents", Some(&login.cookie))
+        .await
+        .text()
+        .await
+        .unwrap();
+    let r = s
+        .post_form(
+            "/agents",
+            Some(&login.cookie),
+            &[("intent", "signout"), ("csrf", &csrf_of(&html))],
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    // The cookie itself stays valid (it is stateless) but its commands are gone.
+    assert!(messages(&connected.poll(0).await).is_empty());
 }

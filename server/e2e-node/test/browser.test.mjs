@@ -1,7 +1,9 @@
 // A real browser (Debian's Chromium, driven by playwright-core): sign in,
 // allow the consent screen, then approve in the Agents view — the connected
-// tab — a write requested by a scripted agent over MCP. Screenshots of the
-// consent screen and the approval dialog go to target/e2e-screenshots/.
+// tab — a write requested by a scripted agent over MCP; then a deep link
+// opened in another tab navigates the connected tab. Screenshots of the
+// consent screen, the approval dialog and the navigated page go to
+// target/e2e-screenshots/.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { createHash, randomBytes, randomUUID } from "node:crypto";
@@ -137,4 +139,36 @@ test("a user allows an agent and approves its write in the connected tab", async
   const replay = await tool(server.mcpUrl, token, "execute", { requestId, code });
   assert.deepEqual(replay, done);
   assert.equal(await page.locator("#notes li").count(), 1);
+
+  // A deep link opened in another tab of this browser navigates the
+  // connected tab: banner, filters, highlighted note, compose draft. The
+  // link's tab lands on an Agents page too, which is not the connected tab
+  // and so does not take the command.
+  const noteId = await page.locator("#notes li").first().getAttribute("data-note-id");
+  const draft = Buffer.from(JSON.stringify({ id: "d1", title: "From a link", body: "draft body" }))
+    .toString("base64url");
+  const linkTab = await context.newPage();
+  await linkTab.goto(
+    `${server.base}/_agent-native/open?app=notes&view=notes&noteId=${noteId}&f_q=milk&to=%2Fagents&compose=${draft}`,
+  );
+  assert.equal(new URL(linkTab.url()).pathname, "/agents");
+  const banner = page.locator("#navigation .navigated");
+  await banner.waitFor();
+  assert.equal(await banner.textContent(), "Navigated to notes");
+  assert.match(await page.locator("#navigation .filters").textContent(), /q = milk/);
+  assert.equal(await page.locator("#notes li.highlight").getAttribute("data-note-id"), noteId);
+  const form = page.locator("#navigation form.draft");
+  assert.equal(await form.getAttribute("data-key"), "compose-d1");
+  assert.equal(await form.locator("input[name=title]").inputValue(), "From a link");
+  await page.screenshot({ path: join(SHOTS, "navigate.png"), fullPage: true });
+  assert.equal(await linkTab.locator("#navigation .navigated").count(), 0);
+  await linkTab.close();
+  // Saving the draft is the user's choice; the filter hides the new note
+  // until cleared.
+  await form.locator("button[type=submit]").click();
+  await form.waitFor({ state: "detached" });
+  assert.equal(await page.locator("#notes li").count(), 1);
+  await page.locator("#navigation .filters button").click();
+  await page.waitForSelector("#notes li:has-text('From a link')");
+  assert.equal(await page.locator("#notes li").count(), 2);
 });

@@ -5,8 +5,11 @@
 // duplicated tab gets a fresh one) and a page-instance id new on every
 // load, sends heartbeats with its visibility, long-polls for work, runs the
 // notes app's skills with the user's own cookie, reports outcomes, and shows
-// approval dialogs naming the requesting client. Every decision is the
-// server's (the Portcullis core's); this script only carries them out.
+// approval dialogs naming the requesting client. It also applies the
+// `navigate` commands of deep links opened in this browser session (the
+// view, filters, a highlighted note, a compose draft — never saved without
+// the user) and acknowledges them. Every decision is the server's (the
+// Portcullis core's); this script only carries them out.
 "use strict";
 
 (() => {
@@ -17,6 +20,7 @@
   const useButton = document.getElementById("use-this-tab");
   const approvalsEl = document.getElementById("approvals");
   const notesEl = document.getElementById("notes");
+  const navEl = document.getElementById("navigation");
 
   const random = () => {
     const b = new Uint8Array(12);
@@ -28,6 +32,9 @@
   sessionStorage.setItem("portcullis.tabId", tabId);
   let since = 0;
   let highlighted = null;
+  // The `f_*` filters of the last deep link: `f_q` matches title or body,
+  // `f_<field>` that field; case-insensitive substring matches.
+  let filters = {};
 
   const api = async (method, path, body) => {
     const r = await fetch(path, {
@@ -97,16 +104,23 @@
     }
   };
 
+  const matches = (n) => Object.entries(filters).every(([k, v]) => {
+    const field = k.slice(2);
+    const hay = field === "q" ? `${n.title} ${n.body}` : n[field];
+    return typeof hay === "string" && hay.toLowerCase().includes(v.toLowerCase());
+  });
+
   const refreshNotes = async () => {
     const r = await api("GET", "/app/notes");
     if (!r.json || !r.json.notes) return;
     notesEl.replaceChildren();
-    if (r.json.notes.length === 0) {
+    const shown = r.json.notes.filter(matches);
+    if (shown.length === 0) {
       const li = document.createElement("li");
-      li.textContent = "No notes yet.";
+      li.textContent = r.json.notes.length === 0 ? "No notes yet." : "No note matches the filters.";
       notesEl.append(li);
     }
-    for (const n of r.json.notes) {
+    for (const n of shown) {
       const li = document.createElement("li");
       li.dataset.noteId = n.id;
       const strong = document.createElement("strong");
@@ -134,7 +148,12 @@
     },
     async highlight_note(args) {
       await refreshNotes();
-      const li = notesEl.querySelector(`li[data-note-id="${CSS.escape(args.id)}"]`);
+      const find = () => notesEl.querySelector(`li[data-note-id="${CSS.escape(args.id)}"]`);
+      if (!find() && Object.keys(filters).length > 0) {
+        clearFilters();
+        await refreshNotes();
+      }
+      const li = find();
       if (!li) return { ok: false, code: "NOT_FOUND", summary: `no note ${args.id}` };
       highlighted = args.id;
       for (const el of notesEl.querySelectorAll(".highlight")) el.className = "";
@@ -142,6 +161,108 @@
       li.scrollIntoView({ block: "center" });
       return { ok: true, summary: JSON.stringify({ highlighted: args.id }) };
     },
+  };
+
+  const para = (text, className) => {
+    const p = document.createElement("p");
+    p.textContent = text;
+    if (className) p.className = className;
+    return p;
+  };
+
+  const clearFilters = () => {
+    filters = {};
+    const f = navEl.querySelector(".filters");
+    if (f) f.remove();
+  };
+
+  // A compose draft from a link: shown prefilled, saved only if the user
+  // says so (a link is a pure pointer: anyone can send one).
+  const showDraft = (compose) => {
+    const draft = compose.draft || {};
+    const text = (v) => (typeof v === "string" ? v : "");
+    const box = document.createElement("form");
+    box.className = "draft";
+    box.dataset.key = compose.key;
+    const h = document.createElement("h3");
+    h.textContent = "Draft from a link (not saved)";
+    const title = document.createElement("input");
+    title.name = "title";
+    title.maxLength = 200;
+    title.value = text(draft.title) || text(draft.subject);
+    const body = document.createElement("textarea");
+    body.name = "body";
+    body.rows = 4;
+    body.value = text(draft.body);
+    const save = document.createElement("button");
+    save.type = "submit";
+    save.textContent = "Save as a note";
+    const discard = document.createElement("button");
+    discard.type = "button";
+    discard.textContent = "Discard";
+    discard.onclick = () => box.remove();
+    box.onsubmit = async (e) => {
+      e.preventDefault();
+      const r = await api("POST", "/app/notes", { title: title.value, body: body.value });
+      if (r.status === 201) {
+        box.remove();
+        await refreshNotes();
+      } else {
+        box.append(para("The note could not be saved."));
+      }
+    };
+    const label = (text, el) => {
+      const l = document.createElement("label");
+      l.append(text, el);
+      return l;
+    };
+    box.append(h, label("Title", title), label("Body", body), save, discard);
+    navEl.append(box);
+  };
+
+  // Applies a deep link's `navigate` command: the view (a banner), the
+  // filters, the note to highlight, the compose draft.
+  const applyNavigate = async (m) => {
+    const nav = m.navigate && typeof m.navigate === "object" ? m.navigate : {};
+    const view = typeof nav.view === "string" && nav.view !== "" ? nav.view : null;
+    filters = {};
+    const rest = [];
+    for (const [k, v] of Object.entries(nav)) {
+      if (typeof v !== "string" || k === "view") continue;
+      if (k.startsWith("f_") && k.length > 2) filters[k] = v;
+      else rest.push(`${k} = ${v}`);
+    }
+    const noteId = [nav.noteId, nav.id, nav.highlight].find((v) => typeof v === "string");
+    if (noteId) highlighted = noteId;
+    navEl.replaceChildren();
+    const banner = para(view ? `Navigated to ${view}` : "Navigated from a link", "navigated");
+    banner.setAttribute("role", "status");
+    banner.dataset.view = view || "";
+    navEl.append(banner);
+    if (rest.length > 0) navEl.append(para(`Link parameters: ${rest.join(", ")}`, "params"));
+    const shown = Object.entries(filters);
+    if (shown.length > 0) {
+      const f = para(`Filters: ${shown.map(([k, v]) => `${k.slice(2)} = ${v}`).join(", ")} `, "filters");
+      const clear = document.createElement("button");
+      clear.type = "button";
+      clear.textContent = "Clear filters";
+      clear.onclick = async () => { clearFilters(); await refreshNotes(); };
+      f.append(clear);
+      navEl.append(f);
+    }
+    if (m.compose && typeof m.compose === "object") showDraft(m.compose);
+    await refreshNotes();
+    const li = noteId && notesEl.querySelector(`li[data-note-id="${CSS.escape(noteId)}"]`);
+    (li || navEl).scrollIntoView({ block: "center" });
+  };
+
+  const handleMessage = async (m) => {
+    try {
+      if (m.kind === "navigate") await applyNavigate(m);
+    } catch (_) {
+      // Acknowledged even so: a retry would fail the same way.
+    }
+    await api("POST", "/agents/tab/ack", { id: m.id });
   };
 
   const runJob = async (job) => {
@@ -227,6 +348,7 @@
         since = r.json.version;
         showGrants(r.json.grants);
         showApprovals(r.json.approvals);
+        for (const m of r.json.messages || []) await handleMessage(m);
         for (const job of r.json.jobs) await runJob(job);
         await refreshNotes();
       } catch (_) {

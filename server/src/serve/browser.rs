@@ -112,9 +112,11 @@ impl App {
 
 /// Signing out ends the browser session in the core too: `reset_session`
 /// disconnects every tab connection of this browser session at once, with
-/// its auto-approvals (DESIGN "Connected tab").
+/// its auto-approvals (DESIGN "Connected tab"); its pending `navigate`
+/// commands are dropped.
 async fn reset_browser_session(app: &Shared, session: &Session) {
     let browser_session = session.browser_session().to_owned();
+    app.navigates.clear(&browser_session);
     let ended = app
         .blocking(move |app| {
             app.engine
@@ -158,19 +160,46 @@ pub(crate) async fn home() -> Response {
 
 /// `GET /_agent-native/open`: the open route. Without a session the
 /// sign-in page is served at this same URL, and signing in reloads it.
+/// With one, the `navigate` command is queued for this **browser session**
+/// (its connected tab takes it from the tab channel, see [`super::navigate`])
+/// and the browser is redirected.
 pub(crate) async fn open(
     State(app): State<Shared>,
     headers: HeaderMap,
     RawQuery(query): RawQuery,
 ) -> Response {
     let query = query.unwrap_or_default();
-    let signed_in = app.session(&headers).is_some();
-    match app.open_route.handle(&query, signed_in, |_| None) {
+    let session = app.session(&headers);
+    match app.open_route.handle(&query, session.is_some(), |_| None) {
         Ok(OpenAnswer::SignIn) => respond::html(StatusCode::OK, pages::sign_in(&open_url(&query))),
         Ok(OpenAnswer::Redirect(redirect)) => {
-            // Phase 1: there is no connected tab to deliver the `navigate`
-            // command to; the redirect alone is served.
-            tracing::info!(source = ?redirect.source, rejected_to = redirect.rejected_to.is_some(), "open route");
+            // The command's parameters are the link's: never logged.
+            let queued = session.as_ref().map(|session| {
+                let pushed = app.navigates.push(
+                    session.browser_session(),
+                    &redirect.navigate,
+                    std::time::Instant::now(),
+                );
+                if pushed.is_ok() {
+                    app.relay.wake(&session.subject);
+                }
+                pushed
+            });
+            match queued {
+                Some(Ok((_, pending))) => tracing::info!(
+                    source = ?redirect.source,
+                    rejected_to = redirect.rejected_to.is_some(),
+                    pending,
+                    "open route: navigate queued for the browser session"
+                ),
+                Some(Err(e)) => tracing::warn!(
+                    source = ?redirect.source,
+                    rejected_to = redirect.rejected_to.is_some(),
+                    cause = ?e,
+                    "open route: navigate dropped"
+                ),
+                None => {}
+            }
             respond::core(HttpResponse::redirect(redirect.location))
         }
         Err(e) => respond::html(

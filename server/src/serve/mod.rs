@@ -14,7 +14,7 @@
 //! | `POST /token`, `POST /revoke` | RFC 6749, RFC 7009 |
 //! | `ANY /mcp/{key}` | the MCP server (rmcp, Streamable HTTP) behind the bearer check ([`mcp`]) |
 //! | `ANY /mcp` | `307` to the current `/mcp/{key}` |
-//! | `GET, POST /_agent-native/open` | the open route |
+//! | `GET, POST /_agent-native/open` | the open route; its `navigate` command goes to the browser session's tab ([`navigate`]) |
 //! | `GET, POST /agents` | sign-in/out, the user's connections, revoke; the connected tab |
 //! | `GET /agents/app.js` | the connected tab's script |
 //! | `/agents/tab/*` | the tab channel ([`tab`]) |
@@ -26,6 +26,7 @@
 
 mod browser;
 mod mcp;
+mod navigate;
 mod notes;
 mod oauth;
 mod relay;
@@ -70,6 +71,8 @@ pub(crate) struct App {
     open_route: OpenRoute,
     /// Runs in flight and the tabs' mailboxes.
     relay: relay::Relay,
+    /// The open route's `navigate` commands, per browser session.
+    navigates: navigate::NavigateQueue,
     /// The demo notes app's data.
     notes: notes::Notes,
     /// Becomes `true` when the server shuts down: long-polls end at once
@@ -181,6 +184,7 @@ fn router(app: Shared, mcp_hosts: Vec<String>) -> Router {
         .route("/agents/tab/work", get(tab::work))
         .route("/agents/tab/report", post(tab::report))
         .route("/agents/tab/decide", post(tab::decide))
+        .route("/agents/tab/ack", post(tab::ack))
         .route("/app/notes", get(notes::list).post(notes::create))
         .route("/", get(browser::home))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
@@ -217,6 +221,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
         session_ttl: Duration::from_secs(args.session_ttl_secs),
         open_route: OpenRoute::new(),
         relay: relay::Relay::default(),
+        navigates: navigate::NavigateQueue::default(),
         notes: notes::Notes::default(),
         stopping: stop_rx,
     });

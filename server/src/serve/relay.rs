@@ -95,6 +95,15 @@ impl Relay {
         mb.notify.notify_waiters();
     }
 
+    /// Wakes `subject`'s waiting long-polls without a new version: each
+    /// looks again for what is its own (a `navigate` command is for one
+    /// browser session only, so the others go back to waiting).
+    pub(crate) fn wake(&self, subject: &str) {
+        if let Some(mb) = self.lock().mailboxes.get(subject) {
+            mb.notify.notify_waiters();
+        }
+    }
+
     /// The mailbox's version and the `Notify` to wait on. Create the
     /// `notified()` future *before* reading the state it guards.
     pub(crate) fn watch(&self, subject: &str) -> (u64, Arc<Notify>) {

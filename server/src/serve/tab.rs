@@ -12,9 +12,17 @@
 //! | `POST /agents/tab/connect` | `{tabId, pageInstance, visible, takeOver}` | connect (or "use this tab") for each live grant |
 //! | `POST /agents/tab/heartbeat` | `{tabId, pageInstance, visible}` | liveness and visibility |
 //! | `POST /agents/tab/disconnect` | `{tabId, pageInstance}` | end this page's connections |
-//! | `GET /agents/tab/work` | `?tabId&pageInstance&since` | long-poll (≤ 25 s): jobs for this page, pending approvals, connection states |
+//! | `GET /agents/tab/work` | `?tabId&pageInstance&since` | long-poll (≤ 25 s): jobs for this page, pending approvals, connection states, messages |
 //! | `POST /agents/tab/report` | `{job, ok, code?, summary}` | the outcome of a job |
 //! | `POST /agents/tab/decide` | `{grant, requestId, seq, fingerprint, decision}` | `once`, `auto` or `deny` |
+//! | `POST /agents/tab/ack` | `{id}` | a message was applied |
+//!
+//! `messages` carries the open route's `navigate` commands
+//! (`{"kind": "navigate", "id", "navigate": {view?, …params}, "compose"?:
+//! {"key", "draft"}}`, see [`super::navigate`]) of **this poll's browser
+//! session** only: to the page that is that browser session's connected
+//! tab, or, when none of its tabs is connected to an agent, to whichever of
+//! its pages polls first. The page applies one and acknowledges it.
 //!
 //! The page keeps its tab id in `sessionStorage` and makes a new page
 //! instance id on every load; a long-poll answers at once when its `since`
@@ -371,7 +379,8 @@ pub(crate) async fn work(
         Ok(s) => s,
         Err(r) => return r,
     };
-    let subject = session.subject;
+    let subject = session.subject.clone();
+    let browser_session = session.browser_session();
     let mut deadline = Instant::now() + POLL;
     loop {
         let (version, notify) = app.relay.watch(&subject);
@@ -401,8 +410,13 @@ pub(crate) async fn work(
                 }
                 _ => Delivery::Drop,
             });
+        let messages = if may_take_messages(&snap, browser_session, &q) {
+            app.navigates.take(browser_session, Instant::now())
+        } else {
+            Vec::new()
+        };
         let now = Instant::now();
-        if !jobs.is_empty() || version > q.since || now >= deadline {
+        if !jobs.is_empty() || !messages.is_empty() || version > q.since || now >= deadline {
             let grants: Vec<Value> = snap
                 .grants
                 .iter()
@@ -434,6 +448,7 @@ pub(crate) async fn work(
                 "jobs": jobs,
                 "approvals": snap.approvals,
                 "grants": grants,
+                "messages": messages,
             }))
             .into_response();
         }
@@ -447,6 +462,19 @@ pub(crate) async fn work(
             _ = stopping.changed() => deadline = Instant::now(),
         }
     }
+}
+
+/// Whether the polling page may take its browser session's messages: it
+/// is the session's connected tab, or the session has none.
+fn may_take_messages(snap: &Snapshot, browser_session: &str, q: &WorkQuery) -> bool {
+    let mut connected = snap
+        .grants
+        .iter()
+        .filter_map(|(_, t)| t.as_ref())
+        .filter(|t| t.connected && t.browser_session == browser_session)
+        .peekable();
+    connected.peek().is_none()
+        || connected.any(|t| t.tab_id == q.tab_id && t.page_instance == q.page_instance)
 }
 
 #[derive(Deserialize)]
@@ -489,6 +517,35 @@ pub(crate) async fn report(State(app): State<Shared>, headers: HeaderMap, raw: B
             StatusCode::NOT_FOUND,
             "EXPECTATION_FAILED",
             "no such job awaits a report",
+        )
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Ack {
+    id: String,
+}
+
+/// `POST /agents/tab/ack`: the page applied a message of its browser
+/// session. 404 when this session has no such message pending.
+pub(crate) async fn ack(State(app): State<Shared>, headers: HeaderMap, raw: Bytes) -> Response {
+    let session = match check_post(&app, &headers) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let a: Ack = match body(&raw) {
+        Ok(a) => a,
+        Err(r) => return r,
+    };
+    if app.navigates.ack(session.browser_session(), &a.id) {
+        tracing::info!("navigate applied by the tab");
+        Json(json!({"ok": true})).into_response()
+    } else {
+        error(
+            StatusCode::NOT_FOUND,
+            "EXPECTATION_FAILED",
+            "no such message awaits an acknowledgement",
         )
     }
 }
