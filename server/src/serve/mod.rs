@@ -51,7 +51,7 @@ use portcullis_core::{Engine, Policy};
 use portcullis_store_redb::RedbStore;
 
 use crate::cli::ServeArgs;
-use crate::setup;
+use crate::{clock, setup};
 
 /// Largest request body accepted anywhere (the token endpoint's limit,
 /// [`portcullis_core::token::MAX_BODY_LEN`]; registration documents are
@@ -226,6 +226,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
         stopping: stop_rx,
     });
     banner(&public, &site.resource(), site.enabled, bound);
+    tokio::spawn(sweep_forever(Arc::clone(&app)));
     tracing::info!(addr = %bound, "listening");
     axum::serve(listener, router(app, mcp_hosts(&public, bound)))
         .with_graceful_shutdown(async move {
@@ -236,6 +237,41 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// How often expired codes, grants and ledger results are deleted.
+const SWEEP_EVERY: Duration = Duration::from_mins(1);
+/// Index entries one sweep transaction handles; a full batch sweeps again.
+const SWEEP_BUDGET: usize = 512;
+
+/// Deletes expired records through the core's budgeted sweeps, a bounded
+/// transaction at a time, until the server stops.
+async fn sweep_forever(app: Shared) {
+    let mut stopping = app.stopping.clone();
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(SWEEP_EVERY) => {}
+            _ = stopping.changed() => return,
+        }
+        loop {
+            let swept = app
+                .blocking(|app| {
+                    let now = clock::now();
+                    let grants = app.engine.sweep(now, SWEEP_BUDGET)?;
+                    let ledger = app.engine.sweep_ledger(now, SWEEP_BUDGET)?;
+                    Ok::<_, portcullis_core::store::StoreError>(grants.max(ledger))
+                })
+                .await;
+            match swept {
+                Ok(Ok(n)) if n == SWEEP_BUDGET && !*app.stopping.borrow() => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "sweep failed; retrying at the next interval");
+                    break;
+                }
+                Ok(Ok(_)) | Err(_) => break,
+            }
+        }
+    }
 }
 
 fn banner(public: &str, mcp: &str, enabled: bool, bound: SocketAddr) {
