@@ -32,6 +32,14 @@ pub fn jwt_verify(data: &[u8]) {
         .verify_signature(token, TokenType::Jwt);
 }
 
+/// Differential: whenever the claims fast path answers, the strict parser
+/// gives the very same claims.
+pub fn jwt_claims(data: &[u8]) {
+    if let Some(fast) = crate::jwt::fast_claims::parse(data) {
+        assert_eq!(crate::jwt::Claims::parse_strict(data), Ok(fast));
+    }
+}
+
 /// Parses arbitrary bytes as a verifier and a challenge.
 pub fn pkce_verifier(data: &[u8]) {
     let Ok(text) = core::str::from_utf8(data) else {

@@ -138,6 +138,15 @@ impl Claims {
     /// Parses claims JSON strictly: an object, no duplicate members, known
     /// claims of the right type, numeric dates integers in `i64`.
     pub(super) fn parse(json: &[u8]) -> Result<Self, VerifyError> {
+        match super::fast_claims::parse(json) {
+            Some(claims) => Ok(claims),
+            None => Self::parse_strict(json),
+        }
+    }
+
+    /// The strict parser alone, which decides every input the fast path
+    /// declines (and every error).
+    pub(crate) fn parse_strict(json: &[u8]) -> Result<Self, VerifyError> {
         let mut fault = None;
         let mut de = serde_json::Deserializer::from_slice(json);
         let parsed = ClaimsSeed { fault: &mut fault }

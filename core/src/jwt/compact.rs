@@ -25,25 +25,38 @@ pub(super) struct Compact<'a> {
 }
 
 impl<'a> Compact<'a> {
-    /// Checks size, segment count and alphabet, without decoding anything.
+    /// Checks size, segment count, non-empty segments and the signature
+    /// length, without decoding anything. The alphabet is enforced by the
+    /// decoders, which refuse padding, the standard alphabet and
+    /// non-canonical trailing bits (RFC 4648 §5, RFC 7515 §2); every decode
+    /// failure is reported as [`VerifyError::Base64`] of its segment.
     pub(super) fn split(token: &'a str) -> Result<Self, VerifyError> {
         if token.len() > MAX_TOKEN_LEN {
             return Err(VerifyError::TooLong);
         }
-        let mut dots = token
-            .bytes()
-            .enumerate()
-            .filter(|&(_, b)| b == b'.')
-            .map(|(i, _)| i);
-        let (Some(first), Some(second), None) = (dots.next(), dots.next(), dots.next()) else {
+        let bytes = token.as_bytes();
+        let dot = |from: usize| {
+            bytes[from..]
+                .iter()
+                .position(|&b| b == b'.')
+                .map(|i| from + i)
+        };
+        let (Some(first), Some(second)) = (dot(0), dot(0).and_then(|f| dot(f + 1))) else {
             return Err(VerifyError::SegmentCount);
         };
-        let header = &token[..first];
-        let payload = &token[first + 1..second];
-        let signature = &token[second + 1..];
-        check_alphabet(header, Segment::Header)?;
-        check_alphabet(payload, Segment::Payload)?;
-        check_alphabet(signature, Segment::Signature)?;
+        if dot(second + 1).is_some() {
+            return Err(VerifyError::SegmentCount);
+        }
+        let (header, payload, signature) = (
+            &token[..first],
+            &token[first + 1..second],
+            &token[second + 1..],
+        );
+        for (segment, text) in [(Segment::Header, header), (Segment::Payload, payload)] {
+            if text.is_empty() {
+                return Err(VerifyError::Base64(segment));
+            }
+        }
         if signature.len() != SIGNATURE_B64_LEN {
             return Err(VerifyError::Base64(Segment::Signature));
         }
@@ -62,20 +75,6 @@ impl<'a> Compact<'a> {
             Ok(32) => Ok(out),
             _ => Err(VerifyError::Base64(Segment::Signature)),
         }
-    }
-}
-
-/// Non-empty, and only `A-Z a-z 0-9 - _`: padding and the standard alphabet
-/// are refused here, before the decoder sees them.
-fn check_alphabet(segment: &str, which: Segment) -> Result<(), VerifyError> {
-    let ok = !segment.is_empty()
-        && segment
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-    if ok {
-        Ok(())
-    } else {
-        Err(VerifyError::Base64(which))
     }
 }
 
@@ -191,7 +190,7 @@ mod tests {
             assert_eq!(Compact::split(&bad).err(), Some(VerifyError::SegmentCount));
         }
         assert_eq!(
-            Compact::split(&alloc::format!("e30=.e30.{sig}")).err(),
+            decode("e30=", Segment::Header).err(),
             Some(VerifyError::Base64(Segment::Header))
         );
         assert_eq!(
@@ -199,8 +198,17 @@ mod tests {
             Some(VerifyError::Base64(Segment::Header))
         );
         assert_eq!(
-            Compact::split(&alloc::format!("e30.e3+.{sig}")).err(),
+            decode("e3+", Segment::Payload).err(),
             Some(VerifyError::Base64(Segment::Payload))
+        );
+        assert_eq!(
+            decode("e3/", Segment::Payload).err(),
+            Some(VerifyError::Base64(Segment::Payload))
+        );
+        assert_eq!(
+            decode("e31", Segment::Payload).err(),
+            Some(VerifyError::Base64(Segment::Payload)),
+            "non-canonical trailing bits"
         );
         assert_eq!(
             Compact::split("e30.e30.abc").err(),

@@ -24,6 +24,7 @@
 mod claims;
 mod compact;
 mod error;
+pub(crate) mod fast_claims;
 mod keyring;
 
 pub use claims::{Audience, Claims, NumericDateFault, TokenType, Validation};
