@@ -104,6 +104,10 @@ impl RedirectUri {
         if !is_serialized_form(s, authority.rest_start, url.as_str()) {
             return Err(RedirectUriError::NotCanonical);
         }
+        // Port 0 names no listener, and no presented URI could match it.
+        if url.port() == Some(0) {
+            return Err(RedirectUriError::Port);
+        }
         // Implied by the checks above; kept as a guard against parser drift.
         if !url.username().is_empty() || url.password().is_some() || url.fragment().is_some() {
             return Err(RedirectUriError::Malformed);
@@ -228,6 +232,8 @@ pub enum RedirectUriError {
     /// A URL parser would rewrite the text (case, default port, dot segments,
     /// another spelling of an address), so it is not what a browser visits.
     NotCanonical,
+    /// Port 0, which no callback listener can use.
+    Port,
 }
 
 impl fmt::Display for RedirectUriError {
@@ -248,6 +254,7 @@ impl fmt::Display for RedirectUriError {
                 "http redirect URIs must use the literal host localhost, 127.0.0.1 or [::1]"
             }
             Self::NotCanonical => "redirect URI is not in canonical form",
+            Self::Port => "redirect URI port must be 1-65535",
         })
     }
 }
@@ -570,6 +577,14 @@ mod tests {
         ] {
             assert!(!uri.matches(no), "{no}");
         }
+        assert_eq!(
+            RedirectUri::parse("http://[::1]:0"),
+            Err(RedirectUriError::Port)
+        );
+        assert_eq!(
+            RedirectUri::parse("https://a.example:0/cb"),
+            Err(RedirectUriError::Port)
+        );
         let with_port = RedirectUri::parse("http://[::1]:8080").unwrap();
         assert!(with_port.matches("http://[::1]:9"));
         assert!(with_port.matches("http://[::1]"));
