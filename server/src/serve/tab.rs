@@ -115,6 +115,21 @@ fn body<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, Response> {
         .map_err(|_| error(StatusCode::BAD_REQUEST, "INVALID_PARAMS", "malformed body"))
 }
 
+/// A tab-channel POST: the same-origin, session and CSRF checks of
+/// [`check_post`], then the JSON body.
+#[expect(
+    clippy::result_large_err,
+    reason = "the refusal is the response itself, sent at once; boxing it buys nothing"
+)]
+fn post_body<T: DeserializeOwned>(
+    app: &App,
+    headers: &HeaderMap,
+    raw: &Bytes,
+) -> Result<(Session, T), Response> {
+    let session = check_post(app, headers)?;
+    Ok((session, body(raw)?))
+}
+
 /// A live grant of the user, as the page shows it.
 #[derive(Clone)]
 struct LiveGrant {
@@ -172,12 +187,8 @@ struct Hello {
 
 /// `POST /agents/tab/connect`.
 pub(crate) async fn connect(State(app): State<Shared>, headers: HeaderMap, raw: Bytes) -> Response {
-    let session = match check_post(&app, &headers) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
-    let hello: Hello = match body(&raw) {
-        Ok(h) => h,
+    let (session, hello) = match post_body::<Hello>(&app, &headers, &raw) {
+        Ok(parts) => parts,
         Err(r) => return r,
     };
     let subject = session.subject.clone();
@@ -237,12 +248,8 @@ pub(crate) async fn heartbeat(
     headers: HeaderMap,
     raw: Bytes,
 ) -> Response {
-    let session = match check_post(&app, &headers) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
-    let beat: Beat = match body(&raw) {
-        Ok(b) => b,
+    let (session, beat) = match post_body::<Beat>(&app, &headers, &raw) {
+        Ok(parts) => parts,
         Err(r) => return r,
     };
     let subject = session.subject.clone();
@@ -279,12 +286,8 @@ pub(crate) async fn disconnect(
     headers: HeaderMap,
     raw: Bytes,
 ) -> Response {
-    let session = match check_post(&app, &headers) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
-    let beat: Beat = match body(&raw) {
-        Ok(b) => b,
+    let (session, beat) = match post_body::<Beat>(&app, &headers, &raw) {
+        Ok(parts) => parts,
         Err(r) => return r,
     };
     let subject = session.subject.clone();
@@ -489,12 +492,8 @@ struct JobReport {
 
 /// `POST /agents/tab/report`.
 pub(crate) async fn report(State(app): State<Shared>, headers: HeaderMap, raw: Bytes) -> Response {
-    let session = match check_post(&app, &headers) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
-    let r: JobReport = match body(&raw) {
-        Ok(r) => r,
+    let (session, r) = match post_body::<JobReport>(&app, &headers, &raw) {
+        Ok(parts) => parts,
         Err(r) => return r,
     };
     let failed = if r.ok {
@@ -530,12 +529,8 @@ struct Ack {
 /// `POST /agents/tab/ack`: the page applied a message of its browser
 /// session. 404 when this session has no such message pending.
 pub(crate) async fn ack(State(app): State<Shared>, headers: HeaderMap, raw: Bytes) -> Response {
-    let session = match check_post(&app, &headers) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
-    let a: Ack = match body(&raw) {
-        Ok(a) => a,
+    let (session, a) = match post_body::<Ack>(&app, &headers, &raw) {
+        Ok(parts) => parts,
         Err(r) => return r,
     };
     if app.navigates.ack(session.browser_session(), &a.id) {
@@ -562,12 +557,8 @@ struct Decide {
 
 /// `POST /agents/tab/decide`.
 pub(crate) async fn decide(State(app): State<Shared>, headers: HeaderMap, raw: Bytes) -> Response {
-    let session = match check_post(&app, &headers) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
-    let d: Decide = match body(&raw) {
-        Ok(d) => d,
+    let (session, d) = match post_body::<Decide>(&app, &headers, &raw) {
+        Ok(parts) => parts,
         Err(r) => return r,
     };
     let decision = match d.decision.as_str() {
