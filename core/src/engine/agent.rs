@@ -7,9 +7,9 @@ use core::time::Duration;
 
 use rand_core::CryptoRng;
 
+use super::grants::{invalid_token, require_scopes};
 use super::{BearerRejection, Engine, SiteOpError, keys, load_site};
 use crate::agent_token::{AgentToken, MAX_AGENT_TOKEN_TTL_SECS};
-use crate::bearer::Challenge;
 use crate::error::{ErrorCode, WireError};
 use crate::jwt::{Claims, TokenType};
 use crate::rand;
@@ -175,9 +175,7 @@ impl<S: Store> Engine<S> {
                 now,
             )?;
             let (site, claims) = (checked.site, checked.claims);
-            let md = || crate::metadata::protected_resource_metadata_url(&site);
-            let invalid =
-                |why: &str| BearerRejection::Challenge(Challenge::invalid_token(&md(), why));
+            let invalid = |why: &str| invalid_token(&site, why);
             let jti = claims.jti.ok_or_else(|| invalid("token has no jti"))?;
             let record: AgentToken = txn
                 .load(&keys::agent_token(&jti))?
@@ -185,12 +183,7 @@ impl<S: Store> Engine<S> {
             if !record.is_live(now) || record.site != site.id {
                 return Err(invalid("the token is revoked or expired"));
             }
-            if !required.is_subset(&record.scopes) {
-                return Err(BearerRejection::Challenge(Challenge::insufficient_scope(
-                    &md(),
-                    &required.union(&record.scopes),
-                )));
-            }
+            require_scopes(&site, required, &record.scopes)?;
             Ok(AgentPrincipal {
                 site: site.id,
                 jti,

@@ -157,6 +157,31 @@ pub(super) struct CheckedBearer {
     pub(super) claims: Claims,
 }
 
+/// 401 `invalid_token` for `site`, saying `why`. The metadata URL is built
+/// only here, on refusal, never on the accept path.
+pub(super) fn invalid_token(site: &Site, why: &str) -> BearerRejection {
+    let md = metadata::protected_resource_metadata_url(site);
+    BearerRejection::Challenge(Challenge::invalid_token(&md, why))
+}
+
+/// 403 `insufficient_scope`, listing every scope the request needs next to
+/// those the token holds (RFC 6750 §3.1), when `held` lacks some of
+/// `required`.
+pub(super) fn require_scopes(
+    site: &Site,
+    required: &ScopeSet,
+    held: &ScopeSet,
+) -> Result<(), BearerRejection> {
+    if required.is_subset(held) {
+        return Ok(());
+    }
+    let md = metadata::protected_resource_metadata_url(site);
+    Err(BearerRejection::Challenge(Challenge::insufficient_scope(
+        &md,
+        &required.union(held),
+    )))
+}
+
 impl<S: Store> Engine<S> {
     /// The checks every bearer credential passes first: the site exists and
     /// is on, the header is a bearer token, and the JWT verifies as `typ`
@@ -177,14 +202,13 @@ impl<S: Store> Engine<S> {
         if let Err(SiteError::Disabled { retry_after_secs }) = site.ensure_enabled() {
             return Err(BearerRejection::Unavailable { retry_after_secs });
         }
-        let md = || metadata::protected_resource_metadata_url(&site);
-        let invalid = |why: &str| BearerRejection::Challenge(Challenge::invalid_token(&md(), why));
+        let invalid = |why: &str| invalid_token(&site, why);
         let token = match bearer::parse_authorization(authorization) {
             Ok(Some(token)) => token,
             Ok(None) => {
+                let md = metadata::protected_resource_metadata_url(&site);
                 return Err(BearerRejection::Challenge(Challenge::unauthenticated(
-                    &md(),
-                    required,
+                    &md, required,
                 )));
             }
             Err(e) => return Err(invalid(&alloc::format!("{e}"))),
@@ -222,9 +246,7 @@ impl<S: Store> Engine<S> {
                 now,
             )?;
             let (site, claims) = (checked.site, checked.claims);
-            let md = || metadata::protected_resource_metadata_url(&site);
-            let invalid =
-                |why: &str| BearerRejection::Challenge(Challenge::invalid_token(&md(), why));
+            let invalid = |why: &str| invalid_token(&site, why);
             let grant_id = claims
                 .gid
                 .as_deref()
@@ -238,13 +260,7 @@ impl<S: Store> Engine<S> {
             }
             let scopes = ScopeSet::parse(claims.scope.as_deref().unwrap_or(""))
                 .map_err(|_| invalid("token scope is malformed"))?;
-            if !required.is_subset(&scopes) {
-                // List every scope the request needs (RFC 6750 §3.1).
-                return Err(BearerRejection::Challenge(Challenge::insufficient_scope(
-                    &md(),
-                    &required.union(&scopes),
-                )));
-            }
+            require_scopes(&site, required, &scopes)?;
             Ok(Principal {
                 site: site.id,
                 grant: grant.id,

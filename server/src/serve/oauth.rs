@@ -212,26 +212,27 @@ fn is_basic(authorization: Option<&str>) -> bool {
     authorization.is_some_and(|h| h.get(..6).is_some_and(|s| s.eq_ignore_ascii_case("basic ")))
 }
 
-/// The body as UTF-8.
-fn utf8_body(body: &Bytes) -> Option<String> {
-    String::from_utf8(body.to_vec()).ok()
-}
-
-/// The answer to a body that is not UTF-8.
-fn not_utf8() -> Response {
-    respond::core(HttpResponse::oauth_error(
-        ErrorCode::InvalidRequest,
-        "the request body is not UTF-8",
-    ))
+/// The parts of a form POST the core reads: the `Authorization` header and
+/// the body, both as text. Anything else is answered `invalid_request` here,
+/// before the core sees it.
+#[expect(
+    clippy::result_large_err,
+    reason = "the refusal is the response itself, sent at once; boxing it buys nothing"
+)]
+fn form_request(headers: &HeaderMap, body: &Bytes) -> Result<(Option<String>, String), Response> {
+    let refuse = |why| respond::core(HttpResponse::oauth_error(ErrorCode::InvalidRequest, why));
+    let authorization = respond::header_text(headers, header::AUTHORIZATION)
+        .map_err(|()| refuse("the Authorization header is not visible ASCII"))?;
+    let body =
+        String::from_utf8(body.to_vec()).map_err(|_| refuse("the request body is not UTF-8"))?;
+    Ok((authorization, body))
 }
 
 /// `POST /token`: the core's answer, copied.
 pub(crate) async fn token(State(app): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
-    let Ok(authorization) = respond::header_text(&headers, header::AUTHORIZATION) else {
-        return respond::core(TokenErrorResponse::malformed_header());
-    };
-    let Some(body) = utf8_body(&body) else {
-        return not_utf8();
+    let (authorization, body) = match form_request(&headers, &body) {
+        Ok(parts) => parts,
+        Err(r) => return r,
     };
     let via_basic = is_basic(authorization.as_deref());
     let answer = app
@@ -258,26 +259,12 @@ pub(crate) async fn token(State(app): State<Shared>, headers: HeaderMap, body: B
     }
 }
 
-/// Answers for a request the core never saw.
-struct TokenErrorResponse;
-
-impl TokenErrorResponse {
-    fn malformed_header() -> HttpResponse {
-        HttpResponse::oauth_error(
-            ErrorCode::InvalidRequest,
-            "the Authorization header is not visible ASCII",
-        )
-    }
-}
-
 /// `POST /revoke` (RFC 7009): 200 with an empty body on success, also for
 /// unknown tokens (§2.2).
 pub(crate) async fn revoke(State(app): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
-    let Ok(authorization) = respond::header_text(&headers, header::AUTHORIZATION) else {
-        return respond::core(TokenErrorResponse::malformed_header());
-    };
-    let Some(body) = utf8_body(&body) else {
-        return not_utf8();
+    let (authorization, body) = match form_request(&headers, &body) {
+        Ok(parts) => parts,
+        Err(r) => return r,
     };
     let via_basic = is_basic(authorization.as_deref());
     let answer = app
