@@ -81,43 +81,31 @@ pub trait Store {
     fn begin_write(&self) -> Result<Self::Write<'_>, StoreError>;
 }
 
-impl<T: Store + ?Sized> Store for &T {
-    type Read<'a>
-        = T::Read<'a>
-    where
-        Self: 'a;
-    type Write<'a>
-        = T::Write<'a>
-    where
-        Self: 'a;
+/// A shared reference or an `Arc` to a store is the same store.
+macro_rules! forward_store {
+    ($($pointer:ty),+) => {$(
+        impl<T: Store + ?Sized> Store for $pointer {
+            type Read<'a>
+                = T::Read<'a>
+            where
+                Self: 'a;
+            type Write<'a>
+                = T::Write<'a>
+            where
+                Self: 'a;
 
-    fn begin_read(&self) -> Result<Self::Read<'_>, StoreError> {
-        (**self).begin_read()
-    }
+            fn begin_read(&self) -> Result<Self::Read<'_>, StoreError> {
+                (**self).begin_read()
+            }
 
-    fn begin_write(&self) -> Result<Self::Write<'_>, StoreError> {
-        (**self).begin_write()
-    }
+            fn begin_write(&self) -> Result<Self::Write<'_>, StoreError> {
+                (**self).begin_write()
+            }
+        }
+    )+};
 }
 
-impl<T: Store + ?Sized> Store for alloc::sync::Arc<T> {
-    type Read<'a>
-        = T::Read<'a>
-    where
-        Self: 'a;
-    type Write<'a>
-        = T::Write<'a>
-    where
-        Self: 'a;
-
-    fn begin_read(&self) -> Result<Self::Read<'_>, StoreError> {
-        (**self).begin_read()
-    }
-
-    fn begin_write(&self) -> Result<Self::Write<'_>, StoreError> {
-        (**self).begin_write()
-    }
-}
+forward_store!(&T, alloc::sync::Arc<T>);
 
 /// Reads inside a transaction.
 pub trait ReadTransaction {
