@@ -24,6 +24,7 @@ pub trait Record: Serialize + DeserializeOwned {
     /// `version` of this type, migrated to the current one; `None` when this
     /// build does not read `version` (the record is then refused). Records
     /// are written back only in the current version.
+    #[must_use]
     fn upgrade(version: u8, body: &[u8]) -> Option<Result<Self, CodecError>> {
         let _ = (version, body);
         None
