@@ -38,6 +38,8 @@ struct Server {
     child: Option<Child>,
     extra: Vec<String>,
     log: &'static str,
+    /// The binary to run instead of this build's (or `PORTCULLIS_E2E_BIN`).
+    bin: Option<std::ffi::OsString>,
     http: reqwest::Client,
 }
 
@@ -54,6 +56,7 @@ impl Server {
             child: None,
             extra: extra.iter().map(|s| (*s).to_owned()).collect(),
             log,
+            bin: None,
             http: reqwest::Client::builder()
                 .redirect(reqwest::redirect::Policy::none())
                 .no_proxy()
@@ -82,7 +85,10 @@ impl Server {
         assert!(self.child.is_none());
         // `PORTCULLIS_E2E_BIN` runs the suite against another build (how
         // the fails-before evidence of a fix is taken).
-        let bin = std::env::var_os("PORTCULLIS_E2E_BIN")
+        let bin = self
+            .bin
+            .clone()
+            .or_else(|| std::env::var_os("PORTCULLIS_E2E_BIN"))
             .filter(|b| !b.is_empty())
             .map_or_else(|| BIN.into(), PathBuf::from);
         let child = Command::new(bin)
@@ -1930,4 +1936,47 @@ async fn cpu_per_request_with_400_parked_polls() {
     for p in polls {
         p.abort();
     }
+}
+
+/// Approvals written by an older release (schema 1: no arguments kept)
+/// can only be denied after an upgrade. Needs a build of that release:
+/// `PORTCULLIS_E2E_OLD_BIN=<old portcullis> cargo test -p portcullis-server
+/// --test e2e -- --ignored an_old_approval`.
+#[tokio::test]
+#[ignore = "needs PORTCULLIS_E2E_OLD_BIN, a build of an older release"]
+async fn an_old_approval_without_its_arguments_can_only_be_denied_after_an_upgrade() {
+    let old = std::env::var_os("PORTCULLIS_E2E_OLD_BIN").expect("PORTCULLIS_E2E_OLD_BIN");
+    let mut s = Server::start(&[]).await;
+    s.stop();
+    s.bin = Some(old);
+    s.restart().await;
+    let login = s.login("alice", "skills:read skills:write").await;
+    let tab = Tab::open(&s, &login.cookie, "tab-1", "page-1").await;
+    tab.connect(true, false).await;
+    let write = json!({"requestId": R1, "code": create_note("Groceries")});
+    let (v, _) = s.tool(&login.access, "execute", write.clone()).await;
+    assert_eq!(v["status"], "approval_pending", "{v}");
+    s.stop();
+
+    // This build reads the old record: nothing to show, so Deny only.
+    s.bin = None;
+    s.restart().await;
+    let cookie = s.sign_in("/agents", "alice").await;
+    let tab = Tab::open(&s, &cookie, "tab-1", "page-2").await;
+    tab.connect(true, true).await;
+    let a = tab.approval().await;
+    assert_eq!(a["canApprove"], false, "{a}");
+    assert_eq!(a["args"], Value::Null);
+    assert_eq!(a["offerAutoApprove"], false);
+    for approve in ["once", "auto"] {
+        assert_eq!(
+            tab.decide(&a, approve).await,
+            StatusCode::EXPECTATION_FAILED
+        );
+    }
+    assert_eq!(tab.decide(&a, "deny").await, StatusCode::OK);
+    let (v, is_error) = s.tool(&login.access, "execute", write).await;
+    assert!(is_error, "{v}");
+    assert_eq!(v["error"]["code"], "PERMISSION_DENIED");
+    assert!(tab.notes().await.is_empty());
 }
