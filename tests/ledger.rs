@@ -4,7 +4,9 @@
 
 use std::collections::HashMap;
 
-use portcullis::approval::{ApprovalDecision, ApprovalPrompt};
+use std::ops::Bound;
+
+use portcullis::approval::{ApprovalDecision, ApprovalError, ApprovalPrompt};
 use portcullis::bearer::Challenge;
 use portcullis::engine::Principal;
 use portcullis::grant::GrantId;
@@ -12,7 +14,7 @@ use portcullis::ledger::{
     Action, ActionVerdict, BeginAnswer, BeginError, Caller, Completion, Effect, End, ExecuteParams,
     Failure, OutcomesError, RateLimit, Report, RequestId, RequestState, StoredResult, TicketError,
 };
-use portcullis::store::Store;
+use portcullis::store::{ReadTransaction, Store, Table, WriteTransaction};
 use portcullis::tab::{Dispatch, TabError, TabHello};
 use portcullis::token::TokenResponse;
 use portcullis::{Policy, TimestampMs, WireError};
@@ -322,7 +324,7 @@ fn an_approved_write_resumes_under_the_same_id<S: Store>(store: &S) {
         ApprovalDecision::Once,
         l.w.now,
     );
-    assert_eq!(again, Err(portcullis::approval::ApprovalError::NotPending));
+    assert_eq!(again, Err(ApprovalError::NotPending));
 }
 
 fn a_denied_write_is_permission_denied<S: Store>(store: &S) {
@@ -836,7 +838,7 @@ fn a_changed_policy_voids_a_pending_approval<S: Store>(store: &S) {
         ApprovalDecision::Once,
         l.w.now,
     );
-    assert_eq!(e, Err(portcullis::approval::ApprovalError::Void));
+    assert_eq!(e, Err(ApprovalError::Void));
     // The run asks again, under the new policy (no auto-approval offered).
     let fresh = approval(l.execute(1, "buy()", &[WRITE]));
     assert!(!fresh.offer_auto_approve);
@@ -853,7 +855,7 @@ fn another_users_grant_cannot_approve<S: Store>(store: &S) {
         ApprovalDecision::Once,
         l.w.now,
     );
-    assert_eq!(e, Err(portcullis::approval::ApprovalError::Forbidden));
+    assert_eq!(e, Err(ApprovalError::Forbidden));
     let forged = portcullis::approval::ApprovalRef {
         grant: GrantId::from_bytes([0; 16]),
         ..prompt.reference()
@@ -900,7 +902,113 @@ fn a_business_error_is_a_result_not_a_protocol_failure<S: Store>(store: &S) {
         .unwrap();
 }
 
+/// Runs [`portcullis::Engine::abandon_running`] to the end, `budget` at a
+/// time; returns how many runs it ended.
+fn abandon_all<S: Store>(l: &Ledger<S>, budget: usize) -> usize {
+    let mut from = None;
+    let mut ended = 0;
+    loop {
+        let done =
+            l.w.engine
+                .abandon_running(from.as_ref(), l.w.now, budget)
+                .unwrap();
+        ended += done.ended;
+        match done.next {
+            Some(next) => from = Some(next),
+            None => return ended,
+        }
+    }
+}
+
+fn a_restart_keeps_what_an_approval_shows_and_ends_the_lost_runs<S: Store>(store: &S) {
+    let mut l = Ledger::new(store);
+    // A write waits for the user; the prompt carries its exact arguments.
+    let asked = approval(l.execute(1, "buy()", &[WRITE]));
+    assert_eq!(asked.arguments.as_deref(), Some(WRITE.2.as_bytes()));
+    assert!(asked.can_approve());
+    // Two runs are in flight when the host dies: one mid-action, one
+    // between actions. Their tickets are lost with it.
+    let Ok(BeginAnswer::Run(t)) = l.begin(3, "read()") else {
+        panic!("a run")
+    };
+    let Ok(ActionVerdict::Run(_lost)) = l.w.engine.authorize_action(t, &action(READ), l.w.now)
+    else {
+        panic!("to run")
+    };
+    let Ok(BeginAnswer::Run(_lost_too)) = l.begin(4, "read()") else {
+        panic!("a run")
+    };
+
+    // The host starts again: one call ends both lost runs, a page at a time.
+    assert_eq!(abandon_all(&l, 1), 2);
+    for n in [3, 4] {
+        let r = result(l.execute(n, "read()", &[READ]));
+        assert!(r.unknown_tail, "effects may have happened");
+        assert_eq!(r.end, End::Failed(Failure::ConnectionLost));
+    }
+    assert_eq!(l.page.count(READ), 0, "never run again");
+    // Nothing else changed: the approval shows what it did, and a second
+    // start finds nothing to end.
+    let pending =
+        l.w.engine
+            .pending_approvals(&l.w.site, USER, &l.p.grant)
+            .unwrap();
+    assert_eq!(pending, vec![asked.clone()]);
+    assert_eq!(abandon_all(&l, 512), 0);
+    l.decide(&asked, ApprovalDecision::Once);
+    result(l.execute(1, "buy()", &[WRITE]));
+    assert_eq!(l.page.count(WRITE), 1);
+}
+
+fn an_approval_whose_stored_arguments_were_altered_can_only_be_denied<S: Store>(store: &S) {
+    let mut l = Ledger::new(store);
+    let asked = approval(l.execute(1, "buy()", &[WRITE]));
+    // Someone with access to the database changes what the user would see.
+    let records = {
+        let r = store.begin_read().unwrap();
+        r.range(
+            Table::Requests,
+            Bound::Unbounded,
+            Bound::Unbounded,
+            usize::MAX,
+        )
+        .unwrap()
+    };
+    let shown = WRITE.2.as_bytes();
+    let (key, mut value) = records
+        .into_iter()
+        .find(|(_, v)| v.windows(shown.len()).any(|w| w == shown))
+        .expect("the arguments are stored with the approval");
+    let at = value.windows(shown.len()).position(|w| w == shown).unwrap();
+    value[at + shown.len() - 2] = b'2';
+    let mut w = store.begin_write().unwrap();
+    w.put(Table::Requests, &key, &value).unwrap();
+    w.commit().unwrap();
+
+    let prompt =
+        l.w.engine
+            .pending_approvals(&l.w.site, USER, &l.p.grant)
+            .unwrap()
+            .remove(0);
+    assert_eq!(prompt.fingerprint, asked.fingerprint);
+    assert_eq!(prompt.arguments, None, "never shown once they do not match");
+    assert!(!prompt.can_approve() && !prompt.offer_auto_approve);
+    for approve in [ApprovalDecision::Once, ApprovalDecision::AutoApproveKind] {
+        assert_eq!(
+            l.w.engine
+                .decide_approval(&l.w.site, USER, &prompt.reference(), approve, l.w.now),
+            Err(ApprovalError::NotShown)
+        );
+    }
+    l.decide(&prompt, ApprovalDecision::Deny);
+    let r = result(l.execute(1, "buy()", &[WRITE]));
+    assert_eq!(r.end, End::Failed(Failure::Denied));
+    assert_eq!(l.page.count(WRITE), 0);
+}
+
 on_every_store!(
+    a_restart_keeps_what_an_approval_shows_and_ends_the_lost_runs,
+    an_approval_whose_stored_arguments_were_altered_can_only_be_denied,
     same_id_and_code_returns_the_stored_result_and_runs_once,
     a_different_code_under_the_same_id_is_replay_detected,
     a_duplicate_while_running_is_execution_pending,

@@ -15,11 +15,16 @@
 //!   `PERMISSION_DENIED`.
 //!
 //! An approval is used once, by the action it was shown for, and is void if
-//! the grant or the policy changed in between. Identical repeated writes ask
+//! the grant or the policy changed in between. What the user is shown (the
+//! action's exact arguments) is stored with the pending approval and handed
+//! out only while it hashes to the approval's fingerprint
+//! ([`crate::ledger::Action::arguments`]); when it cannot be shown, only
+//! [`ApprovalDecision::Deny`] is accepted ([`ApprovalPrompt::can_approve`]). Identical repeated writes ask
 //! again even when their kind is auto-approved: auto-approval covers each
 //! distinct write once per connection (see [`crate::tab`]).
 
 use alloc::string::String;
+use alloc::vec::Vec;
 use core::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -85,7 +90,9 @@ pub struct Approved {
 
 impl PendingApproval {
     /// Applies `decision` under the policy `in_force`. `Ok(Some(_))` is an
-    /// approval to store, `Ok(None)` a denial.
+    /// approval to store, `Ok(None)` a denial. An approval whose arguments
+    /// cannot be shown ([`crate::ledger::Action::arguments`] is `None`) may
+    /// only be denied: nobody can approve what they were not shown.
     pub fn decide(
         &self,
         decision: ApprovalDecision,
@@ -96,6 +103,7 @@ impl PendingApproval {
         }
         match decision {
             ApprovalDecision::Deny => Ok(None),
+            _ if self.action.arguments().is_none() => Err(ApprovalError::NotShown),
             ApprovalDecision::AutoApproveKind if !self.offer_auto_approve => {
                 Err(ApprovalError::AutoApprovalNotOffered)
             }
@@ -119,8 +127,9 @@ impl PendingApproval {
             fingerprint: self.action.fingerprint(),
             client_id: self.client_id.clone(),
             client_name: self.client_name.clone(),
-            offer_auto_approve: self.offer_auto_approve,
+            offer_auto_approve: self.offer_auto_approve && self.action.arguments().is_some(),
             asked: self.asked,
+            arguments: self.action.arguments().map(<[u8]>::to_vec),
         }
     }
 }
@@ -157,9 +166,21 @@ pub struct ApprovalPrompt {
     pub offer_auto_approve: bool,
     /// When it was asked for.
     pub asked: Timestamp,
+    /// The action's exact arguments, to show the user; `None` when they
+    /// cannot be shown (see [`ApprovalPrompt::can_approve`]). Never part of
+    /// [`ApprovalPrompt::to_json`]: the client sent them.
+    pub arguments: Option<Vec<u8>>,
 }
 
 impl ApprovalPrompt {
+    /// Whether the dialog may offer Approve: only when it shows the exact
+    /// arguments the approval is bound to. Otherwise offer Deny alone (a
+    /// decision to approve is refused with [`ApprovalError::NotShown`]).
+    #[must_use]
+    pub fn can_approve(&self) -> bool {
+        self.arguments.is_some()
+    }
+
     /// The reference a decision names.
     #[must_use]
     pub fn reference(&self) -> ApprovalRef {
@@ -212,6 +233,9 @@ pub enum ApprovalError {
     Void,
     /// Auto-approval was not offered for this prompt.
     AutoApprovalNotOffered,
+    /// What the action would do cannot be shown (its arguments were not
+    /// kept, or no longer match its fingerprint): it may only be denied.
+    NotShown,
     /// The approval belongs to another user.
     Forbidden,
     /// The store failed; nothing changed.
@@ -230,6 +254,7 @@ impl fmt::Display for ApprovalError {
             Self::NotPending => "no such approval is pending",
             Self::Void => "the session or policy changed since this approval was asked for",
             Self::AutoApprovalNotOffered => "auto-approval is not available for this action",
+            Self::NotShown => "this action's arguments cannot be shown, so it can only be denied",
             Self::Forbidden => "this approval belongs to another user",
             Self::Store(_) => "temporary server error",
         })
@@ -239,7 +264,7 @@ impl fmt::Display for ApprovalError {
 impl WireError for ApprovalError {
     fn code(&self) -> ErrorCode {
         match self {
-            Self::NotPending | Self::Void => ErrorCode::ExpectationFailed,
+            Self::NotPending | Self::Void | Self::NotShown => ErrorCode::ExpectationFailed,
             Self::AutoApprovalNotOffered => ErrorCode::InvalidParams,
             Self::Forbidden => ErrorCode::PermissionDenied,
             Self::Store(_) => ErrorCode::ServerError,
@@ -310,5 +335,33 @@ mod tests {
         let prompt = pending(true).prompt(RequestId::from_bytes([9; 16]));
         assert_eq!(prompt.to_json()["client"]["name"], "Agent");
         assert_eq!(prompt.reference().seq, 2);
+        assert_eq!(prompt.arguments.as_deref(), Some(b"{}".as_slice()));
+        assert!(prompt.can_approve() && prompt.offer_auto_approve);
+    }
+
+    #[test]
+    fn an_approval_whose_arguments_cannot_be_shown_can_only_be_denied() {
+        let mut p = pending(true);
+        let a = &p.action;
+        p.action = Action::without_arguments(
+            a.kind().into(),
+            a.effect(),
+            a.drives_page(),
+            a.fingerprint(),
+        );
+        let prompt = p.prompt(RequestId::from_bytes([9; 16]));
+        assert_eq!(prompt.arguments, None);
+        assert!(!prompt.can_approve() && !prompt.offer_auto_approve);
+        for approve in [ApprovalDecision::Once, ApprovalDecision::AutoApproveKind] {
+            assert_eq!(p.decide(approve, &p.binding), Err(ApprovalError::NotShown));
+        }
+        assert_eq!(p.decide(ApprovalDecision::Deny, &p.binding), Ok(None));
+        // A changed policy still voids it first.
+        let mut changed = p.binding;
+        changed.policy_version += 1;
+        assert_eq!(
+            p.decide(ApprovalDecision::Deny, &changed),
+            Err(ApprovalError::Void)
+        );
     }
 }

@@ -3,9 +3,21 @@
 //!
 //! The cookie value is `<sid>.<subject>.<expires>.<tag>`: a random session
 //! id, the base64url user name, the expiry in Unix seconds and an
-//! HMAC-SHA256 tag over the three under the session secret of the key file.
-//! Nothing is stored server-side. The CSRF token is a MAC of the session id
-//! under a separate label, compared in constant time.
+//! HMAC-SHA256 tag over the three and the server's current **session
+//! epoch** under the session secret of the key file. The CSRF token is a MAC
+//! of the session id under a separate label, compared in constant time.
+//!
+//! Sign-out is final on the server too ([`Sessions`]): the signed-out
+//! session id is kept in a revoked set until its cookie would have expired
+//! anyway, and every request that reads the session checks it. The set is
+//! bounded ([`MAX_REVOKED`]); should it fill with live entries, the epoch
+//! changes, which ends every session at once (everyone signs in again), and
+//! the set starts empty. The epoch is drawn at random when the server starts
+//! and lives only in memory, so a restart also ends every session: the
+//! revoked set is never lost while the cookies it refuses still verify.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
 
 use axum::http::HeaderMap;
 use axum::http::header::COOKIE;
@@ -19,6 +31,9 @@ const SESSION_LABEL: &str = "portcullis-server/session/v1";
 const CSRF_LABEL: &str = "portcullis-server/csrf/v1";
 /// Longest user name of the development sign-in.
 pub(crate) const MAX_SUBJECT_LEN: usize = 64;
+/// Most signed-out sessions remembered at once (until their cookies
+/// expire); about 80 bytes each.
+pub(crate) const MAX_REVOKED: usize = 65_536;
 
 /// A verified browser session.
 #[derive(Clone, PartialEq, Eq)]
@@ -55,9 +70,11 @@ pub(crate) fn cookie_name(secure: bool) -> &'static str {
 }
 
 impl Session {
-    /// A new session for `subject` until `expires`, and its cookie value.
+    /// A new session for `subject` until `expires` under session `epoch`,
+    /// and its cookie value.
     pub(crate) fn issue(
         key: &SigningKey,
+        epoch: &Epoch,
         subject: &str,
         expires: Timestamp,
         rng: &mut (impl rand::CryptoRng + ?Sized),
@@ -67,7 +84,7 @@ impl Session {
             subject: subject.into(),
             expires: expires.as_secs(),
         };
-        let tag = session.tag(key);
+        let tag = session.tag(key, epoch);
         let value = format!(
             "{}.{}.{}.{}",
             session.sid,
@@ -78,10 +95,12 @@ impl Session {
         (session, value)
     }
 
-    /// The session carried by the request's cookie, if its tag verifies and
-    /// it has not expired.
+    /// The session carried by the request's cookie, if its tag verifies
+    /// under `epoch` and it has not expired. (Whether it was signed out is
+    /// [`Sessions::session`]'s question.)
     pub(crate) fn from_headers(
         key: &SigningKey,
+        epoch: &Epoch,
         headers: &HeaderMap,
         secure: bool,
         now: Timestamp,
@@ -94,10 +113,10 @@ impl Session {
             .flat_map(|v| v.split(';'))
             .filter_map(|pair| pair.trim().split_once('='))
             .filter(|(n, _)| *n == name)
-            .find_map(|(_, value)| Self::parse(key, value, now))
+            .find_map(|(_, value)| Self::parse(key, epoch, value, now))
     }
 
-    fn parse(key: &SigningKey, value: &str, now: Timestamp) -> Option<Self> {
+    fn parse(key: &SigningKey, epoch: &Epoch, value: &str, now: Timestamp) -> Option<Self> {
         if value.len() > 512 {
             return None;
         }
@@ -114,16 +133,17 @@ impl Session {
             expires: expires.parse().ok()?,
         };
         let tag = URL_SAFE_NO_PAD.decode(tag).ok()?;
-        if !Digest32::from_bytes(session.tag(key)).ct_matches(&tag) {
+        if !Digest32::from_bytes(session.tag(key, epoch)).ct_matches(&tag) {
             return None;
         }
         (now.as_secs() < session.expires && valid_subject(&session.subject)).then_some(session)
     }
 
-    fn tag(&self, key: &SigningKey) -> [u8; 32] {
+    fn tag(&self, key: &SigningKey, epoch: &Epoch) -> [u8; 32] {
         key.mac_labeled(
             SESSION_LABEL,
             &[
+                &epoch.0,
                 self.sid.as_bytes(),
                 self.subject.as_bytes(),
                 &self.expires.to_be_bytes(),
@@ -148,6 +168,107 @@ impl Session {
             return false;
         };
         Digest32::from_bytes(key.mac_labeled(CSRF_LABEL, &[self.sid.as_bytes()])).ct_matches(&bytes)
+    }
+}
+
+/// The server's session epoch: random, in memory only; every cookie's tag
+/// covers it, so a new epoch ends every session issued under the old one.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Epoch([u8; 16]);
+
+impl Epoch {
+    /// A fresh random epoch.
+    pub(crate) fn random(rng: &mut (impl rand::CryptoRng + ?Sized)) -> Self {
+        Self(portcullis_core::rand::bytes::<16, _>(rng))
+    }
+}
+
+/// The server-side half of sessions: the current [`Epoch`] and the
+/// signed-out session ids (see the module docs).
+pub(crate) struct Sessions {
+    inner: Mutex<SessionsState>,
+    capacity: usize,
+}
+
+struct SessionsState {
+    epoch: Epoch,
+    /// Signed-out session id → its cookie's expiry (Unix seconds).
+    revoked: HashMap<String, u64>,
+}
+
+impl Sessions {
+    /// A fresh start: a random epoch, nothing revoked, room for
+    /// [`MAX_REVOKED`] signed-out sessions.
+    pub(crate) fn new(rng: &mut (impl rand::CryptoRng + ?Sized)) -> Self {
+        Self::with_capacity(rng, MAX_REVOKED)
+    }
+
+    fn with_capacity(rng: &mut (impl rand::CryptoRng + ?Sized), capacity: usize) -> Self {
+        Self {
+            inner: Mutex::new(SessionsState {
+                epoch: Epoch::random(rng),
+                revoked: HashMap::new(),
+            }),
+            capacity,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, SessionsState> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A new session for `subject` until `expires`, and its cookie value.
+    pub(crate) fn issue(
+        &self,
+        key: &SigningKey,
+        subject: &str,
+        expires: Timestamp,
+        rng: &mut (impl rand::CryptoRng + ?Sized),
+    ) -> (Session, String) {
+        let epoch = self.lock().epoch;
+        Session::issue(key, &epoch, subject, expires, rng)
+    }
+
+    /// The request's session: its cookie verifies under the current epoch,
+    /// has not expired and was not signed out.
+    pub(crate) fn session(
+        &self,
+        key: &SigningKey,
+        headers: &HeaderMap,
+        secure: bool,
+        now: Timestamp,
+    ) -> Option<Session> {
+        let state = self.lock();
+        Session::from_headers(key, &state.epoch, headers, secure, now)
+            .filter(|s| !state.revoked.contains_key(&s.sid))
+    }
+
+    /// Signs `session` out for good: its cookie is refused from now on.
+    /// Returns `true` when this took a new epoch (the set was full of live
+    /// entries), which has signed every session out.
+    pub(crate) fn revoke(&self, session: &Session, now: Timestamp) -> bool {
+        let mut state = self.lock();
+        if now.as_secs() >= session.expires {
+            return false;
+        }
+        if state.revoked.len() >= self.capacity && !state.revoked.contains_key(&session.sid) {
+            state.revoked.retain(|_, expires| now.as_secs() < *expires);
+            if state.revoked.len() >= self.capacity {
+                state.epoch = Epoch::random(&mut rand::rng());
+                state.revoked.clear();
+                return true;
+            }
+        }
+        state.revoked.insert(session.sid.clone(), session.expires);
+        false
+    }
+
+    /// Forgets revoked sessions whose cookies have expired by `now`;
+    /// returns how many are still remembered.
+    pub(crate) fn sweep(&self, now: Timestamp) -> usize {
+        let mut state = self.lock();
+        state.revoked.retain(|_, expires| now.as_secs() < *expires);
+        state.revoked.len()
     }
 }
 
@@ -180,10 +301,13 @@ mod tests {
         h
     }
 
+    const E: Epoch = Epoch([7; 16]);
+
     #[test]
     fn sessions_verify_only_with_their_key_until_they_expire() {
         let (s, value) = Session::issue(
             &key(1),
+            &E,
             "alice",
             Timestamp::from_secs(100),
             &mut rand::rng(),
@@ -191,13 +315,18 @@ mod tests {
         let h = headers(&format!("other=1; portcullis_session={value}"));
         let now = Timestamp::from_secs(50);
         assert_eq!(
-            Session::from_headers(&key(1), &h, false, now),
+            Session::from_headers(&key(1), &E, &h, false, now),
             Some(s.clone())
         );
-        assert_eq!(Session::from_headers(&key(2), &h, false, now), None);
-        assert_eq!(Session::from_headers(&key(1), &h, true, now), None);
+        assert_eq!(Session::from_headers(&key(2), &E, &h, false, now), None);
         assert_eq!(
-            Session::from_headers(&key(1), &h, false, Timestamp::from_secs(100)),
+            Session::from_headers(&key(1), &Epoch([8; 16]), &h, false, now),
+            None,
+            "another epoch"
+        );
+        assert_eq!(Session::from_headers(&key(1), &E, &h, true, now), None);
+        assert_eq!(
+            Session::from_headers(&key(1), &E, &h, false, Timestamp::from_secs(100)),
             None
         );
         let forged = value.replace(
@@ -205,11 +334,71 @@ mod tests {
             &URL_SAFE_NO_PAD.encode("bob"),
         );
         let h = headers(&format!("portcullis_session={forged}"));
-        assert_eq!(Session::from_headers(&key(1), &h, false, now), None);
+        assert_eq!(Session::from_headers(&key(1), &E, &h, false, now), None);
         let csrf = s.csrf_token(&key(1));
         assert!(s.csrf_matches(&key(1), &csrf));
         assert!(!s.csrf_matches(&key(2), &csrf));
         assert!(!s.csrf_matches(&key(1), "AAAA"));
+    }
+
+    fn cookie_of(value: &str) -> HeaderMap {
+        headers(&format!("portcullis_session={value}"))
+    }
+
+    #[test]
+    fn a_signed_out_session_stays_out_until_its_cookie_expires() {
+        let sessions = Sessions::new(&mut rand::rng());
+        let k = key(1);
+        let (alice, a) = sessions.issue(&k, "alice", Timestamp::from_secs(100), &mut rand::rng());
+        let (_, b) = sessions.issue(&k, "alice", Timestamp::from_secs(200), &mut rand::rng());
+        let now = Timestamp::from_secs(50);
+        assert!(sessions.session(&k, &cookie_of(&a), false, now).is_some());
+        assert!(!sessions.revoke(&alice, now));
+        assert_eq!(sessions.session(&k, &cookie_of(&a), false, now), None);
+        // Another browser of the same user stays signed in.
+        assert!(sessions.session(&k, &cookie_of(&b), false, now).is_some());
+        assert_eq!(sessions.sweep(now), 1);
+        // Past the cookie's own expiry the entry is dropped: nothing grows.
+        assert_eq!(sessions.sweep(Timestamp::from_secs(100)), 0);
+        assert!(!sessions.revoke(&alice, Timestamp::from_secs(100)));
+        assert_eq!(sessions.sweep(Timestamp::from_secs(100)), 0);
+    }
+
+    #[test]
+    fn a_full_revoked_set_takes_a_new_epoch_and_ends_every_session() {
+        let sessions = Sessions::with_capacity(&mut rand::rng(), 3);
+        let k = key(1);
+        let now = Timestamp::from_secs(50);
+        let (_, kept) = sessions.issue(&k, "carol", Timestamp::from_secs(1000), &mut rand::rng());
+        let mut out = Vec::new();
+        for i in 0..3 {
+            let (s, v) = sessions.issue(&k, "bob", Timestamp::from_secs(60 + i), &mut rand::rng());
+            assert!(!sessions.revoke(&s, now));
+            out.push(v);
+        }
+        assert_eq!(sessions.sweep(now), 3);
+        // Full of expired entries: they make room, the epoch stays.
+        let later = Timestamp::from_secs(70);
+        let (s, v) = sessions.issue(&k, "bob", Timestamp::from_secs(900), &mut rand::rng());
+        assert!(!sessions.revoke(&s, later));
+        assert_eq!(sessions.session(&k, &cookie_of(&v), false, later), None);
+        assert!(
+            sessions
+                .session(&k, &cookie_of(&kept), false, later)
+                .is_some()
+        );
+        // Full of live entries: a new epoch signs everyone out.
+        for _ in 0..2 {
+            let (s, _) = sessions.issue(&k, "bob", Timestamp::from_secs(900), &mut rand::rng());
+            assert!(!sessions.revoke(&s, later));
+        }
+        let (s, _) = sessions.issue(&k, "bob", Timestamp::from_secs(900), &mut rand::rng());
+        assert!(sessions.revoke(&s, later));
+        assert_eq!(sessions.session(&k, &cookie_of(&kept), false, later), None);
+        assert_eq!(sessions.sweep(later), 0);
+        for v in &out {
+            assert_eq!(sessions.session(&k, &cookie_of(v), false, now), None);
+        }
     }
 
     #[test]

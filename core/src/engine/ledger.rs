@@ -164,6 +164,26 @@ fn binding(site: &Site, grant: &Grant) -> Binding {
     }
 }
 
+/// Where [`Engine::abandon_running`] stopped: hand it back to go on.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AbandonCursor(Vec<u8>);
+
+impl core::fmt::Debug for AbandonCursor {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("AbandonCursor(…)")
+    }
+}
+
+/// What one [`Engine::abandon_running`] call did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[must_use]
+pub struct Abandoned {
+    /// Running requests it ended.
+    pub ended: usize,
+    /// Where to go on; `None` when every undecided request was looked at.
+    pub next: Option<AbandonCursor>,
+}
+
 /// What a ticket operation works on, once the ticket is known current.
 struct RunContext {
     key: Vec<u8>,
@@ -736,6 +756,63 @@ impl<S: Store> Engine<S> {
                 let _ = at;
             }
             Ok(work)
+        })
+    }
+
+    /// Ends the runs a host lost: every request still `Running` (a run holds
+    /// an [`ExecutionTicket`], which lives only in the host's memory and
+    /// cannot be persisted) ends exactly as a run cut off by a tab take-over
+    /// does: `CONNECTION_LOST` with `unknownTail`, since its effects may have
+    /// happened. Pending approvals and parked requests are left alone.
+    ///
+    /// Call it when a host starts, before it serves, and only when no other
+    /// host holds tickets on this store (a single-process server); a fleet
+    /// sharing a store would end each other's live runs.
+    ///
+    /// Looks at up to `budget` undecided requests per call, all or nothing
+    /// in one transaction, from `from` (the cursor the previous call
+    /// returned, `None` at first); call again with [`Abandoned::next`] until
+    /// it is `None`.
+    pub fn abandon_running(
+        &self,
+        from: Option<&AbandonCursor>,
+        now: Timestamp,
+        budget: usize,
+    ) -> Result<Abandoned, StoreError> {
+        let budget = budget.max(1);
+        self.transact(|txn| {
+            let start = from.map_or(Bound::Included(b"g".as_slice()), |c| {
+                Bound::Excluded(c.0.as_slice())
+            });
+            let end = prefix_end(b"g");
+            let end = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+            let entries = txn.range(Table::Requests, start, end, budget)?;
+            let next = (entries.len() == budget)
+                .then(|| entries.last().map(|(k, _)| AbandonCursor(k.clone())))
+                .flatten();
+            let mut ended = 0;
+            for (key, lineage) in entries {
+                let (Some(grant), Some(id), Ok(lineage)) = (
+                    key.get(1..17)
+                        .and_then(|b| <[u8; 16]>::try_from(b).ok())
+                        .map(GrantId::from_bytes),
+                    key.get(17..33)
+                        .and_then(|b| <[u8; 16]>::try_from(b).ok())
+                        .map(RequestId::from_bytes),
+                    <[u8; 32]>::try_from(lineage.as_slice()).map(Lineage),
+                ) else {
+                    continue;
+                };
+                if let Some(mut rec) =
+                    txn.load::<ExecutionRequest>(&keys::request(&lineage, &id))?
+                    && rec.grant == grant
+                    && rec.abandon(now)
+                {
+                    store_request(txn, &lineage, &rec, now)?;
+                    ended += 1;
+                }
+            }
+            Ok(Abandoned { ended, next })
         })
     }
 

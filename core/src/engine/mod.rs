@@ -39,6 +39,7 @@ use crate::store::{Entry, ReadTransaction, Record, Store, StoreError, Table, Wri
 
 pub use agent::{AgentPrincipal, AgentTokenRequest, MintError};
 pub use grants::{BearerRejection, GrantPage, GrantSummary, Principal};
+pub use ledger::{AbandonCursor, Abandoned};
 pub use oauth::RevokeError;
 
 /// The policy engine over a store `S`.

@@ -2,11 +2,17 @@
 //!
 //! An [`Action`] is what the running code asks the page to do: a kind (the
 //! skill or control it names), an [`Effect`], whether it drives page
-//! controls, and the [`ActionFingerprint`] of its exact arguments. An
+//! controls, its exact arguments and their [`ActionFingerprint`]. An
 //! [`Outcome`] is the confirmed record of one action that ran, numbered in
 //! the order the actions were authorized.
+//!
+//! The arguments travel with the action into a pending approval, so what
+//! the user is shown survives a restart; they are handed out only when they
+//! still hash to the fingerprint the approval is bound to
+//! ([`Action::arguments`]).
 
 use alloc::string::String;
+use alloc::vec::Vec;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -22,6 +28,9 @@ pub const MAX_KIND_LEN: usize = 128;
 pub const MAX_SUMMARY_LEN: usize = 4 * 1024;
 /// Longest business error code or outcome error code.
 pub const MAX_CODE_LEN: usize = 64;
+/// Longest action arguments, in bytes: no more than the code of a request
+/// ([`super::MAX_CODE_LEN`]) they come from.
+pub const MAX_ARGUMENTS_LEN: usize = super::envelope::MAX_CODE_LEN;
 
 /// What an action may do to the world.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -69,16 +78,21 @@ pub struct Action {
     effect: Effect,
     drives_page: bool,
     fingerprint: ActionFingerprint,
+    /// The exact arguments; `None` only in a record written before they
+    /// were kept (an [`super::ExecutionRequest`] of schema version 1).
+    arguments: Option<Vec<u8>>,
 }
 
 impl Action {
     /// An action of `kind` with `effect`, fingerprinted over its exact
-    /// `arguments` (the bytes the page will receive). The kind is 1–128
-    /// printable ASCII characters; anything else is `INVALID_PARAMS`.
+    /// `arguments` (the bytes the page will receive), which it keeps. The
+    /// kind is 1–128 printable ASCII characters and the arguments at most
+    /// [`MAX_ARGUMENTS_LEN`] bytes; anything else is `INVALID_PARAMS`.
     pub fn new(kind: &str, effect: Effect, arguments: &[u8]) -> Result<Self, LedgerError> {
         if kind.is_empty()
             || kind.len() > MAX_KIND_LEN
             || !kind.bytes().all(|b| b.is_ascii_graphic())
+            || arguments.len() > MAX_ARGUMENTS_LEN
         {
             return Err(LedgerError::InvalidAction);
         }
@@ -87,7 +101,24 @@ impl Action {
             effect,
             drives_page: false,
             fingerprint: ActionFingerprint::of(kind, effect.as_str(), arguments),
+            arguments: Some(arguments.to_vec()),
         })
+    }
+
+    /// An action as a schema-1 record held it: no arguments.
+    pub(crate) fn without_arguments(
+        kind: String,
+        effect: Effect,
+        drives_page: bool,
+        fingerprint: ActionFingerprint,
+    ) -> Self {
+        Self {
+            kind,
+            effect,
+            drives_page,
+            fingerprint,
+            arguments: None,
+        }
     }
 
     /// Marks the action as driving page controls: it needs the connected
@@ -120,6 +151,18 @@ impl Action {
     #[must_use]
     pub fn fingerprint(&self) -> ActionFingerprint {
         self.fingerprint
+    }
+
+    /// The exact arguments, checked on every read: `None` when they were
+    /// never kept (a record from before they were) or no longer hash, with
+    /// the kind and effect, to [`Action::fingerprint`] (a damaged or altered
+    /// record). What is shown to a user for approval is only ever what the
+    /// approval is bound to.
+    #[must_use]
+    pub fn arguments(&self) -> Option<&[u8]> {
+        let arguments = self.arguments.as_deref()?;
+        (ActionFingerprint::of(&self.kind, self.effect.as_str(), arguments) == self.fingerprint)
+            .then_some(arguments)
     }
 }
 
@@ -251,6 +294,32 @@ mod tests {
                 Err(LedgerError::InvalidAction)
             );
         }
+        let most = alloc::vec![b'1'; MAX_ARGUMENTS_LEN];
+        assert!(Action::new("k", Effect::Write, &most).is_ok());
+        let more = alloc::vec![b'1'; MAX_ARGUMENTS_LEN + 1];
+        assert_eq!(
+            Action::new("k", Effect::Write, &more),
+            Err(LedgerError::InvalidAction)
+        );
+    }
+
+    #[test]
+    fn arguments_are_handed_out_only_while_they_match_the_fingerprint() {
+        let a = Action::new("cart.add", Effect::Write, br#"{"sku":1}"#).unwrap();
+        assert_eq!(a.arguments(), Some(br#"{"sku":1}"#.as_slice()));
+        // Never kept (an old record): nothing to show.
+        let old = Action::without_arguments(a.kind.clone(), a.effect, false, a.fingerprint);
+        assert_eq!(old.arguments(), None);
+        // Altered in the store: the bytes no longer hash to the fingerprint.
+        let mut altered = a.clone();
+        altered.arguments = Some(br#"{"sku":2}"#.to_vec());
+        assert_eq!(altered.arguments(), None);
+        let mut rekinded = a.clone();
+        rekinded.kind = "cart.remove".into();
+        assert_eq!(rekinded.arguments(), None);
+        let mut reeffected = a;
+        reeffected.effect = Effect::Unknown;
+        assert_eq!(reeffected.arguments(), None);
     }
 
     #[test]

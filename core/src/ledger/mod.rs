@@ -110,8 +110,8 @@ use core::fmt;
 use serde_json::{Value, json};
 
 pub use action::{
-    Action, Effect, MAX_CODE_LEN as MAX_OUTCOME_CODE_LEN, MAX_KIND_LEN, MAX_SUMMARY_LEN, Outcome,
-    OutcomeStatus, Report,
+    Action, Effect, MAX_ARGUMENTS_LEN, MAX_CODE_LEN as MAX_OUTCOME_CODE_LEN, MAX_KIND_LEN,
+    MAX_SUMMARY_LEN, Outcome, OutcomeStatus, Report,
 };
 pub use cursor::MAX_CURSOR_LEN;
 pub use envelope::{ExecuteParams, MAX_CODE_LEN, MAX_ENVELOPE_LEN};
@@ -143,7 +143,7 @@ pub enum LedgerError {
     InvalidRequestId,
     /// The `execute` envelope is malformed.
     MalformedEnvelope(&'static str),
-    /// An action kind is malformed.
+    /// An action kind is malformed, or its arguments are too long.
     InvalidAction,
     /// An outcome report is malformed or too large.
     InvalidReport,
@@ -163,7 +163,9 @@ impl fmt::Display for LedgerError {
         match self {
             Self::InvalidRequestId => f.write_str("requestId must be a UUID in canonical form"),
             Self::MalformedEnvelope(why) => f.write_str(why),
-            Self::InvalidAction => f.write_str("action kind must be 1-128 printable characters"),
+            Self::InvalidAction => f.write_str(
+                "action kind must be 1-128 printable characters, its arguments at most 96 KiB",
+            ),
             Self::InvalidReport => f.write_str("outcome report is malformed or too large"),
             Self::InvalidResult => f.write_str("result is malformed"),
             Self::ResultTooLarge { limit } => write!(f, "result is larger than {limit} bytes"),

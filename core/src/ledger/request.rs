@@ -26,7 +26,8 @@ use super::result::{End, Failure};
 use crate::approval::{Approved, PendingApproval};
 use crate::grant::GrantId;
 use crate::scope::ScopeSet;
-use crate::store::{Record, Table};
+use crate::store::codec::decode_body;
+use crate::store::{CodecError, Record, Table};
 use crate::time::Timestamp;
 
 /// Why a run stopped without ending the request; the next `begin` with the
@@ -107,9 +108,128 @@ pub struct ExecutionRequest {
     pub state: RequestState,
 }
 
+/// Version 2 keeps an action's arguments in a pending approval; version 1
+/// records are read with none ([`crate::ledger::Action::arguments`] is
+/// `None`: such an approval can only be denied).
 impl Record for ExecutionRequest {
     const TABLE: Table = Table::Requests;
-    const VERSION: u8 = 1;
+    const VERSION: u8 = 2;
+
+    fn upgrade(version: u8, body: &[u8]) -> Option<Result<Self, CodecError>> {
+        (version == 1).then(|| decode_body::<v1::ExecutionRequest>(body).map(Self::from))
+    }
+}
+
+/// The layout of schema version 1: the same record, without the arguments
+/// of the action a pending approval is for. Field and variant order are the
+/// wire format: never reorder.
+mod v1 {
+    use alloc::string::String;
+
+    use serde::{Deserialize, Serialize};
+
+    use super::{Park, RequestId};
+    use crate::approval::{Approved, Binding};
+    use crate::grant::GrantId;
+    use crate::ledger::{ActionFingerprint, CodeFingerprint, Effect, End, InFlight};
+    use crate::time::Timestamp;
+
+    #[derive(Serialize, Deserialize)]
+    pub(super) struct Action {
+        pub(super) kind: String,
+        pub(super) effect: Effect,
+        pub(super) drives_page: bool,
+        pub(super) fingerprint: ActionFingerprint,
+    }
+
+    #[derive(Serialize, Deserialize)]
+    pub(super) struct PendingApproval {
+        pub(super) seq: u32,
+        pub(super) action: Action,
+        pub(super) binding: Binding,
+        pub(super) client_id: String,
+        pub(super) client_name: Option<String>,
+        pub(super) offer_auto_approve: bool,
+        pub(super) asked: Timestamp,
+    }
+
+    #[derive(Serialize, Deserialize)]
+    pub(super) enum RequestState {
+        Running,
+        AwaitingApproval(PendingApproval),
+        Parked(Park),
+        Done {
+            at: Timestamp,
+            end: End,
+            unknown_tail: bool,
+        },
+        Expired,
+    }
+
+    #[derive(Serialize, Deserialize)]
+    pub(super) struct ExecutionRequest {
+        pub(super) id: RequestId,
+        pub(super) fingerprint: CodeFingerprint,
+        pub(super) grant: GrantId,
+        pub(super) grant_end: Timestamp,
+        pub(super) created: Timestamp,
+        pub(super) in_page: bool,
+        pub(super) run: u32,
+        pub(super) connection: u32,
+        pub(super) outcomes: u32,
+        pub(super) in_flight: Option<InFlight>,
+        pub(super) approved: Option<Approved>,
+        pub(super) state: RequestState,
+    }
+}
+
+impl From<v1::ExecutionRequest> for ExecutionRequest {
+    fn from(old: v1::ExecutionRequest) -> Self {
+        let state = match old.state {
+            v1::RequestState::Running => RequestState::Running,
+            v1::RequestState::AwaitingApproval(p) => {
+                RequestState::AwaitingApproval(PendingApproval {
+                    seq: p.seq,
+                    action: Action::without_arguments(
+                        p.action.kind,
+                        p.action.effect,
+                        p.action.drives_page,
+                        p.action.fingerprint,
+                    ),
+                    binding: p.binding,
+                    client_id: p.client_id,
+                    client_name: p.client_name,
+                    offer_auto_approve: p.offer_auto_approve,
+                    asked: p.asked,
+                })
+            }
+            v1::RequestState::Parked(why) => RequestState::Parked(why),
+            v1::RequestState::Done {
+                at,
+                end,
+                unknown_tail,
+            } => RequestState::Done {
+                at,
+                end,
+                unknown_tail,
+            },
+            v1::RequestState::Expired => RequestState::Expired,
+        };
+        Self {
+            id: old.id,
+            fingerprint: old.fingerprint,
+            grant: old.grant,
+            grant_end: old.grant_end,
+            created: old.created,
+            in_page: old.in_page,
+            run: old.run,
+            connection: old.connection,
+            outcomes: old.outcomes,
+            in_flight: old.in_flight,
+            approved: old.approved,
+            state,
+        }
+    }
 }
 
 impl ExecutionRequest {
@@ -223,6 +343,18 @@ impl ExecutionRequest {
         }
     }
 
+    /// The host that held this request's run lost it (it stopped: the
+    /// ticket lived only in its memory). A running request ends exactly as a
+    /// run cut off where it ran does (`CONNECTION_LOST`, `unknownTail`);
+    /// every other state is left alone. Returns whether it ended.
+    pub fn abandon(&mut self, now: Timestamp) -> bool {
+        if self.state != RequestState::Running {
+            return false;
+        }
+        self.cancel(Failure::ConnectionLost, now);
+        true
+    }
+
     /// Moves a parked or waiting request to a newer grant of the same
     /// lineage. A pending or granted approval is void: it was bound to the
     /// old grant.
@@ -331,6 +463,111 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn a_lost_run_ends_with_an_unknown_tail_and_nothing_else_is_touched() {
+        let at = Timestamp::from_secs(300);
+        let mut r = request();
+        r.dispatch(0, &write());
+        assert!(r.abandon(at));
+        assert_eq!(
+            r.state,
+            RequestState::Done {
+                at,
+                end: End::Failed(Failure::ConnectionLost),
+                unknown_tail: true
+            }
+        );
+        // Even before its first action: effects may have begun.
+        let mut r = request();
+        assert!(r.abandon(at));
+        assert!(matches!(
+            r.state,
+            RequestState::Done {
+                unknown_tail: true,
+                ..
+            }
+        ));
+        for mut r in [
+            {
+                let mut r = request();
+                r.park(Park::TabHidden);
+                r
+            },
+            {
+                let mut r = request();
+                r.finish(End::Returned("1".into()), false, Timestamp::from_secs(200));
+                r
+            },
+        ] {
+            let before = r.clone();
+            assert!(!r.abandon(at));
+            assert_eq!(r, before);
+        }
+    }
+
+    #[test]
+    fn a_version_1_record_reads_with_arguments_that_cannot_be_shown() {
+        let old = v1::ExecutionRequest {
+            id: RequestId::from_bytes([1; 16]),
+            fingerprint: CodeFingerprint::of(b"code"),
+            grant: GrantId::from_bytes([2; 16]),
+            grant_end: Timestamp::from_secs(1_000_000),
+            created: Timestamp::from_secs(100),
+            in_page: false,
+            run: 1,
+            connection: 1,
+            outcomes: 0,
+            in_flight: None,
+            approved: None,
+            state: v1::RequestState::AwaitingApproval(v1::PendingApproval {
+                seq: 0,
+                action: v1::Action {
+                    kind: "w".into(),
+                    effect: Effect::Write,
+                    drives_page: false,
+                    fingerprint: write().fingerprint(),
+                },
+                binding: Binding {
+                    grant: GrantId::from_bytes([2; 16]),
+                    epoch: 0,
+                    policy_version: 0,
+                },
+                client_id: "c".into(),
+                client_name: None,
+                offer_auto_approve: true,
+                asked: Timestamp::from_secs(100),
+            }),
+        };
+        let bytes = postcard::to_extend(&old, alloc::vec![1u8]).unwrap();
+        let rec: ExecutionRequest = crate::store::codec::decode(&bytes).unwrap();
+        let RequestState::AwaitingApproval(p) = &rec.state else {
+            panic!("still awaiting approval")
+        };
+        assert_eq!(p.action.fingerprint(), write().fingerprint());
+        assert_eq!(p.action.arguments(), None);
+        let prompt = p.prompt(rec.id);
+        assert!(!prompt.can_approve());
+        // Written back in the current version, with what it has.
+        let again = crate::store::codec::encode(&rec).unwrap();
+        assert_eq!(again[0], ExecutionRequest::VERSION);
+        assert_eq!(
+            crate::store::codec::decode::<ExecutionRequest>(&again).as_ref(),
+            Ok(&rec)
+        );
+        // A current record keeps the arguments it was asked with.
+        let mut r = request();
+        r.ask(PendingApproval {
+            action: write(),
+            ..p.clone()
+        });
+        let back: ExecutionRequest =
+            crate::store::codec::decode(&crate::store::codec::encode(&r).unwrap()).unwrap();
+        let RequestState::AwaitingApproval(p) = back.state else {
+            panic!("awaiting approval")
+        };
+        assert_eq!(p.action.arguments(), Some(b"1".as_slice()));
     }
 
     #[test]

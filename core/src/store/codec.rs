@@ -1,8 +1,9 @@
 //! Record encoding: one schema version byte, then postcard.
 //!
 //! The core encodes every record, so every store holds identical bytes. The
-//! version byte lets a later release read old records and migrate them; a
-//! record with an unknown version is refused, never guessed at.
+//! version byte lets a later release read old records and migrate them
+//! ([`Record::upgrade`]); a record with an unknown version is refused, never
+//! guessed at.
 
 use alloc::vec::Vec;
 use core::fmt;
@@ -18,6 +19,16 @@ pub trait Record: Serialize + DeserializeOwned {
     const TABLE: Table;
     /// The schema version written before the postcard bytes.
     const VERSION: u8;
+
+    /// Reads the postcard `body` of a record written under an older schema
+    /// `version` of this type, migrated to the current one; `None` when this
+    /// build does not read `version` (the record is then refused). Records
+    /// are written back only in the current version.
+    #[must_use]
+    fn upgrade(version: u8, body: &[u8]) -> Option<Result<Self, CodecError>> {
+        let _ = (version, body);
+        None
+    }
 }
 
 /// Encodes `record` as `[VERSION] ++ postcard(record)`.
@@ -31,11 +42,17 @@ pub fn encode<R: Record>(record: &R) -> Result<Vec<u8>, CodecError> {
 pub fn decode<R: Record>(bytes: &[u8]) -> Result<R, CodecError> {
     let (&version, body) = bytes.split_first().ok_or(CodecError::Empty)?;
     if version != R::VERSION {
-        return Err(CodecError::Version {
+        return R::upgrade(version, body).unwrap_or(Err(CodecError::Version {
             found: version,
             expected: R::VERSION,
-        });
+        }));
     }
+    decode_body(body)
+}
+
+/// Decodes a whole postcard body (no version byte) as `T`: what
+/// [`Record::upgrade`] reads an older layout with.
+pub fn decode_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, CodecError> {
     let (record, rest) = postcard::take_from_bytes(body).map_err(|_| CodecError::Decode)?;
     if !rest.is_empty() {
         return Err(CodecError::TrailingBytes);
@@ -105,6 +122,53 @@ mod tests {
         let bytes = encode(&s).unwrap();
         assert_eq!(bytes, [3, 7, 1, b'x']);
         assert_eq!(decode::<Sample>(&bytes).unwrap(), s);
+    }
+
+    /// Version 4 added `extra`; version 3 records read with `extra = 0`.
+    #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+    struct Grown {
+        n: u32,
+        s: String,
+        extra: u8,
+    }
+    impl Record for Grown {
+        const TABLE: Table = Table::Meta;
+        const VERSION: u8 = 4;
+        fn upgrade(version: u8, body: &[u8]) -> Option<Result<Self, CodecError>> {
+            (version == 3).then(|| {
+                decode_body::<Sample>(body).map(|old| Grown {
+                    n: old.n,
+                    s: old.s,
+                    extra: 0,
+                })
+            })
+        }
+    }
+
+    #[test]
+    fn older_versions_are_read_through_upgrade_only() {
+        let old = encode(&Sample {
+            n: 7,
+            s: "x".into(),
+        })
+        .unwrap();
+        assert_eq!(
+            decode::<Grown>(&old).unwrap(),
+            Grown {
+                n: 7,
+                s: "x".into(),
+                extra: 0
+            }
+        );
+        assert_eq!(decode::<Grown>(&[3, 7, 1]), Err(CodecError::Decode));
+        assert_eq!(
+            decode::<Grown>(&[2, 7, 1, b'x']),
+            Err(CodecError::Version {
+                found: 2,
+                expected: 4
+            })
+        );
+        assert_eq!(encode(&decode::<Grown>(&old).unwrap()).unwrap()[0], 4);
     }
 
     #[test]

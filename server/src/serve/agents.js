@@ -313,13 +313,19 @@
         id, `. Effect: ${a.effect}.`,
       );
       const pre = document.createElement("pre");
-      pre.textContent = a.args ? JSON.stringify(a.args, null, 2) : "(arguments not available)";
-      const approve = document.createElement("button");
-      approve.textContent = "Approve";
-      approve.dataset.decision = "once";
-      approve.onclick = () => decide(a, "once", box);
-      box.append(h, who, pre, approve);
-      if (a.offerAutoApprove && a.effect === "write") {
+      box.append(h, who, pre);
+      if (a.canApprove) {
+        pre.textContent = JSON.stringify(a.args, null, 2);
+        const approve = document.createElement("button");
+        approve.textContent = "Approve";
+        approve.dataset.decision = "once";
+        approve.onclick = () => decide(a, "once", box);
+        box.append(approve);
+      } else {
+        // Nobody approves what they were not shown: Deny is the only choice.
+        pre.textContent = "(the arguments of this action cannot be shown: it can only be denied)";
+      }
+      if (a.canApprove && a.offerAutoApprove && a.effect === "write") {
         const auto = document.createElement("button");
         auto.textContent = `Approve, and auto-approve ${a.kind} while this tab is connected`;
         auto.dataset.decision = "auto";
@@ -343,6 +349,12 @@
         if (r.status === 401 || r.status === 403) {
           statusEl.textContent = "Signed out: reload the page.";
           return;
+        }
+        if (r.status === 409) {
+          // A newer poll of this browser took this one's place (too many
+          // open pages): back off before polling again.
+          await new Promise((res) => setTimeout(res, 5000));
+          continue;
         }
         if (!r.json || !r.json.ok) throw new Error("poll failed");
         since = r.json.version;

@@ -59,9 +59,12 @@ pub(crate) fn bad_csrf() -> Response {
 }
 
 impl App {
-    /// The browser's session, if its cookie verifies.
+    /// The browser's session, if its cookie verifies and it was not signed
+    /// out ([`session::Sessions`]): every route that reads the session
+    /// (pages, consent, the tab channel, approvals, the notes app) asks here.
     pub(crate) fn session(&self, headers: &HeaderMap) -> Option<Session> {
-        Session::from_headers(&self.session_key, headers, self.secure, clock::now())
+        self.sessions
+            .session(&self.session_key, headers, self.secure, clock::now())
     }
 
     /// Whether a form post comes from our own pages: a browser's `Origin`
@@ -101,7 +104,9 @@ impl App {
             );
         };
         let expires = clock::now().saturating_add(self.session_ttl);
-        let (_, value) = Session::issue(&self.session_key, name, expires, &mut rand::rng());
+        let (_, value) = self
+            .sessions
+            .issue(&self.session_key, name, expires, &mut rand::rng());
         tracing::info!("signed in");
         respond::with_cookie(
             respond::see_other(return_to),
@@ -110,11 +115,15 @@ impl App {
     }
 }
 
-/// Signing out ends the browser session in the core too: `reset_session`
-/// disconnects every tab connection of this browser session at once, with
-/// its auto-approvals (DESIGN "Connected tab"); its pending `navigate`
-/// commands are dropped.
+/// Signing out ends the browser session for good: its cookie is refused
+/// from now on ([`session::Sessions::revoke`]), and in the core
+/// `reset_session` disconnects every tab connection of this browser session
+/// at once, with its auto-approvals (DESIGN "Connected tab"); its pending
+/// `navigate` commands are dropped.
 async fn reset_browser_session(app: &Shared, session: &Session) {
+    if app.sessions.revoke(session, clock::now()) {
+        tracing::warn!("the signed-out set was full: a new session epoch signed everyone out");
+    }
     let browser_session = session.browser_session().to_owned();
     app.navigates.clear(&browser_session);
     let ended = app
@@ -177,11 +186,13 @@ pub(crate) async fn open(
             let queued = session.as_ref().map(|session| {
                 let pushed = app.navigates.push(
                     session.browser_session(),
+                    &session.subject,
                     &redirect.navigate,
                     std::time::Instant::now(),
                 );
                 if pushed.is_ok() {
-                    app.relay.wake(&session.subject);
+                    app.relay
+                        .wake_session(&session.subject, session.browser_session());
                 }
                 pushed
             });
@@ -307,6 +318,7 @@ pub(crate) async fn agents_post(
                 .await;
             match revoked {
                 Ok(Ok(Some(_))) => {
+                    app.relay.bump(&session.subject);
                     tracing::info!("grant revoked by its user");
                     respond::see_other("/agents")
                 }

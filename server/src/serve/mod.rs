@@ -63,6 +63,8 @@ pub(crate) struct App {
     engine: Engine<RedbStore>,
     site: SiteId,
     session_key: SigningKey,
+    /// The session epoch and the signed-out sessions.
+    sessions: crate::session::Sessions,
     /// The public origin, no trailing slash.
     public_url: String,
     /// Cookies are `Secure` (and `__Host-`) when the public URL is https.
@@ -207,6 +209,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
     let (engine, keys, site) = tokio::task::spawn_blocking(move || {
         let (engine, keys) = setup::engine(&db, policy, true)?;
         let site = setup::ensure_demo_site(&engine, &public_for_setup)?;
+        abandon_lost_runs(&engine)?;
         Ok::<_, String>((engine, keys, site))
     })
     .await
@@ -216,6 +219,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
         engine,
         site: site.id.clone(),
         session_key: keys.session,
+        sessions: crate::session::Sessions::new(&mut rand::rng()),
         secure: public.starts_with("https://"),
         public_url: public.clone(),
         session_ttl: Duration::from_secs(args.session_ttl_secs),
@@ -239,6 +243,32 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// Undecided requests one start-up transaction looks at.
+const ABANDON_BUDGET: usize = 512;
+
+/// Ends the runs the previous process held when it stopped (their tickets
+/// lived in its memory): each ends with `unknownTail` now, not whenever the
+/// user's tab next reconnects. This server is the only one on its database
+/// (redb holds an exclusive lock), so every `Running` request is a lost one.
+fn abandon_lost_runs(engine: &Engine<RedbStore>) -> Result<(), String> {
+    let mut from = None;
+    let mut ended = 0;
+    loop {
+        let done = engine
+            .abandon_running(from.as_ref(), clock::now(), ABANDON_BUDGET)
+            .map_err(|e| format!("ending the runs lost at the last stop: {e}"))?;
+        ended += done.ended;
+        match done.next {
+            Some(next) => from = Some(next),
+            None => break,
+        }
+    }
+    if ended > 0 {
+        tracing::info!(ended, "ended the runs lost at the last stop (unknownTail)");
+    }
+    Ok(())
+}
+
 /// How often expired codes, grants and ledger results are deleted.
 const SWEEP_EVERY: Duration = Duration::from_mins(1);
 /// Index entries one sweep transaction handles; a full batch sweeps again.
@@ -253,6 +283,9 @@ async fn sweep_forever(app: Shared) {
             () = tokio::time::sleep(SWEEP_EVERY) => {}
             _ = stopping.changed() => return,
         }
+        let revoked = app.sessions.sweep(clock::now());
+        let mailboxes = app.relay.sweep_idle(std::time::Instant::now());
+        tracing::debug!(revoked, mailboxes, "in-memory state swept");
         loop {
             let swept = app
                 .blocking(|app| {

@@ -229,9 +229,6 @@ impl Driver<'_> {
                 }
                 ActionVerdict::Replay(t, outcome) => (t, outcome.status, outcome.summary),
                 ActionVerdict::ApprovalPending(prompt) => {
-                    self.app
-                        .relay
-                        .set_detail(self.grant, self.id, prompt.seq, step.args);
                     self.app.relay.bump(self.subject);
                     tracing::info!(seq, "execute: approval asked");
                     let answer = BeginAnswer::ApprovalPending(prompt).to_json();

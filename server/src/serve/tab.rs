@@ -14,7 +14,7 @@
 //! | `POST /agents/tab/disconnect` | `{tabId, pageInstance}` | end this page's connections |
 //! | `GET /agents/tab/work` | `?tabId&pageInstance&since` | long-poll (≤ 25 s): jobs for this page, pending approvals, connection states, messages |
 //! | `POST /agents/tab/report` | `{job, ok, code?, summary}` | the outcome of a job |
-//! | `POST /agents/tab/decide` | `{grant, requestId, seq, fingerprint, decision}` | `once`, `auto` or `deny` |
+//! | `POST /agents/tab/decide` | `{grant, requestId, seq, fingerprint, decision}` | `once`, `auto` or `deny` (only `deny` when the approval's `canApprove` is false) |
 //! | `POST /agents/tab/ack` | `{id}` | a message was applied |
 //!
 //! `messages` carries the open route's `navigate` commands
@@ -26,10 +26,13 @@
 //!
 //! The page keeps its tab id in `sessionStorage` and makes a new page
 //! instance id on every load; a long-poll answers at once when its `since`
-//! is older than the user's mailbox version.
+//! is older than the user's mailbox version. Polls are bounded per browser
+//! session and per user (see [`super::relay`]): one too many takes the
+//! place of the oldest, which answers `409 SUPERSEDED` at once.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Json;
@@ -315,6 +318,7 @@ pub(crate) async fn disconnect(
         .await;
     match done {
         Ok(Ok(ended)) => {
+            app.relay.bump(&session.subject);
             tracing::info!(ended, "tab disconnected");
             Json(json!({"ok": true, "ended": ended})).into_response()
         }
@@ -334,8 +338,9 @@ pub(crate) struct WorkQuery {
 }
 
 /// What a poll reads from the engine: the user's grants, their tab
-/// connections and pending approvals.
-struct Snapshot {
+/// connections and pending approvals. Built once per mailbox version and
+/// shared by every poll that answers with it ([`super::relay::SnapshotCell`]).
+pub(crate) struct Snapshot {
     grants: Vec<(LiveGrant, Option<TabConnection>)>,
     approvals: Vec<Value>,
 }
@@ -363,13 +368,46 @@ impl App {
                     "fingerprint": hex(p.fingerprint.as_bytes()),
                     "client": {"id": p.client_id, "name": p.client_name, "verified": false},
                     "offerAutoApprove": p.offer_auto_approve,
-                    "args": self.relay.detail(g.id, p.request_id, p.seq),
+                    "canApprove": p.can_approve(),
+                    "args": p.arguments.as_deref().map(shown_arguments),
                 }));
             }
             grants.push((g, tab));
         }
         Ok(Snapshot { grants, approvals })
     }
+}
+
+/// An approval's arguments as the dialog shows them: the JSON the page
+/// would receive, or (if they are not JSON) their text.
+fn shown_arguments(bytes: &[u8]) -> Value {
+    serde_json::from_slice(bytes)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(bytes).into_owned()))
+}
+
+/// Unregisters a poll from its mailbox however the handler ends (answered,
+/// or dropped because the client went away).
+struct Leave {
+    app: Shared,
+    subject: String,
+    poll: u64,
+}
+
+impl Drop for Leave {
+    fn drop(&mut self) {
+        self.app.relay.leave(&self.subject, self.poll);
+    }
+}
+
+/// The answer of a poll a newer one took the place of (see
+/// [`super::relay`]): `409` with `SUPERSEDED`; the page waits before it
+/// polls again.
+fn superseded() -> Response {
+    error(
+        StatusCode::CONFLICT,
+        "SUPERSEDED",
+        "a newer poll of this browser took this one's place",
+    )
 }
 
 /// `GET /agents/tab/work`: the long-poll.
@@ -384,16 +422,34 @@ pub(crate) async fn work(
     };
     let subject = session.subject.clone();
     let browser_session = session.browser_session();
+    let poll = app.relay.enter(&subject, browser_session);
+    let _leave = Leave {
+        app: Arc::clone(&app),
+        subject: subject.clone(),
+        poll: poll.id,
+    };
     let mut deadline = Instant::now() + POLL;
     loop {
-        let (version, notify) = app.relay.watch(&subject);
-        let notified = notify.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        let who = subject.clone();
-        let snap = match app.blocking(move |app| app.snapshot(&who)).await {
-            Ok(Ok(s)) => s,
-            Ok(Err(e)) => return super::respond::internal(&e),
+        if poll.superseded() {
+            return superseded();
+        }
+        let (version, cell) = app.relay.watch(&subject);
+        let built = cell
+            .cell
+            .get_or_try_init(|| async {
+                let who = subject.clone();
+                match app.blocking(move |app| app.snapshot(&who)).await {
+                    Ok(Ok(s)) => {
+                        tracing::debug!("tab snapshot built");
+                        Ok(Arc::new(s))
+                    }
+                    Ok(Err(e)) => Err(super::respond::internal(&e)),
+                    Err(r) => Err(r),
+                }
+            })
+            .await;
+        let snap = match built {
+            Ok(s) => Arc::clone(s),
             Err(r) => return r,
         };
         let tabs: HashMap<GrantId, &TabConnection> = snap
@@ -420,40 +476,7 @@ pub(crate) async fn work(
         };
         let now = Instant::now();
         if !jobs.is_empty() || !messages.is_empty() || version > q.since || now >= deadline {
-            let grants: Vec<Value> = snap
-                .grants
-                .iter()
-                .map(|(g, t)| {
-                    let mut v = grant_json(g);
-                    v["here"] = json!(t.as_ref().is_some_and(|t| t.connected
-                        && t.tab_id == q.tab_id
-                        && t.page_instance == q.page_instance));
-                    v["connected"] = json!(t.as_ref().is_some_and(|t| t.connected));
-                    v
-                })
-                .collect();
-            let jobs: Vec<Value> = jobs
-                .iter()
-                .map(|j| {
-                    json!({
-                        "job": j.id,
-                        "grant": j.grant.to_string(),
-                        "requestId": j.request_id.to_string(),
-                        "seq": j.seq,
-                        "skill": j.skill,
-                        "args": j.args,
-                    })
-                })
-                .collect();
-            return Json(json!({
-                "ok": true,
-                "version": version,
-                "jobs": jobs,
-                "approvals": snap.approvals,
-                "grants": grants,
-                "messages": messages,
-            }))
-            .into_response();
+            return answer(&snap, version, &jobs, &messages, &q);
         }
         let mut stopping = app.stopping.clone();
         if *stopping.borrow() {
@@ -461,10 +484,58 @@ pub(crate) async fn work(
             continue;
         }
         tokio::select! {
-            _ = tokio::time::timeout(deadline - now, notified) => {}
+            woken = tokio::time::timeout(deadline - now, poll.wake.notified()) => {
+                if woken.is_ok() {
+                    tracing::debug!("work poll woken");
+                }
+            }
             _ = stopping.changed() => deadline = Instant::now(),
         }
     }
+}
+
+/// A work poll's answer.
+fn answer(
+    snap: &Snapshot,
+    version: u64,
+    jobs: &[super::relay::Job],
+    messages: &[Value],
+    q: &WorkQuery,
+) -> Response {
+    let grants: Vec<Value> = snap
+        .grants
+        .iter()
+        .map(|(g, t)| {
+            let mut v = grant_json(g);
+            v["here"] = json!(t.as_ref().is_some_and(|t| t.connected
+                && t.tab_id == q.tab_id
+                && t.page_instance == q.page_instance));
+            v["connected"] = json!(t.as_ref().is_some_and(|t| t.connected));
+            v
+        })
+        .collect();
+    let jobs: Vec<Value> = jobs
+        .iter()
+        .map(|j| {
+            json!({
+                "job": j.id,
+                "grant": j.grant.to_string(),
+                "requestId": j.request_id.to_string(),
+                "seq": j.seq,
+                "skill": j.skill,
+                "args": j.args,
+            })
+        })
+        .collect();
+    Json(json!({
+        "ok": true,
+        "version": version,
+        "jobs": jobs,
+        "approvals": snap.approvals,
+        "grants": grants,
+        "messages": messages,
+    }))
+    .into_response()
 }
 
 /// Whether the polling page may take its browser session's messages: it
@@ -589,7 +660,6 @@ pub(crate) async fn decide(State(app): State<Shared>, headers: HeaderMap, raw: B
         .await;
     match done {
         Ok(Ok(())) => {
-            app.relay.clear_detail(grant, request_id, d.seq);
             app.relay.bump(&session.subject);
             tracing::info!(decision = d.decision, "approval decided");
             Json(json!({"ok": true})).into_response()
