@@ -13,6 +13,7 @@ mod support;
 
 mod alloc_counter;
 mod clients;
+mod failing_store;
 mod jwt;
 mod ledger;
 mod ledger_model;
@@ -20,4 +21,5 @@ mod links;
 mod oauth;
 mod oauth_model;
 mod pkce;
+mod seam;
 mod store_contract;

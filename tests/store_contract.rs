@@ -239,7 +239,56 @@ fn a_read_transaction_is_a_snapshot<S: Store + Sync>(store: &S) {
     );
 }
 
+/// A rollback undoes exactly the writes after its savepoint — puts over
+/// old values, new keys and deletes — and the transaction goes on.
+fn a_rollback_undoes_only_the_writes_after_its_savepoint<S: Store>(store: &S) {
+    put(store, Table::Grants, b"a", b"1");
+    put(store, Table::Grants, b"c", b"kept");
+    let mut w = store.begin_write().unwrap();
+    w.put(Table::Grants, b"before", b"x").unwrap();
+    let outer = w.savepoint().unwrap();
+    w.put(Table::Grants, b"a", b"2").unwrap();
+    w.put(Table::Codes, b"b", b"1").unwrap();
+    assert!(w.delete(Table::Grants, b"c").unwrap());
+    let inner = w.savepoint().unwrap();
+    w.put(Table::Grants, b"d", b"1").unwrap();
+    w.put(Table::Grants, b"d", b"2").unwrap();
+    w.rollback_to(inner).unwrap();
+    assert_eq!(w.get(Table::Grants, b"d").unwrap(), None);
+    assert_eq!(
+        w.get(Table::Grants, b"a").unwrap().as_deref(),
+        Some(&b"2"[..])
+    );
+    w.rollback_to(outer).unwrap();
+    assert_eq!(
+        w.get(Table::Grants, b"a").unwrap().as_deref(),
+        Some(&b"1"[..])
+    );
+    assert_eq!(w.get(Table::Codes, b"b").unwrap(), None);
+    assert_eq!(
+        w.get(Table::Grants, b"c").unwrap().as_deref(),
+        Some(&b"kept"[..])
+    );
+    // The savepoint stays usable, and writes after it commit.
+    w.put(Table::Grants, b"e", b"1").unwrap();
+    w.rollback_to(outer).unwrap();
+    w.put(Table::Grants, b"f", b"1").unwrap();
+    w.commit().unwrap();
+    assert_eq!(
+        keys(store, Table::Grants, Unbounded, Unbounded, 10),
+        vec![
+            b"a".to_vec(),
+            b"before".to_vec(),
+            b"c".to_vec(),
+            b"f".to_vec()
+        ]
+    );
+    assert_eq!(get(store, Table::Grants, b"a").as_deref(), Some(&b"1"[..]));
+    assert_eq!(get(store, Table::Codes, b"b"), None);
+}
+
 on_every_store!(
+    a_rollback_undoes_only_the_writes_after_its_savepoint,
     reads_see_own_writes_before_commit,
     dropping_a_write_changes_nothing,
     a_panic_inside_a_write_changes_nothing,

@@ -9,7 +9,8 @@
 //!   serialises writers, and applies writes in place while keeping an **undo
 //!   log**; `commit` discards the log, and dropping the transaction without
 //!   committing (an early return, a panic) replays it backwards, so nothing
-//!   it did remains.
+//!   it did remains. A savepoint is a mark in that log, and rolling back
+//!   to it replays the log down to the mark.
 //!
 //! Because a write transaction restores the state while unwinding, a lock
 //! poisoned by a panic still guards consistent data and is used as is.
@@ -28,7 +29,9 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use portcullis_core::store::{Entry, ReadTransaction, Store, StoreError, Table, WriteTransaction};
+use portcullis_core::store::{
+    Entry, ReadTransaction, Savepoint, Store, StoreError, Table, WriteTransaction,
+};
 
 type Tables = [BTreeMap<Vec<u8>, Vec<u8>>; Table::ALL.len()];
 
@@ -168,20 +171,39 @@ impl WriteTransaction for MemoryWrite<'_> {
         Ok(existed)
     }
 
+    fn savepoint(&mut self) -> Result<Savepoint, StoreError> {
+        Ok(Savepoint::new(self.undo.len()))
+    }
+
+    fn rollback_to(&mut self, savepoint: Savepoint) -> Result<(), StoreError> {
+        self.undo_to(savepoint.mark());
+        Ok(())
+    }
+
     fn commit(mut self) -> Result<(), StoreError> {
         self.undo.clear();
         Ok(())
     }
 }
 
-impl Drop for MemoryWrite<'_> {
-    fn drop(&mut self) {
-        while let Some((table, key, before)) = self.undo.pop() {
+impl MemoryWrite<'_> {
+    /// Replays the undo log backwards until `mark` entries are left.
+    fn undo_to(&mut self, mark: usize) {
+        while self.undo.len() > mark {
+            let Some((table, key, before)) = self.undo.pop() else {
+                break;
+            };
             let map = &mut self.tables[table.index()];
             match before {
                 Some(value) => map.insert(key, value),
                 None => map.remove(&key),
             };
         }
+    }
+}
+
+impl Drop for MemoryWrite<'_> {
+    fn drop(&mut self) {
+        self.undo_to(0);
     }
 }

@@ -52,6 +52,10 @@ pub struct AgentPrincipal {
 impl<S: Store> Engine<S> {
     /// Mints an agent token for `request.subject` on `site`. Returns the
     /// token text (show it once) and its record.
+    #[allow(
+        clippy::needless_pass_by_value,
+        reason = "by value as before; an attempt that may re-run on a conflict clones what it keeps"
+    )]
     pub fn mint_agent_token<R: CryptoRng + ?Sized>(
         &self,
         site_id: &SiteId,
@@ -73,10 +77,10 @@ impl<S: Store> Engine<S> {
             let record = AgentToken {
                 jti: rand::base64url::<16, _>(rng),
                 site: site.id.clone(),
-                subject: request.subject,
-                org_domain: request.org_domain,
-                scopes: request.scopes,
-                label: request.label,
+                subject: request.subject.clone(),
+                org_domain: request.org_domain.clone(),
+                scopes: request.scopes.clone(),
+                label: request.label.clone(),
                 created: now,
                 expires: now.saturating_add(request.ttl),
                 revoked: None,

@@ -380,7 +380,7 @@ impl<S: Store> Engine<S> {
         &self,
         id: &GrantId,
         now: Timestamp,
-        owned: impl FnOnce(&Grant) -> bool,
+        owned: impl Fn(&Grant) -> bool,
     ) -> Result<Option<bool>, StoreError> {
         self.transact(|txn| {
             let Some(mut grant) = txn.load::<Grant>(id.as_bytes())?.filter(|g| owned(g)) else {

@@ -78,7 +78,7 @@ fn undecided_of<R: ReadTransaction>(
 /// and an expiry entry at `look_at` (a hint: the sweep recomputes the real
 /// deadline and re-files the entry if it is later).
 fn store_request<W: WriteTransaction>(
-    txn: &mut Txn<W>,
+    txn: &mut Txn<'_, W>,
     lineage: &Lineage,
     rec: &ExecutionRequest,
     look_at: Timestamp,
@@ -101,7 +101,7 @@ fn store_request<W: WriteTransaction>(
 /// with `unknownTail`) and its tab connection, in the caller's transaction.
 /// Every path that revokes a grant calls this in the same transaction.
 pub(crate) fn cancel_grant_requests<W: WriteTransaction>(
-    txn: &mut Txn<W>,
+    txn: &mut Txn<'_, W>,
     grant: &GrantId,
     now: Timestamp,
 ) -> Result<(), StoreError> {
@@ -127,7 +127,7 @@ pub(crate) fn cancel_grant_requests<W: WriteTransaction>(
 
 /// Cuts off the running requests of `grant` dispatched to `connection`.
 fn cut_runs<W: WriteTransaction>(
-    txn: &mut Txn<W>,
+    txn: &mut Txn<'_, W>,
     grant: &GrantId,
     connection: u32,
     now: Timestamp,
@@ -268,7 +268,7 @@ impl<S: Store> Engine<S> {
 
     fn save_request<W: WriteTransaction>(
         &self,
-        txn: &mut Txn<W>,
+        txn: &mut Txn<'_, W>,
         lineage: &Lineage,
         rec: &ExecutionRequest,
     ) -> Result<(), StoreError> {
@@ -463,7 +463,7 @@ impl<S: Store> Engine<S> {
     /// grant is no longer live or its tab connection moved.
     fn run_context<W: WriteTransaction>(
         &self,
-        txn: &mut Txn<W>,
+        txn: &mut Txn<'_, W>,
         ticket: &ExecutionTicket,
         now: Timestamp,
     ) -> Result<RunContext, TicketError> {
@@ -513,13 +513,19 @@ impl<S: Store> Engine<S> {
     /// a recorded one, checks its scope (reads need `skills:read`, writes and
     /// unknown effects `skills:write`), the tab's visibility for actions that
     /// drive page controls, and the approval of writes and unknown effects.
+    #[allow(
+        clippy::needless_pass_by_value,
+        reason = "the ticket is consumed by contract; each attempt works on a duplicate, in case a conflict re-runs it"
+    )]
     pub fn authorize_action(
         &self,
-        mut ticket: ExecutionTicket,
+        ticket: ExecutionTicket,
         action: &Action,
         now: Timestamp,
     ) -> Result<ActionVerdict, TicketError> {
-        self.transact(move |txn| {
+        self.transact(|txn| {
+            // Each attempt starts from the caller's ticket.
+            let mut ticket = ticket.duplicate();
             let RunContext {
                 key,
                 mut rec,
@@ -599,6 +605,10 @@ impl<S: Store> Engine<S> {
 
     /// Records the outcome of the action the run was last authorized to
     /// perform; returns the ticket for the next action.
+    #[allow(
+        clippy::needless_pass_by_value,
+        reason = "by value as before; an attempt that may re-run on a conflict clones what it keeps"
+    )]
     pub fn record_outcome(
         &self,
         ticket: ExecutionTicket,
@@ -608,23 +618,26 @@ impl<S: Store> Engine<S> {
         if let Err(e) = report.validate() {
             return Err(TicketError::Invalid(alloc::boxed::Box::new(ticket), e));
         }
-        self.transact(move |txn| {
+        self.transact(|txn| {
             let RunContext { key, mut rec, .. } = self.run_context(txn, &ticket, now)?;
             let Some(done) = rec.confirm() else {
-                return Err(TicketError::OutOfOrder(alloc::boxed::Box::new(ticket)));
+                return Err(TicketError::OutOfOrder(alloc::boxed::Box::new(
+                    ticket.duplicate(),
+                )));
             };
             let outcome = Outcome {
                 seq: done.seq,
                 kind: done.kind,
                 effect: done.effect,
                 fingerprint: done.fingerprint,
-                status: report.status,
-                summary: report.summary,
+                status: report.status.clone(),
+                summary: report.summary.clone(),
             };
             txn.save(&keys::outcome(&ticket.lineage, &rec.id, done.seq), &outcome)?;
             txn.save(&key, &rec)?;
-            Ok(ticket)
-        })
+            Ok(())
+        })?;
+        Ok(ticket)
     }
 
     /// Ends the run with the code's result or business error and returns
@@ -640,9 +653,9 @@ impl<S: Store> Engine<S> {
             Ok(end) => end,
             Err(e) => return Err(TicketError::Invalid(alloc::boxed::Box::new(ticket), e)),
         };
-        self.transact(move |txn| {
+        self.transact(|txn| {
             let RunContext { mut rec, .. } = self.run_context(txn, &ticket, now)?;
-            rec.finish(end, false, now);
+            rec.finish(end.clone(), false, now);
             self.save_request(txn, &ticket.lineage, &rec)?;
             self.stored(&*txn, &ticket.lineage, &rec, 0)?
                 .ok_or(TicketError::Stale)
