@@ -62,7 +62,7 @@ fn id(n: u32) -> String {
     format!("00000000-0000-4000-8000-{n:012x}")
 }
 
-fn params(n: u32, code: &str) -> ExecuteParams {
+pub(crate) fn params(n: u32, code: &str) -> ExecuteParams {
     ExecuteParams::new(&id(n), code.into(), None).unwrap()
 }
 

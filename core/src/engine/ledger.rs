@@ -1,5 +1,6 @@
-//! The ledger, approval and connected-tab operations: one store transaction
-//! each. See [`crate::ledger`] for the rules they implement.
+//! The ledger, approval and connected-tab operations: each in one store
+//! transaction of its own, or (the `_in` forms) inside the caller's. See
+//! [`crate::ledger`] for the rules they implement.
 
 use alloc::vec::Vec;
 use core::ops::Bound;
@@ -301,8 +302,26 @@ impl<S: Store> Engine<S> {
         caller: Caller,
         now: TimestampMs,
     ) -> Result<BeginAnswer, BeginError> {
+        self.run_write(|txn| self.begin_in(txn, principal, params, caller, now))
+    }
+
+    /// [`Engine::begin`] inside `txn`, a transaction the caller owns and
+    /// commits: see [operations in a shared
+    /// transaction](crate::store#operations-in-a-shared-transaction).
+    #[allow(
+        clippy::too_many_lines,
+        reason = "one decision table, read top to bottom; splitting it would scatter the order of checks"
+    )]
+    pub fn begin_in<W: WriteTransaction>(
+        &self,
+        txn: &mut W,
+        principal: &Principal,
+        params: &ExecuteParams,
+        caller: Caller,
+        now: TimestampMs,
+    ) -> Result<BeginAnswer, BeginError> {
         let from = params.outcome_cursor.as_deref();
-        self.transact(|txn| {
+        Self::within(txn, |txn| {
             let now_s = now.timestamp();
             let site = load_site(&*txn, &principal.site).map_err(|e| match e {
                 SiteOpError::Store(e) => BeginError::Store(e),
@@ -523,9 +542,25 @@ impl<S: Store> Engine<S> {
         action: &Action,
         now: Timestamp,
     ) -> Result<ActionVerdict, TicketError> {
-        self.transact(|txn| {
-            // Each attempt starts from the caller's ticket.
-            let mut ticket = ticket.duplicate();
+        self.run_write(|txn| self.authorize_action_in(txn, ticket.duplicate(), action, now))
+    }
+
+    /// [`Engine::authorize_action`] inside `txn`, a transaction the caller owns and
+    /// commits: see [operations in a shared
+    /// transaction](crate::store#operations-in-a-shared-transaction).
+    #[allow(
+        clippy::needless_pass_by_value,
+        reason = "the ticket is consumed by contract; each attempt works on a duplicate, in case a conflict re-runs it"
+    )]
+    pub fn authorize_action_in<W: WriteTransaction>(
+        &self,
+        txn: &mut W,
+        ticket: ExecutionTicket,
+        action: &Action,
+        now: Timestamp,
+    ) -> Result<ActionVerdict, TicketError> {
+        Self::within(txn, |txn| {
+            let mut ticket = ticket;
             let RunContext {
                 key,
                 mut rec,
@@ -615,10 +650,27 @@ impl<S: Store> Engine<S> {
         report: Report,
         now: Timestamp,
     ) -> Result<ExecutionTicket, TicketError> {
+        self.run_write(|txn| self.record_outcome_in(txn, ticket.duplicate(), report.clone(), now))
+    }
+
+    /// [`Engine::record_outcome`] inside `txn`, a transaction the caller owns and
+    /// commits: see [operations in a shared
+    /// transaction](crate::store#operations-in-a-shared-transaction).
+    #[allow(
+        clippy::needless_pass_by_value,
+        reason = "by value as before; an attempt that may re-run on a conflict clones what it keeps"
+    )]
+    pub fn record_outcome_in<W: WriteTransaction>(
+        &self,
+        txn: &mut W,
+        ticket: ExecutionTicket,
+        report: Report,
+        now: Timestamp,
+    ) -> Result<ExecutionTicket, TicketError> {
         if let Err(e) = report.validate() {
             return Err(TicketError::Invalid(alloc::boxed::Box::new(ticket), e));
         }
-        self.transact(|txn| {
+        Self::within(txn, |txn| {
             let RunContext { key, mut rec, .. } = self.run_context(txn, &ticket, now)?;
             let Some(done) = rec.confirm() else {
                 return Err(TicketError::OutOfOrder(alloc::boxed::Box::new(
@@ -643,8 +695,25 @@ impl<S: Store> Engine<S> {
     /// Ends the run with the code's result or business error and returns
     /// the stored result. `unknownTail` is set if an authorized action was
     /// never confirmed.
+    #[allow(
+        clippy::needless_pass_by_value,
+        reason = "the ticket is consumed by contract; each attempt works on a duplicate, in case a conflict re-runs it"
+    )]
     pub fn complete(
         &self,
+        ticket: ExecutionTicket,
+        completion: &Completion,
+        now: Timestamp,
+    ) -> Result<StoredResult, TicketError> {
+        self.run_write(|txn| self.complete_in(txn, ticket.duplicate(), completion, now))
+    }
+
+    /// [`Engine::complete`] inside `txn`, a transaction the caller owns and
+    /// commits: see [operations in a shared
+    /// transaction](crate::store#operations-in-a-shared-transaction).
+    pub fn complete_in<W: WriteTransaction>(
+        &self,
+        txn: &mut W,
         ticket: ExecutionTicket,
         completion: &Completion,
         now: Timestamp,
@@ -653,7 +722,7 @@ impl<S: Store> Engine<S> {
             Ok(end) => end,
             Err(e) => return Err(TicketError::Invalid(alloc::boxed::Box::new(ticket), e)),
         };
-        self.transact(|txn| {
+        Self::within(txn, |txn| {
             let RunContext { mut rec, .. } = self.run_context(txn, &ticket, now)?;
             rec.finish(end.clone(), false, now);
             self.save_request(txn, &ticket.lineage, &rec)?;
@@ -704,7 +773,19 @@ impl<S: Store> Engine<S> {
     /// `budget` units of work (index entries and outcomes). Returns the work
     /// done; call again while it returns `budget`.
     pub fn sweep_ledger(&self, now: Timestamp, budget: usize) -> Result<usize, StoreError> {
-        self.transact(|txn| {
+        self.run_write(|txn| self.sweep_ledger_in(txn, now, budget))
+    }
+
+    /// [`Engine::sweep_ledger`] inside `txn`, a transaction the caller owns and
+    /// commits: see [operations in a shared
+    /// transaction](crate::store#operations-in-a-shared-transaction).
+    pub fn sweep_ledger_in<W: WriteTransaction>(
+        &self,
+        txn: &mut W,
+        now: Timestamp,
+        budget: usize,
+    ) -> Result<usize, StoreError> {
+        Self::within(txn, |txn| {
             let end = keys::ledger_expiry_after(now);
             let due = txn.range(
                 Table::Requests,
@@ -792,8 +873,21 @@ impl<S: Store> Engine<S> {
         now: Timestamp,
         budget: usize,
     ) -> Result<Abandoned, StoreError> {
+        self.run_write(|txn| self.abandon_running_in(txn, from, now, budget))
+    }
+
+    /// [`Engine::abandon_running`] inside `txn`, a transaction the caller owns and
+    /// commits: see [operations in a shared
+    /// transaction](crate::store#operations-in-a-shared-transaction).
+    pub fn abandon_running_in<W: WriteTransaction>(
+        &self,
+        txn: &mut W,
+        from: Option<&AbandonCursor>,
+        now: Timestamp,
+        budget: usize,
+    ) -> Result<Abandoned, StoreError> {
         let budget = budget.max(1);
-        self.transact(|txn| {
+        Self::within(txn, |txn| {
             let start = from.map_or(Bound::Included(b"g".as_slice()), |c| {
                 Bound::Excluded(c.0.as_slice())
             });
@@ -866,7 +960,24 @@ impl<S: Store> Engine<S> {
         decision: ApprovalDecision,
         now: Timestamp,
     ) -> Result<(), ApprovalError> {
-        self.transact(|txn| {
+        self.run_write(|txn| {
+            self.decide_approval_in(txn, site_id, subject, approval, decision, now)
+        })
+    }
+
+    /// [`Engine::decide_approval`] inside `txn`, a transaction the caller owns and
+    /// commits: see [operations in a shared
+    /// transaction](crate::store#operations-in-a-shared-transaction).
+    pub fn decide_approval_in<W: WriteTransaction>(
+        &self,
+        txn: &mut W,
+        site_id: &SiteId,
+        subject: &str,
+        approval: &ApprovalRef,
+        decision: ApprovalDecision,
+        now: Timestamp,
+    ) -> Result<(), ApprovalError> {
+        Self::within(txn, |txn| {
             let site = load_site(&*txn, site_id).map_err(|e| match e {
                 SiteOpError::Store(e) => ApprovalError::Store(e),
                 SiteOpError::Site(_) => ApprovalError::Forbidden,
@@ -948,8 +1059,13 @@ impl<S: Store> Engine<S> {
         Ok(site)
     }
 
-    fn move_tab(
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "connect and take-over share one body; each argument is one fact the adapter holds"
+    )]
+    fn move_tab<W: WriteTransaction>(
         &self,
+        txn: &mut W,
         site_id: &SiteId,
         subject: &str,
         grant: &GrantId,
@@ -958,7 +1074,7 @@ impl<S: Store> Engine<S> {
         now: Timestamp,
     ) -> Result<Connected, TabError> {
         hello.validate()?;
-        self.transact(|txn| {
+        Self::within(txn, |txn| {
             let site = self.tab_grant(&*txn, site_id, subject, grant, now)?;
             let key = keys::tab(grant);
             let (tab, connected) = match txn.load::<TabConnection>(&key)? {
@@ -1013,7 +1129,22 @@ impl<S: Store> Engine<S> {
         hello: &TabHello,
         now: Timestamp,
     ) -> Result<Connected, TabError> {
-        self.move_tab(site, subject, grant, hello, false, now)
+        self.run_write(|txn| self.move_tab(txn, site, subject, grant, hello, false, now))
+    }
+
+    /// [`Engine::connect_tab`] inside `txn`, a transaction the caller owns and
+    /// commits: see [operations in a shared
+    /// transaction](crate::store#operations-in-a-shared-transaction).
+    pub fn connect_tab_in<W: WriteTransaction>(
+        &self,
+        txn: &mut W,
+        site: &SiteId,
+        subject: &str,
+        grant: &GrantId,
+        hello: &TabHello,
+        now: Timestamp,
+    ) -> Result<Connected, TabError> {
+        self.move_tab(txn, site, subject, grant, hello, false, now)
     }
 
     /// "Use this tab": moves `grant`'s connection to this page. Calls
@@ -1026,7 +1157,22 @@ impl<S: Store> Engine<S> {
         hello: &TabHello,
         now: Timestamp,
     ) -> Result<Connected, TabError> {
-        self.move_tab(site, subject, grant, hello, true, now)
+        self.run_write(|txn| self.move_tab(txn, site, subject, grant, hello, true, now))
+    }
+
+    /// [`Engine::take_over_tab`] inside `txn`, a transaction the caller owns and
+    /// commits: see [operations in a shared
+    /// transaction](crate::store#operations-in-a-shared-transaction).
+    pub fn take_over_tab_in<W: WriteTransaction>(
+        &self,
+        txn: &mut W,
+        site: &SiteId,
+        subject: &str,
+        grant: &GrantId,
+        hello: &TabHello,
+        now: Timestamp,
+    ) -> Result<Connected, TabError> {
+        self.move_tab(txn, site, subject, grant, hello, true, now)
     }
 
     /// A heartbeat (with visibility) from the connected page.
@@ -1044,7 +1190,39 @@ impl<S: Store> Engine<S> {
         visible: bool,
         now: Timestamp,
     ) -> Result<(), TabError> {
-        self.transact(|txn| {
+        self.run_write(|txn| {
+            self.tab_heartbeat_in(
+                txn,
+                site,
+                subject,
+                grant,
+                tab_id,
+                page_instance,
+                visible,
+                now,
+            )
+        })
+    }
+
+    /// [`Engine::tab_heartbeat`] inside `txn`, a transaction the caller owns and
+    /// commits: see [operations in a shared
+    /// transaction](crate::store#operations-in-a-shared-transaction).
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "each argument is one fact the adapter holds; bundling them would only rename them"
+    )]
+    pub fn tab_heartbeat_in<W: WriteTransaction>(
+        &self,
+        txn: &mut W,
+        site: &SiteId,
+        subject: &str,
+        grant: &GrantId,
+        tab_id: &str,
+        page_instance: &str,
+        visible: bool,
+        now: Timestamp,
+    ) -> Result<(), TabError> {
+        Self::within(txn, |txn| {
             self.tab_grant(&*txn, site, subject, grant, now)?;
             let key = keys::tab(grant);
             let mut tab: TabConnection = txn.load(&key)?.ok_or(TabError::NotConnected)?;
@@ -1071,7 +1249,29 @@ impl<S: Store> Engine<S> {
         page_instance: &str,
         now: Timestamp,
     ) -> Result<(), TabError> {
-        self.transact(|txn| {
+        self.run_write(|txn| {
+            self.disconnect_tab_in(txn, site, subject, grant, tab_id, page_instance, now)
+        })
+    }
+
+    /// [`Engine::disconnect_tab`] inside `txn`, a transaction the caller owns and
+    /// commits: see [operations in a shared
+    /// transaction](crate::store#operations-in-a-shared-transaction).
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "each argument is one fact the adapter holds; bundling them would only rename them"
+    )]
+    pub fn disconnect_tab_in<W: WriteTransaction>(
+        &self,
+        txn: &mut W,
+        site: &SiteId,
+        subject: &str,
+        grant: &GrantId,
+        tab_id: &str,
+        page_instance: &str,
+        now: Timestamp,
+    ) -> Result<(), TabError> {
+        Self::within(txn, |txn| {
             let key = keys::tab(grant);
             let mut tab: TabConnection = txn.load(&key)?.ok_or(TabError::NotConnected)?;
             if tab.site != *site {
@@ -1096,7 +1296,20 @@ impl<S: Store> Engine<S> {
         browser_session: &str,
         now: Timestamp,
     ) -> Result<usize, StoreError> {
-        self.transact(|txn| {
+        self.run_write(|txn| self.reset_session_in(txn, site, browser_session, now))
+    }
+
+    /// [`Engine::reset_session`] inside `txn`, a transaction the caller owns and
+    /// commits: see [operations in a shared
+    /// transaction](crate::store#operations-in-a-shared-transaction).
+    pub fn reset_session_in<W: WriteTransaction>(
+        &self,
+        txn: &mut W,
+        site: &SiteId,
+        browser_session: &str,
+        now: Timestamp,
+    ) -> Result<usize, StoreError> {
+        Self::within(txn, |txn| {
             let prefix = keys::session_tabs(site, browser_session);
             let mut ended = 0;
             for (index, _) in scan(&*txn, Table::Tabs, &prefix, usize::MAX)? {

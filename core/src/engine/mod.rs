@@ -94,9 +94,9 @@ impl<S: Store> Engine<S> {
     /// takes its inputs by reference or clones them per attempt, and every
     /// effect it has goes through the transaction, so a discarded attempt
     /// leaves nothing behind (random draws are spent, which is harmless).
-    pub(crate) fn transact<T, E: From<StoreError>>(
+    pub(crate) fn run_write<T, E: From<StoreError>>(
         &self,
-        mut f: impl FnMut(&mut Txn<'_, Tracked<S::Write<'_>>>) -> Result<T, E>,
+        mut f: impl FnMut(&mut Tracked<S::Write<'_>>) -> Result<T, E>,
     ) -> Result<T, E> {
         let mut attempt = 1;
         loop {
@@ -108,18 +108,16 @@ impl<S: Store> Engine<S> {
                 }
                 Err(e) => return Err(e.into()),
             };
-            let out = Self::apply(&mut tracked, &mut f);
-            let failure = tracked.failure.take();
-            let out = match (out, failure) {
-                (Ok(out), None) => out,
-                (Err(e), _) | (Ok(_), Some(e)) => {
-                    if e.kind() == StoreErrorKind::Conflict && attempt < MAX_ATTEMPTS {
-                        attempt += 1;
-                        continue;
-                    }
-                    return Err(e.into());
+            let out = f(&mut tracked);
+            if let Some(e) = tracked.failure.take() {
+                // The store failed under `f`: its error is the answer (the
+                // operation answered with it too), and nothing commits.
+                if e.kind() == StoreErrorKind::Conflict && attempt < MAX_ATTEMPTS {
+                    attempt += 1;
+                    continue;
                 }
-            };
+                return Err(e.into());
+            }
             if tracked.dirty {
                 match tracked.inner.commit() {
                     Ok(()) => {}
@@ -134,16 +132,26 @@ impl<S: Store> Engine<S> {
         }
     }
 
+    /// [`Engine::run_write`] of one operation body, applied with
+    /// [`Engine::within`].
+    pub(crate) fn transact<T, E: From<StoreError>>(
+        &self,
+        mut f: impl FnMut(&mut Txn<'_, Tracked<S::Write<'_>>>) -> Result<T, E>,
+    ) -> Result<T, E> {
+        self.run_write(|txn| Self::within(txn, &mut f))
+    }
+
     /// Applies one operation body to `txn`, a transaction someone else
     /// owns, atomically: a savepoint first, and if the store fails under
     /// `f` a rollback to it, so the failed operation leaves nothing in
     /// `txn`; the answer is then the store's error, even where `f` went on
     /// or swallowed it. A decided answer (success or refusal) keeps what
-    /// `f` wrote.
-    pub(crate) fn apply<W: WriteTransaction, T, E: From<StoreError>>(
+    /// `f` wrote. If the rollback itself fails, that failure is the answer
+    /// and `txn` is lost: its owner must drop it, not commit it.
+    pub(crate) fn within<W: WriteTransaction, T, E: From<StoreError>>(
         txn: &mut W,
         f: impl FnOnce(&mut Txn<'_, W>) -> Result<T, E>,
-    ) -> Result<Result<T, E>, StoreError> {
+    ) -> Result<T, E> {
         let mark = txn.savepoint()?;
         let (out, failure) = {
             let mut t = Txn::new(txn);
@@ -151,10 +159,10 @@ impl<S: Store> Engine<S> {
             (out, t.failure.take())
         };
         match failure {
-            None => Ok(out),
+            None => out,
             Some(e) => {
                 txn.rollback_to(mark)?;
-                Err(e)
+                Err(e.into())
             }
         }
     }
