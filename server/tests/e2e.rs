@@ -568,6 +568,51 @@ async fn refresh_tokens_rotate_and_reuse_revokes_the_grant() {
     assert_eq!(error_of(r).await, "invalid_grant");
 }
 
+/// The JSON of one segment of a JWT, as anyone who sees the token reads it.
+fn jwt_segment(jwt: &str, i: usize) -> Value {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let (mut bits, mut n, mut out) = (0u32, 0u32, Vec::new());
+    for c in jwt.split('.').nth(i).unwrap().bytes() {
+        let v = A.iter().position(|a| *a == c).unwrap() as u32;
+        (bits, n) = (bits << 6 | v, n + 6);
+        if n >= 8 {
+            n -= 8;
+            out.push((bits >> n) as u8);
+            bits &= (1 << n) - 1;
+        }
+    }
+    serde_json::from_slice(&out).unwrap()
+}
+
+/// Issue 9, item 1: a refresh token assembled from what an access token
+/// shows (`gid`, `client_id`, `kid`) plus a made-up tag is an invalid token
+/// at `/revoke` (RFC 7009 §2.2: 200, nothing changed).
+#[tokio::test]
+async fn a_forged_refresh_token_at_revoke_logs_nobody_out() {
+    let s = Server::start(&[]).await;
+    let login = s.login("alice", "skills:read").await;
+    let (head, claims) = (jwt_segment(&login.access, 0), jwt_segment(&login.access, 1));
+    let forged = format!(
+        "prt1.{}.1.{}.{}",
+        claims["gid"].as_str().unwrap(),
+        base64url(&[0x5a; 32]),
+        head["kid"].as_str().unwrap()
+    );
+    let client_id = claims["client_id"].as_str().unwrap();
+    assert_eq!(client_id, login.client_id);
+    let r = s
+        .post_form(
+            "/revoke",
+            None,
+            &[("token", &forged), ("client_id", client_id)],
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(s.mcp(Some(&login.access)).await.status(), StatusCode::OK);
+    let r = s.refresh(&login.client_id, &login.refresh).await;
+    assert_eq!(r.status(), StatusCode::OK, "the real token still rotates");
+}
+
 #[tokio::test]
 async fn the_resource_answers_with_the_cores_challenges() {
     let s = Server::start(&[]).await;
