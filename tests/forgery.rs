@@ -10,6 +10,7 @@ use std::ops::Bound;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use portcullis::form::encode_pairs;
+use portcullis::header::HeaderField;
 use portcullis::store::{Entry, MemoryStore, ReadTransaction, Store, Table};
 use portcullis::token::{TokenError, TokenResponse};
 use proptest::prelude::*;
@@ -20,7 +21,7 @@ use crate::oauth::World;
 use crate::on_every_store;
 
 /// Every entry of every table, in key order: the store's bytes.
-fn image<S: Store>(store: &S) -> Vec<(&'static str, Vec<Entry>)> {
+pub(crate) fn image<S: Store>(store: &S) -> Vec<(&'static str, Vec<Entry>)> {
     let txn = store.begin_read().unwrap();
     Table::ALL
         .iter()
@@ -75,8 +76,12 @@ fn a_forged_refresh_token_revokes_nothing<S: Store>(store: &S) {
     for (generation, seed) in [(1, 1), (1, 2), (2, 3), (u32::MAX, 4)] {
         let forged = forge(&gid, generation, &kid, seed);
         assert_eq!(
-            w.engine
-                .revoke_token(&w.site, &revoke_body(&forged, &client_id), None, w.now),
+            w.engine.revoke_token(
+                &w.site,
+                &revoke_body(&forged, &client_id),
+                HeaderField::ABSENT,
+                w.now
+            ),
             Ok(()),
             "RFC 7009 §2.2: an invalid token is answered 200"
         );
@@ -104,11 +109,20 @@ fn an_authentic_older_token_revokes_its_grant<S: Store>(store: &S) {
     let current = w.refresh(&old).unwrap();
     let before = image(w.engine.store());
     let body = revoke_body(&old, "someone-else");
-    assert!(w.engine.revoke_token(&w.site, &body, None, w.now).is_err());
+    assert!(
+        w.engine
+            .revoke_token(&w.site, &body, HeaderField::ABSENT, w.now)
+            .is_err()
+    );
     assert!(image(w.engine.store()) == before);
     let client_id = w.client_id.clone();
     w.engine
-        .revoke_token(&w.site, &revoke_body(&old, &client_id), None, w.now)
+        .revoke_token(
+            &w.site,
+            &revoke_body(&old, &client_id),
+            HeaderField::ABSENT,
+            w.now,
+        )
         .unwrap();
     assert!(w.bearer(&current, "skills:read").is_err());
 }
@@ -181,7 +195,11 @@ fn mutated_tokens_change_nothing<S: Store>(store: &S, edits: &[(usize, Edit)]) {
     let client_id = w.client_id.clone();
     let before = image(w.engine.store());
     let body = revoke_body(&mutated, &client_id);
-    assert_eq!(w.engine.revoke_token(&w.site, &body, None, w.now), Ok(()));
+    assert_eq!(
+        w.engine
+            .revoke_token(&w.site, &body, HeaderField::ABSENT, w.now),
+        Ok(())
+    );
     assert!(image(w.engine.store()) == before, "revocation wrote");
     assert!(w.refresh(&mutated).is_err());
     assert!(

@@ -14,6 +14,7 @@ use crate::client::{self, GrantType, RegisteredClient, RegistrationError};
 use crate::error::{ErrorCode, WireError};
 use crate::form::Form;
 use crate::grant::{Grant, GrantId, RefreshTokenParts, RefreshVerdict, RevocationReason};
+use crate::header::{HeaderError, HeaderField};
 use crate::http::HttpResponse;
 use crate::jwt::{Claims, TokenType};
 use crate::pkce::{CodeVerifier, PkceError};
@@ -207,17 +208,20 @@ impl<S: Store> Engine<S> {
     }
 
     /// The token endpoint: `body` is the raw `application/x-www-form-urlencoded`
-    /// request body, `authorization` the `Authorization` header if any.
+    /// request body, `authorization` every `Authorization` value the request
+    /// carried (a repeated field is refused first, `invalid_request`: the
+    /// request is ambiguous whichever value would authenticate).
     /// One write transaction; see [`TokenError::to_response`] for the answer
     /// on failure.
     pub fn token<R: CryptoRng + ?Sized>(
         &self,
         site_id: &SiteId,
         body: &str,
-        authorization: Option<&str>,
+        authorization: HeaderField<'_>,
         rng: &mut R,
         now: Timestamp,
     ) -> Result<TokenResponse, TokenError> {
+        authorization.value().map_err(TokenError::authorization)?;
         let form = Form::parse(body, token::MAX_BODY_LEN).map_err(TokenError::Malformed)?;
         let grant_type = form
             .get("grant_type")
@@ -518,17 +522,23 @@ impl<S: Store> Engine<S> {
     /// of an **older** generation, presented by the client it was issued to,
     /// revokes too: the client proves it held the grant, and presenting a
     /// spent token at the token endpoint would revoke the grant anyway.
+    ///
+    /// `authorization` is every `Authorization` value the request carried; a
+    /// repeated field is refused first ([`RevokeError::Header`]).
     pub fn revoke_token(
         &self,
         site_id: &SiteId,
         body: &str,
-        authorization: Option<&str>,
+        authorization: HeaderField<'_>,
         now: Timestamp,
     ) -> Result<(), RevokeError> {
+        authorization.value().map_err(RevokeError::authorization)?;
         let form = Form::parse(body, token::MAX_BODY_LEN).map_err(|_| RevokeError::Malformed)?;
         let token = form.get("token").ok_or(RevokeError::Malformed)?;
-        let credentials = ClientCredentials::read(&form, authorization)
-            .map_err(|_| RevokeError::InvalidClient)?;
+        let credentials = ClientCredentials::read(&form, authorization).map_err(|e| match e {
+            TokenError::Header { field, error } => RevokeError::Header { field, error },
+            _ => RevokeError::InvalidClient,
+        })?;
         let client_id = self
             .authenticate_client(&credentials, None)
             .map_err(|_| RevokeError::InvalidClient)?;
@@ -597,10 +607,29 @@ pub enum RevokeError {
     },
     /// No `token`, or a malformed body.
     Malformed,
+    /// A header field the endpoint reads came more than once (an ambiguous
+    /// request, RFC 9110 §5.3) or is not text: `invalid_request`.
+    Header {
+        /// The field's name.
+        field: &'static str,
+        /// What is wrong with it.
+        error: HeaderError,
+    },
     /// Client authentication failed.
     InvalidClient,
     /// The store failed; nothing changed.
     Store(StoreError),
+}
+
+impl RevokeError {
+    /// The `Authorization` field is repeated or not text.
+    #[must_use]
+    pub fn authorization(error: HeaderError) -> Self {
+        Self::Header {
+            field: "Authorization",
+            error,
+        }
+    }
 }
 
 impl From<StoreError> for RevokeError {
@@ -616,6 +645,7 @@ impl fmt::Display for RevokeError {
                 "external agents are switched off for this site; retry later"
             }
             Self::Malformed => "token is required",
+            Self::Header { field, error } => return write!(f, "the {field} header {error}"),
             Self::InvalidClient => "client authentication failed",
             Self::Store(_) => "temporary server error",
         })
@@ -626,7 +656,7 @@ impl WireError for RevokeError {
     fn code(&self) -> ErrorCode {
         match self {
             Self::Unavailable { .. } => ErrorCode::TemporarilyUnavailable,
-            Self::Malformed => ErrorCode::InvalidRequest,
+            Self::Malformed | Self::Header { .. } => ErrorCode::InvalidRequest,
             Self::InvalidClient => ErrorCode::InvalidClient,
             Self::Store(_) => ErrorCode::ServerError,
         }
