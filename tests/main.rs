@@ -13,6 +13,7 @@ mod support;
 
 mod alloc_counter;
 mod clients;
+mod forgery;
 mod jwt;
 mod ledger;
 mod ledger_model;
