@@ -18,6 +18,7 @@ use std::hint::black_box;
 use criterion::{Criterion, criterion_group, criterion_main};
 use hmac::{KeyInit, Mac};
 use portcullis::form::encode_pairs;
+use portcullis::header::HeaderField;
 use portcullis::jwt::{Claims, Keyring, SigningKey, TokenType, Validation};
 use portcullis::pkce::{CodeChallenge, CodeVerifier};
 use portcullis::redirect::SafePath;
@@ -185,7 +186,9 @@ fn engine_with_grant() -> (Engine<MemoryStore>, SiteId, String, String, String) 
         ("code_verifier", VERIFIER),
         ("client_id", client.client_id.as_str()),
     ]);
-    let tokens = engine.token(&site, &body, None, &mut rng, now).unwrap();
+    let tokens = engine
+        .token(&site, &body, HeaderField::ABSENT, &mut rng, now)
+        .unwrap();
     (
         engine,
         site,
@@ -214,7 +217,7 @@ fn engine(c: &mut Criterion) {
     g.bench_function("verify_bearer_with_grant_check", |b| {
         b.iter(|| {
             engine
-                .verify_bearer(&site, Some(black_box(&header)), &required, now)
+                .verify_bearer(&site, HeaderField::one(black_box(&header)), &required, now)
                 .unwrap()
         });
     });
@@ -227,7 +230,9 @@ fn engine(c: &mut Criterion) {
                 ("refresh_token", current.as_str()),
                 ("client_id", client_id.as_str()),
             ]);
-            let t = engine.token(&site, &body, None, &mut rng, now).unwrap();
+            let t = engine
+                .token(&site, &body, HeaderField::ABSENT, &mut rng, now)
+                .unwrap();
             current = t.refresh_token.expose_secret().to_string();
         });
     });

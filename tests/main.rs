@@ -14,6 +14,7 @@ mod support;
 mod alloc_counter;
 mod clients;
 mod failing_store;
+mod forgery;
 mod jwt;
 mod ledger;
 mod ledger_model;

@@ -5,8 +5,10 @@ use std::time::Duration;
 
 use portcullis::authorize::AuthorizeAnswer;
 use portcullis::engine::BearerRejection;
+use portcullis::engine::RevokeError;
 use portcullis::form::{Form, encode_pairs};
 use portcullis::grant::GrantStatus;
+use portcullis::header::{HeaderError, HeaderField};
 use portcullis::jwt::{Keyring, SigningKey};
 use portcullis::pkce::{CodeChallenge, CodeVerifier};
 use portcullis::scope::ScopeSet;
@@ -132,8 +134,13 @@ impl<S: Store> World<S> {
 
     pub(crate) fn token(&mut self, pairs: &[(&str, &str)]) -> Result<TokenResponse, TokenError> {
         let body = encode_pairs(pairs.iter().copied());
-        self.engine
-            .token(&self.site, &body, None, &mut self.rng, self.now)
+        self.engine.token(
+            &self.site,
+            &body,
+            HeaderField::ABSENT,
+            &mut self.rng,
+            self.now,
+        )
     }
 
     pub(crate) fn exchange(
@@ -178,7 +185,7 @@ impl<S: Store> World<S> {
         let header = format!("Bearer {}", token.access_token.expose_secret());
         self.engine.verify_bearer(
             &self.site,
-            Some(&header),
+            HeaderField::one(&header),
             &ScopeSet::parse(scope).unwrap(),
             self.now,
         )
@@ -763,7 +770,7 @@ fn bearer_challenges<S: Store>(store: &S) {
         .engine
         .verify_bearer(
             &w.site,
-            None,
+            HeaderField::ABSENT,
             &ScopeSet::parse("skills:read").unwrap(),
             w.now,
         )
@@ -779,7 +786,12 @@ fn bearer_challenges<S: Store>(store: &S) {
     assert!(!c.www_authenticate.contains("error="));
     let bad = w
         .engine
-        .verify_bearer(&w.site, Some("Bearer abc"), &ScopeSet::new(), w.now)
+        .verify_bearer(
+            &w.site,
+            HeaderField::one("Bearer abc"),
+            &ScopeSet::new(),
+            w.now,
+        )
         .unwrap_err();
     assert!(
         matches!(bad, BearerRejection::Challenge(ref c) if c.www_authenticate.contains("error=\"invalid_token\""))
@@ -801,10 +813,86 @@ fn bearer_challenges<S: Store>(store: &S) {
     let lower = format!("bearer {}", t.access_token.expose_secret());
     assert!(
         w.engine
-            .verify_bearer(&w.site, Some(&lower), &ScopeSet::new(), w.now)
+            .verify_bearer(&w.site, HeaderField::one(&lower), &ScopeSet::new(), w.now)
             .is_ok()
     );
 }
+
+/// Two `Authorization` fields make a request ambiguous: every endpoint
+/// refuses it with `invalid_request` whichever value is the valid one, and
+/// nothing changes.
+fn repeated_authorization_fields_are_refused<S: Store>(store: &S) {
+    let mut w = World::new(store);
+    let t = w.login();
+    let good = format!("Bearer {}", t.access_token.expose_secret());
+    let read = ScopeSet::parse("skills:read").unwrap();
+    let pairs = [
+        [good.as_str(), "Bearer garbage"],
+        ["Bearer garbage", good.as_str()],
+        [good.as_str(), good.as_str()],
+    ];
+    for pair in pairs {
+        let field = HeaderField::new(pair.map(str::as_bytes));
+        for rejection in [
+            w.engine
+                .verify_bearer(&w.site, field, &read, w.now)
+                .unwrap_err(),
+            w.engine
+                .verify_agent_token(&w.site, field, &read, w.now)
+                .unwrap_err(),
+        ] {
+            assert_eq!(rejection.code(), ErrorCode::InvalidRequest);
+            let r = rejection.to_response();
+            assert_eq!(r.status, 400);
+            let challenge = r.header("www-authenticate").unwrap();
+            assert!(
+                challenge.starts_with(r#"Bearer error="invalid_request""#),
+                "{challenge}"
+            );
+            assert!(challenge.contains("resource_metadata="), "{challenge}");
+        }
+    }
+    assert!(w.bearer(&t, "skills:read").is_ok(), "one field still works");
+
+    let before = crate::forgery::image(w.engine.store());
+    let client_id = w.client_id.clone();
+    let refresh = refresh_of(&t);
+    let body = encode_pairs([
+        ("grant_type", "refresh_token"),
+        ("refresh_token", refresh.as_str()),
+        ("client_id", client_id.as_str()),
+    ]);
+    let basic = "Basic YzpzZWNyZXQ=";
+    for pair in [[basic, ""], ["", basic], [basic, basic]] {
+        let field = HeaderField::new(pair.map(str::as_bytes));
+        let e = w
+            .engine
+            .token(&w.site, &body, field, &mut w.rng, w.now)
+            .unwrap_err();
+        assert_eq!(e, TokenError::authorization(HeaderError::Repeated));
+        let r = e.to_response(true);
+        assert_eq!(r.status, 400);
+        assert!(
+            r.body.contains(r#""error":"invalid_request""#),
+            "{}",
+            r.body
+        );
+        let revoke = encode_pairs([("token", refresh.as_str()), ("client_id", &client_id)]);
+        let e = w
+            .engine
+            .revoke_token(&w.site, &revoke, field, w.now)
+            .unwrap_err();
+        assert_eq!(e, RevokeError::authorization(HeaderError::Repeated));
+        assert_eq!(e.to_response(true).status, 400);
+    }
+    assert!(
+        crate::forgery::image(w.engine.store()) == before,
+        "nothing changed"
+    );
+    assert!(w.refresh(&refresh).is_ok(), "the token was not spent");
+}
+
+on_every_store!(repeated_authorization_fields_are_refused);
 
 fn revocation_endpoint_and_grant_management<S: Store>(store: &S) {
     let mut w = World::new(store);
@@ -832,7 +920,11 @@ fn revocation_endpoint_and_grant_management<S: Store>(store: &S) {
     // RFC 7009: unknown tokens are 200, another client's token is a no-op.
     let client_id = w.client_id.clone();
     let body = encode_pairs([("token", "garbage"), ("client_id", client_id.as_str())]);
-    assert!(w.engine.revoke_token(&w.site, &body, None, w.now).is_ok());
+    assert!(
+        w.engine
+            .revoke_token(&w.site, &body, HeaderField::ABSENT, w.now)
+            .is_ok()
+    );
     let other = w
         .engine
         .register_client(
@@ -844,20 +936,28 @@ fn revocation_endpoint_and_grant_management<S: Store>(store: &S) {
         ("token", refresh_of(&a).as_str()),
         ("client_id", other.client_id.as_str()),
     ]);
-    assert!(w.engine.revoke_token(&w.site, &body, None, w.now).is_ok());
+    assert!(
+        w.engine
+            .revoke_token(&w.site, &body, HeaderField::ABSENT, w.now)
+            .is_ok()
+    );
     assert!(w.bearer(&a, "skills:read").is_ok());
     let body = encode_pairs([
         ("token", refresh_of(&a).as_str()),
         ("client_id", client_id.as_str()),
     ]);
-    w.engine.revoke_token(&w.site, &body, None, w.now).unwrap();
+    w.engine
+        .revoke_token(&w.site, &body, HeaderField::ABSENT, w.now)
+        .unwrap();
     assert!(w.bearer(&a, "skills:read").is_err());
     // Revoking by access token revokes its grant too.
     let body = encode_pairs([
         ("token", b.access_token.expose_secret()),
         ("client_id", client_id.as_str()),
     ]);
-    w.engine.revoke_token(&w.site, &body, None, w.now).unwrap();
+    w.engine
+        .revoke_token(&w.site, &body, HeaderField::ABSENT, w.now)
+        .unwrap();
     assert!(w.bearer(&b, "skills:read").is_err());
     let statuses: Vec<GrantStatus> = w
         .engine
@@ -973,7 +1073,7 @@ fn racing_refreshes<S: Store + Sync>(store: &S, window: bool) {
                     s.spawn(move || {
                         let mut rng = crate::support::rng(round * 2 + i);
                         barrier.wait();
-                        engine.token(site, body, None, &mut rng, now)
+                        engine.token(site, body, HeaderField::ABSENT, &mut rng, now)
                     })
                 })
                 .collect();
@@ -1090,7 +1190,7 @@ fn agent_tokens_are_minted_listed_and_revoked_by_jti<S: Store>(store: &S) {
     let read = ScopeSet::parse("skills:read").unwrap();
     let p = w
         .engine
-        .verify_agent_token(&w.site, Some(&header), &read, w.now)
+        .verify_agent_token(&w.site, HeaderField::one(&header), &read, w.now)
         .unwrap();
     assert_eq!(
         (p.subject.as_str(), p.org_domain.as_deref(), p.jti.as_str()),
@@ -1099,12 +1199,12 @@ fn agent_tokens_are_minted_listed_and_revoked_by_jti<S: Store>(store: &S) {
     // Scoped: a write needs a scope the token lacks.
     let write = ScopeSet::parse("skills:write").unwrap();
     assert!(
-        matches!(w.engine.verify_agent_token(&w.site, Some(&header), &write, w.now), Err(BearerRejection::Challenge(c)) if c.status == 403)
+        matches!(w.engine.verify_agent_token(&w.site, HeaderField::one(&header), &write, w.now), Err(BearerRejection::Challenge(c)) if c.status == 403)
     );
     // An agent token is not an access token, and the reverse.
     assert!(
         w.engine
-            .verify_bearer(&w.site, Some(&header), &read, w.now)
+            .verify_bearer(&w.site, HeaderField::one(&header), &read, w.now)
             .is_err()
     );
     let (second, _) = w
@@ -1131,20 +1231,20 @@ fn agent_tokens_are_minted_listed_and_revoked_by_jti<S: Store>(store: &S) {
     );
     assert!(
         w.engine
-            .verify_agent_token(&w.site, Some(&header), &read, w.now)
+            .verify_agent_token(&w.site, HeaderField::one(&header), &read, w.now)
             .is_err()
     );
     let header2 = format!("Bearer {}", second.expose_secret());
     assert!(
         w.engine
-            .verify_agent_token(&w.site, Some(&header2), &read, w.now)
+            .verify_agent_token(&w.site, HeaderField::one(&header2), &read, w.now)
             .is_ok()
     );
     // Expiring.
     w.advance(30 * DAY + 10);
     assert!(
         w.engine
-            .verify_agent_token(&w.site, Some(&header2), &read, w.now)
+            .verify_agent_token(&w.site, HeaderField::one(&header2), &read, w.now)
             .is_err()
     );
     let mut bad = request;
@@ -1231,3 +1331,19 @@ fn a_user_revokes_only_their_own_grants<S: Store>(store: &S) {
 }
 
 on_every_store!(a_user_revokes_only_their_own_grants);
+
+/// The bearer check's header step stays off the allocator: reading every
+/// value and deciding "exactly one" costs a scan, nothing more.
+#[test]
+fn reading_the_authorization_field_does_not_allocate() {
+    use portcullis::bearer::{BearerError, parse_authorization};
+
+    use crate::alloc_counter::allocations_in;
+
+    let header = format!("Bearer {}", "a".repeat(600));
+    let values = [header.as_bytes(), b"Bearer other"];
+    let (one, n) = allocations_in(|| parse_authorization(HeaderField::new([values[0]])));
+    assert_eq!((one.map(|t| t.map(str::len)), n), (Ok(Some(600)), 0));
+    let (two, n) = allocations_in(|| parse_authorization(HeaderField::new(values)));
+    assert_eq!((two, n), (Err(BearerError::Repeated), 0));
+}

@@ -38,6 +38,11 @@ pub(crate) fn memory() -> MemoryStore {
     MemoryStore::new()
 }
 
+/// The memory store on its `no_std` spin lock, as firmware runs it.
+pub(crate) fn spin_memory() -> portcullis_store_memory::SpinMemoryStore {
+    portcullis_store_memory::SpinMemoryStore::new()
+}
+
 /// Runs a generic scenario `fn name<S: Store>(store: &S)` on every store, as
 /// one test per store: `on_every_store!(scenario_a, scenario_b);`.
 #[macro_export]
@@ -48,6 +53,11 @@ macro_rules! on_every_store {
                 #[test]
                 fn memory() {
                     super::$scenario(&$crate::support::memory());
+                }
+
+                #[test]
+                fn spin_memory() {
+                    super::$scenario(&$crate::support::spin_memory());
                 }
 
                 #[test]

@@ -5,22 +5,30 @@
 //!
 //! Only the header method is accepted: a token in a query string ends up in
 //! logs and `Referer` headers, and OAuth 2.1 §5.2 drops it; the form-body
-//! method is not offered either.
+//! method is not offered either. The header is read from a [`HeaderField`]
+//! holding every value the request carried: two `Authorization` fields are
+//! an ambiguous request, refused with `400 invalid_request` (RFC 6750 §3.1)
+//! rather than guessed at.
 
 use alloc::string::String;
 use core::fmt;
 
 use crate::error::{ErrorCode, WireError};
+use crate::header::{HeaderError, HeaderField};
 use crate::scope::ScopeSet;
 
 /// Longest `Authorization` header read.
 pub const MAX_AUTHORIZATION_LEN: usize = 8 * 1024 + 16;
 
-/// Extracts the token from an `Authorization: Bearer …` header value.
-/// `Ok(None)` means no credentials were sent (no header).
-pub fn parse_authorization(header: Option<&str>) -> Result<Option<&str>, BearerError> {
-    let Some(header) = header else {
-        return Ok(None);
+/// Extracts the token from the `Authorization: Bearer …` field.
+/// `Ok(None)` means no credentials were sent (no field); a repeated field is
+/// [`BearerError::Repeated`].
+pub fn parse_authorization(header: HeaderField<'_>) -> Result<Option<&str>, BearerError> {
+    let header = match header.value() {
+        Ok(Some(header)) => header,
+        Ok(None) => return Ok(None),
+        Err(HeaderError::Repeated) => return Err(BearerError::Repeated),
+        Err(_) => return Err(BearerError::Malformed),
     };
     if header.len() > MAX_AUTHORIZATION_LEN {
         return Err(BearerError::Malformed);
@@ -68,6 +76,9 @@ pub enum BearerError {
     WrongScheme,
     /// The token was sent in the query string.
     TokenInQuery,
+    /// The `Authorization` field came more than once: an ambiguous request
+    /// (RFC 9110 §5.3), `invalid_request`.
+    Repeated,
 }
 
 impl fmt::Display for BearerError {
@@ -76,6 +87,7 @@ impl fmt::Display for BearerError {
             Self::Malformed => "Authorization header is not a bearer token",
             Self::WrongScheme => "Authorization scheme must be Bearer",
             Self::TokenInQuery => "access tokens are accepted only in the Authorization header",
+            Self::Repeated => "the Authorization header was sent more than once",
         })
     }
 }
@@ -83,7 +95,7 @@ impl fmt::Display for BearerError {
 impl WireError for BearerError {
     fn code(&self) -> ErrorCode {
         match self {
-            Self::TokenInQuery => ErrorCode::InvalidRequest,
+            Self::TokenInQuery | Self::Repeated => ErrorCode::InvalidRequest,
             _ => ErrorCode::InvalidToken,
         }
     }
@@ -125,16 +137,32 @@ impl Challenge {
     /// `invalid_token`.
     #[must_use]
     pub fn invalid_token(resource_metadata: &str, description: &str) -> Self {
+        Self::error(401, ErrorCode::InvalidToken, resource_metadata, description)
+    }
+
+    /// The request is malformed — a repeated `Authorization` field: 400
+    /// `invalid_request` (RFC 6750 §3.1).
+    #[must_use]
+    pub fn invalid_request(resource_metadata: &str, description: &str) -> Self {
+        Self::error(
+            400,
+            ErrorCode::InvalidRequest,
+            resource_metadata,
+            description,
+        )
+    }
+
+    fn error(status: u16, code: ErrorCode, resource_metadata: &str, description: &str) -> Self {
         let mut v = String::from("Bearer ");
-        param(&mut v, "error", "invalid_token");
+        param(&mut v, "error", code.as_str());
         v.push_str(", ");
         param(&mut v, "error_description", description);
         v.push_str(", ");
         param(&mut v, "resource_metadata", resource_metadata);
         Self {
-            status: 401,
+            status,
             www_authenticate: v,
-            error: Some(ErrorCode::InvalidToken),
+            error: Some(code),
         }
     }
 
@@ -178,33 +206,17 @@ mod tests {
 
     #[test]
     fn header_parsing() {
-        assert_eq!(parse_authorization(None), Ok(None));
+        let one = |v| parse_authorization(HeaderField::one(v));
+        assert_eq!(parse_authorization(HeaderField::ABSENT), Ok(None));
+        assert_eq!(one("Bearer abc.def"), Ok(Some("abc.def")));
+        assert_eq!(one("bEaReR  abc=="), Ok(Some("abc==")));
+        assert_eq!(one("Basic abc"), Err(BearerError::WrongScheme));
+        assert_eq!(one("Bearer"), Err(BearerError::Malformed));
+        assert_eq!(one("Bearer "), Err(BearerError::Malformed));
+        assert_eq!(one("Bearer a b"), Err(BearerError::Malformed));
+        assert_eq!(one("Bearer =abc"), Err(BearerError::Malformed));
         assert_eq!(
-            parse_authorization(Some("Bearer abc.def")),
-            Ok(Some("abc.def"))
-        );
-        assert_eq!(
-            parse_authorization(Some("bEaReR  abc==")),
-            Ok(Some("abc=="))
-        );
-        assert_eq!(
-            parse_authorization(Some("Basic abc")),
-            Err(BearerError::WrongScheme)
-        );
-        assert_eq!(
-            parse_authorization(Some("Bearer")),
-            Err(BearerError::Malformed)
-        );
-        assert_eq!(
-            parse_authorization(Some("Bearer ")),
-            Err(BearerError::Malformed)
-        );
-        assert_eq!(
-            parse_authorization(Some("Bearer a b")),
-            Err(BearerError::Malformed)
-        );
-        assert_eq!(
-            parse_authorization(Some("Bearer =abc")),
+            parse_authorization(HeaderField::new([&b"Bearer \xff"[..]])),
             Err(BearerError::Malformed)
         );
         assert_eq!(
@@ -212,6 +224,27 @@ mod tests {
             Err(BearerError::TokenInQuery)
         );
         assert_eq!(refuse_query_token(Some("x_access_token=1")), Ok(()));
+    }
+
+    #[test]
+    fn a_repeated_field_is_refused_whichever_value_is_valid() {
+        for values in [
+            [&b"Bearer abc"[..], b"Bearer abc"],
+            [b"Bearer abc", b"garbage"],
+            [b"garbage", b"Bearer abc"],
+        ] {
+            let e = parse_authorization(HeaderField::new(values)).unwrap_err();
+            assert_eq!(e, BearerError::Repeated);
+            assert_eq!(e.code(), ErrorCode::InvalidRequest);
+        }
+        let c = Challenge::invalid_request("https://a.example/md", "twice");
+        assert_eq!((c.status, c.error), (400, Some(ErrorCode::InvalidRequest)));
+        assert!(
+            c.www_authenticate
+                .starts_with(r#"Bearer error="invalid_request", error_description="twice""#),
+            "{}",
+            c.www_authenticate
+        );
     }
 
     #[test]

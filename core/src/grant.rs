@@ -19,6 +19,12 @@
 //!   which answers with the very same successor);
 //! * an **invalid** tag revokes nothing, so a forger cannot log anyone out.
 //!
+//! The grant id is no secret (every access token carries it as `gid`), so
+//! naming a grant proves nothing: every path that acts on a presented token
+//! (the token endpoint, RFC 7009 revocation) first checks
+//! [`RefreshTokenParts::authenticates`], and a token that fails it changes
+//! nothing anywhere.
+//!
 //! Reuse and unknown tokens answer with the same `invalid_grant`, so the
 //! answer is no oracle for which tokens once existed.
 //!
@@ -388,6 +394,23 @@ impl<'a> RefreshTokenParts<'a> {
     pub fn key<'k>(&self, keyring: &'k Keyring) -> Option<&'k SigningKey> {
         keyring.verifying_key(self.kid).ok()
     }
+
+    /// Whether the token is authentic for `grant`, the record it names: the
+    /// grant ids agree, the named key still verifies, the generation is one
+    /// the grant has reached, and the tag over (grant id, generation,
+    /// per-grant salt) matches in constant time. Only an authentic token may
+    /// change anything: a token that names a grant is no proof of holding
+    /// it, since the grant id is visible in every access token.
+    #[must_use]
+    pub fn authenticates(&self, keyring: &Keyring, grant: &Grant) -> bool {
+        let Some(key) = self.key(keyring) else {
+            return false;
+        };
+        // The MAC is computed whatever the other checks say, so the time
+        // taken does not tell a forger how far the token got.
+        let tag = grant.tag_matches(key, self.generation, &self.tag);
+        tag && grant.id == self.grant && self.generation <= grant.generation
+    }
 }
 
 #[cfg(test)]
@@ -433,6 +456,22 @@ mod tests {
         );
         assert!(grant.tag_matches(&key, 1, &parts.tag));
         assert!(!grant.tag_matches(&key, 2, &parts.tag));
+        let mut keyring = Keyring::new();
+        keyring.insert("k1", key.clone()).unwrap();
+        assert!(parts.authenticates(&keyring, &grant));
+        let mut other = grant.clone();
+        other.salt = [8; 16];
+        assert!(!parts.authenticates(&keyring, &other), "another salt");
+        assert!(!parts.authenticates(&Keyring::new(), &grant), "unknown kid");
+        let mut ahead = parts;
+        (ahead.generation, ahead.tag) = (2, grant.tag(&key, 2));
+        assert!(
+            !ahead.authenticates(&keyring, &grant),
+            "a future generation"
+        );
+        let mut forged = parts;
+        forged.tag[0] ^= 1;
+        assert!(!forged.authenticates(&keyring, &grant), "a forged tag");
         assert!(!grant.tag_matches(&SigningKey::from_bytes(&[4; 32]).unwrap(), 1, &parts.tag));
         for bad in [
             "",

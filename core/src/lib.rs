@@ -26,6 +26,7 @@
 //! | [`scope`] | scope sets (RFC 6749 §3.3) |
 //! | [`form`] | strict `application/x-www-form-urlencoded` parsing |
 //! | [`http`] | [`http::HttpResponse`]: the answer an adapter copies out |
+//! | [`header`] | [`header::HeaderField`]: every value of a request header the core reads, so a repeated one is refused |
 //! | [`site`] | sites: issuer, resource, scopes, off switch, key epoch |
 //! | [`client`] | clients: redirect-URI policy, stateless registration (RFC 7591), metadata documents |
 //! | [`authorize`] | the authorization endpoint, consent data, codes (RFC 6749 §4.1, RFC 9207) |
@@ -94,6 +95,7 @@ pub mod form;
 pub mod fuzzing;
 pub mod gateway;
 pub mod grant;
+pub mod header;
 pub mod http;
 pub mod jwt;
 pub mod ledger;

@@ -13,6 +13,7 @@ use serde::Serialize;
 
 use crate::error::{ErrorCode, WireError};
 use crate::form::{self, Form, FormError};
+use crate::header::{HeaderError, HeaderField};
 use crate::http::HttpResponse;
 use crate::pkce::PkceError;
 use crate::scope::ScopeSet;
@@ -44,11 +45,14 @@ impl fmt::Debug for ClientCredentials<'_> {
 }
 
 impl<'a> ClientCredentials<'a> {
-    /// Reads the credentials from the `Authorization` header and the form.
-    /// Exactly one method may be used: a secret in the body
-    /// (`client_secret_post`) is refused, and a body `client_id` next to a
-    /// Basic header must name the same client.
-    pub fn read(form: &Form<'a>, authorization: Option<&'a str>) -> Result<Self, TokenError> {
+    /// Reads the credentials from every `Authorization` value the request
+    /// carried and the form. A repeated field is ambiguous and refused
+    /// ([`TokenError::Header`], `invalid_request`) whichever of its values
+    /// would authenticate. Exactly one method may be used: a secret in the
+    /// body (`client_secret_post`) is refused, and a body `client_id` next
+    /// to a Basic header must name the same client.
+    pub fn read(form: &Form<'a>, authorization: HeaderField<'a>) -> Result<Self, TokenError> {
+        let authorization = authorization.value().map_err(TokenError::authorization)?;
         if form.get("client_secret").is_some() {
             return Err(TokenError::InvalidClient);
         }
@@ -160,6 +164,14 @@ pub enum TokenError {
     MissingParameter(&'static str),
     /// `grant_type` is not `authorization_code` or `refresh_token`.
     UnsupportedGrantType,
+    /// A header field the endpoint reads came more than once (an ambiguous
+    /// request, RFC 9110 §5.3) or is not text: `invalid_request`.
+    Header {
+        /// The field's name.
+        field: &'static str,
+        /// What is wrong with it.
+        error: HeaderError,
+    },
     /// Client authentication failed.
     InvalidClient,
     /// The client did not register this grant type.
@@ -186,6 +198,7 @@ impl fmt::Display for TokenError {
             }
             Self::Malformed(e) => write!(f, "{e}"),
             Self::MissingParameter(p) => write!(f, "{p} is required"),
+            Self::Header { field, error } => write!(f, "the {field} header {error}"),
             Self::UnsupportedGrantType => {
                 f.write_str("grant_type must be authorization_code or refresh_token")
             }
@@ -205,7 +218,9 @@ impl WireError for TokenError {
     fn code(&self) -> ErrorCode {
         match self {
             Self::Unavailable { .. } => ErrorCode::TemporarilyUnavailable,
-            Self::Malformed(_) | Self::MissingParameter(_) => ErrorCode::InvalidRequest,
+            Self::Malformed(_) | Self::MissingParameter(_) | Self::Header { .. } => {
+                ErrorCode::InvalidRequest
+            }
             Self::UnsupportedGrantType => ErrorCode::UnsupportedGrantType,
             Self::InvalidClient => ErrorCode::InvalidClient,
             Self::UnauthorizedClient => ErrorCode::UnauthorizedClient,
@@ -213,6 +228,17 @@ impl WireError for TokenError {
             Self::InvalidScope => ErrorCode::InvalidScope,
             Self::InvalidTarget => ErrorCode::InvalidTarget,
             Self::Store(_) => ErrorCode::ServerError,
+        }
+    }
+}
+
+impl TokenError {
+    /// The `Authorization` field is repeated or not text.
+    #[must_use]
+    pub fn authorization(error: HeaderError) -> Self {
+        Self::Header {
+            field: "Authorization",
+            error,
         }
     }
 }
@@ -250,23 +276,39 @@ mod tests {
     fn basic_credentials_are_form_decoded() {
         let header = alloc::format!("basic {}", STANDARD.encode("my%20client:s%3Acret"));
         let form = Form::parse("grant_type=x", 100).unwrap();
-        let c = ClientCredentials::read(&form, Some(&header)).unwrap();
+        let c = ClientCredentials::read(&form, HeaderField::one(&header)).unwrap();
         assert_eq!(c.client_id, "my client");
         assert_eq!(c.secret.as_deref(), Some("s:cret"));
         let other = Form::parse("client_id=else", 100).unwrap();
         assert_eq!(
-            ClientCredentials::read(&other, Some(&header)).unwrap_err(),
+            ClientCredentials::read(&other, HeaderField::one(&header)).unwrap_err(),
             TokenError::InvalidClient
         );
         let post = Form::parse("client_id=a&client_secret=b", 100).unwrap();
         assert_eq!(
-            ClientCredentials::read(&post, None).unwrap_err(),
+            ClientCredentials::read(&post, HeaderField::ABSENT).unwrap_err(),
             TokenError::InvalidClient
         );
         assert_eq!(
-            ClientCredentials::read(&Form::default(), None).unwrap_err(),
+            ClientCredentials::read(&Form::default(), HeaderField::ABSENT).unwrap_err(),
             TokenError::InvalidClient
         );
+    }
+
+    #[test]
+    fn repeated_basic_credentials_are_refused_in_either_order() {
+        let right = alloc::format!("Basic {}", STANDARD.encode("c:right"));
+        let wrong = alloc::format!("Basic {}", STANDARD.encode("c:wrong"));
+        let form = Form::parse("grant_type=x", 100).unwrap();
+        for pair in [[&right, &wrong], [&wrong, &right], [&right, &right]] {
+            let field = HeaderField::new(pair.map(String::as_bytes));
+            let e = ClientCredentials::read(&form, field).unwrap_err();
+            assert_eq!(e, TokenError::authorization(HeaderError::Repeated));
+            let r = e.to_response(true);
+            assert_eq!(r.status, 400);
+            assert!(r.body.contains("\"invalid_request\""), "{}", r.body);
+            assert!(r.header("www-authenticate").is_none());
+        }
     }
 
     #[test]

@@ -593,6 +593,169 @@ async fn refresh_tokens_rotate_and_reuse_revokes_the_grant() {
     assert_eq!(error_of(r).await, "invalid_grant");
 }
 
+/// The JSON of one segment of a JWT, as anyone who sees the token reads it.
+fn jwt_segment(jwt: &str, i: usize) -> Value {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let (mut bits, mut n, mut out) = (0u32, 0u32, Vec::new());
+    for c in jwt.split('.').nth(i).unwrap().bytes() {
+        let v = A.iter().position(|a| *a == c).unwrap() as u32;
+        (bits, n) = (bits << 6 | v, n + 6);
+        if n >= 8 {
+            n -= 8;
+            out.push((bits >> n) as u8);
+            bits &= (1 << n) - 1;
+        }
+    }
+    serde_json::from_slice(&out).unwrap()
+}
+
+/// Issue 9, item 1: a refresh token assembled from what an access token
+/// shows (`gid`, `client_id`, `kid`) plus a made-up tag is an invalid token
+/// at `/revoke` (RFC 7009 §2.2: 200, nothing changed).
+#[tokio::test]
+async fn a_forged_refresh_token_at_revoke_logs_nobody_out() {
+    let s = Server::start(&[]).await;
+    let login = s.login("alice", "skills:read").await;
+    let (head, claims) = (jwt_segment(&login.access, 0), jwt_segment(&login.access, 1));
+    let forged = format!(
+        "prt1.{}.1.{}.{}",
+        claims["gid"].as_str().unwrap(),
+        base64url(&[0x5a; 32]),
+        head["kid"].as_str().unwrap()
+    );
+    let client_id = claims["client_id"].as_str().unwrap();
+    assert_eq!(client_id, login.client_id);
+    let r = s
+        .post_form(
+            "/revoke",
+            None,
+            &[("token", &forged), ("client_id", client_id)],
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(s.mcp(Some(&login.access)).await.status(), StatusCode::OK);
+    let r = s.refresh(&login.client_id, &login.refresh).await;
+    assert_eq!(r.status(), StatusCode::OK, "the real token still rotates");
+}
+
+/// `Basic` credentials (RFC 6749 §2.3.1: form-encoded, then base64).
+fn basic(id: &str, secret: &str) -> String {
+    let mut pair = String::new();
+    portcullis_core::form::encode_into(id, &mut pair);
+    pair.push(':');
+    portcullis_core::form::encode_into(secret, &mut pair);
+    let mut b = base64url(pair.as_bytes())
+        .replace('-', "+")
+        .replace('_', "/");
+    while !b.len().is_multiple_of(4) {
+        b.push('=');
+    }
+    format!("Basic {b}")
+}
+
+/// Issue 9, item 3: a request with two `Authorization` headers is
+/// ambiguous and refused at the resource with RFC 6750 §3.1's
+/// `invalid_request` challenge, whichever comes first; one header still
+/// works.
+#[tokio::test]
+async fn repeated_authorization_headers_are_refused_at_the_resource() {
+    let s = Server::start(&[]).await;
+    let login = s.login("alice", "skills:read").await;
+    let good = format!("Bearer {}", login.access);
+    let resource = s.resource().await;
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "e2e", "version": "1"},
+    }})
+    .to_string();
+    for pair in [
+        [good.as_str(), "Bearer garbage"],
+        ["Bearer garbage", good.as_str()],
+        [good.as_str(), good.as_str()],
+    ] {
+        let r = s
+            .http
+            .post(&resource)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-06-18")
+            .header("authorization", pair[0])
+            .header("authorization", pair[1])
+            .body(init.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+        let challenge = header(r.headers(), WWW_AUTHENTICATE.as_str());
+        assert!(
+            challenge.starts_with("Bearer ") && challenge.contains("error=\"invalid_request\""),
+            "{challenge}"
+        );
+    }
+    assert_eq!(s.mcp(Some(&login.access)).await.status(), StatusCode::OK);
+}
+
+/// Issue 9, item 3, at the token and revocation endpoints: a confidential
+/// client's right `Basic` secret next to a wrong one, in either order, is
+/// `400 invalid_request` and consumes nothing.
+#[tokio::test]
+async fn repeated_basic_credentials_are_refused_at_token_and_revoke() {
+    let s = Server::start(&[]).await;
+    let login = s.login("alice", "skills:read").await;
+    let r = s
+        .http
+        .post(s.url("/register"))
+        .header("content-type", "application/json")
+        .body(r#"{"redirect_uris":["http://127.0.0.1/callback"],"token_endpoint_auth_method":"client_secret_basic","grant_types":["authorization_code","refresh_token"],"client_name":"Test Agent"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let client: Value = r.json().await.unwrap();
+    let id = client["client_id"].as_str().unwrap();
+    let right = basic(id, client["client_secret"].as_str().unwrap());
+    let wrong = basic(id, "not-the-secret");
+    let query = s.query(id, "skills:read").await;
+    let location = s.consent(&query, &login.cookie, "allow").await;
+    let code = param(&location, "code").unwrap();
+    let exchange = encode_pairs([
+        ("grant_type", "authorization_code"),
+        ("code", code.as_str()),
+        ("redirect_uri", REDIRECT),
+        ("code_verifier", VERIFIER),
+    ]);
+    let post = |path: &str, auth: &[&str], body: &str| {
+        let mut req = s
+            .http
+            .post(s.url(path))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body.to_owned());
+        for a in auth {
+            req = req.header("authorization", *a);
+        }
+        req.send()
+    };
+    for pair in [[&right, &wrong], [&wrong, &right], [&right, &right]] {
+        let r = post("/token", &[pair[0], pair[1]], &exchange)
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(error_of(r).await, "invalid_request");
+    }
+    // Nothing was consumed: the same code with one header is exchanged.
+    let r = post("/token", &[&right], &exchange).await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let tokens: Value = r.json().await.unwrap();
+    let refresh = tokens["refresh_token"].as_str().unwrap();
+    let revoke = encode_pairs([("token", refresh)]);
+    let r = post("/revoke", &[&right, &wrong], &revoke).await.unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(error_of(r).await, "invalid_request");
+    let access = tokens["access_token"].as_str().unwrap();
+    assert_eq!(s.mcp(Some(access)).await.status(), StatusCode::OK);
+}
+
 #[tokio::test]
 async fn the_resource_answers_with_the_cores_challenges() {
     let s = Server::start(&[]).await;

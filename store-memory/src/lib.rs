@@ -1,8 +1,8 @@
-//! An in-memory [`Store`] for Portcullis: tests, single-process servers and
-//! the reference against which the durable stores are judged.
+//! An in-memory [`Store`] for Portcullis: tests, single-process servers,
+//! firmware, and the reference against which the durable stores are judged.
 //!
 //! Every table is a `BTreeMap` (ordered keys, as the contract asks), and all
-//! of them sit behind one `RwLock`:
+//! of them sit behind one reader-writer lock:
 //!
 //! * a read transaction holds the read lock, so it sees one committed state;
 //! * a write transaction holds the write lock for its whole life, which
@@ -12,47 +12,145 @@
 //!   it did remains. A savepoint is a mark in that log, and rolling back
 //!   to it replays the log down to the mark.
 //!
-//! Because a write transaction restores the state while unwinding, a lock
-//! poisoned by a panic still guards consistent data and is used as is.
-//!
 //! Holding a read transaction while opening a write transaction on the same
 //! thread would wait forever (the [`Store`] contract forbids it; the engine
 //! never does it).
 //!
-//! This crate needs `std` for its lock. A `no_std` host would need a spin or
-//! critical-section lock instead; that is a few lines on top of this design,
-//! left out until an embedded user asks, since redb (the embedded store)
-//! needs `std` as well.
+//! ## Two locks, one store
+//!
+//! | type | lock | feature | for |
+//! |---|---|---|---|
+//! | [`MemoryStore`] | `std::sync::RwLock` | `std` (default) | hosts with threads |
+//! | `SpinMemoryStore` | `spin::RwLock` | `spin` | `no_std` firmware |
+//!
+//! Both are [`MemoryStoreWith`] over a different [`TableLock`]; the tables,
+//! the undo log and so the behaviour are the same code. Because a write
+//! transaction restores the state while unwinding, a lock poisoned by a
+//! panic still guards consistent data and is used as is (a spin lock does
+//! not poison at all).
+//!
+//! A spin lock waits by spinning. On a single-core microcontroller, use a
+//! `SpinMemoryStore` from one execution context (the main loop or one RTOS
+//! task): an interrupt handler that opened a transaction while the code it
+//! interrupted held one would spin forever.
+#![no_std]
 #![forbid(unsafe_code)]
 
-use std::collections::BTreeMap;
-use std::ops::Bound;
-use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+extern crate alloc;
+#[cfg(feature = "std")]
+extern crate std;
+
+use alloc::collections::BTreeMap;
+use alloc::vec::Vec;
+use core::fmt;
+use core::ops::{Bound, Deref, DerefMut};
 
 use portcullis_core::store::{
     Entry, ReadTransaction, Savepoint, Store, StoreError, Table, WriteTransaction,
 };
 
-type Tables = [BTreeMap<Vec<u8>, Vec<u8>>; Table::ALL.len()];
+/// Every table's map, indexed by [`Table::index`].
+pub type Tables = [BTreeMap<Vec<u8>, Vec<u8>>; Table::ALL.len()];
 
-/// The in-memory store. Cheap to create; share it by reference or `Arc`.
-/// Its `Debug` shows sizes, never records.
-#[derive(Default)]
-pub struct MemoryStore {
-    tables: RwLock<Tables>,
+mod sealed {
+    pub trait Sealed {}
 }
 
-impl std::fmt::Debug for MemoryStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let tables = self.tables.read().unwrap_or_else(PoisonError::into_inner);
-        let records: usize = tables.iter().map(BTreeMap::len).sum();
-        f.debug_struct("MemoryStore")
-            .field("records", &records)
-            .finish()
+/// The lock a [`MemoryStoreWith`] keeps its tables behind. Sealed: the
+/// crate's two locks are [`StdRwLock`] and `SpinRwLock`.
+pub trait TableLock: Default + sealed::Sealed {
+    /// The store's name in `Debug` output.
+    const NAME: &'static str;
+    /// A held read lock.
+    type Read<'a>: Deref<Target = Tables>
+    where
+        Self: 'a;
+    /// A held write lock.
+    type Write<'a>: DerefMut<Target = Tables>
+    where
+        Self: 'a;
+    /// Waits for the read lock.
+    fn read(&self) -> Self::Read<'_>;
+    /// Waits for the write lock.
+    fn write(&self) -> Self::Write<'_>;
+}
+
+/// `std::sync::RwLock`: the lock of [`MemoryStore`].
+#[cfg(feature = "std")]
+#[derive(Default)]
+pub struct StdRwLock(std::sync::RwLock<Tables>);
+
+#[cfg(feature = "std")]
+impl sealed::Sealed for StdRwLock {}
+
+#[cfg(feature = "std")]
+impl TableLock for StdRwLock {
+    const NAME: &'static str = "MemoryStore";
+    type Read<'a> = std::sync::RwLockReadGuard<'a, Tables>;
+    type Write<'a> = std::sync::RwLockWriteGuard<'a, Tables>;
+
+    fn read(&self) -> Self::Read<'_> {
+        self.0
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn write(&self) -> Self::Write<'_> {
+        self.0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
-impl MemoryStore {
+/// `spin::RwLock`: the lock of `SpinMemoryStore`, needing neither `std`
+/// nor an operating system.
+#[cfg(feature = "spin")]
+#[derive(Default)]
+pub struct SpinRwLock(spin::RwLock<Tables>);
+
+#[cfg(feature = "spin")]
+impl sealed::Sealed for SpinRwLock {}
+
+#[cfg(feature = "spin")]
+impl TableLock for SpinRwLock {
+    const NAME: &'static str = "SpinMemoryStore";
+    type Read<'a> = spin::RwLockReadGuard<'a, Tables>;
+    type Write<'a> = spin::RwLockWriteGuard<'a, Tables>;
+
+    fn read(&self) -> Self::Read<'_> {
+        self.0.read()
+    }
+
+    fn write(&self) -> Self::Write<'_> {
+        self.0.write()
+    }
+}
+
+/// The in-memory store on `std::sync::RwLock`. Cheap to create; share it by
+/// reference or `Arc`. Its `Debug` shows sizes, never records.
+#[cfg(feature = "std")]
+pub type MemoryStore = MemoryStoreWith<StdRwLock>;
+
+/// The in-memory store on a spin lock, for `no_std` targets (see the
+/// [crate docs](crate) on where a spin lock may be used).
+#[cfg(feature = "spin")]
+pub type SpinMemoryStore = MemoryStoreWith<SpinRwLock>;
+
+/// The in-memory store over the lock `L`: use [`MemoryStore`] or
+/// `SpinMemoryStore`.
+#[derive(Default)]
+pub struct MemoryStoreWith<L> {
+    tables: L,
+}
+
+impl<L: TableLock> fmt::Debug for MemoryStoreWith<L> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let records: usize = self.tables.read().iter().map(BTreeMap::len).sum();
+        f.debug_struct(L::NAME).field("records", &records).finish()
+    }
+}
+
+impl<L: TableLock> MemoryStoreWith<L> {
     /// An empty store.
     #[must_use]
     pub fn new() -> Self {
@@ -60,19 +158,25 @@ impl MemoryStore {
     }
 }
 
-impl Store for MemoryStore {
-    type Read<'a> = MemoryRead<'a>;
-    type Write<'a> = MemoryWrite<'a>;
+impl<L: TableLock> Store for MemoryStoreWith<L> {
+    type Read<'a>
+        = MemoryRead<'a, L>
+    where
+        L: 'a;
+    type Write<'a>
+        = MemoryWrite<'a, L>
+    where
+        L: 'a;
 
-    fn begin_read(&self) -> Result<MemoryRead<'_>, StoreError> {
+    fn begin_read(&self) -> Result<MemoryRead<'_, L>, StoreError> {
         Ok(MemoryRead {
-            tables: self.tables.read().unwrap_or_else(PoisonError::into_inner),
+            tables: self.tables.read(),
         })
     }
 
-    fn begin_write(&self) -> Result<MemoryWrite<'_>, StoreError> {
+    fn begin_write(&self) -> Result<MemoryWrite<'_, L>, StoreError> {
         Ok(MemoryWrite {
-            tables: self.tables.write().unwrap_or_else(PoisonError::into_inner),
+            tables: self.tables.write(),
             undo: Vec::new(),
         })
     }
@@ -98,25 +202,25 @@ fn range_of(
 }
 
 /// A read transaction: the read lock, held until dropped.
-pub struct MemoryRead<'a> {
-    tables: RwLockReadGuard<'a, Tables>,
+pub struct MemoryRead<'a, L: TableLock + 'a> {
+    tables: L::Read<'a>,
 }
 
-impl std::fmt::Debug for MemoryRead<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl<L: TableLock> fmt::Debug for MemoryRead<'_, L> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("MemoryRead")
     }
 }
 
-impl std::fmt::Debug for MemoryWrite<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl<L: TableLock> fmt::Debug for MemoryWrite<'_, L> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MemoryWrite")
             .field("undo_entries", &self.undo.len())
             .finish()
     }
 }
 
-impl ReadTransaction for MemoryRead<'_> {
+impl<L: TableLock> ReadTransaction for MemoryRead<'_, L> {
     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         Ok(self.tables[table.index()].get(key).cloned())
     }
@@ -131,15 +235,18 @@ impl ReadTransaction for MemoryRead<'_> {
         Ok(range_of(&self.tables[table.index()], start, end, limit))
     }
 }
+
+/// The undo log of a write: `(table, key, value before the write)`.
+type Undo = (Table, Vec<u8>, Option<Vec<u8>>);
 
 /// A write transaction: the write lock and an undo log.
-pub struct MemoryWrite<'a> {
-    tables: RwLockWriteGuard<'a, Tables>,
-    /// `(table, key, value before the write)`, oldest first.
-    undo: Vec<(Table, Vec<u8>, Option<Vec<u8>>)>,
+pub struct MemoryWrite<'a, L: TableLock + 'a> {
+    tables: L::Write<'a>,
+    /// Oldest first.
+    undo: Vec<Undo>,
 }
 
-impl ReadTransaction for MemoryWrite<'_> {
+impl<L: TableLock> ReadTransaction for MemoryWrite<'_, L> {
     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         Ok(self.tables[table.index()].get(key).cloned())
     }
@@ -155,7 +262,7 @@ impl ReadTransaction for MemoryWrite<'_> {
     }
 }
 
-impl WriteTransaction for MemoryWrite<'_> {
+impl<L: TableLock> WriteTransaction for MemoryWrite<'_, L> {
     fn put(&mut self, table: Table, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
         let before = self.tables[table.index()].insert(key.to_vec(), value.to_vec());
         self.undo.push((table, key.to_vec(), before));
@@ -186,7 +293,7 @@ impl WriteTransaction for MemoryWrite<'_> {
     }
 }
 
-impl MemoryWrite<'_> {
+impl<L: TableLock> MemoryWrite<'_, L> {
     /// Replays the undo log backwards until `mark` entries are left.
     fn undo_to(&mut self, mark: usize) {
         while self.undo.len() > mark {
@@ -202,7 +309,7 @@ impl MemoryWrite<'_> {
     }
 }
 
-impl Drop for MemoryWrite<'_> {
+impl<L: TableLock> Drop for MemoryWrite<'_, L> {
     fn drop(&mut self) {
         self.undo_to(0);
     }

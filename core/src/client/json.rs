@@ -144,6 +144,17 @@ mod tests {
         );
     }
 
+    /// The host build keeps exact float parsing (`std` turns on
+    /// `float-roundtrip`); `serde_json`'s default parser lands one ULP off
+    /// on this input, as firmware builds may.
+    #[cfg(feature = "std")]
+    #[test]
+    fn with_std_floats_parse_exactly() {
+        let text = "0.798299135929960352";
+        let map = parse_object(alloc::format!(r#"{{"x":{text}}}"#).as_bytes()).unwrap();
+        assert_eq!(map["x"].as_f64(), Some(text.parse::<f64>().unwrap()));
+    }
+
     #[test]
     fn deep_nesting_is_an_error_not_a_stack_overflow() {
         let mut deep = alloc::vec![b'['; 100_000];

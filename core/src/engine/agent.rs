@@ -11,6 +11,7 @@ use super::grants::{invalid_token, require_scopes};
 use super::{BearerRejection, Engine, SiteOpError, keys, load_site};
 use crate::agent_token::{AgentToken, MAX_AGENT_TOKEN_TTL_SECS};
 use crate::error::{ErrorCode, WireError};
+use crate::header::HeaderField;
 use crate::jwt::{Claims, TokenType};
 use crate::rand;
 use crate::scope::ScopeSet;
@@ -192,11 +193,12 @@ impl<S: Store> Engine<S> {
     /// Verifies an agent token presented as `Authorization: Bearer`, like
     /// [`Engine::verify_bearer`] does for access tokens: signature, type,
     /// audience, issuer, expiry, then the record (not revoked), the site
-    /// (enabled) and the scopes.
+    /// (enabled) and the scopes. A repeated `Authorization` field is 400
+    /// `invalid_request`, as there.
     pub fn verify_agent_token(
         &self,
         site_id: &SiteId,
-        authorization: Option<&str>,
+        authorization: HeaderField<'_>,
         required: &ScopeSet,
         now: Timestamp,
     ) -> Result<AgentPrincipal, BearerRejection> {

@@ -7,9 +7,10 @@ use core::fmt;
 use core::ops::Bound;
 
 use super::{Engine, SiteOpError, keys, load_site};
-use crate::bearer::{self, Challenge};
+use crate::bearer::{self, BearerError, Challenge};
 use crate::error::{ErrorCode, WireError};
 use crate::grant::{Grant, GrantId, GrantStatus, RevocationReason};
+use crate::header::HeaderField;
 use crate::http::HttpResponse;
 use crate::jwt::{Claims, TokenType, Validation};
 use crate::metadata;
@@ -190,7 +191,7 @@ impl<S: Store> Engine<S> {
         &self,
         txn: &R,
         site_id: &SiteId,
-        authorization: Option<&str>,
+        authorization: HeaderField<'_>,
         required: &ScopeSet,
         typ: TokenType,
         now: Timestamp,
@@ -211,6 +212,13 @@ impl<S: Store> Engine<S> {
                     &md, required,
                 )));
             }
+            Err(e @ BearerError::Repeated) => {
+                let md = metadata::protected_resource_metadata_url(&site);
+                return Err(BearerRejection::Challenge(Challenge::invalid_request(
+                    &md,
+                    &alloc::format!("{e}"),
+                )));
+            }
             Err(e) => return Err(invalid(&alloc::format!("{e}"))),
         };
         let expect = Validation::new(typ, site.resource())
@@ -224,15 +232,17 @@ impl<S: Store> Engine<S> {
         Ok(CheckedBearer { site, claims })
     }
 
-    /// Checks a protected-resource request: the `Authorization` header
-    /// (`None` when absent), the `scope` the request needs, at `now`.
+    /// Checks a protected-resource request: every `Authorization` value the
+    /// request carried, the `scope` the request needs, at `now`. No field is
+    /// a 401 challenge without `error`; a repeated field is ambiguous and
+    /// answered 400 `invalid_request` (RFC 6750 §3.1), whatever the values.
     /// Verifies the JWT (algorithm, type, key, signature, expiry, audience =
     /// the site's resource, issuer), then that its grant is live and the site
     /// enabled, so revocation takes effect at once, then the scopes.
     pub fn verify_bearer(
         &self,
         site_id: &SiteId,
-        authorization: Option<&str>,
+        authorization: HeaderField<'_>,
         required: &ScopeSet,
         now: Timestamp,
     ) -> Result<Principal, BearerRejection> {

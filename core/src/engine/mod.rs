@@ -7,9 +7,10 @@
 //!   [`Engine::set_site_enabled`], [`Engine::rotate_site_key`], …;
 //! * **endpoints** — [`Engine::authorize`], [`Engine::decide`],
 //!   [`Engine::token`], [`Engine::revoke_token`], [`Engine::verify_bearer`]:
-//!   each takes the raw request parts an adapter has (query, body,
-//!   `Authorization` header) and answers with a typed value that maps to a
-//!   complete HTTP response;
+//!   each takes the raw request parts an adapter has (query, body, every
+//!   `Authorization` value as a [`HeaderField`](crate::header::HeaderField),
+//!   so a repeated one is refused, never guessed at) and answers with a
+//!   typed value that maps to a complete HTTP response;
 //! * **grant management** — listing, revoking and sweeping.
 //!
 //! Every operation that needs the time takes `now`; every one that needs

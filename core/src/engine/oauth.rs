@@ -14,6 +14,7 @@ use crate::client::{self, GrantType, RegisteredClient, RegistrationError};
 use crate::error::{ErrorCode, WireError};
 use crate::form::Form;
 use crate::grant::{Grant, GrantId, RefreshTokenParts, RefreshVerdict, RevocationReason};
+use crate::header::{HeaderError, HeaderField};
 use crate::http::HttpResponse;
 use crate::jwt::{Claims, TokenType};
 use crate::pkce::{CodeVerifier, PkceError};
@@ -215,17 +216,20 @@ impl<S: Store> Engine<S> {
     }
 
     /// The token endpoint: `body` is the raw `application/x-www-form-urlencoded`
-    /// request body, `authorization` the `Authorization` header if any.
+    /// request body, `authorization` every `Authorization` value the request
+    /// carried (a repeated field is refused first, `invalid_request`: the
+    /// request is ambiguous whichever value would authenticate).
     /// One write transaction; see [`TokenError::to_response`] for the answer
     /// on failure.
     pub fn token<R: CryptoRng + ?Sized>(
         &self,
         site_id: &SiteId,
         body: &str,
-        authorization: Option<&str>,
+        authorization: HeaderField<'_>,
         rng: &mut R,
         now: Timestamp,
     ) -> Result<TokenResponse, TokenError> {
+        authorization.value().map_err(TokenError::authorization)?;
         let form = Form::parse(body, token::MAX_BODY_LEN).map_err(TokenError::Malformed)?;
         let grant_type = form
             .get("grant_type")
@@ -401,16 +405,10 @@ impl<S: Store> Engine<S> {
             .get("refresh_token")
             .ok_or(TokenError::MissingParameter("refresh_token"))?;
         let parts = RefreshTokenParts::parse(text).ok_or(TokenError::InvalidGrant)?;
-        let key = parts.key(&self.keyring).ok_or(TokenError::InvalidGrant)?;
-        let mut grant: Grant = txn
-            .load(parts.grant.as_bytes())?
+        // Forged or unknown: revoke nothing.
+        let mut grant = self
+            .authentic_grant(&*txn, &parts)?
             .ok_or(TokenError::InvalidGrant)?;
-        if !grant.tag_matches(key, parts.generation, &parts.tag)
-            || parts.generation > grant.generation
-        {
-            // Forged: revoke nothing.
-            return Err(TokenError::InvalidGrant);
-        }
         if grant.client_id != client_id {
             // Another client's token (RFC 6749 §6): refused, and revoking
             // would let that client log the user out.
@@ -505,19 +503,54 @@ impl<S: Store> Engine<S> {
             .map_err(|_| TokenError::InvalidGrant)
     }
 
-    /// RFC 7009 revocation. Answers `Ok` for unknown or foreign tokens (no
-    /// oracle, §2.2); revoking a refresh or access token revokes its grant.
+    /// The grant a presented refresh token names, **only if the token is
+    /// authentic** for it ([`RefreshTokenParts::authenticates`]); `None` for a
+    /// forged, foreign-keyed or unknown token. Every path that acts on a
+    /// presented refresh token (the token endpoint, RFC 7009 revocation)
+    /// finds its grant here, so a token assembled from what an access token
+    /// shows changes nothing. The one read it does is the grant record,
+    /// which holds the salt the tag is checked against.
+    fn authentic_grant<T: ReadTransaction>(
+        &self,
+        txn: &T,
+        parts: &RefreshTokenParts<'_>,
+    ) -> Result<Option<Grant>, StoreError> {
+        if parts.key(&self.keyring).is_none() {
+            return Ok(None);
+        }
+        let Some(grant) = txn.load::<Grant>(parts.grant.as_bytes())? else {
+            return Ok(None);
+        };
+        Ok(parts.authenticates(&self.keyring, &grant).then_some(grant))
+    }
+
+    /// RFC 7009 revocation. Answers `Ok` and changes nothing for unknown,
+    /// forged or foreign tokens (an invalid token is no error, §2.2, and the
+    /// answer is no oracle); revoking an authentic refresh token or a
+    /// verifying access token revokes its grant.
+    ///
+    /// A refresh token is authentic when its tag verifies for its grant and
+    /// generation ([`RefreshTokenParts::authenticates`]). An authentic token
+    /// of an **older** generation, presented by the client it was issued to,
+    /// revokes too: the client proves it held the grant, and presenting a
+    /// spent token at the token endpoint would revoke the grant anyway.
+    ///
+    /// `authorization` is every `Authorization` value the request carried; a
+    /// repeated field is refused first ([`RevokeError::Header`]).
     pub fn revoke_token(
         &self,
         site_id: &SiteId,
         body: &str,
-        authorization: Option<&str>,
+        authorization: HeaderField<'_>,
         now: Timestamp,
     ) -> Result<(), RevokeError> {
+        authorization.value().map_err(RevokeError::authorization)?;
         let form = Form::parse(body, token::MAX_BODY_LEN).map_err(|_| RevokeError::Malformed)?;
         let token = form.get("token").ok_or(RevokeError::Malformed)?;
-        let credentials = ClientCredentials::read(&form, authorization)
-            .map_err(|_| RevokeError::InvalidClient)?;
+        let credentials = ClientCredentials::read(&form, authorization).map_err(|e| match e {
+            TokenError::Header { field, error } => RevokeError::Header { field, error },
+            _ => RevokeError::InvalidClient,
+        })?;
         let client_id = self
             .authenticate_client(&credentials, None)
             .map_err(|_| RevokeError::InvalidClient)?;
@@ -529,29 +562,29 @@ impl<S: Store> Engine<S> {
             if let Err(SiteError::Disabled { retry_after_secs }) = site.ensure_enabled() {
                 return Err(RevokeError::Unavailable { retry_after_secs });
             }
-            let Some(grant_id) = self.grant_of_token(token, now) else {
-                return Ok(());
+            let grant = if let Some(parts) = RefreshTokenParts::parse(token) {
+                self.authentic_grant(&*txn, &parts)?
+            } else if let Some(id) = self.grant_of_access_token(token, now) {
+                txn.load::<Grant>(id.as_bytes())?
+            } else {
+                None
             };
-            let Some(mut grant) = txn.load::<Grant>(grant_id.as_bytes())? else {
+            let Some(mut grant) = grant else {
                 return Ok(());
             };
             if grant.client_id == client_id && grant.revoked.is_none() {
                 grant.revoke(RevocationReason::ClientRequest, now);
-                txn.save(grant_id.as_bytes(), &grant)?;
-                super::ledger::cancel_grant_requests(txn, &grant_id, now)?;
+                txn.save(grant.id.as_bytes(), &grant)?;
+                super::ledger::cancel_grant_requests(txn, &grant.id, now)?;
             }
             Ok(())
         })
     }
 
-    /// The grant a refresh or access token belongs to, if its key is ours
-    /// (refresh) or it verifies (an unexpired access token). The caller
-    /// checks the grant's client before revoking.
-    fn grant_of_token(&self, token: &str, now: Timestamp) -> Option<GrantId> {
-        if let Some(parts) = RefreshTokenParts::parse(token) {
-            parts.key(&self.keyring)?;
-            return Some(parts.grant);
-        }
+    /// The grant an access token belongs to, if the token verifies (any
+    /// audience, unexpired). The caller checks the grant's client before
+    /// revoking.
+    fn grant_of_access_token(&self, token: &str, now: Timestamp) -> Option<GrantId> {
         let expect = crate::jwt::Validation::without_audience(TokenType::AccessToken);
         let claims = self.keyring.verify(token, &expect, now).ok()?.claims;
         GrantId::parse(claims.gid.as_deref()?)
@@ -586,10 +619,29 @@ pub enum RevokeError {
     },
     /// No `token`, or a malformed body.
     Malformed,
+    /// A header field the endpoint reads came more than once (an ambiguous
+    /// request, RFC 9110 §5.3) or is not text: `invalid_request`.
+    Header {
+        /// The field's name.
+        field: &'static str,
+        /// What is wrong with it.
+        error: HeaderError,
+    },
     /// Client authentication failed.
     InvalidClient,
     /// The store failed; nothing changed.
     Store(StoreError),
+}
+
+impl RevokeError {
+    /// The `Authorization` field is repeated or not text.
+    #[must_use]
+    pub fn authorization(error: HeaderError) -> Self {
+        Self::Header {
+            field: "Authorization",
+            error,
+        }
+    }
 }
 
 impl From<StoreError> for RevokeError {
@@ -605,6 +657,7 @@ impl fmt::Display for RevokeError {
                 "external agents are switched off for this site; retry later"
             }
             Self::Malformed => "token is required",
+            Self::Header { field, error } => return write!(f, "the {field} header {error}"),
             Self::InvalidClient => "client authentication failed",
             Self::Store(_) => "temporary server error",
         })
@@ -615,7 +668,7 @@ impl WireError for RevokeError {
     fn code(&self) -> ErrorCode {
         match self {
             Self::Unavailable { .. } => ErrorCode::TemporarilyUnavailable,
-            Self::Malformed => ErrorCode::InvalidRequest,
+            Self::Malformed | Self::Header { .. } => ErrorCode::InvalidRequest,
             Self::InvalidClient => ErrorCode::InvalidClient,
             Self::Store(_) => ErrorCode::ServerError,
         }

@@ -3,11 +3,13 @@
 use crate::authorize;
 use crate::bearer;
 use crate::form::Form;
-use crate::grant::RefreshTokenParts;
+use crate::grant::{Grant, RefreshTokenParts};
+use crate::header::{HeaderError, HeaderField};
 use crate::jwt::{Keyring, SigningKey, TokenType, Validation};
+use crate::scope::ScopeSet;
 use crate::site::{Site, SiteConfig, SiteId};
 use crate::time::Timestamp;
-use crate::token::{self, ClientCredentials};
+use crate::token::{self, ClientCredentials, TokenError};
 
 fn keyring() -> Keyring {
     let mut k = Keyring::new();
@@ -41,35 +43,69 @@ pub fn authorize_query(data: &[u8]) {
     }
 }
 
-/// An arbitrary token request body (and, split at the first newline, an
-/// `Authorization` header): parsing must never panic.
+/// Every line of `data` as one value of a header field.
+fn field_of_lines(data: &[u8]) -> HeaderField<'_> {
+    if data.is_empty() {
+        HeaderField::ABSENT
+    } else {
+        HeaderField::new(data.split(|&b| b == b'\n'))
+    }
+}
+
+/// An arbitrary token request: the last line is the body, every line before
+/// it one `Authorization` value. Parsing must never panic, a repeated field
+/// is refused whatever its values, and a code or refresh token we never
+/// issued never authenticates.
 pub fn token_request(data: &[u8]) {
-    let Ok(text) = core::str::from_utf8(data) else {
+    let (headers, body) = match data.iter().rposition(|&b| b == b'\n') {
+        Some(at) => (&data[..at], &data[at + 1..]),
+        None => (&data[..0], data),
+    };
+    let Ok(body) = core::str::from_utf8(body) else {
         return;
     };
-    let (header, body) = text
-        .split_once('\n')
-        .map_or((None, text), |(h, b)| (Some(h), b));
+    let authorization = field_of_lines(headers);
     let Ok(form) = Form::parse(body, token::MAX_BODY_LEN) else {
         return;
     };
-    let _ = ClientCredentials::read(&form, header);
+    let credentials = ClientCredentials::read(&form, authorization);
+    if authorization.value() == Err(HeaderError::Repeated) {
+        assert_eq!(
+            credentials.err(),
+            Some(TokenError::authorization(HeaderError::Repeated))
+        );
+    }
     let keyring = keyring();
     if let Some(code) = form.get("code") {
         // A code we never issued must not verify.
         assert!(authorize::verify_code(&keyring, code).is_none());
     }
     if let Some(parts) = form.get("refresh_token").and_then(RefreshTokenParts::parse) {
-        let _ = parts.key(&keyring);
+        // A grant of the id the token names: only its tag can authenticate it.
+        let grant = Grant::new(
+            parts.grant,
+            &site(),
+            "c".into(),
+            None,
+            "u".into(),
+            ScopeSet::new(),
+            [5; 16],
+            "k1".into(),
+            Timestamp::EPOCH,
+        );
+        assert!(!parts.authenticates(&keyring, &grant));
     }
 }
 
-/// An arbitrary `Authorization` header on a protected request.
+/// The `Authorization` field of a protected request, one value per line:
+/// more than one value is always refused as `Repeated`.
 pub fn bearer_header(data: &[u8]) {
-    let Ok(header) = core::str::from_utf8(data) else {
-        return;
-    };
-    if let Ok(Some(token)) = bearer::parse_authorization(Some(header)) {
+    let field = field_of_lines(data);
+    let parsed = bearer::parse_authorization(field);
+    if field.value() == Err(HeaderError::Repeated) {
+        assert_eq!(parsed, Err(bearer::BearerError::Repeated));
+    }
+    if let Ok(Some(token)) = parsed {
         let expect = Validation::new(TokenType::AccessToken, "https://as.example/mcp/key");
         let _ = keyring().verify(token, &expect, Timestamp::from_secs(1_000));
     }

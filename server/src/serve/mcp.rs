@@ -5,7 +5,7 @@
 //!   key must be the site's current public key (else 404), a token in the
 //!   query is refused, and the core's `verify_bearer` (or, for a minted
 //!   agent token, `verify_agent_token`) decides; refusals copy the core's
-//!   challenge (`401`/`403` with `WWW-Authenticate`) or `503` with
+//!   challenge (`400`/`401`/`403` with `WWW-Authenticate`) or `503` with
 //!   `Retry-After`. The verified [`Verified`] identity goes into the request
 //!   extensions, where the tools read it.
 //! * rmcp serves MCP **statelessly** with JSON responses (no `Mcp-Session-Id`:
@@ -25,6 +25,7 @@ use axum::response::{IntoResponse as _, Response};
 use portcullis_core::bearer::{self, Challenge};
 use portcullis_core::engine::{BearerRejection, Principal};
 use portcullis_core::error::{ErrorCode, WireError as _};
+use portcullis_core::header::HeaderField;
 use portcullis_core::http::HttpResponse;
 use portcullis_core::scope::{SKILLS_READ, ScopeSet};
 use rmcp::model::{
@@ -110,7 +111,7 @@ enum Verdict {
     Accepted(Verified),
 }
 
-fn check(app: &super::App, key: &str, authorization: Option<&str>) -> Result<Verdict, String> {
+fn check(app: &super::App, key: &str, authorization: HeaderField<'_>) -> Result<Verdict, String> {
     let site = app.engine.site(&app.site).map_err(|e| e.to_string())?;
     if key != site.public_key {
         return Ok(Verdict::NoSuchKey);
@@ -154,11 +155,10 @@ pub(crate) async fn guard(
     if let Err(e) = bearer::refuse_query_token(query.as_deref()) {
         return respond::core(HttpResponse::oauth_error(e.code(), &e.to_string()));
     }
-    // A header that is not visible ASCII is passed on as a malformed one.
-    let authorization = respond::header_text(request.headers(), header::AUTHORIZATION)
-        .unwrap_or_else(|()| Some(String::from("\u{fffd}")));
+    // Every value: the core refuses a repeated field (400 invalid_request).
+    let authorization = respond::HeaderValues::of(request.headers(), header::AUTHORIZATION);
     let verdict = app
-        .blocking(move |app| check(app, &key, authorization.as_deref()))
+        .blocking(move |app| check(app, &key, authorization.field()))
         .await;
     let verified = match verdict {
         Ok(Ok(Verdict::Accepted(v))) => v,

@@ -8,11 +8,12 @@ use axum::response::{IntoResponse as _, Response};
 use portcullis_core::authorize::AuthorizeAnswer;
 use portcullis_core::error::{ErrorCode, WireError as _};
 use portcullis_core::form::Form;
+use portcullis_core::header::HeaderField;
 use portcullis_core::http::HttpResponse;
 use portcullis_core::metadata::{AuthorizationServerMetadata, ProtectedResourceMetadata};
 
 use super::browser::{self, FormBody};
-use super::respond;
+use super::respond::{self, HeaderValues};
 use super::{BODY_LIMIT, Shared};
 use crate::{clock, pages};
 
@@ -208,21 +209,21 @@ pub(crate) async fn decide(
 
 /// Whether the `Authorization` header uses the Basic scheme (a failed
 /// client authentication then answers with a Basic challenge).
-fn is_basic(authorization: Option<&str>) -> bool {
-    authorization.is_some_and(|h| h.get(..6).is_some_and(|s| s.eq_ignore_ascii_case("basic ")))
+fn is_basic(authorization: HeaderField<'_>) -> bool {
+    matches!(authorization.value(), Ok(Some(h)) if h.get(..6).is_some_and(|s| s.eq_ignore_ascii_case("basic ")))
 }
 
-/// The parts of a form POST the core reads: the `Authorization` header and
-/// the body, both as text. Anything else is answered `invalid_request` here,
-/// before the core sees it.
+/// The parts of a form POST the core reads: every `Authorization` value
+/// (the core refuses a repeated or non-text one) and the body as text. A
+/// body that is not UTF-8 is answered `invalid_request` here, before the
+/// core sees it.
 #[expect(
     clippy::result_large_err,
     reason = "the refusal is the response itself, sent at once; boxing it buys nothing"
 )]
-fn form_request(headers: &HeaderMap, body: &Bytes) -> Result<(Option<String>, String), Response> {
+fn form_request(headers: &HeaderMap, body: &Bytes) -> Result<(HeaderValues, String), Response> {
     let refuse = |why| respond::core(HttpResponse::oauth_error(ErrorCode::InvalidRequest, why));
-    let authorization = respond::header_text(headers, header::AUTHORIZATION)
-        .map_err(|()| refuse("the Authorization header is not visible ASCII"))?;
+    let authorization = HeaderValues::of(headers, header::AUTHORIZATION);
     let body =
         String::from_utf8(body.to_vec()).map_err(|_| refuse("the request body is not UTF-8"))?;
     Ok((authorization, body))
@@ -234,13 +235,13 @@ pub(crate) async fn token(State(app): State<Shared>, headers: HeaderMap, body: B
         Ok(parts) => parts,
         Err(r) => return r,
     };
-    let via_basic = is_basic(authorization.as_deref());
+    let via_basic = is_basic(authorization.field());
     let answer = app
         .blocking(move |app| {
             app.engine.token(
                 &app.site,
                 &body,
-                authorization.as_deref(),
+                authorization.field(),
                 &mut rand::rng(),
                 clock::now(),
             )
@@ -266,11 +267,11 @@ pub(crate) async fn revoke(State(app): State<Shared>, headers: HeaderMap, body: 
         Ok(parts) => parts,
         Err(r) => return r,
     };
-    let via_basic = is_basic(authorization.as_deref());
+    let via_basic = is_basic(authorization.field());
     let answer = app
         .blocking(move |app| {
             app.engine
-                .revoke_token(&app.site, &body, authorization.as_deref(), clock::now())
+                .revoke_token(&app.site, &body, authorization.field(), clock::now())
         })
         .await;
     match answer {
