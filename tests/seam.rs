@@ -2,10 +2,13 @@
 //! transaction, and every operation under injected store failures.
 
 use portcullis::engine::MAX_ATTEMPTS;
-use portcullis::store::{Store, StoreErrorKind};
+use portcullis::ledger::{BeginAnswer, BeginError, Caller};
+use portcullis::store::{Store, StoreErrorKind, WriteTransaction};
+use portcullis::time::TimestampMs;
 use portcullis::token::TokenError;
 
 use crate::failing_store::{Call, FailingStore, dump};
+use crate::ledger::{Ledger, params};
 use crate::oauth::World;
 use crate::on_every_store;
 
@@ -78,3 +81,75 @@ on_every_store!(
     endless_conflicts_give_up_and_change_nothing,
     other_failures_are_not_retried,
 );
+
+/// Three callers' `execute` requests applied to one transaction, the middle
+/// one failing at its `n`-th write: the other two commit, and the store
+/// holds exactly what the two alone would have written. Returns whether
+/// the middle one had an `n`-th write.
+fn a_failed_operation_leaves_nothing_in_a_shared_transaction<S: Store>(
+    with_failure: &S,
+    without: &S,
+    n: usize,
+) -> bool {
+    let run = |store: &S, fail: bool| {
+        let failing = FailingStore::new(store);
+        let l = Ledger::new(&failing);
+        let now = TimestampMs::from(l.w.now);
+        let mut txn = failing.begin_write().unwrap();
+        let begin = |txn: &mut _, n| {
+            l.w.engine
+                .begin_in(txn, &l.p, &params(n, "read()"), Caller::Client, now)
+        };
+        assert!(matches!(begin(&mut txn, 1), Ok(BeginAnswer::Run(_))));
+        if fail {
+            failing.set(n, Some(Call::Put), false, StoreErrorKind::Io);
+            let answer = begin(&mut txn, 2);
+            let fired = failing.fired() == 1;
+            failing.disarm();
+            if !fired {
+                return None;
+            }
+            assert!(matches!(answer, Err(BeginError::Store(_))), "{answer:?}");
+        }
+        assert!(matches!(begin(&mut txn, 3), Ok(BeginAnswer::Run(_))));
+        txn.commit().unwrap();
+        Some(dump(failing.inner()))
+    };
+    let Some(failed) = run(with_failure, true) else {
+        return false;
+    };
+    assert!(
+        Some(failed) == run(without, false),
+        "the caller that failed at its write {n} left a trace"
+    );
+    true
+}
+
+mod shared_transaction {
+    #[test]
+    fn memory() {
+        for n in 1.. {
+            let (a, b) = (crate::support::memory(), crate::support::memory());
+            if !super::a_failed_operation_leaves_nothing_in_a_shared_transaction(&a, &b, n) {
+                assert!(n > 3, "the request wrote at least three times");
+                break;
+            }
+        }
+    }
+
+    #[test]
+    fn redb() {
+        for n in 1.. {
+            let (a, b) = (
+                crate::support::TempRedb::new(),
+                crate::support::TempRedb::new(),
+            );
+            if !super::a_failed_operation_leaves_nothing_in_a_shared_transaction(
+                &a.store, &b.store, n,
+            ) {
+                assert!(n > 3, "the request wrote at least three times");
+                break;
+            }
+        }
+    }
+}
