@@ -287,7 +287,74 @@ fn a_rollback_undoes_only_the_writes_after_its_savepoint<S: Store>(store: &S) {
     assert_eq!(get(store, Table::Codes, b"b"), None);
 }
 
+/// One transaction of every kind of call, failing at its `n`-th call for
+/// every `n`: the store holds all of it or none of it — none when the
+/// failure came before the commit, and either when the commit failed
+/// (the commit may have landed; `landing` draws which).
+fn a_failure_anywhere_applies_all_or_nothing<S: Store>(store: &S) {
+    use crate::failing_store::{FailingStore, dump};
+    let failing = FailingStore::new(store);
+    put(store, Table::Grants, b"old", b"1");
+    put(store, Table::Grants, b"gone", b"1");
+    let txn = |s: &FailingStore<&S>| -> Result<(), portcullis::store::StoreError> {
+        let mut w = s.begin_write()?;
+        w.put(Table::Grants, b"old", b"2")?;
+        w.get(Table::Grants, b"old")?;
+        w.put(Table::Codes, b"new", b"1")?;
+        w.delete(Table::Grants, b"gone")?;
+        w.range(Table::Grants, Unbounded, Unbounded, 10)?;
+        let mark = w.savepoint()?;
+        w.put(Table::Codes, b"undone", b"1")?;
+        w.rollback_to(mark)?;
+        w.commit()
+    };
+    let before = dump(store);
+    for landing in [None, Some(1), Some(2), Some(3)] {
+        if let Some(seed) = landing {
+            failing.landing(seed);
+        }
+        for n in 1.. {
+            failing.fail_nth(n);
+            let out = txn(&failing);
+            let fired = failing.fired() == 1;
+            failing.disarm();
+            if !fired {
+                out.unwrap();
+                break;
+            }
+            assert!(out.is_err());
+            let now = dump(store);
+            if failing.landed() {
+                assert!(now != before, "a landed commit applied nothing");
+            } else {
+                assert!(now == before, "failure at call {n} applied part");
+            }
+            // Back to the start for the next failure point.
+            put(store, Table::Grants, b"old", b"1");
+            put(store, Table::Grants, b"gone", b"1");
+            let mut w = store.begin_write().unwrap();
+            w.delete(Table::Codes, b"new").unwrap();
+            w.commit().unwrap();
+            assert!(dump(store) == before);
+        }
+        let after = dump(store);
+        assert_eq!(
+            get(store, Table::Grants, b"old").as_deref(),
+            Some(&b"2"[..])
+        );
+        assert_eq!(get(store, Table::Grants, b"gone"), None);
+        assert_eq!(get(store, Table::Codes, b"undone"), None);
+        assert!(after != before);
+        put(store, Table::Grants, b"old", b"1");
+        put(store, Table::Grants, b"gone", b"1");
+        let mut w = store.begin_write().unwrap();
+        w.delete(Table::Codes, b"new").unwrap();
+        w.commit().unwrap();
+    }
+}
+
 on_every_store!(
+    a_failure_anywhere_applies_all_or_nothing,
     a_rollback_undoes_only_the_writes_after_its_savepoint,
     reads_see_own_writes_before_commit,
     dropping_a_write_changes_nothing,
