@@ -153,3 +153,165 @@ mod shared_transaction {
         }
     }
 }
+
+/// The group committer: batches, answers after the commit, failures.
+mod group {
+    use std::sync::{Arc, Barrier};
+    use std::thread;
+    use std::time::Duration;
+
+    use portcullis::store::{
+        Durability, GroupCommitter, MemoryStore, ReadTransaction, Store, StoreErrorKind, Table,
+        WriteTransaction,
+    };
+
+    use crate::failing_store::{Call, FailingStore, dump};
+
+    fn count<R: ReadTransaction>(txn: &R, key: &[u8]) -> u64 {
+        txn.get(Table::Meta, key)
+            .unwrap()
+            .map_or(0, |b| u64::from_be_bytes(b.try_into().unwrap()))
+    }
+
+    fn increment<W: WriteTransaction>(txn: &mut W, key: &[u8]) -> u64 {
+        let n = count(&*txn, key) + 1;
+        txn.put(Table::Meta, key, &n.to_be_bytes()).unwrap();
+        n
+    }
+
+    /// Concurrent read-modify-writes through the committer lose no update,
+    /// every caller sees a distinct value, and commits are shared.
+    #[test]
+    fn concurrent_callers_lose_no_update_and_share_commits() {
+        let db = crate::support::TempRedb::with_durability(Durability::Immediate);
+        let crate::support::TempRedb { store, dir, .. } = db;
+        let committer = Arc::new(GroupCommitter::new(Arc::new(store)));
+        let (threads, each) = (8, 25);
+        let start = Arc::new(Barrier::new(threads));
+        let seen: Vec<Vec<u64>> = (0..threads)
+            .map(|_| {
+                let (c, start) = (Arc::clone(&committer), Arc::clone(&start));
+                thread::spawn(move || {
+                    start.wait();
+                    (0..each)
+                        .map(|_| c.run(|txn| increment(txn, b"n")).unwrap())
+                        .collect::<Vec<u64>>()
+                })
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .collect();
+        let mut all: Vec<u64> = seen.into_iter().flatten().collect();
+        all.sort_unstable();
+        let total = (threads * each) as u64;
+        assert_eq!(all, (1..=total).collect::<Vec<_>>(), "each answer once");
+        let r = committer.store().begin_read().unwrap();
+        assert_eq!(count(&r, b"n"), total);
+        drop(r);
+        assert_eq!(committer.operations(), total);
+        assert!(
+            committer.commits() < total,
+            "{} commits for {total} operations",
+            committer.commits()
+        );
+        drop(committer);
+        drop(dir);
+    }
+
+    /// Holds the committer's leader until `callers` more operations are
+    /// queued, so that they land in one batch; `go` starts them.
+    fn hold_leader<S>(c: &Arc<GroupCommitter<S>>, callers: usize) -> thread::JoinHandle<()>
+    where
+        S: Store + Send + Sync + 'static,
+    {
+        let (c, inner) = (Arc::clone(c), Arc::clone(c));
+        let started = Arc::new(Barrier::new(2));
+        let h = {
+            let started = Arc::clone(&started);
+            thread::spawn(move || {
+                c.run(move |_| {
+                    started.wait();
+                    for _ in 0..2_000 {
+                        if inner.waiting() >= callers {
+                            return;
+                        }
+                        thread::sleep(Duration::from_millis(1));
+                    }
+                    panic!("the callers never queued");
+                })
+                .unwrap();
+            })
+        };
+        started.wait();
+        h
+    }
+
+    /// A failed commit fails every operation of its batch, none of them is
+    /// applied, and each caller's retry succeeds.
+    #[test]
+    fn a_failed_commit_fails_the_whole_batch() {
+        let committer = Arc::new(GroupCommitter::new(Arc::new(FailingStore::new(
+            MemoryStore::new(),
+        ))));
+        let store = Arc::clone(committer.store());
+        // The holder's batch commits; the next one fails.
+        store.set(2, Some(Call::Commit), false, StoreErrorKind::Io);
+        let before = dump(store.inner());
+        let holder = hold_leader(&committer, 3);
+        let callers: Vec<_> = (0..3u8)
+            .map(|i| {
+                let c = Arc::clone(&committer);
+                thread::spawn(move || c.run(move |txn| txn.put(Table::Meta, &[i], b"x")))
+            })
+            .collect();
+        holder.join().unwrap();
+        for h in callers {
+            let answer = h.join().unwrap();
+            assert!(
+                answer.is_err(),
+                "an operation of a failed batch answered {answer:?}"
+            );
+        }
+        assert_eq!(store.fired(), 1);
+        assert!(
+            dump(store.inner()) == before,
+            "a failed batch applied something"
+        );
+        assert_eq!(committer.commits(), 2, "the three shared one commit");
+        store.disarm();
+        for i in 0..3u8 {
+            committer
+                .run(move |txn| txn.put(Table::Meta, &[i], b"x"))
+                .unwrap()
+                .unwrap();
+        }
+        assert_eq!(dump(store.inner())[0].len(), 3);
+    }
+
+    /// An operation that panics is rolled back and its caller gets the
+    /// panic; the others of its batch commit.
+    #[test]
+    fn a_panicking_operation_leaves_nothing_and_the_batch_commits() {
+        let committer = Arc::new(GroupCommitter::new(Arc::new(MemoryStore::new())));
+        let holder = hold_leader(&committer, 3);
+        let callers: Vec<_> = (0..3u8)
+            .map(|i| {
+                let c = Arc::clone(&committer);
+                thread::spawn(move || {
+                    c.run(move |txn| {
+                        txn.put(Table::Meta, &[i], b"x").unwrap();
+                        assert!(i != 1, "operation 1 fails");
+                    })
+                })
+            })
+            .collect();
+        holder.join().unwrap();
+        let answers: Vec<_> = callers.into_iter().map(|h| h.join().is_ok()).collect();
+        assert_eq!(answers, [true, false, true]);
+        let r = committer.store().begin_read().unwrap();
+        assert!(r.get(Table::Meta, &[0]).unwrap().is_some());
+        assert_eq!(r.get(Table::Meta, &[1]).unwrap(), None);
+        assert!(r.get(Table::Meta, &[2]).unwrap().is_some());
+    }
+}

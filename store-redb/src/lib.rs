@@ -9,9 +9,12 @@
 //! `None` trades that for speed and is only for tests or caches.
 #![forbid(unsafe_code)]
 
+pub mod group;
+
 use std::ops::Bound;
 use std::path::Path;
 
+pub use group::{BatchWrite, GroupCommitter};
 use portcullis_core::store::{
     Entry, ReadTransaction, Savepoint, Store, StoreError, StoreErrorKind, Table, WriteTransaction,
 };
