@@ -1,5 +1,5 @@
 //! [`Engine`]: loads records, runs their pure transitions and writes the
-//! results back, **one store transaction per operation**.
+//! results back.
 //!
 //! Operations come in three kinds:
 //!
@@ -7,11 +7,19 @@
 //!   [`Engine::set_site_enabled`], [`Engine::rotate_site_key`], …;
 //! * **endpoints** — [`Engine::authorize`], [`Engine::decide`],
 //!   [`Engine::token`], [`Engine::revoke_token`], [`Engine::verify_bearer`]:
-//!   each takes the raw request parts an adapter has (query, body, every
-//!   `Authorization` value as a [`HeaderField`](crate::header::HeaderField),
-//!   so a repeated one is refused, never guessed at) and answers with a
-//!   typed value that maps to a complete HTTP response;
+//!   each takes the raw request parts an adapter has (query, body,
+//!   `Authorization` header) and answers with a typed value that maps to a
+//!   complete HTTP response;
 //! * **grant management** — listing, revoking and sweeping.
+//!
+//! Every operation that changes state comes in two forms: `op(…)` runs in
+//! one write transaction of its own and commits it, retrying on a store
+//! [`Conflict`](crate::store::StoreErrorKind::Conflict) up to
+//! [`MAX_ATTEMPTS`] times; `op_in(&mut txn, …)` applies the same operation
+//! to a transaction the caller owns and commits (group commit), under a
+//! savepoint so that a store failure leaves nothing of it there. See
+//! [operations in a shared
+//! transaction](crate::store#operations-in-a-shared-transaction).
 //!
 //! Every operation that needs the time takes `now`; every one that needs
 //! randomness takes a [`CryptoRng`](rand_core::CryptoRng). Nothing here reads
