@@ -134,9 +134,11 @@ pub(crate) struct ConnLimits {
     /// long-polls last 25 s).
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(30..=3600))]
     pub(crate) request_timeout_secs: u64,
-    /// Most connections open at once. Beyond it new connections wait
-    /// (unaccepted) until one closes. Lowered at start to what the process's
-    /// open-file limit allows.
+    /// Most connections open at once. At the cap a new connection replaces
+    /// the oldest idle one (no request in flight: a half-sent head, or
+    /// kept alive between requests); when every one is busy, new ones wait
+    /// until one closes. Lowered at start to what the process's open-file
+    /// limit allows.
     #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) max_connections: u32,
 }

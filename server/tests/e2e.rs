@@ -1777,13 +1777,50 @@ async fn half_open_connections_neither_starve_others_nor_stay_open() {
 }
 
 #[tokio::test]
-async fn connections_beyond_the_cap_wait_for_a_free_slot() {
-    let s = Server::start(&["--max-connections", "20", "--header-timeout-secs", "2"]).await;
+async fn at_the_cap_a_new_connection_replaces_the_oldest_idle_one() {
+    let s = Server::start(&["--max-connections", "20", "--header-timeout-secs", "30"]).await;
     // The start-up probe's connection is closed (no pooling); give the
     // server a moment to release its slot.
     tokio::time::sleep(Duration::from_millis(200)).await;
+    let held = half_open(s.port, 20);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!closed_by_server(&held[0]), "all 20 are held");
+    let t = Instant::now();
+    let r = s
+        .http
+        .get(s.url("/.well-known/oauth-authorization-server"))
+        .timeout(Duration::from_secs(1))
+        .send()
+        .await
+        .expect("served at once");
+    assert_eq!(r.status(), StatusCode::OK);
+    assert!(t.elapsed() < Duration::from_secs(1));
+    assert!(
+        closed_by_server(&held[0]),
+        "the oldest half-open one made room"
+    );
+    assert!(!closed_by_server(&held[19]), "the newest is still open");
+}
+
+#[tokio::test]
+async fn when_every_connection_is_busy_new_ones_wait() {
+    let s = Server::start(&["--max-connections", "5", "--body-timeout-secs", "2"]).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Five requests in flight, each waiting for the rest of its body.
+    let _busy: Vec<_> = (0..5)
+        .map(|_| {
+            let mut c = std::net::TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+            c.write_all(
+                b"POST /token HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+                  Content-Type: application/x-www-form-urlencoded\r\n\
+                  Content-Length: 100\r\n\r\ngrant_type=",
+            )
+            .unwrap();
+            c
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let started = Instant::now();
-    let _held = half_open(s.port, 20);
     let url = s.url("/.well-known/oauth-authorization-server");
     let early = s
         .http
@@ -1791,7 +1828,7 @@ async fn connections_beyond_the_cap_wait_for_a_free_slot() {
         .timeout(Duration::from_millis(800))
         .send()
         .await;
-    assert!(early.is_err(), "the 21st connection waits: {early:?}");
+    assert!(early.is_err(), "the sixth connection waits: {early:?}");
     let r = s
         .http
         .get(&url)
@@ -1802,8 +1839,8 @@ async fn connections_beyond_the_cap_wait_for_a_free_slot() {
     assert_eq!(r.status(), StatusCode::OK);
     let waited = started.elapsed();
     assert!(
-        waited >= Duration::from_millis(1500),
-        "served once the held ones timed out, after {waited:?}"
+        waited >= Duration::from_millis(1200),
+        "served once the busy ones timed out, after {waited:?}"
     );
 }
 
@@ -2011,10 +2048,20 @@ async fn measure_half_open_connections() {
     let t = Instant::now();
     let fresh = http.get(&url).timeout(Duration::from_secs(30)).send().await;
     let took = t.elapsed();
+    let still_open = held
+        .iter()
+        .filter(|c| {
+            use std::io::Read as _;
+            c.set_nonblocking(true).unwrap();
+            let mut byte = [0u8; 1];
+            matches!((&mut &**c).read(&mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+        })
+        .count();
     let log = std::fs::read_to_string(&stderr).unwrap_or_default();
     println!(
-        "{bin}: NOFILE={nofile}: {} of {n} half-open connections opened in {opened:?}; \
-         fresh client: {} after {took:?}; server logged 'Too many open files': {}",
+        "{bin}: NOFILE={nofile}: {} of {n} half-open connections opened in {opened:?}, \
+         {still_open} still open after the fresh client: {} after {took:?}; \
+         server logged 'Too many open files': {}",
         held.len(),
         match &fresh {
             Ok(r) => r.status().to_string(),

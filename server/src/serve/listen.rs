@@ -4,11 +4,17 @@
 //! bounds a kept-alive connection's idle time), and the graceful shutdown
 //! of open connections.
 //!
-//! * **Connection cap.** A connection is accepted only with a permit of a
-//!   semaphore of `--max-connections` permits, held until it closes; at the
-//!   cap the server stops accepting and new connections wait in the
-//!   kernel's backlog. The cap is lowered at start to what the open-file
-//!   limit allows, so the cap, not `EMFILE`, is what a flood meets.
+//! * **Connection cap.** A connection is served only with a permit of a
+//!   semaphore of `--max-connections` permits, held until it closes. At the
+//!   cap, a newly accepted connection takes the place of the oldest **idle**
+//!   one (no request in flight: a half-sent head, or a kept-alive
+//!   connection between requests), which is closed; when every connection
+//!   has a request in flight, the new one waits for a permit and the ones
+//!   behind it wait in the kernel's backlog. So a flood of half-open
+//!   connections only ever pushes out its own kind, and a client that sends
+//!   its request is served. The cap is lowered at start to what the
+//!   open-file limit allows, so the cap, not `EMFILE`, is what a flood
+//!   meets.
 //! * **Accept errors never end the loop.** Errors of one connection (reset
 //!   before it was accepted) are skipped; running out of descriptors or
 //!   memory (`EMFILE`, `ENFILE`, `ENOBUFS`, `ENOMEM`) backs off (10 ms,
@@ -21,18 +27,23 @@
 //! Request bodies and whole requests are bounded by tower-http layers in
 //! the router ([`super::router`]).
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::io;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use axum::Router;
+use axum::extract::Request;
+use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
+use tokio::task::AbortHandle;
+use tower::ServiceExt as _;
 
 use crate::cli::ConnLimits;
 
@@ -49,6 +60,71 @@ pub(crate) fn connection_cap(wanted: u32, fd_limit: Option<u64>) -> usize {
     let wanted = u64::from(wanted);
     let cap = fd_limit.map_or(wanted, |l| wanted.min(l.saturating_sub(RESERVED_FDS)));
     usize::try_from(cap.max(1)).unwrap_or(usize::MAX)
+}
+
+/// One open connection: how many requests it has in flight, and how to
+/// close it.
+struct Slot {
+    in_flight: AtomicUsize,
+    abort: Mutex<Option<AbortHandle>>,
+}
+
+/// Counts a request in flight on its connection while it lives.
+struct InFlight(Arc<Slot>);
+
+impl InFlight {
+    fn new(slot: &Arc<Slot>) -> Self {
+        slot.in_flight.fetch_add(1, Ordering::AcqRel);
+        Self(Arc::clone(slot))
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The open connections, oldest first (ids only grow).
+#[derive(Default)]
+struct Open {
+    next: u64,
+    slots: BTreeMap<u64, Arc<Slot>>,
+}
+
+impl Open {
+    fn insert(&mut self) -> (u64, Arc<Slot>) {
+        let id = self.next;
+        self.next += 1;
+        let slot = Arc::new(Slot {
+            in_flight: AtomicUsize::new(0),
+            abort: Mutex::new(None),
+        });
+        self.slots.insert(id, Arc::clone(&slot));
+        (id, slot)
+    }
+
+    /// Closes the oldest connection with no request in flight; whether
+    /// there was one.
+    fn close_oldest_idle(&mut self) -> bool {
+        let victim = self
+            .slots
+            .iter()
+            .find(|(_, s)| s.in_flight.load(Ordering::Acquire) == 0)
+            .map(|(id, _)| *id);
+        let Some(slot) = victim.and_then(|id| self.slots.remove(&id)) else {
+            return false;
+        };
+        if let Some(abort) = slot
+            .abort
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            abort.abort();
+        }
+        true
+    }
 }
 
 /// Accepts and serves connections on `listener` with `app` until `shutdown`
@@ -82,16 +158,10 @@ pub(crate) async fn serve(
         .header_read_timeout(Duration::from_secs(limits.header_timeout_secs))
         .keep_alive(true);
     let graceful = GracefulShutdown::new();
+    let open = Arc::new(Mutex::new(Open::default()));
     let mut backoff = BACKOFF.0;
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
-        let permit = tokio::select! {
-            p = Arc::clone(&permits).acquire_owned() => match p {
-                Ok(p) => p,
-                Err(_) => break,
-            },
-            () = &mut shutdown => break,
-        };
         let stream = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => stream,
@@ -106,14 +176,54 @@ pub(crate) async fn serve(
             () = &mut shutdown => break,
         };
         backoff = BACKOFF.0;
+        let permit = if let Ok(p) = Arc::clone(&permits).try_acquire_owned() {
+            p
+        } else {
+            if open
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .close_oldest_idle()
+            {
+                tracing::debug!("at the connection cap: closed the oldest idle connection");
+            }
+            tokio::select! {
+                p = Arc::clone(&permits).acquire_owned() => match p {
+                    Ok(p) => p,
+                    Err(_) => break,
+                },
+                () = &mut shutdown => break,
+            }
+        };
         let _ = stream.set_nodelay(true);
-        let connection = graceful.watch(
-            http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone())),
-        );
-        tokio::spawn(async move {
+        let (id, slot) = open.lock().unwrap_or_else(PoisonError::into_inner).insert();
+        let app = app.clone();
+        let counted = Arc::clone(&slot);
+        let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+            let in_flight = InFlight::new(&counted);
+            let response = app.clone().oneshot(request);
+            async move {
+                let response = response.await;
+                drop(in_flight);
+                response
+            }
+        });
+        let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+        let open_now = Arc::clone(&open);
+        let task = tokio::spawn(async move {
             if let Err(e) = connection.await {
                 tracing::debug!(error = %e, "connection ended with an error");
             }
+        });
+        *slot.abort.lock().unwrap_or_else(PoisonError::into_inner) = Some(task.abort_handle());
+        // Whether it ends or is closed as the oldest idle one, the permit
+        // and the entry go with it.
+        tokio::spawn(async move {
+            let _ = task.await;
+            open_now
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .slots
+                .remove(&id);
             drop(permit);
         });
     }
