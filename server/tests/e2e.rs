@@ -1967,6 +1967,17 @@ async fn malformed_json_at_the_mcp_endpoint_is_a_json_rpc_error() {
         assert_eq!(v["error"]["code"], code, "{body:?}: {v}");
         assert!(v["error"]["message"].is_string());
     }
+    // The body limit still holds.
+    let r = s
+        .http
+        .post(&resource)
+        .header("content-type", "application/json")
+        .header("authorization", format!("Bearer {}", login.access))
+        .body(format!("[{}0]", "0,".repeat(1024 * 1024)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::PAYLOAD_TOO_LARGE);
     // The bearer check still comes first, and well-formed JSON still works.
     let r = post("null", None).await.unwrap();
     assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
@@ -2019,7 +2030,12 @@ async fn measure_half_open_connections() {
         .stderr(std::fs::File::create(&stderr).unwrap())
         .spawn()
         .unwrap();
-    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    // No pooling: the fresh client must open a fresh connection.
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
     let url = format!("http://127.0.0.1:{port}/.well-known/oauth-authorization-server");
     let deadline = Instant::now() + Duration::from_secs(20);
     while http.get(&url).send().await.is_err() {
