@@ -2121,3 +2121,34 @@ async fn a_stalled_request_body_fails_after_the_body_timeout() {
         "{waited:?}"
     );
 }
+
+#[tokio::test]
+async fn an_idle_kept_alive_connection_is_closed_after_the_header_timeout() {
+    use std::io::Read as _;
+    let s = Server::start(&["--header-timeout-secs", "2"]).await;
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    c.write_all(
+        format!(
+            "GET /.well-known/oauth-authorization-server HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n\r\n",
+            s.port
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut buf = vec![0u8; 64 * 1024];
+    let n = c.read(&mut buf).unwrap();
+    assert!(
+        buf[..n].starts_with(b"HTTP/1.1 200"),
+        "kept alive after a 200"
+    );
+    let idle = Instant::now();
+    // Nothing more is sent: the server closes the connection.
+    let mut rest = Vec::new();
+    let _ = c.read_to_end(&mut rest);
+    let waited = idle.elapsed();
+    assert!(
+        waited >= Duration::from_millis(1200) && waited < Duration::from_secs(5),
+        "closed after {waited:?}"
+    );
+}
