@@ -19,6 +19,72 @@ pub const SKILLS_READ: &str = "skills:read";
 /// The default scope that lets an agent write.
 pub const SKILLS_WRITE: &str = "skills:write";
 
+/// Whether `token` is a scope token: 1 to [`MAX_SCOPE_LEN`] bytes of the
+/// RFC 6749 §3.3 `scope-token` character set (printable ASCII except space,
+/// `"` and `\`).
+const fn is_scope_token(token: &str) -> bool {
+    let bytes = token.as_bytes();
+    if bytes.is_empty() || bytes.len() > MAX_SCOPE_LEN {
+        return false;
+    }
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        if !(b == 0x21 || (b >= 0x23 && b <= 0x5b) || (b >= 0x5d && b <= 0x7e)) {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// A scope token checked when the program is compiled: a constant of this
+/// type cannot hold a malformed token, so a set built from constants
+/// ([`ScopeSet::known`]) cannot fail, and a security decision built from a
+/// literal never falls back to "no scope".
+///
+/// ```
+/// use portcullis_core::scope::{KnownScope, ScopeSet};
+/// const NOTES_READ: KnownScope = KnownScope::new("notes:read");
+/// let set = ScopeSet::known([KnownScope::SKILLS_READ, NOTES_READ]);
+/// assert_eq!(set.to_string(), "notes:read skills:read");
+/// ```
+///
+/// A malformed literal does not compile:
+///
+/// ```compile_fail
+/// use portcullis_core::scope::KnownScope;
+/// const BAD: KnownScope = KnownScope::new("two words");
+/// assert_eq!(BAD.as_str(), "two words");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct KnownScope(&'static str);
+
+impl KnownScope {
+    /// [`SKILLS_READ`].
+    pub const SKILLS_READ: Self = Self::new(SKILLS_READ);
+    /// [`SKILLS_WRITE`].
+    pub const SKILLS_WRITE: Self = Self::new(SKILLS_WRITE);
+
+    /// The token `token`.
+    ///
+    /// # Panics
+    ///
+    /// If `token` is not an RFC 6749 §3.3 scope token of at most
+    /// [`MAX_SCOPE_LEN`] bytes; in a constant that is a compile error.
+    #[must_use]
+    pub const fn new(token: &'static str) -> Self {
+        assert!(is_scope_token(token), "not a scope token");
+        Self(token)
+    }
+
+    /// The token.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        self.0
+    }
+}
+
 /// A set of scope tokens, kept sorted so equal sets compare and encode equal.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ScopeSet(Vec<String>);
@@ -45,6 +111,18 @@ impl ScopeSet {
         Ok(set)
     }
 
+    /// The set of `tokens`, which cannot fail: each token is valid by
+    /// construction, and a set of more than [`MAX_SCOPES`] tokens does not
+    /// compile.
+    #[must_use]
+    pub fn known<const N: usize>(tokens: [KnownScope; N]) -> Self {
+        const { assert!(N <= MAX_SCOPES, "too many scopes") };
+        let mut v: Vec<String> = tokens.iter().map(|t| String::from(t.0)).collect();
+        v.sort_unstable();
+        v.dedup();
+        Self(v)
+    }
+
     /// Builds a set from tokens.
     pub fn from_tokens<'a>(tokens: impl IntoIterator<Item = &'a str>) -> Result<Self, ScopeError> {
         let mut set = Self::new();
@@ -56,12 +134,7 @@ impl ScopeSet {
 
     /// Adds one token.
     pub fn insert(&mut self, token: &str) -> Result<(), ScopeError> {
-        let valid = !token.is_empty()
-            && token.len() <= MAX_SCOPE_LEN
-            && token
-                .bytes()
-                .all(|b| b == 0x21 || (0x23..=0x5b).contains(&b) || (0x5d..=0x7e).contains(&b));
-        if !valid {
+        if !is_scope_token(token) {
             return Err(ScopeError::InvalidToken);
         }
         if let Err(at) = self.0.binary_search_by(|t| t.as_str().cmp(token)) {
@@ -189,6 +262,24 @@ mod tests {
         }
         let many: Vec<String> = (0..33).map(|i| alloc::format!("s{i}")).collect();
         assert_eq!(ScopeSet::parse(&many.join(" ")), Err(ScopeError::TooMany));
+    }
+
+    #[test]
+    fn known_sets_equal_parsed_sets() {
+        let known = ScopeSet::known([
+            KnownScope::SKILLS_WRITE,
+            KnownScope::SKILLS_READ,
+            KnownScope::SKILLS_WRITE,
+        ]);
+        assert_eq!(known, ScopeSet::parse("skills:read skills:write").unwrap());
+        assert_eq!(ScopeSet::known([]), ScopeSet::new());
+        assert_eq!(KnownScope::SKILLS_READ.as_str(), SKILLS_READ);
+        // The const check agrees with the runtime parser.
+        for bad in ["", "a b", "a\"b", "a\\b", "é", "a\tb"] {
+            assert!(!is_scope_token(bad), "{bad:?}");
+        }
+        assert!(is_scope_token(&"x".repeat(MAX_SCOPE_LEN)));
+        assert!(!is_scope_token(&"x".repeat(MAX_SCOPE_LEN + 1)));
     }
 
     #[test]

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use url::Url;
 
 use crate::error::{ErrorCode, WireError};
-use crate::scope::{SKILLS_READ, SKILLS_WRITE, ScopeSet};
+use crate::scope::{KnownScope, ScopeSet};
 use crate::store::{Record, Table};
 use crate::time::Timestamp;
 
@@ -147,7 +147,7 @@ impl SiteConfig {
 /// `skills:read skills:write`.
 #[must_use]
 pub fn default_scopes() -> ScopeSet {
-    ScopeSet::from_tokens([SKILLS_READ, SKILLS_WRITE]).unwrap_or_default()
+    ScopeSet::known([KnownScope::SKILLS_READ, KnownScope::SKILLS_WRITE])
 }
 
 fn is_secure_or_loopback(url: &Url) -> bool {

@@ -25,6 +25,8 @@ use cortex_m_rt::{ExceptionFrame, entry, exception};
 use cortex_m_semihosting::{debug, hio};
 use embedded_alloc::LlffHeap as Heap;
 use portcullis_core::Timestamp;
+#[cfg(feature = "engine")]
+use portcullis_core::header::HeaderField;
 use portcullis_core::jwt::{Claims, Keyring, SigningKey, TokenType, Validation};
 #[cfg(feature = "engine")]
 use rand_core::{TryCryptoRng, TryRng};
@@ -368,7 +370,7 @@ mod engine {
             ("code_verifier", VERIFIER),
         ]);
         let tokens = engine
-            .token(&site, &exchange, None, rng, clock.now())
+            .token(&site, &exchange, HeaderField::ABSENT, rng, clock.now())
             .unwrap_or_else(|_| fail("code exchange"));
         clock.advance(10);
         let body = encode_pairs([
@@ -377,7 +379,7 @@ mod engine {
             ("client_id", client_id.as_str()),
         ]);
         let tokens = engine
-            .token(&site, &body, None, rng, clock.now())
+            .token(&site, &body, HeaderField::ABSENT, rng, clock.now())
             .unwrap_or_else(|_| fail("refresh"));
 
         // Bearer check.
@@ -388,11 +390,11 @@ mod engine {
         };
         let read = ScopeSet::parse("skills:read").unwrap_or_else(|_| fail("scope"));
         let principal = engine
-            .verify_bearer(&site, Some(&header), &read, clock.now())
+            .verify_bearer(&site, HeaderField::one(&header), &read, clock.now())
             .unwrap_or_else(|_| fail("bearer check"));
         check(
             engine
-                .verify_bearer(&site, Some("Bearer x.y.z"), &read, clock.now())
+                .verify_bearer(&site, HeaderField::one("Bearer x.y.z"), &read, clock.now())
                 .is_err(),
             "bad bearer refused",
         );
@@ -448,13 +450,13 @@ mod engine {
         // A replayed code is refused and revokes the grant made from it.
         check(
             engine
-                .token(&site, &exchange, None, rng, clock.now())
+                .token(&site, &exchange, HeaderField::ABSENT, rng, clock.now())
                 .is_err(),
             "code replay refused",
         );
         check(
             engine
-                .verify_bearer(&site, Some(&header), &read, clock.now())
+                .verify_bearer(&site, HeaderField::one(&header), &read, clock.now())
                 .is_err(),
             "code replay revoked the grant",
         );

@@ -21,10 +21,11 @@ use portcullis_store_redb::RedbStore;
 use serde_json::{Value, json};
 
 use crate::cli::{GrantsAction, SiteAction, TokenAction, TokensAction};
-use crate::{clock, keys, setup};
+use crate::keys::{self, LoosePermissions};
+use crate::{clock, input, setup};
 
 fn engine(db: &Path) -> Result<Engine<RedbStore>, String> {
-    setup::engine(db, Policy::default(), false).map(|(e, _)| e)
+    setup::engine(db, Policy::default(), false, LoosePermissions::Warn).map(|(e, _)| e)
 }
 
 fn emit(out: &mut impl Write, value: &Value) -> Result<(), String> {
@@ -198,9 +199,23 @@ pub(crate) fn tokens(db: &Path, action: TokensAction, out: &mut impl Write) -> R
 /// database access, so it works while the server runs). Tries the access-
 /// token type, then the agent-token type; reports the core's reason when
 /// verification fails.
-pub(crate) fn token(action: TokenAction, out: &mut impl Write) -> Result<(), String> {
-    let TokenAction::Inspect { db, aud, iss, jwt } = action;
-    let keys = keys::load(&db.db, false)?;
+pub(crate) fn token(
+    action: TokenAction,
+    stdin: impl std::io::Read,
+    out: &mut impl Write,
+) -> Result<(), String> {
+    let TokenAction::Inspect {
+        db,
+        aud,
+        iss,
+        token_file,
+        jwt,
+    } = action;
+    if jwt.is_some() {
+        return Err(input::refused_on_argv("token", "--token-file"));
+    }
+    let jwt = input::read_secret(&token_file, "token", stdin)?;
+    let keys = keys::load(&db.db, false, LoosePermissions::Warn)?;
     let now = clock::now();
     let verify = |keyring: &Keyring, typ| {
         let mut expect = aud.as_ref().map_or_else(

@@ -2,7 +2,9 @@
 //! string per line, and write one JSON verdict per line:
 //! `{"input": …, "verdict": "accept", "normalized": …}` or
 //! `{"input": …, "verdict": "reject", "reason": …}`. Blank lines are
-//! skipped; a line that is not a JSON string is rejected as such.
+//! skipped; a line that is not a JSON string is rejected as such. The
+//! `jwt` guard's key is read from a file or from the first line of stdin,
+//! never from the command line.
 
 use std::io::{BufRead, Write};
 
@@ -15,17 +17,17 @@ use portcullis_core::redirect::SafePath;
 use serde_json::{Value, json};
 
 use crate::cli::CheckGuard;
-use crate::clock;
+use crate::{clock, input};
 
 type Judge = Box<dyn Fn(&str) -> Result<Value, String>>;
 
 /// Runs `guard` from `input` to `output`.
 pub(crate) fn run(
     guard: CheckGuard,
-    input: impl BufRead,
+    mut input: impl BufRead,
     mut output: impl Write,
 ) -> Result<(), String> {
-    let judge = judge(guard)?;
+    let judge = judge(guard, &mut input)?;
     for line in input.lines() {
         let line = line.map_err(|e| format!("reading stdin: {e}"))?;
         if line.trim().is_empty() {
@@ -47,7 +49,9 @@ pub(crate) fn run(
     output.flush().map_err(|e| format!("writing stdout: {e}"))
 }
 
-fn judge(guard: CheckGuard) -> Result<Judge, String> {
+/// The judge of `guard`. The JWT key comes from `--key-file`, or from the
+/// first line of `stdin` with `--key-file -`.
+fn judge(guard: CheckGuard, stdin: &mut impl BufRead) -> Result<Judge, String> {
     Ok(match guard {
         CheckGuard::Redirect { origin } => {
             let origin = origin.trim_end_matches('/').to_owned();
@@ -70,17 +74,30 @@ fn judge(guard: CheckGuard) -> Result<Judge, String> {
             })
         }
         CheckGuard::Jwt {
+            key_file,
             key_b64url,
             aud,
             iss,
             now,
             typ,
         } => {
+            if key_b64url.is_some() {
+                return Err(input::refused_on_argv("key", "--key-file"));
+            }
+            let key_file = key_file.ok_or(
+                "the key is needed: --key-file FILE (base64url, no padding), or --key-file - \
+                 to read it from the first line of stdin",
+            )?;
+            let key = if key_file.as_os_str() == "-" {
+                input::read_first_line(stdin, "key")?
+            } else {
+                input::read_secret(&key_file, "key", std::io::empty())?
+            };
             let key = URL_SAFE_NO_PAD
-                .decode(key_b64url.trim())
+                .decode(key)
                 .ok()
                 .and_then(|k| SigningKey::from_bytes(&k).ok())
-                .ok_or("--key-b64url must be base64url (no padding) of at least 32 bytes")?;
+                .ok_or("the key must be base64url (no padding) of at least 32 bytes")?;
             let typ = match typ.as_str() {
                 "at+jwt" => TokenType::AccessToken,
                 "agent+jwt" => TokenType::AgentToken,

@@ -105,6 +105,42 @@ pub(crate) struct ServeArgs {
     /// Browser session lifetime in seconds.
     #[arg(long, default_value_t = 12 * 3600)]
     pub(crate) session_ttl_secs: u64,
+    /// Start even when the key file (`<db>.keys`) is readable or writable
+    /// by its group or other users (otherwise `serve` refuses: `chmod 600`
+    /// it).
+    #[arg(long)]
+    pub(crate) allow_insecure_key_file: bool,
+    /// Connection limits and timeouts.
+    #[command(flatten)]
+    pub(crate) limits: ConnLimits,
+}
+
+/// How long a client may take and how many may be connected: what keeps
+/// slow or idle connections from holding the server's sockets.
+#[derive(Clone, Copy, Debug, Args)]
+pub(crate) struct ConnLimits {
+    /// Seconds a client has to send a whole request head, counted from the
+    /// moment the server waits for it: when the connection opens, and after
+    /// each response on a kept-alive connection (so it is also the
+    /// keep-alive idle timeout). The connection is closed when it runs out.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub(crate) header_timeout_secs: u64,
+    /// Seconds a request body may go without sending data before the
+    /// request fails.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub(crate) body_timeout_secs: u64,
+    /// Seconds a request may take from its head to its response head, body
+    /// read included; over it, `408`. At least 30 (the tab channel's
+    /// long-polls last 25 s).
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(30..=3600))]
+    pub(crate) request_timeout_secs: u64,
+    /// Most connections open at once. At the cap a new connection replaces
+    /// the oldest idle one (no request in flight: a half-sent head, or
+    /// kept alive between requests); when every one is busy, new ones wait
+    /// until one closes. Lowered at start to what the process's open-file
+    /// limit allows.
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) max_connections: u32,
 }
 
 /// `portcullis grants …`.
@@ -192,8 +228,13 @@ pub(crate) enum TokenAction {
         /// Also require this issuer.
         #[arg(long)]
         iss: Option<String>,
-        /// The token.
-        jwt: String,
+        /// A file holding the token, or `-` for stdin (the default). Never on
+        /// the command line, where `ps` and shell history show it.
+        #[arg(long, default_value = "-")]
+        token_file: PathBuf,
+        /// Refused: a token on the command line (see `--token-file`).
+        #[arg(hide = true)]
+        jwt: Option<String>,
     },
 }
 
@@ -218,9 +259,15 @@ pub(crate) enum CheckGuard {
     },
     /// HS256 JWT verification: signature with the key, then the claims.
     Jwt {
-        /// The key, base64url without padding.
+        /// A file holding the key, base64url without padding (surrounding
+        /// whitespace ignored). `-` reads it from the first line of stdin;
+        /// the tokens follow. Never on the command line, where `ps` and
+        /// shell history show it.
         #[arg(long)]
-        key_b64url: String,
+        key_file: Option<PathBuf>,
+        /// Refused: a key on the command line (see `--key-file`).
+        #[arg(long, hide = true)]
+        key_b64url: Option<String>,
         /// Require this audience (otherwise the audience is not checked).
         #[arg(long)]
         aud: Option<String>,

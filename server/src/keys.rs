@@ -47,9 +47,25 @@ pub(crate) fn key_path(db: &Path) -> PathBuf {
     PathBuf::from(p)
 }
 
+/// What to do when the key file is readable or writable by its group or by
+/// other users.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LoosePermissions {
+    /// Refuse to load it (`serve`, unless `--allow-insecure-key-file`).
+    Refuse,
+    /// Load it with a warning (the admin commands, and `serve` when the
+    /// operator said so).
+    Warn,
+}
+
+/// Permission bits that let someone other than the owner read or replace
+/// the keys.
+const LOOSE_BITS: u32 = 0o066;
+
 /// Loads the key file of `db`, creating it with fresh random keys if it
-/// does not exist and `create` is set.
-pub(crate) fn load(db: &Path, create: bool) -> Result<Keys, String> {
+/// does not exist and `create` is set. A key file that its group or other
+/// users may read or write is refused or warned about, as `loose` says.
+pub(crate) fn load(db: &Path, create: bool, loose: LoosePermissions) -> Result<Keys, String> {
     let path = key_path(db);
     if !path.exists() {
         if !create {
@@ -58,8 +74,24 @@ pub(crate) fn load(db: &Path, create: bool) -> Result<Keys, String> {
         write_new(&path)?;
     }
     let meta = std::fs::metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    if meta.permissions().mode() & 0o077 != 0 {
-        tracing::warn!(path = %path.display(), "key file is readable by other users; chmod 600 it");
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & LOOSE_BITS != 0 {
+        match loose {
+            LoosePermissions::Refuse => {
+                return Err(format!(
+                    "the key file {} has mode {mode:03o}: its group or other users can read or \
+                     write the signing keys. Run `chmod 600 {}` (or pass \
+                     --allow-insecure-key-file to start anyway)",
+                    path.display(),
+                    path.display()
+                ));
+            }
+            LoosePermissions::Warn => tracing::warn!(
+                path = %path.display(),
+                mode = format_args!("{mode:03o}"),
+                "key file is readable or writable by other users; chmod 600 it"
+            ),
+        }
     }
     let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     let file: KeyFile = serde_json::from_str(&text)

@@ -7,6 +7,7 @@ mod admin;
 mod check;
 mod cli;
 mod clock;
+mod input;
 mod keys;
 mod pages;
 mod serve;
@@ -46,7 +47,7 @@ fn main() -> ExitCode {
         Command::Grants { db, action } => admin::grants(&db.db, action, &mut out),
         Command::Site { db, action } => admin::site(&db.db, action, &mut out),
         Command::Tokens { db, action } => admin::tokens(&db.db, action, &mut out),
-        Command::Token { action } => admin::token(action, &mut out),
+        Command::Token { action } => admin::token(action, std::io::stdin().lock(), &mut out),
         Command::Check { guard } => check::run(guard, std::io::stdin().lock(), &mut out),
     };
     match result {

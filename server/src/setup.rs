@@ -10,7 +10,7 @@ use portcullis_core::{Engine, Policy};
 use portcullis_store_redb::RedbStore;
 
 use crate::clock;
-use crate::keys::{self, Keys};
+use crate::keys::{self, Keys, LoosePermissions};
 
 /// The id of the demo site.
 pub(crate) const SITE_ID: &str = "demo";
@@ -40,14 +40,16 @@ pub(crate) fn open_store(db: &Path) -> Result<RedbStore, String> {
 }
 
 /// The engine over the database at `db` with its key file. `create` makes
-/// a missing key file (only `serve` does, on first run).
+/// a missing key file (only `serve` does, on first run); `loose` says what
+/// a key file others can read or write gets.
 pub(crate) fn engine(
     db: &Path,
     policy: Policy,
     create: bool,
+    loose: LoosePermissions,
 ) -> Result<(Engine<RedbStore>, Keys), String> {
     let store = open_store(db)?;
-    let keys = keys::load(db, create)?;
+    let keys = keys::load(db, create, loose)?;
     let engine = Engine::new(store, keys.keyring.clone(), policy);
     Ok((engine, keys))
 }

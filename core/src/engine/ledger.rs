@@ -589,8 +589,8 @@ impl<S: Store> Engine<S> {
                 };
             }
             let needed = action.effect().required_scope();
-            if !ticket.scopes.contains(needed) {
-                let needed = ScopeSet::from_tokens([needed]).unwrap_or_default();
+            if !ticket.scopes.contains(needed.as_str()) {
+                let needed = ScopeSet::known([needed]);
                 let md = metadata::protected_resource_metadata_url(&site);
                 let challenge = Challenge::insufficient_scope(&md, &needed.union(&ticket.scopes));
                 rec.park(Park::Scope(needed));

@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 
 use super::LedgerError;
 use super::id::ActionFingerprint;
-use crate::scope::{SKILLS_READ, SKILLS_WRITE};
+use crate::scope::KnownScope;
 use crate::store::{Record, Table};
 
 /// Longest action kind.
@@ -57,10 +57,10 @@ impl Effect {
 
     /// The scope an action with this effect needs.
     #[must_use]
-    pub const fn required_scope(self) -> &'static str {
+    pub const fn required_scope(self) -> KnownScope {
         match self {
-            Self::Read => SKILLS_READ,
-            Self::Write | Self::Unknown => SKILLS_WRITE,
+            Self::Read => KnownScope::SKILLS_READ,
+            Self::Write | Self::Unknown => KnownScope::SKILLS_WRITE,
         }
     }
 
@@ -270,12 +270,13 @@ impl Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scope::{SKILLS_READ, SKILLS_WRITE};
 
     #[test]
     fn scopes_and_approval_follow_the_effect() {
-        assert_eq!(Effect::Read.required_scope(), SKILLS_READ);
-        assert_eq!(Effect::Write.required_scope(), SKILLS_WRITE);
-        assert_eq!(Effect::Unknown.required_scope(), SKILLS_WRITE);
+        assert_eq!(Effect::Read.required_scope().as_str(), SKILLS_READ);
+        assert_eq!(Effect::Write.required_scope().as_str(), SKILLS_WRITE);
+        assert_eq!(Effect::Unknown.required_scope().as_str(), SKILLS_WRITE);
         assert!(!Effect::Read.needs_approval());
         assert!(Effect::Write.needs_approval() && Effect::Unknown.needs_approval());
     }

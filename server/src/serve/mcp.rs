@@ -27,7 +27,7 @@ use portcullis_core::engine::{BearerRejection, Principal};
 use portcullis_core::error::{ErrorCode, WireError as _};
 use portcullis_core::header::HeaderField;
 use portcullis_core::http::HttpResponse;
-use portcullis_core::scope::{SKILLS_READ, ScopeSet};
+use portcullis_core::scope::{KnownScope, ScopeSet};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, JsonObject,
     ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
@@ -44,12 +44,13 @@ use super::{Shared, respond};
 use crate::clock;
 
 /// Largest MCP request body (the ledger's envelope limit plus JSON-RPC).
-const MAX_MCP_BODY: usize = portcullis_core::ledger::MAX_ENVELOPE_LEN + 16 * 1024;
+pub(crate) const MAX_MCP_BODY: usize = portcullis_core::ledger::MAX_ENVELOPE_LEN + 16 * 1024;
 
 /// The scope every MCP request needs: listing and describing skills are
-/// reads. Writes are checked per action by the ledger.
+/// reads. Writes are checked per action by the ledger. Built from a
+/// compile-time-checked token, so it cannot fall back to "no scope".
 fn required() -> ScopeSet {
-    ScopeSet::parse(SKILLS_READ).unwrap_or_default()
+    ScopeSet::known([KnownScope::SKILLS_READ])
 }
 
 /// The identity the bearer check verified.

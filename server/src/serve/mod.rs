@@ -25,6 +25,8 @@
 //! (`portcullis site rotate-key`) moves it; the old URL answers 404.
 
 mod browser;
+mod jsonrpc;
+mod listen;
 mod mcp;
 mod navigate;
 mod notes;
@@ -42,6 +44,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
 use axum::routing::{any, get, post};
 use portcullis_core::jwt::SigningKey;
@@ -49,8 +52,11 @@ use portcullis_core::link::OpenRoute;
 use portcullis_core::site::SiteId;
 use portcullis_core::{Engine, Policy};
 use portcullis_store_redb::RedbStore;
+use tower_http::set_header::SetResponseHeaderLayer;
+use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutLayer};
 
-use crate::cli::ServeArgs;
+use crate::cli::{ConnLimits, ServeArgs};
+use crate::keys::LoosePermissions;
 use crate::{clock, setup};
 
 /// Largest request body accepted anywhere (the token endpoint's limit,
@@ -148,15 +154,32 @@ fn mcp_hosts(public: &str, bound: SocketAddr) -> Vec<String> {
     vec![authority, bound.to_string()]
 }
 
-/// The router.
-fn router(app: Shared, mcp_hosts: Vec<String>) -> Router {
+/// `Strict-Transport-Security` with an https public URL: one year
+/// (RFC 6797 §6.1.1 `max-age`, in seconds), this host only (the server does
+/// not know what else its parent domain serves).
+const HSTS: &str = "max-age=31536000";
+
+/// The router, with the layers every response passes (outermost last):
+///
+/// * the request timeout (tower-http `TimeoutLayer`, `408`) and the
+///   body-read timeout (`RequestBodyTimeoutLayer`: a body that sends
+///   nothing for `--body-timeout-secs` fails);
+/// * request logging ([`trace`]);
+/// * the response headers every answer carries: `X-Content-Type-Options:
+///   nosniff`, `Cache-Control: no-store` unless the handler chose its own
+///   (HTML pages send `no-store` themselves, the tab's script `no-cache`),
+///   and `Strict-Transport-Security` when the public URL is https.
+fn router(app: Shared, mcp_hosts: Vec<String>, limits: ConnLimits) -> Router {
+    let secure = app.secure;
     let mcp = Router::new()
         .route_service("/mcp/{key}", mcp::service(&app, mcp_hosts))
+        .route_layer(axum::middleware::from_fn(jsonrpc::strict))
+        .route_layer(DefaultBodyLimit::max(mcp::MAX_MCP_BODY))
         .route_layer(axum::middleware::from_fn_with_state(
             Arc::clone(&app),
             mcp::guard,
         ));
-    Router::new()
+    let router = Router::new()
         .route(
             "/.well-known/oauth-authorization-server",
             get(oauth::authorization_server_metadata),
@@ -192,7 +215,30 @@ fn router(app: Shared, mcp_hosts: Vec<String>) -> Router {
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(app)
         .merge(mcp)
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            Duration::from_secs(limits.request_timeout_secs),
+        ))
+        .layer(RequestBodyTimeoutLayer::new(Duration::from_secs(
+            limits.body_timeout_secs,
+        )))
         .layer(axum::middleware::from_fn(trace::requests))
+        .layer(SetResponseHeaderLayer::if_not_present(
+            header::CACHE_CONTROL,
+            HeaderValue::from_static("no-store"),
+        ))
+        .layer(SetResponseHeaderLayer::overriding(
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        ));
+    if secure {
+        router.layer(SetResponseHeaderLayer::overriding(
+            header::STRICT_TRANSPORT_SECURITY,
+            HeaderValue::from_static(HSTS),
+        ))
+    } else {
+        router
+    }
 }
 
 /// Runs the server until SIGINT or SIGTERM, then finishes in-flight
@@ -205,9 +251,14 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
     let public = public_url(&args, bound)?;
     let policy = policy(&args);
     let db = args.db.db.clone();
+    let loose = if args.allow_insecure_key_file {
+        LoosePermissions::Warn
+    } else {
+        LoosePermissions::Refuse
+    };
     let public_for_setup = public.clone();
     let (engine, keys, site) = tokio::task::spawn_blocking(move || {
-        let (engine, keys) = setup::engine(&db, policy, true)?;
+        let (engine, keys) = setup::engine(&db, policy, true, loose)?;
         let site = setup::ensure_demo_site(&engine, &public_for_setup)?;
         abandon_lost_runs(&engine)?;
         Ok::<_, String>((engine, keys, site))
@@ -230,15 +281,21 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
         stopping: stop_rx,
     });
     banner(&public, &site.resource(), site.enabled, bound);
+    if !app.secure {
+        tracing::warn!(
+            "plain http: for development only (the session cookie reaches every port of this \
+             host, the sign-in accepts any name); production needs an https --public-url and \
+             the host's real sign-in"
+        );
+    }
     tokio::spawn(sweep_forever(Arc::clone(&app)));
     tracing::info!(addr = %bound, "listening");
-    axum::serve(listener, router(app, mcp_hosts(&public, bound)))
-        .with_graceful_shutdown(async move {
-            shutdown_signal().await;
-            let _ = stop_tx.send(true);
-        })
-        .await
-        .map_err(|e| e.to_string())?;
+    let router = router(app, mcp_hosts(&public, bound), args.limits);
+    listen::serve(listener, router, args.limits, async move {
+        shutdown_signal().await;
+        let _ = stop_tx.send(true);
+    })
+    .await;
     tracing::info!("stopped");
     Ok(())
 }
