@@ -127,9 +127,9 @@ async fn reset_browser_session(app: &Shared, session: &Session) {
     let browser_session = session.browser_session().to_owned();
     app.navigates.clear(&browser_session);
     let ended = app
-        .blocking(move |app| {
+        .write(move |app, txn| {
             app.engine
-                .reset_session(&app.site, &browser_session, clock::now())
+                .reset_session_in(txn, &app.site, &browser_session, clock::now())
         })
         .await;
     match ended {

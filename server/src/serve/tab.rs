@@ -197,7 +197,7 @@ pub(crate) async fn connect(State(app): State<Shared>, headers: HeaderMap, raw: 
     let subject = session.subject.clone();
     let browser_session = session.browser_session().to_owned();
     let done = app
-        .blocking(move |app| {
+        .write_any(move |app, txn| {
             let hello_core = TabHello {
                 browser_session,
                 tab_id: hello.tab_id,
@@ -209,10 +209,10 @@ pub(crate) async fn connect(State(app): State<Shared>, headers: HeaderMap, raw: 
                 let now = clock::now();
                 let r = if hello.take_over {
                     app.engine
-                        .take_over_tab(&app.site, &subject, &g.id, &hello_core, now)
+                        .take_over_tab_in(txn, &app.site, &subject, &g.id, &hello_core, now)
                 } else {
                     app.engine
-                        .connect_tab(&app.site, &subject, &g.id, &hello_core, now)
+                        .connect_tab_in(txn, &app.site, &subject, &g.id, &hello_core, now)
                 };
                 let mut v = grant_json(&g);
                 let r = r.map(|_| ());
@@ -257,10 +257,11 @@ pub(crate) async fn heartbeat(
     };
     let subject = session.subject.clone();
     let done = app
-        .blocking(move |app| {
+        .write_any(move |app, txn| {
             let mut out = Vec::new();
             for g in app.live_grants(&subject)? {
-                let r = app.engine.tab_heartbeat(
+                let r = app.engine.tab_heartbeat_in(
+                    txn,
                     &app.site,
                     &subject,
                     &g.id,
@@ -295,12 +296,13 @@ pub(crate) async fn disconnect(
     };
     let subject = session.subject.clone();
     let done = app
-        .blocking(move |app| {
+        .write_any(move |app, txn| {
             let mut ended = 0;
             for g in app.live_grants(&subject)? {
                 if app
                     .engine
-                    .disconnect_tab(
+                    .disconnect_tab_in(
+                        txn,
                         &app.site,
                         &subject,
                         &g.id,
@@ -653,9 +655,15 @@ pub(crate) async fn decide(State(app): State<Shared>, headers: HeaderMap, raw: B
     };
     let subject = session.subject.clone();
     let done = app
-        .blocking(move |app| {
-            app.engine
-                .decide_approval(&app.site, &subject, &approval, decision, clock::now())
+        .write(move |app, txn| {
+            app.engine.decide_approval_in(
+                txn,
+                &app.site,
+                &subject,
+                &approval,
+                decision,
+                clock::now(),
+            )
         })
         .await;
     match done {
