@@ -270,7 +270,7 @@ fn numeric_date_claims_must_be_integers_in_i64() {
     }
 }
 
-/// RFC 7519 §2: a NumericDate is a non-negative number of seconds. A
+/// RFC 7519 §2: a `NumericDate` is a non-negative number of seconds. A
 /// negative `exp`, `nbf` or `iat` is refused with its own fault, whether it
 /// arrives in a signed token or in claims built by hand; zero is a date.
 #[test]

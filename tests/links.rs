@@ -297,6 +297,36 @@ fn open_route_falls_back_from_a_rejected_to_and_reports_why() {
     );
 }
 
+/// A deep link whose `to` has an encoded space or a look-alike in its query
+/// builds, and the open route follows it (the look-alike percent-encoded in
+/// the `Location`, as browsers would send it).
+#[test]
+fn open_route_follows_a_to_with_an_encoded_space_or_a_lookalike_query() {
+    let config = LinkConfig::default();
+    for (to, location) in [
+        ("/files/My%20Report.pdf", "/files/My%20Report.pdf"),
+        ("/search?q=a%20b#top", "/search?q=a%20b#top"),
+        (
+            "/search?q=\u{ff0f}\u{ff0f}evil.com#\u{ff3c}",
+            "/search?q=%EF%BC%8F%EF%BC%8Fevil.com#%EF%BC%BC",
+        ),
+    ] {
+        let mut link = DeepLink::new("mail");
+        link.view = Some("inbox".into());
+        link.to = Some(to.into());
+        let path = link.to_path(&config).expect("a safe `to` builds");
+        let query = path.split_once('?').unwrap().1;
+        let answer = OpenRoute::new().handle(query, true, |_| None).unwrap();
+        let OpenAnswer::Redirect(redirect) = answer else {
+            panic!("signed in")
+        };
+        assert_eq!(redirect.source, RedirectSource::To, "{to}");
+        assert_eq!(redirect.location, location);
+        assert_eq!(redirect.rejected_to, None);
+        assert_keeps_origin(&redirect.location);
+    }
+}
+
 #[test]
 fn open_route_without_session_shows_sign_in() {
     assert_eq!(

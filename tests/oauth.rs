@@ -1278,10 +1278,10 @@ fn identical_registrations_never_share_credentials<S: Store>(store: &S) {
         ("redirect_uri", REDIRECT),
         ("code_verifier", VERIFIER),
     ]);
-    let with_b_secret = basic(&a_id, b_secret.expose_secret());
+    let a_id_b_secret = basic(&a_id, b_secret.expose_secret());
     let err = w
         .engine
-        .token(&w.site, &exchange, Some(&with_b_secret), &mut w.rng, w.now)
+        .token(&w.site, &exchange, Some(&a_id_b_secret), &mut w.rng, w.now)
         .unwrap_err();
     assert_eq!(err.code(), ErrorCode::InvalidClient);
     // B's own credentials do not redeem A's code either.
@@ -1291,17 +1291,17 @@ fn identical_registrations_never_share_credentials<S: Store>(store: &S) {
             .token(&w.site, &exchange, Some(&as_b), &mut w.rng, w.now)
             .is_err()
     );
-    let with_a_secret = basic(&a_id, a_secret.expose_secret());
+    let a_own = basic(&a_id, a_secret.expose_secret());
     let tokens = w
         .engine
-        .token(&w.site, &exchange, Some(&with_a_secret), &mut w.rng, w.now)
+        .token(&w.site, &exchange, Some(&a_own), &mut w.rng, w.now)
         .unwrap();
 
     // Revocation with A's id and B's secret is refused and changes nothing.
     let revoke = encode_pairs([("token", refresh_of(&tokens).as_str())]);
     assert_eq!(
         w.engine
-            .revoke_token(&w.site, &revoke, Some(&with_b_secret), w.now),
+            .revoke_token(&w.site, &revoke, Some(&a_id_b_secret), w.now),
         Err(RevokeError::InvalidClient)
     );
     assert!(w.bearer(&tokens, "skills:read").is_ok());
@@ -1312,12 +1312,12 @@ fn identical_registrations_never_share_credentials<S: Store>(store: &S) {
     ]);
     let err = w
         .engine
-        .token(&w.site, &refresh, Some(&with_b_secret), &mut w.rng, w.now)
+        .token(&w.site, &refresh, Some(&a_id_b_secret), &mut w.rng, w.now)
         .unwrap_err();
     assert_eq!(err.code(), ErrorCode::InvalidClient);
     assert!(
         w.engine
-            .token(&w.site, &refresh, Some(&with_a_secret), &mut w.rng, w.now)
+            .token(&w.site, &refresh, Some(&a_own), &mut w.rng, w.now)
             .is_ok()
     );
 }

@@ -167,7 +167,7 @@ pub enum NumericDateFault {
     NotAnInteger,
     /// An integer outside `i64`.
     OutOfRange,
-    /// A negative integer: a NumericDate counts seconds since the epoch and
+    /// A negative integer: a `NumericDate` counts seconds since the epoch and
     /// is non-negative (RFC 7519 §2).
     Negative,
 }

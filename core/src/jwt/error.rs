@@ -62,7 +62,7 @@ pub enum VerifyError {
     /// A claim appears twice.
     DuplicateClaim,
     /// `exp`, `nbf` or `iat` is not a non-negative integer in `i64` (RFC 7519
-    /// §2: a NumericDate counts seconds since the epoch).
+    /// §2: a `NumericDate` counts seconds since the epoch).
     InvalidNumericDate {
         /// The claim name.
         claim: &'static str,
