@@ -153,6 +153,7 @@ fn engine_with_grant() -> (Engine<MemoryStore>, SiteId, String, String, String) 
     let client = engine
         .register_client(
             br#"{"redirect_uris":["http://127.0.0.1/cb"],"token_endpoint_auth_method":"none","grant_types":["authorization_code","refresh_token"]}"#,
+            &mut rng,
             now,
         )
         .unwrap();

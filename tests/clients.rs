@@ -29,7 +29,7 @@ fn keyring() -> Keyring {
 
 fn register(json: &str) -> client::RegisteredClient {
     let metadata = client::parse_registration(json.as_bytes()).expect("valid request");
-    client::register(metadata, &keyring(), NOW).expect("registers")
+    client::register(metadata, &keyring(), &mut rand::rng(), NOW).expect("registers")
 }
 
 #[test]

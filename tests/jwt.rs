@@ -270,6 +270,78 @@ fn numeric_date_claims_must_be_integers_in_i64() {
     }
 }
 
+/// RFC 7519 §2: a `NumericDate` is a non-negative number of seconds. A
+/// negative `exp`, `nbf` or `iat` is refused with its own fault, whether it
+/// arrives in a signed token or in claims built by hand; zero is a date.
+#[test]
+fn negative_numeric_dates_are_refused() {
+    let negative = |claim| VerifyError::InvalidNumericDate {
+        claim,
+        fault: NumericDateFault::Negative,
+    };
+    for (payload, claim) in [
+        (r#"{"aud":"https://r.example/mcp","exp":-1}"#, "exp"),
+        (
+            r#"{"aud":"https://r.example/mcp","exp":2000,"nbf":-1}"#,
+            "nbf",
+        ),
+        (
+            r#"{"aud":"https://r.example/mcp","exp":2000,"iat":-1}"#,
+            "iat",
+        ),
+        (
+            r#"{"aud":"https://r.example/mcp","exp":2000,"iat":-9223372036854775808}"#,
+            "iat",
+        ),
+        (
+            r#"{"iat": -5, "aud":"https://r.example/mcp","exp":2000}"#,
+            "iat",
+        ),
+    ] {
+        assert_eq!(
+            verify(&raw_token(GOOD_HEADER, payload, &KEY)),
+            Err(negative(claim)),
+            "{payload}"
+        );
+    }
+    let zero = r#"{"aud":"https://r.example/mcp","exp":2000,"nbf":0,"iat":0}"#;
+    assert!(verify(&raw_token(GOOD_HEADER, zero, &KEY)).is_ok());
+
+    let expect = Validation::new(TokenType::AccessToken, "https://r.example/mcp");
+    let good = Claims {
+        aud: Some("https://r.example/mcp".into()),
+        exp: Some(2000),
+        ..Claims::default()
+    };
+    let now = Timestamp::from_secs(1_000);
+    assert_eq!(expect.check_claims(&good, now), Ok(()));
+    for (claims, claim) in [
+        (
+            Claims {
+                nbf: Some(-1),
+                ..good.clone()
+            },
+            "nbf",
+        ),
+        (
+            Claims {
+                iat: Some(-1),
+                ..good.clone()
+            },
+            "iat",
+        ),
+        (
+            Claims {
+                exp: Some(-1),
+                ..good.clone()
+            },
+            "exp",
+        ),
+    ] {
+        assert_eq!(expect.check_claims(&claims, now), Err(negative(claim)));
+    }
+}
+
 #[test]
 fn unknown_and_retired_keys_are_refused() {
     let unknown = r#"{"alg":"HS256","typ":"at+jwt","kid":"nope"}"#;

@@ -132,6 +132,78 @@ fn guard_rejects_dot_segments_that_reach_double_slash() {
 }
 
 #[test]
+fn guard_accepts_an_encoded_space_in_path_query_and_fragment() {
+    for ok in [
+        "/files/My%20Report%202024.pdf",
+        "/search?q=open%20redirect",
+        "/docs#see%20also",
+        "/%20",
+        "/%20/evil.com",
+        "/%20//evil.com",
+        "/a%20/%20b?%20#%20",
+    ] {
+        assert_eq!(SafePath::new(ok).map(|p| p.as_str()), Ok(ok), "{ok}");
+        assert_keeps_origin(ok);
+    }
+}
+
+#[test]
+fn guard_accepts_lookalikes_in_the_query_and_fragment() {
+    for ok in [
+        "/search?q=a\u{ff0f}b",
+        "/search?q=\u{ff0f}\u{ff0f}evil.com",
+        "/search?q=%EF%BC%8F%EF%BC%8Fevil.com",
+        "/search?path=\u{ff3c}\u{2215}\u{2044}\u{29f8}&dots=\u{ff0e}\u{3002}\u{2024}",
+        "/notes#\u{ff0f}evil.com",
+        "/notes#%E2%88%95",
+        "/a?x#\u{fe68}",
+    ] {
+        assert_eq!(SafePath::new(ok).map(|p| p.as_str()), Ok(ok), "{ok}");
+        assert_keeps_origin(ok);
+    }
+}
+
+#[test]
+fn guard_still_rejects_lookalikes_in_the_path() {
+    for bad in [
+        "/\u{ff0f}evil.com",
+        "/%EF%BC%8Fevil.com",
+        "/a\u{2215}b?q=1",
+        "/a/\u{ff0e}\u{ff0e}/b",
+        "/\u{ff3c}\u{ff3c}evil.com#x",
+    ] {
+        assert_eq!(reason(bad), UnsafePathReason::ConfusableSeparator, "{bad}");
+    }
+}
+
+#[test]
+fn guard_still_rejects_other_spaces_and_controls_everywhere() {
+    for bad in [
+        "/a b",
+        "/a?q=a b",
+        "/a#x y",
+        "/a?q=%09",
+        "/a?q=%0A//evil.com",
+        "/a#%0d",
+        "/a?q=%7F",
+        "/a?q=%C2%A0",
+        "/a?q=\u{a0}",
+        "/a#\u{3000}",
+        "/a?q=\u{200b}",
+        "/%20\t/evil.com",
+    ] {
+        assert_eq!(reason(bad), UnsafePathReason::ControlOrSpace, "{bad}");
+    }
+    // The encoded space does not open any other way out.
+    assert_eq!(
+        reason("/%20%2F/evil.com"),
+        UnsafePathReason::EncodedSeparator
+    );
+    assert_eq!(reason("/%2520"), UnsafePathReason::DoubleEncoded);
+    assert_eq!(reason("/%20/../x"), UnsafePathReason::DotSegment);
+}
+
+#[test]
 fn guard_accepts_and_returns_the_path() {
     let path = SafePath::new("/inbox/thread-42?label=work#top").unwrap();
     assert_eq!(path.as_str(), "/inbox/thread-42?label=work#top");
@@ -146,6 +218,8 @@ fn guard_accept_path_does_not_allocate() {
         "/",
         "/caf%C3%A9/caf\u{e9}",
         "/a/b/c/d/e",
+        "/files/My%20Report.pdf?q=a%20b#see%20below",
+        "/search?q=\u{ff0f}%EF%BC%8F#\u{ff3c}",
     ];
     // Warm up anything lazily initialised on this thread.
     assert!(SafePath::new(targets[0]).is_ok());
@@ -223,6 +297,36 @@ fn open_route_falls_back_from_a_rejected_to_and_reports_why() {
     );
 }
 
+/// A deep link whose `to` has an encoded space or a look-alike in its query
+/// builds, and the open route follows it (the look-alike percent-encoded in
+/// the `Location`, as browsers would send it).
+#[test]
+fn open_route_follows_a_to_with_an_encoded_space_or_a_lookalike_query() {
+    let config = LinkConfig::default();
+    for (to, location) in [
+        ("/files/My%20Report.pdf", "/files/My%20Report.pdf"),
+        ("/search?q=a%20b#top", "/search?q=a%20b#top"),
+        (
+            "/search?q=\u{ff0f}\u{ff0f}evil.com#\u{ff3c}",
+            "/search?q=%EF%BC%8F%EF%BC%8Fevil.com#%EF%BC%BC",
+        ),
+    ] {
+        let mut link = DeepLink::new("mail");
+        link.view = Some("inbox".into());
+        link.to = Some(to.into());
+        let path = link.to_path(&config).expect("a safe `to` builds");
+        let query = path.split_once('?').unwrap().1;
+        let answer = OpenRoute::new().handle(query, true, |_| None).unwrap();
+        let OpenAnswer::Redirect(redirect) = answer else {
+            panic!("signed in")
+        };
+        assert_eq!(redirect.source, RedirectSource::To, "{to}");
+        assert_eq!(redirect.location, location);
+        assert_eq!(redirect.rejected_to, None);
+        assert_keeps_origin(&redirect.location);
+    }
+}
+
 #[test]
 fn open_route_without_session_shows_sign_in() {
     assert_eq!(
@@ -272,11 +376,11 @@ fn target() -> impl Strategy<Value = String> {
 fn safe_target() -> impl Strategy<Value = String> {
     (
         prop::collection::vec(
-            "[A-Za-z0-9_~-][A-Za-z0-9._~-]{0,8}|caf%C3%A9|\u{e9}t\u{e9}",
+            "[A-Za-z0-9_~-][A-Za-z0-9._~-]{0,8}|caf%C3%A9|\u{e9}t\u{e9}|My%20File[.]pdf|%20",
             0..5,
         ),
-        prop::option::of("[a-z0-9=&/:@._-]{0,12}"),
-        prop::option::of("[a-z0-9/?]{0,6}"),
+        prop::option::of("([a-z0-9=&/:@._-]|%20|\u{ff0f}|\u{ff3c}|\u{ff0e}|\u{2215}){0,12}"),
+        prop::option::of("([a-z0-9/?]|%20|\u{ff0f}|%EF%BC%8F){0,6}"),
     )
         .prop_map(|(segments, query, fragment)| {
             let mut s = format!("/{}", segments.join("/"));

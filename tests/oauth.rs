@@ -65,7 +65,7 @@ impl<S: Store> World<S> {
         );
         engine.create_site(config, &mut rng, now).unwrap();
         let registered = engine
-            .register_client(br#"{"redirect_uris":["http://127.0.0.1/callback"],"token_endpoint_auth_method":"none","client_name":"Test Agent","grant_types":["authorization_code","refresh_token"]}"#, now)
+            .register_client(br#"{"redirect_uris":["http://127.0.0.1/callback"],"token_endpoint_auth_method":"none","client_name":"Test Agent","grant_types":["authorization_code","refresh_token"]}"#, &mut rng, now)
             .unwrap();
         Self {
             engine,
@@ -387,7 +387,7 @@ fn loopback_redirects_ignore_only_the_port<S: Store>(store: &S) {
 }
 
 fn unsafe_redirect_uris_are_refused_at_registration<S: Store>(store: &S) {
-    let w = World::new(store);
+    let mut w = World::new(store);
     for uri in [
         "http://127.0.0.1.evil.com/cb",
         "http://127.1/cb",
@@ -402,7 +402,7 @@ fn unsafe_redirect_uris_are_refused_at_registration<S: Store>(store: &S) {
         let json = format!(r#"{{"redirect_uris":["{uri}"],"token_endpoint_auth_method":"none"}}"#);
         let err = w
             .engine
-            .register_client(json.as_bytes(), w.now)
+            .register_client(json.as_bytes(), &mut w.rng, w.now)
             .unwrap_err();
         assert_eq!(err.code(), ErrorCode::InvalidRedirectUri, "{uri}");
     }
@@ -586,7 +586,7 @@ fn refresh_scope_may_narrow_never_widen<S: Store>(store: &S) {
 fn refresh_needs_a_registered_refresh_grant<S: Store>(store: &S) {
     let mut w = World::new(store);
     let t = w.login();
-    let code_only = w.engine.register_client(br#"{"redirect_uris":["http://127.0.0.1/callback"],"token_endpoint_auth_method":"none"}"#, w.now).unwrap();
+    let code_only = w.engine.register_client(br#"{"redirect_uris":["http://127.0.0.1/callback"],"token_endpoint_auth_method":"none"}"#, &mut w.rng, w.now).unwrap();
     let r = w.token(&[
         ("grant_type", "refresh_token"),
         ("refresh_token", &refresh_of(&t)),
@@ -603,7 +603,7 @@ fn refresh_needs_a_registered_refresh_grant<S: Store>(store: &S) {
 fn refresh_is_bound_to_client_and_resource<S: Store>(store: &S) {
     let mut w = World::new(store);
     let t = w.login();
-    let other = w.engine.register_client(br#"{"redirect_uris":["https://other.example/cb"],"token_endpoint_auth_method":"none","grant_types":["authorization_code","refresh_token"]}"#, w.now).unwrap();
+    let other = w.engine.register_client(br#"{"redirect_uris":["https://other.example/cb"],"token_endpoint_auth_method":"none","grant_types":["authorization_code","refresh_token"]}"#, &mut w.rng, w.now).unwrap();
     let r = w.token(&[
         ("grant_type", "refresh_token"),
         ("refresh_token", &refresh_of(&t)),
@@ -929,6 +929,7 @@ fn revocation_endpoint_and_grant_management<S: Store>(store: &S) {
         .engine
         .register_client(
             br#"{"redirect_uris":["https://o.example/cb"],"token_endpoint_auth_method":"none"}"#,
+            &mut w.rng,
             w.now,
         )
         .unwrap();
@@ -1131,7 +1132,7 @@ fn no_secret_leaks_into_debug_or_errors<S: Store + std::fmt::Debug>(store: &S) {
     let mut w = World::new(store);
     let confidential = w
         .engine
-        .register_client(br#"{"redirect_uris":["https://c.example/cb"],"token_endpoint_auth_method":"client_secret_basic"}"#, w.now)
+        .register_client(br#"{"redirect_uris":["https://c.example/cb"],"token_endpoint_auth_method":"client_secret_basic"}"#, &mut w.rng, w.now)
         .unwrap();
     let secret = confidential
         .client_secret
@@ -1347,3 +1348,166 @@ fn reading_the_authorization_field_does_not_allocate() {
     let (two, n) = allocations_in(|| parse_authorization(HeaderField::new(values)));
     assert_eq!((two, n), (Err(BearerError::Repeated), 0));
 }
+
+/// `Authorization: Basic` for a registered client (RFC 6749 §2.3.1; derived
+/// ids and secrets are base64url and `.`, which need no form-encoding).
+fn basic(client_id: &str, secret: &str) -> String {
+    use base64::Engine as _;
+    let pair = format!("{client_id}:{secret}");
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(pair)
+    )
+}
+
+/// RFC 7591 §3.2.1: a client secret belongs to one client. Identical
+/// registrations in the same second get distinct ids and secrets, and one
+/// client's secret authenticates no other, at the token endpoint or at
+/// revocation.
+fn identical_registrations_never_share_credentials<S: Store>(store: &S) {
+    use portcullis::engine::RevokeError;
+    use std::collections::HashSet;
+    let mut w = World::new(store);
+    let json = br#"{"redirect_uris":["http://127.0.0.1/callback"],"token_endpoint_auth_method":"client_secret_basic","client_name":"Twin","grant_types":["authorization_code","refresh_token"]}"#;
+    let mut ids = HashSet::new();
+    let mut secrets = HashSet::new();
+    let mut first_two = Vec::new();
+    for _ in 0..1_000 {
+        let registered = w.engine.register_client(json, &mut w.rng, w.now).unwrap();
+        assert_eq!(registered.issued_at, w.now);
+        let secret = registered.client_secret.clone().unwrap();
+        assert!(ids.insert(registered.client_id.clone()));
+        assert!(secrets.insert(secret.expose_secret().to_owned()));
+        if first_two.len() < 2 {
+            first_two.push((registered.client_id, secret));
+        }
+    }
+    assert_eq!((ids.len(), secrets.len()), (1_000, 1_000));
+    let [(a_id, a_secret), (b_id, b_secret)] = <[_; 2]>::try_from(first_two).unwrap();
+
+    // Client A signs a user in.
+    w.client_id.clone_from(&a_id);
+    let code = w.code_for(&w.query(&[], &[]));
+    let exchange = encode_pairs([
+        ("grant_type", "authorization_code"),
+        ("code", code.as_str()),
+        ("redirect_uri", REDIRECT),
+        ("code_verifier", VERIFIER),
+    ]);
+    let a_id_b_secret = basic(&a_id, b_secret.expose_secret());
+    let err = w
+        .engine
+        .token(
+            &w.site,
+            &exchange,
+            HeaderField::one(&a_id_b_secret),
+            &mut w.rng,
+            w.now,
+        )
+        .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::InvalidClient);
+    // B's own credentials do not redeem A's code either.
+    let as_b = basic(&b_id, b_secret.expose_secret());
+    assert!(
+        w.engine
+            .token(
+                &w.site,
+                &exchange,
+                HeaderField::one(&as_b),
+                &mut w.rng,
+                w.now
+            )
+            .is_err()
+    );
+    let a_own = basic(&a_id, a_secret.expose_secret());
+    let tokens = w
+        .engine
+        .token(
+            &w.site,
+            &exchange,
+            HeaderField::one(&a_own),
+            &mut w.rng,
+            w.now,
+        )
+        .unwrap();
+
+    // Revocation with A's id and B's secret is refused and changes nothing.
+    let revoke = encode_pairs([("token", refresh_of(&tokens).as_str())]);
+    assert_eq!(
+        w.engine
+            .revoke_token(&w.site, &revoke, HeaderField::one(&a_id_b_secret), w.now),
+        Err(RevokeError::InvalidClient)
+    );
+    assert!(w.bearer(&tokens, "skills:read").is_ok());
+    // Refreshing with A's id and B's secret is refused and rotates nothing.
+    let refresh = encode_pairs([
+        ("grant_type", "refresh_token"),
+        ("refresh_token", refresh_of(&tokens).as_str()),
+    ]);
+    let err = w
+        .engine
+        .token(
+            &w.site,
+            &refresh,
+            HeaderField::one(&a_id_b_secret),
+            &mut w.rng,
+            w.now,
+        )
+        .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::InvalidClient);
+    assert!(
+        w.engine
+            .token(
+                &w.site,
+                &refresh,
+                HeaderField::one(&a_own),
+                &mut w.rng,
+                w.now
+            )
+            .is_ok()
+    );
+}
+
+on_every_store!(identical_registrations_never_share_credentials);
+
+/// Registration accepts ids up to `MAX_CLIENT_ID_LEN`; the token and
+/// revocation endpoints must then read a Basic header carrying the longest
+/// of them with its secret.
+fn the_longest_confidential_ids_still_authenticate<S: Store>(store: &S) {
+    use portcullis::client::MAX_CLIENT_ID_LEN;
+    use portcullis::engine::RevokeError;
+    let mut w = World::new(store);
+    let registered = (0..=2_000)
+        .rev()
+        .step_by(10)
+        .find_map(|n| {
+            let json = format!(
+                r#"{{"redirect_uris":["https://c.example/{}","https://c.example/{}"],"token_endpoint_auth_method":"client_secret_basic"}}"#,
+                "a".repeat(1_900),
+                "b".repeat(n)
+            );
+            w.engine
+                .register_client(json.as_bytes(), &mut w.rng, w.now)
+                .ok()
+        })
+        .unwrap();
+    assert!(registered.client_id.len() > MAX_CLIENT_ID_LEN - 40);
+    let secret = registered.client_secret.unwrap();
+    let body = encode_pairs([("token", "unknown")]);
+    let header = basic(&registered.client_id, secret.expose_secret());
+    assert_eq!(
+        w.engine
+            .revoke_token(&w.site, &body, HeaderField::one(&header), w.now),
+        Ok(())
+    );
+    let mut wrong = secret.expose_secret().to_owned();
+    wrong.replace_range(..1, if wrong.starts_with('A') { "B" } else { "A" });
+    let header = basic(&registered.client_id, &wrong);
+    assert_eq!(
+        w.engine
+            .revoke_token(&w.site, &body, HeaderField::one(&header), w.now),
+        Err(RevokeError::InvalidClient)
+    );
+}
+
+on_every_store!(the_longest_confidential_ids_still_authenticate);

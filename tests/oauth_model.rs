@@ -115,7 +115,7 @@ fn run<S: Store>(store: S, ops: &[Op], mode: Mode) -> Result<(), TestCaseError> 
                 // Later logins use a newly registered client (stateless:
                 // registration answers without writing anything).
                 let json = br#"{"redirect_uris":["http://127.0.0.1/callback"],"token_endpoint_auth_method":"none","grant_types":["authorization_code","refresh_token"]}"#;
-                w.client_id = call!(w.engine.register_client(json, w.now))
+                w.client_id = call!(w.engine.register_client(json, &mut w.rng, w.now))
                     .unwrap()
                     .client_id;
             }

@@ -16,12 +16,25 @@
 //!
 //! - exactly one leading `/`, bounded length ([`SafePath::MAX_LEN`]);
 //! - no `\` anywhere, no control character or whitespace (ASCII or Unicode,
-//!   raw or percent-encoded), no invisible format characters;
+//!   raw or percent-encoded) except the encoded space `%20`, no invisible
+//!   format characters;
 //! - well-formed percent-encoding of valid UTF-8, no encoded `%` (double
 //!   encoding), no encoded `/` or `\` in the path, no `.`/`..` segment;
-//! - no look-alike separators (full-width solidus and reverse solidus,
-//!   division slash, full-width full stop, …) that a Unicode normaliser could
-//!   fold into `/`, `\` or `.`.
+//! - no look-alike separators in the path (full-width solidus and reverse
+//!   solidus, division slash, full-width full stop, …) that a Unicode
+//!   normaliser could fold into `/`, `\` or `.`.
+//!
+//! Two things are safe and therefore accepted, because file names and
+//! search queries carry them:
+//!
+//! - `%20`. Browsers keep it as it is, and even decoded it is an inner space
+//!   of a path that starts with `/`: the parser neither strips it (it strips
+//!   only tabs and newlines inside the input, and spaces at its ends) nor
+//!   reads it as a separator. Raw spaces and every other encoded control
+//!   character stay refused.
+//! - Look-alike separators in the query or the fragment. Only the text
+//!   before the first `?` or `#` can reach the authority; whatever a
+//!   normaliser makes of a look-alike after it, the host stays the same.
 //!
 //! What remains resolves, against any `http`/`https` origin, to a URL with
 //! that origin whose path is the input's path (percent-encoded where the
@@ -104,7 +117,7 @@ pub enum UnsafePathReason {
     /// The target contains a backslash, which WHATWG parsers treat as `/`.
     Backslash,
     /// A control character or whitespace (ASCII or Unicode, raw or
-    /// percent-encoded), or an invisible format character.
+    /// percent-encoded; `%20` is accepted), or an invisible format character.
     ControlOrSpace,
     /// An encoded `/` or `\` in the path, which a second decoding would turn
     /// into a separator.
@@ -117,8 +130,9 @@ pub enum UnsafePathReason {
     /// A `.` or `..` path segment (also as `%2e`), which resolution collapses
     /// and which can move the path to `//`.
     DotSegment,
-    /// A character that Unicode normalisation folds into `/`, `\` or `.`
-    /// (full-width solidus U+FF0F, reverse solidus U+FF3C, …).
+    /// A character in the path that Unicode normalisation folds into `/`,
+    /// `\` or `.` (full-width solidus U+FF0F, reverse solidus U+FF3C, …).
+    /// Accepted in the query and the fragment.
     ConfusableSeparator,
 }
 
@@ -346,7 +360,7 @@ fn check(target: &str) -> Result<(), UnsafePathError> {
             NON_ASCII => {
                 // `target` is a `str`, so a whole char starts here.
                 let c = target[i..].chars().next().unwrap_or('\u{fffd}');
-                if let Some(reason) = unsafe_char(c) {
+                if let Some(reason) = unsafe_char(c, part) {
                     return Err(UnsafePathError::new(reason, i));
                 }
                 seg.other = true;
@@ -386,7 +400,7 @@ fn decoded_byte(v: u8, part: Part, seg: &mut Segment, utf8: &mut Utf8) -> Option
             return Some(Why::BadPercentEncoding);
         }
         return match v {
-            0x00..=0x20 | 0x7f => Some(Why::ControlOrSpace),
+            0x00..=0x1f | 0x7f => Some(Why::ControlOrSpace),
             b'%' => Some(Why::DoubleEncoded),
             b'/' | b'\\' if part == Part::Path => Some(Why::EncodedSeparator),
             b'.' => {
@@ -424,14 +438,14 @@ fn decoded_byte(v: u8, part: Part, seg: &mut Segment, utf8: &mut Utf8) -> Option
         return Some(Why::BadPercentEncoding);
     };
     seg.other = true;
-    text.chars().next().and_then(unsafe_char)
+    text.chars().next().and_then(|c| unsafe_char(c, part))
 }
 
-/// The rule for a non-ASCII character, raw or decoded.
-pub(crate) fn unsafe_char(c: char) -> Option<UnsafePathReason> {
+/// The rule for a non-ASCII character, raw or decoded, in `part`.
+fn unsafe_char(c: char, part: Part) -> Option<UnsafePathReason> {
     if c.is_whitespace() || c.is_control() || is_invisible(c) {
         Some(UnsafePathReason::ControlOrSpace)
-    } else if is_confusable_separator(c) {
+    } else if part == Part::Path && is_confusable_separator(c) {
         Some(UnsafePathReason::ConfusableSeparator)
     } else {
         None
@@ -539,6 +553,15 @@ mod tests {
             "/#",
             "/x?%2F%2Fevil.com",
             "/x#%5C",
+            "/files/My%20Report.pdf",
+            "/%20",
+            "/a%20/b",
+            "/search?q=open%20redirect",
+            "/a#see%20below",
+            "/search?q=a\u{ff0f}b&r=\u{ff3c}\u{2215}\u{ff0e}",
+            "/search?q=%EF%BC%8F%EF%BC%BC",
+            "/a#\u{ff0f}evil.com",
+            "/a#x?\u{2044}",
         ] {
             assert_eq!(SafePath::new(ok).map(|p| p.as_str()), Ok(ok), "{ok}");
         }
@@ -560,7 +583,11 @@ mod tests {
         assert_eq!(reason("/x "), Why::ControlOrSpace);
         assert_eq!(reason("/%0d%0aSet-Cookie:x"), Why::ControlOrSpace);
         assert_eq!(reason("/%09/evil.com"), Why::ControlOrSpace);
-        assert_eq!(reason("/a%20b"), Why::ControlOrSpace);
+        assert_eq!(reason("/a b"), Why::ControlOrSpace);
+        assert_eq!(reason("/a?q=a b"), Why::ControlOrSpace);
+        assert_eq!(reason("/a?q=%1F"), Why::ControlOrSpace);
+        assert_eq!(reason("/a?q=\u{200b}"), Why::ControlOrSpace);
+        assert_eq!(reason("/a#%C2%A0"), Why::ControlOrSpace);
         assert_eq!(reason("/a%C2%A0b"), Why::ControlOrSpace);
         assert_eq!(reason("/a\u{a0}b"), Why::ControlOrSpace);
         assert_eq!(reason("/\u{feff}/evil.com"), Why::ControlOrSpace);
@@ -580,6 +607,7 @@ mod tests {
         assert_eq!(reason("/\u{ff0f}evil.com"), Why::ConfusableSeparator);
         assert_eq!(reason("/\u{ff3c}evil.com"), Why::ConfusableSeparator);
         assert_eq!(reason("/%EF%BC%8Fevil.com"), Why::ConfusableSeparator);
+        assert_eq!(reason("/a/b\u{2215}c?x=\u{ff0f}"), Why::ConfusableSeparator);
         assert_eq!(reason("/%"), Why::BadPercentEncoding);
         assert_eq!(reason("/%2"), Why::BadPercentEncoding);
         assert_eq!(reason("/%zz"), Why::BadPercentEncoding);
@@ -618,6 +646,9 @@ mod tests {
             "/caf%C3%A9",
             "/a/..b/c",
             "/%2e%2ex",
+            "/%20/evil.com",
+            "/x?%20//evil.com#%20",
+            "/x?\u{ff0f}\u{ff0f}evil.com#\u{ff3c}",
         ] {
             SafePath::new(ok).unwrap();
             let joined = base.join(ok).unwrap();

@@ -23,6 +23,15 @@ use crate::store::StoreError;
 /// Longest token request body accepted.
 pub const MAX_BODY_LEN: usize = 16 * 1024;
 
+/// Longest `Authorization: Basic` value read: the scheme, then the base64 of
+/// the longest registered client id, `:` and its derived secret (both
+/// base64url and `.`, which need no form-encoding), with room for stray
+/// whitespace. A shorter bound would lock out clients whose ids registration
+/// accepted.
+const MAX_BASIC_LEN: usize = "Basic ".len()
+    + (crate::client::MAX_CLIENT_ID_LEN + 1 + crate::client::CLIENT_SECRET_LEN).div_ceil(3) * 4
+    + 16;
+
 /// The client's identity as presented: `Authorization: Basic` (RFC 6749
 /// §2.3.1) or a bare `client_id` parameter for public clients (§2.3).
 #[derive(Clone)]
@@ -81,7 +90,7 @@ impl<'a> ClientCredentials<'a> {
 /// `Basic base64(urlencode(id) ":" urlencode(secret))` (RFC 6749 §2.3.1,
 /// RFC 7617 §2); the scheme is case-insensitive.
 fn parse_basic(header: &str) -> Result<(String, String), TokenError> {
-    if header.len() > 4096 {
+    if header.len() > MAX_BASIC_LEN {
         return Err(TokenError::InvalidClient);
     }
     let (scheme, encoded) = header.split_once(' ').ok_or(TokenError::InvalidClient)?;

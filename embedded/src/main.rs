@@ -327,6 +327,7 @@ mod engine {
         let client_id = engine
             .register_client(
                 br#"{"redirect_uris":["http://127.0.0.1/callback"],"token_endpoint_auth_method":"none","client_name":"Probe Agent","grant_types":["authorization_code","refresh_token"]}"#,
+                rng,
                 clock.now(),
             )
             .unwrap_or_else(|_| fail("register client"))

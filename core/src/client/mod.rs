@@ -37,7 +37,10 @@
 //! let request = br#"{"redirect_uris":["http://127.0.0.1/callback"],
 //!                    "token_endpoint_auth_method":"none","client_name":"Agent"}"#;
 //! let metadata = client::parse_registration(request).unwrap();
-//! let registered = client::register(metadata, &keyring, Timestamp::from_secs(1_700_000_000)).unwrap();
+//! // The host's CSPRNG: every registration gets a fresh id (and secret).
+//! let mut rng = rand::rng();
+//! let registered =
+//!     client::register(metadata, &keyring, &mut rng, Timestamp::from_secs(1_700_000_000)).unwrap();
 //! let _body = client::registration_response(&registered); // 201 Created
 //!
 //! // Later, at the authorization endpoint: nothing was stored.
@@ -64,6 +67,6 @@ pub use metadata::{
 };
 pub use redirect_uri::{RedirectUri, RedirectUriError};
 pub use stateless::{
-    CLIENT_ID_PREFIX, Client, ClientError, MAX_CLIENT_ID_LEN, RegisteredClient, authenticate,
-    register, registration_response, resolve_stateless,
+    CLIENT_ID_PREFIX, CLIENT_SECRET_LEN, Client, ClientError, MAX_CLIENT_ID_LEN, RegisteredClient,
+    authenticate, register, registration_response, resolve_stateless,
 };

@@ -6,7 +6,8 @@
 //! * `kid` names the [`Keyring`] key that issued it (it may contain `.`;
 //!   the id is split from the right, and base64url has no `.`);
 //! * `payload` is unpadded base64url of a version byte and the postcard
-//!   encoding of the metadata and the issue time;
+//!   encoding of a 128-bit nonce drawn from the host's `CryptoRng`, the
+//!   metadata and the issue time;
 //! * `tag` is unpadded base64url of
 //!   `mac_labeled("portcullis/client-id/v1", [kid, payload])`.
 //!
@@ -19,6 +20,13 @@
 //! `base64url(mac_labeled("portcullis/client-secret/v1", [client_id]))`
 //! under the same key: derived on demand, never stored, and checked in
 //! constant time.
+//!
+//! The nonce makes every registration distinct: two callers that register
+//! identical metadata in the same second get different ids, hence different
+//! secrets, so one never holds the other's credentials (RFC 7591 §3.2.1: a
+//! client secret belongs to one client). Ids of the nonce-less first format
+//! (version byte 1) no longer resolve: nothing told two such clients apart,
+//! so each must register again.
 //!
 //! Consequences the host should know:
 //!
@@ -37,6 +45,7 @@ use core::fmt;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use rand_core::CryptoRng;
 use serde::{Deserialize, Serialize};
 use subtle::ConstantTimeEq;
 
@@ -44,6 +53,7 @@ use super::metadata::{ClientMetadata, GrantType, RegistrationError, TokenEndpoin
 use super::redirect_uri::RedirectUri;
 use crate::error::{ErrorCode, WireError};
 use crate::jwt::{Keyring, SigningKey};
+use crate::rand;
 use crate::secret::SecretString;
 use crate::time::Timestamp;
 
@@ -51,10 +61,16 @@ use crate::time::Timestamp;
 pub const CLIENT_ID_PREFIX: &str = "pc1.";
 /// Longest registered client id, in bytes; checked before any decoding.
 pub const MAX_CLIENT_ID_LEN: usize = 4096;
+/// Length of a confidential client's derived secret: unpadded base64url of
+/// 32 bytes.
+pub const CLIENT_SECRET_LEN: usize = TAG_LEN;
 
 const ID_LABEL: &str = "portcullis/client-id/v1";
 const SECRET_LABEL: &str = "portcullis/client-secret/v1";
-const PAYLOAD_VERSION: u8 = 1;
+/// Version 2 carries [`Payload::nonce`]; version 1 (without it) is refused.
+const PAYLOAD_VERSION: u8 = 2;
+/// Random bytes drawn into every id.
+const NONCE_LEN: usize = 16;
 /// Unpadded base64url of 32 bytes.
 const TAG_LEN: usize = 43;
 
@@ -75,6 +91,8 @@ pub struct RegisteredClient {
 /// The postcard payload of a client id, after the version byte.
 #[derive(Serialize, Deserialize)]
 struct Payload<'a> {
+    /// Fresh randomness, so identical metadata never yields the same id.
+    nonce: [u8; NONCE_LEN],
     issued_at: u64,
     /// 0 = `none`, 1 = `client_secret_basic`.
     auth: u8,
@@ -90,11 +108,16 @@ struct Payload<'a> {
 
 /// Registers a client statelessly: validates `metadata`
 /// ([`ClientMetadata::validate`]), issues a `pc1.` id under the keyring's
-/// active key and, for a `client_secret_basic` client, derives its secret.
-/// Nothing is stored.
-pub fn register(
+/// active key with a fresh nonce from `rng` and, for a
+/// `client_secret_basic` client, derives its secret from that id. Nothing
+/// is stored.
+///
+/// Every call yields a new id and secret, even for identical metadata at the
+/// same `now` (RFC 7591 §3.2.1).
+pub fn register<R: CryptoRng + ?Sized>(
     mut metadata: ClientMetadata,
     keyring: &Keyring,
+    rng: &mut R,
     now: Timestamp,
 ) -> Result<RegisteredClient, RegistrationError> {
     metadata.validate()?;
@@ -103,6 +126,7 @@ pub fn register(
     metadata.grant_types.sort_unstable();
     let (kid, key) = keyring.active_key().ok_or(RegistrationError::NoActiveKey)?;
     let payload = Payload {
+        nonce: rand::bytes::<NONCE_LEN, _>(rng),
         issued_at: now.as_secs(),
         auth: match metadata.token_endpoint_auth_method {
             TokenEndpointAuthMethod::None => 0,
@@ -472,7 +496,13 @@ impl std::error::Error for ClientError {}
 mod tests {
     use super::*;
     use crate::client::parse_registration;
+    use ::rand::SeedableRng;
+    use ::rand::rngs::StdRng;
     use alloc::format;
+
+    fn rng() -> StdRng {
+        StdRng::seed_from_u64(7)
+    }
 
     fn keyring() -> Keyring {
         let mut k = Keyring::new();
@@ -501,7 +531,7 @@ mod tests {
     fn register_then_resolve_round_trips() {
         let k = keyring();
         for auth in ["none", "client_secret_basic"] {
-            let reg = register(metadata(auth), &k, NOW).unwrap();
+            let reg = register(metadata(auth), &k, &mut rng(), NOW).unwrap();
             assert!(reg.client_id.starts_with("pc1.k.1."));
             let client = resolve_stateless(&reg.client_id, &k).unwrap();
             assert_eq!(client.id(), reg.client_id);
@@ -522,7 +552,7 @@ mod tests {
         );
         m.grant_types = alloc::vec![GrantType::RefreshToken, GrantType::AuthorizationCode];
         m.client_name = Some("Ünïcode ✓".into());
-        let reg = register(m, &k, NOW).unwrap();
+        let reg = register(m, &k, &mut rng(), NOW).unwrap();
         let client = resolve_stateless(&reg.client_id, &k).unwrap();
         assert_eq!(client.metadata(), &reg.metadata);
         assert_eq!(
@@ -534,7 +564,7 @@ mod tests {
     #[test]
     fn secrets_are_derived_and_checked() {
         let k = keyring();
-        let reg = register(metadata("client_secret_basic"), &k, NOW).unwrap();
+        let reg = register(metadata("client_secret_basic"), &k, &mut rng(), NOW).unwrap();
         let client = resolve_stateless(&reg.client_id, &k).unwrap();
         let secret = reg.client_secret.as_ref().unwrap().expose_secret();
         assert_eq!(secret.len(), 43);
@@ -556,7 +586,7 @@ mod tests {
                 Err(ClientError::SecretMismatch)
             );
         }
-        let public = register(metadata("none"), &k, NOW).unwrap();
+        let public = register(metadata("none"), &k, &mut rng(), NOW).unwrap();
         let public = resolve_stateless(&public.client_id, &k).unwrap();
         assert_eq!(authenticate(&public, &k, None), Ok(()));
         assert_eq!(
@@ -570,9 +600,71 @@ mod tests {
     }
 
     #[test]
+    fn identical_metadata_never_shares_an_id_or_secret() {
+        let k = keyring();
+        let mut rng = rng();
+        let a = register(metadata("client_secret_basic"), &k, &mut rng, NOW).unwrap();
+        let b = register(metadata("client_secret_basic"), &k, &mut rng, NOW).unwrap();
+        assert_ne!(a.client_id, b.client_id);
+        let (a_secret, b_secret) = (
+            a.client_secret.as_ref().unwrap().expose_secret(),
+            b.client_secret.as_ref().unwrap().expose_secret(),
+        );
+        assert_ne!(a_secret, b_secret);
+        let (ca, cb) = (
+            resolve_stateless(&a.client_id, &k).unwrap(),
+            resolve_stateless(&b.client_id, &k).unwrap(),
+        );
+        assert_eq!(ca.metadata(), cb.metadata());
+        assert_eq!(
+            authenticate(&ca, &k, Some(b_secret)),
+            Err(ClientError::SecretMismatch)
+        );
+        assert_eq!(
+            authenticate(&cb, &k, Some(a_secret)),
+            Err(ClientError::SecretMismatch)
+        );
+    }
+
+    #[test]
+    fn ids_without_a_nonce_no_longer_resolve() {
+        // An id of the first format: version 1, no nonce, correctly tagged.
+        #[derive(Serialize)]
+        struct V1<'a> {
+            issued_at: u64,
+            auth: u8,
+            grants: u8,
+            redirect_uris: Vec<&'a str>,
+            client_name: Option<&'a str>,
+            scope: Option<&'a str>,
+            client_uri: Option<&'a str>,
+            logo_uri: Option<&'a str>,
+        }
+        let k = keyring();
+        let (kid, key) = k.active_key().unwrap();
+        let v1 = V1 {
+            issued_at: NOW.as_secs(),
+            auth: 0,
+            grants: 1,
+            redirect_uris: alloc::vec!["https://a.example/cb"],
+            client_name: None,
+            scope: None,
+            client_uri: None,
+            logo_uri: None,
+        };
+        let payload = URL_SAFE_NO_PAD.encode(postcard::to_extend(&v1, alloc::vec![1]).unwrap());
+        let tag = key.mac_labeled(ID_LABEL, &[kid.as_bytes(), payload.as_bytes()]);
+        let legacy = format!("pc1.{kid}.{payload}.{}", URL_SAFE_NO_PAD.encode(tag));
+        assert_eq!(
+            resolve_stateless(&legacy, &k),
+            Err(ClientError::UnknownClient)
+        );
+    }
+
+    #[test]
     fn tampered_ids_are_unknown() {
         let k = keyring();
-        let reg = register(metadata("none"), &k, NOW).unwrap();
+        let reg = register(metadata("none"), &k, &mut rng(), NOW).unwrap();
         let id = &reg.client_id;
         let payload_at = CLIENT_ID_PREFIX.len() + "k.1.".len();
         let mut flipped = String::from(id.as_str());
@@ -612,7 +704,7 @@ mod tests {
     #[test]
     fn retiring_the_key_unregisters_its_clients() {
         let mut k = keyring();
-        let reg = register(metadata("client_secret_basic"), &k, NOW).unwrap();
+        let reg = register(metadata("client_secret_basic"), &k, &mut rng(), NOW).unwrap();
         let client = resolve_stateless(&reg.client_id, &k).unwrap();
         k.insert("k2", SigningKey::from_bytes(&[2; 32]).unwrap())
             .unwrap();
@@ -639,11 +731,11 @@ mod tests {
             .collect();
         let m = ClientMetadata::new(uris, TokenEndpointAuthMethod::None);
         assert_eq!(
-            register(m, &keyring(), NOW),
+            register(m, &keyring(), &mut rng(), NOW),
             Err(RegistrationError::TooLargeForClientId)
         );
         assert_eq!(
-            register(metadata("none"), &Keyring::new(), NOW),
+            register(metadata("none"), &Keyring::new(), &mut rng(), NOW),
             Err(RegistrationError::NoActiveKey)
         );
     }
@@ -651,7 +743,7 @@ mod tests {
     #[test]
     fn response_body_follows_rfc_7591() {
         let k = keyring();
-        let reg = register(metadata("client_secret_basic"), &k, NOW).unwrap();
+        let reg = register(metadata("client_secret_basic"), &k, &mut rng(), NOW).unwrap();
         let body: serde_json::Value = serde_json::from_str(&registration_response(&reg)).unwrap();
         assert_eq!(body["client_id"], reg.client_id.as_str());
         assert_eq!(
@@ -670,7 +762,7 @@ mod tests {
         assert_eq!(body["client_name"], "Agent");
         assert!(body.get("client_uri").is_none());
 
-        let public = register(metadata("none"), &k, NOW).unwrap();
+        let public = register(metadata("none"), &k, &mut rng(), NOW).unwrap();
         let body: serde_json::Value =
             serde_json::from_str(&registration_response(&public)).unwrap();
         assert!(body.get("client_secret").is_none());
@@ -679,7 +771,7 @@ mod tests {
 
     #[test]
     fn debug_of_a_registration_elides_the_secret() {
-        let reg = register(metadata("client_secret_basic"), &keyring(), NOW).unwrap();
+        let reg = register(metadata("client_secret_basic"), &keyring(), &mut rng(), NOW).unwrap();
         let secret = reg.client_secret.as_ref().unwrap().expose_secret();
         assert!(!format!("{reg:?}").contains(secret));
         assert_eq!(ClientError::SecretMismatch.http_status(), 401);

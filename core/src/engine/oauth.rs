@@ -108,13 +108,18 @@ impl<S: Store> Engine<S> {
 
     /// RFC 7591 dynamic registration. Stateless: nothing is stored, so
     /// anonymous callers cannot grow the store.
-    pub fn register_client(
+    ///
+    /// Each call draws a fresh nonce from `rng` into the client id (and so
+    /// into a confidential client's derived secret): identical requests
+    /// never share credentials (RFC 7591 §3.2.1).
+    pub fn register_client<R: CryptoRng + ?Sized>(
         &self,
         request_json: &[u8],
+        rng: &mut R,
         now: Timestamp,
     ) -> Result<RegisteredClient, RegistrationError> {
         let metadata = client::parse_registration(request_json)?;
-        client::register(metadata, &self.keyring, now)
+        client::register(metadata, &self.keyring, rng, now)
     }
 
     /// The authorization endpoint (GET): validates `query` for `site`.

@@ -50,7 +50,8 @@ pub fn registration_json(data: &[u8]) {
     };
     assert!(data.len() <= client::MAX_REGISTRATION_LEN);
     let now = Timestamp::from_secs(1_700_000_000);
-    let registered = match client::register(metadata.clone(), &keyring, now) {
+    let mut rng = super::ReplayRng::new();
+    let registered = match client::register(metadata.clone(), &keyring, &mut rng, now) {
         Ok(registered) => registered,
         Err(client::RegistrationError::TooLargeForClientId) => return,
         Err(e) => panic!("valid metadata failed to register: {e}"),
@@ -75,6 +76,16 @@ pub fn registration_json(data: &[u8]) {
     assert!(client::authenticate(&resolved, &keyring, Some("")).is_err());
     if secret.is_some() {
         assert!(client::authenticate(&resolved, &keyring, None).is_err());
+    }
+    // The same metadata at the same instant registers as another client,
+    // with another secret that does not authenticate the first (RFC 7591
+    // §3.2.1).
+    let twin = client::register(metadata.clone(), &keyring, &mut rng, now)
+        .expect("the same metadata registers again");
+    assert_ne!(twin.client_id, registered.client_id);
+    if let (Some(a), Some(b)) = (&registered.client_secret, &twin.client_secret) {
+        assert_ne!(a.expose_secret(), b.expose_secret());
+        assert!(client::authenticate(&resolved, &keyring, Some(b.expose_secret())).is_err());
     }
     let body: serde_json::Value =
         serde_json::from_str(&client::registration_response(&registered)).expect("JSON body");

@@ -33,10 +33,19 @@ pub fn jwt_verify(data: &[u8]) {
 }
 
 /// Differential: whenever the claims fast path answers, the strict parser
-/// gives the very same claims.
+/// gives the very same claims; and no accepted claims carry a negative date.
 pub fn jwt_claims(data: &[u8]) {
     if let Some(fast) = crate::jwt::fast_claims::parse(data) {
         assert_eq!(crate::jwt::Claims::parse_strict(data), Ok(fast));
+    }
+    // RFC 7519 §2: whatever parses carries only non-negative dates.
+    if let Ok(claims) = crate::jwt::Claims::parse_strict(data) {
+        assert!(
+            [claims.exp, claims.nbf, claims.iat]
+                .iter()
+                .flatten()
+                .all(|d| *d >= 0)
+        );
     }
 }
 

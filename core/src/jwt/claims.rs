@@ -136,7 +136,8 @@ pub struct Claims {
 
 impl Claims {
     /// Parses claims JSON strictly: an object, no duplicate members, known
-    /// claims of the right type, numeric dates integers in `i64`.
+    /// claims of the right type, numeric dates non-negative integers in
+    /// `i64`.
     pub(super) fn parse(json: &[u8]) -> Result<Self, VerifyError> {
         match super::fast_claims::parse(json) {
             Some(claims) => Ok(claims),
@@ -166,6 +167,9 @@ pub enum NumericDateFault {
     NotAnInteger,
     /// An integer outside `i64`.
     OutOfRange,
+    /// A negative integer: a `NumericDate` counts seconds since the epoch and
+    /// is non-negative (RFC 7519 §2).
+    Negative,
 }
 
 impl NumericDateFault {
@@ -174,6 +178,7 @@ impl NumericDateFault {
             Self::NotANumber => "is not a number",
             Self::NotAnInteger => "is not an integer",
             Self::OutOfRange => "is out of range",
+            Self::Negative => "is negative",
         }
     }
 }
@@ -299,7 +304,8 @@ impl<'de> Visitor<'de> for AudienceSeed {
     }
 }
 
-/// A numeric date: a JSON integer in `i64`, nothing else.
+/// A numeric date: a non-negative JSON integer in `i64` (RFC 7519 §2),
+/// nothing else.
 struct NumericDate<'f> {
     claim: &'static str,
     fault: &'f mut Option<VerifyError>,
@@ -332,6 +338,9 @@ impl<'de> Visitor<'de> for NumericDate<'_> {
         f.write_str("an integer")
     }
     fn visit_i64<E: de::Error>(self, v: i64) -> Result<i64, E> {
+        if v < 0 {
+            return self.refuse(NumericDateFault::Negative);
+        }
         Ok(v)
     }
     fn visit_u64<E: de::Error>(self, v: u64) -> Result<i64, E> {
@@ -415,8 +424,21 @@ impl Validation {
         self.typ
     }
 
-    /// Checks time, audience and issuer claims at `now`.
+    /// Checks time, audience and issuer claims at `now`. A negative numeric
+    /// date is refused here too, for claims built by hand (RFC 7519 §2).
     pub fn check_claims(&self, claims: &Claims, now: Timestamp) -> Result<(), VerifyError> {
+        for (claim, value) in [
+            ("exp", claims.exp),
+            ("nbf", claims.nbf),
+            ("iat", claims.iat),
+        ] {
+            if value.is_some_and(|v| v < 0) {
+                return Err(VerifyError::InvalidNumericDate {
+                    claim,
+                    fault: NumericDateFault::Negative,
+                });
+            }
+        }
         let now = now.as_jwt_secs();
         let leeway = i64::try_from(self.leeway.as_secs()).unwrap_or(i64::MAX);
         let exp = claims.exp.ok_or(VerifyError::MissingExpiry)?;
@@ -481,7 +503,22 @@ mod tests {
             fault(r#"{"exp":99999999999999999999}"#),
             date(NumericDateFault::NotAnInteger)
         );
-        assert_eq!(Claims::parse(br#"{"exp":-5}"#).unwrap().exp, Some(-5));
+        for claim in ["exp", "nbf", "iat"] {
+            assert_eq!(
+                fault(&alloc::format!(r#"{{"{claim}":-5}}"#)),
+                VerifyError::InvalidNumericDate {
+                    claim,
+                    fault: NumericDateFault::Negative
+                }
+            );
+        }
+        assert_eq!(
+            fault(r#"{"exp":-9223372036854775808}"#),
+            date(NumericDateFault::Negative)
+        );
+        assert_eq!(fault(r#"{"exp":-0}"#), date(NumericDateFault::NotAnInteger));
+        assert_eq!(Claims::parse(br#"{"exp":0}"#).unwrap().exp, Some(0));
+        assert_eq!(Claims::parse(br#"{"x":-5}"#), Ok(Claims::default()));
         assert_eq!(
             Claims::parse(br#"{"exp":9223372036854775807}"#)
                 .unwrap()

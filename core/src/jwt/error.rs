@@ -61,7 +61,8 @@ pub enum VerifyError {
     ClaimsMalformed,
     /// A claim appears twice.
     DuplicateClaim,
-    /// `exp`, `nbf` or `iat` is not an integer in `i64`.
+    /// `exp`, `nbf` or `iat` is not a non-negative integer in `i64` (RFC 7519
+    /// §2: a `NumericDate` counts seconds since the epoch).
     InvalidNumericDate {
         /// The claim name.
         claim: &'static str,

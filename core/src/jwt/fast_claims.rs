@@ -58,9 +58,9 @@ pub(crate) fn parse(json: &[u8]) -> Option<Claims> {
                 b"scope" => claims.scope = Some(s.owned_string()?),
                 b"gid" => claims.gid = Some(s.owned_string()?),
                 b"org_domain" => claims.org_domain = Some(s.owned_string()?),
-                b"exp" => claims.exp = Some(s.integer()?),
-                b"nbf" => claims.nbf = Some(s.integer()?),
-                b"iat" => claims.iat = Some(s.integer()?),
+                b"exp" => claims.exp = Some(s.numeric_date()?),
+                b"nbf" => claims.nbf = Some(s.numeric_date()?),
+                b"iat" => claims.iat = Some(s.numeric_date()?),
                 _ => s.skip_plain_value()?,
             }
             s.skip_ws();
@@ -121,6 +121,16 @@ impl<'a> Scanner<'a> {
         // `string` ended just past the closing quote.
         let end = self.at - 1;
         self.text.get(end - len..end).map(String::from)
+    }
+
+    /// A numeric date the strict parser accepts: a non-negative integer.
+    /// A negative one falls back, so the strict parser alone refuses it
+    /// (RFC 7519 §2).
+    fn numeric_date(&mut self) -> Option<i64> {
+        if self.peek() == Some(b'-') {
+            return None;
+        }
+        self.integer()
     }
 
     /// An integer without fraction or exponent that fits `i64`.
@@ -198,11 +208,11 @@ mod tests {
             r#"{"iss":"i","sub":"u","aud":"https://r/mcp","exp":2000,"iat":1700,"jti":"x","client_id":"c","scope":"a b","gid":"g"}"#
         ));
         assert!(agrees(
-            " { \"exp\" : -5 , \"x\" : true , \"y\":null,\"z\":\"é\"} "
+            " { \"exp\" : 5 , \"w\" : -5 , \"x\" : true , \"y\":null,\"z\":\"é\"} "
         ));
         assert!(agrees("{}"));
         assert!(agrees(
-            r#"{"exp":9223372036854775807,"nbf":-9223372036854775808}"#
+            r#"{"exp":9223372036854775807,"nbf":0,"x":-9223372036854775808}"#
         ));
     }
 
@@ -215,6 +225,9 @@ mod tests {
             r#"{"exp":01}"#,
             r#"{"exp":9223372036854775808}"#,
             r#"{"exp":"1"}"#,
+            r#"{"exp":-5}"#,
+            r#"{"nbf":-1}"#,
+            r#"{"iat":-9223372036854775808}"#,
             r#"{"sub":"a\"b"}"#,
             r#"{"s\u0075b":"a"}"#,
             r#"{"aud":["a","b"]}"#,

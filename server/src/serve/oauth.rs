@@ -62,7 +62,10 @@ fn json_document(body: String) -> Response {
 /// RFC 7591 §3: 201 with the §3.2.1 body, or 400 with the §3.2.2 error.
 pub(crate) async fn register(State(app): State<Shared>, body: Bytes) -> Response {
     let answer = app
-        .blocking(move |app| app.engine.register_client(&body, clock::now()))
+        .blocking(move |app| {
+            app.engine
+                .register_client(&body, &mut rand::rng(), clock::now())
+        })
         .await;
     match answer {
         Ok(Ok(registered)) => respond::core(registered.to_response()),
