@@ -141,15 +141,6 @@ impl<S: Store> Engine<S> {
         }
     }
 
-    /// [`Engine::run_write`] of one operation body, applied with
-    /// [`Engine::within`].
-    pub(crate) fn transact<T, E: From<StoreError>>(
-        &self,
-        mut f: impl FnMut(&mut Txn<'_, Tracked<S::Write<'_>>>) -> Result<T, E>,
-    ) -> Result<T, E> {
-        self.run_write(|txn| Self::within(txn, &mut f))
-    }
-
     /// Applies one operation body to `txn`, a transaction someone else
     /// owns, atomically: a savepoint first, and if the store fails under
     /// `f` a rollback to it, so the failed operation leaves nothing in

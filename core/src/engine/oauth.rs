@@ -38,7 +38,24 @@ impl<S: Store> Engine<S> {
         rng: &mut R,
         now: Timestamp,
     ) -> Result<Site, SiteOpError> {
-        self.transact(|txn| {
+        self.run_write(|txn| self.create_site_in(txn, config.clone(), rng, now))
+    }
+
+    /// [`Engine::create_site`] inside `txn`, a transaction the caller owns and
+    /// commits: see [operations in a shared
+    /// transaction](crate::store#operations-in-a-shared-transaction).
+    #[allow(
+        clippy::needless_pass_by_value,
+        reason = "by value as before; an attempt that may re-run on a conflict clones what it keeps"
+    )]
+    pub fn create_site_in<W: WriteTransaction, R: CryptoRng + ?Sized>(
+        &self,
+        txn: &mut W,
+        config: SiteConfig,
+        rng: &mut R,
+        now: Timestamp,
+    ) -> Result<Site, SiteOpError> {
+        Self::within(txn, |txn| {
             let key = keys::site(&config.id);
             if txn.load::<Site>(key)?.is_some() {
                 return Err(SiteError::AlreadyExists.into());
@@ -60,12 +77,35 @@ impl<S: Store> Engine<S> {
         reason = "by value as before; an attempt that may re-run on a conflict clones what it keeps"
     )]
     pub fn update_site(&self, config: SiteConfig) -> Result<Site, SiteOpError> {
-        self.modify_site(&config.id.clone(), |site| site.update(config.clone()))
+        self.run_write(|txn| self.update_site_in(txn, config.clone()))
+    }
+
+    /// [`Engine::update_site`] inside `txn`, a transaction the caller owns and
+    /// commits: see [operations in a shared
+    /// transaction](crate::store#operations-in-a-shared-transaction).
+    pub fn update_site_in<W: WriteTransaction>(
+        &self,
+        txn: &mut W,
+        config: SiteConfig,
+    ) -> Result<Site, SiteOpError> {
+        Self::modify_site(txn, &config.id.clone(), |site| site.update(config))
     }
 
     /// Turns a site's off switch. Grants are kept either way.
     pub fn set_site_enabled(&self, id: &SiteId, enabled: bool) -> Result<Site, SiteOpError> {
-        self.modify_site(id, |site| {
+        self.run_write(|txn| self.set_site_enabled_in(txn, id, enabled))
+    }
+
+    /// [`Engine::set_site_enabled`] inside `txn`, a transaction the caller owns and
+    /// commits: see [operations in a shared
+    /// transaction](crate::store#operations-in-a-shared-transaction).
+    pub fn set_site_enabled_in<W: WriteTransaction>(
+        &self,
+        txn: &mut W,
+        id: &SiteId,
+        enabled: bool,
+    ) -> Result<Site, SiteOpError> {
+        Self::modify_site(txn, id, |site| {
             site.set_enabled(enabled);
             Ok(())
         })
@@ -78,27 +118,50 @@ impl<S: Store> Engine<S> {
         id: &SiteId,
         rng: &mut R,
     ) -> Result<Site, SiteOpError> {
+        self.run_write(|txn| self.rotate_site_key_in(txn, id, rng))
+    }
+
+    /// [`Engine::rotate_site_key`] inside `txn`, a transaction the caller owns and
+    /// commits: see [operations in a shared
+    /// transaction](crate::store#operations-in-a-shared-transaction).
+    pub fn rotate_site_key_in<W: WriteTransaction, R: CryptoRng + ?Sized>(
+        &self,
+        txn: &mut W,
+        id: &SiteId,
+        rng: &mut R,
+    ) -> Result<Site, SiteOpError> {
         let key = rand::base64url::<16, _>(rng);
-        self.modify_site(id, |site| {
-            site.rotate_key(key.clone());
+        Self::modify_site(txn, id, |site| {
+            site.rotate_key(key);
             Ok(())
         })
     }
 
     /// Revokes every grant of a site in O(1), keeping its resource URL.
     pub fn revoke_site_grants(&self, id: &SiteId) -> Result<Site, SiteOpError> {
-        self.modify_site(id, |site| {
+        self.run_write(|txn| self.revoke_site_grants_in(txn, id))
+    }
+
+    /// [`Engine::revoke_site_grants`] inside `txn`, a transaction the caller owns and
+    /// commits: see [operations in a shared
+    /// transaction](crate::store#operations-in-a-shared-transaction).
+    pub fn revoke_site_grants_in<W: WriteTransaction>(
+        &self,
+        txn: &mut W,
+        id: &SiteId,
+    ) -> Result<Site, SiteOpError> {
+        Self::modify_site(txn, id, |site| {
             site.revoke_all_grants();
             Ok(())
         })
     }
 
-    fn modify_site(
-        &self,
+    fn modify_site<W: WriteTransaction>(
+        txn: &mut W,
         id: &SiteId,
-        mut f: impl FnMut(&mut Site) -> Result<(), SiteError>,
+        f: impl FnOnce(&mut Site) -> Result<(), SiteError>,
     ) -> Result<Site, SiteOpError> {
-        self.transact(|txn| {
+        Self::within(txn, |txn| {
             let mut site = load_site(&*txn, id)?;
             f(&mut site)?;
             txn.save(keys::site(id), &site)?;
@@ -162,7 +225,39 @@ impl<S: Store> Engine<S> {
         rng: &mut R,
         now: Timestamp,
     ) -> Result<AuthorizeAnswer, SiteOpError> {
-        self.transact(|txn| {
+        self.run_write(|txn| {
+            self.decide_in(
+                txn,
+                site_id,
+                query,
+                client_document,
+                subject,
+                allow,
+                rng,
+                now,
+            )
+        })
+    }
+
+    /// [`Engine::decide`] inside `txn`, a transaction the caller owns and
+    /// commits: see [operations in a shared
+    /// transaction](crate::store#operations-in-a-shared-transaction).
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "each argument is one fact the adapter holds; bundling them would only rename them"
+    )]
+    pub fn decide_in<W: WriteTransaction, R: CryptoRng + ?Sized>(
+        &self,
+        txn: &mut W,
+        site_id: &SiteId,
+        query: &str,
+        client_document: Option<&[u8]>,
+        subject: &str,
+        allow: bool,
+        rng: &mut R,
+        now: Timestamp,
+    ) -> Result<AuthorizeAnswer, SiteOpError> {
+        Self::within(txn, |txn| {
             let site = load_site(&*txn, site_id)?;
             if let Err(SiteError::Disabled { retry_after_secs }) = site.ensure_enabled() {
                 return Ok(AuthorizeAnswer::Unavailable { retry_after_secs });
@@ -234,6 +329,21 @@ impl<S: Store> Engine<S> {
         rng: &mut R,
         now: Timestamp,
     ) -> Result<TokenResponse, TokenError> {
+        self.run_write(|txn| self.token_in(txn, site_id, body, authorization, rng, now))
+    }
+
+    /// [`Engine::token`] inside `txn`, a transaction the caller owns and
+    /// commits: see [operations in a shared
+    /// transaction](crate::store#operations-in-a-shared-transaction).
+    pub fn token_in<W: WriteTransaction, R: CryptoRng + ?Sized>(
+        &self,
+        txn: &mut W,
+        site_id: &SiteId,
+        body: &str,
+        authorization: HeaderField<'_>,
+        rng: &mut R,
+        now: Timestamp,
+    ) -> Result<TokenResponse, TokenError> {
         authorization.value().map_err(TokenError::authorization)?;
         let form = Form::parse(body, token::MAX_BODY_LEN).map_err(TokenError::Malformed)?;
         let grant_type = form
@@ -245,7 +355,7 @@ impl<S: Store> Engine<S> {
             _ => return Err(TokenError::UnsupportedGrantType),
         };
         let credentials = ClientCredentials::read(&form, authorization)?;
-        self.transact(|txn| {
+        Self::within(txn, |txn| {
             let site = load_site(&*txn, site_id).map_err(|e| match e {
                 SiteOpError::Store(e) => TokenError::Store(e),
                 SiteOpError::Site(_) => TokenError::InvalidGrant,
@@ -549,6 +659,20 @@ impl<S: Store> Engine<S> {
         authorization: HeaderField<'_>,
         now: Timestamp,
     ) -> Result<(), RevokeError> {
+        self.run_write(|txn| self.revoke_token_in(txn, site_id, body, authorization, now))
+    }
+
+    /// [`Engine::revoke_token`] inside `txn`, a transaction the caller owns and
+    /// commits: see [operations in a shared
+    /// transaction](crate::store#operations-in-a-shared-transaction).
+    pub fn revoke_token_in<W: WriteTransaction>(
+        &self,
+        txn: &mut W,
+        site_id: &SiteId,
+        body: &str,
+        authorization: HeaderField<'_>,
+        now: Timestamp,
+    ) -> Result<(), RevokeError> {
         authorization.value().map_err(RevokeError::authorization)?;
         let form = Form::parse(body, token::MAX_BODY_LEN).map_err(|_| RevokeError::Malformed)?;
         let token = form.get("token").ok_or(RevokeError::Malformed)?;
@@ -559,7 +683,7 @@ impl<S: Store> Engine<S> {
         let client_id = self
             .authenticate_client(&credentials, None)
             .map_err(|_| RevokeError::InvalidClient)?;
-        self.transact(|txn| {
+        Self::within(txn, |txn| {
             let site = load_site(&*txn, site_id).map_err(|e| match e {
                 SiteOpError::Store(e) => RevokeError::Store(e),
                 SiteOpError::Site(_) => RevokeError::Malformed,
