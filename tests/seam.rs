@@ -255,8 +255,8 @@ mod group {
             MemoryStore::new(),
         ))));
         let store = Arc::clone(committer.store());
-        // The holder's batch commits; the next one fails.
-        store.set(2, Some(Call::Commit), false, StoreErrorKind::Io);
+        // The holder's batch writes nothing (no commit); the next one fails.
+        store.set(1, Some(Call::Commit), false, StoreErrorKind::Io);
         let before = dump(store.inner());
         let holder = hold_leader(&committer, 3);
         let callers: Vec<_> = (0..3u8)
@@ -278,7 +278,7 @@ mod group {
             dump(store.inner()) == before,
             "a failed batch applied something"
         );
-        assert_eq!(committer.commits(), 2, "the three shared one commit");
+        assert_eq!(committer.commits(), 1, "the three shared one commit");
         store.disarm();
         for i in 0..3u8 {
             committer
@@ -313,5 +313,75 @@ mod group {
         assert!(r.get(Table::Meta, &[0]).unwrap().is_some());
         assert_eq!(r.get(Table::Meta, &[1]).unwrap(), None);
         assert!(r.get(Table::Meta, &[2]).unwrap().is_some());
+    }
+
+    /// Two refreshes of one token in one batch: exactly one rotation, and
+    /// the other is judged a reuse (no retry window by default), which
+    /// revokes the grant — the answers of one commit each.
+    #[test]
+    fn two_refreshes_of_one_token_in_one_batch_rotate_once() {
+        use portcullis::header::HeaderField;
+        use portcullis::token::TokenError;
+        use portcullis::{Engine, Policy};
+
+        let db = crate::support::TempRedb::new();
+        let crate::support::TempRedb { store, dir, .. } = db;
+        let store = Arc::new(store);
+        let mut w = crate::oauth::World::new(Arc::clone(&store));
+        let t = w.login();
+        let engine = Arc::new(Engine::new(
+            Arc::clone(&store),
+            crate::oauth::keyring(),
+            Policy::default(),
+        ));
+        let committer = Arc::new(GroupCommitter::new(Arc::clone(&store)));
+        let holder = hold_leader(&committer, 2);
+        let body = portcullis::form::encode_pairs([
+            ("grant_type", "refresh_token"),
+            ("refresh_token", t.refresh_token.expose_secret()),
+            ("client_id", w.client_id.as_str()),
+        ]);
+        let callers: Vec<_> = (0..2)
+            .map(|_| {
+                let (c, engine, site, body, now) = (
+                    Arc::clone(&committer),
+                    Arc::clone(&engine),
+                    w.site.clone(),
+                    body.clone(),
+                    w.now,
+                );
+                thread::spawn(move || {
+                    c.run(move |txn| {
+                        engine.token_in(
+                            txn,
+                            &site,
+                            &body,
+                            HeaderField::ABSENT,
+                            &mut rand::rng(),
+                            now,
+                        )
+                    })
+                    .unwrap()
+                })
+            })
+            .collect();
+        holder.join().unwrap();
+        let answers: Vec<_> = callers.into_iter().map(|h| h.join().unwrap()).collect();
+        assert_eq!(committer.commits(), 1, "both in one batch");
+        let rotated: Vec<_> = answers.iter().filter_map(|a| a.as_ref().ok()).collect();
+        assert_eq!(rotated.len(), 1, "exactly one rotation: {answers:?}");
+        assert!(
+            answers
+                .iter()
+                .any(|a| a.as_ref().err() == Some(&TokenError::InvalidGrant)),
+            "the other is a reuse"
+        );
+        // The reuse revoked the grant, successor included.
+        assert_eq!(
+            w.refresh(rotated[0].refresh_token.expose_secret())
+                .unwrap_err(),
+            TokenError::InvalidGrant
+        );
+        drop(dir);
     }
 }

@@ -18,6 +18,8 @@
 //!   only after the commit returned; a failed commit (or a failure to open
 //!   the transaction) fails every operation of the batch with the store's
 //!   error and applies none of them, and each caller may retry.
+//! * **No fsync for nothing.** A batch in which no operation wrote (reads,
+//!   refusals) is dropped instead of committed.
 //! * **Isolation of operations.** Each operation runs under a savepoint: an
 //!   operation that panics is rolled back (its caller's thread gets the
 //!   panic), and one whose own rollback failed poisons the batch, which
@@ -151,7 +153,8 @@ where
         self.lock().waiting.len()
     }
 
-    /// How many batches were committed (or failed to commit) so far.
+    /// How many batches were committed (or failed to commit) so far; a
+    /// batch that wrote nothing is dropped, not committed, and not counted.
     #[must_use]
     pub fn commits(&self) -> u64 {
         self.commits.load(Ordering::Relaxed)
@@ -266,6 +269,7 @@ where
         };
         let mut settled = Vec::with_capacity(batch.len());
         let mut poisoned: Option<StoreError> = None;
+        let mut wrote = false;
         for Queued { job, ticket } in batch {
             if poisoned.is_some() {
                 settled.push((ticket, None));
@@ -282,8 +286,10 @@ where
             let mut view = BatchWrite {
                 txn: &mut txn,
                 lost: None,
+                wrote: false,
             };
             let ran = panic::catch_unwind(AssertUnwindSafe(|| job(&mut view)));
+            wrote |= view.wrote;
             if let Some(e) = view.lost.take() {
                 poisoned = Some(e);
             }
@@ -299,6 +305,10 @@ where
         }
         let failure = if let Some(e) = poisoned {
             Some(e)
+        } else if !wrote {
+            // Nothing to make durable (every operation was a read or a
+            // refusal): no fsync.
+            None
         } else {
             self.commits.fetch_add(1, Ordering::Relaxed);
             self.operations
@@ -345,6 +355,8 @@ pub struct BatchWrite<'a, W> {
     txn: &'a mut W,
     /// A rollback failed: the batch is lost.
     lost: Option<StoreError>,
+    /// The operation wrote (the batch needs a commit).
+    wrote: bool,
 }
 
 impl<W> std::fmt::Debug for BatchWrite<'_, W> {
@@ -371,10 +383,12 @@ impl<W: WriteTransaction> ReadTransaction for BatchWrite<'_, W> {
 
 impl<W: WriteTransaction> WriteTransaction for BatchWrite<'_, W> {
     fn put(&mut self, table: Table, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
+        self.wrote = true;
         self.txn.put(table, key, value)
     }
 
     fn delete(&mut self, table: Table, key: &[u8]) -> Result<bool, StoreError> {
+        self.wrote = true;
         self.txn.delete(table, key)
     }
 

@@ -310,10 +310,10 @@ pub(crate) async fn agents_post(
             };
             let subject = session.subject.clone();
             let revoked = app
-                .blocking(move |app| {
+                .write(move |app, txn| {
                     // Only the user's own grants: the id alone is not authority.
                     app.engine
-                        .revoke_own_grant(&app.site, &subject, &id, clock::now())
+                        .revoke_own_grant_in(txn, &app.site, &subject, &id, clock::now())
                 })
                 .await;
             match revoked {

@@ -50,8 +50,8 @@ use axum::routing::{any, get, post};
 use portcullis_core::jwt::SigningKey;
 use portcullis_core::link::OpenRoute;
 use portcullis_core::site::SiteId;
-use portcullis_core::{Engine, Policy};
 use portcullis_core::store::StoreError;
+use portcullis_core::{Engine, Policy};
 use portcullis_store_redb::{BatchWrite, GroupCommitter, RedbStore, RedbWrite};
 use tower_http::set_header::SetResponseHeaderLayer;
 use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutLayer};
@@ -394,10 +394,10 @@ async fn sweep_forever(app: Shared) {
         tracing::debug!(revoked, mailboxes, "in-memory state swept");
         loop {
             let swept = app
-                .blocking(|app| {
+                .write(|app, txn| {
                     let now = clock::now();
-                    let grants = app.engine.sweep(now, SWEEP_BUDGET)?;
-                    let ledger = app.engine.sweep_ledger(now, SWEEP_BUDGET)?;
+                    let grants = app.engine.sweep_in(txn, now, SWEEP_BUDGET)?;
+                    let ledger = app.engine.sweep_ledger_in(txn, now, SWEEP_BUDGET)?;
                     Ok::<_, StoreError>(grants.max(ledger))
                 })
                 .await;

@@ -30,9 +30,9 @@ use portcullis_core::ledger::{
 use portcullis_core::tab::Dispatch;
 use serde_json::{Value, json};
 
+use super::Shared;
 use super::relay::{DriverEnd, Job, TabReport};
 use super::skills::{self, Step};
-use super::Shared;
 use crate::clock;
 
 /// How long an `execute` call waits for its run before answering
