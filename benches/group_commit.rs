@@ -216,6 +216,12 @@ fn rotations(c: &mut Criterion) {
                     / (rounds * callers as u64) as u32
             });
         });
+        eprintln!(
+            "group_commit/{callers}: {} operations in {} commits ({:.1} per commit)",
+            committer.operations(),
+            committer.commits(),
+            committer.operations() as f64 / committer.commits().max(1) as f64
+        );
     }
     g.finish();
 }
