@@ -216,11 +216,11 @@ fn rotations(c: &mut Criterion) {
                     / (rounds * callers as u64) as u32
             });
         });
+        let (ops, commits) = (committer.operations(), committer.commits().max(1));
         eprintln!(
-            "group_commit/{callers}: {} operations in {} commits ({:.1} per commit)",
-            committer.operations(),
-            committer.commits(),
-            committer.operations() as f64 / committer.commits().max(1) as f64
+            "group_commit/{callers}: {ops} operations in {commits} commits ({}.{} per commit)",
+            ops / commits,
+            ops * 10 / commits % 10
         );
     }
     g.finish();
