@@ -1,14 +1,14 @@
-//! The ledger, approval and connected-tab operations: each in one store
-//! transaction of its own, or (the `_in` forms) inside the caller's. See
-//! [`crate::ledger`] for the rules they implement.
+//! The execution-ledger operations (`begin`, the ticket operations, the
+//! ledger sweep and start-up recovery): each in one store transaction of
+//! its own, or (the `_in` forms) inside the caller's. See [`crate::ledger`]
+//! for the rules they implement; approvals live in `approvals.rs`, the
+//! connected tab in `tab.rs`, and the helpers they share here.
 
 use alloc::vec::Vec;
 use core::ops::Bound;
 
 use super::{Engine, SiteOpError, Txn, keys, load_site};
-use crate::approval::{
-    ApprovalDecision, ApprovalError, ApprovalPrompt, ApprovalRef, Binding, PendingApproval,
-};
+use crate::approval::{Binding, PendingApproval};
 use crate::bearer::Challenge;
 use crate::engine::Principal;
 use crate::grant::{Grant, GrantId, GrantStatus};
@@ -19,15 +19,15 @@ use crate::ledger::{
 };
 use crate::metadata;
 use crate::scope::ScopeSet;
-use crate::site::{Site, SiteError, SiteId};
+use crate::site::{Site, SiteError};
 use crate::store::{
     Entry, ReadTransaction, Store, StoreError, Table, WriteTransaction, prefix_end,
 };
-use crate::tab::{Connected, Dispatch, TabConnection, TabError, TabHello};
+use crate::tab::{Dispatch, TabConnection};
 use crate::time::{Timestamp, TimestampMs};
 
 /// The failure a non-live grant status means.
-fn session_failure(status: Option<GrantStatus>) -> Failure {
+pub(super) fn session_failure(status: Option<GrantStatus>) -> Failure {
     match status {
         Some(GrantStatus::Expired) => Failure::Expired,
         _ => Failure::Revoked,
@@ -39,7 +39,7 @@ fn prefix_bounds(prefix: &[u8]) -> (Bound<&[u8]>, Option<Vec<u8>>) {
 }
 
 /// Every entry under `prefix`.
-fn scan<R: ReadTransaction>(
+pub(super) fn scan<R: ReadTransaction>(
     txn: &R,
     table: Table,
     prefix: &[u8],
@@ -52,7 +52,7 @@ fn scan<R: ReadTransaction>(
 
 /// The undecided requests of `grant`, from its index: each entry's index
 /// key, the request's lineage and its id. Malformed entries are skipped.
-fn undecided_of<R: ReadTransaction>(
+pub(super) fn undecided_of<R: ReadTransaction>(
     txn: &R,
     grant: &GrantId,
 ) -> Result<Vec<(Vec<u8>, Lineage, RequestId)>, StoreError> {
@@ -78,7 +78,7 @@ fn undecided_of<R: ReadTransaction>(
 /// Saves a request and keeps its indexes: the grant index while undecided,
 /// and an expiry entry at `look_at` (a hint: the sweep recomputes the real
 /// deadline and re-files the entry if it is later).
-fn store_request<W: WriteTransaction>(
+pub(super) fn store_request<W: WriteTransaction>(
     txn: &mut Txn<'_, W>,
     lineage: &Lineage,
     rec: &ExecutionRequest,
@@ -127,7 +127,7 @@ pub(crate) fn cancel_grant_requests<W: WriteTransaction>(
 }
 
 /// Cuts off the running requests of `grant` dispatched to `connection`.
-fn cut_runs<W: WriteTransaction>(
+pub(super) fn cut_runs<W: WriteTransaction>(
     txn: &mut Txn<'_, W>,
     grant: &GrantId,
     connection: u32,
@@ -157,7 +157,7 @@ fn reconnect_link(site: &Site) -> ReconnectLink {
     }
 }
 
-fn binding(site: &Site, grant: &Grant) -> Binding {
+pub(super) fn binding(site: &Site, grant: &Grant) -> Binding {
     Binding {
         grant: grant.id,
         epoch: grant.epoch,
@@ -195,7 +195,7 @@ struct RunContext {
 }
 
 impl<S: Store> Engine<S> {
-    fn grant_status<R: ReadTransaction>(
+    pub(super) fn grant_status<R: ReadTransaction>(
         &self,
         txn: &R,
         site: &Site,
@@ -267,7 +267,7 @@ impl<S: Store> Engine<S> {
         }))
     }
 
-    fn save_request<W: WriteTransaction>(
+    pub(super) fn save_request<W: WriteTransaction>(
         &self,
         txn: &mut Txn<'_, W>,
         lineage: &Lineage,
@@ -920,438 +920,6 @@ impl<S: Store> Engine<S> {
                 }
             }
             Ok(Abandoned { ended, next })
-        })
-    }
-
-    /// The approvals waiting for `subject` on `grant`, for the tab's dialogs.
-    pub fn pending_approvals(
-        &self,
-        site: &SiteId,
-        subject: &str,
-        grant: &GrantId,
-    ) -> Result<Vec<ApprovalPrompt>, ApprovalError> {
-        self.read(|txn| {
-            let g: Grant = txn
-                .load(grant.as_bytes())?
-                .filter(|g: &Grant| g.site == *site && g.subject == subject)
-                .ok_or(ApprovalError::Forbidden)?;
-            let lineage = Lineage::of(site.as_str(), &g.subject, &g.client_id);
-            let mut out = Vec::new();
-            for (_, _, id) in undecided_of(txn, grant)? {
-                if let Some(rec) = txn.load::<ExecutionRequest>(&keys::request(&lineage, &id))?
-                    && let RequestState::AwaitingApproval(p) = &rec.state
-                {
-                    out.push(p.prompt(rec.id));
-                }
-            }
-            Ok(out)
-        })
-    }
-
-    /// The user's decision on an approval prompt, from the connected tab of
-    /// the signed-in `subject`. Deny ends the request with
-    /// `PERMISSION_DENIED`; an approval lets the next `begin` with the same
-    /// request id resume and run the action once.
-    pub fn decide_approval(
-        &self,
-        site_id: &SiteId,
-        subject: &str,
-        approval: &ApprovalRef,
-        decision: ApprovalDecision,
-        now: Timestamp,
-    ) -> Result<(), ApprovalError> {
-        self.run_write(|txn| {
-            self.decide_approval_in(txn, site_id, subject, approval, decision, now)
-        })
-    }
-
-    /// [`Engine::decide_approval`] inside `txn`, a transaction the caller owns and
-    /// commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    pub fn decide_approval_in<W: WriteTransaction>(
-        &self,
-        txn: &mut W,
-        site_id: &SiteId,
-        subject: &str,
-        approval: &ApprovalRef,
-        decision: ApprovalDecision,
-        now: Timestamp,
-    ) -> Result<(), ApprovalError> {
-        Self::within(txn, |txn| {
-            let site = load_site(&*txn, site_id).map_err(|e| match e {
-                SiteOpError::Store(e) => ApprovalError::Store(e),
-                SiteOpError::Site(_) => ApprovalError::Forbidden,
-            })?;
-            let (grant, status) = self.grant_status(&*txn, &site, &approval.grant, now)?;
-            let grant = grant
-                .filter(|g| g.site == site.id && g.subject == subject)
-                .ok_or(ApprovalError::Forbidden)?;
-            let lineage = Lineage::of(site.id.as_str(), &grant.subject, &grant.client_id);
-            let key = keys::request(&lineage, &approval.request_id);
-            let mut rec: ExecutionRequest = txn.load(&key)?.ok_or(ApprovalError::NotPending)?;
-            let RequestState::AwaitingApproval(pending) = &rec.state else {
-                return Err(ApprovalError::NotPending);
-            };
-            if rec.grant != grant.id
-                || pending.seq != approval.seq
-                || pending.action.fingerprint() != approval.fingerprint
-            {
-                return Err(ApprovalError::NotPending);
-            }
-            if status != Some(GrantStatus::Live) {
-                return Err(ApprovalError::Void);
-            }
-            let pending = pending.clone();
-            match pending.decide(decision, &binding(&site, &grant)) {
-                Err(ApprovalError::Void) => {
-                    rec.approved = None;
-                    rec.park(Park::Resume);
-                    self.save_request(txn, &lineage, &rec)?;
-                    Err(ApprovalError::Void)
-                }
-                Err(e) => Err(e),
-                Ok(None) => {
-                    rec.finish(End::Failed(Failure::Denied), false, now);
-                    self.save_request(txn, &lineage, &rec)?;
-                    Ok(())
-                }
-                Ok(Some(approved)) => {
-                    if decision == ApprovalDecision::AutoApproveKind
-                        && let Some(mut tab) = txn.load::<TabConnection>(&keys::tab(&grant.id))?
-                        && tab.connected
-                    {
-                        tab.allow_kind(pending.action.kind(), approved.fingerprint);
-                        txn.save(&keys::tab(&grant.id), &tab)?;
-                    }
-                    rec.approved = Some(approved);
-                    rec.park(Park::Resume);
-                    self.save_request(txn, &lineage, &rec)?;
-                    Ok(())
-                }
-            }
-        })
-    }
-
-    /// Loads the grant a tab operation is for, checking it is `subject`'s on
-    /// `site` and live.
-    fn tab_grant<R: ReadTransaction>(
-        &self,
-        txn: &R,
-        site_id: &SiteId,
-        subject: &str,
-        grant: &GrantId,
-        now: Timestamp,
-    ) -> Result<Site, TabError> {
-        let site = load_site(txn, site_id).map_err(|e| match e {
-            SiteOpError::Store(e) => TabError::Store(e),
-            SiteOpError::Site(_) => TabError::Forbidden,
-        })?;
-        if let Err(SiteError::Disabled { retry_after_secs }) = site.ensure_enabled() {
-            return Err(TabError::Unavailable { retry_after_secs });
-        }
-        let (g, status) = self.grant_status(txn, &site, grant, now)?;
-        if !g.is_some_and(|g| g.site == site.id && g.subject == subject) {
-            return Err(TabError::Forbidden);
-        }
-        if status != Some(GrantStatus::Live) {
-            return Err(TabError::Session(session_failure(status)));
-        }
-        Ok(site)
-    }
-
-    #[allow(
-        clippy::too_many_arguments,
-        reason = "connect and take-over share one body; each argument is one fact the adapter holds"
-    )]
-    fn move_tab<W: WriteTransaction>(
-        &self,
-        txn: &mut W,
-        site_id: &SiteId,
-        subject: &str,
-        grant: &GrantId,
-        hello: &TabHello,
-        take_over: bool,
-        now: Timestamp,
-    ) -> Result<Connected, TabError> {
-        hello.validate()?;
-        Self::within(txn, |txn| {
-            let site = self.tab_grant(&*txn, site_id, subject, grant, now)?;
-            let key = keys::tab(grant);
-            let (tab, connected) = match txn.load::<TabConnection>(&key)? {
-                None => {
-                    let tab = TabConnection::new(*grant, site.id.clone(), hello, now);
-                    let c = Connected {
-                        connection: tab.connection,
-                        ended: None,
-                    };
-                    (tab, c)
-                }
-                Some(mut tab) => {
-                    if tab.browser_session != hello.browser_session {
-                        txn.delete(
-                            Table::Tabs,
-                            &keys::with_grant(
-                                keys::session_tabs(&site.id, &tab.browser_session),
-                                grant,
-                            ),
-                        )?;
-                    }
-                    let c = if take_over {
-                        tab.take_over(hello, now)
-                    } else {
-                        tab.connect(hello, now, self.policy.tab_heartbeat_timeout)?
-                    };
-                    (tab, c)
-                }
-            };
-            if let Some(ended) = connected.ended {
-                cut_runs(txn, grant, ended, now)?;
-            }
-            txn.put(
-                Table::Tabs,
-                &keys::with_grant(keys::session_tabs(&site.id, &hello.browser_session), grant),
-                &[],
-            )?;
-            txn.save(&key, &tab)?;
-            Ok(connected)
-        })
-    }
-
-    /// A page connects as `grant`'s executor: a first connection, the same
-    /// one again, or a reload of the connected tab (which ends the old page's
-    /// connection: its runs are cut off, its auto-approvals end). Another tab
-    /// is refused with [`TabError::Busy`] while the connection is live.
-    pub fn connect_tab(
-        &self,
-        site: &SiteId,
-        subject: &str,
-        grant: &GrantId,
-        hello: &TabHello,
-        now: Timestamp,
-    ) -> Result<Connected, TabError> {
-        self.run_write(|txn| self.move_tab(txn, site, subject, grant, hello, false, now))
-    }
-
-    /// [`Engine::connect_tab`] inside `txn`, a transaction the caller owns and
-    /// commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    pub fn connect_tab_in<W: WriteTransaction>(
-        &self,
-        txn: &mut W,
-        site: &SiteId,
-        subject: &str,
-        grant: &GrantId,
-        hello: &TabHello,
-        now: Timestamp,
-    ) -> Result<Connected, TabError> {
-        self.move_tab(txn, site, subject, grant, hello, false, now)
-    }
-
-    /// "Use this tab": moves `grant`'s connection to this page. Calls
-    /// dispatched to the old tab are cut off and end with `unknownTail`.
-    pub fn take_over_tab(
-        &self,
-        site: &SiteId,
-        subject: &str,
-        grant: &GrantId,
-        hello: &TabHello,
-        now: Timestamp,
-    ) -> Result<Connected, TabError> {
-        self.run_write(|txn| self.move_tab(txn, site, subject, grant, hello, true, now))
-    }
-
-    /// [`Engine::take_over_tab`] inside `txn`, a transaction the caller owns and
-    /// commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    pub fn take_over_tab_in<W: WriteTransaction>(
-        &self,
-        txn: &mut W,
-        site: &SiteId,
-        subject: &str,
-        grant: &GrantId,
-        hello: &TabHello,
-        now: Timestamp,
-    ) -> Result<Connected, TabError> {
-        self.move_tab(txn, site, subject, grant, hello, true, now)
-    }
-
-    /// A heartbeat (with visibility) from the connected page.
-    #[allow(
-        clippy::too_many_arguments,
-        reason = "each argument is one fact the adapter holds; bundling them would only rename them"
-    )]
-    pub fn tab_heartbeat(
-        &self,
-        site: &SiteId,
-        subject: &str,
-        grant: &GrantId,
-        tab_id: &str,
-        page_instance: &str,
-        visible: bool,
-        now: Timestamp,
-    ) -> Result<(), TabError> {
-        self.run_write(|txn| {
-            self.tab_heartbeat_in(
-                txn,
-                site,
-                subject,
-                grant,
-                tab_id,
-                page_instance,
-                visible,
-                now,
-            )
-        })
-    }
-
-    /// [`Engine::tab_heartbeat`] inside `txn`, a transaction the caller owns and
-    /// commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    #[allow(
-        clippy::too_many_arguments,
-        reason = "each argument is one fact the adapter holds; bundling them would only rename them"
-    )]
-    pub fn tab_heartbeat_in<W: WriteTransaction>(
-        &self,
-        txn: &mut W,
-        site: &SiteId,
-        subject: &str,
-        grant: &GrantId,
-        tab_id: &str,
-        page_instance: &str,
-        visible: bool,
-        now: Timestamp,
-    ) -> Result<(), TabError> {
-        Self::within(txn, |txn| {
-            self.tab_grant(&*txn, site, subject, grant, now)?;
-            let key = keys::tab(grant);
-            let mut tab: TabConnection = txn.load(&key)?.ok_or(TabError::NotConnected)?;
-            tab.heartbeat(
-                tab_id,
-                page_instance,
-                visible,
-                now,
-                self.policy.tab_heartbeat_timeout,
-            )?;
-            txn.save(&key, &tab)?;
-            Ok(())
-        })
-    }
-
-    /// The connected page disconnects: the connection ends (its runs are cut
-    /// off, its auto-approvals end); the grant stays.
-    pub fn disconnect_tab(
-        &self,
-        site: &SiteId,
-        subject: &str,
-        grant: &GrantId,
-        tab_id: &str,
-        page_instance: &str,
-        now: Timestamp,
-    ) -> Result<(), TabError> {
-        self.run_write(|txn| {
-            self.disconnect_tab_in(txn, site, subject, grant, tab_id, page_instance, now)
-        })
-    }
-
-    /// [`Engine::disconnect_tab`] inside `txn`, a transaction the caller owns and
-    /// commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    #[allow(
-        clippy::too_many_arguments,
-        reason = "each argument is one fact the adapter holds; bundling them would only rename them"
-    )]
-    pub fn disconnect_tab_in<W: WriteTransaction>(
-        &self,
-        txn: &mut W,
-        site: &SiteId,
-        subject: &str,
-        grant: &GrantId,
-        tab_id: &str,
-        page_instance: &str,
-        now: Timestamp,
-    ) -> Result<(), TabError> {
-        Self::within(txn, |txn| {
-            let key = keys::tab(grant);
-            let mut tab: TabConnection = txn.load(&key)?.ok_or(TabError::NotConnected)?;
-            if tab.site != *site {
-                return Err(TabError::Forbidden);
-            }
-            let g: Option<Grant> = txn.load(grant.as_bytes())?;
-            if g.is_none_or(|g| g.subject != subject) {
-                return Err(TabError::Forbidden);
-            }
-            let ended = tab.disconnect(tab_id, page_instance)?;
-            cut_runs(txn, grant, ended, now)?;
-            txn.save(&key, &tab)?;
-            Ok(())
-        })
-    }
-
-    /// Sign-out: ends every tab connection of `browser_session` on `site`
-    /// at once, with their auto-approvals. Returns how many ended.
-    pub fn reset_session(
-        &self,
-        site: &SiteId,
-        browser_session: &str,
-        now: Timestamp,
-    ) -> Result<usize, StoreError> {
-        self.run_write(|txn| self.reset_session_in(txn, site, browser_session, now))
-    }
-
-    /// [`Engine::reset_session`] inside `txn`, a transaction the caller owns and
-    /// commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    pub fn reset_session_in<W: WriteTransaction>(
-        &self,
-        txn: &mut W,
-        site: &SiteId,
-        browser_session: &str,
-        now: Timestamp,
-    ) -> Result<usize, StoreError> {
-        Self::within(txn, |txn| {
-            let prefix = keys::session_tabs(site, browser_session);
-            let mut ended = 0;
-            for (index, _) in scan(&*txn, Table::Tabs, &prefix, usize::MAX)? {
-                txn.delete(Table::Tabs, &index)?;
-                let Some(grant) = index
-                    .len()
-                    .checked_sub(16)
-                    .and_then(|at| <[u8; 16]>::try_from(&index[at..]).ok())
-                    .map(GrantId::from_bytes)
-                else {
-                    continue;
-                };
-                let key = keys::tab(&grant);
-                if let Some(mut tab) = txn.load::<TabConnection>(&key)?
-                    && tab.browser_session == browser_session
-                    && let Some(connection) = tab.end()
-                {
-                    cut_runs(txn, &grant, connection, now)?;
-                    txn.save(&key, &tab)?;
-                    ended += 1;
-                }
-            }
-            Ok(ended)
-        })
-    }
-
-    /// `grant`'s tab connection, if it ever connected.
-    pub fn tab_connection(&self, grant: &GrantId) -> Result<Option<TabConnection>, StoreError> {
-        self.read(|txn| txn.load(&keys::tab(grant)))
-    }
-
-    /// Where an action of `grant` would be dispatched now: the live
-    /// connection, `no_live_tab` or `tab_not_visible`.
-    pub fn dispatch(
-        &self,
-        grant: &GrantId,
-        drives_page: bool,
-        now: Timestamp,
-    ) -> Result<Dispatch, StoreError> {
-        Ok(match self.tab_connection(grant)? {
-            Some(tab) => tab.dispatch(drives_page, now, self.policy.tab_heartbeat_timeout),
-            None => Dispatch::NoLiveTab,
         })
     }
 

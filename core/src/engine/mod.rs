@@ -32,10 +32,12 @@
 //! cost no fsync; one in which the store failed is dropped whole.
 
 mod agent;
+mod approvals;
 mod grants;
 mod keys;
 mod ledger;
 mod oauth;
+mod tab;
 
 use alloc::vec::Vec;
 use core::cell::Cell;
