@@ -334,18 +334,14 @@ impl<S: Store> Engine<S> {
             let mut grants = Vec::with_capacity(entries.len().min(limit));
             let mut next = None;
             for (i, (key, _)) in entries.iter().enumerate() {
-                let Some(id) = key
-                    .len()
-                    .checked_sub(16)
-                    .and_then(|at| <[u8; 16]>::try_from(&key[at..]).ok())
-                else {
+                let Some(id) = keys::grant_suffix(key) else {
                     continue;
                 };
                 if i == limit {
                     next = grants.last().map(|g: &GrantSummary| g.id);
                     break;
                 }
-                if let Some(g) = txn.load::<Grant>(&id)? {
+                if let Some(g) = txn.load::<Grant>(id.as_bytes())? {
                     grants.push(GrantSummary {
                         id: g.id,
                         status: g.status(&site, now, &self.policy),
@@ -460,7 +456,10 @@ impl<S: Store> Engine<S> {
                 txn.range(Table::GrantIndex, Bound::Included(&prefix), end, usize::MAX)?;
             let mut revoked = 0;
             for (key, _) in entries {
-                let id = &key[key.len() - 16..];
+                let Some(id) = keys::grant_suffix(&key) else {
+                    continue;
+                };
+                let id = id.as_bytes();
                 if let Some(mut grant) = txn.load::<Grant>(id)?
                     && grant.revoked.is_none()
                 {

@@ -65,10 +65,7 @@ pub(super) fn undecided_of<R: ReadTransaction>(
     Ok(entries
         .into_iter()
         .filter_map(|(key, lineage)| {
-            let id = key
-                .get(17..33)
-                .and_then(|b| <[u8; 16]>::try_from(b).ok())
-                .map(RequestId::from_bytes)?;
+            let (_, id) = keys::split_grant_request(&key)?;
             let lineage = <[u8; 32]>::try_from(lineage.as_slice()).ok().map(Lineage)?;
             Some((key, lineage, id))
         })
@@ -888,10 +885,10 @@ impl<S: Store> Engine<S> {
     ) -> Result<Abandoned, StoreError> {
         let budget = budget.max(1);
         Self::within(txn, |txn| {
-            let start = from.map_or(Bound::Included(b"g".as_slice()), |c| {
+            let start = from.map_or(Bound::Included(keys::ALL_GRANT_REQUESTS), |c| {
                 Bound::Excluded(c.0.as_slice())
             });
-            let end = prefix_end(b"g");
+            let end = prefix_end(keys::ALL_GRANT_REQUESTS);
             let end = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
             let entries = txn.range(Table::Requests, start, end, budget)?;
             let next = (entries.len() == budget)
@@ -899,13 +896,8 @@ impl<S: Store> Engine<S> {
                 .flatten();
             let mut ended = 0;
             for (key, lineage) in entries {
-                let (Some(grant), Some(id), Ok(lineage)) = (
-                    key.get(1..17)
-                        .and_then(|b| <[u8; 16]>::try_from(b).ok())
-                        .map(GrantId::from_bytes),
-                    key.get(17..33)
-                        .and_then(|b| <[u8; 16]>::try_from(b).ok())
-                        .map(RequestId::from_bytes),
+                let (Some((grant, id)), Ok(lineage)) = (
+                    keys::split_grant_request(&key),
                     <[u8; 32]>::try_from(lineage.as_slice()).map(Lineage),
                 ) else {
                     continue;

@@ -294,12 +294,7 @@ impl<S: Store> Engine<S> {
             let mut ended = 0;
             for (index, _) in scan(&*txn, Table::Tabs, &prefix, usize::MAX)? {
                 txn.delete(Table::Tabs, &index)?;
-                let Some(grant) = index
-                    .len()
-                    .checked_sub(16)
-                    .and_then(|at| <[u8; 16]>::try_from(&index[at..]).ok())
-                    .map(GrantId::from_bytes)
-                else {
+                let Some(grant) = keys::grant_suffix(&index) else {
                     continue;
                 };
                 let key = keys::tab(&grant);
