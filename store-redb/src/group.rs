@@ -177,7 +177,10 @@ where
     ///
     /// `op` must make every change through the transaction it is given and
     /// must not answer anyone itself: its answer is only true once the
-    /// commit is. It runs on whichever caller's thread leads the batch.
+    /// commit is. It runs on whichever caller's thread leads the batch, and
+    /// must not call `run` or open a write transaction of the store itself:
+    /// the batch holds the store's only writer, so either would wait
+    /// forever.
     pub fn run<T, F>(&self, op: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
