@@ -31,7 +31,6 @@
 //! place of the oldest, which answers `409 SUPERSEDED` at once.
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -367,7 +366,7 @@ impl App {
                     "seq": p.seq,
                     "kind": p.kind,
                     "effect": p.effect.as_str(),
-                    "fingerprint": hex(p.fingerprint.as_bytes()),
+                    "fingerprint": portcullis_core::hex::encode(p.fingerprint.as_bytes()),
                     "client": {"id": p.client_id, "name": p.client_name, "verified": false},
                     "offerAutoApprove": p.offer_auto_approve,
                     "canApprove": p.can_approve(),
@@ -643,7 +642,7 @@ pub(crate) async fn decide(State(app): State<Shared>, headers: HeaderMap, raw: B
     let (Some(grant), Ok(request_id), Some(fingerprint)) = (
         GrantId::parse(&d.grant),
         RequestId::parse(&d.request_id),
-        unhex32(&d.fingerprint),
+        portcullis_core::hex::decode::<32>(&d.fingerprint),
     ) else {
         return error(StatusCode::BAD_REQUEST, "INVALID_PARAMS", "bad approval");
     };
@@ -674,39 +673,5 @@ pub(crate) async fn decide(State(app): State<Shared>, headers: HeaderMap, raw: B
         }
         Ok(Err(e)) => wire_error(&e),
         Err(r) => r,
-    }
-}
-
-/// Lower-case hex.
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        let _ = write!(s, "{b:02x}");
-    }
-    s
-}
-
-/// 64 hex digits as 32 bytes.
-fn unhex32(text: &str) -> Option<[u8; 32]> {
-    if text.len() != 64 || !text.is_ascii() {
-        return None;
-    }
-    let mut out = [0u8; 32];
-    for (i, o) in out.iter_mut().enumerate() {
-        *o = u8::from_str_radix(text.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some(out)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn fingerprints_round_trip_through_hex() {
-        let bytes: [u8; 32] = core::array::from_fn(|i| (i * 7) as u8);
-        assert_eq!(unhex32(&hex(&bytes)), Some(bytes));
-        assert_eq!(unhex32("zz"), None);
-        assert_eq!(unhex32(&"g".repeat(64)), None);
     }
 }
