@@ -1464,6 +1464,103 @@ async fn execute_runs_a_write_once_through_approval_in_the_connected_tab() {
     }
 }
 
+/// `tools/call execute` with a token, whatever the HTTP status.
+async fn execute_raw(s: &Server, bearer: &str, call: &Value) -> (StatusCode, String, Value) {
+    let r = s
+        .rpc(
+            Some(bearer),
+            "tools/call",
+            json!({"name": "execute", "arguments": call}),
+        )
+        .await;
+    let status = r.status();
+    let challenge = header(r.headers(), WWW_AUTHENTICATE.as_str());
+    let v: Value = r.json().await.unwrap_or(Value::Null);
+    (status, challenge, v["result"]["structuredContent"].clone())
+}
+
+#[tokio::test]
+#[allow(
+    clippy::too_many_lines,
+    clippy::many_single_char_names,
+    reason = "one scenario, read top to bottom: the agent steps up while the tab stays open"
+)]
+async fn a_step_up_consent_is_served_by_the_open_tab_and_resumes_the_same_request() {
+    let s = Server::start(&[]).await;
+    let read = s.login("alice", "skills:read").await;
+    let call = json!({"requestId": R1, "code": create_note("Stepped up")});
+
+    // The scope comes before the tab: no tab connected, still 403.
+    let (status, challenge, v) = execute_raw(&s, &read.access, &call).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{v}");
+    assert!(
+        challenge.contains("error=\"insufficient_scope\"")
+            && challenge.contains("skills:write")
+            && challenge.contains("resource_metadata="),
+        "{challenge}"
+    );
+    assert_eq!(v["error"]["code"], "insufficient_scope", "{v}");
+
+    // With the tab open: the same answer.
+    let tab = Tab::open(&s, &read.cookie, "tab-1", "page-1").await;
+    let c = tab.connect(true, false).await;
+    assert_eq!(c["grants"].as_array().unwrap().len(), 1, "{c}");
+    let (status, _, v) = execute_raw(&s, &read.access, &call).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{v}");
+
+    // The client re-authorizes with the wider scope (same client id, same
+    // user); the tab neither reconnects nor sends a heartbeat.
+    let query = s.query(&read.client_id, "skills:read skills:write").await;
+    let location = s.consent(&query, &read.cookie, "allow").await;
+    let code = param(&location, "code").unwrap();
+    let r = s.exchange(&read.client_id, &code).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let tokens: Value = r.json().await.unwrap();
+    let write = tokens["access_token"].as_str().unwrap().to_owned();
+
+    // The open tab serves the new grant at once: no no_live_tab window.
+    let (status, _, v) = execute_raw(&s, &write, &call).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_eq!(v["status"], "approval_pending", "{v}");
+    assert_eq!(v["requestId"], R1);
+    let a = tab.approval().await;
+    assert_eq!(a["args"]["title"], "Stepped up");
+    assert_eq!(tab.decide(&a, "once").await, StatusCode::OK);
+    let (worker, jobs) = tab.work();
+    let (status, _, v) = execute_raw(&s, &write, &call).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_eq!(v["status"], "done", "{v}");
+    assert_eq!(v["result"][0]["result"]["title"], "Stepped up");
+    let (_, _, again) = execute_raw(&s, &write, &call).await;
+    assert_eq!(again, v, "the stored result, not a second run");
+    assert_eq!(jobs.load(Ordering::SeqCst), 1);
+    assert_eq!(tab.notes().await.len(), 1);
+    worker.abort();
+
+    // The heartbeat keeps both grants on this tab.
+    let beat = tab.heartbeat(true).await;
+    let served: Vec<&str> = beat["grants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(served, ["connected", "connected"], "{beat}");
+
+    // The new consent does not revoke the older grant (one client id may be
+    // shared by several installations), but the Agents page marks it as
+    // replaced by the later, wider one and offers to disconnect it.
+    assert_eq!(s.mcp(Some(&read.access)).await.status(), StatusCode::OK);
+    let html = s
+        .get("/agents", Some(&read.cookie))
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(html.matches("class=\"superseded\"").count(), 1, "{html}");
+    assert!(html.contains("Disconnect older connection"), "{html}");
+}
+
 #[tokio::test]
 async fn a_duplicated_tab_cannot_take_over_until_the_user_says_so() {
     let s = Server::start(&[]).await;

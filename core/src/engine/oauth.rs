@@ -346,6 +346,7 @@ impl<S: Store> Engine<S> {
         code.state = CodeState::Redeemed(grant.id);
         txn.save(&code.id, &code)?;
         self.insert_grant(txn, &grant)?;
+        super::ledger::join_live_tab(txn, &grant, self.policy.tab_heartbeat_timeout, now)?;
         let access = self.access_token(site, &grant, &grant.scopes, rng, now)?;
         Ok(TokenResponse {
             access_token: access,

@@ -27,6 +27,7 @@ use portcullis_core::ledger::{
     ActionVerdict, BeginAnswer, BeginError, BusinessError, Caller, Completion, ExecuteParams,
     ExecutionTicket, OutcomeStatus, Report, RequestId, TicketError,
 };
+use portcullis_core::scope::ScopeSet;
 use portcullis_core::tab::Dispatch;
 use serde_json::{Value, json};
 
@@ -107,13 +108,29 @@ pub(crate) async fn execute(app: &Shared, principal: Principal, arguments: &Valu
         Ok(s) => s,
         Err(e) => return failure(e.code, &e.message, Some(id)),
     };
+    // The scopes the program's steps need, checked before the tab (see
+    // `Engine::begin_needing`).
+    let mut needed = ScopeSet::default();
+    for step in &steps {
+        if needed.insert(step.skill.effect.required_scope()).is_err() {
+            return internal(Some(id));
+        }
+    }
+    let needed = Arc::new(needed);
     let principal = Arc::new(principal);
     let params = Arc::new(params);
     // Twice at most: once more when a lost run leaves its answer to the ledger.
     for _ in 0..2 {
-        let (p, q) = (Arc::clone(&principal), Arc::clone(&params));
+        let (p, q, n) = (
+            Arc::clone(&principal),
+            Arc::clone(&params),
+            Arc::clone(&needed),
+        );
         let begun = app
-            .blocking(move |app| app.engine.begin(&p, &q, Caller::Client, clock::now_ms()))
+            .blocking(move |app| {
+                app.engine
+                    .begin_needing(&p, &q, &n, Caller::Client, clock::now_ms())
+            })
             .await;
         let rx = match begun {
             Err(_) => return internal(Some(id)),
