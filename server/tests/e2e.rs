@@ -177,17 +177,20 @@ impl Server {
         format!("{}{}", read("stdout.log"), read("stderr.log"))
     }
 
+    /// The MCP URL the server printed when it (last) started: the only URL
+    /// it serves MCP at.
+    #[allow(
+        clippy::unused_async,
+        reason = "kept async like the other helpers it replaced"
+    )]
     async fn resource(&self) -> String {
-        let doc: Value = self
-            .http
-            .get(self.url("/.well-known/oauth-protected-resource"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        doc["resource"].as_str().unwrap().to_owned()
+        let out = std::fs::read_to_string(self.dir.path().join("stdout.log")).unwrap();
+        let line = out
+            .lines()
+            .rev()
+            .find_map(|l| l.trim().strip_prefix("MCP URL:"))
+            .expect("the banner names the MCP URL");
+        line.trim().to_owned()
     }
 
     async fn register(&self) -> String {
@@ -788,7 +791,7 @@ async fn the_resource_answers_with_the_cores_challenges() {
     );
     assert!(challenge.contains("skills:read"), "{challenge}");
 
-    // Tokens in the query are refused; /mcp points at the current key.
+    // Tokens in the query are refused.
     let r = s
         .http
         .get(format!("{}?access_token=x", s.resource().await))
@@ -796,15 +799,69 @@ async fn the_resource_answers_with_the_cores_challenges() {
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::BAD_REQUEST);
-    let r = s.get("/mcp", None).await;
-    assert_eq!(r.status(), StatusCode::TEMPORARY_REDIRECT);
-    assert_eq!(s.url(&header(r.headers(), "location")), s.resource().await);
     // Bodies are bounded.
     let big = "a".repeat(20 * 1024);
     let r = s
         .post_form("/token", None, &[("grant_type", big.as_str())])
         .await;
     assert_eq!(r.status(), StatusCode::PAYLOAD_TOO_LARGE);
+}
+
+/// RFC 9728 §3.3: a client compares the metadata's `resource` with the URL
+/// it used; every URL the server answers at passes, and no URL answers
+/// with another resource's metadata.
+#[tokio::test]
+async fn every_mcp_url_passes_the_rfc_9728_identity_check() {
+    let mut s = Server::start(&[]).await;
+    let resource = s.resource().await;
+    assert!(resource.starts_with(&s.url("/mcp/")), "{resource}");
+    let r = s.mcp(None).await;
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    let challenge = header(r.headers(), WWW_AUTHENTICATE.as_str());
+    let md = challenge.split('"').nth(1).unwrap().to_owned();
+    assert_eq!(
+        md,
+        resource.replacen("/mcp/", "/.well-known/oauth-protected-resource/mcp/", 1),
+        "the path-suffixed well-known URL of the resource itself"
+    );
+    let doc: Value = s.http.get(&md).send().await.unwrap().json().await.unwrap();
+    assert_eq!(
+        doc["resource"],
+        resource.as_str(),
+        "identical, byte for byte"
+    );
+
+    // No alias: neither the root document (whose resource would be the
+    // origin) nor a bare /mcp (which would need a resource of its own).
+    for path in ["/.well-known/oauth-protected-resource", "/mcp"] {
+        let r = s.get(path, None).await;
+        assert_eq!(r.status(), StatusCode::NOT_FOUND, "{path}");
+        assert!(header(r.headers(), "location").is_empty(), "{path}");
+    }
+    let r = s
+        .http
+        .post(s.url("/mcp"))
+        .header("content-type", "application/json")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+
+    // After a key rotation the old URL and its metadata are gone, the new
+    // URL is printed and passes the same check.
+    s.stop();
+    let site = s.cli_json(&["site", "rotate-key"]);
+    s.restart().await;
+    let new = s.resource().await;
+    assert_eq!(new, site[0]["resource"].as_str().unwrap());
+    assert_eq!(
+        s.http.get(&md).send().await.unwrap().status(),
+        StatusCode::NOT_FOUND
+    );
+    let md = new.replacen("/mcp/", "/.well-known/oauth-protected-resource/mcp/", 1);
+    let doc: Value = s.http.get(&md).send().await.unwrap().json().await.unwrap();
+    assert_eq!(doc["resource"], new.as_str());
 }
 
 #[tokio::test]
@@ -833,10 +890,10 @@ async fn the_off_switch_answers_503_and_keeps_grants() {
         .await;
     assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
     // Metadata keeps being served.
+    let resource = s.resource().await;
+    let md = resource.replacen("/mcp/", "/.well-known/oauth-protected-resource/mcp/", 1);
     assert_eq!(
-        s.get("/.well-known/oauth-protected-resource", None)
-            .await
-            .status(),
+        s.http.get(md).send().await.unwrap().status(),
         StatusCode::OK
     );
 

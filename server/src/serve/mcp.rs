@@ -65,22 +65,6 @@ pub(crate) enum Verified {
 #[derive(Clone, Default)]
 struct ScopeSlot(Arc<Mutex<Option<Challenge>>>);
 
-/// `ANY /mcp`: a `307` to the current MCP URL (the path carries the site's
-/// public key, which rotation changes).
-pub(crate) async fn current(State(app): State<Shared>) -> Response {
-    match app.blocking(|app| app.engine.site(&app.site)).await {
-        Ok(Ok(site)) => {
-            let mut r = StatusCode::TEMPORARY_REDIRECT.into_response();
-            if let Ok(v) = format!("/mcp/{}", site.public_key).parse() {
-                r.headers_mut().insert(header::LOCATION, v);
-            }
-            r
-        }
-        Ok(Err(e)) => respond::internal(&e.to_string()),
-        Err(r) => r,
-    }
-}
-
 /// The rmcp service for the router.
 pub(crate) fn service(
     app: &Shared,

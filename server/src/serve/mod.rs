@@ -8,12 +8,11 @@
 //! | route | what |
 //! |---|---|
 //! | `GET /.well-known/oauth-authorization-server` | RFC 8414 (the issuer has no path, so this is also the path-suffixed form) |
-//! | `GET /.well-known/oauth-protected-resource[/mcp/{key}]` | RFC 9728, root and path-suffixed |
+//! | `GET /.well-known/oauth-protected-resource/mcp/{key}` | RFC 9728, at the resource's own path-suffixed URL only |
 //! | `POST /register` | RFC 7591 (stateless) |
 //! | `GET, POST /authorize` | sign-in, consent, decision |
 //! | `POST /token`, `POST /revoke` | RFC 6749, RFC 7009 |
 //! | `ANY /mcp/{key}` | the MCP server (rmcp, Streamable HTTP) behind the bearer check ([`mcp`]) |
-//! | `ANY /mcp` | `307` to the current `/mcp/{key}` |
 //! | `GET, POST /_agent-native/open` | the open route; its `navigate` command goes to the browser session's tab ([`navigate`]) |
 //! | `GET, POST /agents` | sign-in/out, the user's connections, revoke; the connected tab |
 //! | `GET /agents/app.js` | the connected tab's script |
@@ -23,6 +22,11 @@
 //! The MCP URL is `<public-url>/mcp/<site public key>`: the resource URL of
 //! the core (`resource_prefix + public_key`). Rotating the site key
 //! (`portcullis site rotate-key`) moves it; the old URL answers 404.
+//! There is no alias: RFC 9728 §3.3 has a client refuse metadata whose
+//! `resource` differs from the URL it used, so a bare `/mcp` (a redirect or a
+//! second name) and a root `/.well-known/oauth-protected-resource` (whose
+//! resource would be the origin) would each fail that check. The banner and
+//! the Agents page print the one URL.
 
 mod browser;
 mod mcp;
@@ -43,7 +47,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::response::Response;
-use axum::routing::{any, get, post};
+use axum::routing::{get, post};
 use portcullis_core::jwt::SigningKey;
 use portcullis_core::link::OpenRoute;
 use portcullis_core::site::SiteId;
@@ -162,10 +166,6 @@ fn router(app: Shared, mcp_hosts: Vec<String>) -> Router {
             get(oauth::authorization_server_metadata),
         )
         .route(
-            "/.well-known/oauth-protected-resource",
-            get(oauth::protected_resource_metadata_root),
-        )
-        .route(
             "/.well-known/oauth-protected-resource/mcp/{key}",
             get(oauth::protected_resource_metadata),
         )
@@ -173,7 +173,6 @@ fn router(app: Shared, mcp_hosts: Vec<String>) -> Router {
         .route("/authorize", get(oauth::authorize).post(oauth::decide))
         .route("/token", post(oauth::token))
         .route("/revoke", post(oauth::revoke))
-        .route("/mcp", any(mcp::current))
         .route(
             portcullis_core::link::LinkConfig::DEFAULT_OPEN_PATH,
             get(browser::open).post(browser::open_sign_in),

@@ -26,22 +26,16 @@ pub(crate) async fn authorization_server_metadata(State(app): State<Shared>) -> 
     }
 }
 
-/// RFC 9728 §3 at the root well-known path.
-pub(crate) async fn protected_resource_metadata_root(State(app): State<Shared>) -> Response {
-    resource_metadata(&app, None).await
-}
-
-/// RFC 9728 §3, path-suffixed for `/mcp/{key}`.
+/// RFC 9728 §3.1, at the resource's own path-suffixed URL
+/// (`/.well-known/oauth-protected-resource/mcp/{key}`) only: §3.3 has the
+/// client check that `resource` equals the URL it used, so no other URL
+/// serves this document.
 pub(crate) async fn protected_resource_metadata(
     State(app): State<Shared>,
     Path(key): Path<String>,
 ) -> Response {
-    resource_metadata(&app, Some(key)).await
-}
-
-async fn resource_metadata(app: &Shared, key: Option<String>) -> Response {
     match app.blocking(|app| app.engine.site(&app.site)).await {
-        Ok(Ok(site)) if key.as_ref().is_none_or(|k| *k == site.public_key) => {
+        Ok(Ok(site)) if key == site.public_key => {
             json_document(ProtectedResourceMetadata::for_site(&site).to_json())
         }
         Ok(Ok(_)) => (StatusCode::NOT_FOUND, "no such resource\n").into_response(),
