@@ -105,6 +105,12 @@ pub(crate) struct ServeArgs {
     /// Browser session lifetime in seconds.
     #[arg(long, default_value_t = 12 * 3600)]
     pub(crate) session_ttl_secs: u64,
+    /// DEVELOPMENT ONLY, for tests: also accept client ID metadata documents
+    /// served over plain http from a loopback address (`127.0.0.1`, `::1` or
+    /// `localhost`, any port). Never use it in production: it lets anything
+    /// on this machine act as a client's document host.
+    #[arg(long)]
+    pub(crate) dev_loopback_client_documents: bool,
 }
 
 /// `portcullis grants …`.

@@ -77,6 +77,15 @@ pub(crate) fn consent(screen: &ConsentScreen, subject: &str, action: &str, csrf:
             )
         },
     );
+    // A metadata-document client: its document's host is verified (by TLS)
+    // where the name is not, so it stands beside the name.
+    let name = match portcullis_core::client::parse_client_id_url_with(&screen.client_id, true) {
+        Ok(url) => format!(
+            "{name}, whose metadata document is served by <strong class=\"document-host\">{}</strong>,",
+            escape(url.host())
+        ),
+        Err(_) => name,
+    };
     let mut scopes = String::new();
     for s in screen.scopes.iter() {
         let what = match s {

@@ -50,6 +50,9 @@ impl Server {
 
     /// Starts with `RUST_LOG=log`.
     async fn start_logging(extra: &[&str], log: &'static str) -> Self {
+        // The server's reqwest has no default crypto provider (it brings
+        // ring's); the tests' client shares the build.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let mut s = Self {
             dir: tempfile::tempdir().unwrap(),
             port: free_port(),
@@ -2296,4 +2299,264 @@ async fn an_old_approval_without_its_arguments_can_only_be_denied_after_an_upgra
     assert!(is_error, "{v}");
     assert_eq!(v["error"]["code"], "PERMISSION_DENIED");
     assert!(tab.notes().await.is_empty());
+}
+
+// ------------------------------------------- client ID metadata documents
+
+/// A loopback HTTP server for client ID metadata documents, counting the
+/// requests per path. Routes: `/good.json` (cacheable), `/nocache.json`,
+/// `/redirect.json` (302 to `/good.json`), `/big.json` (6 KB), `/slow.json`
+/// (never answers), `/wrong.json` (names another `client_id`).
+struct DocServer {
+    base: String,
+    hits: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
+}
+
+impl DocServer {
+    async fn start() -> Self {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let hits = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));
+        let (b, h) = (base.clone(), hits.clone());
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut sock, _)) = listener.accept().await else {
+                    return;
+                };
+                let (base, hits) = (b.clone(), h.clone());
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    let mut buf = [0u8; 1024];
+                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match sock.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => head.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let text = String::from_utf8_lossy(&head).into_owned();
+                    let path = text.split(' ').nth(1).unwrap_or("/").to_owned();
+                    *hits.lock().unwrap().entry(path.clone()).or_default() += 1;
+                    let doc = |id: &str| {
+                        json!({
+                            "client_id": id,
+                            "client_name": "Doc Agent",
+                            "redirect_uris": [REDIRECT],
+                            "token_endpoint_auth_method": "none",
+                            "grant_types": ["authorization_code", "refresh_token"],
+                            "response_types": ["code"],
+                        })
+                        .to_string()
+                    };
+                    let (status, extra, body) = match path.as_str() {
+                        // `/wrong.json` serves `/good.json`'s document.
+                        "/good.json" | "/wrong.json" => (
+                            "200 OK",
+                            "Cache-Control: max-age=300\r\n".to_owned(),
+                            doc(&format!("{base}/good.json")),
+                        ),
+                        "/nocache.json" => (
+                            "200 OK",
+                            String::new(),
+                            doc(&format!("{base}/nocache.json")),
+                        ),
+                        "/redirect.json" => (
+                            "302 Found",
+                            format!("Location: {base}/good.json\r\n"),
+                            String::new(),
+                        ),
+                        "/big.json" => (
+                            "200 OK",
+                            "Cache-Control: max-age=300\r\n".to_owned(),
+                            format!("{{\"pad\":\"{}\"}}", "x".repeat(6 * 1024)),
+                        ),
+                        "/slow.json" => {
+                            tokio::time::sleep(Duration::from_secs(30)).await;
+                            return;
+                        }
+                        _ => ("404 Not Found", String::new(), String::new()),
+                    };
+                    let response = format!(
+                        "HTTP/1.1 {status}\r\nContent-Type: application/json\r\n{extra}\
+                         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = sock.write_all(response.as_bytes()).await;
+                    let _ = sock.shutdown().await;
+                });
+            }
+        });
+        Self { base, hits }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    fn hits(&self, path: &str) -> usize {
+        self.hits.lock().unwrap().get(path).copied().unwrap_or(0)
+    }
+}
+
+/// `GET /authorize` for a document client, signed in as `cookie`: status,
+/// `Location` and page.
+async fn authorize_document(
+    s: &Server,
+    client_id: &str,
+    cookie: &str,
+) -> (StatusCode, String, String) {
+    let query = s.query(client_id, "skills:read").await;
+    let r = s.get(&format!("/authorize?{query}"), Some(cookie)).await;
+    let status = r.status();
+    let location = header(r.headers(), LOCATION.as_str());
+    (status, location, r.text().await.unwrap())
+}
+
+#[tokio::test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "one client's document, then each refusal in turn"
+)]
+async fn client_id_metadata_documents_are_fetched_checked_and_cached() {
+    let docs = DocServer::start().await;
+    let s = Server::start(&["--dev-loopback-client-documents"]).await;
+    let md: Value = s
+        .get("/.well-known/oauth-authorization-server", None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(md["client_id_metadata_document_supported"], true, "{md}");
+
+    // A good document: the consent page names its host beside the
+    // unverified name; a second look comes from the cache.
+    let good = docs.url("/good.json");
+    let query = s.query(&good, "skills:read").await;
+    let cookie = s.sign_in(&format!("/authorize?{query}"), "alice").await;
+    let (status, _, html) = authorize_document(&s, &good, &cookie).await;
+    assert_eq!(status, StatusCode::OK, "{html}");
+    assert!(
+        html.contains("Doc Agent") && html.contains("unverified"),
+        "{html}"
+    );
+    assert!(
+        html.contains("class=\"document-host\">127.0.0.1</strong>"),
+        "{html}"
+    );
+    let csrf = csrf_of(&html);
+    assert_eq!(
+        authorize_document(&s, &good, &cookie).await.0,
+        StatusCode::OK
+    );
+    assert_eq!(docs.hits("/good.json"), 1, "cached per max-age");
+
+    // Consent, code exchange and refresh work as for a registered client.
+    let path = format!("/authorize?{query}");
+    let r = s
+        .post_form(
+            &path,
+            Some(&cookie),
+            &[("intent", "allow"), ("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::FOUND);
+    let code = param(&header(r.headers(), "location"), "code").unwrap();
+    let r = s.exchange(&good, &code).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let tokens: Value = r.json().await.unwrap();
+    let access = tokens["access_token"].as_str().unwrap();
+    assert_eq!(s.mcp(Some(access)).await.status(), StatusCode::OK);
+    let r = s
+        .refresh(&good, tokens["refresh_token"].as_str().unwrap())
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(docs.hits("/good.json"), 1);
+
+    // Without cache headers, every use fetches again.
+    let nocache = docs.url("/nocache.json");
+    for n in 1..=2 {
+        assert_eq!(
+            authorize_document(&s, &nocache, &cookie).await.0,
+            StatusCode::OK
+        );
+        assert_eq!(docs.hits("/nocache.json"), n);
+    }
+
+    // Each refusal is shown to the user (400, never a redirect to the
+    // client) and nothing is cached: the next try fetches again.
+    for (path, says) in [
+        (
+            "/redirect.json",
+            "redirect (302); redirects are not followed",
+        ),
+        ("/big.json", "larger than 5120 bytes"),
+        ("/wrong.json", "client_id does not match its URL"),
+    ] {
+        for n in 1..=2 {
+            let (status, location, html) = authorize_document(&s, &docs.url(path), &cookie).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {html}");
+            assert!(location.is_empty(), "{path}: never redirected");
+            assert!(html.contains(says), "{path}: {html}");
+            assert_eq!(docs.hits(path), n, "{path}: a failure is never cached");
+        }
+    }
+    assert_eq!(docs.hits("/good.json"), 1, "the redirect was not followed");
+
+    // A host that never answers: the fetch gives up within its timeout.
+    let started = Instant::now();
+    let (status, _, html) = authorize_document(&s, &docs.url("/slow.json"), &cookie).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(html.contains("took too long"), "{html}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(docs.hits("/slow.json"), 1);
+}
+
+/// A host name of this machine that resolves to a loopback or private
+/// address (from `/etc/hosts`), for the special-use refusal.
+fn local_name() -> String {
+    use std::net::ToSocketAddrs as _;
+    let own = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
+    for name in [own.trim(), "vm", "runsc"] {
+        if name.is_empty()
+            || name == "localhost"
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.')
+        {
+            continue;
+        }
+        if let Ok(mut addrs) = (name, 443).to_socket_addrs()
+            && addrs.next().is_some_and(|a| {
+                a.ip().is_loopback()
+                    || matches!(a.ip(), std::net::IpAddr::V4(v4) if v4.is_private())
+            })
+        {
+            return name.to_ascii_lowercase();
+        }
+    }
+    panic!("no host name of this machine resolves to a loopback or private address");
+}
+
+#[tokio::test]
+async fn client_id_metadata_documents_refuse_http_and_special_use_addresses() {
+    let docs = DocServer::start().await;
+    let s = Server::start(&[]).await;
+    let good = docs.url("/good.json");
+    let query = s.query(&good, "skills:read").await;
+    let cookie = s.sign_in(&format!("/authorize?{query}"), "alice").await;
+
+    // Plain http (without the development flag) is refused before any fetch.
+    let (status, location, html) = authorize_document(&s, &good, &cookie).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{html}");
+    assert!(location.is_empty());
+    assert!(html.contains("must use https"), "{html}");
+    assert_eq!(docs.hits("/good.json"), 0);
+
+    // A public-looking name that resolves to a special-use address: the
+    // resolver refuses it, so no connection is made.
+    let url = format!("https://{}/client.json", local_name());
+    let (status, location, html) = authorize_document(&s, &url, &cookie).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{html}");
+    assert!(location.is_empty());
+    assert!(html.contains("private or special-use address"), "{html}");
 }

@@ -29,6 +29,7 @@
 //! the Agents page print the one URL.
 
 mod browser;
+mod documents;
 mod mcp;
 mod navigate;
 mod notes;
@@ -81,6 +82,8 @@ pub(crate) struct App {
     navigates: navigate::NavigateQueue,
     /// The demo notes app's data.
     notes: notes::Notes,
+    /// Client ID metadata documents: the fetcher and its cache.
+    documents: documents::Documents,
     /// Becomes `true` when the server shuts down: long-polls end at once
     /// instead of holding the graceful shutdown for their 25 s.
     stopping: tokio::sync::watch::Receiver<bool>,
@@ -120,6 +123,7 @@ fn policy(args: &ServeArgs) -> Policy {
     if let Some(s) = args.jwt_leeway_secs {
         p.jwt_leeway = Duration::from_secs(s);
     }
+    p.loopback_client_documents = args.dev_loopback_client_documents;
     p
 }
 
@@ -226,6 +230,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
         relay: relay::Relay::default(),
         navigates: navigate::NavigateQueue::default(),
         notes: notes::Notes::default(),
+        documents: documents::Documents::new(args.dev_loopback_client_documents)?,
         stopping: stop_rx,
     });
     banner(&public, &site.resource(), site.enabled, bound);

@@ -6,6 +6,7 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse as _, Response};
 use portcullis_core::authorize::AuthorizeAnswer;
+use portcullis_core::engine::SiteOpError;
 use portcullis_core::error::{ErrorCode, WireError as _};
 use portcullis_core::form::Form;
 use portcullis_core::header::HeaderField;
@@ -84,12 +85,12 @@ pub(crate) async fn authorize(
 ) -> Response {
     let query = query.unwrap_or_default();
     let q = query.clone();
-    let answer = match app
-        .blocking(move |app| app.engine.authorize(&app.site, &q, None))
-        .await
+    let answer = match with_document(&app, move |app, document| {
+        app.engine.authorize(&app.site, &q, document)
+    })
+    .await
     {
-        Ok(Ok(a)) => a,
-        Ok(Err(e)) => return respond::internal(&e.to_string()),
+        Ok(a) => a,
         Err(r) => return r,
     };
     match answer {
@@ -123,14 +124,9 @@ fn answer_page(answer: AuthorizeAnswer) -> Response {
                 pages::error("This connection request cannot be used", &e.to_string()),
             )
         }
-        AuthorizeAnswer::FetchClientDocument(_) => respond::html(
-            StatusCode::BAD_REQUEST,
-            pages::error(
-                "Unsupported client",
-                "This client identifies itself with a metadata-document URL. The demo server \
-                 makes no outbound requests, so it supports registered clients only (POST /register).",
-            ),
-        ),
+        AuthorizeAnswer::FetchClientDocument(_) => {
+            respond::internal("the client's metadata document was asked for twice")
+        }
         AuthorizeAnswer::Unavailable { retry_after_secs } => {
             let mut r = respond::html(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -178,27 +174,74 @@ pub(crate) async fn decide(
         return browser::bad_csrf();
     }
     let subject = session.subject.clone();
-    let answer = app
-        .blocking(move |app| {
-            app.engine.decide(
-                &app.site,
-                &query,
-                None,
-                &subject,
-                allow,
-                &mut rand::rng(),
-                clock::now(),
-            )
-        })
-        .await;
+    let answer = with_document(&app, move |app, document| {
+        app.engine.decide(
+            &app.site,
+            &query,
+            document,
+            &subject,
+            allow,
+            &mut rand::rng(),
+            clock::now(),
+        )
+    })
+    .await;
     match answer {
-        Ok(Ok(a)) => {
+        Ok(a) => {
             tracing::info!(allow, "consent decided");
             answer_page(a)
         }
-        Ok(Err(e)) => respond::internal(&e.to_string()),
         Err(r) => r,
     }
+}
+
+/// Runs `op` (the core's `authorize` or `decide`) and, when the core asks
+/// for the client's metadata document, fetches it ([`super::documents`])
+/// and runs `op` again with it. The document is cached only once the core
+/// accepted it; a refused one is dropped from the cache. A failed fetch is
+/// shown to the user (never redirected) and nothing is cached.
+async fn with_document<F>(app: &Shared, op: F) -> Result<AuthorizeAnswer, Response>
+where
+    F: Fn(&super::App, Option<&[u8]>) -> Result<AuthorizeAnswer, SiteOpError>
+        + Send
+        + Sync
+        + 'static,
+{
+    let op = std::sync::Arc::new(op);
+    let first = std::sync::Arc::clone(&op);
+    let answer = match app.blocking(move |app| first(app, None)).await? {
+        Ok(a) => a,
+        Err(e) => return Err(respond::internal(&e.to_string())),
+    };
+    let AuthorizeAnswer::FetchClientDocument(request) = answer else {
+        return Ok(answer);
+    };
+    let fetched = match app.documents.get(&request).await {
+        Ok(f) => f,
+        Err(e) => {
+            tracing::info!(error = e.code(), "client metadata document not fetched");
+            return Err(respond::html(
+                StatusCode::BAD_REQUEST,
+                pages::error("This client cannot be used", &e.to_string()),
+            ));
+        }
+    };
+    let body = std::sync::Arc::clone(&fetched.body);
+    let answer = match app.blocking(move |app| op(app, Some(&body))).await? {
+        Ok(a) => a,
+        Err(e) => return Err(respond::internal(&e.to_string())),
+    };
+    match &answer {
+        AuthorizeAnswer::ShowError(_) | AuthorizeAnswer::FetchClientDocument(_) => {
+            app.documents.forget(&request.url);
+        }
+        _ => app.documents.keep(&request.url, &fetched),
+    }
+    tracing::debug!(
+        cached = app.documents.len(),
+        "client metadata document used"
+    );
+    Ok(answer)
 }
 
 /// Whether the `Authorization` header uses the Basic scheme (a failed
