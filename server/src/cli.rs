@@ -13,6 +13,20 @@ pub(crate) struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub(crate) command: Command,
+    /// How log lines are written to stderr: `text` (one line per event) or
+    /// `json` (one JSON object per line). The level comes from `RUST_LOG`
+    /// (default `info`: one line per request).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub(crate) log_format: LogFormat,
+}
+
+/// The format of log lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum LogFormat {
+    /// Plain text, one line per event.
+    Text,
+    /// JSON lines.
+    Json,
 }
 
 /// The database every command works on. Its signing keys live beside it in

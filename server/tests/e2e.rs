@@ -2560,3 +2560,150 @@ async fn client_id_metadata_documents_refuse_http_and_special_use_addresses() {
     assert!(location.is_empty());
     assert!(html.contains("private or special-use address"), "{html}");
 }
+
+/// The stderr lines written since byte `from`.
+fn stderr_since(s: &Server, from: usize) -> Vec<String> {
+    let text = std::fs::read_to_string(s.dir.path().join("stderr.log")).unwrap();
+    text[from..].lines().map(str::to_owned).collect()
+}
+
+fn stderr_len(s: &Server) -> usize {
+    std::fs::read_to_string(s.dir.path().join("stderr.log"))
+        .unwrap()
+        .len()
+}
+
+#[tokio::test]
+async fn an_mcp_request_logs_one_info_line_with_its_route_and_status() {
+    let s = Server::start_logging(&[], "info").await;
+    let login = s.login("alice", "skills:read").await;
+    let from = stderr_len(&s);
+    for _ in 0..3 {
+        let r = s.rpc(Some(&login.access), "ping", json!({})).await;
+        assert_eq!(r.status(), StatusCode::OK);
+    }
+    assert_eq!(s.mcp(Some(&login.access)).await.status(), StatusCode::OK);
+    assert_eq!(s.mcp(None).await.status(), StatusCode::UNAUTHORIZED);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let lines = stderr_since(&s, from);
+    assert_eq!(lines.len(), 5, "one line per request: {lines:#?}");
+    for (i, line) in lines.iter().enumerate() {
+        assert!(
+            line.contains(" INFO ")
+                && line.contains("method=POST route=/mcp/{key}")
+                && line.contains("served status=")
+                && line.contains("micros="),
+            "{line}"
+        );
+        assert_eq!(line.contains("status=401"), i == 4, "{line}");
+        assert!(
+            !line.contains("client_info") && !line.contains("Bearer"),
+            "{line}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn logs_can_be_json_lines() {
+    let s = Server::start_logging(&["--log-format", "json"], "info").await;
+    let from = stderr_len(&s);
+    assert_eq!(s.mcp(None).await.status(), StatusCode::UNAUTHORIZED);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let lines = stderr_since(&s, from);
+    assert_eq!(lines.len(), 1, "{lines:#?}");
+    let v: Value = serde_json::from_str(&lines[0]).unwrap();
+    assert_eq!(v["level"], "INFO", "{v}");
+    assert_eq!(v["message"], "served", "{v}");
+    assert_eq!(v["status"], 401, "{v}");
+    assert_eq!(v["span"]["route"], "/mcp/{key}", "{v}");
+    assert_eq!(v["span"]["method"], "POST", "{v}");
+    assert_eq!(v["span"]["id"].as_str().unwrap().len(), 8, "{v}");
+}
+
+/// The figures of issue 11 items 5 and 6: an authorized MCP `ping` against
+/// the protected-resource metadata endpoint, side by side on loopback (16
+/// concurrent clients, 3 s each, alternated twice), and the stderr bytes
+/// per 10 000 requests at `RUST_LOG=info`. Run it with
+/// `cargo test --release -p portcullis-server --test e2e -- --ignored --nocapture ping_throughput`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, not a check: run by hand"]
+async fn ping_throughput_against_the_metadata_endpoint() {
+    const CLIENTS: usize = 16;
+    const SECS: u64 = 3;
+    let s = Server::start_logging(&[], "info").await;
+    let login = s.login("alice", "skills:read skills:write").await;
+    let resource = s.resource().await;
+    let md = resource.replacen("/mcp/", "/.well-known/oauth-protected-resource/mcp/", 1);
+    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string();
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let run = |mcp: bool| {
+        let (http, md, resource, ping, token) = (
+            http.clone(),
+            md.clone(),
+            resource.clone(),
+            ping.clone(),
+            login.access.clone(),
+        );
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(SECS);
+            let mut tasks = Vec::new();
+            for _ in 0..CLIENTS {
+                let (http, md, resource, ping, token) = (
+                    http.clone(),
+                    md.clone(),
+                    resource.clone(),
+                    ping.clone(),
+                    token.clone(),
+                );
+                tasks.push(tokio::spawn(async move {
+                    let mut n = 0u64;
+                    while Instant::now() < deadline {
+                        let r = if mcp {
+                            http.post(&resource)
+                                .header("authorization", format!("Bearer {token}"))
+                                .header("content-type", "application/json")
+                                .header("accept", "application/json, text/event-stream")
+                                .header("mcp-protocol-version", "2025-06-18")
+                                .body(ping.clone())
+                                .send()
+                                .await
+                                .unwrap()
+                        } else {
+                            http.get(&md).send().await.unwrap()
+                        };
+                        assert_eq!(r.status(), StatusCode::OK);
+                        let _ = r.bytes().await.unwrap();
+                        n += 1;
+                    }
+                    n
+                }));
+            }
+            let mut total = 0;
+            for t in tasks {
+                total += t.await.unwrap();
+            }
+            #[allow(clippy::cast_precision_loss, reason = "a rate for display")]
+            let rate = total as f64 / SECS as f64;
+            (total, rate)
+        }
+    };
+    let log_len = || std::fs::metadata(s.dir.path().join("stderr.log")).map_or(0, |m| m.len());
+    let (mut md_rate, mut ping_rate, mut pings, mut ping_bytes) = (0.0, 0.0, 0, 0);
+    for _ in 0..2 {
+        md_rate += run(false).await.1 / 2.0;
+        let before = log_len();
+        let (n, rate) = run(true).await;
+        ping_bytes += log_len() - before;
+        pings += n;
+        ping_rate += rate / 2.0;
+    }
+    #[allow(clippy::cast_precision_loss, reason = "a ratio for display")]
+    let per_10k = ping_bytes as f64 / pings as f64 * 10_000.0;
+    println!(
+        "metadata: {md_rate:.0} req/s; authorized ping: {ping_rate:.0} req/s ({:.2}× the metadata endpoint); \
+         stderr at RUST_LOG=info: {:.0} bytes per ping, {:.2} MB per 10 000 pings",
+        ping_rate / md_rate,
+        per_10k / 10_000.0,
+        per_10k / 1e6
+    );
+}

@@ -159,7 +159,7 @@ pub(crate) async fn guard(
     let mut response = next.run(request).await;
     let challenge = slot.0.lock().unwrap_or_else(PoisonError::into_inner).take();
     if let Some(c) = challenge {
-        tracing::info!(status = c.status, "execute: scope missing");
+        tracing::debug!(status = c.status, "execute: scope missing");
         if let Ok(v) = HeaderValue::try_from(c.www_authenticate) {
             *response.status_mut() =
                 StatusCode::from_u16(c.status).unwrap_or(StatusCode::FORBIDDEN);
@@ -174,7 +174,7 @@ fn refused(rejection: BearerRejection) -> Response {
         BearerRejection::Challenge(c) => c.error.map_or("none", ErrorCode::as_str),
         other => other.code().as_str(),
     };
-    tracing::info!(status = rejection.http_status(), error, "bearer refused");
+    tracing::debug!(status = rejection.http_status(), error, "bearer refused");
     match rejection {
         BearerRejection::Challenge(_) | BearerRejection::Unavailable { .. } => {
             respond::core(rejection.to_response())

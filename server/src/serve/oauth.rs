@@ -62,7 +62,7 @@ pub(crate) async fn register(State(app): State<Shared>, body: Bytes) -> Response
     match answer {
         Ok(Ok(registered)) => respond::core(registered.to_response()),
         Ok(Err(e)) => {
-            tracing::info!(error = e.code().as_str(), "registration refused");
+            tracing::debug!(error = e.code().as_str(), "registration refused");
             respond::core(HttpResponse::error(&e, None))
         }
         Err(r) => r,
@@ -115,7 +115,7 @@ fn answer_page(answer: AuthorizeAnswer) -> Response {
     match answer {
         AuthorizeAnswer::Redirect(url) => respond::core(HttpResponse::redirect(url)),
         AuthorizeAnswer::ShowError(e) => {
-            tracing::info!(
+            tracing::debug!(
                 error = e.code().as_str(),
                 "authorization request shown an error"
             );
@@ -188,7 +188,7 @@ pub(crate) async fn decide(
     .await;
     match answer {
         Ok(a) => {
-            tracing::info!(allow, "consent decided");
+            tracing::debug!(allow, "consent decided");
             answer_page(a)
         }
         Err(r) => r,
@@ -219,7 +219,7 @@ where
     let fetched = match app.documents.get(&request).await {
         Ok(f) => f,
         Err(e) => {
-            tracing::info!(error = e.code(), "client metadata document not fetched");
+            tracing::debug!(error = e.code(), "client metadata document not fetched");
             return Err(respond::html(
                 StatusCode::BAD_REQUEST,
                 pages::error("This client cannot be used", &e.to_string()),
@@ -286,11 +286,11 @@ pub(crate) async fn token(State(app): State<Shared>, headers: HeaderMap, body: B
         .await;
     match answer {
         Ok(Ok(tokens)) => {
-            tracing::info!("tokens issued");
+            tracing::debug!("tokens issued");
             respond::core(tokens.to_response())
         }
         Ok(Err(e)) => {
-            tracing::info!(error = e.code().as_str(), "token request refused");
+            tracing::debug!(error = e.code().as_str(), "token request refused");
             respond::core(e.to_response(via_basic))
         }
         Err(r) => r,
@@ -313,11 +313,11 @@ pub(crate) async fn revoke(State(app): State<Shared>, headers: HeaderMap, body: 
         .await;
     match answer {
         Ok(Ok(())) => {
-            tracing::info!("revocation accepted");
+            tracing::debug!("revocation accepted");
             StatusCode::OK.into_response()
         }
         Ok(Err(e)) => {
-            tracing::info!(error = e.code().as_str(), "revocation refused");
+            tracing::debug!(error = e.code().as_str(), "revocation refused");
             respond::core(e.to_response(via_basic))
         }
         Err(r) => r,

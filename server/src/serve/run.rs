@@ -136,7 +136,7 @@ pub(crate) async fn execute(app: &Shared, principal: Principal, arguments: &Valu
             Err(_) => return internal(Some(id)),
             Ok(Err(e)) => return Answer::begin_error(&e, Some(id)),
             Ok(Ok(BeginAnswer::Run(ticket))) => {
-                tracing::info!(run = ticket.run(), "execute: run admitted");
+                tracing::debug!(run = ticket.run(), "execute: run admitted");
                 spawn_driver(app, &principal, ticket, steps.clone())
             }
             Ok(Ok(BeginAnswer::ExecutionPending(_))) => {
@@ -247,7 +247,7 @@ impl Driver<'_> {
                 ActionVerdict::Replay(t, outcome) => (t, outcome.status, outcome.summary),
                 ActionVerdict::ApprovalPending(prompt) => {
                     self.app.relay.bump(self.subject);
-                    tracing::info!(seq, "execute: approval asked");
+                    tracing::debug!(seq, "execute: approval asked");
                     let answer = BeginAnswer::ApprovalPending(prompt).to_json();
                     return Some(Answer::ok(answer.unwrap_or(Value::Null)));
                 }
@@ -295,7 +295,7 @@ impl Driver<'_> {
                         .await;
                     if !matches!(live, Ok(Ok(Dispatch::To(c))) if c == connection) {
                         self.app.relay.withdraw(self.subject, &job_id);
-                        tracing::info!("execute: the tab went away mid-run");
+                        tracing::debug!("execute: the tab went away mid-run");
                         return None;
                     }
                 }
@@ -350,7 +350,7 @@ impl Driver<'_> {
             Err(_) => internal(Some(self.id)),
             Ok(Err(e)) => ticket_failure(&e, self.id),
             Ok(Ok(stored)) => {
-                tracing::info!("execute: run complete");
+                tracing::debug!("execute: run complete");
                 Answer::ok(stored.to_json())
             }
         }
