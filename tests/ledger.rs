@@ -413,6 +413,85 @@ fn a_missing_scope_parks_and_the_upgraded_grant_resumes<S: Store>(store: &S) {
     assert_eq!((l.page.count(WRITE), l.page.count(AFTER)), (1, 1));
 }
 
+fn a_new_grant_joins_the_users_live_tab_and_scope_comes_before_the_tab<S: Store>(store: &S) {
+    let mut l = Ledger::new(store);
+    // A second consent of the same user (a read-only step-down here; any
+    // consent works the same): served by the open tab from its creation.
+    let q = l.w.query(&[("scope", "skills:read")], &[]);
+    let code = l.w.code_for(&q);
+    let narrow = l.w.exchange(&code, Some(VERIFIER)).unwrap();
+    let p1 = l.w.bearer(&narrow, "").unwrap();
+    let joined = l.w.engine.tab_connection(&p1.grant).unwrap().unwrap();
+    assert_eq!(
+        (joined.tab_id.as_str(), joined.page_instance.as_str()),
+        ("tab-1", "page-1")
+    );
+    assert!(matches!(
+        l.w.engine.dispatch(&p1.grant, false, l.w.now).unwrap(),
+        Dispatch::To(_)
+    ));
+    // The page's heartbeats keep it live like the first grant's.
+    l.w.advance(30);
+    l.w.engine
+        .tab_heartbeat(&l.w.site, USER, &p1.grant, "tab-1", "page-1", true, l.w.now)
+        .unwrap();
+
+    // Another user's consent never joins alice's tab.
+    let q = l.w.query(&[], &[]);
+    let other = match l
+        .w
+        .engine
+        .decide(&l.w.site, &q, None, "mallory", true, &mut l.w.rng, l.w.now)
+        .unwrap()
+    {
+        portcullis::authorize::AuthorizeAnswer::Redirect(url) => {
+            crate::oauth::redirect_param(&url, "code").unwrap()
+        }
+        other => panic!("expected a redirect, got {other:?}"),
+    };
+    let theirs = l.w.exchange(&other, Some(VERIFIER)).unwrap();
+    let p3 = l.w.bearer(&theirs, "").unwrap();
+    assert_eq!(l.w.engine.tab_connection(&p3.grant).unwrap(), None);
+
+    // With no tab at all, a call that needs a scope the token lacks is
+    // refused for the scope, not the tab, and nothing is stored.
+    assert_eq!(
+        l.w.engine
+            .reset_session(&l.w.site, "browser-1", l.w.now)
+            .unwrap(),
+        2
+    );
+    let write = portcullis::scope::ScopeSet::parse("skills:write").unwrap();
+    let e =
+        l.w.engine
+            .begin_needing(&p1, &params(9, "buy()"), &write, Caller::Client, l.now_ms())
+            .unwrap_err();
+    let BeginError::InsufficientScope(c) = &e else {
+        panic!("expected insufficient_scope, got {e:?}")
+    };
+    assert_eq!(c.status, 403);
+    assert!(
+        c.www_authenticate
+            .contains(r#"scope="skills:read skills:write""#),
+        "{}",
+        c.www_authenticate
+    );
+    let id9 = RequestId::parse(&id(9)).unwrap();
+    assert_eq!(l.w.engine.execution_request(&p1, &id9).unwrap(), None);
+    // Without the scope hint the tab is what is missing.
+    assert!(matches!(
+        l.begin_as(&p1, 9, "buy()"),
+        Err(BeginError::NoLiveTab(_))
+    ));
+    // A token that holds the scope meets the tab check.
+    let p = l.p.clone();
+    assert!(matches!(
+        l.w.engine
+            .begin_needing(&p, &params(9, "buy()"), &write, Caller::Client, l.now_ms()),
+        Err(BeginError::NoLiveTab(_))
+    ));
+}
+
 fn an_auto_approved_kind_still_asks_for_an_identical_write<S: Store>(store: &S) {
     const W1: Step = ("cart.add", Effect::Write, r#"{"sku":1}"#);
     const W2: Step = ("cart.add", Effect::Write, r#"{"sku":2}"#);
@@ -1026,6 +1105,7 @@ on_every_store!(
     an_approved_write_resumes_under_the_same_id,
     a_denied_write_is_permission_denied,
     a_missing_scope_parks_and_the_upgraded_grant_resumes,
+    a_new_grant_joins_the_users_live_tab_and_scope_comes_before_the_tab,
     an_auto_approved_kind_still_asks_for_an_identical_write,
     in_page_callers_are_never_auto_approved,
     reload_sign_out_and_revocation_end_auto_approval,

@@ -191,13 +191,20 @@ pub(crate) fn validate(
     keyring: &Keyring,
     query: &str,
     client_document: Option<&[u8]>,
+    loopback_documents: bool,
 ) -> Result<AuthorizationRequest, Refusal> {
     let q = Form::parse(query, MAX_QUERY_LEN)
         .map_err(|e| Refusal::Local(AuthorizeError::MalformedQuery(e)))?;
     let client_id = q
         .get("client_id")
         .ok_or(Refusal::Local(AuthorizeError::MissingClientId))?;
-    let client = resolve_client(site, keyring, client_id, client_document)?;
+    let client = resolve_client(
+        site,
+        keyring,
+        client_id,
+        client_document,
+        loopback_documents,
+    )?;
     let redirect_uri = q
         .get("redirect_uri")
         .ok_or(Refusal::Local(AuthorizeError::MissingRedirectUri))?;
@@ -255,12 +262,13 @@ fn resolve_client(
     keyring: &Keyring,
     client_id: &str,
     document: Option<&[u8]>,
+    loopback_documents: bool,
 ) -> Result<Client, Refusal> {
     if client::is_document_client_id(client_id) {
         if !site.client_metadata_documents {
             return Err(Refusal::Local(AuthorizeError::UnknownClient));
         }
-        let url = client::parse_client_id_url(client_id)
+        let url = client::parse_client_id_url_with(client_id, loopback_documents)
             .map_err(|e| Refusal::Local(AuthorizeError::ClientDocument(e)))?;
         let Some(body) = document else {
             return Err(Refusal::Fetch(url.fetch_request()));

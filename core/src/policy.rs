@@ -42,6 +42,11 @@ pub struct Policy {
     /// A connected tab that has sent no heartbeat for this long is no longer
     /// live. Default 45 s.
     pub tab_heartbeat_timeout: Duration,
+    /// **Development only.** Also accept client-ID metadata-document URLs
+    /// over plain `http` to a loopback host (see
+    /// [`crate::client::parse_client_id_url_with`]), so a test can serve the
+    /// document itself. Default `false`; never turn it on in production.
+    pub loopback_client_documents: bool,
 }
 
 impl Default for Policy {
@@ -58,6 +63,7 @@ impl Default for Policy {
             jwt_leeway: Duration::from_secs(5),
             execute_rate: RateLimit::new(100, 32),
             tab_heartbeat_timeout: Duration::from_secs(45),
+            loopback_client_documents: false,
         }
     }
 }
@@ -79,5 +85,6 @@ mod tests {
         assert_eq!(p.refresh_retry_window, None);
         assert_eq!(p.execute_rate, RateLimit::new(100, 32));
         assert_eq!(p.tab_heartbeat_timeout.as_secs(), 45);
+        assert!(!p.loopback_client_documents);
     }
 }

@@ -25,8 +25,6 @@ use cortex_m_rt::{ExceptionFrame, entry, exception};
 use cortex_m_semihosting::{debug, hio};
 use embedded_alloc::LlffHeap as Heap;
 use portcullis_core::Timestamp;
-#[cfg(feature = "engine")]
-use portcullis_core::header::HeaderField;
 use portcullis_core::jwt::{Claims, Keyring, SigningKey, TokenType, Validation};
 #[cfg(feature = "engine")]
 use rand_core::{TryCryptoRng, TryRng};
@@ -287,6 +285,7 @@ mod engine {
 
     use portcullis_core::authorize::AuthorizeAnswer;
     use portcullis_core::form::{Form, encode_pairs};
+    use portcullis_core::header::HeaderField;
     use portcullis_core::ledger::{
         Action, ActionVerdict, BeginAnswer, Caller, Completion, Effect, End, ExecuteParams, Report,
     };

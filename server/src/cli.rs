@@ -13,6 +13,20 @@ pub(crate) struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub(crate) command: Command,
+    /// How log lines are written to stderr: `text` (one line per event) or
+    /// `json` (one JSON object per line). The level comes from `RUST_LOG`
+    /// (default `info`: one line per request).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub(crate) log_format: LogFormat,
+}
+
+/// The format of log lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum LogFormat {
+    /// Plain text, one line per event.
+    Text,
+    /// JSON lines.
+    Json,
 }
 
 /// The database every command works on. Its signing keys live beside it in
@@ -110,6 +124,12 @@ pub(crate) struct ServeArgs {
     /// it).
     #[arg(long)]
     pub(crate) allow_insecure_key_file: bool,
+    /// DEVELOPMENT ONLY, for tests: also accept client ID metadata documents
+    /// served over plain http from a loopback address (`127.0.0.1`, `::1` or
+    /// `localhost`, any port). Never use it in production: it lets anything
+    /// on this machine act as a client's document host.
+    #[arg(long)]
+    pub(crate) dev_loopback_client_documents: bool,
     /// Connection limits and timeouts.
     #[command(flatten)]
     pub(crate) limits: ConnLimits,

@@ -25,19 +25,24 @@ use crate::cli::{Cli, Command};
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // rmcp logs whole JSON-RPC messages (tool arguments and results: user
-    // data) at debug level: it is held at info whatever `RUST_LOG` says.
+    // data) at debug level, and the client's whole `initialize` parameters
+    // three times per request at info: it is held at warn whatever
+    // `RUST_LOG` says. The one INFO line per request is `serve::trace`'s.
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new("info"))
         .add_directive(
-            "rmcp=info"
+            "rmcp=warn"
                 .parse()
                 .unwrap_or_else(|_| unreachable!("a valid directive")),
         );
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .init();
+        .with_ansi(false);
+    match cli.log_format {
+        cli::LogFormat::Text => logs.init(),
+        cli::LogFormat::Json => logs.json().flatten_event(true).init(),
+    }
     let mut out = std::io::stdout().lock();
     let result = match cli.command {
         Command::Serve(args) => {

@@ -77,6 +77,15 @@ pub(crate) fn consent(screen: &ConsentScreen, subject: &str, action: &str, csrf:
             )
         },
     );
+    // A metadata-document client: its document's host is verified (by TLS)
+    // where the name is not, so it stands beside the name.
+    let name = match portcullis_core::client::parse_client_id_url_with(&screen.client_id, true) {
+        Ok(url) => format!(
+            "{name}, whose metadata document is served by <strong class=\"document-host\">{}</strong>,",
+            escape(url.host())
+        ),
+        Err(_) => name,
+    };
     let mut scopes = String::new();
     for s in screen.scopes.iter() {
         let what = match s {
@@ -147,29 +156,45 @@ pub(crate) fn agents(
             || "(unnamed)".to_owned(),
             |n| format!("{} <em>(unverified)</em>", escape(n)),
         );
+        let newer = superseded_by(g, grants);
         let revoke = if g.status == GrantStatus::Live {
             format!(
                 "<form method=\"post\" action=\"/agents\">\
 <input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
 <input type=\"hidden\" name=\"grant\" value=\"{id}\">\
-<button type=\"submit\" name=\"intent\" value=\"revoke\">Disconnect</button></form>",
+<button type=\"submit\" name=\"intent\" value=\"revoke\">{label}</button></form>",
                 csrf = escape(csrf),
                 id = escape(&g.id.to_string()),
+                label = if newer.is_some() {
+                    "Disconnect older connection"
+                } else {
+                    "Disconnect"
+                },
             )
         } else {
             String::new()
         };
+        let note = newer.map_or_else(String::new, |n| {
+            format!(
+                "<br><span class=\"superseded\">Probably replaced: this client was connected \
+again on {} with <code>{}</code>, and this connection has not been used since. \
+Disconnect it unless another device of yours still uses it.</span>",
+                date(n.created),
+                escape(&n.scopes.to_string()),
+            )
+        });
         let _ = write!(
             rows,
-            "<tr><td>{name}<br><code>{client}</code></td><td>{scopes}</td><td>{status}</td>\
-<td>{created}</td><td>{revoke}</td></tr>",
+            "<tr><td>{name}<br><code>{client}</code></td><td>{scopes}</td><td>{status}{note}</td>\
+<td>{created}</td><td>{used}</td><td>{revoke}</td></tr>",
             client = escape(&short(&g.client_id)),
             scopes = escape(&g.scopes.to_string()),
             created = date(g.created),
+            used = date(g.last_used),
         );
     }
     if grants.is_empty() {
-        rows.push_str("<tr><td colspan=\"5\">No agent is connected.</td></tr>");
+        rows.push_str("<tr><td colspan=\"6\">No agent is connected.</td></tr>");
     }
     let notice = notice.map_or_else(String::new, |n| {
         format!("<p class=\"warn\">{}</p>", escape(n))
@@ -180,7 +205,7 @@ pub(crate) fn agents(
             "<h1>Agents</h1>{notice}\
 <p>Signed in as <strong>{subject}</strong>.</p>\
 <p>Connect an MCP client to <code>{mcp}</code>.</p>\
-<table><tr><th>Client</th><th>Scopes</th><th>Status</th><th>Connected</th><th></th></tr>{rows}</table>\
+<table><tr><th>Client</th><th>Scopes</th><th>Status</th><th>Connected</th><th>Last used</th><th></th></tr>{rows}</table>\
 <section id=\"tab\" data-csrf=\"{csrf}\"><h2>This tab</h2>\
 <p id=\"tab-status\">Calls from your agents run in this tab. Connecting…</p>\
 <p><button type=\"button\" id=\"use-this-tab\" hidden>Use this tab</button></p></section>\
@@ -195,6 +220,29 @@ pub(crate) fn agents(
             csrf = escape(csrf),
         ),
     )
+}
+
+/// The later live grant of the same client that `g` looks superseded by:
+/// one consented after it with at least its scopes (strictly more, when
+/// both date from the same second), while `g` has not been refreshed since.
+/// A new consent revokes nothing by itself: with client ID metadata
+/// documents one client id is shared by every installation of a client, so
+/// the older grant may be another device's. The page marks it instead.
+fn superseded_by<'a>(g: &GrantSummary, grants: &'a [GrantSummary]) -> Option<&'a GrantSummary> {
+    if g.status != GrantStatus::Live {
+        return None;
+    }
+    grants
+        .iter()
+        .filter(|h| {
+            h.id != g.id
+                && h.status == GrantStatus::Live
+                && h.client_id == g.client_id
+                && g.scopes.is_subset(&h.scopes)
+                && (h.created > g.created || (h.created == g.created && h.scopes != g.scopes))
+                && g.last_used <= h.created
+        })
+        .max_by_key(|h| h.created)
 }
 
 /// A client id can be long (stateless ids carry metadata): show its start.

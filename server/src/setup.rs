@@ -69,9 +69,9 @@ pub(crate) fn ensure_demo_site(
         &format!("{public_url}{MCP_PREFIX}"),
     );
     config.allowed_origins = vec![public_url.to_owned()];
-    // The demo server makes no outbound requests, so it cannot fetch
-    // client-ID metadata documents: it says so in its discovery document.
-    config.client_metadata_documents = false;
+    // Client-ID metadata documents are fetched by the server (see
+    // `serve::documents`), and advertised in its discovery document.
+    config.client_metadata_documents = true;
     match engine.site(&config.id) {
         Ok(site)
             if site.issuer == config.issuer

@@ -50,6 +50,9 @@ impl Server {
 
     /// Starts with `RUST_LOG=log`.
     async fn start_logging(extra: &[&str], log: &'static str) -> Self {
+        // The server's reqwest has no default crypto provider (it brings
+        // ring's); the tests' client shares the build.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let mut s = Self {
             dir: tempfile::tempdir().unwrap(),
             port: free_port(),
@@ -177,17 +180,20 @@ impl Server {
         format!("{}{}", read("stdout.log"), read("stderr.log"))
     }
 
+    /// The MCP URL the server printed when it (last) started: the only URL
+    /// it serves MCP at.
+    #[allow(
+        clippy::unused_async,
+        reason = "kept async like the other helpers it replaced"
+    )]
     async fn resource(&self) -> String {
-        let doc: Value = self
-            .http
-            .get(self.url("/.well-known/oauth-protected-resource"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        doc["resource"].as_str().unwrap().to_owned()
+        let out = std::fs::read_to_string(self.dir.path().join("stdout.log")).unwrap();
+        let line = out
+            .lines()
+            .rev()
+            .find_map(|l| l.trim().strip_prefix("MCP URL:"))
+            .expect("the banner names the MCP URL");
+        line.trim().to_owned()
     }
 
     async fn register(&self) -> String {
@@ -788,7 +794,7 @@ async fn the_resource_answers_with_the_cores_challenges() {
     );
     assert!(challenge.contains("skills:read"), "{challenge}");
 
-    // Tokens in the query are refused; /mcp points at the current key.
+    // Tokens in the query are refused.
     let r = s
         .http
         .get(format!("{}?access_token=x", s.resource().await))
@@ -796,15 +802,69 @@ async fn the_resource_answers_with_the_cores_challenges() {
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::BAD_REQUEST);
-    let r = s.get("/mcp", None).await;
-    assert_eq!(r.status(), StatusCode::TEMPORARY_REDIRECT);
-    assert_eq!(s.url(&header(r.headers(), "location")), s.resource().await);
     // Bodies are bounded.
     let big = "a".repeat(20 * 1024);
     let r = s
         .post_form("/token", None, &[("grant_type", big.as_str())])
         .await;
     assert_eq!(r.status(), StatusCode::PAYLOAD_TOO_LARGE);
+}
+
+/// RFC 9728 §3.3: a client compares the metadata's `resource` with the URL
+/// it used; every URL the server answers at passes, and no URL answers
+/// with another resource's metadata.
+#[tokio::test]
+async fn every_mcp_url_passes_the_rfc_9728_identity_check() {
+    let mut s = Server::start(&[]).await;
+    let resource = s.resource().await;
+    assert!(resource.starts_with(&s.url("/mcp/")), "{resource}");
+    let r = s.mcp(None).await;
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    let challenge = header(r.headers(), WWW_AUTHENTICATE.as_str());
+    let md = challenge.split('"').nth(1).unwrap().to_owned();
+    assert_eq!(
+        md,
+        resource.replacen("/mcp/", "/.well-known/oauth-protected-resource/mcp/", 1),
+        "the path-suffixed well-known URL of the resource itself"
+    );
+    let doc: Value = s.http.get(&md).send().await.unwrap().json().await.unwrap();
+    assert_eq!(
+        doc["resource"],
+        resource.as_str(),
+        "identical, byte for byte"
+    );
+
+    // No alias: neither the root document (whose resource would be the
+    // origin) nor a bare /mcp (which would need a resource of its own).
+    for path in ["/.well-known/oauth-protected-resource", "/mcp"] {
+        let r = s.get(path, None).await;
+        assert_eq!(r.status(), StatusCode::NOT_FOUND, "{path}");
+        assert!(header(r.headers(), "location").is_empty(), "{path}");
+    }
+    let r = s
+        .http
+        .post(s.url("/mcp"))
+        .header("content-type", "application/json")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+
+    // After a key rotation the old URL and its metadata are gone, the new
+    // URL is printed and passes the same check.
+    s.stop();
+    let site = s.cli_json(&["site", "rotate-key"]);
+    s.restart().await;
+    let new = s.resource().await;
+    assert_eq!(new, site[0]["resource"].as_str().unwrap());
+    assert_eq!(
+        s.http.get(&md).send().await.unwrap().status(),
+        StatusCode::NOT_FOUND
+    );
+    let md = new.replacen("/mcp/", "/.well-known/oauth-protected-resource/mcp/", 1);
+    let doc: Value = s.http.get(&md).send().await.unwrap().json().await.unwrap();
+    assert_eq!(doc["resource"], new.as_str());
 }
 
 #[tokio::test]
@@ -833,10 +893,10 @@ async fn the_off_switch_answers_503_and_keeps_grants() {
         .await;
     assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
     // Metadata keeps being served.
+    let resource = s.resource().await;
+    let md = resource.replacen("/mcp/", "/.well-known/oauth-protected-resource/mcp/", 1);
     assert_eq!(
-        s.get("/.well-known/oauth-protected-resource", None)
-            .await
-            .status(),
+        s.http.get(md).send().await.unwrap().status(),
         StatusCode::OK
     );
 
@@ -1465,6 +1525,103 @@ async fn execute_runs_a_write_once_through_approval_in_the_connected_tab() {
     ] {
         assert!(!logs.contains(secret), "the {what} appears in the logs");
     }
+}
+
+/// `tools/call execute` with a token, whatever the HTTP status.
+async fn execute_raw(s: &Server, bearer: &str, call: &Value) -> (StatusCode, String, Value) {
+    let r = s
+        .rpc(
+            Some(bearer),
+            "tools/call",
+            json!({"name": "execute", "arguments": call}),
+        )
+        .await;
+    let status = r.status();
+    let challenge = header(r.headers(), WWW_AUTHENTICATE.as_str());
+    let v: Value = r.json().await.unwrap_or(Value::Null);
+    (status, challenge, v["result"]["structuredContent"].clone())
+}
+
+#[tokio::test]
+#[allow(
+    clippy::too_many_lines,
+    clippy::many_single_char_names,
+    reason = "one scenario, read top to bottom: the agent steps up while the tab stays open"
+)]
+async fn a_step_up_consent_is_served_by_the_open_tab_and_resumes_the_same_request() {
+    let s = Server::start(&[]).await;
+    let read = s.login("alice", "skills:read").await;
+    let call = json!({"requestId": R1, "code": create_note("Stepped up")});
+
+    // The scope comes before the tab: no tab connected, still 403.
+    let (status, challenge, v) = execute_raw(&s, &read.access, &call).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{v}");
+    assert!(
+        challenge.contains("error=\"insufficient_scope\"")
+            && challenge.contains("skills:write")
+            && challenge.contains("resource_metadata="),
+        "{challenge}"
+    );
+    assert_eq!(v["error"]["code"], "insufficient_scope", "{v}");
+
+    // With the tab open: the same answer.
+    let tab = Tab::open(&s, &read.cookie, "tab-1", "page-1").await;
+    let c = tab.connect(true, false).await;
+    assert_eq!(c["grants"].as_array().unwrap().len(), 1, "{c}");
+    let (status, _, v) = execute_raw(&s, &read.access, &call).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{v}");
+
+    // The client re-authorizes with the wider scope (same client id, same
+    // user); the tab neither reconnects nor sends a heartbeat.
+    let query = s.query(&read.client_id, "skills:read skills:write").await;
+    let location = s.consent(&query, &read.cookie, "allow").await;
+    let code = param(&location, "code").unwrap();
+    let r = s.exchange(&read.client_id, &code).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let tokens: Value = r.json().await.unwrap();
+    let write = tokens["access_token"].as_str().unwrap().to_owned();
+
+    // The open tab serves the new grant at once: no no_live_tab window.
+    let (status, _, v) = execute_raw(&s, &write, &call).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_eq!(v["status"], "approval_pending", "{v}");
+    assert_eq!(v["requestId"], R1);
+    let a = tab.approval().await;
+    assert_eq!(a["args"]["title"], "Stepped up");
+    assert_eq!(tab.decide(&a, "once").await, StatusCode::OK);
+    let (worker, jobs) = tab.work();
+    let (status, _, v) = execute_raw(&s, &write, &call).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_eq!(v["status"], "done", "{v}");
+    assert_eq!(v["result"][0]["result"]["title"], "Stepped up");
+    let (_, _, again) = execute_raw(&s, &write, &call).await;
+    assert_eq!(again, v, "the stored result, not a second run");
+    assert_eq!(jobs.load(Ordering::SeqCst), 1);
+    assert_eq!(tab.notes().await.len(), 1);
+    worker.abort();
+
+    // The heartbeat keeps both grants on this tab.
+    let beat = tab.heartbeat(true).await;
+    let served: Vec<&str> = beat["grants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(served, ["connected", "connected"], "{beat}");
+
+    // The new consent does not revoke the older grant (one client id may be
+    // shared by several installations), but the Agents page marks it as
+    // replaced by the later, wider one and offers to disconnect it.
+    assert_eq!(s.mcp(Some(&read.access)).await.status(), StatusCode::OK);
+    let html = s
+        .get("/agents", Some(&read.cookie))
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(html.matches("class=\"superseded\"").count(), 1, "{html}");
+    assert!(html.contains("Disconnect older connection"), "{html}");
 }
 
 #[tokio::test]
@@ -2780,5 +2937,412 @@ async fn an_idle_kept_alive_connection_is_closed_after_the_header_timeout() {
     assert!(
         waited >= Duration::from_millis(1200) && waited < Duration::from_secs(5),
         "closed after {waited:?}"
+    );
+}
+
+// ------------------------------------------- client ID metadata documents
+
+/// A loopback HTTP server for client ID metadata documents, counting the
+/// requests per path. Routes: `/good.json` (cacheable), `/nocache.json`,
+/// `/redirect.json` (302 to `/good.json`), `/big.json` (6 KB), `/slow.json`
+/// (never answers), `/wrong.json` (names another `client_id`).
+struct DocServer {
+    base: String,
+    hits: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
+}
+
+impl DocServer {
+    async fn start() -> Self {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let hits = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));
+        let (b, h) = (base.clone(), hits.clone());
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut sock, _)) = listener.accept().await else {
+                    return;
+                };
+                let (base, hits) = (b.clone(), h.clone());
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    let mut buf = [0u8; 1024];
+                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match sock.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => head.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let text = String::from_utf8_lossy(&head).into_owned();
+                    let path = text.split(' ').nth(1).unwrap_or("/").to_owned();
+                    *hits.lock().unwrap().entry(path.clone()).or_default() += 1;
+                    let doc = |id: &str| {
+                        json!({
+                            "client_id": id,
+                            "client_name": "Doc Agent",
+                            "redirect_uris": [REDIRECT],
+                            "token_endpoint_auth_method": "none",
+                            "grant_types": ["authorization_code", "refresh_token"],
+                            "response_types": ["code"],
+                        })
+                        .to_string()
+                    };
+                    let (status, extra, body) = match path.as_str() {
+                        // `/wrong.json` serves `/good.json`'s document.
+                        "/good.json" | "/wrong.json" => (
+                            "200 OK",
+                            "Cache-Control: max-age=300\r\n".to_owned(),
+                            doc(&format!("{base}/good.json")),
+                        ),
+                        "/nocache.json" => (
+                            "200 OK",
+                            String::new(),
+                            doc(&format!("{base}/nocache.json")),
+                        ),
+                        "/redirect.json" => (
+                            "302 Found",
+                            format!("Location: {base}/good.json\r\n"),
+                            String::new(),
+                        ),
+                        "/big.json" => (
+                            "200 OK",
+                            "Cache-Control: max-age=300\r\n".to_owned(),
+                            format!("{{\"pad\":\"{}\"}}", "x".repeat(6 * 1024)),
+                        ),
+                        "/slow.json" => {
+                            tokio::time::sleep(Duration::from_secs(30)).await;
+                            return;
+                        }
+                        _ => ("404 Not Found", String::new(), String::new()),
+                    };
+                    let response = format!(
+                        "HTTP/1.1 {status}\r\nContent-Type: application/json\r\n{extra}\
+                         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = sock.write_all(response.as_bytes()).await;
+                    let _ = sock.shutdown().await;
+                });
+            }
+        });
+        Self { base, hits }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    fn hits(&self, path: &str) -> usize {
+        self.hits.lock().unwrap().get(path).copied().unwrap_or(0)
+    }
+}
+
+/// `GET /authorize` for a document client, signed in as `cookie`: status,
+/// `Location` and page.
+async fn authorize_document(
+    s: &Server,
+    client_id: &str,
+    cookie: &str,
+) -> (StatusCode, String, String) {
+    let query = s.query(client_id, "skills:read").await;
+    let r = s.get(&format!("/authorize?{query}"), Some(cookie)).await;
+    let status = r.status();
+    let location = header(r.headers(), LOCATION.as_str());
+    (status, location, r.text().await.unwrap())
+}
+
+#[tokio::test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "one client's document, then each refusal in turn"
+)]
+async fn client_id_metadata_documents_are_fetched_checked_and_cached() {
+    let docs = DocServer::start().await;
+    let s = Server::start(&["--dev-loopback-client-documents"]).await;
+    let md: Value = s
+        .get("/.well-known/oauth-authorization-server", None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(md["client_id_metadata_document_supported"], true, "{md}");
+
+    // A good document: the consent page names its host beside the
+    // unverified name; a second look comes from the cache.
+    let good = docs.url("/good.json");
+    let query = s.query(&good, "skills:read").await;
+    let cookie = s.sign_in(&format!("/authorize?{query}"), "alice").await;
+    let (status, _, html) = authorize_document(&s, &good, &cookie).await;
+    assert_eq!(status, StatusCode::OK, "{html}");
+    assert!(
+        html.contains("Doc Agent") && html.contains("unverified"),
+        "{html}"
+    );
+    assert!(
+        html.contains("class=\"document-host\">127.0.0.1</strong>"),
+        "{html}"
+    );
+    let csrf = csrf_of(&html);
+    assert_eq!(
+        authorize_document(&s, &good, &cookie).await.0,
+        StatusCode::OK
+    );
+    assert_eq!(docs.hits("/good.json"), 1, "cached per max-age");
+
+    // Consent, code exchange and refresh work as for a registered client.
+    let path = format!("/authorize?{query}");
+    let r = s
+        .post_form(
+            &path,
+            Some(&cookie),
+            &[("intent", "allow"), ("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::FOUND);
+    let code = param(&header(r.headers(), "location"), "code").unwrap();
+    let r = s.exchange(&good, &code).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let tokens: Value = r.json().await.unwrap();
+    let access = tokens["access_token"].as_str().unwrap();
+    assert_eq!(s.mcp(Some(access)).await.status(), StatusCode::OK);
+    let r = s
+        .refresh(&good, tokens["refresh_token"].as_str().unwrap())
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(docs.hits("/good.json"), 1);
+
+    // Without cache headers, every use fetches again.
+    let nocache = docs.url("/nocache.json");
+    for n in 1..=2 {
+        assert_eq!(
+            authorize_document(&s, &nocache, &cookie).await.0,
+            StatusCode::OK
+        );
+        assert_eq!(docs.hits("/nocache.json"), n);
+    }
+
+    // Each refusal is shown to the user (400, never a redirect to the
+    // client) and nothing is cached: the next try fetches again.
+    for (path, says) in [
+        (
+            "/redirect.json",
+            "redirect (302); redirects are not followed",
+        ),
+        ("/big.json", "larger than 5120 bytes"),
+        ("/wrong.json", "client_id does not match its URL"),
+    ] {
+        for n in 1..=2 {
+            let (status, location, html) = authorize_document(&s, &docs.url(path), &cookie).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {html}");
+            assert!(location.is_empty(), "{path}: never redirected");
+            assert!(html.contains(says), "{path}: {html}");
+            assert_eq!(docs.hits(path), n, "{path}: a failure is never cached");
+        }
+    }
+    assert_eq!(docs.hits("/good.json"), 1, "the redirect was not followed");
+
+    // A host that never answers: the fetch gives up within its timeout.
+    let started = Instant::now();
+    let (status, _, html) = authorize_document(&s, &docs.url("/slow.json"), &cookie).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(html.contains("took too long"), "{html}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(docs.hits("/slow.json"), 1);
+}
+
+/// A host name of this machine that resolves to a loopback or private
+/// address (from `/etc/hosts`), for the special-use refusal.
+fn local_name() -> String {
+    use std::net::ToSocketAddrs as _;
+    let own = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
+    for name in [own.trim(), "vm", "runsc"] {
+        if name.is_empty()
+            || name == "localhost"
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.')
+        {
+            continue;
+        }
+        if let Ok(mut addrs) = (name, 443).to_socket_addrs()
+            && addrs.next().is_some_and(|a| {
+                a.ip().is_loopback()
+                    || matches!(a.ip(), std::net::IpAddr::V4(v4) if v4.is_private())
+            })
+        {
+            return name.to_ascii_lowercase();
+        }
+    }
+    panic!("no host name of this machine resolves to a loopback or private address");
+}
+
+#[tokio::test]
+async fn client_id_metadata_documents_refuse_http_and_special_use_addresses() {
+    let docs = DocServer::start().await;
+    let s = Server::start(&[]).await;
+    let good = docs.url("/good.json");
+    let query = s.query(&good, "skills:read").await;
+    let cookie = s.sign_in(&format!("/authorize?{query}"), "alice").await;
+
+    // Plain http (without the development flag) is refused before any fetch.
+    let (status, location, html) = authorize_document(&s, &good, &cookie).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{html}");
+    assert!(location.is_empty());
+    assert!(html.contains("must use https"), "{html}");
+    assert_eq!(docs.hits("/good.json"), 0);
+
+    // A public-looking name that resolves to a special-use address: the
+    // resolver refuses it, so no connection is made.
+    let url = format!("https://{}/client.json", local_name());
+    let (status, location, html) = authorize_document(&s, &url, &cookie).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{html}");
+    assert!(location.is_empty());
+    assert!(html.contains("private or special-use address"), "{html}");
+}
+
+/// The stderr lines written since byte `from`.
+fn stderr_since(s: &Server, from: usize) -> Vec<String> {
+    let text = std::fs::read_to_string(s.dir.path().join("stderr.log")).unwrap();
+    text[from..].lines().map(str::to_owned).collect()
+}
+
+fn stderr_len(s: &Server) -> usize {
+    std::fs::read_to_string(s.dir.path().join("stderr.log"))
+        .unwrap()
+        .len()
+}
+
+#[tokio::test]
+async fn an_mcp_request_logs_one_info_line_with_its_route_and_status() {
+    let s = Server::start_logging(&[], "info").await;
+    let login = s.login("alice", "skills:read").await;
+    let from = stderr_len(&s);
+    for _ in 0..3 {
+        let r = s.rpc(Some(&login.access), "ping", json!({})).await;
+        assert_eq!(r.status(), StatusCode::OK);
+    }
+    assert_eq!(s.mcp(Some(&login.access)).await.status(), StatusCode::OK);
+    assert_eq!(s.mcp(None).await.status(), StatusCode::UNAUTHORIZED);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let lines = stderr_since(&s, from);
+    assert_eq!(lines.len(), 5, "one line per request: {lines:#?}");
+    for (i, line) in lines.iter().enumerate() {
+        assert!(
+            line.contains(" INFO ")
+                && line.contains("method=POST route=/mcp/{key}")
+                && line.contains("served status=")
+                && line.contains("micros="),
+            "{line}"
+        );
+        assert_eq!(line.contains("status=401"), i == 4, "{line}");
+        assert!(
+            !line.contains("client_info") && !line.contains("Bearer"),
+            "{line}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn logs_can_be_json_lines() {
+    let s = Server::start_logging(&["--log-format", "json"], "info").await;
+    let from = stderr_len(&s);
+    assert_eq!(s.mcp(None).await.status(), StatusCode::UNAUTHORIZED);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let lines = stderr_since(&s, from);
+    assert_eq!(lines.len(), 1, "{lines:#?}");
+    let v: Value = serde_json::from_str(&lines[0]).unwrap();
+    assert_eq!(v["level"], "INFO", "{v}");
+    assert_eq!(v["message"], "served", "{v}");
+    assert_eq!(v["status"], 401, "{v}");
+    assert_eq!(v["span"]["route"], "/mcp/{key}", "{v}");
+    assert_eq!(v["span"]["method"], "POST", "{v}");
+    assert_eq!(v["span"]["id"].as_str().unwrap().len(), 8, "{v}");
+}
+
+/// The figures of issue 11 items 5 and 6: an authorized MCP `ping` against
+/// the protected-resource metadata endpoint, side by side on loopback (16
+/// concurrent clients, 3 s each, alternated twice), and the stderr bytes
+/// per 10 000 requests at `RUST_LOG=info`. Run it with
+/// `cargo test --release -p portcullis-server --test e2e -- --ignored --nocapture ping_throughput`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, not a check: run by hand"]
+async fn ping_throughput_against_the_metadata_endpoint() {
+    const CLIENTS: usize = 16;
+    const SECS: u64 = 3;
+    let s = Server::start_logging(&[], "info").await;
+    let login = s.login("alice", "skills:read skills:write").await;
+    let resource = s.resource().await;
+    let md = resource.replacen("/mcp/", "/.well-known/oauth-protected-resource/mcp/", 1);
+    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string();
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let run = |mcp: bool| {
+        let (http, md, resource, ping, token) = (
+            http.clone(),
+            md.clone(),
+            resource.clone(),
+            ping.clone(),
+            login.access.clone(),
+        );
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(SECS);
+            let mut tasks = Vec::new();
+            for _ in 0..CLIENTS {
+                let (http, md, resource, ping, token) = (
+                    http.clone(),
+                    md.clone(),
+                    resource.clone(),
+                    ping.clone(),
+                    token.clone(),
+                );
+                tasks.push(tokio::spawn(async move {
+                    let mut n = 0u64;
+                    while Instant::now() < deadline {
+                        let r = if mcp {
+                            http.post(&resource)
+                                .header("authorization", format!("Bearer {token}"))
+                                .header("content-type", "application/json")
+                                .header("accept", "application/json, text/event-stream")
+                                .header("mcp-protocol-version", "2025-06-18")
+                                .body(ping.clone())
+                                .send()
+                                .await
+                                .unwrap()
+                        } else {
+                            http.get(&md).send().await.unwrap()
+                        };
+                        assert_eq!(r.status(), StatusCode::OK);
+                        let _ = r.bytes().await.unwrap();
+                        n += 1;
+                    }
+                    n
+                }));
+            }
+            let mut total = 0;
+            for t in tasks {
+                total += t.await.unwrap();
+            }
+            #[allow(clippy::cast_precision_loss, reason = "a rate for display")]
+            let rate = total as f64 / SECS as f64;
+            (total, rate)
+        }
+    };
+    let log_len = || std::fs::metadata(s.dir.path().join("stderr.log")).map_or(0, |m| m.len());
+    let (mut md_rate, mut ping_rate, mut pings, mut ping_bytes) = (0.0, 0.0, 0, 0);
+    for _ in 0..2 {
+        md_rate += run(false).await.1 / 2.0;
+        let before = log_len();
+        let (n, rate) = run(true).await;
+        ping_bytes += log_len() - before;
+        pings += n;
+        ping_rate += rate / 2.0;
+    }
+    #[allow(clippy::cast_precision_loss, reason = "a ratio for display")]
+    let per_10k = ping_bytes as f64 / pings as f64 * 10_000.0;
+    println!(
+        "metadata: {md_rate:.0} req/s; authorized ping: {ping_rate:.0} req/s ({:.2}× the metadata endpoint); \
+         stderr at RUST_LOG=info: {:.0} bytes per ping, {:.2} MB per 10 000 pings",
+        ping_rate / md_rate,
+        per_10k / 10_000.0,
+        per_10k / 1e6
     );
 }

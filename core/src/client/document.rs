@@ -27,11 +27,12 @@ pub const MAX_CLIENT_ID_URL_LEN: usize = 2048;
 pub const MAX_DOCUMENT_LEN: usize = 5 * 1024;
 
 /// Whether `client_id` is meant as a metadata-document URL (it starts with
-/// `https://`) rather than a registered id. It still has to pass
+/// `https://`, or `http://`, which [`parse_client_id_url`] then refuses)
+/// rather than a registered id. It still has to pass
 /// [`parse_client_id_url`].
 #[must_use]
 pub fn is_document_client_id(client_id: &str) -> bool {
-    client_id.starts_with("https://")
+    client_id.starts_with("https://") || client_id.starts_with("http://")
 }
 
 /// A client id that is an acceptable metadata-document URL.
@@ -63,6 +64,18 @@ pub struct ClientIdUrl {
 /// The host must still refuse to connect to special-use addresses the name
 /// resolves to.
 pub fn parse_client_id_url(client_id: &str) -> Result<ClientIdUrl, DocumentError> {
+    parse_client_id_url_with(client_id, false)
+}
+
+/// [`parse_client_id_url`], and when `loopback_http` is set (**development
+/// only**, [`crate::Policy::loopback_client_documents`]) also
+/// `http://127.0.0.1:<port>/…`, `http://[::1]:<port>/…` and
+/// `http://localhost:<port>/…` under the same path rules, so tests can serve
+/// a document on loopback. An `https` URL is judged exactly as without it.
+pub fn parse_client_id_url_with(
+    client_id: &str,
+    loopback_http: bool,
+) -> Result<ClientIdUrl, DocumentError> {
     if client_id.len() > MAX_CLIENT_ID_URL_LEN {
         return Err(DocumentError::UrlTooLong);
     }
@@ -72,8 +85,10 @@ pub fn parse_client_id_url(client_id: &str) -> Result<ClientIdUrl, DocumentError
     if client_id.contains('#') {
         return Err(DocumentError::UrlFragment);
     }
-    let Some(("https", after_scheme)) = split_scheme(client_id) else {
-        return Err(DocumentError::UrlNotHttps);
+    let (loopback, after_scheme) = match split_scheme(client_id) {
+        Some(("https", rest)) => (false, rest),
+        Some(("http", rest)) if loopback_http => (true, rest),
+        _ => return Err(DocumentError::UrlNotHttps),
     };
     let authority = Authority::split(client_id, after_scheme).ok_or(DocumentError::UrlMalformed)?;
     if authority.has_userinfo {
@@ -94,6 +109,17 @@ pub fn parse_client_id_url(client_id: &str) -> Result<ClientIdUrl, DocumentError
         return Err(DocumentError::UrlNotCanonical);
     }
     match url.host() {
+        _ if loopback => {
+            let literal = match url.host() {
+                Some(Host::Ipv4(a)) => a.is_loopback(),
+                Some(Host::Ipv6(a)) => a.is_loopback(),
+                Some(Host::Domain(d)) => d == "localhost",
+                None => false,
+            };
+            if !literal {
+                return Err(DocumentError::UrlNotHttps);
+            }
+        }
         Some(Host::Domain(domain)) if !is_localhost(domain) => {}
         Some(_) => return Err(DocumentError::UrlSpecialHost),
         None => return Err(DocumentError::UrlMalformed),
@@ -342,6 +368,51 @@ mod tests {
 
     fn url() -> ClientIdUrl {
         parse_client_id_url(ID).unwrap()
+    }
+
+    #[test]
+    fn loopback_http_documents_only_under_the_development_flag() {
+        for id in [
+            "http://127.0.0.1:8080/client.json",
+            "http://[::1]:8080/client.json",
+            "http://localhost:8080/client.json",
+        ] {
+            assert_eq!(
+                parse_client_id_url(id),
+                Err(DocumentError::UrlNotHttps),
+                "{id}"
+            );
+            let url = parse_client_id_url_with(id, true).unwrap();
+            assert_eq!(url.as_str(), id);
+            assert!(is_document_client_id(id));
+        }
+        assert_eq!(
+            parse_client_id_url_with("http://127.0.0.1:8080/client.json", true)
+                .unwrap()
+                .host(),
+            "127.0.0.1"
+        );
+        for id in [
+            "http://client.example.com/client.json",
+            "http://10.0.0.1/client.json",
+            "http://127.0.0.1.evil.example/client.json",
+        ] {
+            assert_eq!(
+                parse_client_id_url_with(id, true),
+                Err(DocumentError::UrlNotHttps),
+                "{id}"
+            );
+        }
+        // https is judged exactly as without the flag.
+        assert_eq!(
+            parse_client_id_url_with("https://127.0.0.1/client.json", true),
+            Err(DocumentError::UrlSpecialHost)
+        );
+        assert_eq!(
+            parse_client_id_url_with("http://127.0.0.1:8080/", true),
+            Err(DocumentError::UrlMissingPath)
+        );
+        assert_eq!(parse_client_id_url_with(ID, true), parse_client_id_url(ID));
     }
 
     fn doc(extra: &str) -> String {

@@ -59,7 +59,7 @@ mod stateless;
 
 pub use document::{
     ClientIdUrl, DocumentError, FetchRequest, MAX_CLIENT_ID_URL_LEN, MAX_DOCUMENT_LEN,
-    is_document_client_id, parse_client_id_url, validate_document,
+    is_document_client_id, parse_client_id_url, parse_client_id_url_with, validate_document,
 };
 pub use metadata::{
     ClientMetadata, GrantType, MAX_CLIENT_NAME_CHARS, MAX_REDIRECT_URIS, MAX_REGISTRATION_LEN,

@@ -23,7 +23,7 @@ use crate::site::{Site, SiteError};
 use crate::store::{
     Entry, ReadTransaction, Store, StoreError, Table, WriteTransaction, prefix_end,
 };
-use crate::tab::{Dispatch, TabConnection};
+use crate::tab::{Dispatch, TabConnection, TabHello};
 use crate::time::{Timestamp, TimestampMs};
 
 /// The failure a non-live grant status means.
@@ -141,6 +141,60 @@ pub(super) fn cut_runs<W: WriteTransaction>(
         }
     }
     Ok(())
+}
+
+/// Most of a user's grants looked at when a new grant joins their live tab.
+const JOIN_SCAN: usize = 256;
+
+/// Connects a new `grant` to the user's live tab, if one serves another of
+/// their grants on the site: the same browser session, tab and page
+/// instance (the most recently heard of, if several). Called inside the
+/// transaction that creates the grant, so the tab serves it from the moment
+/// it exists and a step-up consent never meets `no_live_tab` while the tab
+/// is open. The page's own heartbeats then keep it live like the others.
+pub(super) fn join_live_tab<W: WriteTransaction>(
+    txn: &mut Txn<'_, W>,
+    grant: &Grant,
+    timeout: core::time::Duration,
+    now: Timestamp,
+) -> Result<bool, StoreError> {
+    let prefix = keys::user_grants(&grant.site, &grant.subject);
+    let mut best: Option<TabConnection> = None;
+    for (index, _) in scan(&*txn, Table::GrantIndex, &prefix, JOIN_SCAN)? {
+        let Some(other) = keys::grant_suffix(&index) else {
+            continue;
+        };
+        if other == grant.id {
+            continue;
+        }
+        if let Some(tab) = txn.load::<TabConnection>(&keys::tab(&other))?
+            && tab.site == grant.site
+            && tab.is_live(now, timeout)
+            && best.as_ref().is_none_or(|b| tab.last_seen > b.last_seen)
+        {
+            best = Some(tab);
+        }
+    }
+    let Some(live) = best else {
+        return Ok(false);
+    };
+    let hello = TabHello {
+        browser_session: live.browser_session,
+        tab_id: live.tab_id,
+        page_instance: live.page_instance,
+        visible: live.visible,
+    };
+    let tab = TabConnection::new(grant.id, grant.site.clone(), &hello, live.last_seen);
+    txn.put(
+        Table::Tabs,
+        &keys::with_grant(
+            keys::session_tabs(&grant.site, &hello.browser_session),
+            &grant.id,
+        ),
+        &[],
+    )?;
+    txn.save(&keys::tab(&grant.id), &tab)?;
+    Ok(true)
 }
 
 fn reconnect_link(site: &Site) -> ReconnectLink {
@@ -285,13 +339,10 @@ impl<S: Store> Engine<S> {
     ///
     /// Order of checks: site switch, session, rate limit, then the request id
     /// (replay, stored result, pending state), then — for new or resumed
-    /// work — the undecided limit and the live tab. Only an admitted run, a
-    /// state change the check itself causes (a cut-off run, an adoption) and
-    /// the rate limiter write anything.
-    #[allow(
-        clippy::too_many_lines,
-        reason = "one decision table, read top to bottom; splitting it would scatter the order of checks"
-    )]
+    /// work — the scopes the call needs (see [`Engine::begin_needing`]), the
+    /// undecided limit and the live tab. Only an admitted run, a state change
+    /// the check itself causes (a cut-off run, an adoption) and the rate
+    /// limiter write anything.
     pub fn begin(
         &self,
         principal: &Principal,
@@ -299,21 +350,58 @@ impl<S: Store> Engine<S> {
         caller: Caller,
         now: TimestampMs,
     ) -> Result<BeginAnswer, BeginError> {
-        self.run_write(|txn| self.begin_in(txn, principal, params, caller, now))
+        self.run_write(|txn| {
+            self.begin_needing_in(txn, principal, params, &ScopeSet::default(), caller, now)
+        })
     }
 
     /// [`Engine::begin`] inside `txn`, a transaction the caller owns and
     /// commits: see [operations in a shared
     /// transaction](crate::store#operations-in-a-shared-transaction).
-    #[allow(
-        clippy::too_many_lines,
-        reason = "one decision table, read top to bottom; splitting it would scatter the order of checks"
-    )]
     pub fn begin_in<W: WriteTransaction>(
         &self,
         txn: &mut W,
         principal: &Principal,
         params: &ExecuteParams,
+        caller: Caller,
+        now: TimestampMs,
+    ) -> Result<BeginAnswer, BeginError> {
+        self.begin_needing_in(txn, principal, params, &ScopeSet::default(), caller, now)
+    }
+
+    /// [`Engine::begin`] for a call whose actions the adapter already knows
+    /// need `needed` (the union of their effects' scopes, from
+    /// [`Effect::required_scope`]). The scope check then comes **before** the
+    /// tab check: a token without `needed` answers `403 insufficient_scope`
+    /// (RFC 6750 §3.1; the MCP authorization spec's step-up) whether or not a
+    /// tab is connected, and nothing about the request is stored, so the
+    /// same `requestId` is judged afresh with the wider token. An existing
+    /// request that has not finished is checked the same way before it
+    /// resumes; a finished one answers its stored result as before.
+    pub fn begin_needing(
+        &self,
+        principal: &Principal,
+        params: &ExecuteParams,
+        needed: &ScopeSet,
+        caller: Caller,
+        now: TimestampMs,
+    ) -> Result<BeginAnswer, BeginError> {
+        self.run_write(|txn| self.begin_needing_in(txn, principal, params, needed, caller, now))
+    }
+
+    /// [`Engine::begin_needing`] inside `txn`, a transaction the caller owns
+    /// and commits: see [operations in a shared
+    /// transaction](crate::store#operations-in-a-shared-transaction).
+    #[allow(
+        clippy::too_many_lines,
+        reason = "one decision table, read top to bottom; splitting it would scatter the order of checks"
+    )]
+    pub fn begin_needing_in<W: WriteTransaction>(
+        &self,
+        txn: &mut W,
+        principal: &Principal,
+        params: &ExecuteParams,
+        needed: &ScopeSet,
         caller: Caller,
         now: TimestampMs,
     ) -> Result<BeginAnswer, BeginError> {
@@ -363,7 +451,17 @@ impl<S: Store> Engine<S> {
                 client_name: grant.client_name.clone(),
             };
 
+            let missing_scope = |site: &Site| {
+                let md = metadata::protected_resource_metadata_url(site);
+                BeginError::InsufficientScope(Challenge::insufficient_scope(
+                    &md,
+                    &needed.union(&principal.scopes),
+                ))
+            };
             let Some(mut rec) = txn.load::<ExecutionRequest>(&key)? else {
+                if !needed.is_subset(&principal.scopes) {
+                    return Err(missing_scope(&site));
+                }
                 let limit = self.policy.max_undecided_requests;
                 let undecided = scan(
                     &*txn,
@@ -465,6 +563,9 @@ impl<S: Store> Engine<S> {
                     }
                 }
                 RequestState::Parked(_) => {}
+            }
+            if !needed.is_subset(&principal.scopes) {
+                return Err(missing_scope(&site));
             }
             let Dispatch::To(connection) = dispatch(&tab) else {
                 return Err(BeginError::NoLiveTab(reconnect_link(&site)));

@@ -199,7 +199,13 @@ impl<S: Store> Engine<S> {
             return Ok(AuthorizeAnswer::Unavailable { retry_after_secs });
         }
         Ok(
-            match authorize::validate(&site, &self.keyring, query, client_document) {
+            match authorize::validate(
+                &site,
+                &self.keyring,
+                query,
+                client_document,
+                self.policy.loopback_client_documents,
+            ) {
                 Ok(request) => AuthorizeAnswer::Consent(request.consent_screen(&site)),
                 Err(refusal) => refusal_answer(&site, refusal),
             },
@@ -262,7 +268,13 @@ impl<S: Store> Engine<S> {
             if let Err(SiteError::Disabled { retry_after_secs }) = site.ensure_enabled() {
                 return Ok(AuthorizeAnswer::Unavailable { retry_after_secs });
             }
-            let request = match authorize::validate(&site, &self.keyring, query, client_document) {
+            let request = match authorize::validate(
+                &site,
+                &self.keyring,
+                query,
+                client_document,
+                self.policy.loopback_client_documents,
+            ) {
                 Ok(r) => r,
                 Err(refusal) => return Ok(refusal_answer(&site, refusal)),
             };
@@ -387,7 +399,8 @@ impl<S: Store> Engine<S> {
             // Metadata-document clients are public by rule (no shared
             // secret); their document was validated at authorization and the
             // code binds the id.
-            client::parse_client_id_url(id).map_err(|_| TokenError::InvalidClient)?;
+            client::parse_client_id_url_with(id, self.policy.loopback_client_documents)
+                .map_err(|_| TokenError::InvalidClient)?;
             if credentials.secret.is_some() {
                 return Err(TokenError::InvalidClient);
             }
@@ -469,6 +482,7 @@ impl<S: Store> Engine<S> {
         code.state = CodeState::Redeemed(grant.id);
         txn.save(&code.id, &code)?;
         self.insert_grant(txn, &grant)?;
+        super::ledger::join_live_tab(txn, &grant, self.policy.tab_heartbeat_timeout, now)?;
         let access = self.access_token(site, &grant, &grant.scopes, rng, now)?;
         Ok(TokenResponse {
             access_token: access,

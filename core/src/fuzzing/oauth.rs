@@ -36,7 +36,7 @@ pub fn authorize_query(data: &[u8]) {
         return;
     };
     let (site, keyring) = (site(), keyring());
-    if let Ok(request) = authorize::validate(&site, &keyring, query, None) {
+    if let Ok(request) = authorize::validate(&site, &keyring, query, None, false) {
         assert_eq!(request.resource, site.resource());
         assert!(request.scopes.is_subset(&site.scopes));
         assert!((1..=authorize::MAX_STATE_LEN).contains(&request.state.chars().count()));

@@ -107,7 +107,7 @@ impl App {
         let (_, value) = self
             .sessions
             .issue(&self.session_key, name, expires, &mut rand::rng());
-        tracing::info!("signed in");
+        tracing::debug!("signed in");
         respond::with_cookie(
             respond::see_other(return_to),
             &session::set_cookie(&value, self.secure, self.session_ttl.as_secs()),
@@ -133,7 +133,7 @@ async fn reset_browser_session(app: &Shared, session: &Session) {
         })
         .await;
     match ended {
-        Ok(Ok(n)) => tracing::info!(ended = n, "browser session reset"),
+        Ok(Ok(n)) => tracing::debug!(ended = n, "browser session reset"),
         Ok(Err(e)) => tracing::error!(cause = %e, "reset_session failed"),
         Err(_) => {}
     }
@@ -197,7 +197,7 @@ pub(crate) async fn open(
                 pushed
             });
             match queued {
-                Some(Ok((_, pending))) => tracing::info!(
+                Some(Ok((_, pending))) => tracing::debug!(
                     source = ?redirect.source,
                     rejected_to = redirect.rejected_to.is_some(),
                     pending,
@@ -298,7 +298,7 @@ pub(crate) async fn agents_post(
     match form.get("intent") {
         Some("signout") => {
             reset_browser_session(&app, &session).await;
-            tracing::info!("signed out");
+            tracing::debug!("signed out");
             respond::with_cookie(
                 respond::see_other("/agents"),
                 &session::clear_cookie(app.secure),
@@ -319,7 +319,7 @@ pub(crate) async fn agents_post(
             match revoked {
                 Ok(Ok(Some(_))) => {
                     app.relay.bump(&session.subject);
-                    tracing::info!("grant revoked by its user");
+                    tracing::debug!("grant revoked by its user");
                     respond::see_other("/agents")
                 }
                 Ok(Ok(None)) => respond::html(

@@ -66,22 +66,6 @@ pub(crate) enum Verified {
 #[derive(Clone, Default)]
 struct ScopeSlot(Arc<Mutex<Option<Challenge>>>);
 
-/// `ANY /mcp`: a `307` to the current MCP URL (the path carries the site's
-/// public key, which rotation changes).
-pub(crate) async fn current(State(app): State<Shared>) -> Response {
-    match app.blocking(|app| app.engine.site(&app.site)).await {
-        Ok(Ok(site)) => {
-            let mut r = StatusCode::TEMPORARY_REDIRECT.into_response();
-            if let Ok(v) = format!("/mcp/{}", site.public_key).parse() {
-                r.headers_mut().insert(header::LOCATION, v);
-            }
-            r
-        }
-        Ok(Err(e)) => respond::internal(&e.to_string()),
-        Err(r) => r,
-    }
-}
-
 /// The rmcp service for the router.
 pub(crate) fn service(
     app: &Shared,
@@ -176,7 +160,7 @@ pub(crate) async fn guard(
     let mut response = next.run(request).await;
     let challenge = slot.0.lock().unwrap_or_else(PoisonError::into_inner).take();
     if let Some(c) = challenge {
-        tracing::info!(status = c.status, "execute: scope missing");
+        tracing::debug!(status = c.status, "execute: scope missing");
         if let Ok(v) = HeaderValue::try_from(c.www_authenticate) {
             *response.status_mut() =
                 StatusCode::from_u16(c.status).unwrap_or(StatusCode::FORBIDDEN);
@@ -191,7 +175,7 @@ fn refused(rejection: BearerRejection) -> Response {
         BearerRejection::Challenge(c) => c.error.map_or("none", ErrorCode::as_str),
         other => other.code().as_str(),
     };
-    tracing::info!(status = rejection.http_status(), error, "bearer refused");
+    tracing::debug!(status = rejection.http_status(), error, "bearer refused");
     match rejection {
         BearerRejection::Challenge(_) | BearerRejection::Unavailable { .. } => {
             respond::core(rejection.to_response())

@@ -8,12 +8,11 @@
 //! | route | what |
 //! |---|---|
 //! | `GET /.well-known/oauth-authorization-server` | RFC 8414 (the issuer has no path, so this is also the path-suffixed form) |
-//! | `GET /.well-known/oauth-protected-resource[/mcp/{key}]` | RFC 9728, root and path-suffixed |
+//! | `GET /.well-known/oauth-protected-resource/mcp/{key}` | RFC 9728, at the resource's own path-suffixed URL only |
 //! | `POST /register` | RFC 7591 (stateless) |
 //! | `GET, POST /authorize` | sign-in, consent, decision |
 //! | `POST /token`, `POST /revoke` | RFC 6749, RFC 7009 |
 //! | `ANY /mcp/{key}` | the MCP server (rmcp, Streamable HTTP) behind the bearer check ([`mcp`]) |
-//! | `ANY /mcp` | `307` to the current `/mcp/{key}` |
 //! | `GET, POST /_agent-native/open` | the open route; its `navigate` command goes to the browser session's tab ([`navigate`]) |
 //! | `GET, POST /agents` | sign-in/out, the user's connections, revoke; the connected tab |
 //! | `GET /agents/app.js` | the connected tab's script |
@@ -23,8 +22,14 @@
 //! The MCP URL is `<public-url>/mcp/<site public key>`: the resource URL of
 //! the core (`resource_prefix + public_key`). Rotating the site key
 //! (`portcullis site rotate-key`) moves it; the old URL answers 404.
+//! There is no alias: RFC 9728 §3.3 has a client refuse metadata whose
+//! `resource` differs from the URL it used, so a bare `/mcp` (a redirect or a
+//! second name) and a root `/.well-known/oauth-protected-resource` (whose
+//! resource would be the origin) would each fail that check. The banner and
+//! the Agents page print the one URL.
 
 mod browser;
+mod documents;
 mod jsonrpc;
 mod listen;
 mod mcp;
@@ -46,7 +51,7 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
-use axum::routing::{any, get, post};
+use axum::routing::{get, post};
 use portcullis_core::jwt::SigningKey;
 use portcullis_core::link::OpenRoute;
 use portcullis_core::site::SiteId;
@@ -87,6 +92,8 @@ pub(crate) struct App {
     navigates: navigate::NavigateQueue,
     /// The demo notes app's data.
     notes: notes::Notes,
+    /// Client ID metadata documents: the fetcher and its cache.
+    documents: documents::Documents,
     /// Becomes `true` when the server shuts down: long-polls end at once
     /// instead of holding the graceful shutdown for their 25 s.
     stopping: tokio::sync::watch::Receiver<bool>,
@@ -169,6 +176,7 @@ fn policy(args: &ServeArgs) -> Policy {
     if let Some(s) = args.jwt_leeway_secs {
         p.jwt_leeway = Duration::from_secs(s);
     }
+    p.loopback_client_documents = args.dev_loopback_client_documents;
     p
 }
 
@@ -232,10 +240,6 @@ fn router(app: Shared, mcp_hosts: Vec<String>, limits: ConnLimits) -> Router {
             get(oauth::authorization_server_metadata),
         )
         .route(
-            "/.well-known/oauth-protected-resource",
-            get(oauth::protected_resource_metadata_root),
-        )
-        .route(
             "/.well-known/oauth-protected-resource/mcp/{key}",
             get(oauth::protected_resource_metadata),
         )
@@ -243,7 +247,6 @@ fn router(app: Shared, mcp_hosts: Vec<String>, limits: ConnLimits) -> Router {
         .route("/authorize", get(oauth::authorize).post(oauth::decide))
         .route("/token", post(oauth::token))
         .route("/revoke", post(oauth::revoke))
-        .route("/mcp", any(mcp::current))
         .route(
             portcullis_core::link::LinkConfig::DEFAULT_OPEN_PATH,
             get(browser::open).post(browser::open_sign_in),
@@ -327,6 +330,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
         relay: relay::Relay::default(),
         navigates: navigate::NavigateQueue::default(),
         notes: notes::Notes::default(),
+        documents: documents::Documents::new(args.dev_loopback_client_documents)?,
         stopping: stop_rx,
     });
     banner(&public, &site.resource(), site.enabled, bound);

@@ -98,7 +98,7 @@ pub(crate) async fn create(State(app): State<Shared>, headers: HeaderMap, body: 
     }
     match app.notes.create(&session.subject, note.title, note.body) {
         Some(v) => {
-            tracing::info!("note created");
+            tracing::debug!("note created");
             (StatusCode::CREATED, axum::Json(v)).into_response()
         }
         None => tab::error(StatusCode::CONFLICT, "NOTES_FULL", "too many notes"),

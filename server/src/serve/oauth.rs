@@ -6,6 +6,7 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse as _, Response};
 use portcullis_core::authorize::AuthorizeAnswer;
+use portcullis_core::engine::SiteOpError;
 use portcullis_core::error::{ErrorCode, WireError as _};
 use portcullis_core::form::Form;
 use portcullis_core::header::HeaderField;
@@ -26,22 +27,16 @@ pub(crate) async fn authorization_server_metadata(State(app): State<Shared>) -> 
     }
 }
 
-/// RFC 9728 §3 at the root well-known path.
-pub(crate) async fn protected_resource_metadata_root(State(app): State<Shared>) -> Response {
-    resource_metadata(&app, None).await
-}
-
-/// RFC 9728 §3, path-suffixed for `/mcp/{key}`.
+/// RFC 9728 §3.1, at the resource's own path-suffixed URL
+/// (`/.well-known/oauth-protected-resource/mcp/{key}`) only: §3.3 has the
+/// client check that `resource` equals the URL it used, so no other URL
+/// serves this document.
 pub(crate) async fn protected_resource_metadata(
     State(app): State<Shared>,
     Path(key): Path<String>,
 ) -> Response {
-    resource_metadata(&app, Some(key)).await
-}
-
-async fn resource_metadata(app: &Shared, key: Option<String>) -> Response {
     match app.blocking(|app| app.engine.site(&app.site)).await {
-        Ok(Ok(site)) if key.as_ref().is_none_or(|k| *k == site.public_key) => {
+        Ok(Ok(site)) if key == site.public_key => {
             json_document(ProtectedResourceMetadata::for_site(&site).to_json())
         }
         Ok(Ok(_)) => (StatusCode::NOT_FOUND, "no such resource\n").into_response(),
@@ -70,7 +65,7 @@ pub(crate) async fn register(State(app): State<Shared>, body: Bytes) -> Response
     match answer {
         Ok(Ok(registered)) => respond::core(registered.to_response()),
         Ok(Err(e)) => {
-            tracing::info!(error = e.code().as_str(), "registration refused");
+            tracing::debug!(error = e.code().as_str(), "registration refused");
             respond::core(HttpResponse::error(&e, None))
         }
         Err(r) => r,
@@ -93,12 +88,12 @@ pub(crate) async fn authorize(
 ) -> Response {
     let query = query.unwrap_or_default();
     let q = query.clone();
-    let answer = match app
-        .blocking(move |app| app.engine.authorize(&app.site, &q, None))
-        .await
+    let answer = match with_document(&app, move |app, document| {
+        app.engine.authorize(&app.site, &q, document)
+    })
+    .await
     {
-        Ok(Ok(a)) => a,
-        Ok(Err(e)) => return respond::internal(&e.to_string()),
+        Ok(a) => a,
         Err(r) => return r,
     };
     match answer {
@@ -123,7 +118,7 @@ fn answer_page(answer: AuthorizeAnswer) -> Response {
     match answer {
         AuthorizeAnswer::Redirect(url) => respond::core(HttpResponse::redirect(url)),
         AuthorizeAnswer::ShowError(e) => {
-            tracing::info!(
+            tracing::debug!(
                 error = e.code().as_str(),
                 "authorization request shown an error"
             );
@@ -132,14 +127,9 @@ fn answer_page(answer: AuthorizeAnswer) -> Response {
                 pages::error("This connection request cannot be used", &e.to_string()),
             )
         }
-        AuthorizeAnswer::FetchClientDocument(_) => respond::html(
-            StatusCode::BAD_REQUEST,
-            pages::error(
-                "Unsupported client",
-                "This client identifies itself with a metadata-document URL. The demo server \
-                 makes no outbound requests, so it supports registered clients only (POST /register).",
-            ),
-        ),
+        AuthorizeAnswer::FetchClientDocument(_) => {
+            respond::internal("the client's metadata document was asked for twice")
+        }
         AuthorizeAnswer::Unavailable { retry_after_secs } => {
             let mut r = respond::html(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -187,28 +177,74 @@ pub(crate) async fn decide(
         return browser::bad_csrf();
     }
     let subject = session.subject.clone();
-    let answer = app
-        .write(move |app, txn| {
-            app.engine.decide_in(
-                txn,
-                &app.site,
-                &query,
-                None,
-                &subject,
-                allow,
-                &mut rand::rng(),
-                clock::now(),
-            )
-        })
-        .await;
+    let answer = with_document(&app, move |app, document| {
+        app.engine.decide(
+            &app.site,
+            &query,
+            document,
+            &subject,
+            allow,
+            &mut rand::rng(),
+            clock::now(),
+        )
+    })
+    .await;
     match answer {
-        Ok(Ok(a)) => {
-            tracing::info!(allow, "consent decided");
+        Ok(a) => {
+            tracing::debug!(allow, "consent decided");
             answer_page(a)
         }
-        Ok(Err(e)) => respond::internal(&e.to_string()),
         Err(r) => r,
     }
+}
+
+/// Runs `op` (the core's `authorize` or `decide`) and, when the core asks
+/// for the client's metadata document, fetches it ([`super::documents`])
+/// and runs `op` again with it. The document is cached only once the core
+/// accepted it; a refused one is dropped from the cache. A failed fetch is
+/// shown to the user (never redirected) and nothing is cached.
+async fn with_document<F>(app: &Shared, op: F) -> Result<AuthorizeAnswer, Response>
+where
+    F: Fn(&super::App, Option<&[u8]>) -> Result<AuthorizeAnswer, SiteOpError>
+        + Send
+        + Sync
+        + 'static,
+{
+    let op = std::sync::Arc::new(op);
+    let first = std::sync::Arc::clone(&op);
+    let answer = match app.blocking(move |app| first(app, None)).await? {
+        Ok(a) => a,
+        Err(e) => return Err(respond::internal(&e.to_string())),
+    };
+    let AuthorizeAnswer::FetchClientDocument(request) = answer else {
+        return Ok(answer);
+    };
+    let fetched = match app.documents.get(&request).await {
+        Ok(f) => f,
+        Err(e) => {
+            tracing::debug!(error = e.code(), "client metadata document not fetched");
+            return Err(respond::html(
+                StatusCode::BAD_REQUEST,
+                pages::error("This client cannot be used", &e.to_string()),
+            ));
+        }
+    };
+    let body = std::sync::Arc::clone(&fetched.body);
+    let answer = match app.blocking(move |app| op(app, Some(&body))).await? {
+        Ok(a) => a,
+        Err(e) => return Err(respond::internal(&e.to_string())),
+    };
+    match &answer {
+        AuthorizeAnswer::ShowError(_) | AuthorizeAnswer::FetchClientDocument(_) => {
+            app.documents.forget(&request.url);
+        }
+        _ => app.documents.keep(&request.url, &fetched),
+    }
+    tracing::debug!(
+        cached = app.documents.len(),
+        "client metadata document used"
+    );
+    Ok(answer)
 }
 
 /// Whether the `Authorization` header uses the Basic scheme (a failed
@@ -254,11 +290,11 @@ pub(crate) async fn token(State(app): State<Shared>, headers: HeaderMap, body: B
         .await;
     match answer {
         Ok(Ok(tokens)) => {
-            tracing::info!("tokens issued");
+            tracing::debug!("tokens issued");
             respond::core(tokens.to_response())
         }
         Ok(Err(e)) => {
-            tracing::info!(error = e.code().as_str(), "token request refused");
+            tracing::debug!(error = e.code().as_str(), "token request refused");
             respond::core(e.to_response(via_basic))
         }
         Err(r) => r,
@@ -281,11 +317,11 @@ pub(crate) async fn revoke(State(app): State<Shared>, headers: HeaderMap, body: 
         .await;
     match answer {
         Ok(Ok(())) => {
-            tracing::info!("revocation accepted");
+            tracing::debug!("revocation accepted");
             StatusCode::OK.into_response()
         }
         Ok(Err(e)) => {
-            tracing::info!(error = e.code().as_str(), "revocation refused");
+            tracing::debug!(error = e.code().as_str(), "revocation refused");
             respond::core(e.to_response(via_basic))
         }
         Err(r) => r,

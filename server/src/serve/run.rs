@@ -27,6 +27,7 @@ use portcullis_core::ledger::{
     ActionVerdict, BeginAnswer, BeginError, BusinessError, Caller, Completion, ExecuteParams,
     ExecutionTicket, OutcomeStatus, Report, RequestId, TicketError,
 };
+use portcullis_core::scope::ScopeSet;
 use portcullis_core::tab::Dispatch;
 use serde_json::{Value, json};
 
@@ -107,22 +108,38 @@ pub(crate) async fn execute(app: &Shared, principal: Principal, arguments: &Valu
         Ok(s) => s,
         Err(e) => return failure(e.code, &e.message, Some(id)),
     };
+    // The scopes the program's steps need, checked before the tab (see
+    // `Engine::begin_needing`).
+    let mut needed = ScopeSet::default();
+    for step in &steps {
+        if needed
+            .insert(step.skill.effect.required_scope().as_str())
+            .is_err()
+        {
+            return internal(Some(id));
+        }
+    }
+    let needed = Arc::new(needed);
     let principal = Arc::new(principal);
     let params = Arc::new(params);
     // Twice at most: once more when a lost run leaves its answer to the ledger.
     for _ in 0..2 {
-        let (p, q) = (Arc::clone(&principal), Arc::clone(&params));
+        let (p, q, n) = (
+            Arc::clone(&principal),
+            Arc::clone(&params),
+            Arc::clone(&needed),
+        );
         let begun = app
             .write(move |app, txn| {
                 app.engine
-                    .begin_in(txn, &p, &q, Caller::Client, clock::now_ms())
+                    .begin_needing_in(txn, &p, &q, &n, Caller::Client, clock::now_ms())
             })
             .await;
         let rx = match begun {
             Err(_) => return internal(Some(id)),
             Ok(Err(e)) => return Answer::begin_error(&e, Some(id)),
             Ok(Ok(BeginAnswer::Run(ticket))) => {
-                tracing::info!(run = ticket.run(), "execute: run admitted");
+                tracing::debug!(run = ticket.run(), "execute: run admitted");
                 spawn_driver(app, &principal, ticket, steps.clone())
             }
             Ok(Ok(BeginAnswer::ExecutionPending(_))) => {
@@ -236,7 +253,7 @@ impl Driver<'_> {
                 ActionVerdict::Replay(t, outcome) => (t, outcome.status, outcome.summary),
                 ActionVerdict::ApprovalPending(prompt) => {
                     self.app.relay.bump(self.subject);
-                    tracing::info!(seq, "execute: approval asked");
+                    tracing::debug!(seq, "execute: approval asked");
                     let answer = BeginAnswer::ApprovalPending(prompt).to_json();
                     return Some(Answer::ok(answer.unwrap_or(Value::Null)));
                 }
@@ -284,7 +301,7 @@ impl Driver<'_> {
                         .await;
                     if !matches!(live, Ok(Ok(Dispatch::To(c))) if c == connection) {
                         self.app.relay.withdraw(self.subject, &job_id);
-                        tracing::info!("execute: the tab went away mid-run");
+                        tracing::debug!("execute: the tab went away mid-run");
                         return None;
                     }
                 }
@@ -345,7 +362,7 @@ impl Driver<'_> {
             Err(_) => internal(Some(self.id)),
             Ok(Err(e)) => ticket_failure(&e, self.id),
             Ok(Ok(stored)) => {
-                tracing::info!("execute: run complete");
+                tracing::debug!("execute: run complete");
                 Answer::ok(stored.to_json())
             }
         }

@@ -227,7 +227,7 @@ pub(crate) async fn connect(State(app): State<Shared>, headers: HeaderMap, raw: 
     match done {
         Ok(Ok(grants)) => {
             app.relay.bump(&session.subject);
-            tracing::info!(grants = grants.len(), "tab connected");
+            tracing::debug!(grants = grants.len(), "tab connected");
             Json(json!({"ok": true, "grants": grants})).into_response()
         }
         Ok(Err(e)) => super::respond::internal(&e),
@@ -320,7 +320,7 @@ pub(crate) async fn disconnect(
     match done {
         Ok(Ok(ended)) => {
             app.relay.bump(&session.subject);
-            tracing::info!(ended, "tab disconnected");
+            tracing::debug!(ended, "tab disconnected");
             Json(json!({"ok": true, "ended": ended})).into_response()
         }
         Ok(Err(e)) => super::respond::internal(&e),
@@ -606,7 +606,7 @@ pub(crate) async fn ack(State(app): State<Shared>, headers: HeaderMap, raw: Byte
         Err(r) => return r,
     };
     if app.navigates.ack(session.browser_session(), &a.id) {
-        tracing::info!("navigate applied by the tab");
+        tracing::debug!("navigate applied by the tab");
         Json(json!({"ok": true})).into_response()
     } else {
         error(
@@ -668,7 +668,7 @@ pub(crate) async fn decide(State(app): State<Shared>, headers: HeaderMap, raw: B
     match done {
         Ok(Ok(())) => {
             app.relay.bump(&session.subject);
-            tracing::info!(decision = d.decision, "approval decided");
+            tracing::debug!(decision = d.decision, "approval decided");
             Json(json!({"ok": true})).into_response()
         }
         Ok(Err(e)) => wire_error(&e),

@@ -1,12 +1,15 @@
-//! Request logging: one span per request with a random request id, the
-//! method and the **path only** — never the query (authorization requests
+//! Request logging: **one INFO line per request** (`served`: request id,
+//! method, route, status, latency); everything else a request logs is at
+//! DEBUG, inside the request's span so it carries the same id. The route is
+//! the matched route pattern (`/mcp/{key}`), not the path, and never the
+//! query (authorization requests
 //! carry `state` and PKCE challenges, the open route user data), never a
 //! header value (`Authorization`, `Cookie`), never a body (`/token` carries
 //! codes, refresh tokens and secrets). The id is echoed in `x-request-id`.
 
 use std::time::Instant;
 
-use axum::extract::Request;
+use axum::extract::{MatchedPath, Request};
 use axum::http::HeaderValue;
 use axum::middleware::Next;
 use axum::response::Response;
@@ -15,11 +18,16 @@ use tracing::Instrument as _;
 /// The middleware.
 pub(crate) async fn requests(request: Request, next: Next) -> Response {
     let id = portcullis_core::rand::base64url::<6, _>(&mut rand::rng());
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("-", MatchedPath::as_str)
+        .to_owned();
     let span = tracing::info_span!(
         "request",
         id = %id,
         method = %request.method(),
-        path = %request.uri().path(),
+        route = %route,
     );
     let start = Instant::now();
     let mut response = next.run(request).instrument(span.clone()).await;
