@@ -15,7 +15,7 @@ pub mod store {
     #[cfg(feature = "memory")]
     pub use portcullis_store_memory::MemoryStore;
     #[cfg(feature = "redb")]
-    pub use portcullis_store_redb::{Durability, RedbStore};
+    pub use portcullis_store_redb::{BatchWrite, Durability, GroupCommitter, RedbStore};
 }
 
 /// The README's examples, compiled and run as doctests.

@@ -62,7 +62,7 @@ fn id(n: u32) -> String {
     format!("00000000-0000-4000-8000-{n:012x}")
 }
 
-fn params(n: u32, code: &str) -> ExecuteParams {
+pub(crate) fn params(n: u32, code: &str) -> ExecuteParams {
     ExecuteParams::new(&id(n), code.into(), None).unwrap()
 }
 
@@ -114,7 +114,7 @@ impl<S: Store> Ledger<S> {
         l
     }
 
-    fn now_ms(&self) -> TimestampMs {
+    pub(crate) fn now_ms(&self) -> TimestampMs {
         TimestampMs::from_millis(TimestampMs::from(self.w.now).as_millis() + self.ms)
     }
 
@@ -173,7 +173,18 @@ impl<S: Store> Ledger<S> {
         code: &str,
         program: &[Step],
     ) -> Exec {
-        match self.begin_as(p, n, code) {
+        let answer = self.begin_as(p, n, code);
+        self.go_on(answer, program)
+    }
+
+    /// What `execute` answers after `begin` answered `answer`: an admitted
+    /// run runs `program` to the end.
+    pub(crate) fn go_on(
+        &mut self,
+        answer: Result<BeginAnswer, BeginError>,
+        program: &[Step],
+    ) -> Exec {
+        match answer {
             Ok(BeginAnswer::Run(ticket)) => self.run(ticket, program),
             Ok(BeginAnswer::ExecutionPending(_)) => Exec::Pending,
             Ok(BeginAnswer::ApprovalPending(a)) => Exec::Approval(a),

@@ -6,12 +6,13 @@
 use std::collections::HashMap;
 
 use portcullis::approval::{ApprovalDecision, ApprovalPrompt};
-use portcullis::ledger::{BeginError, Effect, End, Failure};
+use portcullis::ledger::{BeginError, Caller, Effect, End, Failure};
 use portcullis::store::Store;
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 
-use crate::ledger::{Exec, Ledger, Step};
+use crate::failing_store::{FailingStore, under_faults};
+use crate::ledger::{Exec, Ledger, Step, hello, params};
 use crate::oauth::USER;
 
 const HOUR: u64 = 3_600;
@@ -79,15 +80,31 @@ struct Req {
     clippy::too_many_lines,
     reason = "one match over the operations, each arm next to its model rule"
 )]
-fn run<S: Store>(store: S, ops: &[Op]) -> Result<(), TestCaseError> {
-    let mut l = Ledger::new(store);
+fn run<S: Store>(store: S, ops: &[Op], faults: bool) -> Result<(), TestCaseError> {
+    let failing = FailingStore::new(store);
+    let mut l = Ledger::new(&failing);
+    // One engine call, or under every failure point it has. (The ticket
+    // calls of a run are not: a store failure loses the ticket by
+    // contract, so they cannot be retried.)
+    macro_rules! call {
+        ($e:expr) => {
+            if faults {
+                under_faults(&failing, || $e).0
+            } else {
+                $e
+            }
+        };
+    }
     let mut model: HashMap<u32, Req> = HashMap::new();
     let mut page = 1;
     for op in ops {
         let now = l.w.now.as_secs();
         match *op {
             Op::Begin(n, code) => {
-                let answer = l.execute(n, code_text(code), &program(n, code));
+                let params = params(n, code_text(code));
+                let at = l.now_ms();
+                let answer = call!(l.w.engine.begin(&l.p, &params, Caller::Client, at));
+                let answer = l.go_on(answer, &program(n, code));
                 match model.get_mut(&n) {
                     None => {
                         let mut req = Req {
@@ -168,13 +185,13 @@ fn run<S: Store>(store: S, ops: &[Op]) -> Result<(), TestCaseError> {
                 } else {
                     ApprovalDecision::Deny
                 };
-                let result = l.w.engine.decide_approval(
+                let result = call!(l.w.engine.decide_approval(
                     &l.w.site,
                     USER,
                     &prompt.reference(),
                     decision,
                     l.w.now,
-                );
+                ));
                 if req.state == State::Awaiting && !req.revoked {
                     prop_assert!(result.is_ok(), "{:?}", result);
                     req.state = if decision == ApprovalDecision::Deny {
@@ -190,7 +207,7 @@ fn run<S: Store>(store: S, ops: &[Op]) -> Result<(), TestCaseError> {
                 }
             }
             Op::Revoke => {
-                l.w.engine.revoke_grant(&l.p.grant, l.w.now).unwrap();
+                call!(l.w.engine.revoke_grant(&l.p.grant, l.w.now)).unwrap();
                 for req in model.values_mut() {
                     req.revoked = true;
                 }
@@ -201,10 +218,15 @@ fn run<S: Store>(store: S, ops: &[Op]) -> Result<(), TestCaseError> {
             }
             Op::Reload => {
                 page += 1;
-                l.connect("tab-1", &format!("page-{page}"));
+                let hello = hello("tab-1", &format!("page-{page}"));
+                call!(
+                    l.w.engine
+                        .connect_tab(&l.w.site, USER, &l.p.grant, &hello, l.w.now)
+                )
+                .unwrap();
             }
             Op::Sweep => {
-                l.w.engine.sweep_ledger(l.w.now, 16).unwrap();
+                call!(l.w.engine.sweep_ledger(l.w.now, 16)).unwrap();
             }
             Op::Advance(secs) => l.advance(secs, "tab-1", &format!("page-{page}")),
         }
@@ -233,7 +255,14 @@ proptest! {
 
     #[test]
     fn ledger_agrees_with_the_model_on_memory(ops in prop::collection::vec(op(), 1..40)) {
-        run(crate::support::memory(), &ops)?;
+        run(crate::support::memory(), &ops, false)?;
+    }
+
+    #[test]
+    fn every_store_failure_leaves_nothing_and_a_retry_agrees_on_memory(
+        ops in prop::collection::vec(op(), 1..25),
+    ) {
+        run(crate::support::memory(), &ops, true)?;
     }
 }
 
@@ -243,6 +272,18 @@ proptest! {
     #[test]
     fn ledger_agrees_with_the_model_on_redb(ops in prop::collection::vec(op(), 1..30)) {
         let db = crate::support::TempRedb::new();
-        run(&db.store, &ops)?;
+        run(&db.store, &ops, false)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(config(6))]
+
+    #[test]
+    fn every_store_failure_leaves_nothing_and_a_retry_agrees_on_redb(
+        ops in prop::collection::vec(op(), 1..15),
+    ) {
+        let db = crate::support::TempRedb::new();
+        run(&db.store, &ops, true)?;
     }
 }

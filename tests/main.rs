@@ -13,6 +13,7 @@ mod support;
 
 mod alloc_counter;
 mod clients;
+mod failing_store;
 mod forgery;
 mod jwt;
 mod ledger;
@@ -21,4 +22,5 @@ mod links;
 mod oauth;
 mod oauth_model;
 mod pkce;
+mod seam;
 mod store_contract;

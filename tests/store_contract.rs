@@ -239,7 +239,123 @@ fn a_read_transaction_is_a_snapshot<S: Store + Sync>(store: &S) {
     );
 }
 
+/// A rollback undoes exactly the writes after its savepoint — puts over
+/// old values, new keys and deletes — and the transaction goes on.
+fn a_rollback_undoes_only_the_writes_after_its_savepoint<S: Store>(store: &S) {
+    put(store, Table::Grants, b"a", b"1");
+    put(store, Table::Grants, b"c", b"kept");
+    let mut w = store.begin_write().unwrap();
+    w.put(Table::Grants, b"before", b"x").unwrap();
+    let outer = w.savepoint().unwrap();
+    w.put(Table::Grants, b"a", b"2").unwrap();
+    w.put(Table::Codes, b"b", b"1").unwrap();
+    assert!(w.delete(Table::Grants, b"c").unwrap());
+    let inner = w.savepoint().unwrap();
+    w.put(Table::Grants, b"d", b"1").unwrap();
+    w.put(Table::Grants, b"d", b"2").unwrap();
+    w.rollback_to(inner).unwrap();
+    assert_eq!(w.get(Table::Grants, b"d").unwrap(), None);
+    assert_eq!(
+        w.get(Table::Grants, b"a").unwrap().as_deref(),
+        Some(&b"2"[..])
+    );
+    w.rollback_to(outer).unwrap();
+    assert_eq!(
+        w.get(Table::Grants, b"a").unwrap().as_deref(),
+        Some(&b"1"[..])
+    );
+    assert_eq!(w.get(Table::Codes, b"b").unwrap(), None);
+    assert_eq!(
+        w.get(Table::Grants, b"c").unwrap().as_deref(),
+        Some(&b"kept"[..])
+    );
+    // The savepoint stays usable, and writes after it commit.
+    w.put(Table::Grants, b"e", b"1").unwrap();
+    w.rollback_to(outer).unwrap();
+    w.put(Table::Grants, b"f", b"1").unwrap();
+    w.commit().unwrap();
+    assert_eq!(
+        keys(store, Table::Grants, Unbounded, Unbounded, 10),
+        vec![
+            b"a".to_vec(),
+            b"before".to_vec(),
+            b"c".to_vec(),
+            b"f".to_vec()
+        ]
+    );
+    assert_eq!(get(store, Table::Grants, b"a").as_deref(), Some(&b"1"[..]));
+    assert_eq!(get(store, Table::Codes, b"b"), None);
+}
+
+/// One transaction of every kind of call, failing at its `n`-th call for
+/// every `n`: the store holds all of it or none of it — none when the
+/// failure came before the commit, and either when the commit failed
+/// (the commit may have landed; `landing` draws which).
+fn a_failure_anywhere_applies_all_or_nothing<S: Store>(store: &S) {
+    use crate::failing_store::{FailingStore, dump};
+    let failing = FailingStore::new(store);
+    put(store, Table::Grants, b"old", b"1");
+    put(store, Table::Grants, b"gone", b"1");
+    let txn = |s: &FailingStore<&S>| -> Result<(), portcullis::store::StoreError> {
+        let mut w = s.begin_write()?;
+        w.put(Table::Grants, b"old", b"2")?;
+        w.get(Table::Grants, b"old")?;
+        w.put(Table::Codes, b"new", b"1")?;
+        w.delete(Table::Grants, b"gone")?;
+        w.range(Table::Grants, Unbounded, Unbounded, 10)?;
+        let mark = w.savepoint()?;
+        w.put(Table::Codes, b"undone", b"1")?;
+        w.rollback_to(mark)?;
+        w.commit()
+    };
+    let before = dump(store);
+    for landing in [None, Some(1), Some(2), Some(3)] {
+        if let Some(seed) = landing {
+            failing.landing(seed);
+        }
+        for n in 1.. {
+            failing.fail_nth(n);
+            let out = txn(&failing);
+            let fired = failing.fired() == 1;
+            failing.disarm();
+            if !fired {
+                out.unwrap();
+                break;
+            }
+            assert!(out.is_err());
+            let now = dump(store);
+            if failing.landed() {
+                assert!(now != before, "a landed commit applied nothing");
+            } else {
+                assert!(now == before, "failure at call {n} applied part");
+            }
+            // Back to the start for the next failure point.
+            put(store, Table::Grants, b"old", b"1");
+            put(store, Table::Grants, b"gone", b"1");
+            let mut w = store.begin_write().unwrap();
+            w.delete(Table::Codes, b"new").unwrap();
+            w.commit().unwrap();
+            assert!(dump(store) == before);
+        }
+        let after = dump(store);
+        assert_eq!(
+            get(store, Table::Grants, b"old").as_deref(),
+            Some(&b"2"[..])
+        );
+        assert_eq!(get(store, Table::Grants, b"gone"), None);
+        assert_eq!(get(store, Table::Codes, b"undone"), None);
+        assert!(after != before);
+        put(store, Table::Grants, b"old", b"1");
+        put(store, Table::Grants, b"gone", b"1");
+        let mut w = store.begin_write().unwrap();
+        w.delete(Table::Codes, b"new").unwrap();
+        w.commit().unwrap();
+    }
+}
+
 on_every_store!(
+    a_failure_anywhere_applies_all_or_nothing,
+    a_rollback_undoes_only_the_writes_after_its_savepoint,
     reads_see_own_writes_before_commit,
     dropping_a_write_changes_nothing,
     a_panic_inside_a_write_changes_nothing,
@@ -414,6 +530,145 @@ mod crash {
         }
         assert!(
             total_acked >= KILLS as u64,
+            "the child made too little progress to test anything"
+        );
+    }
+
+    const GROUP_CHILD_ENV: &str = "PORTCULLIS_GROUP_CRASH_CHILD_DB";
+    const CALLERS: u8 = 4;
+
+    /// Caller `t`'s `n`-th operation through the committer: its counter
+    /// `c/t` goes to `n` and its log gets `l/t/n`. Applied twice, the
+    /// counter would skip or the log would hold `n` for a counter below it.
+    fn counter_key(t: u8) -> [u8; 2] {
+        [b'c', t]
+    }
+
+    fn log_key(t: u8, n: u64) -> Vec<u8> {
+        [&[b'l', t][..], &n.to_be_bytes()].concat()
+    }
+
+    /// Not a test of its own: the child half of
+    /// `sigkill_through_the_group_committer_loses_no_acknowledged_answer`.
+    #[test]
+    fn group_child_process_entry() {
+        use std::sync::Arc;
+
+        use portcullis::store::GroupCommitter;
+
+        let Ok(path) = std::env::var(GROUP_CHILD_ENV) else {
+            return;
+        };
+        let store = RedbStore::open(&path)
+            .unwrap()
+            .with_durability(Durability::Immediate);
+        let committer = Arc::new(GroupCommitter::new(Arc::new(store)));
+        // The callers loop until the parent kills the process.
+        let callers: Vec<std::thread::JoinHandle<()>> = (0..CALLERS)
+            .map(|t| {
+                let c = Arc::clone(&committer);
+                std::thread::spawn(move || {
+                    loop {
+                        let n = c
+                            .run(move |txn| {
+                                let n = read_counter(&*txn, &counter_key(t)) + 1;
+                                txn.put(Table::Meta, &counter_key(t), &n.to_be_bytes())
+                                    .unwrap();
+                                txn.put(Table::Outcomes, &log_key(t, n), &[0xAB; 256])
+                                    .unwrap();
+                                n
+                            })
+                            .unwrap();
+                        println!("ack {t} {n}");
+                    }
+                })
+            })
+            .collect();
+        drop(callers);
+        loop {
+            std::thread::park();
+        }
+    }
+
+    /// SIGKILL while several callers commit through the group committer:
+    /// after every reopen, no acknowledged answer is lost, and every
+    /// caller's log is exactly `1..=counter` (nothing applied twice or in
+    /// part). 20 kills here; `PORTCULLIS_CRASH_KILLS` sets another number.
+    #[test]
+    fn sigkill_through_the_group_committer_loses_no_acknowledged_answer() {
+        let kills: usize = std::env::var("PORTCULLIS_CRASH_KILLS")
+            .ok()
+            .and_then(|k| k.parse().ok())
+            .unwrap_or(20);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("group-crash.redb");
+        drop(RedbStore::open(&path).unwrap());
+        let mut rng = crate::support::rng(0x6C0A);
+        let exe = std::env::current_exe().unwrap();
+        let mut acked_total = 0u64;
+        for kill in 0..kills {
+            let mut child = Command::new(&exe)
+                .args([
+                    "--exact",
+                    "store_contract::crash::group_child_process_entry",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(GROUP_CHILD_ENV, &path)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+            let acks_before_kill = rng.random_range(1..60u64);
+            let deadline = Instant::now() + Duration::from_millis(rng.random_range(5..200));
+            let mut acked = [0u64; CALLERS as usize];
+            let mut seen = 0;
+            while let Some(Ok(line)) = lines.next() {
+                let mut parts = line.strip_prefix("ack ").unwrap_or_default().split(' ');
+                if let (Some(t), Some(n)) = (parts.next(), parts.next()) {
+                    let t: usize = t.parse().unwrap();
+                    acked[t] = acked[t].max(n.parse().unwrap());
+                    seen += 1;
+                    if seen % acks_before_kill == 0 || Instant::now() > deadline {
+                        break;
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_micros(rng.random_range(0..3_000)));
+            child.kill().unwrap();
+            child.wait().unwrap();
+            let store = RedbStore::open(&path).unwrap();
+            let r = store.begin_read().unwrap();
+            for t in 0..CALLERS {
+                let counter = read_counter(&r, &counter_key(t));
+                assert!(
+                    counter >= acked[t as usize],
+                    "kill {kill}: caller {t}'s acknowledged answer {} lost (file holds {counter})",
+                    acked[t as usize]
+                );
+                let prefix = [b'l', t];
+                let end = [b'l', t + 1];
+                let log = r
+                    .range(
+                        Table::Outcomes,
+                        std::ops::Bound::Included(&prefix[..]),
+                        std::ops::Bound::Excluded(&end[..]),
+                        usize::MAX,
+                    )
+                    .unwrap();
+                assert_eq!(log.len() as u64, counter, "kill {kill}: caller {t}'s log");
+                assert!(
+                    log.iter()
+                        .enumerate()
+                        .all(|(i, (k, _))| *k == log_key(t, i as u64 + 1)),
+                    "kill {kill}: caller {t}'s log has a gap or a repeat"
+                );
+            }
+            acked_total += acked.iter().sum::<u64>().min(1);
+        }
+        assert!(
+            acked_total >= kills as u64 / 2,
             "the child made too little progress to test anything"
         );
     }

@@ -80,8 +80,8 @@ pub fn decode(raw: &str) -> Result<Cow<'_, str>, FormError> {
         match bytes[i] {
             b'+' => out.push(b' '),
             b'%' => {
-                let hi = bytes.get(i + 1).and_then(|&b| hex(b));
-                let lo = bytes.get(i + 2).and_then(|&b| hex(b));
+                let hi = bytes.get(i + 1).and_then(|&b| crate::hex::digit(b));
+                let lo = bytes.get(i + 2).and_then(|&b| crate::hex::digit(b));
                 let (Some(hi), Some(lo)) = (hi, lo) else {
                     return Err(FormError::BadEscape);
                 };
@@ -126,15 +126,6 @@ pub fn encode_pairs<'p>(pairs: impl IntoIterator<Item = (&'p str, &'p str)>) -> 
         encode_into(value, &mut out);
     }
     out
-}
-
-const fn hex(b: u8) -> Option<u8> {
-    match b {
-        b'0'..=b'9' => Some(b - b'0'),
-        b'a'..=b'f' => Some(b - b'a' + 10),
-        b'A'..=b'F' => Some(b - b'A' + 10),
-        _ => None,
-    }
 }
 
 /// Why a form could not be parsed.

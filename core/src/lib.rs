@@ -96,6 +96,7 @@ pub mod fuzzing;
 pub mod gateway;
 pub mod grant;
 pub mod header;
+pub mod hex;
 pub mod http;
 pub mod jwt;
 pub mod ledger;

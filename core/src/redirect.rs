@@ -369,10 +369,12 @@ fn check(target: &str) -> Result<(), UnsafePathError> {
             }
             _ => {
                 let value = match (b.get(i + 1), b.get(i + 2)) {
-                    (Some(&hi), Some(&lo)) => match (hex(hi), hex(lo)) {
-                        (Some(hi), Some(lo)) => (hi << 4) | lo,
-                        _ => return Err(UnsafePathError::new(Why::BadPercentEncoding, i)),
-                    },
+                    (Some(&hi), Some(&lo)) => {
+                        match (crate::hex::digit(hi), crate::hex::digit(lo)) {
+                            (Some(hi), Some(lo)) => (hi << 4) | lo,
+                            _ => return Err(UnsafePathError::new(Why::BadPercentEncoding, i)),
+                        }
+                    }
                     _ => return Err(UnsafePathError::new(Why::BadPercentEncoding, i)),
                 };
                 if let Some(reason) = decoded_byte(value, part, &mut seg, &mut utf8) {
@@ -515,15 +517,6 @@ pub(crate) fn has_scheme(b: &[u8]) -> bool {
         }
     }
     false
-}
-
-pub(crate) const fn hex(c: u8) -> Option<u8> {
-    match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        b'A'..=b'F' => Some(c - b'A' + 10),
-        _ => None,
-    }
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@
 
 use std::io::Write;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use portcullis_core::agent_token::AgentToken;
@@ -24,7 +25,7 @@ use crate::cli::{GrantsAction, SiteAction, TokenAction, TokensAction};
 use crate::keys::{self, LoosePermissions};
 use crate::{clock, input, setup};
 
-fn engine(db: &Path) -> Result<Engine<RedbStore>, String> {
+fn engine(db: &Path) -> Result<Engine<Arc<RedbStore>>, String> {
     setup::engine(db, Policy::default(), false, LoosePermissions::Warn).map(|(e, _)| e)
 }
 

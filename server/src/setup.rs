@@ -2,6 +2,7 @@
 //! engine, and the demo site the server creates on first run.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use portcullis_core::engine::SiteOpError;
 use portcullis_core::site::{Site, SiteConfig, SiteError, SiteId};
@@ -47,8 +48,8 @@ pub(crate) fn engine(
     policy: Policy,
     create: bool,
     loose: LoosePermissions,
-) -> Result<(Engine<RedbStore>, Keys), String> {
-    let store = open_store(db)?;
+) -> Result<(Engine<Arc<RedbStore>>, Keys), String> {
+    let store = Arc::new(open_store(db)?);
     let keys = keys::load(db, create, loose)?;
     let engine = Engine::new(store, keys.keyring.clone(), policy);
     Ok((engine, keys))
@@ -58,7 +59,7 @@ pub(crate) fn engine(
 /// its issuer and resource prefix follow (tokens issued under the old URL
 /// stop verifying, as they name the old issuer and audience).
 pub(crate) fn ensure_demo_site(
-    engine: &Engine<RedbStore>,
+    engine: &Engine<Arc<RedbStore>>,
     public_url: &str,
 ) -> Result<Site, String> {
     let mut config = SiteConfig::new(
@@ -96,7 +97,7 @@ pub(crate) fn ensure_demo_site(
 }
 
 /// The demo site as stored (admin commands).
-pub(crate) fn demo_site(engine: &Engine<RedbStore>) -> Result<Site, String> {
+pub(crate) fn demo_site(engine: &Engine<Arc<RedbStore>>) -> Result<Site, String> {
     engine.site(&site_id()).map_err(|e| match e {
         SiteOpError::Site(SiteError::NotFound) => {
             "no demo site yet: run `portcullis serve` once to create it".to_owned()

@@ -9,7 +9,8 @@
 //!   serialises writers, and applies writes in place while keeping an **undo
 //!   log**; `commit` discards the log, and dropping the transaction without
 //!   committing (an early return, a panic) replays it backwards, so nothing
-//!   it did remains.
+//!   it did remains. A savepoint is a mark in that log, and rolling back
+//!   to it replays the log down to the mark.
 //!
 //! Holding a read transaction while opening a write transaction on the same
 //! thread would wait forever (the [`Store`] contract forbids it; the engine
@@ -44,7 +45,9 @@ use alloc::vec::Vec;
 use core::fmt;
 use core::ops::{Bound, Deref, DerefMut};
 
-use portcullis_core::store::{Entry, ReadTransaction, Store, StoreError, Table, WriteTransaction};
+use portcullis_core::store::{
+    Entry, ReadTransaction, Savepoint, Store, StoreError, Table, WriteTransaction,
+};
 
 /// Every table's map, indexed by [`Table::index`].
 pub type Tables = [BTreeMap<Vec<u8>, Vec<u8>>; Table::ALL.len()];
@@ -275,20 +278,39 @@ impl<L: TableLock> WriteTransaction for MemoryWrite<'_, L> {
         Ok(existed)
     }
 
+    fn savepoint(&mut self) -> Result<Savepoint, StoreError> {
+        Ok(Savepoint::new(self.undo.len()))
+    }
+
+    fn rollback_to(&mut self, savepoint: Savepoint) -> Result<(), StoreError> {
+        self.undo_to(savepoint.mark());
+        Ok(())
+    }
+
     fn commit(mut self) -> Result<(), StoreError> {
         self.undo.clear();
         Ok(())
     }
 }
 
-impl<L: TableLock> Drop for MemoryWrite<'_, L> {
-    fn drop(&mut self) {
-        while let Some((table, key, before)) = self.undo.pop() {
+impl<L: TableLock> MemoryWrite<'_, L> {
+    /// Replays the undo log backwards until `mark` entries are left.
+    fn undo_to(&mut self, mark: usize) {
+        while self.undo.len() > mark {
+            let Some((table, key, before)) = self.undo.pop() else {
+                break;
+            };
             let map = &mut self.tables[table.index()];
             match before {
                 Some(value) => map.insert(key, value),
                 None => map.remove(&key),
             };
         }
+    }
+}
+
+impl<L: TableLock> Drop for MemoryWrite<'_, L> {
+    fn drop(&mut self) {
+        self.undo_to(0);
     }
 }

@@ -9,11 +9,14 @@
 //! `None` trades that for speed and is only for tests or caches.
 #![forbid(unsafe_code)]
 
+pub mod group;
+
 use std::ops::Bound;
 use std::path::Path;
 
+pub use group::{BatchWrite, GroupCommitter};
 use portcullis_core::store::{
-    Entry, ReadTransaction, Store, StoreError, StoreErrorKind, Table, WriteTransaction,
+    Entry, ReadTransaction, Savepoint, Store, StoreError, StoreErrorKind, Table, WriteTransaction,
 };
 pub use redb::Durability;
 use redb::{ReadableDatabase, ReadableTable, TableDefinition, TableError};
@@ -115,7 +118,10 @@ impl Store for RedbStore {
         let mut txn = self.db.begin_write().map_err(|e| error(e, "begin write"))?;
         txn.set_durability(self.durability)
             .map_err(|e| error(e, "set durability"))?;
-        Ok(RedbWrite { txn })
+        Ok(RedbWrite {
+            txn,
+            undo: Vec::new(),
+        })
     }
 }
 
@@ -158,8 +164,15 @@ impl ReadTransaction for RedbRead {
 }
 
 /// A write transaction: redb's, rolled back by redb when dropped.
+///
+/// Savepoints are marks in an undo log this adapter keeps (the value each
+/// write replaced, which redb hands back for free): redb's own savepoints
+/// are persistent snapshots, far heavier than the per-operation marks the
+/// engine takes.
 pub struct RedbWrite {
     txn: redb::WriteTransaction,
+    /// `(table, key, value before the write)`, oldest first.
+    undo: Vec<(Table, Vec<u8>, Option<Vec<u8>>)>,
 }
 
 impl std::fmt::Debug for RedbWrite {
@@ -199,7 +212,12 @@ impl WriteTransaction for RedbWrite {
             .txn
             .open_table(definition(table))
             .map_err(|e| error(e, "open table"))?;
-        t.insert(key, value).map_err(|e| error(e, "insert"))?;
+        let before = t
+            .insert(key, value)
+            .map_err(|e| error(e, "insert"))?
+            .map(|v| v.value().to_vec());
+        drop(t);
+        self.undo.push((table, key.to_vec(), before));
         Ok(())
     }
 
@@ -208,8 +226,42 @@ impl WriteTransaction for RedbWrite {
             .txn
             .open_table(definition(table))
             .map_err(|e| error(e, "open table"))?;
-        let removed = t.remove(key).map_err(|e| error(e, "remove"))?;
-        Ok(removed.is_some())
+        let removed = t
+            .remove(key)
+            .map_err(|e| error(e, "remove"))?
+            .map(|v| v.value().to_vec());
+        drop(t);
+        let existed = removed.is_some();
+        if existed {
+            self.undo.push((table, key.to_vec(), removed));
+        }
+        Ok(existed)
+    }
+
+    fn savepoint(&mut self) -> Result<Savepoint, StoreError> {
+        Ok(Savepoint::new(self.undo.len()))
+    }
+
+    fn rollback_to(&mut self, savepoint: Savepoint) -> Result<(), StoreError> {
+        while self.undo.len() > savepoint.mark() {
+            let Some((table, key, before)) = self.undo.pop() else {
+                break;
+            };
+            let mut t = self
+                .txn
+                .open_table(definition(table))
+                .map_err(|e| error(e, "open table"))?;
+            match before {
+                Some(value) => {
+                    t.insert(key.as_slice(), value.as_slice())
+                        .map_err(|e| error(e, "rollback"))?;
+                }
+                None => {
+                    t.remove(key.as_slice()).map_err(|e| error(e, "rollback"))?;
+                }
+            }
+        }
+        Ok(())
     }
 
     fn commit(self) -> Result<(), StoreError> {

@@ -17,7 +17,7 @@ use crate::rand;
 use crate::scope::ScopeSet;
 use crate::secret::SecretString;
 use crate::site::{SiteError, SiteId};
-use crate::store::{ReadTransaction, Store, StoreError, Table, prefix_end};
+use crate::store::{ReadTransaction, Store, StoreError, Table, WriteTransaction, prefix_end};
 use crate::time::Timestamp;
 
 /// What to mint.
@@ -53,6 +53,10 @@ pub struct AgentPrincipal {
 impl<S: Store> Engine<S> {
     /// Mints an agent token for `request.subject` on `site`. Returns the
     /// token text (show it once) and its record.
+    #[allow(
+        clippy::needless_pass_by_value,
+        reason = "by value as before; an attempt that may re-run on a conflict clones what it keeps"
+    )]
     pub fn mint_agent_token<R: CryptoRng + ?Sized>(
         &self,
         site_id: &SiteId,
@@ -60,7 +64,25 @@ impl<S: Store> Engine<S> {
         rng: &mut R,
         now: Timestamp,
     ) -> Result<(SecretString, AgentToken), MintError> {
-        self.transact(|txn| {
+        self.run_write(|txn| self.mint_agent_token_in(txn, site_id, request.clone(), rng, now))
+    }
+
+    /// [`Engine::mint_agent_token`] inside `txn`, a transaction the caller owns and
+    /// commits: see [operations in a shared
+    /// transaction](crate::store#operations-in-a-shared-transaction).
+    #[allow(
+        clippy::needless_pass_by_value,
+        reason = "by value as before; an attempt that may re-run on a conflict clones what it keeps"
+    )]
+    pub fn mint_agent_token_in<W: WriteTransaction, R: CryptoRng + ?Sized>(
+        &self,
+        txn: &mut W,
+        site_id: &SiteId,
+        request: AgentTokenRequest,
+        rng: &mut R,
+        now: Timestamp,
+    ) -> Result<(SecretString, AgentToken), MintError> {
+        Self::within(txn, |txn| {
             let site = load_site(&*txn, site_id).map_err(|e| match e {
                 SiteOpError::Site(e) => MintError::Site(e),
                 SiteOpError::Store(e) => MintError::Store(e),
@@ -74,10 +96,10 @@ impl<S: Store> Engine<S> {
             let record = AgentToken {
                 jti: rand::base64url::<16, _>(rng),
                 site: site.id.clone(),
-                subject: request.subject,
-                org_domain: request.org_domain,
-                scopes: request.scopes,
-                label: request.label,
+                subject: request.subject.clone(),
+                org_domain: request.org_domain.clone(),
+                scopes: request.scopes.clone(),
+                label: request.label.clone(),
                 created: now,
                 expires: now.saturating_add(request.ttl),
                 revoked: None,
@@ -141,7 +163,20 @@ impl<S: Store> Engine<S> {
         jti: &str,
         now: Timestamp,
     ) -> Result<bool, StoreError> {
-        self.transact(|txn| {
+        self.run_write(|txn| self.revoke_agent_token_in(txn, site, jti, now))
+    }
+
+    /// [`Engine::revoke_agent_token`] inside `txn`, a transaction the caller owns and
+    /// commits: see [operations in a shared
+    /// transaction](crate::store#operations-in-a-shared-transaction).
+    pub fn revoke_agent_token_in<W: WriteTransaction>(
+        &self,
+        txn: &mut W,
+        site: &SiteId,
+        jti: &str,
+        now: Timestamp,
+    ) -> Result<bool, StoreError> {
+        Self::within(txn, |txn| {
             let key = keys::agent_token(jti);
             let Some(mut token) = txn.load::<AgentToken>(&key)? else {
                 return Ok(false);

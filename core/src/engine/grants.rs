@@ -16,7 +16,7 @@ use crate::jwt::{Claims, TokenType, Validation};
 use crate::metadata;
 use crate::scope::ScopeSet;
 use crate::site::{Site, SiteError, SiteId};
-use crate::store::{ReadTransaction, Store, StoreError, Table, prefix_end};
+use crate::store::{ReadTransaction, Store, StoreError, Table, WriteTransaction, prefix_end};
 use crate::time::Timestamp;
 
 /// Who is calling a protected resource: the verified outcome of
@@ -334,18 +334,14 @@ impl<S: Store> Engine<S> {
             let mut grants = Vec::with_capacity(entries.len().min(limit));
             let mut next = None;
             for (i, (key, _)) in entries.iter().enumerate() {
-                let Some(id) = key
-                    .len()
-                    .checked_sub(16)
-                    .and_then(|at| <[u8; 16]>::try_from(&key[at..]).ok())
-                else {
+                let Some(id) = keys::grant_suffix(key) else {
                     continue;
                 };
                 if i == limit {
                     next = grants.last().map(|g: &GrantSummary| g.id);
                     break;
                 }
-                if let Some(g) = txn.load::<Grant>(&id)? {
+                if let Some(g) = txn.load::<Grant>(id.as_bytes())? {
                     grants.push(GrantSummary {
                         id: g.id,
                         status: g.status(&site, now, &self.policy),
@@ -366,8 +362,19 @@ impl<S: Store> Engine<S> {
     /// Revokes one grant; its tokens stop working at once. Returns whether a
     /// live grant was revoked.
     pub fn revoke_grant(&self, id: &GrantId, now: Timestamp) -> Result<bool, StoreError> {
-        self.revoke_grant_if(id, now, |_| true)
-            .map(|r| r == Some(true))
+        self.run_write(|txn| self.revoke_grant_in(txn, id, now))
+    }
+
+    /// [`Engine::revoke_grant`] inside `txn`, a transaction the caller owns and
+    /// commits: see [operations in a shared
+    /// transaction](crate::store#operations-in-a-shared-transaction).
+    pub fn revoke_grant_in<W: WriteTransaction>(
+        &self,
+        txn: &mut W,
+        id: &GrantId,
+        now: Timestamp,
+    ) -> Result<bool, StoreError> {
+        Self::revoke_grant_if(txn, id, now, |_| true).map(|r| r == Some(true))
     }
 
     /// Revokes one grant for the user who holds it: `Ok(None)` when `subject`
@@ -381,18 +388,32 @@ impl<S: Store> Engine<S> {
         id: &GrantId,
         now: Timestamp,
     ) -> Result<Option<bool>, StoreError> {
-        self.revoke_grant_if(id, now, |g| g.site == *site && g.subject == subject)
+        self.run_write(|txn| self.revoke_own_grant_in(txn, site, subject, id, now))
+    }
+
+    /// [`Engine::revoke_own_grant`] inside `txn`, a transaction the caller owns and
+    /// commits: see [operations in a shared
+    /// transaction](crate::store#operations-in-a-shared-transaction).
+    pub fn revoke_own_grant_in<W: WriteTransaction>(
+        &self,
+        txn: &mut W,
+        site: &SiteId,
+        subject: &str,
+        id: &GrantId,
+        now: Timestamp,
+    ) -> Result<Option<bool>, StoreError> {
+        Self::revoke_grant_if(txn, id, now, |g| g.site == *site && g.subject == subject)
     }
 
     /// `None` when the grant is missing or `owned` refuses it; otherwise
     /// whether a live grant was revoked.
-    fn revoke_grant_if(
-        &self,
+    fn revoke_grant_if<W: WriteTransaction>(
+        txn: &mut W,
         id: &GrantId,
         now: Timestamp,
-        owned: impl FnOnce(&Grant) -> bool,
+        owned: impl Fn(&Grant) -> bool,
     ) -> Result<Option<bool>, StoreError> {
-        self.transact(|txn| {
+        Self::within(txn, |txn| {
             let Some(mut grant) = txn.load::<Grant>(id.as_bytes())?.filter(|g| owned(g)) else {
                 return Ok(None);
             };
@@ -414,7 +435,20 @@ impl<S: Store> Engine<S> {
         subject: &str,
         now: Timestamp,
     ) -> Result<usize, StoreError> {
-        self.transact(|txn| {
+        self.run_write(|txn| self.revoke_user_grants_in(txn, site, subject, now))
+    }
+
+    /// [`Engine::revoke_user_grants`] inside `txn`, a transaction the caller owns and
+    /// commits: see [operations in a shared
+    /// transaction](crate::store#operations-in-a-shared-transaction).
+    pub fn revoke_user_grants_in<W: WriteTransaction>(
+        &self,
+        txn: &mut W,
+        site: &SiteId,
+        subject: &str,
+        now: Timestamp,
+    ) -> Result<usize, StoreError> {
+        Self::within(txn, |txn| {
             let prefix = keys::user_grants(site, subject);
             let end = prefix_end(&prefix);
             let end = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
@@ -422,7 +456,10 @@ impl<S: Store> Engine<S> {
                 txn.range(Table::GrantIndex, Bound::Included(&prefix), end, usize::MAX)?;
             let mut revoked = 0;
             for (key, _) in entries {
-                let id = &key[key.len() - 16..];
+                let Some(id) = keys::grant_suffix(&key) else {
+                    continue;
+                };
+                let id = id.as_bytes();
                 if let Some(mut grant) = txn.load::<Grant>(id)?
                     && grant.revoked.is_none()
                 {
@@ -443,7 +480,19 @@ impl<S: Store> Engine<S> {
     /// A grant refreshed since it was indexed is re-indexed at its new
     /// deadline instead of deleted (refreshes do not pay for index upkeep).
     pub fn sweep(&self, now: Timestamp, budget: usize) -> Result<usize, StoreError> {
-        self.transact(|txn| {
+        self.run_write(|txn| self.sweep_in(txn, now, budget))
+    }
+
+    /// [`Engine::sweep`] inside `txn`, a transaction the caller owns and
+    /// commits: see [operations in a shared
+    /// transaction](crate::store#operations-in-a-shared-transaction).
+    pub fn sweep_in<W: WriteTransaction>(
+        &self,
+        txn: &mut W,
+        now: Timestamp,
+        budget: usize,
+    ) -> Result<usize, StoreError> {
+        Self::within(txn, |txn| {
             let end = keys::expiry(now, Table::Meta, &[]);
             let due = txn.range(
                 Table::Expiry,

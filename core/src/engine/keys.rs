@@ -43,6 +43,12 @@ pub(crate) fn with_grant(mut prefix: Vec<u8>, grant: &GrantId) -> Vec<u8> {
     prefix
 }
 
+/// The grant id that ends a key made by [`with_grant`].
+pub(crate) fn grant_suffix(key: &[u8]) -> Option<GrantId> {
+    let (_, id) = key.split_last_chunk::<16>()?;
+    Some(GrantId::from_bytes(*id))
+}
+
 /// `Expiry`: `expires | table | key`.
 pub(crate) fn expiry(at: Timestamp, table: Table, key: &[u8]) -> Vec<u8> {
     let mut k = Vec::with_capacity(9 + key.len());
@@ -90,9 +96,20 @@ pub(crate) fn request(lineage: &Lineage, id: &RequestId) -> Vec<u8> {
 /// `Requests`: `g | grant`, the prefix of a grant's undecided requests.
 pub(crate) fn grant_requests(grant: &GrantId) -> Vec<u8> {
     let mut k = Vec::with_capacity(33);
-    k.push(b'g');
+    k.extend_from_slice(ALL_GRANT_REQUESTS);
     k.extend_from_slice(grant.as_bytes());
     k
+}
+
+/// `Requests`: the prefix of every grant's undecided requests.
+pub(crate) const ALL_GRANT_REQUESTS: &[u8] = b"g";
+
+/// Splits a [`grant_request`] key.
+pub(crate) fn split_grant_request(key: &[u8]) -> Option<(GrantId, RequestId)> {
+    let rest = key.strip_prefix(ALL_GRANT_REQUESTS)?;
+    let (grant, rest) = rest.split_first_chunk::<16>()?;
+    let id: [u8; 16] = rest.try_into().ok()?;
+    Some((GrantId::from_bytes(*grant), RequestId::from_bytes(id)))
 }
 
 /// `Requests`: `g | grant | request id` → lineage, one undecided request.
@@ -172,4 +189,59 @@ pub(crate) fn session_tabs(site: &SiteId, session: &str) -> Vec<u8> {
     push_str(&mut k, site.as_str());
     push_str(&mut k, session);
     k
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grant() -> GrantId {
+        GrantId::from_bytes([7; 16])
+    }
+
+    fn request_id() -> RequestId {
+        RequestId::from_bytes([9; 16])
+    }
+
+    #[test]
+    fn every_split_key_round_trips() {
+        let site = SiteId::parse("demo").unwrap_or_else(|_| unreachable!());
+        let lineage = Lineage([3; 32]);
+        let at = Timestamp::from_secs(1_800_000_000);
+        assert_eq!(
+            split_grant_request(&grant_request(&grant(), &request_id())),
+            Some((grant(), request_id()))
+        );
+        for prefix in [
+            user_grants(&site, "user-1"),
+            site_grants(&site),
+            session_tabs(&site, "browser"),
+        ] {
+            assert_eq!(grant_suffix(&with_grant(prefix, &grant())), Some(grant()));
+        }
+        assert_eq!(
+            split_ledger_expiry(&ledger_expiry(at, &lineage, &request_id())),
+            Some((at, lineage, request_id()))
+        );
+        let key = expiry(at, Table::Grants, grant().as_bytes());
+        assert_eq!(
+            split_expiry(&key),
+            Some((
+                at,
+                Table::Grants.index() as u8,
+                grant().as_bytes().as_slice()
+            ))
+        );
+    }
+
+    #[test]
+    fn malformed_keys_split_to_nothing() {
+        let key = grant_request(&grant(), &request_id());
+        assert_eq!(split_grant_request(&key[..key.len() - 1]), None);
+        assert_eq!(split_grant_request(&[key.as_slice(), b"x"].concat()), None);
+        assert_eq!(split_grant_request(&rate(&grant())), None);
+        assert_eq!(grant_suffix(&[1; 15]), None);
+        assert_eq!(split_ledger_expiry(b"e"), None);
+        assert_eq!(split_expiry(&[0; 8]), None);
+    }
 }

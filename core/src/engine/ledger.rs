@@ -1,13 +1,14 @@
-//! The ledger, approval and connected-tab operations: one store transaction
-//! each. See [`crate::ledger`] for the rules they implement.
+//! The execution-ledger operations (`begin`, the ticket operations, the
+//! ledger sweep and start-up recovery): each in one store transaction of
+//! its own, or (the `_in` forms) inside the caller's. See [`crate::ledger`]
+//! for the rules they implement; approvals live in `approvals.rs`, the
+//! connected tab in `tab.rs`, and the helpers they share here.
 
 use alloc::vec::Vec;
 use core::ops::Bound;
 
 use super::{Engine, SiteOpError, Txn, keys, load_site};
-use crate::approval::{
-    ApprovalDecision, ApprovalError, ApprovalPrompt, ApprovalRef, Binding, PendingApproval,
-};
+use crate::approval::{Binding, PendingApproval};
 use crate::bearer::Challenge;
 use crate::engine::Principal;
 use crate::grant::{Grant, GrantId, GrantStatus};
@@ -18,15 +19,15 @@ use crate::ledger::{
 };
 use crate::metadata;
 use crate::scope::ScopeSet;
-use crate::site::{Site, SiteError, SiteId};
+use crate::site::{Site, SiteError};
 use crate::store::{
     Entry, ReadTransaction, Store, StoreError, Table, WriteTransaction, prefix_end,
 };
-use crate::tab::{Connected, Dispatch, TabConnection, TabError, TabHello};
+use crate::tab::{Dispatch, TabConnection, TabHello};
 use crate::time::{Timestamp, TimestampMs};
 
 /// The failure a non-live grant status means.
-fn session_failure(status: Option<GrantStatus>) -> Failure {
+pub(super) fn session_failure(status: Option<GrantStatus>) -> Failure {
     match status {
         Some(GrantStatus::Expired) => Failure::Expired,
         _ => Failure::Revoked,
@@ -38,7 +39,7 @@ fn prefix_bounds(prefix: &[u8]) -> (Bound<&[u8]>, Option<Vec<u8>>) {
 }
 
 /// Every entry under `prefix`.
-fn scan<R: ReadTransaction>(
+pub(super) fn scan<R: ReadTransaction>(
     txn: &R,
     table: Table,
     prefix: &[u8],
@@ -51,7 +52,7 @@ fn scan<R: ReadTransaction>(
 
 /// The undecided requests of `grant`, from its index: each entry's index
 /// key, the request's lineage and its id. Malformed entries are skipped.
-fn undecided_of<R: ReadTransaction>(
+pub(super) fn undecided_of<R: ReadTransaction>(
     txn: &R,
     grant: &GrantId,
 ) -> Result<Vec<(Vec<u8>, Lineage, RequestId)>, StoreError> {
@@ -64,10 +65,7 @@ fn undecided_of<R: ReadTransaction>(
     Ok(entries
         .into_iter()
         .filter_map(|(key, lineage)| {
-            let id = key
-                .get(17..33)
-                .and_then(|b| <[u8; 16]>::try_from(b).ok())
-                .map(RequestId::from_bytes)?;
+            let (_, id) = keys::split_grant_request(&key)?;
             let lineage = <[u8; 32]>::try_from(lineage.as_slice()).ok().map(Lineage)?;
             Some((key, lineage, id))
         })
@@ -77,8 +75,8 @@ fn undecided_of<R: ReadTransaction>(
 /// Saves a request and keeps its indexes: the grant index while undecided,
 /// and an expiry entry at `look_at` (a hint: the sweep recomputes the real
 /// deadline and re-files the entry if it is later).
-fn store_request<W: WriteTransaction>(
-    txn: &mut Txn<W>,
+pub(super) fn store_request<W: WriteTransaction>(
+    txn: &mut Txn<'_, W>,
     lineage: &Lineage,
     rec: &ExecutionRequest,
     look_at: Timestamp,
@@ -101,7 +99,7 @@ fn store_request<W: WriteTransaction>(
 /// with `unknownTail`) and its tab connection, in the caller's transaction.
 /// Every path that revokes a grant calls this in the same transaction.
 pub(crate) fn cancel_grant_requests<W: WriteTransaction>(
-    txn: &mut Txn<W>,
+    txn: &mut Txn<'_, W>,
     grant: &GrantId,
     now: Timestamp,
 ) -> Result<(), StoreError> {
@@ -126,8 +124,8 @@ pub(crate) fn cancel_grant_requests<W: WriteTransaction>(
 }
 
 /// Cuts off the running requests of `grant` dispatched to `connection`.
-fn cut_runs<W: WriteTransaction>(
-    txn: &mut Txn<W>,
+pub(super) fn cut_runs<W: WriteTransaction>(
+    txn: &mut Txn<'_, W>,
     grant: &GrantId,
     connection: u32,
     now: Timestamp,
@@ -155,7 +153,7 @@ const JOIN_SCAN: usize = 256;
 /// it exists and a step-up consent never meets `no_live_tab` while the tab
 /// is open. The page's own heartbeats then keep it live like the others.
 pub(super) fn join_live_tab<W: WriteTransaction>(
-    txn: &mut Txn<W>,
+    txn: &mut Txn<'_, W>,
     grant: &Grant,
     timeout: core::time::Duration,
     now: Timestamp,
@@ -163,12 +161,7 @@ pub(super) fn join_live_tab<W: WriteTransaction>(
     let prefix = keys::user_grants(&grant.site, &grant.subject);
     let mut best: Option<TabConnection> = None;
     for (index, _) in scan(&*txn, Table::GrantIndex, &prefix, JOIN_SCAN)? {
-        let Some(other) = index
-            .len()
-            .checked_sub(16)
-            .and_then(|at| <[u8; 16]>::try_from(&index[at..]).ok())
-            .map(GrantId::from_bytes)
-        else {
+        let Some(other) = keys::grant_suffix(&index) else {
             continue;
         };
         if other == grant.id {
@@ -215,7 +208,7 @@ fn reconnect_link(site: &Site) -> ReconnectLink {
     }
 }
 
-fn binding(site: &Site, grant: &Grant) -> Binding {
+pub(super) fn binding(site: &Site, grant: &Grant) -> Binding {
     Binding {
         grant: grant.id,
         epoch: grant.epoch,
@@ -253,7 +246,7 @@ struct RunContext {
 }
 
 impl<S: Store> Engine<S> {
-    fn grant_status<R: ReadTransaction>(
+    pub(super) fn grant_status<R: ReadTransaction>(
         &self,
         txn: &R,
         site: &Site,
@@ -325,9 +318,9 @@ impl<S: Store> Engine<S> {
         }))
     }
 
-    fn save_request<W: WriteTransaction>(
+    pub(super) fn save_request<W: WriteTransaction>(
         &self,
-        txn: &mut Txn<W>,
+        txn: &mut Txn<'_, W>,
         lineage: &Lineage,
         rec: &ExecutionRequest,
     ) -> Result<(), StoreError> {
@@ -357,7 +350,23 @@ impl<S: Store> Engine<S> {
         caller: Caller,
         now: TimestampMs,
     ) -> Result<BeginAnswer, BeginError> {
-        self.begin_needing(principal, params, &ScopeSet::default(), caller, now)
+        self.run_write(|txn| {
+            self.begin_needing_in(txn, principal, params, &ScopeSet::default(), caller, now)
+        })
+    }
+
+    /// [`Engine::begin`] inside `txn`, a transaction the caller owns and
+    /// commits: see [operations in a shared
+    /// transaction](crate::store#operations-in-a-shared-transaction).
+    pub fn begin_in<W: WriteTransaction>(
+        &self,
+        txn: &mut W,
+        principal: &Principal,
+        params: &ExecuteParams,
+        caller: Caller,
+        now: TimestampMs,
+    ) -> Result<BeginAnswer, BeginError> {
+        self.begin_needing_in(txn, principal, params, &ScopeSet::default(), caller, now)
     }
 
     /// [`Engine::begin`] for a call whose actions the adapter already knows
@@ -369,10 +378,6 @@ impl<S: Store> Engine<S> {
     /// same `requestId` is judged afresh with the wider token. An existing
     /// request that has not finished is checked the same way before it
     /// resumes; a finished one answers its stored result as before.
-    #[allow(
-        clippy::too_many_lines,
-        reason = "one decision table, read top to bottom; splitting it would scatter the order of checks"
-    )]
     pub fn begin_needing(
         &self,
         principal: &Principal,
@@ -381,8 +386,27 @@ impl<S: Store> Engine<S> {
         caller: Caller,
         now: TimestampMs,
     ) -> Result<BeginAnswer, BeginError> {
+        self.run_write(|txn| self.begin_needing_in(txn, principal, params, needed, caller, now))
+    }
+
+    /// [`Engine::begin_needing`] inside `txn`, a transaction the caller owns
+    /// and commits: see [operations in a shared
+    /// transaction](crate::store#operations-in-a-shared-transaction).
+    #[allow(
+        clippy::too_many_lines,
+        reason = "one decision table, read top to bottom; splitting it would scatter the order of checks"
+    )]
+    pub fn begin_needing_in<W: WriteTransaction>(
+        &self,
+        txn: &mut W,
+        principal: &Principal,
+        params: &ExecuteParams,
+        needed: &ScopeSet,
+        caller: Caller,
+        now: TimestampMs,
+    ) -> Result<BeginAnswer, BeginError> {
         let from = params.outcome_cursor.as_deref();
-        self.transact(|txn| {
+        Self::within(txn, |txn| {
             let now_s = now.timestamp();
             let site = load_site(&*txn, &principal.site).map_err(|e| match e {
                 SiteOpError::Store(e) => BeginError::Store(e),
@@ -556,7 +580,7 @@ impl<S: Store> Engine<S> {
     /// grant is no longer live or its tab connection moved.
     fn run_context<W: WriteTransaction>(
         &self,
-        txn: &mut Txn<W>,
+        txn: &mut Txn<'_, W>,
         ticket: &ExecutionTicket,
         now: Timestamp,
     ) -> Result<RunContext, TicketError> {
@@ -606,13 +630,35 @@ impl<S: Store> Engine<S> {
     /// a recorded one, checks its scope (reads need `skills:read`, writes and
     /// unknown effects `skills:write`), the tab's visibility for actions that
     /// drive page controls, and the approval of writes and unknown effects.
+    #[allow(
+        clippy::needless_pass_by_value,
+        reason = "the ticket is consumed by contract; each attempt works on a duplicate, in case a conflict re-runs it"
+    )]
     pub fn authorize_action(
         &self,
-        mut ticket: ExecutionTicket,
+        ticket: ExecutionTicket,
         action: &Action,
         now: Timestamp,
     ) -> Result<ActionVerdict, TicketError> {
-        self.transact(move |txn| {
+        self.run_write(|txn| self.authorize_action_in(txn, ticket.duplicate(), action, now))
+    }
+
+    /// [`Engine::authorize_action`] inside `txn`, a transaction the caller owns and
+    /// commits: see [operations in a shared
+    /// transaction](crate::store#operations-in-a-shared-transaction).
+    #[allow(
+        clippy::needless_pass_by_value,
+        reason = "the ticket is consumed by contract; each attempt works on a duplicate, in case a conflict re-runs it"
+    )]
+    pub fn authorize_action_in<W: WriteTransaction>(
+        &self,
+        txn: &mut W,
+        ticket: ExecutionTicket,
+        action: &Action,
+        now: Timestamp,
+    ) -> Result<ActionVerdict, TicketError> {
+        Self::within(txn, |txn| {
+            let mut ticket = ticket;
             let RunContext {
                 key,
                 mut rec,
@@ -692,8 +738,29 @@ impl<S: Store> Engine<S> {
 
     /// Records the outcome of the action the run was last authorized to
     /// perform; returns the ticket for the next action.
+    #[allow(
+        clippy::needless_pass_by_value,
+        reason = "by value as before; an attempt that may re-run on a conflict clones what it keeps"
+    )]
     pub fn record_outcome(
         &self,
+        ticket: ExecutionTicket,
+        report: Report,
+        now: Timestamp,
+    ) -> Result<ExecutionTicket, TicketError> {
+        self.run_write(|txn| self.record_outcome_in(txn, ticket.duplicate(), report.clone(), now))
+    }
+
+    /// [`Engine::record_outcome`] inside `txn`, a transaction the caller owns and
+    /// commits: see [operations in a shared
+    /// transaction](crate::store#operations-in-a-shared-transaction).
+    #[allow(
+        clippy::needless_pass_by_value,
+        reason = "by value as before; an attempt that may re-run on a conflict clones what it keeps"
+    )]
+    pub fn record_outcome_in<W: WriteTransaction>(
+        &self,
+        txn: &mut W,
         ticket: ExecutionTicket,
         report: Report,
         now: Timestamp,
@@ -701,30 +768,50 @@ impl<S: Store> Engine<S> {
         if let Err(e) = report.validate() {
             return Err(TicketError::Invalid(alloc::boxed::Box::new(ticket), e));
         }
-        self.transact(move |txn| {
+        Self::within(txn, |txn| {
             let RunContext { key, mut rec, .. } = self.run_context(txn, &ticket, now)?;
             let Some(done) = rec.confirm() else {
-                return Err(TicketError::OutOfOrder(alloc::boxed::Box::new(ticket)));
+                return Err(TicketError::OutOfOrder(alloc::boxed::Box::new(
+                    ticket.duplicate(),
+                )));
             };
             let outcome = Outcome {
                 seq: done.seq,
                 kind: done.kind,
                 effect: done.effect,
                 fingerprint: done.fingerprint,
-                status: report.status,
-                summary: report.summary,
+                status: report.status.clone(),
+                summary: report.summary.clone(),
             };
             txn.save(&keys::outcome(&ticket.lineage, &rec.id, done.seq), &outcome)?;
             txn.save(&key, &rec)?;
-            Ok(ticket)
-        })
+            Ok(())
+        })?;
+        Ok(ticket)
     }
 
     /// Ends the run with the code's result or business error and returns
     /// the stored result. `unknownTail` is set if an authorized action was
     /// never confirmed.
+    #[allow(
+        clippy::needless_pass_by_value,
+        reason = "the ticket is consumed by contract; each attempt works on a duplicate, in case a conflict re-runs it"
+    )]
     pub fn complete(
         &self,
+        ticket: ExecutionTicket,
+        completion: &Completion,
+        now: Timestamp,
+    ) -> Result<StoredResult, TicketError> {
+        self.run_write(|txn| self.complete_in(txn, ticket.duplicate(), completion, now))
+    }
+
+    /// [`Engine::complete`] inside `txn`, a transaction the caller owns and
+    /// commits: see [operations in a shared
+    /// transaction](crate::store#operations-in-a-shared-transaction).
+    pub fn complete_in<W: WriteTransaction>(
+        &self,
+        txn: &mut W,
         ticket: ExecutionTicket,
         completion: &Completion,
         now: Timestamp,
@@ -733,9 +820,9 @@ impl<S: Store> Engine<S> {
             Ok(end) => end,
             Err(e) => return Err(TicketError::Invalid(alloc::boxed::Box::new(ticket), e)),
         };
-        self.transact(move |txn| {
+        Self::within(txn, |txn| {
             let RunContext { mut rec, .. } = self.run_context(txn, &ticket, now)?;
-            rec.finish(end, false, now);
+            rec.finish(end.clone(), false, now);
             self.save_request(txn, &ticket.lineage, &rec)?;
             self.stored(&*txn, &ticket.lineage, &rec, 0)?
                 .ok_or(TicketError::Stale)
@@ -784,7 +871,19 @@ impl<S: Store> Engine<S> {
     /// `budget` units of work (index entries and outcomes). Returns the work
     /// done; call again while it returns `budget`.
     pub fn sweep_ledger(&self, now: Timestamp, budget: usize) -> Result<usize, StoreError> {
-        self.transact(|txn| {
+        self.run_write(|txn| self.sweep_ledger_in(txn, now, budget))
+    }
+
+    /// [`Engine::sweep_ledger`] inside `txn`, a transaction the caller owns and
+    /// commits: see [operations in a shared
+    /// transaction](crate::store#operations-in-a-shared-transaction).
+    pub fn sweep_ledger_in<W: WriteTransaction>(
+        &self,
+        txn: &mut W,
+        now: Timestamp,
+        budget: usize,
+    ) -> Result<usize, StoreError> {
+        Self::within(txn, |txn| {
             let end = keys::ledger_expiry_after(now);
             let due = txn.range(
                 Table::Requests,
@@ -872,12 +971,25 @@ impl<S: Store> Engine<S> {
         now: Timestamp,
         budget: usize,
     ) -> Result<Abandoned, StoreError> {
+        self.run_write(|txn| self.abandon_running_in(txn, from, now, budget))
+    }
+
+    /// [`Engine::abandon_running`] inside `txn`, a transaction the caller owns and
+    /// commits: see [operations in a shared
+    /// transaction](crate::store#operations-in-a-shared-transaction).
+    pub fn abandon_running_in<W: WriteTransaction>(
+        &self,
+        txn: &mut W,
+        from: Option<&AbandonCursor>,
+        now: Timestamp,
+        budget: usize,
+    ) -> Result<Abandoned, StoreError> {
         let budget = budget.max(1);
-        self.transact(|txn| {
-            let start = from.map_or(Bound::Included(b"g".as_slice()), |c| {
+        Self::within(txn, |txn| {
+            let start = from.map_or(Bound::Included(keys::ALL_GRANT_REQUESTS), |c| {
                 Bound::Excluded(c.0.as_slice())
             });
-            let end = prefix_end(b"g");
+            let end = prefix_end(keys::ALL_GRANT_REQUESTS);
             let end = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
             let entries = txn.range(Table::Requests, start, end, budget)?;
             let next = (entries.len() == budget)
@@ -885,13 +997,8 @@ impl<S: Store> Engine<S> {
                 .flatten();
             let mut ended = 0;
             for (key, lineage) in entries {
-                let (Some(grant), Some(id), Ok(lineage)) = (
-                    key.get(1..17)
-                        .and_then(|b| <[u8; 16]>::try_from(b).ok())
-                        .map(GrantId::from_bytes),
-                    key.get(17..33)
-                        .and_then(|b| <[u8; 16]>::try_from(b).ok())
-                        .map(RequestId::from_bytes),
+                let (Some((grant, id)), Ok(lineage)) = (
+                    keys::split_grant_request(&key),
                     <[u8; 32]>::try_from(lineage.as_slice()).map(Lineage),
                 ) else {
                     continue;
@@ -906,319 +1013,6 @@ impl<S: Store> Engine<S> {
                 }
             }
             Ok(Abandoned { ended, next })
-        })
-    }
-
-    /// The approvals waiting for `subject` on `grant`, for the tab's dialogs.
-    pub fn pending_approvals(
-        &self,
-        site: &SiteId,
-        subject: &str,
-        grant: &GrantId,
-    ) -> Result<Vec<ApprovalPrompt>, ApprovalError> {
-        self.read(|txn| {
-            let g: Grant = txn
-                .load(grant.as_bytes())?
-                .filter(|g: &Grant| g.site == *site && g.subject == subject)
-                .ok_or(ApprovalError::Forbidden)?;
-            let lineage = Lineage::of(site.as_str(), &g.subject, &g.client_id);
-            let mut out = Vec::new();
-            for (_, _, id) in undecided_of(txn, grant)? {
-                if let Some(rec) = txn.load::<ExecutionRequest>(&keys::request(&lineage, &id))?
-                    && let RequestState::AwaitingApproval(p) = &rec.state
-                {
-                    out.push(p.prompt(rec.id));
-                }
-            }
-            Ok(out)
-        })
-    }
-
-    /// The user's decision on an approval prompt, from the connected tab of
-    /// the signed-in `subject`. Deny ends the request with
-    /// `PERMISSION_DENIED`; an approval lets the next `begin` with the same
-    /// request id resume and run the action once.
-    pub fn decide_approval(
-        &self,
-        site_id: &SiteId,
-        subject: &str,
-        approval: &ApprovalRef,
-        decision: ApprovalDecision,
-        now: Timestamp,
-    ) -> Result<(), ApprovalError> {
-        self.transact(|txn| {
-            let site = load_site(&*txn, site_id).map_err(|e| match e {
-                SiteOpError::Store(e) => ApprovalError::Store(e),
-                SiteOpError::Site(_) => ApprovalError::Forbidden,
-            })?;
-            let (grant, status) = self.grant_status(&*txn, &site, &approval.grant, now)?;
-            let grant = grant
-                .filter(|g| g.site == site.id && g.subject == subject)
-                .ok_or(ApprovalError::Forbidden)?;
-            let lineage = Lineage::of(site.id.as_str(), &grant.subject, &grant.client_id);
-            let key = keys::request(&lineage, &approval.request_id);
-            let mut rec: ExecutionRequest = txn.load(&key)?.ok_or(ApprovalError::NotPending)?;
-            let RequestState::AwaitingApproval(pending) = &rec.state else {
-                return Err(ApprovalError::NotPending);
-            };
-            if rec.grant != grant.id
-                || pending.seq != approval.seq
-                || pending.action.fingerprint() != approval.fingerprint
-            {
-                return Err(ApprovalError::NotPending);
-            }
-            if status != Some(GrantStatus::Live) {
-                return Err(ApprovalError::Void);
-            }
-            let pending = pending.clone();
-            match pending.decide(decision, &binding(&site, &grant)) {
-                Err(ApprovalError::Void) => {
-                    rec.approved = None;
-                    rec.park(Park::Resume);
-                    self.save_request(txn, &lineage, &rec)?;
-                    Err(ApprovalError::Void)
-                }
-                Err(e) => Err(e),
-                Ok(None) => {
-                    rec.finish(End::Failed(Failure::Denied), false, now);
-                    self.save_request(txn, &lineage, &rec)?;
-                    Ok(())
-                }
-                Ok(Some(approved)) => {
-                    if decision == ApprovalDecision::AutoApproveKind
-                        && let Some(mut tab) = txn.load::<TabConnection>(&keys::tab(&grant.id))?
-                        && tab.connected
-                    {
-                        tab.allow_kind(pending.action.kind(), approved.fingerprint);
-                        txn.save(&keys::tab(&grant.id), &tab)?;
-                    }
-                    rec.approved = Some(approved);
-                    rec.park(Park::Resume);
-                    self.save_request(txn, &lineage, &rec)?;
-                    Ok(())
-                }
-            }
-        })
-    }
-
-    /// Loads the grant a tab operation is for, checking it is `subject`'s on
-    /// `site` and live.
-    fn tab_grant<R: ReadTransaction>(
-        &self,
-        txn: &R,
-        site_id: &SiteId,
-        subject: &str,
-        grant: &GrantId,
-        now: Timestamp,
-    ) -> Result<Site, TabError> {
-        let site = load_site(txn, site_id).map_err(|e| match e {
-            SiteOpError::Store(e) => TabError::Store(e),
-            SiteOpError::Site(_) => TabError::Forbidden,
-        })?;
-        if let Err(SiteError::Disabled { retry_after_secs }) = site.ensure_enabled() {
-            return Err(TabError::Unavailable { retry_after_secs });
-        }
-        let (g, status) = self.grant_status(txn, &site, grant, now)?;
-        if !g.is_some_and(|g| g.site == site.id && g.subject == subject) {
-            return Err(TabError::Forbidden);
-        }
-        if status != Some(GrantStatus::Live) {
-            return Err(TabError::Session(session_failure(status)));
-        }
-        Ok(site)
-    }
-
-    fn move_tab(
-        &self,
-        site_id: &SiteId,
-        subject: &str,
-        grant: &GrantId,
-        hello: &TabHello,
-        take_over: bool,
-        now: Timestamp,
-    ) -> Result<Connected, TabError> {
-        hello.validate()?;
-        self.transact(|txn| {
-            let site = self.tab_grant(&*txn, site_id, subject, grant, now)?;
-            let key = keys::tab(grant);
-            let (tab, connected) = match txn.load::<TabConnection>(&key)? {
-                None => {
-                    let tab = TabConnection::new(*grant, site.id.clone(), hello, now);
-                    let c = Connected {
-                        connection: tab.connection,
-                        ended: None,
-                    };
-                    (tab, c)
-                }
-                Some(mut tab) => {
-                    if tab.browser_session != hello.browser_session {
-                        txn.delete(
-                            Table::Tabs,
-                            &keys::with_grant(
-                                keys::session_tabs(&site.id, &tab.browser_session),
-                                grant,
-                            ),
-                        )?;
-                    }
-                    let c = if take_over {
-                        tab.take_over(hello, now)
-                    } else {
-                        tab.connect(hello, now, self.policy.tab_heartbeat_timeout)?
-                    };
-                    (tab, c)
-                }
-            };
-            if let Some(ended) = connected.ended {
-                cut_runs(txn, grant, ended, now)?;
-            }
-            txn.put(
-                Table::Tabs,
-                &keys::with_grant(keys::session_tabs(&site.id, &hello.browser_session), grant),
-                &[],
-            )?;
-            txn.save(&key, &tab)?;
-            Ok(connected)
-        })
-    }
-
-    /// A page connects as `grant`'s executor: a first connection, the same
-    /// one again, or a reload of the connected tab (which ends the old page's
-    /// connection: its runs are cut off, its auto-approvals end). Another tab
-    /// is refused with [`TabError::Busy`] while the connection is live.
-    pub fn connect_tab(
-        &self,
-        site: &SiteId,
-        subject: &str,
-        grant: &GrantId,
-        hello: &TabHello,
-        now: Timestamp,
-    ) -> Result<Connected, TabError> {
-        self.move_tab(site, subject, grant, hello, false, now)
-    }
-
-    /// "Use this tab": moves `grant`'s connection to this page. Calls
-    /// dispatched to the old tab are cut off and end with `unknownTail`.
-    pub fn take_over_tab(
-        &self,
-        site: &SiteId,
-        subject: &str,
-        grant: &GrantId,
-        hello: &TabHello,
-        now: Timestamp,
-    ) -> Result<Connected, TabError> {
-        self.move_tab(site, subject, grant, hello, true, now)
-    }
-
-    /// A heartbeat (with visibility) from the connected page.
-    #[allow(
-        clippy::too_many_arguments,
-        reason = "each argument is one fact the adapter holds; bundling them would only rename them"
-    )]
-    pub fn tab_heartbeat(
-        &self,
-        site: &SiteId,
-        subject: &str,
-        grant: &GrantId,
-        tab_id: &str,
-        page_instance: &str,
-        visible: bool,
-        now: Timestamp,
-    ) -> Result<(), TabError> {
-        self.transact(|txn| {
-            self.tab_grant(&*txn, site, subject, grant, now)?;
-            let key = keys::tab(grant);
-            let mut tab: TabConnection = txn.load(&key)?.ok_or(TabError::NotConnected)?;
-            tab.heartbeat(
-                tab_id,
-                page_instance,
-                visible,
-                now,
-                self.policy.tab_heartbeat_timeout,
-            )?;
-            txn.save(&key, &tab)?;
-            Ok(())
-        })
-    }
-
-    /// The connected page disconnects: the connection ends (its runs are cut
-    /// off, its auto-approvals end); the grant stays.
-    pub fn disconnect_tab(
-        &self,
-        site: &SiteId,
-        subject: &str,
-        grant: &GrantId,
-        tab_id: &str,
-        page_instance: &str,
-        now: Timestamp,
-    ) -> Result<(), TabError> {
-        self.transact(|txn| {
-            let key = keys::tab(grant);
-            let mut tab: TabConnection = txn.load(&key)?.ok_or(TabError::NotConnected)?;
-            if tab.site != *site {
-                return Err(TabError::Forbidden);
-            }
-            let g: Option<Grant> = txn.load(grant.as_bytes())?;
-            if g.is_none_or(|g| g.subject != subject) {
-                return Err(TabError::Forbidden);
-            }
-            let ended = tab.disconnect(tab_id, page_instance)?;
-            cut_runs(txn, grant, ended, now)?;
-            txn.save(&key, &tab)?;
-            Ok(())
-        })
-    }
-
-    /// Sign-out: ends every tab connection of `browser_session` on `site`
-    /// at once, with their auto-approvals. Returns how many ended.
-    pub fn reset_session(
-        &self,
-        site: &SiteId,
-        browser_session: &str,
-        now: Timestamp,
-    ) -> Result<usize, StoreError> {
-        self.transact(|txn| {
-            let prefix = keys::session_tabs(site, browser_session);
-            let mut ended = 0;
-            for (index, _) in scan(&*txn, Table::Tabs, &prefix, usize::MAX)? {
-                txn.delete(Table::Tabs, &index)?;
-                let Some(grant) = index
-                    .len()
-                    .checked_sub(16)
-                    .and_then(|at| <[u8; 16]>::try_from(&index[at..]).ok())
-                    .map(GrantId::from_bytes)
-                else {
-                    continue;
-                };
-                let key = keys::tab(&grant);
-                if let Some(mut tab) = txn.load::<TabConnection>(&key)?
-                    && tab.browser_session == browser_session
-                    && let Some(connection) = tab.end()
-                {
-                    cut_runs(txn, &grant, connection, now)?;
-                    txn.save(&key, &tab)?;
-                    ended += 1;
-                }
-            }
-            Ok(ended)
-        })
-    }
-
-    /// `grant`'s tab connection, if it ever connected.
-    pub fn tab_connection(&self, grant: &GrantId) -> Result<Option<TabConnection>, StoreError> {
-        self.read(|txn| txn.load(&keys::tab(grant)))
-    }
-
-    /// Where an action of `grant` would be dispatched now: the live
-    /// connection, `no_live_tab` or `tab_not_visible`.
-    pub fn dispatch(
-        &self,
-        grant: &GrantId,
-        drives_page: bool,
-        now: Timestamp,
-    ) -> Result<Dispatch, StoreError> {
-        Ok(match self.tab_connection(grant)? {
-            Some(tab) => tab.dispatch(drives_page, now, self.policy.tab_heartbeat_timeout),
-            None => Dispatch::NoLiveTab,
         })
     }
 

@@ -1,5 +1,5 @@
 //! [`Engine`]: loads records, runs their pure transitions and writes the
-//! results back, **one store transaction per operation**.
+//! results back.
 //!
 //! Operations come in three kinds:
 //!
@@ -7,11 +7,19 @@
 //!   [`Engine::set_site_enabled`], [`Engine::rotate_site_key`], …;
 //! * **endpoints** — [`Engine::authorize`], [`Engine::decide`],
 //!   [`Engine::token`], [`Engine::revoke_token`], [`Engine::verify_bearer`]:
-//!   each takes the raw request parts an adapter has (query, body, every
-//!   `Authorization` value as a [`HeaderField`](crate::header::HeaderField),
-//!   so a repeated one is refused, never guessed at) and answers with a
-//!   typed value that maps to a complete HTTP response;
+//!   each takes the raw request parts an adapter has (query, body,
+//!   `Authorization` header) and answers with a typed value that maps to a
+//!   complete HTTP response;
 //! * **grant management** — listing, revoking and sweeping.
+//!
+//! Every operation that changes state comes in two forms: `op(…)` runs in
+//! one write transaction of its own and commits it, retrying on a store
+//! [`Conflict`](crate::store::StoreErrorKind::Conflict) up to
+//! [`MAX_ATTEMPTS`] times; `op_in(&mut txn, …)` applies the same operation
+//! to a transaction the caller owns and commits (group commit), under a
+//! savepoint so that a store failure leaves nothing of it there. See
+//! [operations in a shared
+//! transaction](crate::store#operations-in-a-shared-transaction).
 //!
 //! Every operation that needs the time takes `now`; every one that needs
 //! randomness takes a [`CryptoRng`](rand_core::CryptoRng). Nothing here reads
@@ -24,10 +32,12 @@
 //! cost no fsync; one in which the store failed is dropped whole.
 
 mod agent;
+mod approvals;
 mod grants;
 mod keys;
 mod ledger;
 mod oauth;
+mod tab;
 
 use alloc::vec::Vec;
 use core::cell::Cell;
@@ -36,7 +46,10 @@ use core::ops::Bound;
 use crate::jwt::Keyring;
 use crate::policy::Policy;
 use crate::site::{Site, SiteError, SiteId};
-use crate::store::{Entry, ReadTransaction, Record, Store, StoreError, Table, WriteTransaction};
+use crate::store::{
+    Entry, ReadTransaction, Record, Savepoint, Store, StoreError, StoreErrorKind, Table,
+    WriteTransaction,
+};
 
 pub use agent::{AgentPrincipal, AgentTokenRequest, MintError};
 pub use grants::{BearerRejection, GrantPage, GrantSummary, Principal};
@@ -82,21 +95,78 @@ impl<S: Store> Engine<S> {
     /// Runs `f` in one write transaction and commits what it wrote — also
     /// when `f` answers with an error, since a decided rejection may have
     /// recorded something (a revocation) — unless the store itself failed,
-    /// in which case the transaction is discarded whole.
-    pub(crate) fn transact<T, E: From<StoreError>>(
+    /// in which case the transaction is discarded whole and the store's
+    /// error is the answer.
+    ///
+    /// When the store reports a [`StoreErrorKind::Conflict`] (an optimistic
+    /// store lost a race, at any read, write or the commit), the
+    /// transaction is discarded and `f` runs again on a fresh one, up to
+    /// [`MAX_ATTEMPTS`] times in all. `f` must therefore be re-runnable: it
+    /// takes its inputs by reference or clones them per attempt, and every
+    /// effect it has goes through the transaction, so a discarded attempt
+    /// leaves nothing behind (random draws are spent, which is harmless).
+    pub(crate) fn run_write<T, E: From<StoreError>>(
         &self,
-        f: impl FnOnce(&mut Txn<S::Write<'_>>) -> Result<T, E>,
+        mut f: impl FnMut(&mut Tracked<S::Write<'_>>) -> Result<T, E>,
     ) -> Result<T, E> {
-        let mut txn = Txn {
-            inner: self.store.begin_write()?,
-            dirty: false,
-            failed: Cell::new(false),
-        };
-        let out = f(&mut txn);
-        if txn.dirty && !txn.failed.get() {
-            txn.inner.commit()?;
+        let mut attempt = 1;
+        loop {
+            let mut tracked = match self.store.begin_write() {
+                Ok(w) => Tracked::new(w),
+                Err(e) if e.kind() == StoreErrorKind::Conflict && attempt < MAX_ATTEMPTS => {
+                    attempt += 1;
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let out = f(&mut tracked);
+            if let Some(e) = tracked.failure.take() {
+                // The store failed under `f`: its error is the answer (the
+                // operation answered with it too), and nothing commits.
+                if e.kind() == StoreErrorKind::Conflict && attempt < MAX_ATTEMPTS {
+                    attempt += 1;
+                    continue;
+                }
+                return Err(e.into());
+            }
+            if tracked.dirty {
+                match tracked.inner.commit() {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == StoreErrorKind::Conflict && attempt < MAX_ATTEMPTS => {
+                        attempt += 1;
+                        continue;
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            return out;
         }
-        out
+    }
+
+    /// Applies one operation body to `txn`, a transaction someone else
+    /// owns, atomically: a savepoint first, and if the store fails under
+    /// `f` a rollback to it, so the failed operation leaves nothing in
+    /// `txn`; the answer is then the store's error, even where `f` went on
+    /// or swallowed it. A decided answer (success or refusal) keeps what
+    /// `f` wrote. If the rollback itself fails, that failure is the answer
+    /// and `txn` is lost: its owner must drop it, not commit it.
+    pub(crate) fn within<W: WriteTransaction, T, E: From<StoreError>>(
+        txn: &mut W,
+        f: impl FnOnce(&mut Txn<'_, W>) -> Result<T, E>,
+    ) -> Result<T, E> {
+        let mark = txn.savepoint()?;
+        let (out, failure) = {
+            let mut t = Txn::new(txn);
+            let out = f(&mut t);
+            (out, t.failure.take())
+        };
+        match failure {
+            None => out,
+            Some(e) => {
+                txn.rollback_to(mark)?;
+                Err(e.into())
+            }
+        }
     }
 
     /// Runs `f` in one read transaction.
@@ -109,24 +179,44 @@ impl<S: Store> Engine<S> {
     }
 }
 
-/// A write transaction that remembers whether it wrote and whether the
-/// store failed.
-pub(crate) struct Txn<W> {
+/// How many times [`Engine`] runs an operation whose transaction hit a
+/// [`StoreErrorKind::Conflict`] before it answers with that conflict. The
+/// core cannot sleep (it reads no clock), so attempts follow each other at
+/// once; a store whose conflicts need a pause pauses in `begin_write`.
+pub const MAX_ATTEMPTS: u32 = 8;
+
+/// A write transaction owned by [`Engine::transact`]: remembers whether it
+/// wrote and the first failure the store reported through it.
+pub(crate) struct Tracked<W> {
     inner: W,
     dirty: bool,
-    failed: Cell<bool>,
+    failure: Cell<Option<StoreError>>,
 }
 
-impl<W> Txn<W> {
-    fn note<T>(&self, r: Result<T, StoreError>) -> Result<T, StoreError> {
-        if r.is_err() {
-            self.failed.set(true);
+impl<W> Tracked<W> {
+    fn new(inner: W) -> Self {
+        Self {
+            inner,
+            dirty: false,
+            failure: Cell::new(None),
         }
-        r
+    }
+
+    fn note<T>(&self, r: Result<T, StoreError>) -> Result<T, StoreError> {
+        note(&self.failure, r)
     }
 }
 
-impl<W: WriteTransaction> ReadTransaction for Txn<W> {
+/// Keeps the first failure in `slot`.
+fn note<T>(slot: &Cell<Option<StoreError>>, r: Result<T, StoreError>) -> Result<T, StoreError> {
+    if let Err(e) = &r {
+        let first = slot.take().unwrap_or_else(|| e.clone());
+        slot.set(Some(first));
+    }
+    r
+}
+
+impl<W: WriteTransaction> ReadTransaction for Tracked<W> {
     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         self.note(self.inner.get(table, key))
     }
@@ -142,21 +232,83 @@ impl<W: WriteTransaction> ReadTransaction for Txn<W> {
     }
 }
 
-impl<W: WriteTransaction> Txn<W> {
-    pub(crate) fn save<R: Record>(&mut self, key: &[u8], record: &R) -> Result<(), StoreError> {
-        self.dirty = true;
-        let r = self.inner.save(key, record);
+impl<W: WriteTransaction> WriteTransaction for Tracked<W> {
+    fn savepoint(&mut self) -> Result<Savepoint, StoreError> {
+        let r = self.inner.savepoint();
         self.note(r)
     }
 
-    pub(crate) fn put(&mut self, table: Table, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
+    fn rollback_to(&mut self, savepoint: Savepoint) -> Result<(), StoreError> {
+        let r = self.inner.rollback_to(savepoint);
+        self.note(r)
+    }
+
+    fn put(&mut self, table: Table, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
         self.dirty = true;
         let r = self.inner.put(table, key, value);
         self.note(r)
     }
 
-    pub(crate) fn delete(&mut self, table: Table, key: &[u8]) -> Result<bool, StoreError> {
+    fn delete(&mut self, table: Table, key: &[u8]) -> Result<bool, StoreError> {
         self.dirty = true;
+        let r = self.inner.delete(table, key);
+        self.note(r)
+    }
+
+    fn commit(self) -> Result<(), StoreError> {
+        self.inner.commit()
+    }
+}
+
+/// The view of a write transaction an operation body works through: it
+/// remembers the first failure the store reported, so the operation's
+/// answer is that failure even where the body went on or swallowed it.
+pub(crate) struct Txn<'a, W> {
+    inner: &'a mut W,
+    failure: Cell<Option<StoreError>>,
+}
+
+impl<'a, W> Txn<'a, W> {
+    fn new(inner: &'a mut W) -> Self {
+        Self {
+            inner,
+            failure: Cell::new(None),
+        }
+    }
+
+    fn note<T>(&self, r: Result<T, StoreError>) -> Result<T, StoreError> {
+        note(&self.failure, r)
+    }
+}
+
+impl<W: WriteTransaction> ReadTransaction for Txn<'_, W> {
+    fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        self.note(self.inner.get(table, key))
+    }
+
+    fn range(
+        &self,
+        table: Table,
+        start: Bound<&[u8]>,
+        end: Bound<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<Entry>, StoreError> {
+        self.note(self.inner.range(table, start, end, limit))
+    }
+}
+
+impl<W: WriteTransaction> Txn<'_, W> {
+    pub(crate) fn save<R: Record>(&mut self, key: &[u8], record: &R) -> Result<(), StoreError> {
+        let r = self.inner.save(key, record);
+        self.note(r)
+    }
+
+    pub(crate) fn put(&mut self, table: Table, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
+        let r = self.inner.put(table, key, value);
+        self.note(r)
+    }
+
+    pub(crate) fn delete(&mut self, table: Table, key: &[u8]) -> Result<bool, StoreError> {
         let r = self.inner.delete(table, key);
         self.note(r)
     }

@@ -22,24 +22,45 @@ use crate::rand;
 use crate::scope::ScopeSet;
 use crate::secret::SecretString;
 use crate::site::{Site, SiteConfig, SiteError, SiteId};
-use crate::store::{ReadTransaction, Store, StoreError, Table};
+use crate::store::{ReadTransaction, Store, StoreError, Table, WriteTransaction};
 use crate::time::Timestamp;
 use crate::token::{self, ClientCredentials, TokenError, TokenResponse};
 
 impl<S: Store> Engine<S> {
     /// Creates a site with a fresh random public key.
+    #[allow(
+        clippy::needless_pass_by_value,
+        reason = "by value as before; an attempt that may re-run on a conflict clones what it keeps"
+    )]
     pub fn create_site<R: CryptoRng + ?Sized>(
         &self,
         config: SiteConfig,
         rng: &mut R,
         now: Timestamp,
     ) -> Result<Site, SiteOpError> {
-        self.transact(|txn| {
+        self.run_write(|txn| self.create_site_in(txn, config.clone(), rng, now))
+    }
+
+    /// [`Engine::create_site`] inside `txn`, a transaction the caller owns and
+    /// commits: see [operations in a shared
+    /// transaction](crate::store#operations-in-a-shared-transaction).
+    #[allow(
+        clippy::needless_pass_by_value,
+        reason = "by value as before; an attempt that may re-run on a conflict clones what it keeps"
+    )]
+    pub fn create_site_in<W: WriteTransaction, R: CryptoRng + ?Sized>(
+        &self,
+        txn: &mut W,
+        config: SiteConfig,
+        rng: &mut R,
+        now: Timestamp,
+    ) -> Result<Site, SiteOpError> {
+        Self::within(txn, |txn| {
             let key = keys::site(&config.id);
             if txn.load::<Site>(key)?.is_some() {
                 return Err(SiteError::AlreadyExists.into());
             }
-            let site = Site::create(config, rand::base64url::<16, _>(rng), now)?;
+            let site = Site::create(config.clone(), rand::base64url::<16, _>(rng), now)?;
             txn.save(keys::site(&site.id), &site)?;
             Ok(site)
         })
@@ -51,13 +72,40 @@ impl<S: Store> Engine<S> {
     }
 
     /// Applies a new configuration to an existing site.
+    #[allow(
+        clippy::needless_pass_by_value,
+        reason = "by value as before; an attempt that may re-run on a conflict clones what it keeps"
+    )]
     pub fn update_site(&self, config: SiteConfig) -> Result<Site, SiteOpError> {
-        self.modify_site(&config.id.clone(), |site| site.update(config))
+        self.run_write(|txn| self.update_site_in(txn, config.clone()))
+    }
+
+    /// [`Engine::update_site`] inside `txn`, a transaction the caller owns and
+    /// commits: see [operations in a shared
+    /// transaction](crate::store#operations-in-a-shared-transaction).
+    pub fn update_site_in<W: WriteTransaction>(
+        &self,
+        txn: &mut W,
+        config: SiteConfig,
+    ) -> Result<Site, SiteOpError> {
+        Self::modify_site(txn, &config.id.clone(), |site| site.update(config))
     }
 
     /// Turns a site's off switch. Grants are kept either way.
     pub fn set_site_enabled(&self, id: &SiteId, enabled: bool) -> Result<Site, SiteOpError> {
-        self.modify_site(id, |site| {
+        self.run_write(|txn| self.set_site_enabled_in(txn, id, enabled))
+    }
+
+    /// [`Engine::set_site_enabled`] inside `txn`, a transaction the caller owns and
+    /// commits: see [operations in a shared
+    /// transaction](crate::store#operations-in-a-shared-transaction).
+    pub fn set_site_enabled_in<W: WriteTransaction>(
+        &self,
+        txn: &mut W,
+        id: &SiteId,
+        enabled: bool,
+    ) -> Result<Site, SiteOpError> {
+        Self::modify_site(txn, id, |site| {
             site.set_enabled(enabled);
             Ok(())
         })
@@ -70,8 +118,20 @@ impl<S: Store> Engine<S> {
         id: &SiteId,
         rng: &mut R,
     ) -> Result<Site, SiteOpError> {
+        self.run_write(|txn| self.rotate_site_key_in(txn, id, rng))
+    }
+
+    /// [`Engine::rotate_site_key`] inside `txn`, a transaction the caller owns and
+    /// commits: see [operations in a shared
+    /// transaction](crate::store#operations-in-a-shared-transaction).
+    pub fn rotate_site_key_in<W: WriteTransaction, R: CryptoRng + ?Sized>(
+        &self,
+        txn: &mut W,
+        id: &SiteId,
+        rng: &mut R,
+    ) -> Result<Site, SiteOpError> {
         let key = rand::base64url::<16, _>(rng);
-        self.modify_site(id, |site| {
+        Self::modify_site(txn, id, |site| {
             site.rotate_key(key);
             Ok(())
         })
@@ -79,18 +139,29 @@ impl<S: Store> Engine<S> {
 
     /// Revokes every grant of a site in O(1), keeping its resource URL.
     pub fn revoke_site_grants(&self, id: &SiteId) -> Result<Site, SiteOpError> {
-        self.modify_site(id, |site| {
+        self.run_write(|txn| self.revoke_site_grants_in(txn, id))
+    }
+
+    /// [`Engine::revoke_site_grants`] inside `txn`, a transaction the caller owns and
+    /// commits: see [operations in a shared
+    /// transaction](crate::store#operations-in-a-shared-transaction).
+    pub fn revoke_site_grants_in<W: WriteTransaction>(
+        &self,
+        txn: &mut W,
+        id: &SiteId,
+    ) -> Result<Site, SiteOpError> {
+        Self::modify_site(txn, id, |site| {
             site.revoke_all_grants();
             Ok(())
         })
     }
 
-    fn modify_site(
-        &self,
+    fn modify_site<W: WriteTransaction>(
+        txn: &mut W,
         id: &SiteId,
         f: impl FnOnce(&mut Site) -> Result<(), SiteError>,
     ) -> Result<Site, SiteOpError> {
-        self.transact(|txn| {
+        Self::within(txn, |txn| {
             let mut site = load_site(&*txn, id)?;
             f(&mut site)?;
             txn.save(keys::site(id), &site)?;
@@ -160,7 +231,39 @@ impl<S: Store> Engine<S> {
         rng: &mut R,
         now: Timestamp,
     ) -> Result<AuthorizeAnswer, SiteOpError> {
-        self.transact(|txn| {
+        self.run_write(|txn| {
+            self.decide_in(
+                txn,
+                site_id,
+                query,
+                client_document,
+                subject,
+                allow,
+                rng,
+                now,
+            )
+        })
+    }
+
+    /// [`Engine::decide`] inside `txn`, a transaction the caller owns and
+    /// commits: see [operations in a shared
+    /// transaction](crate::store#operations-in-a-shared-transaction).
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "each argument is one fact the adapter holds; bundling them would only rename them"
+    )]
+    pub fn decide_in<W: WriteTransaction, R: CryptoRng + ?Sized>(
+        &self,
+        txn: &mut W,
+        site_id: &SiteId,
+        query: &str,
+        client_document: Option<&[u8]>,
+        subject: &str,
+        allow: bool,
+        rng: &mut R,
+        now: Timestamp,
+    ) -> Result<AuthorizeAnswer, SiteOpError> {
+        Self::within(txn, |txn| {
             let site = load_site(&*txn, site_id)?;
             if let Err(SiteError::Disabled { retry_after_secs }) = site.ensure_enabled() {
                 return Ok(AuthorizeAnswer::Unavailable { retry_after_secs });
@@ -238,6 +341,21 @@ impl<S: Store> Engine<S> {
         rng: &mut R,
         now: Timestamp,
     ) -> Result<TokenResponse, TokenError> {
+        self.run_write(|txn| self.token_in(txn, site_id, body, authorization, rng, now))
+    }
+
+    /// [`Engine::token`] inside `txn`, a transaction the caller owns and
+    /// commits: see [operations in a shared
+    /// transaction](crate::store#operations-in-a-shared-transaction).
+    pub fn token_in<W: WriteTransaction, R: CryptoRng + ?Sized>(
+        &self,
+        txn: &mut W,
+        site_id: &SiteId,
+        body: &str,
+        authorization: HeaderField<'_>,
+        rng: &mut R,
+        now: Timestamp,
+    ) -> Result<TokenResponse, TokenError> {
         authorization.value().map_err(TokenError::authorization)?;
         let form = Form::parse(body, token::MAX_BODY_LEN).map_err(TokenError::Malformed)?;
         let grant_type = form
@@ -249,7 +367,7 @@ impl<S: Store> Engine<S> {
             _ => return Err(TokenError::UnsupportedGrantType),
         };
         let credentials = ClientCredentials::read(&form, authorization)?;
-        self.transact(|txn| {
+        Self::within(txn, |txn| {
             let site = load_site(&*txn, site_id).map_err(|e| match e {
                 SiteOpError::Store(e) => TokenError::Store(e),
                 SiteOpError::Site(_) => TokenError::InvalidGrant,
@@ -301,9 +419,9 @@ impl<S: Store> Engine<S> {
     /// RFC 6749 §4.1.3 with PKCE (RFC 7636 §4.6) and the replay rule of
     /// §4.1.2: a code used twice fails, and when the replay is otherwise
     /// valid the grant from its first use is revoked.
-    fn exchange_code<R: CryptoRng + ?Sized>(
+    fn exchange_code<W: WriteTransaction, R: CryptoRng + ?Sized>(
         &self,
-        txn: &mut Txn<S::Write<'_>>,
+        txn: &mut Txn<'_, W>,
         site: &Site,
         client_id: &str,
         form: &Form<'_>,
@@ -374,7 +492,11 @@ impl<S: Store> Engine<S> {
         })
     }
 
-    fn insert_grant(&self, txn: &mut Txn<S::Write<'_>>, grant: &Grant) -> Result<(), StoreError> {
+    fn insert_grant<W: WriteTransaction>(
+        &self,
+        txn: &mut Txn<'_, W>,
+        grant: &Grant,
+    ) -> Result<(), StoreError> {
         txn.save(grant.id.as_bytes(), grant)?;
         txn.put(
             Table::GrantIndex,
@@ -399,9 +521,9 @@ impl<S: Store> Engine<S> {
 
     /// RFC 6749 §6 with rotation on every use; see [`crate::grant`] for the
     /// three cases and why forged tokens revoke nothing.
-    fn refresh<R: CryptoRng + ?Sized>(
+    fn refresh<W: WriteTransaction, R: CryptoRng + ?Sized>(
         &self,
-        txn: &mut Txn<S::Write<'_>>,
+        txn: &mut Txn<'_, W>,
         site: &Site,
         client_id: &str,
         form: &Form<'_>,
@@ -551,6 +673,20 @@ impl<S: Store> Engine<S> {
         authorization: HeaderField<'_>,
         now: Timestamp,
     ) -> Result<(), RevokeError> {
+        self.run_write(|txn| self.revoke_token_in(txn, site_id, body, authorization, now))
+    }
+
+    /// [`Engine::revoke_token`] inside `txn`, a transaction the caller owns and
+    /// commits: see [operations in a shared
+    /// transaction](crate::store#operations-in-a-shared-transaction).
+    pub fn revoke_token_in<W: WriteTransaction>(
+        &self,
+        txn: &mut W,
+        site_id: &SiteId,
+        body: &str,
+        authorization: HeaderField<'_>,
+        now: Timestamp,
+    ) -> Result<(), RevokeError> {
         authorization.value().map_err(RevokeError::authorization)?;
         let form = Form::parse(body, token::MAX_BODY_LEN).map_err(|_| RevokeError::Malformed)?;
         let token = form.get("token").ok_or(RevokeError::Malformed)?;
@@ -561,7 +697,7 @@ impl<S: Store> Engine<S> {
         let client_id = self
             .authenticate_client(&credentials, None)
             .map_err(|_| RevokeError::InvalidClient)?;
-        self.transact(|txn| {
+        Self::within(txn, |txn| {
             let site = load_site(&*txn, site_id).map_err(|e| match e {
                 SiteOpError::Store(e) => RevokeError::Store(e),
                 SiteOpError::Site(_) => RevokeError::Malformed,

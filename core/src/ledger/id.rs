@@ -34,7 +34,8 @@ impl RequestId {
                 i += 1;
                 continue;
             }
-            let (Some(hi), Some(lo)) = (hex(b[i]), hex(b[i + 1])) else {
+            let (Some(hi), Some(lo)) = (crate::hex::digit(b[i]), crate::hex::digit(b[i + 1]))
+            else {
                 return Err(LedgerError::InvalidRequestId);
             };
             out[n] = hi << 4 | lo;
@@ -54,15 +55,6 @@ impl RequestId {
     #[must_use]
     pub const fn as_bytes(&self) -> &[u8; 16] {
         &self.0
-    }
-}
-
-fn hex(c: u8) -> Option<u8> {
-    match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        b'A'..=b'F' => Some(c - b'A' + 10),
-        _ => None,
     }
 }
 

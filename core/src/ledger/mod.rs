@@ -213,6 +213,24 @@ pub struct ExecutionTicket {
 }
 
 impl ExecutionTicket {
+    /// A copy for one attempt of an operation that may run again (a store
+    /// conflict): the caller's ticket stays untouched until an attempt
+    /// commits. Not `Clone`, so that callers cannot hold two.
+    pub(crate) fn duplicate(&self) -> Self {
+        Self {
+            lineage: self.lineage,
+            request_id: self.request_id,
+            site: self.site.clone(),
+            grant: self.grant,
+            run: self.run,
+            next_action: self.next_action,
+            connection: self.connection,
+            scopes: self.scopes.clone(),
+            client_id: self.client_id.clone(),
+            client_name: self.client_name.clone(),
+        }
+    }
+
     /// The request.
     #[must_use]
     pub fn request_id(&self) -> RequestId {

@@ -243,8 +243,8 @@ fn decode_component(raw: &str) -> Result<String, DecodeError> {
         match b[i] {
             b'+' => out.push(b' '),
             b'%' => {
-                let h = b.get(i + 1).copied().and_then(crate::redirect::hex);
-                let l = b.get(i + 2).copied().and_then(crate::redirect::hex);
+                let h = b.get(i + 1).copied().and_then(crate::hex::digit);
+                let l = b.get(i + 2).copied().and_then(crate::hex::digit);
                 let (Some(h), Some(l)) = (h, l) else {
                     return Err(DecodeError::Percent);
                 };

@@ -17,10 +17,24 @@
 //! * **Rollback on drop.** A write transaction dropped without `commit`
 //!   changes nothing. *Breaking it* turns every early return in the engine
 //!   (a rejected request, a panic) into a half-applied operation.
-//! * **Serialised writers.** At most one write transaction is open at a time;
-//!   [`Store::begin_write`] waits for the previous one. *Breaking it* loses
-//!   updates: two racing refreshes of one token would both rotate it, and the
-//!   reuse detection that revokes a stolen token would never fire.
+//! * **Serialised writers, or conflicts.** Either at most one write
+//!   transaction is open at a time ([`Store::begin_write`] waits for the
+//!   previous one), or writers run concurrently and a transaction that
+//!   could not be ordered after every transaction committed before it fails
+//!   — at any call or at `commit` — with [`StoreErrorKind::Conflict`],
+//!   applying nothing (as `SERIALIZABLE` transactions in Postgres do). The engine
+//!   re-runs an operation that met a conflict on a fresh transaction, up to
+//!   [`MAX_ATTEMPTS`](crate::engine::MAX_ATTEMPTS) times, so both kinds of
+//!   store give the same answers. *Breaking it* loses updates: two racing
+//!   refreshes of one token would both rotate it, and the reuse detection
+//!   that revokes a stolen token would never fire. Reporting an ordinary
+//!   failure as a conflict is harmless (one more attempt); reporting a
+//!   conflict as anything else turns a lost race into a server error.
+//! * **Savepoints.** [`WriteTransaction::rollback_to`] undoes exactly the
+//!   writes made since its [`WriteTransaction::savepoint`], and nothing
+//!   before it. *Breaking it* lets one caller's failed operation leave half
+//!   of itself in a transaction shared with other callers (a grant's record
+//!   without its index entries), committed with their answers.
 //! * **Read your writes.** Reads through a write transaction see its own
 //!   uncommitted writes. *Breaking it* makes a multi-record operation read
 //!   stale state it has just replaced.
@@ -34,14 +48,27 @@
 //! after such a failure is judged afresh against whatever state is durable,
 //! never assumed to have been lost.
 //!
-//! # Group commit
+//! # Operations in a shared transaction
 //!
-//! A durable commit costs an fsync. The engine applies each operation to a
-//! `&mut W: WriteTransaction` it does not own, and decides before it writes
-//! (a rejection writes nothing unless the rejection itself must be recorded,
-//! as when reuse of a refresh token revokes its grant). A host may therefore
-//! apply many callers' operations to one transaction and answer each caller
-//! only after the shared commit is durable.
+//! A durable commit costs an fsync. The engine can apply each operation to a
+//! `&mut W: WriteTransaction` it does not own, so a host may apply many
+//! callers' operations to one transaction and answer each caller only after
+//! the shared commit is durable (group commit). Two rules make that safe:
+//!
+//! * **Decide before writing.** An operation's answer is decided from what
+//!   it read; a rejection writes nothing unless the rejection itself must
+//!   be recorded (reuse of a refresh token revokes its grant), and then its
+//!   writes are part of the answer and stay.
+//! * **A failed operation leaves nothing.** The engine takes a savepoint
+//!   before each operation; if the store fails under it (any `get`, `put`,
+//!   `delete` or `range` answering an error), it rolls back to that
+//!   savepoint and answers with the store's error, so the operations before
+//!   and after it in the transaction commit as if it had never run. If the
+//!   rollback itself fails, the transaction is lost and must be dropped.
+//!
+//! Whoever commits the shared transaction answers its callers only after
+//! the commit returns; a failed commit fails every operation in it, and each
+//! caller may retry (judged afresh, as above).
 
 pub mod codec;
 mod table;
@@ -145,6 +172,18 @@ pub trait WriteTransaction: ReadTransaction {
     /// Removes `key`; returns whether it was present.
     fn delete(&mut self, table: Table, key: &[u8]) -> Result<bool, StoreError>;
 
+    /// Marks the transaction's current state, to roll back to with
+    /// [`WriteTransaction::rollback_to`]. The engine takes one before every
+    /// operation it applies, so a cheap mark (the length of an undo log) is
+    /// what a store should give.
+    fn savepoint(&mut self) -> Result<Savepoint, StoreError>;
+
+    /// Undoes every write made since `savepoint` was taken, leaving the
+    /// transaction open with the writes before it. Savepoints taken after
+    /// `savepoint` are void; `savepoint` itself stays usable. If this fails
+    /// the transaction must not be committed.
+    fn rollback_to(&mut self, savepoint: Savepoint) -> Result<(), StoreError>;
+
     /// Makes every write of this transaction durable and visible, atomically.
     fn commit(self) -> Result<(), StoreError>;
 
@@ -155,6 +194,26 @@ pub trait WriteTransaction: ReadTransaction {
     {
         let bytes = codec::encode(record).map_err(|e| StoreError::corrupt(R::TABLE, e))?;
         self.put(R::TABLE, key, &bytes)
+    }
+}
+
+/// A mark in a write transaction (see [`WriteTransaction::savepoint`]):
+/// a number only the store that gave it interprets, such as the length of
+/// its undo log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Savepoint(usize);
+
+impl Savepoint {
+    /// A savepoint at `mark`, for a store's own use.
+    #[must_use]
+    pub const fn new(mark: usize) -> Self {
+        Self(mark)
+    }
+
+    /// The mark the store gave.
+    #[must_use]
+    pub const fn mark(self) -> usize {
+        self.0
     }
 }
 
@@ -182,6 +241,12 @@ pub enum StoreErrorKind {
     Corrupt,
     /// The store is already open elsewhere or otherwise unavailable.
     Unavailable,
+    /// The transaction lost a race with another writer and was not
+    /// applied (an optimistic store: a `SERIALIZABLE` Postgres transaction, a
+    /// compare-and-swap on a replicated store). Retrying the whole
+    /// operation on a fresh transaction is safe; the engine does so itself,
+    /// up to [`crate::engine::MAX_ATTEMPTS`] times.
+    Conflict,
     /// Any other backend failure.
     Other,
 }

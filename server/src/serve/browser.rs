@@ -127,9 +127,9 @@ async fn reset_browser_session(app: &Shared, session: &Session) {
     let browser_session = session.browser_session().to_owned();
     app.navigates.clear(&browser_session);
     let ended = app
-        .blocking(move |app| {
+        .write(move |app, txn| {
             app.engine
-                .reset_session(&app.site, &browser_session, clock::now())
+                .reset_session_in(txn, &app.site, &browser_session, clock::now())
         })
         .await;
     match ended {
@@ -310,10 +310,10 @@ pub(crate) async fn agents_post(
             };
             let subject = session.subject.clone();
             let revoked = app
-                .blocking(move |app| {
+                .write(move |app, txn| {
                     // Only the user's own grants: the id alone is not authority.
                     app.engine
-                        .revoke_own_grant(&app.site, &subject, &id, clock::now())
+                        .revoke_own_grant_in(txn, &app.site, &subject, &id, clock::now())
                 })
                 .await;
             match revoked {

@@ -55,8 +55,9 @@ use axum::routing::{get, post};
 use portcullis_core::jwt::SigningKey;
 use portcullis_core::link::OpenRoute;
 use portcullis_core::site::SiteId;
+use portcullis_core::store::StoreError;
 use portcullis_core::{Engine, Policy};
-use portcullis_store_redb::RedbStore;
+use portcullis_store_redb::{BatchWrite, GroupCommitter, RedbStore, RedbWrite};
 use tower_http::set_header::SetResponseHeaderLayer;
 use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutLayer};
 
@@ -71,7 +72,10 @@ const BODY_LIMIT: usize = portcullis_core::token::MAX_BODY_LEN;
 
 /// What every handler shares.
 pub(crate) struct App {
-    engine: Engine<RedbStore>,
+    engine: Engine<Arc<RedbStore>>,
+    /// Every write goes through it: concurrent requests' operations share
+    /// one durable commit.
+    committer: GroupCommitter,
     site: SiteId,
     session_key: SigningKey,
     /// The session epoch and the signed-out sessions.
@@ -108,6 +112,49 @@ impl App {
         tokio::task::spawn_blocking(move || f(&app))
             .await
             .map_err(|_| respond::internal("a blocking task failed"))
+    }
+
+    /// Runs the write `f` through the group committer, on the blocking
+    /// pool: `f` applies engine operations (`Engine::*_in`) to a
+    /// transaction shared with other requests' writes, and its answer comes
+    /// back only once that transaction is durable. A failed commit answers
+    /// with the store's error (nothing of `f` was applied).
+    async fn write<T, E>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&Self, &mut BatchWrite<'_, RedbWrite>) -> Result<T, E> + Send + 'static,
+    ) -> Result<Result<T, E>, Response>
+    where
+        T: Send + 'static,
+        E: From<StoreError> + Send + 'static,
+    {
+        let app = Arc::clone(self);
+        tokio::task::spawn_blocking(move || {
+            let inner = Arc::clone(&app);
+            app.committer
+                .run(move |txn| f(&inner, txn))
+                .unwrap_or_else(|e| Err(E::from(e)))
+        })
+        .await
+        .map_err(|_| respond::internal("a blocking task failed"))
+    }
+
+    /// [`App::write`] for an `f` whose answer has no store error of its
+    /// own: a failed commit answers `500`.
+    async fn write_any<T: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&Self, &mut BatchWrite<'_, RedbWrite>) -> T + Send + 'static,
+    ) -> Result<T, Response> {
+        let app = Arc::clone(self);
+        tokio::task::spawn_blocking(move || {
+            let inner = Arc::clone(&app);
+            app.committer.run(move |txn| f(&inner, txn))
+        })
+        .await
+        .map_err(|_| respond::internal("a blocking task failed"))?
+        .map_err(|e| {
+            tracing::error!(error = %e, "group commit failed");
+            respond::internal("the store failed")
+        })
     }
 }
 
@@ -269,8 +316,10 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
     .await
     .map_err(|e| e.to_string())??;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let committer = GroupCommitter::new(Arc::clone(engine.store()));
     let app = Arc::new(App {
         engine,
+        committer,
         site: site.id.clone(),
         session_key: keys.session,
         sessions: crate::session::Sessions::new(&mut rand::rng()),
@@ -311,7 +360,7 @@ const ABANDON_BUDGET: usize = 512;
 /// lived in its memory): each ends with `unknownTail` now, not whenever the
 /// user's tab next reconnects. This server is the only one on its database
 /// (redb holds an exclusive lock), so every `Running` request is a lost one.
-fn abandon_lost_runs(engine: &Engine<RedbStore>) -> Result<(), String> {
+fn abandon_lost_runs(engine: &Engine<Arc<RedbStore>>) -> Result<(), String> {
     let mut from = None;
     let mut ended = 0;
     loop {
@@ -349,11 +398,11 @@ async fn sweep_forever(app: Shared) {
         tracing::debug!(revoked, mailboxes, "in-memory state swept");
         loop {
             let swept = app
-                .blocking(|app| {
+                .write(|app, txn| {
                     let now = clock::now();
-                    let grants = app.engine.sweep(now, SWEEP_BUDGET)?;
-                    let ledger = app.engine.sweep_ledger(now, SWEEP_BUDGET)?;
-                    Ok::<_, portcullis_core::store::StoreError>(grants.max(ledger))
+                    let grants = app.engine.sweep_in(txn, now, SWEEP_BUDGET)?;
+                    let ledger = app.engine.sweep_ledger_in(txn, now, SWEEP_BUDGET)?;
+                    Ok::<_, StoreError>(grants.max(ledger))
                 })
                 .await;
             match swept {

@@ -277,8 +277,9 @@ pub(crate) async fn token(State(app): State<Shared>, headers: HeaderMap, body: B
     };
     let via_basic = is_basic(authorization.field());
     let answer = app
-        .blocking(move |app| {
-            app.engine.token(
+        .write(move |app, txn| {
+            app.engine.token_in(
+                txn,
                 &app.site,
                 &body,
                 authorization.field(),
@@ -309,9 +310,9 @@ pub(crate) async fn revoke(State(app): State<Shared>, headers: HeaderMap, body: 
     };
     let via_basic = is_basic(authorization.field());
     let answer = app
-        .blocking(move |app| {
+        .write(move |app, txn| {
             app.engine
-                .revoke_token(&app.site, &body, authorization.field(), clock::now())
+                .revoke_token_in(txn, &app.site, &body, authorization.field(), clock::now())
         })
         .await;
     match answer {

@@ -31,9 +31,9 @@ use portcullis_core::scope::ScopeSet;
 use portcullis_core::tab::Dispatch;
 use serde_json::{Value, json};
 
+use super::Shared;
 use super::relay::{DriverEnd, Job, TabReport};
 use super::skills::{self, Step};
-use super::{App, Shared};
 use crate::clock;
 
 /// How long an `execute` call waits for its run before answering
@@ -130,9 +130,9 @@ pub(crate) async fn execute(app: &Shared, principal: Principal, arguments: &Valu
             Arc::clone(&needed),
         );
         let begun = app
-            .blocking(move |app| {
+            .write(move |app, txn| {
                 app.engine
-                    .begin_needing(&p, &q, &n, Caller::Client, clock::now_ms())
+                    .begin_needing_in(txn, &p, &q, &n, Caller::Client, clock::now_ms())
             })
             .await;
         let rx = match begun {
@@ -220,7 +220,10 @@ impl Driver<'_> {
             let seq = ticket.next_seq();
             let verdict = self
                 .app
-                .blocking(move |app| app.engine.authorize_action(ticket, &action, clock::now()))
+                .write(move |app, txn| {
+                    app.engine
+                        .authorize_action_in(txn, ticket, &action, clock::now())
+                })
                 .await;
             let verdict = match verdict {
                 Err(_) => return Some(internal(Some(self.id))),
@@ -320,17 +323,20 @@ impl Driver<'_> {
         let (status, summary) = (core.status.clone(), core.summary.clone());
         let recorded = self
             .app
-            .blocking(
-                move |app| match app.engine.record_outcome(ticket, core, clock::now()) {
+            .write(move |app, txn| {
+                match app
+                    .engine
+                    .record_outcome_in(txn, ticket, core, clock::now())
+                {
                     Err(TicketError::Invalid(ticket, _)) => {
                         let fallback = Report::failed("BAD_REPORT", "the tab's report was invalid");
                         app.engine
-                            .record_outcome(*ticket, fallback, clock::now())
+                            .record_outcome_in(txn, *ticket, fallback, clock::now())
                             .map(|t| (t, false))
                     }
                     other => other.map(|t| (t, true)),
-                },
-            )
+                }
+            })
             .await;
         match recorded {
             Err(_) => Err(internal(Some(self.id))),
@@ -347,7 +353,10 @@ impl Driver<'_> {
     async fn complete(&self, ticket: ExecutionTicket, completion: Completion) -> Answer {
         let done = self
             .app
-            .blocking(move |app: &App| app.engine.complete(ticket, &completion, clock::now()))
+            .write(move |app, txn| {
+                app.engine
+                    .complete_in(txn, ticket, &completion, clock::now())
+            })
             .await;
         match done {
             Err(_) => internal(Some(self.id)),

@@ -31,7 +31,6 @@
 //! place of the oldest, which answers `409 SUPERSEDED` at once.
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -197,7 +196,7 @@ pub(crate) async fn connect(State(app): State<Shared>, headers: HeaderMap, raw: 
     let subject = session.subject.clone();
     let browser_session = session.browser_session().to_owned();
     let done = app
-        .blocking(move |app| {
+        .write_any(move |app, txn| {
             let hello_core = TabHello {
                 browser_session,
                 tab_id: hello.tab_id,
@@ -209,10 +208,10 @@ pub(crate) async fn connect(State(app): State<Shared>, headers: HeaderMap, raw: 
                 let now = clock::now();
                 let r = if hello.take_over {
                     app.engine
-                        .take_over_tab(&app.site, &subject, &g.id, &hello_core, now)
+                        .take_over_tab_in(txn, &app.site, &subject, &g.id, &hello_core, now)
                 } else {
                     app.engine
-                        .connect_tab(&app.site, &subject, &g.id, &hello_core, now)
+                        .connect_tab_in(txn, &app.site, &subject, &g.id, &hello_core, now)
                 };
                 let mut v = grant_json(&g);
                 let r = r.map(|_| ());
@@ -257,10 +256,11 @@ pub(crate) async fn heartbeat(
     };
     let subject = session.subject.clone();
     let done = app
-        .blocking(move |app| {
+        .write_any(move |app, txn| {
             let mut out = Vec::new();
             for g in app.live_grants(&subject)? {
-                let r = app.engine.tab_heartbeat(
+                let r = app.engine.tab_heartbeat_in(
+                    txn,
                     &app.site,
                     &subject,
                     &g.id,
@@ -295,12 +295,13 @@ pub(crate) async fn disconnect(
     };
     let subject = session.subject.clone();
     let done = app
-        .blocking(move |app| {
+        .write_any(move |app, txn| {
             let mut ended = 0;
             for g in app.live_grants(&subject)? {
                 if app
                     .engine
-                    .disconnect_tab(
+                    .disconnect_tab_in(
+                        txn,
                         &app.site,
                         &subject,
                         &g.id,
@@ -365,7 +366,7 @@ impl App {
                     "seq": p.seq,
                     "kind": p.kind,
                     "effect": p.effect.as_str(),
-                    "fingerprint": hex(p.fingerprint.as_bytes()),
+                    "fingerprint": portcullis_core::hex::encode(p.fingerprint.as_bytes()),
                     "client": {"id": p.client_id, "name": p.client_name, "verified": false},
                     "offerAutoApprove": p.offer_auto_approve,
                     "canApprove": p.can_approve(),
@@ -641,7 +642,7 @@ pub(crate) async fn decide(State(app): State<Shared>, headers: HeaderMap, raw: B
     let (Some(grant), Ok(request_id), Some(fingerprint)) = (
         GrantId::parse(&d.grant),
         RequestId::parse(&d.request_id),
-        unhex32(&d.fingerprint),
+        portcullis_core::hex::decode::<32>(&d.fingerprint),
     ) else {
         return error(StatusCode::BAD_REQUEST, "INVALID_PARAMS", "bad approval");
     };
@@ -653,9 +654,15 @@ pub(crate) async fn decide(State(app): State<Shared>, headers: HeaderMap, raw: B
     };
     let subject = session.subject.clone();
     let done = app
-        .blocking(move |app| {
-            app.engine
-                .decide_approval(&app.site, &subject, &approval, decision, clock::now())
+        .write(move |app, txn| {
+            app.engine.decide_approval_in(
+                txn,
+                &app.site,
+                &subject,
+                &approval,
+                decision,
+                clock::now(),
+            )
         })
         .await;
     match done {
@@ -666,39 +673,5 @@ pub(crate) async fn decide(State(app): State<Shared>, headers: HeaderMap, raw: B
         }
         Ok(Err(e)) => wire_error(&e),
         Err(r) => r,
-    }
-}
-
-/// Lower-case hex.
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        let _ = write!(s, "{b:02x}");
-    }
-    s
-}
-
-/// 64 hex digits as 32 bytes.
-fn unhex32(text: &str) -> Option<[u8; 32]> {
-    if text.len() != 64 || !text.is_ascii() {
-        return None;
-    }
-    let mut out = [0u8; 32];
-    for (i, o) in out.iter_mut().enumerate() {
-        *o = u8::from_str_radix(text.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some(out)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn fingerprints_round_trip_through_hex() {
-        let bytes: [u8; 32] = core::array::from_fn(|i| (i * 7) as u8);
-        assert_eq!(unhex32(&hex(&bytes)), Some(bytes));
-        assert_eq!(unhex32("zz"), None);
-        assert_eq!(unhex32(&"g".repeat(64)), None);
     }
 }

@@ -1,0 +1,230 @@
+//! Refresh rotations per second on redb with durable commits, at 1, 8 and
+//! 64 concurrent callers (each rotating its own grant in a loop): one
+//! commit per rotation (`Engine::token`) against the group committer
+//! (`GroupCommitter::run` of `Engine::token_in`).
+//!
+//! `cargo bench --bench group_commit`; criterion reports the time per
+//! rotation and rotations per second (throughput).
+#![allow(
+    missing_docs,
+    reason = "criterion's macros generate undocumented items"
+)]
+#![allow(clippy::unwrap_used, reason = "a benchmark's setup fails loudly")]
+
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use portcullis::form::encode_pairs;
+use portcullis::header::HeaderField;
+use portcullis::jwt::{Keyring, SigningKey};
+use portcullis::pkce::{CodeChallenge, CodeVerifier};
+use portcullis::site::{SiteConfig, SiteId};
+use portcullis::store::{Durability, GroupCommitter, RedbStore};
+use portcullis::{Engine, Policy, Timestamp};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+
+const VERIFIER: &str = "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk";
+const NOW: u64 = 1_800_000_000;
+
+type RedbEngine = Engine<Arc<RedbStore>>;
+
+fn keyring() -> Keyring {
+    let mut k = Keyring::new();
+    k.insert("k1", SigningKey::from_bytes(&[0x42; 32]).unwrap())
+        .unwrap();
+    k.set_active("k1").unwrap();
+    k
+}
+
+/// A durable redb engine (on disk, not tmpfs) with one site, one client
+/// and `grants` grants; their refresh tokens.
+fn setup(
+    grants: usize,
+) -> (
+    tempfile::TempDir,
+    Arc<RedbEngine>,
+    SiteId,
+    String,
+    Vec<String>,
+) {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let store = RedbStore::open(dir.path().join("bench.redb"))
+        .unwrap()
+        .with_durability(Durability::Immediate);
+    let engine = Engine::new(Arc::new(store), keyring(), Policy::default());
+    let mut rng = StdRng::seed_from_u64(1);
+    let now = Timestamp::from_secs(NOW);
+    let site = SiteId::parse("bench").unwrap();
+    engine
+        .create_site(
+            SiteConfig::new(
+                site.clone(),
+                "Bench",
+                "https://app.example.com",
+                "https://app.example.com/mcp/",
+            ),
+            &mut rng,
+            now,
+        )
+        .unwrap();
+    let client = engine
+        .register_client(
+            br#"{"redirect_uris":["http://127.0.0.1/cb"],"token_endpoint_auth_method":"none","grant_types":["authorization_code","refresh_token"]}"#,
+            &mut rng,
+            now,
+        )
+        .unwrap()
+        .client_id;
+    let challenge =
+        CodeChallenge::from_verifier(CodeVerifier::parse(VERIFIER).unwrap()).to_base64url();
+    let resource = engine.site(&site).unwrap().resource();
+    let query = encode_pairs([
+        ("response_type", "code"),
+        ("client_id", client.as_str()),
+        ("redirect_uri", "http://127.0.0.1/cb"),
+        ("state", "s"),
+        ("code_challenge", challenge.as_str()),
+        ("code_challenge_method", "S256"),
+        ("resource", resource.as_str()),
+    ]);
+    let tokens = (0..grants)
+        .map(|i| {
+            let portcullis::authorize::AuthorizeAnswer::Redirect(url) = engine
+                .decide(
+                    &site,
+                    &query,
+                    None,
+                    &format!("user-{i}"),
+                    true,
+                    &mut rng,
+                    now,
+                )
+                .unwrap()
+            else {
+                panic!("no redirect")
+            };
+            let code = portcullis::form::Form::parse(url.split_once('?').unwrap().1, 4096)
+                .unwrap()
+                .get("code")
+                .unwrap()
+                .to_string();
+            let body = encode_pairs([
+                ("grant_type", "authorization_code"),
+                ("code", code.as_str()),
+                ("redirect_uri", "http://127.0.0.1/cb"),
+                ("code_verifier", VERIFIER),
+                ("client_id", client.as_str()),
+            ]);
+            engine
+                .token(&site, &body, HeaderField::ABSENT, &mut rng, now)
+                .unwrap()
+                .refresh_token
+                .expose_secret()
+                .to_string()
+        })
+        .collect();
+    (dir, Arc::new(engine), site, client, tokens)
+}
+
+fn refresh_body(refresh: &str, client: &str) -> String {
+    encode_pairs([
+        ("grant_type", "refresh_token"),
+        ("refresh_token", refresh),
+        ("client_id", client),
+    ])
+}
+
+/// `callers` threads each rotating its own grant `rounds` times, through
+/// `rotate`; the wall time.
+fn drive(tokens: &mut [String], rounds: u64, rotate: &(dyn Fn(&str) -> String + Sync)) -> Duration {
+    let start = Barrier::new(tokens.len() + 1);
+    std::thread::scope(|s| {
+        for token in tokens.iter_mut() {
+            let start = &start;
+            s.spawn(move || {
+                start.wait();
+                for _ in 0..rounds {
+                    *token = rotate(token);
+                }
+            });
+        }
+        start.wait();
+        let began = Instant::now();
+        // The scope joins every caller before it returns.
+        began
+    })
+    .elapsed()
+}
+
+fn rotations(c: &mut Criterion) {
+    let mut g = c.benchmark_group("redb_refresh_rotation");
+    g.sample_size(10)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(4))
+        .throughput(Throughput::Elements(1));
+    for callers in [1usize, 8, 64] {
+        let (_dir, engine, site, client, mut tokens) = setup(callers);
+        let now = Timestamp::from_secs(NOW);
+        g.bench_function(format!("one_commit_each/{callers}"), |b| {
+            b.iter_custom(|iters| {
+                let rounds = iters.div_ceil(callers as u64);
+                let rotate = |t: &str| {
+                    engine
+                        .token(
+                            &site,
+                            &refresh_body(t, &client),
+                            HeaderField::ABSENT,
+                            &mut rand::rng(),
+                            now,
+                        )
+                        .unwrap()
+                        .refresh_token
+                        .expose_secret()
+                        .to_string()
+                };
+                drive(&mut tokens, rounds, &rotate) * iters as u32
+                    / (rounds * callers as u64) as u32
+            });
+        });
+        let committer = Arc::new(GroupCommitter::new(Arc::clone(engine.store())));
+        g.bench_function(format!("group_commit/{callers}"), |b| {
+            b.iter_custom(|iters| {
+                let rounds = iters.div_ceil(callers as u64);
+                let rotate = |t: &str| {
+                    let (engine, site, body) =
+                        (Arc::clone(&engine), site.clone(), refresh_body(t, &client));
+                    committer
+                        .run(move |txn| {
+                            engine.token_in(
+                                txn,
+                                &site,
+                                &body,
+                                HeaderField::ABSENT,
+                                &mut rand::rng(),
+                                now,
+                            )
+                        })
+                        .unwrap()
+                        .unwrap()
+                        .refresh_token
+                        .expose_secret()
+                        .to_string()
+                };
+                drive(&mut tokens, rounds, &rotate) * iters as u32
+                    / (rounds * callers as u64) as u32
+            });
+        });
+        let (ops, commits) = (committer.operations(), committer.commits().max(1));
+        eprintln!(
+            "group_commit/{callers}: {ops} operations in {commits} commits ({}.{} per commit)",
+            ops / commits,
+            ops * 10 / commits % 10
+        );
+    }
+    g.finish();
+}
+
+criterion_group!(benches, rotations);
+criterion_main!(benches);
