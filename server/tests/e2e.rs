@@ -23,12 +23,21 @@ const VERIFIER: &str = "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk";
 const REDIRECT: &str = "http://127.0.0.1:4711/callback";
 const STATE: &str = "state-MARKER-7f3a";
 
+/// A free port for a test server, below the kernel's ephemeral range
+/// (32768 and up by default), so that no client socket (the half-open tests
+/// open thousands) can take it while its server restarts on it. Ports are
+/// handed out in order from a base drawn from the process id, and each is
+/// checked free by binding it.
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let base = 20_000 + (std::process::id() as usize % 6_000);
+    loop {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed) % 6_000;
+        let port = u16::try_from(base + n).expect("below 32 000");
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 /// A running server over a database in a temporary directory.
