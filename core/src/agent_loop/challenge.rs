@@ -240,7 +240,6 @@ impl<'a> Lexer<'a> {
         let mut out = alloc::vec::Vec::new();
         loop {
             match self.peek() {
-                None => return Err(ChallengeError::Malformed),
                 Some(b'"') => {
                     self.rest = &self.rest[1..];
                     break;
@@ -259,7 +258,8 @@ impl<'a> Lexer<'a> {
                     out.push(b);
                     self.rest = &self.rest[1..];
                 }
-                Some(_) => return Err(ChallengeError::Malformed),
+                // The end before the closing quote, or a control character.
+                _ => return Err(ChallengeError::Malformed),
             }
         }
         String::from_utf8(out).map_err(|_| ChallengeError::Malformed)

@@ -87,14 +87,6 @@ pub enum Session {
     New(ScopeSet),
 }
 
-impl Session {
-    fn scope(&self) -> &ScopeSet {
-        match self {
-            Self::Renewed(s) | Self::New(s) => s,
-        }
-    }
-}
-
 /// Why the loop asks the host to wait before resuming the same id.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WaitReason {
@@ -437,16 +429,18 @@ impl ClientLoop {
             return Err(LoopError::OutOfTurn);
         };
         let after = after.clone();
-        if self.scope.as_ref() != Some(session.scope()) {
+        let (renewed, scope) = match session {
+            Session::Renewed(scope) => (true, scope),
+            Session::New(scope) => (false, scope),
+        };
+        if self.scope.as_ref() != Some(&scope) {
             // No description survives a scope change.
             self.described = false;
         }
-        self.scope = Some(session.scope().clone());
         let may_have_run = self.may_have_run();
         match after {
-            AfterAuth::Start => self.phase = self.describe_or_decide(None),
             AfterAuth::StepUp(wider) => {
-                if wider.is_subset(session.scope()) {
+                if wider.is_subset(&scope) {
                     self.invoke(true);
                 } else {
                     // The user did not grant the wider scope.
@@ -463,15 +457,17 @@ impl ClientLoop {
                     });
                 }
             }
-            AfterAuth::Reauthenticate => match session {
-                Session::Renewed(_) => self.invoke(true),
-                Session::New(_) if may_have_run => self.finish(Outcome::Interrupted {
-                    reason: Interruption::SessionLost,
-                    may_have_run,
-                }),
-                Session::New(_) => self.phase = self.describe_or_decide(None),
-            },
+            AfterAuth::Reauthenticate if renewed => self.invoke(true),
+            AfterAuth::Reauthenticate if may_have_run => self.finish(Outcome::Interrupted {
+                reason: Interruption::SessionLost,
+                may_have_run,
+            }),
+            // A first session, or a new grant before anything could run.
+            AfterAuth::Start | AfterAuth::Reauthenticate => {
+                self.phase = self.describe_or_decide(None);
+            }
         }
+        self.scope = Some(scope);
         Ok(self.step())
     }
 

@@ -32,12 +32,12 @@ fn invoking(rng: &mut StdRng) -> (ClientLoop, RequestId) {
     (l, request_id)
 }
 
-fn envelope(v: Value) -> Answer {
-    Answer::Envelope(Envelope::parse(&v).unwrap())
+fn envelope(v: &Value) -> Answer {
+    Answer::Envelope(Envelope::parse(v).unwrap())
 }
 
 fn refusal(id: RequestId, code: &str) -> Answer {
-    envelope(json!({
+    envelope(&json!({
         "ok": false, "requestId": id.to_string(),
         "error": {"code": code, "message": "m"},
     }))
@@ -59,7 +59,7 @@ fn a_result_is_done_and_a_business_error_is_not_a_protocol_failure() {
     let (mut l, id) = invoking(&mut rng());
     let done = json!({"ok": true, "requestId": id.to_string(), "status": "done",
         "result": {"n": 2}, "outcomes": [{}], "outcomeCursor": null, "unknownTail": false});
-    let Ok(Step::Done(report)) = l.answered(envelope(done)) else {
+    let Ok(Step::Done(report)) = l.answered(envelope(&done)) else {
         panic!()
     };
     assert_eq!(report.request_id, Some(id));
@@ -77,7 +77,7 @@ fn a_result_is_done_and_a_business_error_is_not_a_protocol_failure() {
     let (mut l, id) = invoking(&mut rng());
     let business = json!({"ok": true, "requestId": id.to_string(), "status": "done",
         "result": {"error": {"code": "ACTION_NOT_FOUND", "message": "gone"}}, "unknownTail": true});
-    let Ok(Step::Done(report)) = l.answered(envelope(business)) else {
+    let Ok(Step::Done(report)) = l.answered(envelope(&business)) else {
         panic!()
     };
     let Outcome::BusinessFailure {
@@ -102,7 +102,7 @@ fn pending_states_resume_the_same_id_with_growing_waits() {
     let (mut l, id) = invoking(&mut rng());
     let mut waits = Vec::new();
     for status in ["approval_pending", "approval_pending", "execution_pending"] {
-        let answer = envelope(json!({"ok": true, "requestId": id.to_string(), "status": status}));
+        let answer = envelope(&json!({"ok": true, "requestId": id.to_string(), "status": status}));
         let Ok(Step::Wait { millis, reason }) = l.answered(answer) else {
             panic!()
         };
@@ -123,7 +123,7 @@ fn pending_states_resume_the_same_id_with_growing_waits() {
 #[test]
 fn rate_limited_honours_retry_after_exactly() {
     let (mut l, id) = invoking(&mut rng());
-    let answer = envelope(json!({"ok": false, "requestId": id.to_string(),
+    let answer = envelope(&json!({"ok": false, "requestId": id.to_string(),
         "error": {"code": "RATE_LIMITED", "message": "slow", "retryAfterMs": 1234}}));
     assert_eq!(
         l.answered(answer),
@@ -194,11 +194,11 @@ fn permission_denied_unavailable_and_replay_stop_for_a_human() {
 fn a_denial_after_admission_is_an_ended_run_with_its_outcomes() {
     let (mut l, id) = invoking(&mut rng());
     let pending = json!({"ok": true, "requestId": id.to_string(), "status": "approval_pending"});
-    l.answered(envelope(pending)).unwrap();
+    l.answered(envelope(&pending)).unwrap();
     l.resume().unwrap();
     let denied = json!({"ok": false, "requestId": id.to_string(), "status": "done",
         "error": {"code": "PERMISSION_DENIED", "message": "no"}, "outcomes": [{}], "unknownTail": false});
-    let Ok(Step::Done(report)) = l.answered(envelope(denied)) else {
+    let Ok(Step::Done(report)) = l.answered(envelope(&denied)) else {
         panic!()
     };
     assert!(matches!(
@@ -234,7 +234,7 @@ fn session_expired_before_admission_starts_over_on_the_new_grant() {
 fn a_lost_session_after_admission_is_never_rerun_under_a_new_grant() {
     let (mut l, id) = invoking(&mut rng());
     let pending = json!({"ok": true, "requestId": id.to_string(), "status": "approval_pending"});
-    l.answered(envelope(pending)).unwrap();
+    l.answered(envelope(&pending)).unwrap();
     l.resume().unwrap();
     assert_eq!(
         l.answered(refusal(id, "SESSION_REVOKED")),
@@ -304,7 +304,7 @@ fn insufficient_scope_steps_up_and_resumes_the_same_id() {
 #[test]
 fn no_live_tab_and_a_hidden_tab_ask_a_human_then_resume() {
     let (mut l, id) = invoking(&mut rng());
-    let answer = envelope(json!({"ok": false, "requestId": id.to_string(),
+    let answer = envelope(&json!({"ok": false, "requestId": id.to_string(),
         "error": {"code": "no_live_tab", "message": "m", "reconnectUrl": "https://a.example/"}}));
     assert_eq!(
         l.answered(answer),
@@ -401,7 +401,7 @@ fn budgets_end_the_loop() {
         panic!()
     };
     let pending = || {
-        envelope(json!({"ok": true, "requestId": id.to_string(), "status": "execution_pending"}))
+        envelope(&json!({"ok": true, "requestId": id.to_string(), "status": "execution_pending"}))
     };
     for _ in 0..2 {
         l.answered(pending()).unwrap();
@@ -428,7 +428,7 @@ fn budgets_end_the_loop() {
     let Ok(Step::Invoke { request_id: id, .. }) = l.decide("x()".into(), &mut rng) else {
         panic!()
     };
-    let limited = envelope(json!({"ok": false, "requestId": id.to_string(),
+    let limited = envelope(&json!({"ok": false, "requestId": id.to_string(),
         "error": {"code": "RATE_LIMITED", "retryAfterMs": 5000}}));
     assert!(matches!(l.answered(limited), Ok(Step::Done(_))));
     assert_eq!(
