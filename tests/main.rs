@@ -11,6 +11,7 @@
 
 mod support;
 
+mod agent_loop;
 mod alloc_counter;
 mod clients;
 mod failing_store;

@@ -34,6 +34,7 @@
 //! | [`token`] | the token endpoint's wire side (RFC 6749 §5) |
 //! | [`bearer`] | `Authorization: Bearer` and `WWW-Authenticate` (RFC 6750, RFC 9728) |
 //! | [`metadata`] | discovery documents (RFC 8414, RFC 9728) |
+//! | [`agent_loop`] | the external agent's side: the sans-IO client loop that turns each answer into the next step |
 //! | [`agent_token`] | minted per-user agent tokens, revocable by `jti` |
 //! | [`engine`] | [`Engine`]: every operation as one store transaction |
 //! | [`store`] | the storage contract, tables and record encoding |
@@ -82,6 +83,7 @@ extern crate alloc;
 #[cfg(feature = "std")]
 extern crate std;
 
+pub mod agent_loop;
 pub mod agent_token;
 pub mod approval;
 pub mod authorize;

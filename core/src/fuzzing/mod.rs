@@ -3,6 +3,7 @@
 //! Each target is one line calling a function here, so the checks a fuzzer
 //! runs are ordinary Rust that is built and linted with the crate.
 
+pub mod agent;
 pub mod client;
 pub mod foundation;
 pub mod ledger;

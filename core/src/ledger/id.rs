@@ -45,6 +45,16 @@ impl RequestId {
         Ok(Self(out))
     }
 
+    /// A fresh random id: a version-4 UUID (RFC 9562 §5.4), with its
+    /// version and variant bits set and the other 122 bits from `rng`.
+    #[must_use]
+    pub fn random<R: rand_core::CryptoRng + ?Sized>(rng: &mut R) -> Self {
+        let mut b = crate::rand::bytes::<16, R>(rng);
+        b[6] = (b[6] & 0x0f) | 0x40;
+        b[8] = (b[8] & 0x3f) | 0x80;
+        Self(b)
+    }
+
     /// The id from its 16 bytes.
     #[must_use]
     pub const fn from_bytes(bytes: [u8; 16]) -> Self {

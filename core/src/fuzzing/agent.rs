@@ -1,0 +1,69 @@
+//! Fuzz entry point for the agent's side: the answer and challenge parsers,
+//! and the client loop fed whatever they accept.
+
+use alloc::string::String;
+
+use crate::agent_loop::{Answer, BearerChallenge, ClientLoop, Envelope, LoopLimits, Step};
+use crate::scope::ScopeSet;
+
+use super::ReplayRng;
+
+/// The first byte picks the parser; the rest is the server's text. Whatever
+/// parses is fed to a loop that has just invoked a request, which must then
+/// either resume that same id or, on a new decision, use a fresh one.
+pub fn server_answer(data: &[u8]) {
+    let Some((&which, rest)) = data.split_first() else {
+        return;
+    };
+    let Ok(text) = core::str::from_utf8(rest) else {
+        return;
+    };
+    let answer = if which % 2 == 0 {
+        match Envelope::parse_text(text) {
+            Ok(envelope) => Answer::Envelope(envelope),
+            Err(e) => Answer::Unreadable(e),
+        }
+    } else {
+        match BearerChallenge::parse(text) {
+            Ok(challenge) => {
+                assert_eq!(BearerChallenge::parse(text), Ok(challenge.clone()));
+                match Answer::from_http(403, Some(text), None) {
+                    Ok(answer) => answer,
+                    Err(e) => Answer::Unreadable(e),
+                }
+            }
+            Err(_) => return,
+        }
+    };
+    let mut rng = ReplayRng::new();
+    let mut agent = ClientLoop::with_session(
+        ScopeSet::parse("skills:read").expect("valid scope"),
+        LoopLimits::default(),
+    );
+    agent.described().expect("in turn");
+    let Ok(Step::Invoke { request_id, .. }) = agent.decide(String::from("run()"), &mut rng) else {
+        panic!("a first decision invokes");
+    };
+    match agent.answered(answer).expect("in turn") {
+        Step::Invoke {
+            request_id: again, ..
+        } => assert_eq!(again, request_id),
+        Step::Wait { .. } | Step::AskHuman(_) => {
+            if let Ok(Step::Invoke {
+                request_id: again, ..
+            }) = agent.resume()
+            {
+                assert_eq!(again, request_id, "a resumption keeps its id");
+            }
+        }
+        Step::Decide { .. } => {
+            if let Ok(Step::Invoke {
+                request_id: fresh, ..
+            }) = agent.decide(String::from("other()"), &mut rng)
+            {
+                assert_ne!(fresh, request_id, "a new decision takes a new id");
+            }
+        }
+        Step::Authenticate { .. } | Step::Describe | Step::Done(_) => {}
+    }
+}
