@@ -16,6 +16,8 @@ pub mod store {
     pub use portcullis_store_memory::MemoryStore;
     #[cfg(feature = "redb")]
     pub use portcullis_store_redb::{BatchWrite, Durability, GroupCommitter, RedbStore};
+    #[cfg(feature = "postgres")]
+    pub use portcullis_store_postgres::{PostgresConfig, PostgresStore};
 }
 
 /// The README's examples, compiled and run as doctests.
