@@ -14,10 +14,10 @@ pub mod store {
     pub use portcullis_core::store::*;
     #[cfg(feature = "memory")]
     pub use portcullis_store_memory::MemoryStore;
-    #[cfg(feature = "redb")]
-    pub use portcullis_store_redb::{BatchWrite, Durability, GroupCommitter, RedbStore};
     #[cfg(feature = "postgres")]
     pub use portcullis_store_postgres::{PostgresConfig, PostgresStore};
+    #[cfg(feature = "redb")]
+    pub use portcullis_store_redb::{BatchWrite, Durability, GroupCommitter, RedbStore};
 }
 
 /// The README's examples, compiled and run as doctests.

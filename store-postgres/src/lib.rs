@@ -180,12 +180,7 @@ impl PostgresConfig {
                 Host::Unix(path) => path.display().to_string(),
             })
             .collect();
-        let ports: Vec<String> = self
-            .config
-            .get_ports()
-            .iter()
-            .map(u16::to_string)
-            .collect();
+        let ports: Vec<String> = self.config.get_ports().iter().map(u16::to_string).collect();
         format!(
             "{}@{}:{}/{}",
             self.config.get_user().unwrap_or("?"),
@@ -261,7 +256,11 @@ impl PostgresStore {
                 config: config.config,
             })
             .map_err(|e| {
-                StoreError::new(StoreErrorKind::Unavailable, "connect", format!("{target}: {e}"))
+                StoreError::new(
+                    StoreErrorKind::Unavailable,
+                    "connect",
+                    format!("{target}: {e}"),
+                )
             })?;
         let store = Self {
             pool,
@@ -291,10 +290,7 @@ impl PostgresStore {
                 .batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED")
                 .map_err(|e| error(&e, ctx))?;
             client
-                .execute(
-                    "SELECT pg_advisory_xact_lock($1)",
-                    &[&advisory_key(schema)],
-                )
+                .execute("SELECT pg_advisory_xact_lock($1)", &[&advisory_key(schema)])
                 .map_err(|e| error(&e, ctx))?;
             client
                 .batch_execute(&format!(
@@ -686,14 +682,16 @@ impl WriteTransaction for PostgresWrite<'_> {
     }
 
     fn delete(&mut self, table: Table, key: &[u8]) -> Result<bool, StoreError> {
-        self.txn.run(table, Op::Delete, "delete", |client, statement| {
-            client.execute(statement, &[&key]).map(|n| n > 0)
-        })
+        self.txn
+            .run(table, Op::Delete, "delete", |client, statement| {
+                client.execute(statement, &[&key]).map(|n| n > 0)
+            })
     }
 
     fn savepoint(&mut self) -> Result<Savepoint, StoreError> {
         let mark = self.savepoints;
-        self.txn.simple(&format!("SAVEPOINT s{mark}"), "savepoint")?;
+        self.txn
+            .simple(&format!("SAVEPOINT s{mark}"), "savepoint")?;
         self.savepoints += 1;
         Ok(Savepoint::new(mark))
     }
