@@ -68,6 +68,24 @@ impl TempPostgres {
     }
 }
 
+impl TempPostgres {
+    /// The cluster's connection string (it carries the password).
+    pub(crate) fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// A second store on this one's schema, as another server instance
+    /// would open it.
+    pub(crate) fn reopen(
+        &self,
+    ) -> Result<portcullis_store_postgres::PostgresStore, portcullis::store::StoreError> {
+        portcullis_store_postgres::PostgresConfig::parse(&self.url)?
+            .schema(self.store.schema())?
+            .pool_size(2)
+            .open()
+    }
+}
+
 impl Drop for TempPostgres {
     fn drop(&mut self) {
         let schema = self.store.schema().to_owned();

@@ -257,6 +257,18 @@ impl PostgresStore {
         }
         let target = config.target();
         let sql = Sql::new(&config.schema);
+        let manager = Manager {
+            config: config.config,
+        };
+        // One connection up front, so a wrong address or password fails
+        // now with PostgreSQL's reason rather than a pool timeout later.
+        r2d2::ManageConnection::connect(&manager).map_err(|e| {
+            StoreError::new(
+                error(&e, "connect").kind(),
+                "connect",
+                describe(&e, &target),
+            )
+        })?;
         let pool = r2d2::Pool::builder()
             .max_size(config.pool_size)
             .min_idle(Some(1))
@@ -265,16 +277,7 @@ impl PostgresStore {
             // round trip per checkout would cost more than it saves.
             .test_on_check_out(false)
             .error_handler(Box::new(r2d2::NopErrorHandler))
-            .build(Manager {
-                config: config.config,
-            })
-            .map_err(|e| {
-                StoreError::new(
-                    StoreErrorKind::Unavailable,
-                    "connect",
-                    format!("{target}: {e}"),
-                )
-            })?;
+            .build_unchecked(manager);
         let store = Self {
             pool,
             sql,
@@ -780,6 +783,14 @@ impl WriteTransaction for PostgresWrite<'_> {
     }
 }
 
+/// A connection failure, naming the target but never the password.
+fn describe(e: &postgres::Error, target: &str) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{target}: SQLSTATE {}: {}", db.code().code(), db.message()),
+        None => format!("{target}: {e}"),
+    }
+}
+
 /// A bound's kind in [`Op::Range`] and its key.
 fn bound(b: Bound<&[u8]>) -> (u8, Option<&[u8]>) {
     match b {
@@ -807,9 +818,13 @@ fn error(e: &postgres::Error, context: &'static str) -> StoreError {
     {
         CONFLICTS.set(CONFLICTS.get().saturating_add(1));
         StoreErrorKind::Conflict
-    } else if class == "08" || class == "57" || class == "53" && *code != SqlState::DISK_FULL {
-        // Connection exceptions, operator intervention (shutdown), and
-        // insufficient resources other than a full disk.
+    } else if class == "08"
+        || class == "28"
+        || class == "57"
+        || class == "53" && *code != SqlState::DISK_FULL
+    {
+        // Connection exceptions, refused authentication, operator
+        // intervention (shutdown), insufficient resources but a full disk.
         StoreErrorKind::Unavailable
     } else if *code == SqlState::DISK_FULL || class == "58" {
         StoreErrorKind::Io
