@@ -263,11 +263,12 @@ impl PostgresStore {
         // One connection up front, so a wrong address or password fails
         // now with PostgreSQL's reason rather than a pool timeout later.
         r2d2::ManageConnection::connect(&manager).map_err(|e| {
-            StoreError::new(
-                error(&e, "connect").kind(),
-                "connect",
-                describe(&e, &target),
-            )
+            let kind = if e.as_db_error().is_some() {
+                error(&e, "connect").kind()
+            } else {
+                StoreErrorKind::Unavailable
+            };
+            StoreError::new(kind, "connect", describe(&e, &target))
         })?;
         let pool = r2d2::Pool::builder()
             .max_size(config.pool_size)
@@ -853,6 +854,17 @@ mod tests {
         assert!(!shown.contains("hunter2"), "{shown}");
         let err = PostgresConfig::parse("postgres://alice:hunter2@[bad").err();
         assert!(err.is_some_and(|e| !e.to_string().contains("hunter2")));
+    }
+
+    #[test]
+    fn an_unreachable_database_is_unavailable_and_keeps_the_password() {
+        // Port 1 on loopback: nothing listens, the connect is refused.
+        let err = PostgresStore::open("postgres://alice:hunter2@127.0.0.1:1/app").err();
+        let err = err.unwrap_or_else(|| panic!("connected to port 1"));
+        assert_eq!(err.kind(), StoreErrorKind::Unavailable);
+        let shown = format!("{err} {err:?}");
+        assert!(shown.contains("alice@127.0.0.1:1/app"), "{shown}");
+        assert!(!shown.contains("hunter2"), "{shown}");
     }
 
     #[test]
