@@ -424,7 +424,7 @@ impl Store for PostgresStore {
 
     /// Opens a `SERIALIZABLE` transaction. After this thread's last write
     /// transaction met a conflict, it first sleeps a jittered, doubling
-    /// pause (see [`backoff`]): the engine re-runs a conflicted operation
+    /// pause (at most 20 ms): the engine re-runs a conflicted operation
     /// at once (the core reads no clock), and racing writers that retry in
     /// lockstep would conflict again.
     fn begin_write(&self) -> Result<PostgresWrite<'_>, StoreError> {
