@@ -1,7 +1,10 @@
 //! Refresh rotations per second on redb with durable commits, at 1, 8 and
 //! 64 concurrent callers (each rotating its own grant in a loop): one
 //! commit per rotation (`Engine::token`) against the group committer
-//! (`GroupCommitter::run` of `Engine::token_in`).
+//! (`GroupCommitter::run` of `Engine::token_in`). With
+//! `PORTCULLIS_BENCH_POSTGRES_URL` set (a cluster with durable commits:
+//! `store-postgres/test-cluster.sh start --durable`), the same on
+//! PostgreSQL.
 //!
 //! `cargo bench --bench group_commit`; criterion reports the time per
 //! rotation and rotations per second (throughput).
@@ -20,15 +23,17 @@ use portcullis::header::HeaderField;
 use portcullis::jwt::{Keyring, SigningKey};
 use portcullis::pkce::{CodeChallenge, CodeVerifier};
 use portcullis::site::{SiteConfig, SiteId};
-use portcullis::store::{Durability, GroupCommitter, RedbStore};
+use portcullis::store::{Durability, GroupCommitter, RedbStore, Store};
 use portcullis::{Engine, Policy, Timestamp};
+use portcullis_store_postgres::{PostgresConfig, PostgresStore};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
 const VERIFIER: &str = "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk";
 const NOW: u64 = 1_800_000_000;
 
-type RedbEngine = Engine<Arc<RedbStore>>;
+/// The variable naming the PostgreSQL cluster to measure too.
+const POSTGRES_URL: &str = "PORTCULLIS_BENCH_POSTGRES_URL";
 
 fn keyring() -> Keyring {
     let mut k = Keyring::new();
@@ -38,21 +43,35 @@ fn keyring() -> Keyring {
     k
 }
 
-/// A durable redb engine (on disk, not tmpfs) with one site, one client
-/// and `grants` grants; their refresh tokens.
-fn setup(
-    grants: usize,
-) -> (
-    tempfile::TempDir,
-    Arc<RedbEngine>,
-    SiteId,
-    String,
-    Vec<String>,
-) {
+/// A durable redb store (on disk, not tmpfs) and the directory it lives in.
+fn redb() -> (RedbStore, tempfile::TempDir) {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let store = RedbStore::open(dir.path().join("bench.redb"))
         .unwrap()
         .with_durability(Durability::Immediate);
+    (store, dir)
+}
+
+/// A PostgreSQL store in a fresh schema `name` (dropped first if a previous
+/// run left it), with a connection for each of `callers`.
+fn postgres(url: &str, name: &str, callers: usize) -> (PostgresStore, ()) {
+    let mut client = postgres::Client::connect(url, postgres::NoTls).unwrap();
+    client
+        .batch_execute(&format!("DROP SCHEMA IF EXISTS {name} CASCADE"))
+        .unwrap();
+    let store = PostgresConfig::parse(url)
+        .unwrap()
+        .schema(name)
+        .unwrap()
+        .pool_size(u32::try_from(callers).unwrap().clamp(1, 64))
+        .open()
+        .unwrap();
+    (store, ())
+}
+
+/// An engine on `store` with one site, one client and `grants` grants;
+/// their refresh tokens.
+fn setup<S: Store>(store: S, grants: usize) -> (Arc<Engine<Arc<S>>>, SiteId, String, Vec<String>) {
     let engine = Engine::new(Arc::new(store), keyring(), Policy::default());
     let mut rng = StdRng::seed_from_u64(1);
     let now = Timestamp::from_secs(NOW);
@@ -125,7 +144,7 @@ fn setup(
                 .to_string()
         })
         .collect();
-    (dir, Arc::new(engine), site, client, tokens)
+    (Arc::new(engine), site, client, tokens)
 }
 
 fn refresh_body(refresh: &str, client: &str) -> String {
@@ -159,13 +178,30 @@ fn drive(tokens: &mut [String], rounds: u64, rotate: &(dyn Fn(&str) -> String + 
 }
 
 fn rotations(c: &mut Criterion) {
-    let mut g = c.benchmark_group("redb_refresh_rotation");
+    rotations_on(c, "redb_refresh_rotation", |_| redb());
+    if let Ok(url) = std::env::var(POSTGRES_URL) {
+        rotations_on(c, "postgres_refresh_rotation", |callers| {
+            postgres(&url, &format!("bench_rotation_{callers}"), callers)
+        });
+    } else {
+        eprintln!("postgres_refresh_rotation: skipped ({POSTGRES_URL} is not set)");
+    }
+}
+
+/// The two ways of committing at 1, 8 and 64 callers, on stores made by
+/// `open(callers)` (a store and what must outlive it).
+fn rotations_on<S, G>(c: &mut Criterion, name: &str, open: impl Fn(usize) -> (S, G))
+where
+    S: Store + Send + Sync + 'static,
+{
+    let mut g = c.benchmark_group(name);
     g.sample_size(10)
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(4))
         .throughput(Throughput::Elements(1));
     for callers in [1usize, 8, 64] {
-        let (_dir, engine, site, client, mut tokens) = setup(callers);
+        let (store, _keep) = open(callers);
+        let (engine, site, client, mut tokens) = setup(store, callers);
         let now = Timestamp::from_secs(NOW);
         g.bench_function(format!("one_commit_each/{callers}"), |b| {
             b.iter_custom(|iters| {
@@ -218,7 +254,7 @@ fn rotations(c: &mut Criterion) {
         });
         let (ops, commits) = (committer.operations(), committer.commits().max(1));
         eprintln!(
-            "group_commit/{callers}: {ops} operations in {commits} commits ({}.{} per commit)",
+            "{name}/group_commit/{callers}: {ops} operations in {commits} commits ({}.{} per commit)",
             ops / commits,
             ops * 10 / commits % 10
         );

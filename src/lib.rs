@@ -14,6 +14,8 @@ pub mod store {
     pub use portcullis_core::store::*;
     #[cfg(feature = "memory")]
     pub use portcullis_store_memory::MemoryStore;
+    #[cfg(feature = "postgres")]
+    pub use portcullis_store_postgres::{PostgresConfig, PostgresStore};
     #[cfg(feature = "redb")]
     pub use portcullis_store_redb::{BatchWrite, Durability, GroupCommitter, RedbStore};
 }

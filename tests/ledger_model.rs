@@ -287,3 +287,21 @@ proptest! {
         run(&db.store, &ops, true)?;
     }
 }
+
+proptest! {
+    #![proptest_config(config(8))]
+
+    #[test]
+    fn ledger_agrees_with_the_model_on_postgres(ops in prop::collection::vec(op(), 1..30)) {
+        let Some(db) = crate::support::TempPostgres::new() else { return Ok(()) };
+        run(&*db.store, &ops, false)?;
+    }
+
+    #[test]
+    fn every_store_failure_leaves_nothing_and_a_retry_agrees_on_postgres(
+        ops in prop::collection::vec(op(), 1..15),
+    ) {
+        let Some(db) = crate::support::TempPostgres::new() else { return Ok(()) };
+        run(&*db.store, &ops, true)?;
+    }
+}

@@ -1046,18 +1046,25 @@ mod signing_key_rotation {
         let store = std::sync::Arc::new(db.store);
         super::signing_key_rotation_logs_nobody_out(&store);
     }
+
+    #[test]
+    fn postgres() {
+        if let Some(db) = crate::support::TempPostgres::new() {
+            super::signing_key_rotation_logs_nobody_out(&db.store);
+        }
+    }
 }
 
 /// Two threads race one refresh token. Strict policy: exactly one rotation,
 /// and the loser's attempt is reuse, which revokes the grant. With a retry
 /// window: both get the very same successor.
-fn racing_refreshes<S: Store + Sync>(store: &S, window: bool) {
+fn racing_refreshes<S: Store + Sync>(store: &S, window: bool, rounds: u64) {
     let mut policy = Policy::default();
     if window {
         policy.refresh_retry_window = Some(Duration::from_secs(30));
     }
     let mut w = World::with_policy(store, policy);
-    for round in 0..20u64 {
+    for round in 0..rounds {
         let t = w.login();
         let refresh = refresh_of(&t);
         let body = encode_pairs([
@@ -1107,22 +1114,39 @@ fn racing_refreshes<S: Store + Sync>(store: &S, window: bool) {
 mod racing_refresh {
     #[test]
     fn strict_memory() {
-        super::racing_refreshes(&crate::support::memory(), false);
+        super::racing_refreshes(&crate::support::memory(), false, 20);
     }
 
     #[test]
     fn strict_redb() {
-        super::racing_refreshes(&crate::support::TempRedb::new().store, false);
+        super::racing_refreshes(&crate::support::TempRedb::new().store, false, 20);
     }
 
     #[test]
     fn window_memory() {
-        super::racing_refreshes(&crate::support::memory(), true);
+        super::racing_refreshes(&crate::support::memory(), true, 20);
     }
 
     #[test]
     fn window_redb() {
-        super::racing_refreshes(&crate::support::TempRedb::new().store, true);
+        super::racing_refreshes(&crate::support::TempRedb::new().store, true, 20);
+    }
+
+    /// On PostgreSQL the two callers really run concurrently (two
+    /// connections, `SERIALIZABLE`): the loser meets a serialization
+    /// failure, the engine re-runs it, and it is then judged as reuse.
+    #[test]
+    fn strict_postgres() {
+        if let Some(db) = crate::support::TempPostgres::new() {
+            super::racing_refreshes(&*db.store, false, 200);
+        }
+    }
+
+    #[test]
+    fn window_postgres() {
+        if let Some(db) = crate::support::TempPostgres::new() {
+            super::racing_refreshes(&*db.store, true, 200);
+        }
     }
 }
 

@@ -349,3 +349,30 @@ proptest! {
         run(&db.store, &ops, Mode::Landing(seed))?;
     }
 }
+
+proptest! {
+    #![proptest_config(config(8))]
+
+    #[test]
+    fn engine_agrees_with_the_model_on_postgres(ops in prop::collection::vec(op(), 1..30)) {
+        let Some(db) = crate::support::TempPostgres::new() else { return Ok(()) };
+        run(&*db.store, &ops, Mode::Plain)?;
+    }
+
+    #[test]
+    fn every_store_failure_leaves_nothing_and_a_retry_agrees_on_postgres(
+        ops in prop::collection::vec(op(), 1..15),
+    ) {
+        let Some(db) = crate::support::TempPostgres::new() else { return Ok(()) };
+        run(&*db.store, &ops, Mode::Faults)?;
+    }
+
+    #[test]
+    fn a_failed_commit_that_landed_is_judged_right_on_postgres(
+        ops in prop::collection::vec(op(), 1..20),
+        seed in any::<u64>(),
+    ) {
+        let Some(db) = crate::support::TempPostgres::new() else { return Ok(()) };
+        run(&*db.store, &ops, Mode::Landing(seed))?;
+    }
+}

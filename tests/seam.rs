@@ -152,6 +152,24 @@ mod shared_transaction {
             }
         }
     }
+
+    #[test]
+    fn postgres() {
+        for n in 1.. {
+            let (Some(a), Some(b)) = (
+                crate::support::TempPostgres::new(),
+                crate::support::TempPostgres::new(),
+            ) else {
+                return;
+            };
+            if !super::a_failed_operation_leaves_nothing_in_a_shared_transaction(
+                &*a.store, &*b.store, n,
+            ) {
+                assert!(n > 3, "the request wrote at least three times");
+                break;
+            }
+        }
+    }
 }
 
 /// The group committer: batches, answers after the commit, failures.

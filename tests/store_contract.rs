@@ -2,7 +2,9 @@
 
 use std::ops::Bound::{self, Excluded, Included, Unbounded};
 
-use portcullis::store::{ReadTransaction, Store, Table, WriteTransaction, prefix_end};
+use portcullis::store::{
+    ReadTransaction, Store, StoreErrorKind, Table, WriteTransaction, prefix_end,
+};
 
 use crate::on_every_store;
 
@@ -192,24 +194,29 @@ fn holds_a_one_mebibyte_value<S: Store>(store: &S) {
     assert_eq!(get(store, Table::Requests, b"big"), Some(value));
 }
 
+/// Writers are serialised, or a writer that lost the race is told so with
+/// [`StoreErrorKind::Conflict`] and applies nothing (the contract's two
+/// kinds of store): retrying on a conflict, no increment is lost.
 fn racing_writers_lose_no_update<S: Store + Sync>(store: &S) {
     const PER_THREAD: u64 = 10_000;
+    fn increment<S: Store>(store: &S) -> Result<(), portcullis::store::StoreError> {
+        let mut w = store.begin_write()?;
+        let n = u64::from_be_bytes(w.get(Table::Meta, b"counter")?.unwrap().try_into().unwrap());
+        w.put(Table::Meta, b"counter", &(n + 1).to_be_bytes())?;
+        w.commit()
+    }
     put(store, Table::Meta, b"counter", &0u64.to_be_bytes());
     std::thread::scope(|s| {
         for _ in 0..2 {
             s.spawn(|| {
                 for _ in 0..PER_THREAD {
-                    let mut w = store.begin_write().unwrap();
-                    let n = u64::from_be_bytes(
-                        w.get(Table::Meta, b"counter")
-                            .unwrap()
-                            .unwrap()
-                            .try_into()
-                            .unwrap(),
-                    );
-                    w.put(Table::Meta, b"counter", &(n + 1).to_be_bytes())
-                        .unwrap();
-                    w.commit().unwrap();
+                    loop {
+                        match increment(store) {
+                            Ok(()) => break,
+                            Err(e) if e.kind() == StoreErrorKind::Conflict => {}
+                            Err(e) => panic!("{e}"),
+                        }
+                    }
                 }
             });
         }
@@ -671,5 +678,90 @@ mod crash {
             acked_total >= kills as u64 / 2,
             "the child made too little progress to test anything"
         );
+    }
+}
+
+/// What only the PostgreSQL store has: a versioned schema that other
+/// instances share, and a connection string that carries a password.
+mod postgres_schema {
+    use portcullis::store::{ReadTransaction, Store, StoreErrorKind, Table, WriteTransaction};
+
+    use crate::support::TempPostgres;
+
+    fn client(db: &TempPostgres) -> postgres::Client {
+        postgres::Client::connect(db.url(), postgres::NoTls).unwrap()
+    }
+
+    #[test]
+    fn a_second_instance_shares_the_tables_and_the_version_row() {
+        let Some(db) = TempPostgres::new() else {
+            return;
+        };
+        let mut w = db.store.begin_write().unwrap();
+        w.put(Table::Sites, b"s", b"1").unwrap();
+        w.commit().unwrap();
+        let other = db.reopen().unwrap();
+        assert_eq!(
+            other.begin_read().unwrap().get(Table::Sites, b"s").unwrap(),
+            Some(b"1".to_vec())
+        );
+        let schema = db.store.schema();
+        let rows = client(&db)
+            .query(&format!("SELECT version FROM {schema}.schema_version"), &[])
+            .unwrap();
+        let versions: Vec<i32> = rows.iter().map(|r| r.get(0)).collect();
+        assert_eq!(versions, [portcullis_store_postgres::SCHEMA_VERSION]);
+    }
+
+    #[test]
+    fn instances_opening_a_fresh_schema_together_all_succeed() {
+        let Some(db) = TempPostgres::new() else {
+            return;
+        };
+        let schema = db.store.schema();
+        client(&db)
+            .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+            .unwrap();
+        std::thread::scope(|s| {
+            let opens: Vec<_> = (0..4).map(|_| s.spawn(|| db.reopen())).collect();
+            for open in opens {
+                assert!(open.join().unwrap().is_ok());
+            }
+        });
+        let mut w = db.store.begin_write().unwrap();
+        w.put(Table::Grants, b"g", b"1").unwrap();
+        w.commit().unwrap();
+    }
+
+    #[test]
+    fn a_schema_newer_than_this_build_is_refused() {
+        let Some(db) = TempPostgres::new() else {
+            return;
+        };
+        let schema = db.store.schema();
+        client(&db)
+            .batch_execute(&format!(
+                "UPDATE {schema}.schema_version SET version = version + 1"
+            ))
+            .unwrap();
+        let err = db.reopen().unwrap_err();
+        assert_eq!(err.kind(), StoreErrorKind::Unavailable);
+        assert!(err.to_string().contains("newer than this build"), "{err}");
+    }
+
+    #[test]
+    fn the_password_never_shows() {
+        let Some(db) = TempPostgres::new() else {
+            return;
+        };
+        let config: postgres::Config = db.url().parse().unwrap();
+        let password = String::from_utf8(config.get_password().unwrap().to_vec()).unwrap();
+        assert!(!format!("{:?}", db.store).contains(&password));
+        let wrong = db.url().replacen(&password, "not-the-password", 1);
+        let err = portcullis_store_postgres::PostgresStore::open(&wrong).unwrap_err();
+        assert_eq!(err.kind(), StoreErrorKind::Unavailable);
+        let shown = format!("{err} {err:?}");
+        assert!(!shown.contains("not-the-password"), "{shown}");
+        assert!(!shown.contains(&password), "{shown}");
     }
 }

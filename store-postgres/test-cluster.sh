@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# A throwaway PostgreSQL cluster for the store-postgres tests and benchmarks.
+#
+#   store-postgres/test-cluster.sh start [--durable]   # prints the URL
+#   store-postgres/test-cluster.sh stop
+#
+# The cluster lives in $PORTCULLIS_PG_DIR (default /tmp/portcullis-pg), listens
+# on 127.0.0.1:$PORTCULLIS_PG_PORT (default 55432) only, and runs as an
+# unprivileged user (`portcullis-pg`, created if needed) when started by root.
+# Authentication is scram-sha-256 with a fresh random password, so the URL
+# carries a secret as a real deployment's would. Without --durable the cluster
+# skips fsync (the tests are about transaction semantics, not crash safety);
+# benchmarks pass --durable to measure real commits.
+#
+#   export PORTCULLIS_TEST_POSTGRES_URL="$(store-postgres/test-cluster.sh start)"
+#   cargo test -p portcullis --test main postgres
+#   store-postgres/test-cluster.sh stop
+set -euo pipefail
+
+dir="${PORTCULLIS_PG_DIR:-/tmp/portcullis-pg}"
+port="${PORTCULLIS_PG_PORT:-55432}"
+os_user="${PORTCULLIS_PG_OS_USER:-portcullis-pg}"
+
+bin="${PORTCULLIS_PG_BIN:-}"
+if [[ -z "$bin" ]]; then
+    if command -v pg_config >/dev/null && [[ -x "$(pg_config --bindir)/initdb" ]]; then
+        bin="$(pg_config --bindir)"
+    else
+        bin="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)"
+    fi
+fi
+if [[ -z "$bin" || ! -x "$bin/initdb" ]]; then
+    echo "test-cluster.sh: no PostgreSQL server binaries found (apt-get install postgresql)" >&2
+    exit 1
+fi
+
+# Runs a command as the cluster's owner.
+as_owner() {
+    if [[ "$(id -u)" -eq 0 ]]; then
+        setpriv --reuid="$os_user" --regid="$os_user" --init-groups --reset-env -- "$@"
+    else
+        "$@"
+    fi
+}
+
+start() {
+    local pg_opts="-c listen_addresses=127.0.0.1 -c port=$port -c max_connections=300"
+    pg_opts+=" -c unix_socket_directories=$dir -c shared_buffers=128MB"
+    if [[ "${1:-}" != "--durable" ]]; then
+        pg_opts+=" -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+    fi
+    if [[ "$(id -u)" -eq 0 ]] && ! id "$os_user" >/dev/null 2>&1; then
+        useradd --system --no-create-home --shell /usr/sbin/nologin "$os_user"
+    fi
+    if [[ -e "$dir" ]]; then
+        echo "test-cluster.sh: $dir exists; run '$0 stop' first" >&2
+        exit 1
+    fi
+    mkdir -p "$dir"
+    chmod 700 "$dir"
+    [[ "$(id -u)" -eq 0 ]] && chown "$os_user:$os_user" "$dir"
+    local password
+    password="$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
+    local pwfile="$dir/pwfile"
+    as_owner bash -c "umask 077; printf '%s\n' '$password' > '$pwfile'"
+    as_owner "$bin/initdb" -D "$dir/data" -U portcullis --pwfile="$pwfile" \
+        --auth=scram-sha-256 -E UTF8 --locale=C >"$dir/initdb.log" 2>&1
+    rm -f "$pwfile"
+    as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -o "$pg_opts" -w -t 60 start \
+        >/dev/null
+    as_owner env PGPASSWORD="$password" "$bin/psql" -h 127.0.0.1 -p "$port" -U portcullis \
+        -d postgres -qAt -c 'CREATE DATABASE portcullis' >/dev/null
+    echo "postgres://portcullis:$password@127.0.0.1:$port/portcullis"
+}
+
+stop() {
+    if [[ -d "$dir/data" ]]; then
+        as_owner "$bin/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null || true
+    fi
+    rm -rf "$dir"
+}
+
+case "${1:-}" in
+    start) start "${2:-}" ;;
+    stop) stop ;;
+    *)
+        echo "usage: $0 start [--durable] | stop" >&2
+        exit 2
+        ;;
+esac
