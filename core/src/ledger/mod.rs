@@ -3,8 +3,11 @@
 //!
 //! This module owns the records and answers; [`crate::Engine`] runs them
 //! against a store (`begin`, `authorize_action`, `record_outcome`,
-//! `complete`, `outcomes`, `sweep_ledger`). Approvals live in
-//! [`crate::approval`], the connected tab in [`crate::tab`].
+//! `complete`, `outcomes`, `sweep_ledger`). Approvals of its actions live
+//! in [`approval`] (also reachable as `crate::approval`): a pending
+//! approval is part of a request's record, and the approval types use the
+//! ledger's ids, so they sit inside it rather than beside it. The connected
+//! tab is [`crate::tab`].
 //!
 //! # One call, end to end
 //!
@@ -95,10 +98,10 @@
 //! | `insufficient_scope` | 403 | re-authorize with the `scope` of the challenge; retry the same id |
 
 mod action;
+pub mod approval;
 mod cursor;
 mod envelope;
 mod id;
-mod rate;
 mod request;
 mod result;
 
@@ -109,6 +112,7 @@ use core::fmt;
 
 use serde_json::{Value, json};
 
+pub use crate::policy::RateLimit;
 pub use action::{
     Action, Effect, MAX_ARGUMENTS_LEN, MAX_CODE_LEN as MAX_OUTCOME_CODE_LEN, MAX_KIND_LEN,
     MAX_SUMMARY_LEN, Outcome, OutcomeStatus, Report,
@@ -117,13 +121,14 @@ pub use cursor::MAX_CURSOR_LEN;
 pub use envelope::{ExecuteParams, MAX_CODE_LEN, MAX_ENVELOPE_LEN};
 pub(crate) use id::Lineage;
 pub use id::{ActionFingerprint, CodeFingerprint, RequestId};
-pub use rate::RateLimit;
-pub use request::{ExecutionRequest, InFlight, Park, RequestState};
+pub use request::{
+    ActionStep, BeginStep, Begun, ExecutionRequest, InFlight, NextAction, Owner, Park, Repeat,
+    RequestState,
+};
 pub use result::{BusinessError, Completion, End, Failure, MAX_MESSAGE_LEN};
 
 pub(crate) use cursor::{issue as issue_cursor, open as open_cursor};
 
-use crate::approval::ApprovalPrompt;
 use crate::bearer::Challenge;
 use crate::error::{ErrorCode, WireError};
 use crate::grant::GrantId;
@@ -131,6 +136,7 @@ use crate::scope::ScopeSet;
 use crate::site::SiteId;
 use crate::store::StoreError;
 use crate::time::Timestamp;
+use approval::ApprovalPrompt;
 
 /// Outcomes per page.
 pub const OUTCOME_PAGE: usize = 100;

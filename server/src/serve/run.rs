@@ -113,7 +113,7 @@ pub(crate) async fn execute(app: &Shared, principal: Principal, arguments: &Valu
     let mut needed = ScopeSet::default();
     for step in &steps {
         if needed
-            .insert(step.skill.effect.required_scope().as_str())
+            .insert_known(step.skill.effect.required_scope())
             .is_err()
         {
             return internal(Some(id));
