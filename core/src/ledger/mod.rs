@@ -396,6 +396,12 @@ pub enum BeginError {
         /// Seconds for `Retry-After`.
         retry_after_secs: u32,
     },
+    /// The caller holds an agent token, not a grant: `ACTION_UNAVAILABLE`.
+    /// A call runs in the user's connected tab, and only an OAuth grant has
+    /// one (a tab connects to a grant); an agent token may search and
+    /// describe skills only. The rule is the ledger's: an adapter that
+    /// verified an agent token answers `execute` with this.
+    AgentToken,
     /// The store failed; nothing changed.
     Store(StoreError),
 }
@@ -431,6 +437,10 @@ impl fmt::Display for BeginError {
             Self::Unavailable { .. } => {
                 f.write_str("external agents are switched off for this site")
             }
+            Self::AgentToken => f.write_str(
+                "execute runs in a connected tab, which needs an OAuth connection; \
+                 agent tokens can search and describe skills only",
+            ),
             Self::Store(_) => f.write_str("temporary server error"),
         }
     }
@@ -446,7 +456,7 @@ impl WireError for BeginError {
             Self::SessionRevoked => ErrorCode::SessionRevoked,
             Self::SessionExpired => ErrorCode::SessionExpired,
             Self::RateLimited { .. } => ErrorCode::RateLimited,
-            Self::TooManyUndecided { .. } => ErrorCode::ActionUnavailable,
+            Self::TooManyUndecided { .. } | Self::AgentToken => ErrorCode::ActionUnavailable,
             Self::NoLiveTab(_) => ErrorCode::NoLiveTab,
             Self::Unavailable { .. } => ErrorCode::TemporarilyUnavailable,
             Self::Store(_) => ErrorCode::ServerError,
@@ -471,21 +481,30 @@ impl BeginError {
     /// [`BeginError::InsufficientScope`].
     #[must_use]
     pub fn to_json(&self, request_id: Option<RequestId>) -> Value {
-        let mut error = json!({
-            "code": self.code().as_str(),
-            "message": alloc::format!("{self}"),
-        });
+        let mut body = failure_json(self.code(), &alloc::format!("{self}"), request_id);
+        let error = &mut body["error"];
         match self {
             Self::RateLimited { retry_after_ms } => error["retryAfterMs"] = json!(retry_after_ms),
             Self::NoLiveTab(link) => error["reconnectUrl"] = json!(link.url),
             _ => {}
         }
-        json!({
-            "ok": false,
-            "requestId": request_id.map(|id| alloc::format!("{id}")),
-            "error": error,
-        })
+        body
     }
+}
+
+/// The protocol-failure JSON of an `execute` call with wire code `code`:
+/// `{"ok": false, "requestId": …, "error": {"code", "message"}}`. The one
+/// place this shape is built: [`BeginError::to_json`] and
+/// [`TicketError::to_json`] start from it, and an adapter that refuses a
+/// call for a reason of its own (a malformed program, a server fault) uses
+/// it, so every failure reads the same.
+#[must_use]
+pub fn failure_json(code: ErrorCode, message: &str, request_id: Option<RequestId>) -> Value {
+    json!({
+        "ok": false,
+        "requestId": request_id.map(|id| alloc::format!("{id}")),
+        "error": {"code": code.as_str(), "message": message},
+    })
 }
 
 /// What [`crate::Engine::authorize_action`] answers.
@@ -559,6 +578,15 @@ impl WireError for TicketError {
 #[cfg(feature = "std")]
 impl std::error::Error for TicketError {}
 
+impl TicketError {
+    /// The protocol-failure JSON a run that stopped with this answers, for
+    /// the request `request_id` (see [`failure_json`]).
+    #[must_use]
+    pub fn to_json(&self, request_id: RequestId) -> Value {
+        failure_json(self.code(), &alloc::format!("{self}"), Some(request_id))
+    }
+}
+
 /// Why [`crate::Engine::outcomes`] refused a page.
 #[non_exhaustive]
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -615,6 +643,33 @@ impl std::error::Error for OutcomesError {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_protocol_failure_has_one_shape() {
+        let id = RequestId::from_bytes([7; 16]);
+        let plain = failure_json(ErrorCode::ActionNotFound, "no such skill", Some(id));
+        assert_eq!(
+            plain,
+            json!({
+                "ok": false,
+                "requestId": alloc::format!("{id}"),
+                "error": {"code": "ACTION_NOT_FOUND", "message": "no such skill"},
+            })
+        );
+        let agent = BeginError::AgentToken.to_json(None);
+        assert_eq!(agent["ok"], json!(false));
+        assert_eq!(agent["requestId"], Value::Null);
+        assert_eq!(agent["error"]["code"], json!("ACTION_UNAVAILABLE"));
+        let stale = TicketError::Stale.to_json(id);
+        assert_eq!(
+            stale,
+            failure_json(
+                TicketError::Stale.code(),
+                &alloc::format!("{}", TicketError::Stale),
+                Some(id)
+            )
+        );
+    }
 
     #[test]
     fn protocol_failures_carry_their_client_data() {
