@@ -600,7 +600,8 @@ mod crash {
                 self.access_token
             );
             for g in &self.rotating {
-                text.push_str(&format!("{g}\n"));
+                text.push_str(&g.to_string());
+                text.push('\n');
             }
             std::fs::write(Self::file(db), text).unwrap();
         }
@@ -1066,20 +1067,19 @@ mod crash {
             );
             assert_eq!(answer.unwrap_err(), TokenError::InvalidGrant);
         }
-        for t in 0..RUNNERS {
-            if executed[t] == 0 {
+        for (t, &last) in executed.iter().enumerate() {
+            if last == 0 {
                 continue;
             }
             let answer = engine.begin(
                 &principal,
-                &exec_params(t, executed[t]),
+                &exec_params(t, last),
                 Caller::Client,
                 setup.now.into(),
             );
             assert!(
                 matches!(answer, Ok(BeginAnswer::Stored(_))),
-                "runner {t}'s request {}: {answer:?}",
-                executed[t]
+                "runner {t}'s request {last}: {answer:?}"
             );
         }
     }

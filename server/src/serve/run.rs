@@ -20,9 +20,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use portcullis_core::bearer::Challenge;
 use portcullis_core::engine::Principal;
-use portcullis_core::error::{ErrorCode, WireError};
+use portcullis_core::error::ErrorCode;
 use portcullis_core::ledger::{
     ActionVerdict, BeginAnswer, BeginError, BusinessError, Caller, Completion, ExecuteParams,
     ExecutionTicket, OutcomeStatus, Report, RequestId, TicketError,
