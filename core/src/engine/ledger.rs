@@ -203,6 +203,13 @@ pub(super) fn join_live_tab<W: WriteTransaction>(
     Ok(true)
 }
 
+/// `403 insufficient_scope` naming `ask`, the scopes to request (RFC 6750
+/// §3.1).
+fn insufficient_scope(site: &Site, ask: &ScopeSet) -> BeginError {
+    let md = metadata::protected_resource_metadata_url(site);
+    BeginError::InsufficientScope(Challenge::insufficient_scope(&md, ask))
+}
+
 fn reconnect_link(site: &Site) -> ReconnectLink {
     ReconnectLink {
         site: site.id.clone(),
@@ -398,10 +405,6 @@ impl<S: Store> Engine<S> {
     /// [`Engine::begin_needing`] inside `txn`, a transaction the caller owns
     /// and commits: see [operations in a shared
     /// transaction](crate::store#operations-in-a-shared-transaction).
-    #[allow(
-        clippy::too_many_lines,
-        reason = "one decision table, read top to bottom; splitting it would scatter the order of checks"
-    )]
     pub fn begin_needing_in<W: WriteTransaction>(
         &self,
         txn: &mut W,
@@ -414,28 +417,7 @@ impl<S: Store> Engine<S> {
         let from = params.outcome_cursor.as_deref();
         Self::within(txn, |txn| {
             let now_s = now.timestamp();
-            let site = load_site(&*txn, &principal.site).map_err(|e| match e {
-                SiteOpError::Store(e) => BeginError::Store(e),
-                SiteOpError::Site(_) => BeginError::SessionRevoked,
-            })?;
-            if let Err(SiteError::Disabled { retry_after_secs }) = site.ensure_enabled() {
-                return Err(BeginError::Unavailable { retry_after_secs });
-            }
-            let (grant, status) = self.grant_status(&*txn, &site, &principal.grant, now_s)?;
-            let grant = match (grant, status) {
-                (Some(g), Some(GrantStatus::Live)) => g,
-                (_, Some(GrantStatus::Expired)) => return Err(BeginError::SessionExpired),
-                _ => return Err(BeginError::SessionRevoked),
-            };
-            let rate_key = keys::rate(&grant.id);
-            let tat = txn
-                .get(Table::Requests, &rate_key)?
-                .and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
-                .map(u64::from_be_bytes);
-            match self.policy.execute_rate.check(tat, now.as_millis()) {
-                Ok(next) => txn.put(Table::Requests, &rate_key, &next.to_be_bytes())?,
-                Err(retry_after_ms) => return Err(BeginError::RateLimited { retry_after_ms }),
-            }
+            let (site, grant) = self.admit_caller(txn, principal, now)?;
             let lineage = Lineage::of(site.id.as_str(), &grant.subject, &grant.client_id);
             let key = keys::request(&lineage, &params.request_id);
             let tab: Option<TabConnection> = txn.load(&keys::tab(&grant.id))?;
@@ -456,17 +438,9 @@ impl<S: Store> Engine<S> {
                 client_id: grant.client_id.clone(),
                 client_name: grant.client_name.clone(),
             };
-
-            let missing_scope = |site: &Site| {
-                let md = metadata::protected_resource_metadata_url(site);
-                BeginError::InsufficientScope(Challenge::insufficient_scope(
-                    &md,
-                    &needed.union(&principal.scopes),
-                ))
-            };
             let Some(mut rec) = txn.load::<ExecutionRequest>(&key)? else {
                 if !needed.is_subset(&principal.scopes) {
-                    return Err(missing_scope(&site));
+                    return Err(insufficient_scope(&site, &needed.union(&principal.scopes)));
                 }
                 let limit = self.policy.max_undecided_requests;
                 let undecided = scan(
@@ -536,16 +510,45 @@ impl<S: Store> Engine<S> {
                 BeginStep::ResultExpired => Err(BeginError::ResultExpired),
                 BeginStep::Pending => Ok(BeginAnswer::ExecutionPending(rec.id())),
                 BeginStep::ApprovalPending(prompt) => Ok(BeginAnswer::ApprovalPending(prompt)),
-                BeginStep::MissingScope(ask) => {
-                    let md = metadata::protected_resource_metadata_url(&site);
-                    Err(BeginError::InsufficientScope(
-                        Challenge::insufficient_scope(&md, &ask),
-                    ))
-                }
+                BeginStep::MissingScope(ask) => Err(insufficient_scope(&site, &ask)),
                 BeginStep::NoLiveTab => Err(BeginError::NoLiveTab(reconnect_link(&site))),
                 BeginStep::Run => Ok(BeginAnswer::Run(ticket(&rec))),
             }
         })
+    }
+
+    /// The checks of every `begin` before its request is looked at, in
+    /// order: the site's switch, the caller's grant, and the rate limit,
+    /// whose state moves on for a call it lets through.
+    fn admit_caller<W: WriteTransaction>(
+        &self,
+        txn: &mut Txn<'_, W>,
+        principal: &Principal,
+        now: TimestampMs,
+    ) -> Result<(Site, Grant), BeginError> {
+        let site = load_site(&*txn, &principal.site).map_err(|e| match e {
+            SiteOpError::Store(e) => BeginError::Store(e),
+            SiteOpError::Site(_) => BeginError::SessionRevoked,
+        })?;
+        if let Err(SiteError::Disabled { retry_after_secs }) = site.ensure_enabled() {
+            return Err(BeginError::Unavailable { retry_after_secs });
+        }
+        let (grant, status) = self.grant_status(&*txn, &site, &principal.grant, now.timestamp())?;
+        let grant = match (grant, status) {
+            (Some(g), Some(GrantStatus::Live)) => g,
+            (_, Some(GrantStatus::Expired)) => return Err(BeginError::SessionExpired),
+            _ => return Err(BeginError::SessionRevoked),
+        };
+        let rate_key = keys::rate(&grant.id);
+        let tat = txn
+            .get(Table::Requests, &rate_key)?
+            .and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
+            .map(u64::from_be_bytes);
+        match self.policy.execute_rate.check(tat, now.as_millis()) {
+            Ok(next) => txn.put(Table::Requests, &rate_key, &next.to_be_bytes())?,
+            Err(retry_after_ms) => return Err(BeginError::RateLimited { retry_after_ms }),
+        }
+        Ok((site, grant))
     }
 
     /// Loads what a ticket operation needs, or ends the request if its
