@@ -1048,6 +1048,10 @@ mod crash {
             rotations > 0 && runs > 0,
             "no rotation ({rotations}) or no execution ({runs}) was acknowledged"
         );
+        println!(
+            "{kills} kills: {rotations} rotations and {runs} executions acknowledged, \
+             final generations {generations:?}, last request ids {executed:?}"
+        );
         // A spent refresh token stays spent; an acknowledged id is answered
         // from the ledger, never run again.
         let store = Arc::new(RedbStore::open(&path).unwrap());
