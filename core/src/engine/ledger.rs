@@ -3,6 +3,12 @@
 //! its own, or (the `_in` forms) inside the caller's. See [`crate::ledger`]
 //! for the rules they implement; approvals live in `approvals.rs`, the
 //! connected tab in `tab.rs`, and the helpers they share here.
+//!
+//! The decision tables of a repeated `begin` and of `authorize_action` are
+//! the record's ([`ExecutionRequest::begin`], [`ExecutionRequest::authorize`]):
+//! this module loads the facts they read, asks for the step and writes what
+//! the step says, so the order of checks is read (and unit-tested) in one
+//! place.
 
 use alloc::vec::Vec;
 use core::ops::Bound;
@@ -384,8 +390,8 @@ impl<S: Store> Engine<S> {
 
     /// [`Engine::begin`] for a call whose actions the adapter already knows
     /// need `needed` (the union of their effects' scopes, from
-    /// [`Effect::required_scope`]). The scope check then comes **before** the
-    /// tab check: a token without `needed` answers `403 insufficient_scope`
+    /// [`Effect::required_scope`](crate::ledger::Effect::required_scope)).
+    /// The scope check then comes **before** the tab check: a token without `needed` answers `403 insufficient_scope`
     /// (RFC 6750 §3.1; the MCP authorization spec's step-up) whether or not a
     /// tab is connected, and nothing about the request is stored, so the
     /// same `requestId` is judged afresh with the wider token. An existing
