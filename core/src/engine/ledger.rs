@@ -391,9 +391,9 @@ impl<S: Store> Engine<S> {
     /// [`Engine::begin`] for a call whose actions the adapter already knows
     /// need `needed` (the union of their effects' scopes, from
     /// [`Effect::required_scope`](crate::ledger::Effect::required_scope)).
-    /// The scope check then comes **before** the tab check: a token without `needed` answers `403 insufficient_scope`
-    /// (RFC 6750 §3.1; the MCP authorization spec's step-up) whether or not a
-    /// tab is connected, and nothing about the request is stored, so the
+    /// The scope check then comes **before** the tab check: a token without
+    /// `needed` answers `403 insufficient_scope` (RFC 6750 §3.1; the MCP
+    /// authorization spec's step-up) whether or not a tab is connected, and nothing about the request is stored, so the
     /// same `requestId` is judged afresh with the wider token. An existing
     /// request that has not finished is checked the same way before it
     /// resumes; a finished one answers its stored result as before.
