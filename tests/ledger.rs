@@ -239,7 +239,8 @@ impl<S: Store> Ledger<S> {
             .execution_request(&self.p, &RequestId::parse(&id(n)).unwrap())
             .unwrap()
             .unwrap()
-            .state
+            .state()
+            .clone()
     }
 }
 

@@ -534,7 +534,7 @@ fn forged_tokens_revoke_nothing_and_answer_like_reuse<S: Store>(store: &S) {
     // One answer for all of them: same error, same status, same body.
     for e in [&unknown_err, &garbage_err, &reuse_err] {
         assert_eq!(e, &forged_err);
-        assert_eq!(e.to_response(false), forged_err.to_response(false));
+        assert_eq!(e.to_response(), forged_err.to_response());
     }
     // The forgery revoked nothing (the real token rotated afterwards); the
     // reuse did.
@@ -687,7 +687,7 @@ fn the_off_switch_answers_503_and_changes_nothing<S: Store>(store: &S) {
     let t = w.login();
     w.engine.set_site_enabled(&w.site, false).unwrap();
     let err = w.refresh(&refresh_of(&t)).unwrap_err();
-    let response = err.to_response(false);
+    let response = err.to_response();
     assert_eq!(
         (response.status, response.header("retry-after")),
         (503, Some("60"))
@@ -870,7 +870,7 @@ fn repeated_authorization_fields_are_refused<S: Store>(store: &S) {
             .token(&w.site, &body, field, &mut w.rng, w.now)
             .unwrap_err();
         assert_eq!(e, TokenError::authorization(HeaderError::Repeated));
-        let r = e.to_response(true);
+        let r = e.to_response();
         assert_eq!(r.status, 400);
         assert!(
             r.body.contains(r#""error":"invalid_request""#),
@@ -883,7 +883,7 @@ fn repeated_authorization_fields_are_refused<S: Store>(store: &S) {
             .revoke_token(&w.site, &revoke, field, w.now)
             .unwrap_err();
         assert_eq!(e, RevokeError::authorization(HeaderError::Repeated));
-        assert_eq!(e.to_response(true).status, 400);
+        assert_eq!(e.to_response().status, 400);
     }
     assert!(
         crate::forgery::image(w.engine.store()) == before,
@@ -1460,7 +1460,7 @@ fn identical_registrations_never_share_credentials<S: Store>(store: &S) {
     assert_eq!(
         w.engine
             .revoke_token(&w.site, &revoke, HeaderField::one(&a_id_b_secret), w.now),
-        Err(RevokeError::InvalidClient)
+        Err(RevokeError::InvalidClient { basic: true })
     );
     assert!(w.bearer(&tokens, "skills:read").is_ok());
     // Refreshing with A's id and B's secret is refused and rotates nothing.
@@ -1530,7 +1530,7 @@ fn the_longest_confidential_ids_still_authenticate<S: Store>(store: &S) {
     assert_eq!(
         w.engine
             .revoke_token(&w.site, &body, HeaderField::one(&header), w.now),
-        Err(RevokeError::InvalidClient)
+        Err(RevokeError::InvalidClient { basic: true })
     );
 }
 

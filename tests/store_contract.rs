@@ -542,7 +542,16 @@ mod crash {
     }
 
     const GROUP_CHILD_ENV: &str = "PORTCULLIS_GROUP_CRASH_CHILD_DB";
+    /// Where each ledger caller's next request id starts, for the child.
+    const GROUP_EXEC_ENV: &str = "PORTCULLIS_GROUP_CRASH_EXEC_FROM";
     const CALLERS: u8 = 4;
+    /// Callers rotating the refresh token of a grant of their own.
+    const ROTATORS: usize = 2;
+    /// Callers running executions (begin, one action, its outcome, complete).
+    const RUNNERS: usize = 2;
+    /// The one action every execution performs.
+    const ACTION: (&str, portcullis::ledger::Effect, &str) =
+        ("items.list", portcullis::ledger::Effect::Read, "{}");
 
     /// Caller `t`'s `n`-th operation through the committer: its counter
     /// `c/t` goes to `n` and its log gets `l/t/n`. Applied twice, the
@@ -555,23 +564,169 @@ mod crash {
         [&[b'l', t][..], &n.to_be_bytes()].concat()
     }
 
+    /// Runner `t`'s `n`-th request id.
+    fn exec_id(t: usize, n: u64) -> portcullis::ledger::RequestId {
+        portcullis::ledger::RequestId::parse(&format!("{t:08x}-0000-4000-8000-{n:012x}")).unwrap()
+    }
+
+    fn exec_params(t: usize, n: u64) -> portcullis::ledger::ExecuteParams {
+        portcullis::ledger::ExecuteParams::new(&exec_id(t, n).to_string(), "one read".into(), None)
+            .unwrap()
+    }
+
+    /// The ledger policy of the crash run: no rate limit (the clock stands
+    /// still, so the limiter would refuse everything after the burst).
+    fn crash_policy() -> portcullis::Policy {
+        let mut p = portcullis::Policy::default();
+        p.execute_rate = portcullis::ledger::RateLimit::new(0, 1);
+        p
+    }
+
+    /// What the parent set up for the child: a site, a client, one grant
+    /// with a connected tab for the runners and one grant per rotator, at a
+    /// clock that stands still (every operation takes `now`).
+    struct Setup {
+        now: portcullis::Timestamp,
+        site: portcullis::site::SiteId,
+        client_id: String,
+        access_token: String,
+        rotating: Vec<portcullis::grant::GrantId>,
+    }
+
+    impl Setup {
+        fn file(db: &std::path::Path) -> std::path::PathBuf {
+            db.with_extension("setup")
+        }
+
+        fn write(&self, db: &std::path::Path) {
+            let mut text = format!(
+                "{}\n{}\n{}\n{}\n",
+                self.now.as_secs(),
+                self.site,
+                self.client_id,
+                self.access_token
+            );
+            for g in &self.rotating {
+                text.push_str(&g.to_string());
+                text.push('\n');
+            }
+            std::fs::write(Self::file(db), text).unwrap();
+        }
+
+        fn read(db: &std::path::Path) -> Self {
+            let text = std::fs::read_to_string(Self::file(db)).unwrap();
+            let mut lines = text.lines();
+            let mut next = || lines.next().unwrap().to_owned();
+            let now = portcullis::Timestamp::from_secs(next().parse().unwrap());
+            let site = portcullis::site::SiteId::parse(&next()).unwrap();
+            let (client_id, access_token) = (next(), next());
+            let rotating = text
+                .lines()
+                .skip(4)
+                .map(|g| portcullis::grant::GrantId::parse(g).unwrap())
+                .collect();
+            Self {
+                now,
+                site,
+                client_id,
+                access_token,
+                rotating,
+            }
+        }
+    }
+
+    /// The refresh token of `grant`'s generation `generation` (the current
+    /// one, or an earlier one to show it is spent).
+    fn refresh_token_of(grant: &portcullis::grant::Grant, generation: u32) -> String {
+        let keyring = crate::oauth::keyring();
+        let mut at = grant.clone();
+        at.generation = generation;
+        at.refresh_token(keyring.verifying_key(&grant.kid).unwrap())
+            .expose_secret()
+            .to_owned()
+    }
+
+    fn refresh_body(client_id: &str, refresh_token: &str) -> String {
+        portcullis::form::encode_pairs([
+            ("grant_type", "refresh_token"),
+            ("refresh_token", refresh_token),
+            ("client_id", client_id),
+        ])
+    }
+
+    fn load_grant(
+        r: &impl ReadTransaction,
+        id: &portcullis::grant::GrantId,
+    ) -> portcullis::grant::Grant {
+        r.load::<portcullis::grant::Grant>(id.as_bytes())
+            .unwrap()
+            .expect("the grant exists")
+    }
+
     /// Not a test of its own: the child half of
     /// `sigkill_through_the_group_committer_loses_no_acknowledged_answer`.
+    /// Every caller commits through one group committer, as the server's
+    /// handlers do, and prints each answer once its commit acknowledged it:
+    /// `ack t n` (a counter), `rot t g` (a rotation to generation `g`),
+    /// `exec t n ran|stored` (an execution that ran here, or whose stored
+    /// result `begin` answered).
     #[test]
+    #[allow(
+        clippy::too_many_lines,
+        reason = "one child process: set-up, then three kinds of callers"
+    )]
     fn group_child_process_entry() {
         use std::sync::Arc;
 
+        use portcullis::Engine;
+        use portcullis::header::HeaderField;
+        use portcullis::ledger::{Action, ActionVerdict, BeginAnswer, Caller, Completion, Report};
+        use portcullis::scope::ScopeSet;
         use portcullis::store::GroupCommitter;
 
         let Ok(path) = std::env::var(GROUP_CHILD_ENV) else {
             return;
         };
-        let store = RedbStore::open(&path)
+        let exec_from: Vec<u64> = std::env::var(GROUP_EXEC_ENV)
             .unwrap()
-            .with_durability(Durability::Immediate);
-        let committer = Arc::new(GroupCommitter::new(Arc::new(store)));
-        // The callers loop until the parent kills the process.
-        let callers: Vec<std::thread::JoinHandle<()>> = (0..CALLERS)
+            .split(',')
+            .map(|n| n.parse().unwrap())
+            .collect();
+        let setup = Arc::new(Setup::read(std::path::Path::new(&path)));
+        let store = Arc::new(
+            RedbStore::open(&path)
+                .unwrap()
+                .with_durability(Durability::Immediate),
+        );
+        let engine = Arc::new(Engine::new(
+            Arc::clone(&store),
+            crate::oauth::keyring(),
+            crash_policy(),
+        ));
+        let now = setup.now;
+        // What a host does when it starts: the runs the killed process held
+        // end (`CONNECTION_LOST`, unknownTail); they never run again.
+        let mut from = None;
+        loop {
+            let done = engine.abandon_running(from.as_ref(), now, 256).unwrap();
+            match done.next {
+                Some(next) => from = Some(next),
+                None => break,
+            }
+        }
+        let header = format!("Bearer {}", setup.access_token);
+        let principal = Arc::new(
+            engine
+                .verify_bearer(
+                    &setup.site,
+                    HeaderField::one(&header),
+                    &ScopeSet::new(),
+                    now,
+                )
+                .unwrap(),
+        );
+        let committer = Arc::new(GroupCommitter::new(Arc::clone(&store)));
+        let mut callers: Vec<std::thread::JoinHandle<()>> = (0..CALLERS)
             .map(|t| {
                 let c = Arc::clone(&committer);
                 std::thread::spawn(move || {
@@ -591,29 +746,163 @@ mod crash {
                 })
             })
             .collect();
+        for (t, grant) in setup.rotating.iter().copied().enumerate() {
+            let (c, engine, setup, store) = (
+                Arc::clone(&committer),
+                Arc::clone(&engine),
+                Arc::clone(&setup),
+                Arc::clone(&store),
+            );
+            callers.push(std::thread::spawn(move || {
+                let current = load_grant(&store.begin_read().unwrap(), &grant);
+                let mut generation = current.generation;
+                let mut token = refresh_token_of(&current, generation);
+                loop {
+                    let body = refresh_body(&setup.client_id, &token);
+                    let (e, site) = (Arc::clone(&engine), setup.site.clone());
+                    let tokens = c
+                        .run(move |txn| {
+                            e.token_in(
+                                txn,
+                                &site,
+                                &body,
+                                HeaderField::ABSENT,
+                                &mut rand::rng(),
+                                now,
+                            )
+                        })
+                        .unwrap()
+                        .expect("the current refresh token rotates");
+                    generation += 1;
+                    token = tokens.refresh_token.expose_secret().to_owned();
+                    println!("rot {t} {generation}");
+                }
+            }));
+        }
+        for (t, first) in exec_from.iter().copied().enumerate().take(RUNNERS) {
+            let (c, engine, principal) = (
+                Arc::clone(&committer),
+                Arc::clone(&engine),
+                Arc::clone(&principal),
+            );
+            callers.push(std::thread::spawn(move || {
+                let action =
+                    Arc::new(Action::new(ACTION.0, ACTION.1, ACTION.2.as_bytes()).unwrap());
+                for n in first.. {
+                    let (e, p) = (Arc::clone(&engine), Arc::clone(&principal));
+                    let begun = c
+                        .run(move |txn| {
+                            e.begin_in(txn, &p, &exec_params(t, n), Caller::Client, now.into())
+                        })
+                        .unwrap();
+                    let ticket = match begun {
+                        Ok(BeginAnswer::Run(ticket)) => ticket,
+                        Ok(BeginAnswer::Stored(_)) => {
+                            println!("exec {t} {n} stored");
+                            continue;
+                        }
+                        other => panic!("request {n}: {other:?}"),
+                    };
+                    let (e, a) = (Arc::clone(&engine), Arc::clone(&action));
+                    let verdict = c
+                        .run(move |txn| e.authorize_action_in(txn, ticket, &a, now))
+                        .unwrap();
+                    let Ok(ActionVerdict::Run(ticket)) = verdict else {
+                        panic!("request {n}: {verdict:?}");
+                    };
+                    let e = Arc::clone(&engine);
+                    let ticket = c
+                        .run(move |txn| e.record_outcome_in(txn, ticket, Report::ok("ran"), now))
+                        .unwrap()
+                        .unwrap();
+                    let e = Arc::clone(&engine);
+                    c.run(move |txn| {
+                        e.complete_in(txn, ticket, &Completion::Value(serde_json::json!(n)), now)
+                    })
+                    .unwrap()
+                    .unwrap();
+                    println!("exec {t} {n} ran");
+                }
+            }));
+        }
         drop(callers);
         loop {
             std::thread::park();
         }
     }
 
-    /// SIGKILL while several callers commit through the group committer:
-    /// after every reopen, no acknowledged answer is lost, and every
-    /// caller's log is exactly `1..=counter` (nothing applied twice or in
-    /// part). 20 kills here; `PORTCULLIS_CRASH_KILLS` sets another number.
+    /// SIGKILL while callers commit through the group committer: plain
+    /// counters, refresh rotations and executions of the ledger. After every
+    /// reopen no acknowledged answer is lost and nothing happened twice:
+    /// every counter's log is exactly `1..=counter` (nothing applied twice or
+    /// in part); every grant's generation is at least the last one
+    /// acknowledged and never goes back (so no rotated refresh token becomes
+    /// valid again), and no grant was revoked (a token used twice would
+    /// have been a reuse); every acknowledged execution is stored as
+    /// returned with its one outcome, and no request of the runners ever
+    /// started a second run (a run a kill cut off ends `CONNECTION_LOST`
+    /// when the next host starts, and its id then answers that result). At
+    /// the end a spent refresh token is refused and an acknowledged id
+    /// answers its stored result. 20 kills here; `PORTCULLIS_CRASH_KILLS`
+    /// sets another number.
     #[test]
+    #[allow(
+        clippy::too_many_lines,
+        reason = "one scenario: set-up, the kill loop and its checks, the final checks"
+    )]
     fn sigkill_through_the_group_committer_loses_no_acknowledged_answer() {
+        use std::sync::Arc;
+
+        use portcullis::Engine;
+        use portcullis::header::HeaderField;
+        use portcullis::ledger::{BeginAnswer, Caller, End, RequestState};
+        use portcullis::token::TokenError;
+
         let kills: usize = std::env::var("PORTCULLIS_CRASH_KILLS")
             .ok()
             .and_then(|k| k.parse().ok())
             .unwrap_or(20);
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("group-crash.redb");
-        drop(RedbStore::open(&path).unwrap());
+        let (principal, setup) = {
+            let store = Arc::new(RedbStore::open(&path).unwrap());
+            let mut l = crate::ledger::Ledger::new(Arc::clone(&store));
+            let rotating = (0..ROTATORS)
+                .map(|_| {
+                    let t = l.w.login();
+                    l.w.bearer(&t, "").unwrap().grant
+                })
+                .collect();
+            let setup = Setup {
+                now: l.w.now,
+                site: l.w.site.clone(),
+                client_id: l.w.client_id.clone(),
+                access_token: l.tokens.access_token.expose_secret().to_owned(),
+                rotating,
+            };
+            (l.p.clone(), setup)
+        };
+        setup.write(&path);
         let mut rng = crate::support::rng(0x6C0A);
         let exe = std::env::current_exe().unwrap();
         let mut acked_total = 0u64;
+        let mut generations: Vec<u32> = {
+            let store = RedbStore::open(&path).unwrap();
+            let r = store.begin_read().unwrap();
+            setup
+                .rotating
+                .iter()
+                .map(|g| load_grant(&r, g).generation)
+                .collect()
+        };
+        let first_generations = generations.clone();
+        // Per runner: the last id acknowledged, and the first not yet known
+        // to exist.
+        let mut executed = [0u64; RUNNERS];
+        let mut unseen = [1u64; RUNNERS];
+        let (mut rotations, mut runs) = (0u64, 0u64);
         for kill in 0..kills {
+            let from: Vec<String> = executed.iter().map(|n| (n + 1).to_string()).collect();
             let mut child = Command::new(&exe)
                 .args([
                     "--exact",
@@ -622,6 +911,7 @@ mod crash {
                     "--test-threads=1",
                 ])
                 .env(GROUP_CHILD_ENV, &path)
+                .env(GROUP_EXEC_ENV, from.join(","))
                 .stdout(Stdio::piped())
                 .stderr(Stdio::null())
                 .spawn()
@@ -630,22 +920,42 @@ mod crash {
             let acks_before_kill = rng.random_range(1..60u64);
             let deadline = Instant::now() + Duration::from_millis(rng.random_range(5..200));
             let mut acked = [0u64; CALLERS as usize];
+            let mut rotated = generations.clone();
+            let mut ran: Vec<(usize, u64)> = Vec::new();
             let mut seen = 0;
             while let Some(Ok(line)) = lines.next() {
-                let mut parts = line.strip_prefix("ack ").unwrap_or_default().split(' ');
-                if let (Some(t), Some(n)) = (parts.next(), parts.next()) {
-                    let t: usize = t.parse().unwrap();
-                    acked[t] = acked[t].max(n.parse().unwrap());
-                    seen += 1;
-                    if seen % acks_before_kill == 0 || Instant::now() > deadline {
-                        break;
+                let mut parts = line.split(' ');
+                let (kind, t, n) = (parts.next(), parts.next(), parts.next());
+                let (Some(kind), Some(t), Some(n)) = (kind, t, n) else {
+                    continue;
+                };
+                let (Ok(t), Ok(n)) = (t.parse::<usize>(), n.parse::<u64>()) else {
+                    continue;
+                };
+                match kind {
+                    "ack" => acked[t] = acked[t].max(n),
+                    "rot" => {
+                        rotated[t] = rotated[t].max(u32::try_from(n).unwrap());
+                        rotations += 1;
                     }
+                    "exec" => {
+                        executed[t] = executed[t].max(n);
+                        if parts.next() == Some("ran") {
+                            ran.push((t, n));
+                            runs += 1;
+                        }
+                    }
+                    _ => continue,
+                }
+                seen += 1;
+                if seen % acks_before_kill == 0 || Instant::now() > deadline {
+                    break;
                 }
             }
             std::thread::sleep(Duration::from_micros(rng.random_range(0..3_000)));
             child.kill().unwrap();
             child.wait().unwrap();
-            let store = RedbStore::open(&path).unwrap();
+            let store = Arc::new(RedbStore::open(&path).unwrap());
             let r = store.begin_read().unwrap();
             for t in 0..CALLERS {
                 let counter = read_counter(&r, &counter_key(t));
@@ -656,7 +966,7 @@ mod crash {
                 );
                 let prefix = [b'l', t];
                 let end = [b'l', t + 1];
-                let log = r
+                let mut log = r
                     .range(
                         Table::Outcomes,
                         std::ops::Bound::Included(&prefix[..]),
@@ -664,6 +974,8 @@ mod crash {
                         usize::MAX,
                     )
                     .unwrap();
+                // The ledger's outcomes share the table, under longer keys.
+                log.retain(|(k, _)| k.len() == 10);
                 assert_eq!(log.len() as u64, counter, "kill {kill}: caller {t}'s log");
                 assert!(
                     log.iter()
@@ -672,12 +984,115 @@ mod crash {
                     "kill {kill}: caller {t}'s log has a gap or a repeat"
                 );
             }
+            for (t, g) in setup.rotating.iter().enumerate() {
+                let grant = load_grant(&r, g);
+                assert!(
+                    grant.revoked.is_none(),
+                    "kill {kill}: rotator {t}'s grant was revoked: a token was used twice"
+                );
+                assert!(
+                    grant.generation >= rotated[t],
+                    "kill {kill}: rotator {t}'s acknowledged generation {} lost (file holds {})",
+                    rotated[t],
+                    grant.generation
+                );
+                assert!(
+                    grant.generation >= generations[t],
+                    "kill {kill}: rotator {t}'s generation went back"
+                );
+                generations[t] = grant.generation;
+            }
+            drop(r);
+            let engine = Engine::new(Arc::clone(&store), crate::oauth::keyring(), crash_policy());
+            let record = |t: usize, n: u64| {
+                engine
+                    .execution_request(&principal, &exec_id(t, n))
+                    .unwrap()
+            };
+            for &(t, n) in &ran {
+                let rec = record(t, n).unwrap_or_else(|| {
+                    panic!("kill {kill}: runner {t}'s acknowledged request {n} lost")
+                });
+                assert!(
+                    matches!(
+                        rec.state(),
+                        RequestState::Done {
+                            end: End::Returned(_),
+                            unknown_tail: false,
+                            ..
+                        }
+                    ) && rec.outcomes() == 1,
+                    "kill {kill}: runner {t}'s request {n}: {:?}",
+                    rec.state()
+                );
+            }
+            for t in 0..RUNNERS {
+                assert!(
+                    executed[t] < unseen[t] || record(t, executed[t]).is_some(),
+                    "kill {kill}: runner {t}'s acknowledged request {} lost",
+                    executed[t]
+                );
+                // Every request stored since the last look: one run, at
+                // most one outcome.
+                let mut n = unseen[t].min(executed[t] + 1);
+                while let Some(rec) = record(t, n) {
+                    assert_eq!(
+                        (rec.run(), rec.outcomes() <= 1),
+                        (1, true),
+                        "kill {kill}: runner {t}'s request {n} ran twice"
+                    );
+                    n += 1;
+                }
+                unseen[t] = unseen[t].max(n);
+            }
             acked_total += acked.iter().sum::<u64>().min(1);
         }
         assert!(
             acked_total >= kills as u64 / 2,
             "the child made too little progress to test anything"
         );
+        assert!(
+            rotations > 0 && runs > 0,
+            "no rotation ({rotations}) or no execution ({runs}) was acknowledged"
+        );
+        println!(
+            "{kills} kills: {rotations} rotations and {runs} executions acknowledged, \
+             final generations {generations:?}, last request ids {executed:?}"
+        );
+        // A spent refresh token stays spent; an acknowledged id is answered
+        // from the ledger, never run again.
+        let store = Arc::new(RedbStore::open(&path).unwrap());
+        let engine = Engine::new(Arc::clone(&store), crate::oauth::keyring(), crash_policy());
+        for (t, g) in setup.rotating.iter().enumerate() {
+            if generations[t] == first_generations[t] {
+                continue;
+            }
+            let grant = load_grant(&store.begin_read().unwrap(), g);
+            let spent = refresh_token_of(&grant, grant.generation - 1);
+            let answer = engine.token(
+                &setup.site,
+                &refresh_body(&setup.client_id, &spent),
+                HeaderField::ABSENT,
+                &mut rand::rng(),
+                setup.now,
+            );
+            assert_eq!(answer.unwrap_err(), TokenError::InvalidGrant);
+        }
+        for (t, &last) in executed.iter().enumerate() {
+            if last == 0 {
+                continue;
+            }
+            let answer = engine.begin(
+                &principal,
+                &exec_params(t, last),
+                Caller::Client,
+                setup.now.into(),
+            );
+            assert!(
+                matches!(answer, Ok(BeginAnswer::Stored(_))),
+                "runner {t}'s request {last}: {answer:?}"
+            );
+        }
     }
 }
 

@@ -85,7 +85,6 @@ extern crate std;
 
 pub mod agent_loop;
 pub mod agent_token;
-pub mod approval;
 pub mod authorize;
 pub mod bearer;
 pub mod client;
@@ -119,5 +118,8 @@ pub mod token;
 
 pub use engine::Engine;
 pub use error::{ErrorCode, WireError};
+/// Approvals of write actions: part of the execution ledger, see
+/// [`ledger::approval`].
+pub use ledger::approval;
 pub use policy::Policy;
 pub use time::{Timestamp, TimestampMs};

@@ -146,6 +146,19 @@ impl ScopeSet {
         Ok(())
     }
 
+    /// Adds a known token: no parsing, as it is valid by construction. Fails
+    /// only with [`ScopeError::TooMany`], when the set already holds
+    /// [`MAX_SCOPES`] other tokens.
+    pub fn insert_known(&mut self, token: KnownScope) -> Result<(), ScopeError> {
+        if let Err(at) = self.0.binary_search_by(|t| t.as_str().cmp(token.0)) {
+            if self.0.len() == MAX_SCOPES {
+                return Err(ScopeError::TooMany);
+            }
+            self.0.insert(at, token.0.into());
+        }
+        Ok(())
+    }
+
     /// Whether `token` is in the set.
     #[must_use]
     pub fn contains(&self, token: &str) -> bool {
@@ -280,6 +293,23 @@ mod tests {
         }
         assert!(is_scope_token(&"x".repeat(MAX_SCOPE_LEN)));
         assert!(!is_scope_token(&"x".repeat(MAX_SCOPE_LEN + 1)));
+    }
+
+    #[test]
+    fn known_tokens_insert_like_parsed_ones_up_to_the_limit() {
+        let mut set = ScopeSet::parse("skills:write").unwrap();
+        set.insert_known(KnownScope::SKILLS_READ).unwrap();
+        set.insert_known(KnownScope::SKILLS_READ).unwrap();
+        assert_eq!(set, ScopeSet::parse("skills:read skills:write").unwrap());
+        let mut full = ScopeSet::new();
+        for i in 0..MAX_SCOPES {
+            full.insert(&alloc::format!("s{i}")).unwrap();
+        }
+        assert_eq!(
+            full.insert_known(KnownScope::SKILLS_READ),
+            Err(ScopeError::TooMany)
+        );
+        assert!(!full.contains(SKILLS_READ));
     }
 
     #[test]

@@ -62,14 +62,16 @@ impl<'a> ClientCredentials<'a> {
     /// to a Basic header must name the same client.
     pub fn read(form: &Form<'a>, authorization: HeaderField<'a>) -> Result<Self, TokenError> {
         let authorization = authorization.value().map_err(TokenError::authorization)?;
+        let basic = authorization.is_some_and(is_basic_scheme);
+        let refused = || TokenError::InvalidClient { basic };
         if form.get("client_secret").is_some() {
-            return Err(TokenError::InvalidClient);
+            return Err(refused());
         }
         let body_id = form.get("client_id");
         if let Some(header) = authorization {
-            let (id, secret) = parse_basic(header)?;
+            let (id, secret) = parse_basic(header).ok_or_else(refused)?;
             if body_id.is_some_and(|b| b != id) {
-                return Err(TokenError::InvalidClient);
+                return Err(refused());
             }
             Ok(Self {
                 client_id: Cow::Owned(id),
@@ -77,7 +79,7 @@ impl<'a> ClientCredentials<'a> {
                 via_basic: true,
             })
         } else {
-            let id = body_id.ok_or(TokenError::InvalidClient)?;
+            let id = body_id.ok_or_else(refused)?;
             Ok(Self {
                 client_id: Cow::Owned(id.into()),
                 secret: None,
@@ -85,29 +87,44 @@ impl<'a> ClientCredentials<'a> {
             })
         }
     }
+
+    /// The refusal of these credentials: `invalid_client`, with a `Basic`
+    /// challenge when they came in a Basic header.
+    #[must_use]
+    pub fn refused(&self) -> TokenError {
+        TokenError::InvalidClient {
+            basic: self.via_basic,
+        }
+    }
+}
+
+/// Whether an `Authorization` value uses the Basic scheme
+/// (case-insensitive, RFC 7617 §2).
+fn is_basic_scheme(header: &str) -> bool {
+    header
+        .get(..6)
+        .is_some_and(|s| s.eq_ignore_ascii_case("basic "))
 }
 
 /// `Basic base64(urlencode(id) ":" urlencode(secret))` (RFC 6749 §2.3.1,
 /// RFC 7617 §2); the scheme is case-insensitive.
-fn parse_basic(header: &str) -> Result<(String, String), TokenError> {
+fn parse_basic(header: &str) -> Option<(String, String)> {
     if header.len() > MAX_BASIC_LEN {
-        return Err(TokenError::InvalidClient);
+        return None;
     }
-    let (scheme, encoded) = header.split_once(' ').ok_or(TokenError::InvalidClient)?;
+    let (scheme, encoded) = header.split_once(' ')?;
     if !scheme.eq_ignore_ascii_case("basic") {
-        return Err(TokenError::InvalidClient);
+        return None;
     }
-    let decoded = STANDARD
-        .decode(encoded.trim())
-        .map_err(|_| TokenError::InvalidClient)?;
-    let decoded = core::str::from_utf8(&decoded).map_err(|_| TokenError::InvalidClient)?;
-    let (id, secret) = decoded.split_once(':').ok_or(TokenError::InvalidClient)?;
-    let id = form::decode(id).map_err(|_| TokenError::InvalidClient)?;
-    let secret = form::decode(secret).map_err(|_| TokenError::InvalidClient)?;
+    let decoded = STANDARD.decode(encoded.trim()).ok()?;
+    let decoded = core::str::from_utf8(&decoded).ok()?;
+    let (id, secret) = decoded.split_once(':')?;
+    let id = form::decode(id).ok()?;
+    let secret = form::decode(secret).ok()?;
     if id.is_empty() {
-        return Err(TokenError::InvalidClient);
+        return None;
     }
-    Ok((id.into_owned(), secret.into_owned()))
+    Some((id.into_owned(), secret.into_owned()))
 }
 
 /// A successful token response (RFC 6749 §5.1).
@@ -181,8 +198,13 @@ pub enum TokenError {
         /// What is wrong with it.
         error: HeaderError,
     },
-    /// Client authentication failed.
-    InvalidClient,
+    /// Client authentication failed (RFC 6749 §5.2 `invalid_client`).
+    InvalidClient {
+        /// The client tried the Basic scheme (RFC 6749 §2.3.1), so the
+        /// answer challenges it (`WWW-Authenticate: Basic`): the core knows
+        /// how the client authenticated, and the answer follows from it.
+        basic: bool,
+    },
     /// The client did not register this grant type.
     UnauthorizedClient,
     /// The code or refresh token is invalid, expired, spent, revoked, or was
@@ -211,7 +233,7 @@ impl fmt::Display for TokenError {
             Self::UnsupportedGrantType => {
                 f.write_str("grant_type must be authorization_code or refresh_token")
             }
-            Self::InvalidClient => f.write_str("client authentication failed"),
+            Self::InvalidClient { .. } => f.write_str("client authentication failed"),
             Self::UnauthorizedClient => f.write_str("the client did not register this grant type"),
             Self::InvalidGrant | Self::Pkce(_) => {
                 f.write_str("the grant is invalid, expired or revoked")
@@ -231,7 +253,7 @@ impl WireError for TokenError {
                 ErrorCode::InvalidRequest
             }
             Self::UnsupportedGrantType => ErrorCode::UnsupportedGrantType,
-            Self::InvalidClient => ErrorCode::InvalidClient,
+            Self::InvalidClient { .. } => ErrorCode::InvalidClient,
             Self::UnauthorizedClient => ErrorCode::UnauthorizedClient,
             Self::InvalidGrant | Self::Pkce(_) => ErrorCode::InvalidGrant,
             Self::InvalidScope => ErrorCode::InvalidScope,
@@ -263,14 +285,15 @@ impl std::error::Error for TokenError {}
 
 impl TokenError {
     /// The full HTTP answer: RFC 6749 §5.2 body, `no-store`, `Retry-After`
-    /// while off, and a `Basic` challenge when Basic authentication failed.
+    /// while off, and a `Basic` challenge when Basic authentication failed
+    /// (RFC 6749 §5.2: `401` with `WWW-Authenticate` for the scheme used).
     #[must_use]
-    pub fn to_response(&self, via_basic: bool) -> HttpResponse {
+    pub fn to_response(&self) -> HttpResponse {
         let mut r = HttpResponse::oauth_error(self.code(), &alloc::format!("{self}"));
         if let Self::Unavailable { retry_after_secs } = self {
             r = r.with_header("retry-after", alloc::format!("{retry_after_secs}"));
         }
-        if matches!(self, Self::InvalidClient) && via_basic {
+        if matches!(self, Self::InvalidClient { basic: true }) {
             r = r.with_header("www-authenticate", String::from("Basic realm=\"token\""));
         }
         r
@@ -291,16 +314,26 @@ mod tests {
         let other = Form::parse("client_id=else", 100).unwrap();
         assert_eq!(
             ClientCredentials::read(&other, HeaderField::one(&header)).unwrap_err(),
-            TokenError::InvalidClient
+            TokenError::InvalidClient { basic: true }
         );
         let post = Form::parse("client_id=a&client_secret=b", 100).unwrap();
         assert_eq!(
             ClientCredentials::read(&post, HeaderField::ABSENT).unwrap_err(),
-            TokenError::InvalidClient
+            TokenError::InvalidClient { basic: false }
         );
+        // A secret in the body next to a Basic header, or a malformed Basic
+        // header: refused, challenging Basic.
+        let malformed = "Basic !!";
+        for (form, header) in [(&post, header.as_str()), (&other, malformed)] {
+            let e = ClientCredentials::read(form, HeaderField::one(header)).unwrap_err();
+            assert_eq!(e, TokenError::InvalidClient { basic: true });
+            assert!(e.to_response().header("www-authenticate").is_some());
+        }
+        let bearer = ClientCredentials::read(&other, HeaderField::one("Bearer x")).unwrap_err();
+        assert_eq!(bearer, TokenError::InvalidClient { basic: false });
         assert_eq!(
             ClientCredentials::read(&Form::default(), HeaderField::ABSENT).unwrap_err(),
-            TokenError::InvalidClient
+            TokenError::InvalidClient { basic: false }
         );
     }
 
@@ -313,7 +346,7 @@ mod tests {
             let field = HeaderField::new(pair.map(String::as_bytes));
             let e = ClientCredentials::read(&form, field).unwrap_err();
             assert_eq!(e, TokenError::authorization(HeaderError::Repeated));
-            let r = e.to_response(true);
+            let r = e.to_response();
             assert_eq!(r.status, 400);
             assert!(r.body.contains("\"invalid_request\""), "{}", r.body);
             assert!(r.header("www-authenticate").is_none());
@@ -325,13 +358,16 @@ mod tests {
         let r = TokenError::Unavailable {
             retry_after_secs: 30,
         }
-        .to_response(false);
+        .to_response();
         assert_eq!((r.status, r.header("retry-after")), (503, Some("30")));
         assert_eq!(r.header("cache-control"), Some("no-store"));
-        let r = TokenError::InvalidClient.to_response(true);
+        let r = TokenError::InvalidClient { basic: true }.to_response();
         assert_eq!(r.status, 401);
         assert!(r.header("www-authenticate").is_some());
-        let r = TokenError::InvalidGrant.to_response(false);
+        let r = TokenError::InvalidClient { basic: false }.to_response();
+        assert_eq!(r.status, 401);
+        assert!(r.header("www-authenticate").is_none());
+        let r = TokenError::InvalidGrant.to_response();
         assert!(r.body.contains("\"invalid_grant\""));
     }
 }

@@ -3355,3 +3355,76 @@ async fn ping_throughput_against_the_metadata_endpoint() {
         per_10k / 1e6
     );
 }
+
+/// `/token` refresh throughput at 32 grants in parallel: each grant's
+/// client rotates its own refresh token as fast as the server answers,
+/// every rotation committed through the group committer. Prints rotations
+/// per second and the p50 and p99 latency. Run it with
+/// `cargo test -p portcullis-server --release --test e2e -- --ignored --nocapture token_refresh_throughput`
+/// (and `PORTCULLIS_E2E_BIN=<another build>` to measure that build).
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "a measurement, not a check: run by hand"]
+async fn token_refresh_throughput() {
+    const GRANTS: usize = 32;
+    const SECS: u64 = 5;
+    let s = Server::start_logging(&[], "warn").await;
+    let mut logins = Vec::with_capacity(GRANTS);
+    for _ in 0..GRANTS {
+        logins.push(s.login("alice", "skills:read").await);
+    }
+    let url = s.url("/token");
+    let deadline = Instant::now() + Duration::from_secs(SECS);
+    let tasks: Vec<_> = logins
+        .into_iter()
+        .map(|login| {
+            let (http, url) = (s.http.clone(), url.clone());
+            tokio::spawn(async move {
+                let mut refresh = login.refresh;
+                let mut latencies = Vec::new();
+                while Instant::now() < deadline {
+                    let started = Instant::now();
+                    let r = http
+                        .post(&url)
+                        .header("content-type", "application/x-www-form-urlencoded")
+                        .body(encode_pairs([
+                            ("grant_type", "refresh_token"),
+                            ("refresh_token", refresh.as_str()),
+                            ("client_id", login.client_id.as_str()),
+                        ]))
+                        .send()
+                        .await
+                        .unwrap();
+                    assert_eq!(r.status(), StatusCode::OK, "every rotation succeeds");
+                    let tokens: Value = r.json().await.unwrap();
+                    latencies.push(started.elapsed());
+                    refresh = tokens["refresh_token"].as_str().unwrap().to_owned();
+                }
+                latencies
+            })
+        })
+        .collect();
+    let mut latencies = Vec::new();
+    for t in tasks {
+        latencies.extend(t.await.unwrap());
+    }
+    latencies.sort_unstable();
+    let at = |q: f64| {
+        #[allow(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            clippy::cast_precision_loss,
+            reason = "an index into a sorted sample"
+        )]
+        let i = ((latencies.len() as f64 - 1.0) * q).round() as usize;
+        latencies[i]
+    };
+    #[allow(clippy::cast_precision_loss, reason = "a rate for display")]
+    let rate = latencies.len() as f64 / SECS as f64;
+    println!(
+        "/token refresh at {GRANTS} grants in parallel: {rate:.0} rotations/s \
+         ({} in {SECS} s), p50 {:.1} ms, p99 {:.1} ms",
+        latencies.len(),
+        at(0.50).as_secs_f64() * 1e3,
+        at(0.99).as_secs_f64() * 1e3
+    );
+}

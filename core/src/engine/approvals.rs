@@ -8,7 +8,7 @@ use super::ledger::{binding, undecided_of};
 use super::{Engine, SiteOpError, keys, load_site};
 use crate::approval::{ApprovalDecision, ApprovalError, ApprovalPrompt, ApprovalRef};
 use crate::grant::{Grant, GrantId, GrantStatus};
-use crate::ledger::{End, ExecutionRequest, Failure, Lineage, Park, RequestState};
+use crate::ledger::{End, ExecutionRequest, Failure, Lineage, RequestState};
 use crate::site::SiteId;
 use crate::store::{ReadTransaction, Store, WriteTransaction};
 use crate::tab::TabConnection;
@@ -31,9 +31,9 @@ impl<S: Store> Engine<S> {
             let mut out = Vec::new();
             for (_, _, id) in undecided_of(txn, grant)? {
                 if let Some(rec) = txn.load::<ExecutionRequest>(&keys::request(&lineage, &id))?
-                    && let RequestState::AwaitingApproval(p) = &rec.state
+                    && let RequestState::AwaitingApproval(p) = rec.state()
                 {
-                    out.push(p.prompt(rec.id));
+                    out.push(p.prompt(rec.id()));
                 }
             }
             Ok(out)
@@ -81,10 +81,10 @@ impl<S: Store> Engine<S> {
             let lineage = Lineage::of(site.id.as_str(), &grant.subject, &grant.client_id);
             let key = keys::request(&lineage, &approval.request_id);
             let mut rec: ExecutionRequest = txn.load(&key)?.ok_or(ApprovalError::NotPending)?;
-            let RequestState::AwaitingApproval(pending) = &rec.state else {
+            let RequestState::AwaitingApproval(pending) = rec.state() else {
                 return Err(ApprovalError::NotPending);
             };
-            if rec.grant != grant.id
+            if rec.grant() != grant.id
                 || pending.seq != approval.seq
                 || pending.action.fingerprint() != approval.fingerprint
             {
@@ -96,8 +96,7 @@ impl<S: Store> Engine<S> {
             let pending = pending.clone();
             match pending.decide(decision, &binding(&site, &grant)) {
                 Err(ApprovalError::Void) => {
-                    rec.approved = None;
-                    rec.park(Park::Resume);
+                    rec.void_approval();
                     self.save_request(txn, &lineage, &rec)?;
                     Err(ApprovalError::Void)
                 }
@@ -115,8 +114,7 @@ impl<S: Store> Engine<S> {
                         tab.allow_kind(pending.action.kind(), approved.fingerprint);
                         txn.save(&keys::tab(&grant.id), &tab)?;
                     }
-                    rec.approved = Some(approved);
-                    rec.park(Park::Resume);
+                    rec.approve(approved);
                     self.save_request(txn, &lineage, &rec)?;
                     Ok(())
                 }

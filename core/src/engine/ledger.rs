@@ -3,19 +3,26 @@
 //! its own, or (the `_in` forms) inside the caller's. See [`crate::ledger`]
 //! for the rules they implement; approvals live in `approvals.rs`, the
 //! connected tab in `tab.rs`, and the helpers they share here.
+//!
+//! The decision tables of a repeated `begin` and of `authorize_action` are
+//! the record's ([`ExecutionRequest::begin`], [`ExecutionRequest::authorize`]):
+//! this module loads the facts they read, asks for the step and writes what
+//! the step says, so the order of checks is read (and unit-tested) in one
+//! place.
 
 use alloc::vec::Vec;
 use core::ops::Bound;
 
 use super::{Engine, SiteOpError, Txn, keys, load_site};
-use crate::approval::{Binding, PendingApproval};
+use crate::approval::Binding;
 use crate::bearer::Challenge;
 use crate::engine::Principal;
 use crate::grant::{Grant, GrantId, GrantStatus};
 use crate::ledger::{
-    self, Action, ActionVerdict, BeginAnswer, BeginError, Caller, Completion, Effect, End,
-    ExecuteParams, ExecutionRequest, ExecutionTicket, Failure, Lineage, Outcome, OutcomePage,
-    OutcomesError, Park, ReconnectLink, Report, RequestId, RequestState, StoredResult, TicketError,
+    self, Action, ActionStep, ActionVerdict, BeginAnswer, BeginError, BeginStep, Caller,
+    Completion, End, ExecuteParams, ExecutionRequest, ExecutionTicket, Failure, Lineage,
+    NextAction, Outcome, OutcomePage, OutcomesError, Owner, ReconnectLink, Repeat, Report,
+    RequestId, RequestState, StoredResult, TicketError,
 };
 use crate::metadata;
 use crate::scope::ScopeSet;
@@ -28,9 +35,14 @@ use crate::time::{Timestamp, TimestampMs};
 
 /// The failure a non-live grant status means.
 pub(super) fn session_failure(status: Option<GrantStatus>) -> Failure {
-    match status {
-        Some(GrantStatus::Expired) => Failure::Expired,
-        _ => Failure::Revoked,
+    Failure::of_session(status)
+}
+
+/// The connection a tab would dispatch a call to now, if any.
+fn connection_of(dispatch: Dispatch) -> Option<u32> {
+    match dispatch {
+        Dispatch::To(connection) => Some(connection),
+        _ => None,
     }
 }
 
@@ -81,7 +93,7 @@ pub(super) fn store_request<W: WriteTransaction>(
     rec: &ExecutionRequest,
     look_at: Timestamp,
 ) -> Result<(), StoreError> {
-    let index = keys::grant_request(&rec.grant, &rec.id);
+    let index = keys::grant_request(&rec.grant(), &rec.id());
     if rec.is_undecided() {
         txn.put(Table::Requests, &index, &lineage.0)?;
     } else {
@@ -89,10 +101,10 @@ pub(super) fn store_request<W: WriteTransaction>(
     }
     txn.put(
         Table::Requests,
-        &keys::ledger_expiry(look_at, lineage, &rec.id),
+        &keys::ledger_expiry(look_at, lineage, &rec.id()),
         &[],
     )?;
-    txn.save(&keys::request(lineage, &rec.id), rec)
+    txn.save(&keys::request(lineage, &rec.id()), rec)
 }
 
 /// Ends every undecided request of `grant` (`SESSION_REVOKED`; running calls
@@ -105,7 +117,7 @@ pub(crate) fn cancel_grant_requests<W: WriteTransaction>(
 ) -> Result<(), StoreError> {
     for (key, lineage, id) in undecided_of(&*txn, grant)? {
         match txn.load::<ExecutionRequest>(&keys::request(&lineage, &id))? {
-            Some(mut rec) if rec.grant == *grant => {
+            Some(mut rec) if rec.grant() == *grant => {
                 rec.cancel(Failure::Revoked, now);
                 store_request(txn, &lineage, &rec, now)?;
             }
@@ -132,9 +144,9 @@ pub(super) fn cut_runs<W: WriteTransaction>(
 ) -> Result<(), StoreError> {
     for (_, lineage, id) in undecided_of(&*txn, grant)? {
         if let Some(mut rec) = txn.load::<ExecutionRequest>(&keys::request(&lineage, &id))?
-            && rec.grant == *grant
-            && rec.state == RequestState::Running
-            && rec.connection == connection
+            && rec.grant() == *grant
+            && *rec.state() == RequestState::Running
+            && rec.connection() == connection
         {
             rec.cancel(Failure::ConnectionLost, now);
             store_request(txn, &lineage, &rec, now)?;
@@ -195,6 +207,13 @@ pub(super) fn join_live_tab<W: WriteTransaction>(
     )?;
     txn.save(&keys::tab(&grant.id), &tab)?;
     Ok(true)
+}
+
+/// `403 insufficient_scope` naming `ask`, the scopes to request (RFC 6750
+/// §3.1).
+fn insufficient_scope(site: &Site, ask: &ScopeSet) -> BeginError {
+    let md = metadata::protected_resource_metadata_url(site);
+    BeginError::InsufficientScope(Challenge::insufficient_scope(&md, ask))
 }
 
 fn reconnect_link(site: &Site) -> ReconnectLink {
@@ -265,8 +284,8 @@ impl<S: Store> Engine<S> {
         rec: &ExecutionRequest,
         from: u32,
     ) -> Result<OutcomePage, StoreError> {
-        let start = keys::outcome(lineage, &rec.id, from);
-        let prefix = keys::outcomes(lineage, &rec.id);
+        let start = keys::outcome(lineage, &rec.id(), from);
+        let prefix = keys::outcomes(lineage, &rec.id());
         let end = prefix_end(&prefix);
         let end = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
         let entries = txn.range(
@@ -282,15 +301,15 @@ impl<S: Store> Engine<S> {
             })?);
         }
         let reached = from.saturating_add(outcomes.len() as u32);
-        let next = if reached < rec.outcomes && !outcomes.is_empty() {
-            ledger::issue_cursor(&self.keyring, lineage, &rec.id, reached)
+        let next = if reached < rec.outcomes() && !outcomes.is_empty() {
+            ledger::issue_cursor(&self.keyring, lineage, &rec.id(), reached)
         } else {
             None
         };
         Ok(OutcomePage {
             outcomes,
             next,
-            total: rec.outcomes,
+            total: rec.outcomes(),
         })
     }
 
@@ -305,12 +324,12 @@ impl<S: Store> Engine<S> {
             at,
             end,
             unknown_tail,
-        } = &rec.state
+        } = rec.state()
         else {
             return Ok(None);
         };
         Ok(Some(StoredResult {
-            request_id: rec.id,
+            request_id: rec.id(),
             end: end.clone(),
             unknown_tail: *unknown_tail,
             finished: *at,
@@ -371,10 +390,10 @@ impl<S: Store> Engine<S> {
 
     /// [`Engine::begin`] for a call whose actions the adapter already knows
     /// need `needed` (the union of their effects' scopes, from
-    /// [`Effect::required_scope`]). The scope check then comes **before** the
-    /// tab check: a token without `needed` answers `403 insufficient_scope`
-    /// (RFC 6750 §3.1; the MCP authorization spec's step-up) whether or not a
-    /// tab is connected, and nothing about the request is stored, so the
+    /// [`Effect::required_scope`](crate::ledger::Effect::required_scope)).
+    /// The scope check then comes **before** the tab check: a token without
+    /// `needed` answers `403 insufficient_scope` (RFC 6750 §3.1; the MCP
+    /// authorization spec's step-up) whether or not a tab is connected, and nothing about the request is stored, so the
     /// same `requestId` is judged afresh with the wider token. An existing
     /// request that has not finished is checked the same way before it
     /// resumes; a finished one answers its stored result as before.
@@ -392,10 +411,6 @@ impl<S: Store> Engine<S> {
     /// [`Engine::begin_needing`] inside `txn`, a transaction the caller owns
     /// and commits: see [operations in a shared
     /// transaction](crate::store#operations-in-a-shared-transaction).
-    #[allow(
-        clippy::too_many_lines,
-        reason = "one decision table, read top to bottom; splitting it would scatter the order of checks"
-    )]
     pub fn begin_needing_in<W: WriteTransaction>(
         &self,
         txn: &mut W,
@@ -408,28 +423,7 @@ impl<S: Store> Engine<S> {
         let from = params.outcome_cursor.as_deref();
         Self::within(txn, |txn| {
             let now_s = now.timestamp();
-            let site = load_site(&*txn, &principal.site).map_err(|e| match e {
-                SiteOpError::Store(e) => BeginError::Store(e),
-                SiteOpError::Site(_) => BeginError::SessionRevoked,
-            })?;
-            if let Err(SiteError::Disabled { retry_after_secs }) = site.ensure_enabled() {
-                return Err(BeginError::Unavailable { retry_after_secs });
-            }
-            let (grant, status) = self.grant_status(&*txn, &site, &principal.grant, now_s)?;
-            let grant = match (grant, status) {
-                (Some(g), Some(GrantStatus::Live)) => g,
-                (_, Some(GrantStatus::Expired)) => return Err(BeginError::SessionExpired),
-                _ => return Err(BeginError::SessionRevoked),
-            };
-            let rate_key = keys::rate(&grant.id);
-            let tat = txn
-                .get(Table::Requests, &rate_key)?
-                .and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
-                .map(u64::from_be_bytes);
-            match self.policy.execute_rate.check(tat, now.as_millis()) {
-                Ok(next) => txn.put(Table::Requests, &rate_key, &next.to_be_bytes())?,
-                Err(retry_after_ms) => return Err(BeginError::RateLimited { retry_after_ms }),
-            }
+            let (site, grant) = self.admit_caller(txn, principal, now)?;
             let lineage = Lineage::of(site.id.as_str(), &grant.subject, &grant.client_id);
             let key = keys::request(&lineage, &params.request_id);
             let tab: Option<TabConnection> = txn.load(&keys::tab(&grant.id))?;
@@ -440,27 +434,19 @@ impl<S: Store> Engine<S> {
             };
             let ticket = |rec: &ExecutionRequest| ExecutionTicket {
                 lineage,
-                request_id: rec.id,
+                request_id: rec.id(),
                 site: site.id.clone(),
                 grant: grant.id,
-                run: rec.run,
+                run: rec.run(),
                 next_action: 0,
-                connection: rec.connection,
+                connection: rec.connection(),
                 scopes: principal.scopes.clone(),
                 client_id: grant.client_id.clone(),
                 client_name: grant.client_name.clone(),
             };
-
-            let missing_scope = |site: &Site| {
-                let md = metadata::protected_resource_metadata_url(site);
-                BeginError::InsufficientScope(Challenge::insufficient_scope(
-                    &md,
-                    &needed.union(&principal.scopes),
-                ))
-            };
             let Some(mut rec) = txn.load::<ExecutionRequest>(&key)? else {
                 if !needed.is_subset(&principal.scopes) {
-                    return Err(missing_scope(&site));
+                    return Err(insufficient_scope(&site, &needed.union(&principal.scopes)));
                 }
                 let limit = self.policy.max_undecided_requests;
                 let undecided = scan(
@@ -487,93 +473,88 @@ impl<S: Store> Engine<S> {
                 self.save_request(txn, &lineage, &rec)?;
                 return Ok(BeginAnswer::Run(ticket(&rec)));
             };
-            if rec.fingerprint != params.fingerprint() {
+            if !rec.is_for(&params.fingerprint()) {
                 return Err(BeginError::ReplayDetected);
             }
             let from = match from {
-                Some(c) => ledger::open_cursor(&self.keyring, &lineage, &rec.id, c)?,
+                Some(c) => ledger::open_cursor(&self.keyring, &lineage, &rec.id(), c)?,
                 None => 0,
             };
-
             // A request of another grant of the lineage (a scope upgrade).
-            if rec.grant != grant.id {
-                let (_, owner) = self.grant_status(&*txn, &site, &rec.grant, now_s)?;
-                let owner_tab: Option<TabConnection> = txn.load(&keys::tab(&rec.grant))?;
-                if owner != Some(GrantStatus::Live) {
-                    if rec.is_undecided() {
-                        rec.cancel(session_failure(owner), now_s);
-                        self.save_request(txn, &lineage, &rec)?;
-                    }
-                    if owner != Some(GrantStatus::Expired) {
-                        // A revoked grant's results are read by nobody.
-                        return Err(BeginError::ResultExpired);
-                    }
-                } else if rec.state == RequestState::Running {
-                    if dispatch(&owner_tab) == Dispatch::To(rec.connection) {
-                        return Ok(BeginAnswer::ExecutionPending(rec.id));
-                    }
-                    rec.cancel(Failure::ConnectionLost, now_s);
-                    self.save_request(txn, &lineage, &rec)?;
-                } else if rec.is_undecided() {
-                    txn.delete(Table::Requests, &keys::grant_request(&rec.grant, &rec.id))?;
-                    rec.adopt(grant.id, grant.absolute_deadline(&self.policy));
-                    self.save_request(txn, &lineage, &rec)?;
-                }
-            }
-
-            match &rec.state {
-                RequestState::Done { .. } => {
-                    if rec
-                        .retained_until(self.policy.result_retention)
-                        .is_some_and(|until| now_s >= until)
-                    {
-                        return Err(BeginError::ResultExpired);
-                    }
-                    let stored = self.stored(&*txn, &lineage, &rec, from)?;
-                    return stored
-                        .map(BeginAnswer::Stored)
-                        .ok_or(BeginError::ResultExpired);
-                }
-                RequestState::Expired => return Err(BeginError::ResultExpired),
-                RequestState::Running => {
-                    if dispatch(&tab) == Dispatch::To(rec.connection) {
-                        return Ok(BeginAnswer::ExecutionPending(rec.id));
-                    }
-                    rec.cancel(Failure::ConnectionLost, now_s);
-                    self.save_request(txn, &lineage, &rec)?;
-                    let stored = self.stored(&*txn, &lineage, &rec, from)?;
-                    return stored
-                        .map(BeginAnswer::Stored)
-                        .ok_or(BeginError::ResultExpired);
-                }
-                RequestState::AwaitingApproval(pending) => {
-                    if pending.binding == binding(&site, &grant) {
-                        return Ok(BeginAnswer::ApprovalPending(pending.prompt(rec.id)));
-                    }
-                    // Void: the grant or policy changed. The run asks again.
-                    rec.approved = None;
-                    rec.park(Park::Resume);
-                }
-                RequestState::Parked(Park::Scope(needed)) => {
-                    if !needed.is_subset(&principal.scopes) {
-                        let md = metadata::protected_resource_metadata_url(&site);
-                        return Err(BeginError::InsufficientScope(
-                            Challenge::insufficient_scope(&md, &needed.union(&principal.scopes)),
-                        ));
-                    }
-                }
-                RequestState::Parked(_) => {}
-            }
-            if !needed.is_subset(&principal.scopes) {
-                return Err(missing_scope(&site));
-            }
-            let Dispatch::To(connection) = dispatch(&tab) else {
-                return Err(BeginError::NoLiveTab(reconnect_link(&site)));
+            let owner = if rec.grant() == grant.id {
+                None
+            } else {
+                let (_, status) = self.grant_status(&*txn, &site, &rec.grant(), now_s)?;
+                let owner_tab: Option<TabConnection> = txn.load(&keys::tab(&rec.grant()))?;
+                Some(Owner {
+                    status,
+                    live_connection: connection_of(dispatch(&owner_tab)),
+                })
             };
-            rec.resume(connection);
-            self.save_request(txn, &lineage, &rec)?;
-            Ok(BeginAnswer::Run(ticket(&rec)))
+            let begun = rec.begin(&Repeat {
+                grant: grant.id,
+                grant_end: grant.absolute_deadline(&self.policy),
+                binding: binding(&site, &grant),
+                owner,
+                live_connection: connection_of(dispatch(&tab)),
+                scopes: &principal.scopes,
+                needed,
+                retention: self.policy.result_retention,
+                now: now_s,
+            });
+            if let Some(old) = begun.left {
+                txn.delete(Table::Requests, &keys::grant_request(&old, &rec.id()))?;
+            }
+            if begun.changed {
+                self.save_request(txn, &lineage, &rec)?;
+            }
+            match begun.step {
+                BeginStep::Stored => self
+                    .stored(&*txn, &lineage, &rec, from)?
+                    .map(BeginAnswer::Stored)
+                    .ok_or(BeginError::ResultExpired),
+                BeginStep::ResultExpired => Err(BeginError::ResultExpired),
+                BeginStep::Pending => Ok(BeginAnswer::ExecutionPending(rec.id())),
+                BeginStep::ApprovalPending(prompt) => Ok(BeginAnswer::ApprovalPending(prompt)),
+                BeginStep::MissingScope(ask) => Err(insufficient_scope(&site, &ask)),
+                BeginStep::NoLiveTab => Err(BeginError::NoLiveTab(reconnect_link(&site))),
+                BeginStep::Run => Ok(BeginAnswer::Run(ticket(&rec))),
+            }
         })
+    }
+
+    /// The checks of every `begin` before its request is looked at, in
+    /// order: the site's switch, the caller's grant, and the rate limit,
+    /// whose state moves on for a call it lets through.
+    fn admit_caller<W: WriteTransaction>(
+        &self,
+        txn: &mut Txn<'_, W>,
+        principal: &Principal,
+        now: TimestampMs,
+    ) -> Result<(Site, Grant), BeginError> {
+        let site = load_site(&*txn, &principal.site).map_err(|e| match e {
+            SiteOpError::Store(e) => BeginError::Store(e),
+            SiteOpError::Site(_) => BeginError::SessionRevoked,
+        })?;
+        if let Err(SiteError::Disabled { retry_after_secs }) = site.ensure_enabled() {
+            return Err(BeginError::Unavailable { retry_after_secs });
+        }
+        let (grant, status) = self.grant_status(&*txn, &site, &principal.grant, now.timestamp())?;
+        let grant = match (grant, status) {
+            (Some(g), Some(GrantStatus::Live)) => g,
+            (_, Some(GrantStatus::Expired)) => return Err(BeginError::SessionExpired),
+            _ => return Err(BeginError::SessionRevoked),
+        };
+        let rate_key = keys::rate(&grant.id);
+        let tat = txn
+            .get(Table::Requests, &rate_key)?
+            .and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
+            .map(u64::from_be_bytes);
+        match self.policy.execute_rate.check(tat, now.as_millis()) {
+            Ok(next) => txn.put(Table::Requests, &rate_key, &next.to_be_bytes())?,
+            Err(retry_after_ms) => return Err(BeginError::RateLimited { retry_after_ms }),
+        }
+        Ok((site, grant))
     }
 
     /// Loads what a ticket operation needs, or ends the request if its
@@ -588,7 +569,9 @@ impl<S: Store> Engine<S> {
         let Some(mut rec) = txn.load::<ExecutionRequest>(&key)? else {
             return Err(TicketError::Stale);
         };
-        if rec.grant != ticket.grant || rec.run != ticket.run || rec.state != RequestState::Running
+        if rec.grant() != ticket.grant
+            || rec.run() != ticket.run
+            || *rec.state() != RequestState::Running
         {
             return Err(TicketError::Stale);
         }
@@ -596,7 +579,7 @@ impl<S: Store> Engine<S> {
             SiteOpError::Store(e) => TicketError::Store(e),
             SiteOpError::Site(_) => TicketError::Stale,
         })?;
-        let (grant, status) = self.grant_status(&*txn, &site, &rec.grant, now)?;
+        let (grant, status) = self.grant_status(&*txn, &site, &rec.grant(), now)?;
         let grant = match (grant, status) {
             (Some(g), Some(GrantStatus::Live)) => g,
             (_, status) => {
@@ -610,7 +593,7 @@ impl<S: Store> Engine<S> {
             .load::<TabConnection>(&keys::tab(&grant.id))?
             .filter(|t| {
                 t.dispatch(false, now, self.policy.tab_heartbeat_timeout)
-                    == Dispatch::To(rec.connection)
+                    == Dispatch::To(rec.connection())
             });
         let Some(tab) = tab else {
             rec.cancel(Failure::ConnectionLost, now);
@@ -666,73 +649,66 @@ impl<S: Store> Engine<S> {
                 grant,
                 mut tab,
             } = self.run_context(txn, &ticket, now)?;
-            if rec.in_flight.is_some() {
-                return Err(TicketError::OutOfOrder(alloc::boxed::Box::new(ticket)));
-            }
             let lineage = ticket.lineage;
             let seq = ticket.next_action;
             let fingerprint = action.fingerprint();
-            if seq < rec.outcomes {
-                let recorded: Option<Outcome> = txn.load(&keys::outcome(&lineage, &rec.id, seq))?;
-                return match recorded {
-                    Some(o) if o.fingerprint == fingerprint => {
-                        ticket.next_action += 1;
-                        Ok(ActionVerdict::Replay(ticket, o))
-                    }
-                    _ => {
-                        rec.finish(End::Failed(Failure::Diverged), false, now);
-                        self.save_request(txn, &lineage, &rec)?;
-                        Err(TicketError::Ended(Failure::Diverged))
-                    }
-                };
-            }
-            let needed = action.effect().required_scope();
-            if !ticket.scopes.contains(needed.as_str()) {
-                let needed = ScopeSet::known([needed]);
-                let md = metadata::protected_resource_metadata_url(&site);
-                let challenge = Challenge::insufficient_scope(&md, &needed.union(&ticket.scopes));
-                rec.park(Park::Scope(needed));
-                self.save_request(txn, &lineage, &rec)?;
-                return Ok(ActionVerdict::InsufficientScope(challenge));
-            }
-            if action.drives_page() && !tab.visible {
-                rec.park(Park::TabHidden);
-                self.save_request(txn, &lineage, &rec)?;
-                return Ok(ActionVerdict::TabNotVisible);
-            }
-            if action.effect().needs_approval() {
-                let in_force = binding(&site, &grant);
-                let may_auto =
-                    action.effect() == Effect::Write && !rec.in_page && site.auto_approval_allowed;
-                if rec
-                    .approved
-                    .is_some_and(|a| a.covers(seq, &fingerprint, &in_force))
-                {
-                    rec.approved = None;
-                } else if may_auto && tab.auto_approves(action.kind(), &fingerprint) {
-                    tab.remember_write(fingerprint);
-                    txn.save(&keys::tab(&grant.id), &tab)?;
-                } else {
-                    rec.approved = None;
-                    let pending = PendingApproval {
-                        seq,
-                        action: action.clone(),
-                        binding: in_force,
-                        client_id: ticket.client_id.clone(),
-                        client_name: ticket.client_name.clone(),
-                        offer_auto_approve: may_auto,
-                        asked: now,
-                    };
-                    let prompt = pending.prompt(rec.id);
-                    rec.ask(pending);
+            let recorded: Option<Outcome> = if seq < rec.outcomes() && rec.in_flight().is_none() {
+                txn.load(&keys::outcome(&lineage, &rec.id(), seq))?
+            } else {
+                None
+            };
+            let step = rec.authorize(
+                &NextAction {
+                    seq,
+                    action,
+                    scopes: &ticket.scopes,
+                    tab_visible: tab.visible,
+                    tab_auto_approves: tab.auto_approves(action.kind(), &fingerprint),
+                    site_allows_auto: site.auto_approval_allowed,
+                    binding: binding(&site, &grant),
+                    client_id: &ticket.client_id,
+                    client_name: ticket.client_name.as_deref(),
+                    now,
+                },
+                recorded,
+            );
+            match step {
+                ActionStep::OutOfOrder => {
+                    Err(TicketError::OutOfOrder(alloc::boxed::Box::new(ticket)))
+                }
+                ActionStep::Replay(outcome) => {
+                    ticket.next_action += 1;
+                    Ok(ActionVerdict::Replay(ticket, outcome))
+                }
+                ActionStep::Diverged => {
                     self.save_request(txn, &lineage, &rec)?;
-                    return Ok(ActionVerdict::ApprovalPending(prompt));
+                    Err(TicketError::Ended(Failure::Diverged))
+                }
+                ActionStep::MissingScope(needed) => {
+                    self.save_request(txn, &lineage, &rec)?;
+                    let md = metadata::protected_resource_metadata_url(&site);
+                    Ok(ActionVerdict::InsufficientScope(
+                        Challenge::insufficient_scope(&md, &needed.union(&ticket.scopes)),
+                    ))
+                }
+                ActionStep::TabHidden => {
+                    self.save_request(txn, &lineage, &rec)?;
+                    Ok(ActionVerdict::TabNotVisible)
+                }
+                ActionStep::ApprovalPending(prompt) => {
+                    self.save_request(txn, &lineage, &rec)?;
+                    Ok(ActionVerdict::ApprovalPending(prompt))
+                }
+                ActionStep::Run { auto_approved } => {
+                    if auto_approved {
+                        tab.remember_write(fingerprint);
+                        txn.save(&keys::tab(&grant.id), &tab)?;
+                    }
+                    txn.save(&key, &rec)?;
+                    ticket.next_action += 1;
+                    Ok(ActionVerdict::Run(ticket))
                 }
             }
-            rec.dispatch(seq, action);
-            txn.save(&key, &rec)?;
-            ticket.next_action += 1;
-            Ok(ActionVerdict::Run(ticket))
         })
     }
 
@@ -783,7 +759,10 @@ impl<S: Store> Engine<S> {
                 status: report.status.clone(),
                 summary: report.summary.clone(),
             };
-            txn.save(&keys::outcome(&ticket.lineage, &rec.id, done.seq), &outcome)?;
+            txn.save(
+                &keys::outcome(&ticket.lineage, &rec.id(), done.seq),
+                &outcome,
+            )?;
             txn.save(&key, &rec)?;
             Ok(())
         })?;
@@ -852,8 +831,8 @@ impl<S: Store> Engine<S> {
             let rec: ExecutionRequest = txn
                 .load(&keys::request(&lineage, request_id))?
                 .ok_or(OutcomesError::NotFound)?;
-            if rec.grant != grant.id {
-                let (_, owner) = self.grant_status(txn, &site, &rec.grant, now)?;
+            if rec.grant() != grant.id {
+                let (_, owner) = self.grant_status(txn, &site, &rec.grant(), now)?;
                 if owner == Some(GrantStatus::Revoked) || owner.is_none() {
                     return Err(OutcomesError::ResultExpired);
                 }
@@ -914,7 +893,7 @@ impl<S: Store> Engine<S> {
                     )?;
                     continue;
                 }
-                if !matches!(rec.state, RequestState::Expired) {
+                if !matches!(rec.state(), RequestState::Expired) {
                     let room = budget.saturating_sub(work);
                     let outcomes = scan(
                         &*txn,
@@ -933,15 +912,15 @@ impl<S: Store> Engine<S> {
                         break;
                     }
                 }
-                if now >= rec.grant_end {
-                    txn.delete(Table::Requests, &keys::grant_request(&rec.grant, &id))?;
+                if now >= rec.grant_end() {
+                    txn.delete(Table::Requests, &keys::grant_request(&rec.grant(), &id))?;
                     txn.delete(Table::Requests, &key)?;
                 } else {
                     rec.expire();
                     txn.save(&key, &rec)?;
                     txn.put(
                         Table::Requests,
-                        &keys::ledger_expiry(rec.grant_end, &lineage, &id),
+                        &keys::ledger_expiry(rec.grant_end(), &lineage, &id),
                         &[],
                     )?;
                 }
@@ -1005,7 +984,7 @@ impl<S: Store> Engine<S> {
                 };
                 if let Some(mut rec) =
                     txn.load::<ExecutionRequest>(&keys::request(&lineage, &id))?
-                    && rec.grant == grant
+                    && rec.grant() == grant
                     && rec.abandon(now)
                 {
                     store_request(txn, &lineage, &rec, now)?;

@@ -47,8 +47,7 @@ use crate::jwt::Keyring;
 use crate::policy::Policy;
 use crate::site::{Site, SiteError, SiteId};
 use crate::store::{
-    Entry, ReadTransaction, Record, Savepoint, Store, StoreError, StoreErrorKind, Table,
-    WriteTransaction,
+    Entry, ReadTransaction, Savepoint, Store, StoreError, StoreErrorKind, Table, WriteTransaction,
 };
 
 pub use agent::{AgentPrincipal, AgentTokenRequest, MintError};
@@ -107,20 +106,24 @@ impl<S: Store> Engine<S> {
     /// leaves nothing behind (random draws are spent, which is harmless).
     pub(crate) fn run_write<T, E: From<StoreError>>(
         &self,
-        mut f: impl FnMut(&mut Tracked<S::Write<'_>>) -> Result<T, E>,
+        mut f: impl FnMut(&mut Txn<'_, S::Write<'_>>) -> Result<T, E>,
     ) -> Result<T, E> {
         let mut attempt = 1;
         loop {
-            let mut tracked = match self.store.begin_write() {
-                Ok(w) => Tracked::new(w),
+            let mut write = match self.store.begin_write() {
+                Ok(w) => w,
                 Err(e) if e.kind() == StoreErrorKind::Conflict && attempt < MAX_ATTEMPTS => {
                     attempt += 1;
                     continue;
                 }
                 Err(e) => return Err(e.into()),
             };
-            let out = f(&mut tracked);
-            if let Some(e) = tracked.failure.take() {
+            let (out, failure, dirty) = {
+                let mut txn = Txn::new(&mut write);
+                let out = f(&mut txn);
+                (out, txn.failure.take(), txn.dirty)
+            };
+            if let Some(e) = failure {
                 // The store failed under `f`: its error is the answer (the
                 // operation answered with it too), and nothing commits.
                 if e.kind() == StoreErrorKind::Conflict && attempt < MAX_ATTEMPTS {
@@ -129,8 +132,8 @@ impl<S: Store> Engine<S> {
                 }
                 return Err(e.into());
             }
-            if tracked.dirty {
-                match tracked.inner.commit() {
+            if dirty {
+                match write.commit() {
                     Ok(()) => {}
                     Err(e) if e.kind() == StoreErrorKind::Conflict && attempt < MAX_ATTEMPTS => {
                         attempt += 1;
@@ -185,16 +188,20 @@ impl<S: Store> Engine<S> {
 /// once; a store whose conflicts need a pause pauses in `begin_write`.
 pub const MAX_ATTEMPTS: u32 = 8;
 
-/// A write transaction owned by [`Engine::transact`]: remembers whether it
-/// wrote and the first failure the store reported through it.
-pub(crate) struct Tracked<W> {
-    inner: W,
+/// A write transaction as one operation body sees it, whoever owns it:
+/// [`Engine::run_write`] wraps the transaction it opened, [`Engine::within`]
+/// the caller's (and the two nest). It remembers the first failure the
+/// store reported through it, so the operation's answer is that failure
+/// even where the body went on or swallowed it, and whether anything was
+/// written, so a transaction that wrote nothing is not committed.
+pub(crate) struct Txn<'a, W> {
+    inner: &'a mut W,
     dirty: bool,
     failure: Cell<Option<StoreError>>,
 }
 
-impl<W> Tracked<W> {
-    fn new(inner: W) -> Self {
+impl<'a, W> Txn<'a, W> {
+    fn new(inner: &'a mut W) -> Self {
         Self {
             inner,
             dirty: false,
@@ -202,21 +209,17 @@ impl<W> Tracked<W> {
         }
     }
 
+    /// Keeps the first failure.
     fn note<T>(&self, r: Result<T, StoreError>) -> Result<T, StoreError> {
-        note(&self.failure, r)
+        if let Err(e) = &r {
+            let first = self.failure.take().unwrap_or_else(|| e.clone());
+            self.failure.set(Some(first));
+        }
+        r
     }
 }
 
-/// Keeps the first failure in `slot`.
-fn note<T>(slot: &Cell<Option<StoreError>>, r: Result<T, StoreError>) -> Result<T, StoreError> {
-    if let Err(e) = &r {
-        let first = slot.take().unwrap_or_else(|| e.clone());
-        slot.set(Some(first));
-    }
-    r
-}
-
-impl<W: WriteTransaction> ReadTransaction for Tracked<W> {
+impl<W: WriteTransaction> ReadTransaction for Txn<'_, W> {
     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         self.note(self.inner.get(table, key))
     }
@@ -232,7 +235,7 @@ impl<W: WriteTransaction> ReadTransaction for Tracked<W> {
     }
 }
 
-impl<W: WriteTransaction> WriteTransaction for Tracked<W> {
+impl<W: WriteTransaction> WriteTransaction for Txn<'_, W> {
     fn savepoint(&mut self) -> Result<Savepoint, StoreError> {
         let r = self.inner.savepoint();
         self.note(r)
@@ -255,62 +258,14 @@ impl<W: WriteTransaction> WriteTransaction for Tracked<W> {
         self.note(r)
     }
 
+    /// Refused: an operation never commits the transaction it runs in; the
+    /// transaction's owner does.
     fn commit(self) -> Result<(), StoreError> {
-        self.inner.commit()
-    }
-}
-
-/// The view of a write transaction an operation body works through: it
-/// remembers the first failure the store reported, so the operation's
-/// answer is that failure even where the body went on or swallowed it.
-pub(crate) struct Txn<'a, W> {
-    inner: &'a mut W,
-    failure: Cell<Option<StoreError>>,
-}
-
-impl<'a, W> Txn<'a, W> {
-    fn new(inner: &'a mut W) -> Self {
-        Self {
-            inner,
-            failure: Cell::new(None),
-        }
-    }
-
-    fn note<T>(&self, r: Result<T, StoreError>) -> Result<T, StoreError> {
-        note(&self.failure, r)
-    }
-}
-
-impl<W: WriteTransaction> ReadTransaction for Txn<'_, W> {
-    fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        self.note(self.inner.get(table, key))
-    }
-
-    fn range(
-        &self,
-        table: Table,
-        start: Bound<&[u8]>,
-        end: Bound<&[u8]>,
-        limit: usize,
-    ) -> Result<Vec<Entry>, StoreError> {
-        self.note(self.inner.range(table, start, end, limit))
-    }
-}
-
-impl<W: WriteTransaction> Txn<'_, W> {
-    pub(crate) fn save<R: Record>(&mut self, key: &[u8], record: &R) -> Result<(), StoreError> {
-        let r = self.inner.save(key, record);
-        self.note(r)
-    }
-
-    pub(crate) fn put(&mut self, table: Table, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
-        let r = self.inner.put(table, key, value);
-        self.note(r)
-    }
-
-    pub(crate) fn delete(&mut self, table: Table, key: &[u8]) -> Result<bool, StoreError> {
-        let r = self.inner.delete(table, key);
-        self.note(r)
+        Err(StoreError::new(
+            StoreErrorKind::Other,
+            "commit",
+            "an operation cannot commit the transaction it runs in; its owner does",
+        ))
     }
 }
 

@@ -400,16 +400,16 @@ impl<S: Store> Engine<S> {
             // secret); their document was validated at authorization and the
             // code binds the id.
             client::parse_client_id_url_with(id, self.policy.loopback_client_documents)
-                .map_err(|_| TokenError::InvalidClient)?;
+                .map_err(|_| credentials.refused())?;
             if credentials.secret.is_some() {
-                return Err(TokenError::InvalidClient);
+                return Err(credentials.refused());
             }
             return Ok(id.into());
         }
         let client =
-            client::resolve_stateless(id, &self.keyring).map_err(|_| TokenError::InvalidClient)?;
+            client::resolve_stateless(id, &self.keyring).map_err(|_| credentials.refused())?;
         client::authenticate(&client, &self.keyring, credentials.secret.as_deref())
-            .map_err(|_| TokenError::InvalidClient)?;
+            .map_err(|_| credentials.refused())?;
         if grant.is_some_and(|g| !client.metadata().allows_grant(g)) {
             return Err(TokenError::UnauthorizedClient);
         }
@@ -692,11 +692,14 @@ impl<S: Store> Engine<S> {
         let token = form.get("token").ok_or(RevokeError::Malformed)?;
         let credentials = ClientCredentials::read(&form, authorization).map_err(|e| match e {
             TokenError::Header { field, error } => RevokeError::Header { field, error },
-            _ => RevokeError::InvalidClient,
+            TokenError::InvalidClient { basic } => RevokeError::InvalidClient { basic },
+            _ => RevokeError::InvalidClient { basic: false },
         })?;
-        let client_id = self
-            .authenticate_client(&credentials, None)
-            .map_err(|_| RevokeError::InvalidClient)?;
+        let client_id = self.authenticate_client(&credentials, None).map_err(|_| {
+            RevokeError::InvalidClient {
+                basic: credentials.via_basic,
+            }
+        })?;
         Self::within(txn, |txn| {
             let site = load_site(&*txn, site_id).map_err(|e| match e {
                 SiteOpError::Store(e) => RevokeError::Store(e),
@@ -770,8 +773,11 @@ pub enum RevokeError {
         /// What is wrong with it.
         error: HeaderError,
     },
-    /// Client authentication failed.
-    InvalidClient,
+    /// Client authentication failed (RFC 6749 §5.2 `invalid_client`).
+    InvalidClient {
+        /// The client tried the Basic scheme, so the answer challenges it.
+        basic: bool,
+    },
     /// The store failed; nothing changed.
     Store(StoreError),
 }
@@ -801,7 +807,7 @@ impl fmt::Display for RevokeError {
             }
             Self::Malformed => "token is required",
             Self::Header { field, error } => return write!(f, "the {field} header {error}"),
-            Self::InvalidClient => "client authentication failed",
+            Self::InvalidClient { .. } => "client authentication failed",
             Self::Store(_) => "temporary server error",
         })
     }
@@ -812,7 +818,7 @@ impl WireError for RevokeError {
         match self {
             Self::Unavailable { .. } => ErrorCode::TemporarilyUnavailable,
             Self::Malformed | Self::Header { .. } => ErrorCode::InvalidRequest,
-            Self::InvalidClient => ErrorCode::InvalidClient,
+            Self::InvalidClient { .. } => ErrorCode::InvalidClient,
             Self::Store(_) => ErrorCode::ServerError,
         }
     }
@@ -826,13 +832,13 @@ impl RevokeError {
     /// `Retry-After` while the site is off, and a `Basic` challenge when
     /// Basic authentication failed.
     #[must_use]
-    pub fn to_response(&self, via_basic: bool) -> HttpResponse {
+    pub fn to_response(&self) -> HttpResponse {
         let retry = match self {
             Self::Unavailable { retry_after_secs } => Some(*retry_after_secs),
             _ => None,
         };
         let r = HttpResponse::error(self, retry);
-        if matches!(self, Self::InvalidClient) && via_basic {
+        if matches!(self, Self::InvalidClient { basic: true }) {
             r.with_header("www-authenticate", String::from("Basic realm=\"token\""))
         } else {
             r

@@ -3,8 +3,11 @@
 //!
 //! This module owns the records and answers; [`crate::Engine`] runs them
 //! against a store (`begin`, `authorize_action`, `record_outcome`,
-//! `complete`, `outcomes`, `sweep_ledger`). Approvals live in
-//! [`crate::approval`], the connected tab in [`crate::tab`].
+//! `complete`, `outcomes`, `sweep_ledger`). Approvals of its actions live
+//! in [`approval`] (also reachable as `crate::approval`): a pending
+//! approval is part of a request's record, and the approval types use the
+//! ledger's ids, so they sit inside it rather than beside it. The connected
+//! tab is [`crate::tab`].
 //!
 //! # One call, end to end
 //!
@@ -95,10 +98,10 @@
 //! | `insufficient_scope` | 403 | re-authorize with the `scope` of the challenge; retry the same id |
 
 mod action;
+pub mod approval;
 mod cursor;
 mod envelope;
 mod id;
-mod rate;
 mod request;
 mod result;
 
@@ -109,6 +112,7 @@ use core::fmt;
 
 use serde_json::{Value, json};
 
+pub use crate::policy::RateLimit;
 pub use action::{
     Action, Effect, MAX_ARGUMENTS_LEN, MAX_CODE_LEN as MAX_OUTCOME_CODE_LEN, MAX_KIND_LEN,
     MAX_SUMMARY_LEN, Outcome, OutcomeStatus, Report,
@@ -117,13 +121,14 @@ pub use cursor::MAX_CURSOR_LEN;
 pub use envelope::{ExecuteParams, MAX_CODE_LEN, MAX_ENVELOPE_LEN};
 pub(crate) use id::Lineage;
 pub use id::{ActionFingerprint, CodeFingerprint, RequestId};
-pub use rate::RateLimit;
-pub use request::{ExecutionRequest, InFlight, Park, RequestState};
+pub use request::{
+    ActionStep, BeginStep, Begun, ExecutionRequest, InFlight, NextAction, Owner, Park, Repeat,
+    RequestState,
+};
 pub use result::{BusinessError, Completion, End, Failure, MAX_MESSAGE_LEN};
 
 pub(crate) use cursor::{issue as issue_cursor, open as open_cursor};
 
-use crate::approval::ApprovalPrompt;
 use crate::bearer::Challenge;
 use crate::error::{ErrorCode, WireError};
 use crate::grant::GrantId;
@@ -131,6 +136,7 @@ use crate::scope::ScopeSet;
 use crate::site::SiteId;
 use crate::store::StoreError;
 use crate::time::Timestamp;
+use approval::ApprovalPrompt;
 
 /// Outcomes per page.
 pub const OUTCOME_PAGE: usize = 100;
@@ -390,6 +396,12 @@ pub enum BeginError {
         /// Seconds for `Retry-After`.
         retry_after_secs: u32,
     },
+    /// The caller holds an agent token, not a grant: `ACTION_UNAVAILABLE`.
+    /// A call runs in the user's connected tab, and only an OAuth grant has
+    /// one (a tab connects to a grant); an agent token may search and
+    /// describe skills only. The rule is the ledger's: an adapter that
+    /// verified an agent token answers `execute` with this.
+    AgentToken,
     /// The store failed; nothing changed.
     Store(StoreError),
 }
@@ -425,6 +437,10 @@ impl fmt::Display for BeginError {
             Self::Unavailable { .. } => {
                 f.write_str("external agents are switched off for this site")
             }
+            Self::AgentToken => f.write_str(
+                "execute runs in a connected tab, which needs an OAuth connection; \
+                 agent tokens can search and describe skills only",
+            ),
             Self::Store(_) => f.write_str("temporary server error"),
         }
     }
@@ -440,7 +456,7 @@ impl WireError for BeginError {
             Self::SessionRevoked => ErrorCode::SessionRevoked,
             Self::SessionExpired => ErrorCode::SessionExpired,
             Self::RateLimited { .. } => ErrorCode::RateLimited,
-            Self::TooManyUndecided { .. } => ErrorCode::ActionUnavailable,
+            Self::TooManyUndecided { .. } | Self::AgentToken => ErrorCode::ActionUnavailable,
             Self::NoLiveTab(_) => ErrorCode::NoLiveTab,
             Self::Unavailable { .. } => ErrorCode::TemporarilyUnavailable,
             Self::Store(_) => ErrorCode::ServerError,
@@ -465,21 +481,30 @@ impl BeginError {
     /// [`BeginError::InsufficientScope`].
     #[must_use]
     pub fn to_json(&self, request_id: Option<RequestId>) -> Value {
-        let mut error = json!({
-            "code": self.code().as_str(),
-            "message": alloc::format!("{self}"),
-        });
+        let mut body = failure_json(self.code(), &alloc::format!("{self}"), request_id);
+        let error = &mut body["error"];
         match self {
             Self::RateLimited { retry_after_ms } => error["retryAfterMs"] = json!(retry_after_ms),
             Self::NoLiveTab(link) => error["reconnectUrl"] = json!(link.url),
             _ => {}
         }
-        json!({
-            "ok": false,
-            "requestId": request_id.map(|id| alloc::format!("{id}")),
-            "error": error,
-        })
+        body
     }
+}
+
+/// The protocol-failure JSON of an `execute` call with wire code `code`:
+/// `{"ok": false, "requestId": …, "error": {"code", "message"}}`. The one
+/// place this shape is built: [`BeginError::to_json`] and
+/// [`TicketError::to_json`] start from it, and an adapter that refuses a
+/// call for a reason of its own (a malformed program, a server fault) uses
+/// it, so every failure reads the same.
+#[must_use]
+pub fn failure_json(code: ErrorCode, message: &str, request_id: Option<RequestId>) -> Value {
+    json!({
+        "ok": false,
+        "requestId": request_id.map(|id| alloc::format!("{id}")),
+        "error": {"code": code.as_str(), "message": message},
+    })
 }
 
 /// What [`crate::Engine::authorize_action`] answers.
@@ -553,6 +578,15 @@ impl WireError for TicketError {
 #[cfg(feature = "std")]
 impl std::error::Error for TicketError {}
 
+impl TicketError {
+    /// The protocol-failure JSON a run that stopped with this answers, for
+    /// the request `request_id` (see [`failure_json`]).
+    #[must_use]
+    pub fn to_json(&self, request_id: RequestId) -> Value {
+        failure_json(self.code(), &alloc::format!("{self}"), Some(request_id))
+    }
+}
+
 /// Why [`crate::Engine::outcomes`] refused a page.
 #[non_exhaustive]
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -609,6 +643,33 @@ impl std::error::Error for OutcomesError {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_protocol_failure_has_one_shape() {
+        let id = RequestId::from_bytes([7; 16]);
+        let plain = failure_json(ErrorCode::ActionNotFound, "no such skill", Some(id));
+        assert_eq!(
+            plain,
+            json!({
+                "ok": false,
+                "requestId": alloc::format!("{id}"),
+                "error": {"code": "ACTION_NOT_FOUND", "message": "no such skill"},
+            })
+        );
+        let agent = BeginError::AgentToken.to_json(None);
+        assert_eq!(agent["ok"], json!(false));
+        assert_eq!(agent["requestId"], Value::Null);
+        assert_eq!(agent["error"]["code"], json!("ACTION_UNAVAILABLE"));
+        let stale = TicketError::Stale.to_json(id);
+        assert_eq!(
+            stale,
+            failure_json(
+                TicketError::Stale.code(),
+                &alloc::format!("{}", TicketError::Stale),
+                Some(id)
+            )
+        );
+    }
 
     #[test]
     fn protocol_failures_carry_their_client_data() {

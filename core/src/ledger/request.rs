@@ -20,11 +20,11 @@ use alloc::string::String;
 
 use serde::{Deserialize, Serialize};
 
-use super::action::{Action, Effect};
+use super::action::{Action, Effect, Outcome};
+use super::approval::{ApprovalPrompt, Approved, Binding, PendingApproval};
 use super::id::{ActionFingerprint, CodeFingerprint, RequestId};
 use super::result::{End, Failure};
-use crate::approval::{Approved, PendingApproval};
-use crate::grant::GrantId;
+use crate::grant::{GrantId, GrantStatus};
 use crate::scope::ScopeSet;
 use crate::store::codec::decode_body;
 use crate::store::{CodecError, Record, Table};
@@ -80,32 +80,39 @@ pub enum RequestState {
 }
 
 /// One execution request: one per (grant lineage, request id).
+///
+/// Its fields are private: it changes only through its transitions, and
+/// the engine's two decision tables are methods here —
+/// [`ExecutionRequest::begin`] (what a repeated `execute` with this id
+/// does) and [`ExecutionRequest::authorize`] (what the next action of a
+/// run may do). Each returns a step; the engine loads the facts it needs,
+/// asks for the step and writes what it says.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExecutionRequest {
     /// The client-chosen id.
-    pub id: RequestId,
+    id: RequestId,
     /// The code it is bound to.
-    pub fingerprint: CodeFingerprint,
+    fingerprint: CodeFingerprint,
     /// The grant that owns it now.
-    pub grant: GrantId,
+    grant: GrantId,
     /// The owner's absolute deadline: nothing of the request outlives it.
-    pub grant_end: Timestamp,
+    grant_end: Timestamp,
     /// When it was first accepted.
-    pub created: Timestamp,
+    created: Timestamp,
     /// Submitted by an in-page caller (never auto-approved).
-    pub in_page: bool,
+    in_page: bool,
     /// Runs started so far; a ticket is valid only for the latest.
-    pub run: u32,
+    run: u32,
     /// The tab connection the latest run was dispatched to.
-    pub connection: u32,
+    connection: u32,
     /// Confirmed outcomes (the next outcome's position).
-    pub outcomes: u32,
+    outcomes: u32,
     /// The action authorized and not yet confirmed.
-    pub in_flight: Option<InFlight>,
+    in_flight: Option<InFlight>,
     /// An approval granted and not yet used.
-    pub approved: Option<Approved>,
+    approved: Option<Approved>,
     /// The state.
-    pub state: RequestState,
+    state: RequestState,
 }
 
 /// Version 2 keeps an action's arguments in a pending approval; version 1
@@ -260,6 +267,66 @@ impl ExecutionRequest {
         }
     }
 
+    /// The client-chosen id.
+    #[must_use]
+    pub fn id(&self) -> RequestId {
+        self.id
+    }
+
+    /// The code it is bound to.
+    #[must_use]
+    pub fn fingerprint(&self) -> &CodeFingerprint {
+        &self.fingerprint
+    }
+
+    /// The grant that owns it now.
+    #[must_use]
+    pub fn grant(&self) -> GrantId {
+        self.grant
+    }
+
+    /// The owner's absolute deadline: nothing of the request outlives it.
+    #[must_use]
+    pub fn grant_end(&self) -> Timestamp {
+        self.grant_end
+    }
+
+    /// When it was first accepted.
+    #[must_use]
+    pub fn created(&self) -> Timestamp {
+        self.created
+    }
+
+    /// Runs started so far; a ticket is valid only for the latest.
+    #[must_use]
+    pub fn run(&self) -> u32 {
+        self.run
+    }
+
+    /// The tab connection the latest run was dispatched to.
+    #[must_use]
+    pub fn connection(&self) -> u32 {
+        self.connection
+    }
+
+    /// Confirmed outcomes (the next outcome's position).
+    #[must_use]
+    pub fn outcomes(&self) -> u32 {
+        self.outcomes
+    }
+
+    /// The action authorized and not yet confirmed.
+    #[must_use]
+    pub fn in_flight(&self) -> Option<&InFlight> {
+        self.in_flight.as_ref()
+    }
+
+    /// Where it stands.
+    #[must_use]
+    pub fn state(&self) -> &RequestState {
+        &self.state
+    }
+
     /// Running, awaiting approval or parked.
     #[must_use]
     pub fn is_undecided(&self) -> bool {
@@ -375,10 +442,326 @@ impl ExecutionRequest {
     }
 }
 
+/// The grant that owns a request when it is not the caller's: an older
+/// grant of the same lineage (the request predates a scope upgrade).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Owner {
+    /// Its status now; `None` when it is gone.
+    pub status: Option<GrantStatus>,
+    /// The connection its tab would dispatch to now, if one is live.
+    pub live_connection: Option<u32>,
+}
+
+/// What [`ExecutionRequest::begin`] is told about the call that repeats a
+/// request id. The engine has already checked the site, the caller's grant,
+/// the rate limit and that the code is the same
+/// ([`ExecutionRequest::is_for`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Repeat<'a> {
+    /// The caller's grant.
+    pub grant: GrantId,
+    /// Its absolute deadline.
+    pub grant_end: Timestamp,
+    /// The approval binding in force for the caller's grant.
+    pub binding: Binding,
+    /// The owner, when the request belongs to another grant of the lineage;
+    /// `None` when the caller's grant owns it.
+    pub owner: Option<Owner>,
+    /// The connection the caller's tab would dispatch to now, if live.
+    pub live_connection: Option<u32>,
+    /// The scopes the caller's token carries.
+    pub scopes: &'a ScopeSet,
+    /// The scopes the adapter knows the call needs.
+    pub needed: &'a ScopeSet,
+    /// How long a result is served.
+    pub retention: core::time::Duration,
+    /// The time of the call.
+    pub now: Timestamp,
+}
+
+/// What a repeated `begin` does, decided by [`ExecutionRequest::begin`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[must_use]
+pub enum BeginStep {
+    /// Answer the stored result (the request is `Done`).
+    Stored,
+    /// The result is gone, or belonged to a revoked grant: `RESULT_EXPIRED`.
+    ResultExpired,
+    /// A run holds it on the live connection: `execution_pending`.
+    Pending,
+    /// It waits for the user under the binding in force: the same prompt.
+    ApprovalPending(ApprovalPrompt),
+    /// The token lacks scopes the request needs; the set to ask for (what
+    /// it needs and what the token holds, RFC 6750 §3.1).
+    MissingScope(ScopeSet),
+    /// It could resume, but no tab is live: `NO_LIVE_TAB`.
+    NoLiveTab,
+    /// A new run started on the caller's live connection: hand out a ticket.
+    Run,
+}
+
+/// A [`BeginStep`] and what the engine must write for it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[must_use]
+pub struct Begun {
+    /// The answer.
+    pub step: BeginStep,
+    /// The record changed and must be saved, with its indexes. A refusal
+    /// after an approval was voided in memory leaves this `false`: the
+    /// next `begin` voids it again, and a refusal writes nothing.
+    pub changed: bool,
+    /// The request moved from this grant to the caller's (an adoption): its
+    /// entry in that grant's index must go.
+    pub left: Option<GrantId>,
+}
+
+/// What [`ExecutionRequest::authorize`] is told about the next action of
+/// a run. The engine has already checked that the ticket is the current
+/// run's, the grant live and the tab connection the run's.
+#[derive(Clone, Copy, Debug)]
+pub struct NextAction<'a> {
+    /// The action's position (the ticket's next action).
+    pub seq: u32,
+    /// The action.
+    pub action: &'a Action,
+    /// The scopes the caller's token carries.
+    pub scopes: &'a ScopeSet,
+    /// Whether the connected tab is visible.
+    pub tab_visible: bool,
+    /// Whether the connected tab auto-approves this exact action.
+    pub tab_auto_approves: bool,
+    /// Whether the site lets a tab auto-approve writes.
+    pub site_allows_auto: bool,
+    /// The approval binding in force.
+    pub binding: Binding,
+    /// The requesting client, for an approval prompt.
+    pub client_id: &'a str,
+    /// The client's unverified name, for an approval prompt.
+    pub client_name: Option<&'a str>,
+    /// The time of the call.
+    pub now: Timestamp,
+}
+
+/// What the next action of a run may do, decided by
+/// [`ExecutionRequest::authorize`]. Every step but [`ActionStep::OutOfOrder`]
+/// and [`ActionStep::Replay`] changed the record, which must be saved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[must_use]
+pub enum ActionStep {
+    /// An authorized action awaits its outcome: record that first.
+    OutOfOrder,
+    /// It ran before, identically: the recorded outcome, not to run again.
+    Replay(Outcome),
+    /// The code asked for another action where one is recorded: the request
+    /// ended with `EXPECTATION_FAILED`.
+    Diverged,
+    /// The token lacks the scope the action needs (this set): parked.
+    MissingScope(ScopeSet),
+    /// The action drives page controls and the tab is hidden: parked.
+    TabHidden,
+    /// The user must decide: the request awaits approval.
+    ApprovalPending(ApprovalPrompt),
+    /// The action may run now; `auto_approved` when the tab's auto-approval
+    /// let it, which the tab must remember.
+    Run {
+        /// The tab's auto-approval was used.
+        auto_approved: bool,
+    },
+}
+
+impl ExecutionRequest {
+    /// Whether a call with code `fingerprint` is the call that made this
+    /// request; any other is a replay of its id (`REPLAY_DETECTED`).
+    #[must_use]
+    pub fn is_for(&self, fingerprint: &CodeFingerprint) -> bool {
+        self.fingerprint == *fingerprint
+    }
+
+    /// The decision table of a `begin` that repeats this request's id.
+    ///
+    /// First the owner, if another grant of the lineage owns it: gone or
+    /// revoked ends an undecided request and answers `RESULT_EXPIRED`;
+    /// expired ends an undecided request and serves the result; live leaves
+    /// a run on the owner's live connection pending, cuts a run elsewhere
+    /// off, and moves any other undecided request to the caller's grant.
+    /// Then the state: a result is served while retained; a run on the
+    /// caller's live connection is pending and any other is cut off (its
+    /// result served); an approval under the binding in force is asked
+    /// again, one under another binding is void; a request parked for a
+    /// scope needs it. Last, a resumable request needs `needed` and a live
+    /// tab, and starts a new run there.
+    pub fn begin(&mut self, call: &Repeat<'_>) -> Begun {
+        let mut changed = false;
+        let mut left = None;
+        if let Some(owner) = call.owner {
+            if owner.status != Some(GrantStatus::Live) {
+                if self.is_undecided() {
+                    self.cancel(Failure::of_session(owner.status), call.now);
+                    changed = true;
+                }
+                if owner.status != Some(GrantStatus::Expired) {
+                    // A revoked grant's results are read by nobody.
+                    return Begun {
+                        step: BeginStep::ResultExpired,
+                        changed,
+                        left,
+                    };
+                }
+            } else if self.state == RequestState::Running {
+                if owner.live_connection == Some(self.connection) {
+                    return Begun {
+                        step: BeginStep::Pending,
+                        changed,
+                        left,
+                    };
+                }
+                self.cancel(Failure::ConnectionLost, call.now);
+                changed = true;
+            } else if self.is_undecided() {
+                left = Some(self.grant);
+                self.adopt(call.grant, call.grant_end);
+                changed = true;
+            }
+        }
+        let done = |step, changed| Begun {
+            step,
+            changed,
+            left,
+        };
+        match &self.state {
+            RequestState::Done { .. } => {
+                let gone = self
+                    .retained_until(call.retention)
+                    .is_some_and(|until| call.now >= until);
+                let step = if gone {
+                    BeginStep::ResultExpired
+                } else {
+                    BeginStep::Stored
+                };
+                return done(step, changed);
+            }
+            RequestState::Expired => return done(BeginStep::ResultExpired, changed),
+            RequestState::Running => {
+                if call.live_connection == Some(self.connection) {
+                    return done(BeginStep::Pending, changed);
+                }
+                self.cancel(Failure::ConnectionLost, call.now);
+                return done(BeginStep::Stored, true);
+            }
+            RequestState::AwaitingApproval(pending) => {
+                if pending.binding == call.binding {
+                    return done(BeginStep::ApprovalPending(pending.prompt(self.id)), changed);
+                }
+                // Void: the grant or policy changed. The run asks again.
+                self.approved = None;
+                self.park(Park::Resume);
+            }
+            RequestState::Parked(Park::Scope(needed)) => {
+                if !needed.is_subset(call.scopes) {
+                    return done(BeginStep::MissingScope(needed.union(call.scopes)), changed);
+                }
+            }
+            RequestState::Parked(_) => {}
+        }
+        if !call.needed.is_subset(call.scopes) {
+            return done(
+                BeginStep::MissingScope(call.needed.union(call.scopes)),
+                changed,
+            );
+        }
+        let Some(connection) = call.live_connection else {
+            return done(BeginStep::NoLiveTab, changed);
+        };
+        self.resume(connection);
+        done(BeginStep::Run, true)
+    }
+
+    /// The decision table of the next action of a run, in order: an action
+    /// in flight must be confirmed first; a position already recorded
+    /// replays its outcome if the action is the same and ends the request
+    /// (`EXPECTATION_FAILED`) if not (`recorded` is the outcome stored at
+    /// `next.seq`, looked up only when the position is below
+    /// [`ExecutionRequest::outcomes`]); then the scope the action's effect
+    /// needs, a visible tab for actions that drive page controls, and for
+    /// writes and unknown effects an approval: one given for exactly this
+    /// action under the binding in force (used up), the tab's auto-approval
+    /// (writes only, never for in-page callers or sites that forbid it),
+    /// or else the user is asked.
+    pub fn authorize(&mut self, next: &NextAction<'_>, recorded: Option<Outcome>) -> ActionStep {
+        if self.in_flight.is_some() {
+            return ActionStep::OutOfOrder;
+        }
+        let action = next.action;
+        let fingerprint = action.fingerprint();
+        if next.seq < self.outcomes {
+            return match recorded {
+                Some(o) if o.fingerprint == fingerprint => ActionStep::Replay(o),
+                _ => {
+                    self.finish(End::Failed(Failure::Diverged), false, next.now);
+                    ActionStep::Diverged
+                }
+            };
+        }
+        let needed = action.effect().required_scope();
+        if !next.scopes.contains(needed.as_str()) {
+            let needed = ScopeSet::known([needed]);
+            self.park(Park::Scope(needed.clone()));
+            return ActionStep::MissingScope(needed);
+        }
+        if action.drives_page() && !next.tab_visible {
+            self.park(Park::TabHidden);
+            return ActionStep::TabHidden;
+        }
+        let mut auto_approved = false;
+        if action.effect().needs_approval() {
+            let may_auto =
+                action.effect() == Effect::Write && !self.in_page && next.site_allows_auto;
+            if self
+                .approved
+                .is_some_and(|a| a.covers(next.seq, &fingerprint, &next.binding))
+            {
+                self.approved = None;
+            } else if may_auto && next.tab_auto_approves {
+                auto_approved = true;
+            } else {
+                self.approved = None;
+                let pending = PendingApproval {
+                    seq: next.seq,
+                    action: action.clone(),
+                    binding: next.binding,
+                    client_id: next.client_id.into(),
+                    client_name: next.client_name.map(Into::into),
+                    offer_auto_approve: may_auto,
+                    asked: next.now,
+                };
+                let prompt = pending.prompt(self.id);
+                self.ask(pending);
+                return ActionStep::ApprovalPending(prompt);
+            }
+        }
+        self.dispatch(next.seq, action);
+        ActionStep::Run { auto_approved }
+    }
+
+    /// The user approved the pending action: the next `begin` resumes the
+    /// request and the approval lets that action run once.
+    pub fn approve(&mut self, approved: Approved) {
+        self.approved = Some(approved);
+        self.park(Park::Resume);
+    }
+
+    /// The pending approval is void (the grant or policy changed): the next
+    /// `begin` resumes and the run asks again.
+    pub fn void_approval(&mut self) {
+        self.approved = None;
+        self.park(Park::Resume);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::approval::Binding;
+    use crate::scope::KnownScope;
     use core::time::Duration;
 
     fn request() -> ExecutionRequest {
@@ -598,5 +981,280 @@ mod tests {
             (r.run, r.connection, &r.state),
             (2, 4, &RequestState::Running)
         );
+    }
+
+    fn binding(grant: GrantId, policy_version: u32) -> Binding {
+        Binding {
+            grant,
+            epoch: 0,
+            policy_version,
+        }
+    }
+
+    fn scopes(tokens: &[KnownScope]) -> ScopeSet {
+        let mut s = ScopeSet::new();
+        for t in tokens {
+            s.insert_known(*t).unwrap();
+        }
+        s
+    }
+
+    fn repeat<'a>(held: &'a ScopeSet, none: &'a ScopeSet, live: Option<u32>) -> Repeat<'a> {
+        Repeat {
+            grant: GrantId::from_bytes([2; 16]),
+            grant_end: Timestamp::from_secs(1_000_000),
+            binding: binding(GrantId::from_bytes([2; 16]), 0),
+            owner: None,
+            live_connection: live,
+            scopes: held,
+            needed: none,
+            retention: Duration::from_hours(24),
+            now: Timestamp::from_secs(200),
+        }
+    }
+
+    fn next<'a>(action: &'a Action, held: &'a ScopeSet, seq: u32) -> NextAction<'a> {
+        NextAction {
+            seq,
+            action,
+            scopes: held,
+            tab_visible: true,
+            tab_auto_approves: false,
+            site_allows_auto: true,
+            binding: binding(GrantId::from_bytes([2; 16]), 0),
+            client_id: "c",
+            client_name: None,
+            now: Timestamp::from_secs(150),
+        }
+    }
+
+    #[test]
+    fn a_repeated_begin_serves_results_while_retained_and_keeps_live_runs_pending() {
+        let (held, none) = (ScopeSet::new(), ScopeSet::new());
+        let mut r = request();
+        let live = r.begin(&repeat(&held, &none, Some(1)));
+        assert_eq!((live.step, live.changed), (BeginStep::Pending, false));
+        // Its tab moved on: the run is cut off and its result served.
+        let cut = r.begin(&repeat(&held, &none, Some(2)));
+        assert_eq!((cut.step, cut.changed), (BeginStep::Stored, true));
+        assert!(matches!(
+            r.state(),
+            RequestState::Done {
+                unknown_tail: true,
+                ..
+            }
+        ));
+        let again = r.begin(&repeat(&held, &none, None));
+        assert_eq!((again.step, again.changed), (BeginStep::Stored, false));
+        let mut late = repeat(&held, &none, None);
+        late.now = Timestamp::from_secs(200 + 86_400);
+        assert_eq!(r.begin(&late).step, BeginStep::ResultExpired);
+        r.expire();
+        assert_eq!(r.begin(&late).step, BeginStep::ResultExpired);
+    }
+
+    #[test]
+    fn a_repeated_begin_resumes_a_parked_request_only_with_its_scope_and_a_live_tab() {
+        let none = ScopeSet::new();
+        let read = scopes(&[KnownScope::SKILLS_READ]);
+        let both = scopes(&[KnownScope::SKILLS_READ, KnownScope::SKILLS_WRITE]);
+        let mut r = request();
+        r.park(Park::Scope(scopes(&[KnownScope::SKILLS_WRITE])));
+        let refused = r.begin(&repeat(&read, &none, Some(3)));
+        assert_eq!(refused.step, BeginStep::MissingScope(both.clone()));
+        assert!(!refused.changed, "a refusal writes nothing");
+        let no_tab = r.begin(&repeat(&both, &none, None));
+        assert_eq!((no_tab.step, no_tab.changed), (BeginStep::NoLiveTab, false));
+        // What the adapter knows the call needs counts too.
+        r.park(Park::TabHidden);
+        let wider = r.begin(&repeat(&read, &both, Some(3)));
+        assert_eq!(wider.step, BeginStep::MissingScope(both.clone()));
+        let run = r.begin(&repeat(&both, &none, Some(3)));
+        assert_eq!((run.step, run.changed), (BeginStep::Run, true));
+        assert_eq!((r.run(), r.connection()), (2, 3));
+    }
+
+    #[test]
+    fn a_repeated_begin_asks_again_under_the_same_binding_and_voids_another() {
+        let (held, none) = (ScopeSet::new(), ScopeSet::new());
+        let mut r = request();
+        r.ask(PendingApproval {
+            seq: 0,
+            action: write(),
+            binding: binding(r.grant(), 0),
+            client_id: "c".into(),
+            client_name: None,
+            offer_auto_approve: false,
+            asked: Timestamp::from_secs(100),
+        });
+        let same = r.begin(&repeat(&held, &none, Some(1)));
+        assert!(matches!(same.step, BeginStep::ApprovalPending(p) if p.seq == 0));
+        let mut newer = repeat(&held, &none, None);
+        newer.binding = binding(r.grant(), 1);
+        let refused = r.begin(&newer);
+        assert_eq!(
+            (refused.step, refused.changed),
+            (BeginStep::NoLiveTab, false)
+        );
+        newer.live_connection = Some(1);
+        assert_eq!(r.begin(&newer).step, BeginStep::Run);
+        assert_eq!(r.approved, None);
+    }
+
+    #[test]
+    fn a_request_of_an_older_grant_is_adopted_pending_cut_off_or_gone() {
+        let (held, none) = (ScopeSet::new(), ScopeSet::new());
+        let old = GrantId::from_bytes([9; 16]);
+        let owned_by = |status, live_connection| {
+            let mut call = repeat(&held, &none, Some(5));
+            call.owner = Some(Owner {
+                status,
+                live_connection,
+            });
+            call
+        };
+        let mut r = request();
+        r.grant = old;
+        assert_eq!(
+            r.begin(&owned_by(Some(GrantStatus::Live), Some(1))).step,
+            BeginStep::Pending
+        );
+        let cut = r.begin(&owned_by(Some(GrantStatus::Live), Some(2)));
+        assert_eq!((cut.step, cut.left), (BeginStep::Stored, None));
+
+        let mut r = request();
+        r.grant = old;
+        r.park(Park::Resume);
+        let adopted = r.begin(&owned_by(Some(GrantStatus::Live), None));
+        assert_eq!(
+            (adopted.step, adopted.changed, adopted.left),
+            (BeginStep::Run, true, Some(old))
+        );
+        assert_eq!(r.grant(), GrantId::from_bytes([2; 16]));
+
+        for (status, step, end) in [
+            (
+                Some(GrantStatus::Revoked),
+                BeginStep::ResultExpired,
+                Failure::Revoked,
+            ),
+            (None, BeginStep::ResultExpired, Failure::Revoked),
+            (
+                Some(GrantStatus::Expired),
+                BeginStep::Stored,
+                Failure::Expired,
+            ),
+        ] {
+            let mut r = request();
+            r.grant = old;
+            r.park(Park::TabHidden);
+            let gone = r.begin(&owned_by(status, None));
+            assert_eq!((gone.step, gone.changed), (step, true));
+            assert!(
+                matches!(r.state(), RequestState::Done { end: End::Failed(f), .. } if *f == end)
+            );
+        }
+    }
+
+    #[test]
+    fn the_next_action_replays_what_is_recorded_and_ends_on_a_divergence() {
+        let held = scopes(&[KnownScope::SKILLS_READ]);
+        let read = Action::new("r", Effect::Read, b"1").unwrap();
+        let mut r = request();
+        assert_eq!(
+            r.authorize(&next(&read, &held, 0), None),
+            ActionStep::Run {
+                auto_approved: false
+            }
+        );
+        assert_eq!(
+            r.authorize(&next(&read, &held, 1), None),
+            ActionStep::OutOfOrder
+        );
+        let done = r.confirm().unwrap();
+        let outcome = Outcome {
+            seq: done.seq,
+            kind: done.kind,
+            effect: done.effect,
+            fingerprint: done.fingerprint,
+            status: crate::ledger::OutcomeStatus::Ok,
+            summary: String::new(),
+        };
+        assert_eq!(
+            r.authorize(&next(&read, &held, 0), Some(outcome.clone())),
+            ActionStep::Replay(outcome.clone())
+        );
+        let other = Action::new("r", Effect::Read, b"2").unwrap();
+        assert_eq!(
+            r.authorize(&next(&other, &held, 0), Some(outcome)),
+            ActionStep::Diverged
+        );
+        assert!(matches!(
+            r.state(),
+            RequestState::Done {
+                end: End::Failed(Failure::Diverged),
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn the_next_action_needs_its_scope_a_visible_tab_and_an_approval() {
+        let read_only = scopes(&[KnownScope::SKILLS_READ]);
+        let both = scopes(&[KnownScope::SKILLS_READ, KnownScope::SKILLS_WRITE]);
+        let w = write();
+        let mut r = request();
+        assert_eq!(
+            r.authorize(&next(&w, &read_only, 0), None),
+            ActionStep::MissingScope(scopes(&[KnownScope::SKILLS_WRITE]))
+        );
+        r.resume(1);
+        let page = Action::new("click", Effect::Read, b"1")
+            .unwrap()
+            .driving_page();
+        let mut hidden = next(&page, &both, 0);
+        hidden.tab_visible = false;
+        assert_eq!(r.authorize(&hidden, None), ActionStep::TabHidden);
+        r.resume(1);
+        let ActionStep::ApprovalPending(prompt) = r.authorize(&next(&w, &both, 0), None) else {
+            panic!("a write asks");
+        };
+        assert_eq!((prompt.seq, prompt.request_id), (0, r.id()));
+        // Approved once: exactly that action runs, once.
+        r.approve(Approved {
+            seq: 0,
+            fingerprint: w.fingerprint(),
+            binding: binding(r.grant(), 0),
+        });
+        r.resume(1);
+        assert_eq!(
+            r.authorize(&next(&w, &both, 0), None),
+            ActionStep::Run {
+                auto_approved: false
+            }
+        );
+        r.confirm();
+        assert!(matches!(
+            r.authorize(&next(&w, &both, 1), None),
+            ActionStep::ApprovalPending(_)
+        ));
+        // Auto-approval: for writes of a site that allows it, never in-page.
+        r.void_approval();
+        r.resume(1);
+        let mut auto = next(&w, &both, 1);
+        auto.tab_auto_approves = true;
+        assert_eq!(
+            r.authorize(&auto, None),
+            ActionStep::Run {
+                auto_approved: true
+            }
+        );
+        r.confirm();
+        r.in_page = true;
+        auto.seq = 2;
+        assert!(matches!(
+            r.authorize(&auto, None),
+            ActionStep::ApprovalPending(p) if !p.offer_auto_approve
+        ));
     }
 }

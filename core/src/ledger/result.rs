@@ -76,6 +76,17 @@ pub enum Failure {
 }
 
 impl Failure {
+    /// The failure a grant that is not live means for its undecided
+    /// requests: `SESSION_EXPIRED` if it expired, else `SESSION_REVOKED`
+    /// (revoked, or gone).
+    #[must_use]
+    pub fn of_session(status: Option<crate::grant::GrantStatus>) -> Self {
+        match status {
+            Some(crate::grant::GrantStatus::Expired) => Self::Expired,
+            _ => Self::Revoked,
+        }
+    }
+
     /// The wire code.
     #[must_use]
     pub const fn code(self) -> ErrorCode {

@@ -27,6 +27,7 @@ use portcullis_core::engine::{BearerRejection, Principal};
 use portcullis_core::error::{ErrorCode, WireError as _};
 use portcullis_core::header::HeaderField;
 use portcullis_core::http::HttpResponse;
+use portcullis_core::ledger::BeginError;
 use portcullis_core::scope::{KnownScope, ScopeSet};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, JsonObject,
@@ -311,12 +312,7 @@ impl ServerHandler for Tools {
             "execute" => {
                 let answer = match verified {
                     Verified::Grant(p) => run::execute(&self.app, p, &args).await,
-                    Verified::AgentToken => run::failure(
-                        ErrorCode::ActionUnavailable,
-                        "execute runs in a connected tab, which needs an OAuth connection; \
-                         agent tokens can search and describe skills only",
-                        None,
-                    ),
+                    Verified::AgentToken => Answer::begin_error(&BeginError::AgentToken, None),
                 };
                 if let (Some(c), Some(slot)) = (&answer.challenge, slot) {
                     *slot.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(c.clone());

@@ -28,6 +28,7 @@
 //! resource would be the origin) would each fail that check. The banner and
 //! the Agents page print the one URL.
 
+mod answer;
 mod browser;
 mod documents;
 mod jsonrpc;

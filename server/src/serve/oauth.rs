@@ -9,7 +9,6 @@ use portcullis_core::authorize::AuthorizeAnswer;
 use portcullis_core::engine::SiteOpError;
 use portcullis_core::error::{ErrorCode, WireError as _};
 use portcullis_core::form::Form;
-use portcullis_core::header::HeaderField;
 use portcullis_core::http::HttpResponse;
 use portcullis_core::metadata::{AuthorizationServerMetadata, ProtectedResourceMetadata};
 
@@ -247,12 +246,6 @@ where
     Ok(answer)
 }
 
-/// Whether the `Authorization` header uses the Basic scheme (a failed
-/// client authentication then answers with a Basic challenge).
-fn is_basic(authorization: HeaderField<'_>) -> bool {
-    matches!(authorization.value(), Ok(Some(h)) if h.get(..6).is_some_and(|s| s.eq_ignore_ascii_case("basic ")))
-}
-
 /// The parts of a form POST the core reads: every `Authorization` value
 /// (the core refuses a repeated or non-text one) and the body as text. A
 /// body that is not UTF-8 is answered `invalid_request` here, before the
@@ -275,7 +268,6 @@ pub(crate) async fn token(State(app): State<Shared>, headers: HeaderMap, body: B
         Ok(parts) => parts,
         Err(r) => return r,
     };
-    let via_basic = is_basic(authorization.field());
     let answer = app
         .write(move |app, txn| {
             app.engine.token_in(
@@ -295,7 +287,7 @@ pub(crate) async fn token(State(app): State<Shared>, headers: HeaderMap, body: B
         }
         Ok(Err(e)) => {
             tracing::debug!(error = e.code().as_str(), "token request refused");
-            respond::core(e.to_response(via_basic))
+            respond::core(e.to_response())
         }
         Err(r) => r,
     }
@@ -308,7 +300,6 @@ pub(crate) async fn revoke(State(app): State<Shared>, headers: HeaderMap, body: 
         Ok(parts) => parts,
         Err(r) => return r,
     };
-    let via_basic = is_basic(authorization.field());
     let answer = app
         .write(move |app, txn| {
             app.engine
@@ -322,7 +313,7 @@ pub(crate) async fn revoke(State(app): State<Shared>, headers: HeaderMap, body: 
         }
         Ok(Err(e)) => {
             tracing::debug!(error = e.code().as_str(), "revocation refused");
-            respond::core(e.to_response(via_basic))
+            respond::core(e.to_response())
         }
         Err(r) => r,
     }

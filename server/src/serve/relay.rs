@@ -69,7 +69,7 @@ pub(crate) struct TabReport {
 
 /// How a driver ended: its answer to the client, or `None` when the run was
 /// lost (the tab went away): the ledger then has the answer.
-pub(crate) type DriverEnd = Option<super::run::Answer>;
+pub(crate) type DriverEnd = Option<super::answer::Answer>;
 
 /// Most long-polls of one browser session waiting at once.
 pub(crate) const MAX_POLLS_PER_SESSION: usize = 4;

@@ -13,16 +13,15 @@
 //!
 //! The driver owns the [`ExecutionTicket`] between HTTP requests; a call that
 //! outlasts [`WAIT`] answers `execution_pending` and the client calls again
-//! with the same id. Every answer's JSON is the core's, or built like it
-//! (`{"ok": false, "requestId", "error": {"code", "message"}}`) from the
-//! core's error codes.
+//! with the same id. Every answer's JSON is the core's: its answers, its
+//! errors' JSON, and for the server's own refusals (a malformed program, a
+//! fault) the core's `ledger::failure_json`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use portcullis_core::bearer::Challenge;
 use portcullis_core::engine::Principal;
-use portcullis_core::error::{ErrorCode, WireError};
+use portcullis_core::error::ErrorCode;
 use portcullis_core::ledger::{
     ActionVerdict, BeginAnswer, BeginError, BusinessError, Caller, Completion, ExecuteParams,
     ExecutionTicket, OutcomeStatus, Report, RequestId, TicketError,
@@ -32,6 +31,7 @@ use portcullis_core::tab::Dispatch;
 use serde_json::{Value, json};
 
 use super::Shared;
+pub(crate) use super::answer::{Answer, failure};
 use super::relay::{DriverEnd, Job, TabReport};
 use super::skills::{self, Step};
 use crate::clock;
@@ -43,55 +43,12 @@ pub(crate) const WAIT: Duration = Duration::from_secs(15);
 /// still the live one.
 const CHECK: Duration = Duration::from_secs(2);
 
-/// A tool answer: the JSON body, and the challenge when the HTTP response
-/// must be `403 insufficient_scope`.
-#[derive(Clone, Debug)]
-pub(crate) struct Answer {
-    /// The structured result.
-    pub(crate) body: Value,
-    /// Set for a missing scope.
-    pub(crate) challenge: Option<Challenge>,
-}
-
-impl Answer {
-    fn ok(body: Value) -> Self {
-        Self {
-            body,
-            challenge: None,
-        }
-    }
-
-    /// Whether this is a protocol failure (`"ok": false`).
-    pub(crate) fn is_error(&self) -> bool {
-        self.body["ok"] == Value::Bool(false)
-    }
-
-    fn begin_error(e: &BeginError, id: Option<RequestId>) -> Self {
-        Self {
-            body: e.to_json(id),
-            challenge: match e {
-                BeginError::InsufficientScope(c) => Some(c.clone()),
-                _ => None,
-            },
-        }
-    }
-}
-
-/// A protocol failure with `code`, shaped like the core's.
-pub(crate) fn failure(code: ErrorCode, message: &str, id: Option<RequestId>) -> Answer {
-    Answer::ok(json!({
-        "ok": false,
-        "requestId": id.map(|i| i.to_string()),
-        "error": {"code": code.as_str(), "message": message},
-    }))
-}
-
 fn internal(id: Option<RequestId>) -> Answer {
     failure(ErrorCode::ServerError, "temporary server error", id)
 }
 
 fn ticket_failure(e: &TicketError, id: RequestId) -> Answer {
-    failure(e.code(), &e.to_string(), Some(id))
+    Answer::ok(e.to_json(id))
 }
 
 /// `execute` for a verified principal with the tool's `arguments`.
@@ -113,7 +70,7 @@ pub(crate) async fn execute(app: &Shared, principal: Principal, arguments: &Valu
     let mut needed = ScopeSet::default();
     for step in &steps {
         if needed
-            .insert(step.skill.effect.required_scope().as_str())
+            .insert_known(step.skill.effect.required_scope())
             .is_err()
         {
             return internal(Some(id));

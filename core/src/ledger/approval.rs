@@ -30,9 +30,9 @@ use core::fmt;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use super::{Action, ActionFingerprint, RequestId};
 use crate::error::{ErrorCode, WireError};
 use crate::grant::GrantId;
-use crate::ledger::{Action, ActionFingerprint, RequestId};
 use crate::time::Timestamp;
 
 /// The policy in force when an approval was asked for or is used.

@@ -1,11 +1,15 @@
 //! [`Policy`]: every lifetime and limit the core enforces, in one value.
 //!
 //! The defaults are the product's promises (DESIGN.md); a host may tighten
-//! them, and tests shorten them to drive expiry quickly.
+//! them, and tests shorten them to drive expiry quickly. The policy's value
+//! types ([`RateLimit`]) live here too, so every module that enforces a
+//! limit depends on `policy` and `policy` on none of them.
 
 use core::time::Duration;
 
-use crate::ledger::RateLimit;
+mod rate;
+
+pub use rate::RateLimit;
 
 const MINUTE: u64 = 60;
 const HOUR: u64 = 60 * MINUTE;

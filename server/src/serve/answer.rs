@@ -1,0 +1,53 @@
+//! [`Answer`]: what a tool call answers, as the `execute` driver
+//! ([`super::run`]) hands it to the MCP handler and through the relay
+//! ([`super::relay`]) to a waiting call. Its own module, so the driver and
+//! the relay both depend on it and not on each other. Every body is the
+//! core's JSON.
+
+use portcullis_core::bearer::Challenge;
+use portcullis_core::error::ErrorCode;
+use portcullis_core::ledger::{self, BeginError, RequestId};
+use serde_json::Value;
+
+/// A tool answer: the JSON body, and the challenge when the HTTP response
+/// must be `403 insufficient_scope`.
+#[derive(Clone, Debug)]
+pub(crate) struct Answer {
+    /// The structured result.
+    pub(crate) body: Value,
+    /// Set for a missing scope.
+    pub(crate) challenge: Option<Challenge>,
+}
+
+impl Answer {
+    /// An answer with `body` and no challenge.
+    pub(crate) fn ok(body: Value) -> Self {
+        Self {
+            body,
+            challenge: None,
+        }
+    }
+
+    /// Whether this is a protocol failure (`"ok": false`).
+    pub(crate) fn is_error(&self) -> bool {
+        self.body["ok"] == Value::Bool(false)
+    }
+
+    /// The answer to a refused `begin`: the core's JSON, and its challenge
+    /// for a missing scope.
+    pub(crate) fn begin_error(e: &BeginError, id: Option<RequestId>) -> Self {
+        Self {
+            body: e.to_json(id),
+            challenge: match e {
+                BeginError::InsufficientScope(c) => Some(c.clone()),
+                _ => None,
+            },
+        }
+    }
+}
+
+/// A protocol failure with `code`, in the core's shape
+/// ([`ledger::failure_json`]).
+pub(crate) fn failure(code: ErrorCode, message: &str, id: Option<RequestId>) -> Answer {
+    Answer::ok(ledger::failure_json(code, message, id))
+}
