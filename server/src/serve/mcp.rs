@@ -16,7 +16,7 @@
 //!   missing scope found mid-run turns the HTTP response into the core's
 //!   `403 insufficient_scope` challenge, as the MCP authorization spec asks.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
 use axum::extract::{Path, RawQuery, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
@@ -142,17 +142,14 @@ pub(crate) async fn guard(
     }
     // Every value: the core refuses a repeated field (400 invalid_request).
     let authorization = respond::HeaderValues::of(request.headers(), header::AUTHORIZATION);
-    let verdict = app
-        .blocking(move |app| check(app, &key, authorization.field()))
-        .await;
-    let verified = match verdict {
-        Ok(Ok(Verdict::Accepted(v))) => v,
-        Ok(Ok(Verdict::NoSuchKey)) => {
+    // Read-only: on this thread, not the blocking pool (see `App::read`).
+    let verified = match app.read(|app| check(app, &key, authorization.field())) {
+        Ok(Verdict::Accepted(v)) => v,
+        Ok(Verdict::NoSuchKey) => {
             return (StatusCode::NOT_FOUND, "no such MCP endpoint\n").into_response();
         }
-        Ok(Ok(Verdict::Rejected(rejection))) => return refused(rejection),
-        Ok(Err(e)) => return respond::internal(&e),
-        Err(r) => return r,
+        Ok(Verdict::Rejected(rejection)) => return refused(rejection),
+        Err(e) => return respond::internal(&e),
     };
     let slot = ScopeSlot::default();
     request.extensions_mut().insert(verified);
@@ -194,6 +191,21 @@ pub(crate) struct Tools {
 fn schema(v: &Value) -> Arc<JsonObject> {
     Arc::new(v.as_object().cloned().unwrap_or_default())
 }
+
+/// The tool list, built once: `tools/list` answers a copy (names and
+/// descriptions are `'static`, schemas shared `Arc`s), not a rebuilt one.
+static TOOLS: LazyLock<Vec<Tool>> = LazyLock::new(tools);
+
+/// What `initialize` answers, built once: rmcp asks for it on every
+/// request (each stateless request sets up its own peer from it).
+static INFO: LazyLock<ServerConfig> = LazyLock::new(|| {
+    ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        .with_server_info(Implementation::new("portcullis-demo", env!("CARGO_PKG_VERSION")))
+        .with_instructions(
+            "Skills of a notes app, run in the user's connected browser tab. \
+             Find them with search_skills, read one with describe_skill, run them with execute.",
+        )
+});
 
 fn tools() -> Vec<Tool> {
     vec![
@@ -253,12 +265,7 @@ fn ok(body: Value) -> CallToolResult {
 
 impl ServerHandler for Tools {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new("portcullis-demo", env!("CARGO_PKG_VERSION")))
-            .with_instructions(
-                "Skills of a notes app, run in the user's connected browser tab. \
-                 Find them with search_skills, read one with describe_skill, run them with execute.",
-            )
+        INFO.clone()
     }
 
     async fn list_tools(
@@ -267,7 +274,7 @@ impl ServerHandler for Tools {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         Ok(ListToolsResult {
-            tools: tools(),
+            tools: TOOLS.clone(),
             ..ListToolsResult::default()
         })
     }

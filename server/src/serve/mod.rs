@@ -102,6 +102,19 @@ pub(crate) struct App {
 type Shared = Arc<App>;
 
 impl App {
+    /// Runs the read-only engine operation `f` on the calling thread.
+    ///
+    /// A redb read transaction never waits for a commit's fsync (the
+    /// writer publishes its root under short-held locks and flushes
+    /// outside them) and reads pages through redb's cache (a cold page is
+    /// one `pread`), so a lookup such as the bearer check costs less than
+    /// the hand-off to the blocking pool and back, which is most of the
+    /// cost of a request that does nothing else. Anything that writes,
+    /// scans or may wait goes through [`App::blocking`] or [`App::write`].
+    fn read<T>(&self, f: impl FnOnce(&Self) -> T) -> T {
+        f(self)
+    }
+
     /// Runs `f` on the blocking pool: engine operations do store I/O
     /// (an fsync per committed write).
     async fn blocking<T: Send + 'static>(
