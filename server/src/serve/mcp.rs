@@ -2,7 +2,8 @@
 //! transport behind the core's bearer check.
 //!
 //! * [`guard`] (an axum middleware on the route) runs **first**: the path
-//!   key must be the site's current public key (else 404), a token in the
+//!   key must be the site's current public key (else 404; compared with
+//!   the key read at start, see `App::mcp_key`), a token in the
 //!   query is refused, and the core's `verify_bearer` (or, for a minted
 //!   agent token, `verify_agent_token`) decides; refusals copy the core's
 //!   challenge (`400`/`401`/`403` with `WWW-Authenticate`) or `503` with
@@ -91,22 +92,20 @@ pub(crate) fn service(
 
 /// What the bearer check decided.
 enum Verdict {
-    NoSuchKey,
     Rejected(BearerRejection),
     Accepted(Verified),
 }
 
-fn check(app: &super::App, key: &str, authorization: HeaderField<'_>) -> Result<Verdict, String> {
-    let site = app.engine.site(&app.site).map_err(|e| e.to_string())?;
-    if key != site.public_key {
-        return Ok(Verdict::NoSuchKey);
-    }
+/// The bearer check of a request whose path names the site's key: one read
+/// transaction for an access token (the core loads the site and the grant
+/// in it), a second only for what may be a minted agent token.
+fn check(app: &super::App, authorization: HeaderField<'_>) -> Verdict {
     let now = clock::now();
     let first = match app
         .engine
         .verify_bearer(&app.site, authorization, &required(), now)
     {
-        Ok(p) => return Ok(Verdict::Accepted(Verified::Grant(p))),
+        Ok(p) => return Verdict::Accepted(Verified::Grant(p)),
         Err(r) => r,
     };
     // Not an access token: it may be a minted agent token.
@@ -117,16 +116,16 @@ fn check(app: &super::App, key: &str, authorization: HeaderField<'_>) -> Result<
             .engine
             .verify_agent_token(&app.site, authorization, &required(), now)
         {
-            Ok(_) => return Ok(Verdict::Accepted(Verified::AgentToken)),
+            Ok(_) => return Verdict::Accepted(Verified::AgentToken),
             Err(BearerRejection::Challenge(c2))
                 if c2.error == Some(ErrorCode::InsufficientScope) =>
             {
-                return Ok(Verdict::Rejected(BearerRejection::Challenge(c2)));
+                return Verdict::Rejected(BearerRejection::Challenge(c2));
             }
             Err(_) => {}
         }
     }
-    Ok(Verdict::Rejected(first))
+    Verdict::Rejected(first)
 }
 
 /// The bearer check in front of rmcp (see the module docs).
@@ -142,14 +141,16 @@ pub(crate) async fn guard(
     }
     // Every value: the core refuses a repeated field (400 invalid_request).
     let authorization = respond::HeaderValues::of(request.headers(), header::AUTHORIZATION);
-    // Read-only: on this thread, not the blocking pool (see `App::read`).
-    let verified = match app.read(|app| check(app, &key, authorization.field())) {
+    if key != app.mcp_key {
+        return (StatusCode::NOT_FOUND, "no such MCP endpoint\n").into_response();
+    }
+    let verdict = app
+        .blocking(move |app| check(app, authorization.field()))
+        .await;
+    let verified = match verdict {
         Ok(Verdict::Accepted(v)) => v,
-        Ok(Verdict::NoSuchKey) => {
-            return (StatusCode::NOT_FOUND, "no such MCP endpoint\n").into_response();
-        }
         Ok(Verdict::Rejected(rejection)) => return refused(rejection),
-        Err(e) => return respond::internal(&e),
+        Err(r) => return r,
     };
     let slot = ScopeSlot::default();
     request.extensions_mut().insert(verified);
@@ -200,7 +201,10 @@ static TOOLS: LazyLock<Vec<Tool>> = LazyLock::new(tools);
 /// request (each stateless request sets up its own peer from it).
 static INFO: LazyLock<ServerConfig> = LazyLock::new(|| {
     ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-        .with_server_info(Implementation::new("portcullis-demo", env!("CARGO_PKG_VERSION")))
+        .with_server_info(Implementation::new(
+            "portcullis-demo",
+            env!("CARGO_PKG_VERSION"),
+        ))
         .with_instructions(
             "Skills of a notes app, run in the user's connected browser tab. \
              Find them with search_skills, read one with describe_skill, run them with execute.",

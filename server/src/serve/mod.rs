@@ -77,6 +77,12 @@ pub(crate) struct App {
     /// one durable commit.
     committer: GroupCommitter,
     site: SiteId,
+    /// The site's public key, the `{key}` of its MCP URL, read at start.
+    /// Nothing in a running server changes it: only `portcullis site
+    /// rotate-key` does, and the CLI refuses while the server holds the
+    /// database. The MCP guard compares the path with it instead of reading
+    /// the site for every request (the bearer check reads it anyway).
+    mcp_key: String,
     session_key: SigningKey,
     /// The session epoch and the signed-out sessions.
     sessions: crate::session::Sessions,
@@ -102,19 +108,6 @@ pub(crate) struct App {
 type Shared = Arc<App>;
 
 impl App {
-    /// Runs the read-only engine operation `f` on the calling thread.
-    ///
-    /// A redb read transaction never waits for a commit's fsync (the
-    /// writer publishes its root under short-held locks and flushes
-    /// outside them) and reads pages through redb's cache (a cold page is
-    /// one `pread`), so a lookup such as the bearer check costs less than
-    /// the hand-off to the blocking pool and back, which is most of the
-    /// cost of a request that does nothing else. Anything that writes,
-    /// scans or may wait goes through [`App::blocking`] or [`App::write`].
-    fn read<T>(&self, f: impl FnOnce(&Self) -> T) -> T {
-        f(self)
-    }
-
     /// Runs `f` on the blocking pool: engine operations do store I/O
     /// (an fsync per committed write).
     async fn blocking<T: Send + 'static>(
@@ -334,6 +327,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
         engine,
         committer,
         site: site.id.clone(),
+        mcp_key: site.public_key.clone(),
         session_key: keys.session,
         sessions: crate::session::Sessions::new(&mut rand::rng()),
         secure: public.starts_with("https://"),
