@@ -2,7 +2,8 @@
 //! transport behind the core's bearer check.
 //!
 //! * [`guard`] (an axum middleware on the route) runs **first**: the path
-//!   key must be the site's current public key (else 404), a token in the
+//!   key must be the site's current public key (else 404; compared with
+//!   the key read at start, see `App::mcp_key`), a token in the
 //!   query is refused, and the core's `verify_bearer` (or, for a minted
 //!   agent token, `verify_agent_token`) decides; refusals copy the core's
 //!   challenge (`400`/`401`/`403` with `WWW-Authenticate`) or `503` with
@@ -16,7 +17,7 @@
 //!   missing scope found mid-run turns the HTTP response into the core's
 //!   `403 insufficient_scope` challenge, as the MCP authorization spec asks.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
 use axum::extract::{Path, RawQuery, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
@@ -92,22 +93,20 @@ pub(crate) fn service(
 
 /// What the bearer check decided.
 enum Verdict {
-    NoSuchKey,
     Rejected(BearerRejection),
     Accepted(Verified),
 }
 
-fn check(app: &super::App, key: &str, authorization: HeaderField<'_>) -> Result<Verdict, String> {
-    let site = app.engine.site(&app.site).map_err(|e| e.to_string())?;
-    if key != site.public_key {
-        return Ok(Verdict::NoSuchKey);
-    }
+/// The bearer check of a request whose path names the site's key: one read
+/// transaction for an access token (the core loads the site and the grant
+/// in it), a second only for what may be a minted agent token.
+fn check(app: &super::App, authorization: HeaderField<'_>) -> Verdict {
     let now = clock::now();
     let first = match app
         .engine
         .verify_bearer(&app.site, authorization, &required(), now)
     {
-        Ok(p) => return Ok(Verdict::Accepted(Verified::Grant(p))),
+        Ok(p) => return Verdict::Accepted(Verified::Grant(p)),
         Err(r) => r,
     };
     // Not an access token: it may be a minted agent token.
@@ -118,16 +117,16 @@ fn check(app: &super::App, key: &str, authorization: HeaderField<'_>) -> Result<
             .engine
             .verify_agent_token(&app.site, authorization, &required(), now)
         {
-            Ok(_) => return Ok(Verdict::Accepted(Verified::AgentToken)),
+            Ok(_) => return Verdict::Accepted(Verified::AgentToken),
             Err(BearerRejection::Challenge(c2))
                 if c2.error == Some(ErrorCode::InsufficientScope) =>
             {
-                return Ok(Verdict::Rejected(BearerRejection::Challenge(c2)));
+                return Verdict::Rejected(BearerRejection::Challenge(c2));
             }
             Err(_) => {}
         }
     }
-    Ok(Verdict::Rejected(first))
+    Verdict::Rejected(first)
 }
 
 /// The bearer check in front of rmcp (see the module docs).
@@ -143,16 +142,15 @@ pub(crate) async fn guard(
     }
     // Every value: the core refuses a repeated field (400 invalid_request).
     let authorization = respond::HeaderValues::of(request.headers(), header::AUTHORIZATION);
+    if key != app.mcp_key {
+        return (StatusCode::NOT_FOUND, "no such MCP endpoint\n").into_response();
+    }
     let verdict = app
-        .blocking(move |app| check(app, &key, authorization.field()))
+        .blocking(move |app| check(app, authorization.field()))
         .await;
     let verified = match verdict {
-        Ok(Ok(Verdict::Accepted(v))) => v,
-        Ok(Ok(Verdict::NoSuchKey)) => {
-            return (StatusCode::NOT_FOUND, "no such MCP endpoint\n").into_response();
-        }
-        Ok(Ok(Verdict::Rejected(rejection))) => return refused(rejection),
-        Ok(Err(e)) => return respond::internal(&e),
+        Ok(Verdict::Accepted(v)) => v,
+        Ok(Verdict::Rejected(rejection)) => return refused(rejection),
         Err(r) => return r,
     };
     let slot = ScopeSlot::default();
@@ -195,6 +193,24 @@ pub(crate) struct Tools {
 fn schema(v: &Value) -> Arc<JsonObject> {
     Arc::new(v.as_object().cloned().unwrap_or_default())
 }
+
+/// The tool list, built once: `tools/list` answers a copy (names and
+/// descriptions are `'static`, schemas shared `Arc`s), not a rebuilt one.
+static TOOLS: LazyLock<Vec<Tool>> = LazyLock::new(tools);
+
+/// What `initialize` answers, built once: rmcp asks for it on every
+/// request (each stateless request sets up its own peer from it).
+static INFO: LazyLock<ServerConfig> = LazyLock::new(|| {
+    ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        .with_server_info(Implementation::new(
+            "portcullis-demo",
+            env!("CARGO_PKG_VERSION"),
+        ))
+        .with_instructions(
+            "Skills of a notes app, run in the user's connected browser tab. \
+             Find them with search_skills, read one with describe_skill, run them with execute.",
+        )
+});
 
 fn tools() -> Vec<Tool> {
     vec![
@@ -254,12 +270,7 @@ fn ok(body: Value) -> CallToolResult {
 
 impl ServerHandler for Tools {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new("portcullis-demo", env!("CARGO_PKG_VERSION")))
-            .with_instructions(
-                "Skills of a notes app, run in the user's connected browser tab. \
-                 Find them with search_skills, read one with describe_skill, run them with execute.",
-            )
+        INFO.clone()
     }
 
     async fn list_tools(
@@ -268,7 +279,7 @@ impl ServerHandler for Tools {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         Ok(ListToolsResult {
-            tools: tools(),
+            tools: TOOLS.clone(),
             ..ListToolsResult::default()
         })
     }

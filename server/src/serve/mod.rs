@@ -78,6 +78,12 @@ pub(crate) struct App {
     /// one durable commit.
     committer: GroupCommitter,
     site: SiteId,
+    /// The site's public key, the `{key}` of its MCP URL, read at start.
+    /// Nothing in a running server changes it: only `portcullis site
+    /// rotate-key` does, and the CLI refuses while the server holds the
+    /// database. The MCP guard compares the path with it instead of reading
+    /// the site for every request (the bearer check reads it anyway).
+    mcp_key: String,
     session_key: SigningKey,
     /// The session epoch and the signed-out sessions.
     sessions: crate::session::Sessions,
@@ -322,6 +328,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
         engine,
         committer,
         site: site.id.clone(),
+        mcp_key: site.public_key.clone(),
         session_key: keys.session,
         sessions: crate::session::Sessions::new(&mut rand::rng()),
         secure: public.starts_with("https://"),
