@@ -35,6 +35,9 @@ pub(super) enum Number {
 /// A cursor over one JSON document.
 pub(super) struct Reader<'a> {
     bytes: &'a [u8],
+    /// The whole document when it is UTF-8 (checked once, up front), so
+    /// returned strings are sliced from it without a check of their own.
+    text: Option<&'a str>,
     at: usize,
     /// No member read yet in the current object.
     first: bool,
@@ -45,6 +48,7 @@ impl<'a> Reader<'a> {
     pub(super) fn new(bytes: &'a [u8]) -> Self {
         Self {
             bytes,
+            text: core::str::from_utf8(bytes).ok(),
             at: 0,
             first: true,
         }
@@ -137,17 +141,20 @@ impl<'a> Reader<'a> {
         self.ws();
         self.expect(b'"')?;
         let start = self.at;
-        loop {
-            match *self.bytes.get(self.at).ok_or(Syntax)? {
-                b'"' => {
-                    let text = core::str::from_utf8(&self.bytes[start..self.at]);
-                    self.at += 1;
-                    return text.map(Cow::Borrowed).map_err(|_| Syntax);
-                }
-                b'\\' => break,
-                0x00..=0x1f => return Err(Syntax),
-                _ => self.at += 1,
+        self.at = plain_run(self.bytes, self.at);
+        match *self.bytes.get(self.at).ok_or(Syntax)? {
+            b'"' => {
+                let end = self.at;
+                self.at += 1;
+                // Both ends sit next to an ASCII quote: char boundaries.
+                let text = match self.text {
+                    Some(text) => text.get(start..end).ok_or(Syntax),
+                    None => core::str::from_utf8(&self.bytes[start..end]).map_err(|_| Syntax),
+                };
+                return text.map(Cow::Borrowed);
             }
+            b'\\' => {}
+            _ => return Err(Syntax),
         }
         let mut buf: Vec<u8> = self.bytes[start..self.at].to_vec();
         loop {
@@ -202,6 +209,7 @@ impl<'a> Reader<'a> {
     fn skip_string(&mut self) -> Result<(), Syntax> {
         self.expect(b'"')?;
         loop {
+            self.at = plain_run(self.bytes, self.at);
             match self.next()? {
                 b'"' => return Ok(()),
                 b'\\' => match self.next()? {
@@ -362,6 +370,36 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// The end of the run of string bytes from `at` that need no attention: the
+/// index of the first quote, backslash or control character (or the end).
+/// Eight bytes at a time: the classic "has a zero byte" test finds any byte
+/// equal to `"` or `\` or below 0x20 in a word, exactly.
+fn plain_run(bytes: &[u8], mut at: usize) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
+    while let Some(chunk) = bytes.get(at..at + 8) {
+        let Ok(word) = <[u8; 8]>::try_from(chunk) else {
+            break;
+        };
+        let x = u64::from_le_bytes(word);
+        let special = zero(x ^ (ONES * u64::from(b'"')))
+            | zero(x ^ (ONES * u64::from(b'\\')))
+            | (x.wrapping_sub(ONES * 0x20) & !x & HIGH);
+        if special != 0 {
+            break;
+        }
+        at += 8;
+    }
+    while let Some(&b) = bytes.get(at) {
+        if b == b'"' || b == b'\\' || b < 0x20 {
+            break;
+        }
+        at += 1;
+    }
+    at
+}
+
 /// The byte a one-character escape stands for (RFC 8259 §7).
 fn simple_escape(b: u8) -> Option<u8> {
     Some(match b {
@@ -429,7 +467,7 @@ impl Sink for Vec<u8> {
 /// control characters (RFC 8259 §7).
 pub(super) fn write_string(s: &str, out: &mut Vec<u8>) {
     out.push(b'"');
-    if !s.bytes().any(needs_escape) {
+    if !any_escape(s) {
         out.extend_from_slice(s.as_bytes());
     } else {
         for &b in s.as_bytes() {
@@ -445,11 +483,19 @@ pub(super) fn write_string(s: &str, out: &mut Vec<u8>) {
 
 /// Length of `s` written by [`write_string`].
 pub(super) fn string_len(s: &str) -> usize {
-    2 + s.len()
-        + s.bytes()
-            .filter(|&b| needs_escape(b))
-            .map(|b| escape_len(b) - 1)
-            .sum::<usize>()
+    if !any_escape(s) {
+        return 2 + s.len();
+    }
+    2 + s
+        .bytes()
+        .map(|b| if needs_escape(b) { escape_len(b) } else { 1 })
+        .sum::<usize>()
+}
+
+/// Whether any byte of `s` needs an escape; a branch-free fold, so the
+/// compiler can vectorise it.
+fn any_escape(s: &str) -> bool {
+    s.bytes().fold(false, |any, b| any | needs_escape(b))
 }
 
 fn needs_escape(b: u8) -> bool {

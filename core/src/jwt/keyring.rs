@@ -324,19 +324,28 @@ impl Keyring {
         now: Timestamp,
         f: impl FnOnce(VerifiedRef<'_>) -> R,
     ) -> Result<R, VerifyError> {
-        let compact = Compact::split(token)?;
         let typ = expect.token_type();
-        let entry = if let Some(entry) = self
-            .entries
-            .iter()
-            .find(|e| e.headers[typ.index()] == compact.header)
-        {
-            entry
+        // A header this keyring writes is recognised byte for byte, and
+        // then the dots are where they must be; anything else is split in
+        // full and goes through the strict header parser.
+        let known = self.entries.iter().find_map(|e| {
+            let header = &e.headers[typ.index()];
+            token
+                .starts_with(header.as_str())
+                .then(|| Compact::with_known_header(token, header.len()))
+                .flatten()
+                .map(|compact| (e, compact))
+        });
+        let (entry, compact) = if let Some(known) = known {
+            known
         } else {
+            let compact = Compact::split(token)?;
             let kid = compact::parse_header(compact.header, typ)?.ok_or(VerifyError::MissingKeyId)?;
-            self.position(&kid)
+            let entry = self
+                .position(&kid)
                 .map(|i| &self.entries[i])
-                .ok_or(VerifyError::UnknownKey)?
+                .ok_or(VerifyError::UnknownKey)?;
+            (entry, compact)
         };
         if entry.state == KeyState::Retired {
             return Err(VerifyError::RetiredKey);
