@@ -20,6 +20,7 @@
 )]
 #![allow(clippy::unwrap_used, reason = "a benchmark's setup fails loudly")]
 
+use std::fmt::Write as _;
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group};
@@ -392,27 +393,28 @@ fn main() {
         "redirect_guard/url_parse_and_join",
     ] {
         if let Some(ns) = median_ns(id, since) {
-            out.push_str(&format!("TIME {id} {ns:.1}\n"));
+            let _ = writeln!(out, "TIME {id} {ns:.1}");
         }
     }
     for r in RATIOS {
-        if let (Some(n), Some(d)) = (median_ns(r.numerator, since), median_ns(r.denominator, since)) {
-            out.push_str(&format!(
-                "RATIO {} {:.3} {} {} {} {}\n",
+        if let (Some(n), Some(d)) = (
+            median_ns(r.numerator, since),
+            median_ns(r.denominator, since),
+        ) {
+            let _ = writeln!(
+                out,
+                "RATIO {} {:.3} {} {} {} {}",
                 r.name,
                 n / d,
                 r.op,
                 r.target,
                 r.numerator,
                 r.denominator
-            ));
+            );
         }
     }
     if let Some(ns) = median_ns("engine_memory/refresh_rotation", since) {
-        out.push_str(&format!(
-            "RATE refresh_rotation_per_s {:.0} ge 250000\n",
-            1e9 / ns
-        ));
+        let _ = writeln!(out, "RATE refresh_rotation_per_s {:.0} ge 250000", 1e9 / ns);
     }
     // The lines are the bench's output; stdout is where `cargo bench` shows it.
     #[allow(clippy::print_stdout, reason = "the bench's report")]

@@ -198,12 +198,12 @@ impl Claims {
     /// and the signer.
     #[must_use]
     pub fn as_ref(&self) -> ClaimsRef<'_> {
-        fn b(s: &Option<String>) -> Option<Cow<'_, str>> {
-            s.as_deref().map(Cow::Borrowed)
+        fn b(s: Option<&String>) -> Option<Cow<'_, str>> {
+            s.map(|s| Cow::Borrowed(s.as_str()))
         }
         ClaimsRef {
-            iss: b(&self.iss),
-            sub: b(&self.sub),
+            iss: b(self.iss.as_ref()),
+            sub: b(self.sub.as_ref()),
             aud: self.aud.as_ref().map(|a| match a {
                 Audience::One(a) => AudienceRef::One(Cow::Borrowed(a)),
                 Audience::Many(all) => {
@@ -213,11 +213,11 @@ impl Claims {
             exp: self.exp,
             nbf: self.nbf,
             iat: self.iat,
-            jti: b(&self.jti),
-            client_id: b(&self.client_id),
-            scope: b(&self.scope),
-            gid: b(&self.gid),
-            org_domain: b(&self.org_domain),
+            jti: b(self.jti.as_ref()),
+            client_id: b(self.client_id.as_ref()),
+            scope: b(self.scope.as_ref()),
+            gid: b(self.gid.as_ref()),
+            org_domain: b(self.org_domain.as_ref()),
         }
     }
 }
@@ -426,7 +426,9 @@ fn numeric_date(r: &mut Reader<'_>, claim: &'static str) -> Result<i64, VerifyEr
     let refuse = |fault| Err(VerifyError::InvalidNumericDate { claim, fault });
     match r.peek() {
         Some(b'-' | b'0'..=b'9') => match r.number().map_err(malformed)? {
-            Number::Unsigned(v) => i64::try_from(v).or_else(|_| refuse(NumericDateFault::OutOfRange)),
+            Number::Unsigned(v) => {
+                i64::try_from(v).or_else(|_| refuse(NumericDateFault::OutOfRange))
+            }
             Number::Negative(_) => refuse(NumericDateFault::Negative),
             Number::Other => refuse(NumericDateFault::NotAnInteger),
         },
@@ -596,9 +598,9 @@ impl Validation {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use alloc::format;
     use alloc::string::ToString;
     use alloc::vec;
-    use alloc::format;
     use proptest::prelude::*;
 
     /// A JSON value of the kinds claims carry, valid or subtly not.
@@ -644,12 +646,25 @@ mod tests {
     /// names, with optional whitespace and the odd syntax error.
     fn document() -> impl Strategy<Value = String> {
         let name = prop_oneof![
-            Just("iss"), Just("sub"), Just("aud"), Just("exp"), Just("nbf"), Just("iat"),
-            Just("jti"), Just("client_id"), Just("scope"), Just("gid"), Just("org_domain"),
-            Just("x"), Just("y"), Just("s\\u0075b"), Just("e\\u0078p"),
+            Just("iss"),
+            Just("sub"),
+            Just("aud"),
+            Just("exp"),
+            Just("nbf"),
+            Just("iat"),
+            Just("jti"),
+            Just("client_id"),
+            Just("scope"),
+            Just("gid"),
+            Just("org_domain"),
+            Just("x"),
+            Just("y"),
+            Just("s\\u0075b"),
+            Just("e\\u0078p"),
         ];
         let ws = prop_oneof![4 => Just(""), 1 => Just(" "), 1 => Just("\r\n\t")];
-        let member = (name, ws.clone(), value()).prop_map(|(n, w, v)| format!("{w}\"{n}\"{w}:{w}{v}{w}"));
+        let member =
+            (name, ws.clone(), value()).prop_map(|(n, w, v)| format!("{w}\"{n}\"{w}:{w}{v}{w}"));
         let tail = prop_oneof![8 => Just(""), 1 => Just(" "), 1 => Just(","), 1 => Just(" x")];
         (proptest::collection::vec(member, 0..7), ws, tail).prop_map(|(members, w, tail)| {
             if tail == "," {

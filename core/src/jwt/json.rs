@@ -67,7 +67,11 @@ impl<'a> Reader<'a> {
     }
 
     fn expect(&mut self, b: u8) -> Result<(), Syntax> {
-        if self.next()? == b { Ok(()) } else { Err(Syntax) }
+        if self.next()? == b {
+            Ok(())
+        } else {
+            Err(Syntax)
+        }
     }
 
     /// JSON whitespace (RFC 8259 §2).
@@ -290,7 +294,11 @@ impl<'a> Reader<'a> {
     fn one_or_more_digits(&mut self) -> Result<(), Syntax> {
         let start = self.at;
         self.digits();
-        if self.at == start { Err(Syntax) } else { Ok(()) }
+        if self.at == start {
+            Err(Syntax)
+        } else {
+            Ok(())
+        }
     }
 
     /// One of `true`, `false`, `null`.
@@ -467,9 +475,7 @@ impl Sink for Vec<u8> {
 /// control characters (RFC 8259 §7).
 pub(super) fn write_string(s: &str, out: &mut Vec<u8>) {
     out.push(b'"');
-    if !any_escape(s) {
-        out.extend_from_slice(s.as_bytes());
-    } else {
+    if any_escape(s) {
         for &b in s.as_bytes() {
             if needs_escape(b) {
                 push_escape(b, out);
@@ -477,6 +483,8 @@ pub(super) fn write_string(s: &str, out: &mut Vec<u8>) {
                 out.push(b);
             }
         }
+    } else {
+        out.extend_from_slice(s.as_bytes());
     }
     out.push(b'"');
 }
@@ -554,8 +562,17 @@ mod tests {
             Reader::new(t.as_bytes()).string()
         }
         assert!(matches!(s(r#""abc""#), Ok(Cow::Borrowed("abc"))));
-        assert_eq!(s(r#""a\"b\u00e9\ud83d\ude00""#).as_deref(), Ok("a\"b\u{e9}\u{1f600}"));
-        for bad in [r#""\ud83d""#, r#""\ude00""#, r#""\x""#, "\"a\u{1}\"", r#""abc"#] {
+        assert_eq!(
+            s(r#""a\"b\u00e9\ud83d\ude00""#).as_deref(),
+            Ok("a\"b\u{e9}\u{1f600}")
+        );
+        for bad in [
+            r#""\ud83d""#,
+            r#""\ude00""#,
+            r#""\x""#,
+            "\"a\u{1}\"",
+            r#""abc"#,
+        ] {
             assert_eq!(s(bad), Err(Syntax), "{bad}");
         }
     }

@@ -340,7 +340,8 @@ impl Keyring {
             known
         } else {
             let compact = Compact::split(token)?;
-            let kid = compact::parse_header(compact.header, typ)?.ok_or(VerifyError::MissingKeyId)?;
+            let kid =
+                compact::parse_header(compact.header, typ)?.ok_or(VerifyError::MissingKeyId)?;
             let entry = self
                 .position(&kid)
                 .map(|i| &self.entries[i])

@@ -35,11 +35,11 @@ mod keyring;
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) mod oracle;
 
-pub use claims::{Audience, AudienceRef, Claims, ClaimsRef, NumericDateFault, TokenType, Validation};
-pub use error::{KeyringError, Segment, SignError, VerifyError};
-pub use keyring::{
-    KeyId, Keyring, MAX_KID_LEN, MIN_KEY_LEN, SigningKey, Verified, VerifiedRef,
+pub use claims::{
+    Audience, AudienceRef, Claims, ClaimsRef, NumericDateFault, TokenType, Validation,
 };
+pub use error::{KeyringError, Segment, SignError, VerifyError};
+pub use keyring::{KeyId, Keyring, MAX_KID_LEN, MIN_KEY_LEN, SigningKey, Verified, VerifiedRef};
 
 /// Largest token accepted, checked before any decoding.
 pub const MAX_TOKEN_LEN: usize = 8 * 1024;

@@ -210,4 +210,3 @@ impl<'de> Visitor<'de> for NumericDate<'_> {
         self.refuse(NumericDateFault::NotANumber)
     }
 }
-
