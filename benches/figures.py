@@ -114,7 +114,7 @@ def svg(runs):
     """One bar per ratio: the share of its target's budget used (a bar
     beyond the line misses the target)."""
     data = [r for r in rows(runs) if r["op"] in ("le", "ge")]
-    width, bar, gap, left, top = 760, 22, 12, 330, 40
+    width, bar, gap, left, top = 940, 22, 12, 330, 40
     scale = 300.0  # pixels for "exactly at target"
     height = top + len(data) * (bar + gap) + 30
     parts = [
