@@ -6,6 +6,13 @@
 //! * refresh rotation on the memory store;
 //! * the open-redirect guard against `url` parse + join.
 //!
+//! Every input (claims, tokens, forms, headers) is built before the timed
+//! loop; the HMAC floor clones a pre-keyed state, as `SigningKey` does.
+//! After the runs the bench prints one machine-readable line per ratio,
+//! `RATIO <name> <value> <le|ge|info> <target>`, read from criterion's
+//! median estimates; `benches/figures.py` turns them into the README's
+//! table and chart, and `benches/guard.sh` fails CI on a missed target.
+//!
 //! `cargo bench --bench core`; the figures are in the README.
 #![allow(
     missing_docs,
@@ -13,9 +20,10 @@
 )]
 #![allow(clippy::unwrap_used, reason = "a benchmark's setup fails loudly")]
 
+use std::fmt::Write as _;
 use std::hint::black_box;
 
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::{Criterion, criterion_group};
 use hmac::{KeyInit, Mac};
 use portcullis::form::encode_pairs;
 use portcullis::header::HeaderField;
@@ -85,8 +93,9 @@ fn keyring() -> Keyring {
     k
 }
 
-fn bare_hmac(data: &[u8]) -> [u8; 32] {
-    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(&KEY).unwrap();
+/// The floor: HMAC-SHA256 from a state with the key already absorbed.
+fn prekeyed_hmac(keyed: &hmac::Hmac<sha2::Sha256>, data: &[u8]) -> [u8; 32] {
+    let mut mac = keyed.clone();
     mac.update(data);
     mac.finalize().into_bytes().into()
 }
@@ -110,21 +119,32 @@ fn jwt(c: &mut Criterion) {
     validation.validate_exp = false;
     let peer_token = jsonwebtoken::encode(&header, &peer_claims(), &enc).unwrap();
 
+    let keyed = hmac::Hmac::<sha2::Sha256>::new_from_slice(&KEY).unwrap();
+    let claims = claims();
+    let peer = peer_claims();
+
     let mut g = c.benchmark_group("hs256");
-    g.bench_function("bare_hmac_sha256_same_bytes", |b| {
-        b.iter(|| bare_hmac(black_box(signing_input.as_bytes())));
+    g.bench_function("floor_prekeyed_hmac_sha256", |b| {
+        b.iter(|| prekeyed_hmac(&keyed, black_box(signing_input.as_bytes())));
     });
     g.bench_function("portcullis_sign", |b| {
         b.iter(|| {
             keyring
-                .sign(TokenType::AccessToken, black_box(&claims()))
+                .sign(TokenType::AccessToken, black_box(&claims))
                 .unwrap()
         });
     });
     g.bench_function("jsonwebtoken_encode", |b| {
-        b.iter(|| jsonwebtoken::encode(&header, black_box(&peer_claims()), &enc).unwrap());
+        b.iter(|| jsonwebtoken::encode(&header, black_box(&peer), &enc).unwrap());
     });
-    g.bench_function("portcullis_verify", |b| {
+    g.bench_function("portcullis_verify_borrowed", |b| {
+        b.iter(|| {
+            keyring
+                .verify_with(black_box(&token), &expect, now, |v| v.claims.exp)
+                .unwrap()
+        });
+    });
+    g.bench_function("portcullis_verify_owned", |b| {
         b.iter(|| keyring.verify(black_box(&token), &expect, now).unwrap());
     });
     g.bench_function("jsonwebtoken_decode", |b| {
@@ -224,17 +244,25 @@ fn engine(c: &mut Criterion) {
     });
     let mut rng = StdRng::seed_from_u64(2);
     let mut current = refresh;
+    // The body names the refresh token the previous call returned, so it
+    // is built per call; the `iter_custom` loop times only `Engine::token`.
     g.bench_function("refresh_rotation", |b| {
-        b.iter(|| {
-            let body = encode_pairs([
-                ("grant_type", "refresh_token"),
-                ("refresh_token", current.as_str()),
-                ("client_id", client_id.as_str()),
-            ]);
-            let t = engine
-                .token(&site, &body, HeaderField::ABSENT, &mut rng, now)
-                .unwrap();
-            current = t.refresh_token.expose_secret().to_string();
+        b.iter_custom(|iters| {
+            let mut spent = std::time::Duration::ZERO;
+            for _ in 0..iters {
+                let body = encode_pairs([
+                    ("grant_type", "refresh_token"),
+                    ("refresh_token", current.as_str()),
+                    ("client_id", client_id.as_str()),
+                ]);
+                let start = std::time::Instant::now();
+                let t = engine
+                    .token(&site, black_box(&body), HeaderField::ABSENT, &mut rng, now)
+                    .unwrap();
+                spent += start.elapsed();
+                current = t.refresh_token.expose_secret().to_string();
+            }
+            spent
         });
     });
     g.finish();
@@ -258,4 +286,139 @@ fn redirect(c: &mut Criterion) {
 }
 
 criterion_group!(benches, jwt, engine, redirect);
-criterion_main!(benches);
+
+/// A ratio the bench reports: `numerator / denominator` of two medians.
+struct Ratio {
+    name: &'static str,
+    numerator: &'static str,
+    denominator: &'static str,
+    /// `le`: the ratio must stay at or below the target; `ge`: at or
+    /// above; `info`: reported only.
+    op: &'static str,
+    target: f64,
+}
+
+const RATIOS: &[Ratio] = &[
+    Ratio {
+        name: "sign_over_floor",
+        numerator: "hs256/portcullis_sign",
+        denominator: "hs256/floor_prekeyed_hmac_sha256",
+        op: "le",
+        target: 1.6,
+    },
+    Ratio {
+        name: "sign_speedup_over_jsonwebtoken",
+        numerator: "hs256/jsonwebtoken_encode",
+        denominator: "hs256/portcullis_sign",
+        op: "ge",
+        target: 2.0,
+    },
+    Ratio {
+        name: "verify_over_floor",
+        numerator: "hs256/portcullis_verify_borrowed",
+        denominator: "hs256/floor_prekeyed_hmac_sha256",
+        op: "le",
+        target: 2.2,
+    },
+    Ratio {
+        name: "verify_speedup_over_jsonwebtoken",
+        numerator: "hs256/jsonwebtoken_decode",
+        denominator: "hs256/portcullis_verify_borrowed",
+        op: "ge",
+        target: 3.0,
+    },
+    Ratio {
+        name: "verify_owned_over_floor",
+        numerator: "hs256/portcullis_verify_owned",
+        denominator: "hs256/floor_prekeyed_hmac_sha256",
+        op: "info",
+        target: 2.2,
+    },
+    Ratio {
+        name: "verify_owned_speedup_over_jsonwebtoken",
+        numerator: "hs256/jsonwebtoken_decode",
+        denominator: "hs256/portcullis_verify_owned",
+        op: "info",
+        target: 3.0,
+    },
+    Ratio {
+        name: "bearer_over_bare_verify_memory",
+        numerator: "engine_memory/verify_bearer_with_grant_check",
+        denominator: "engine_memory/bare_jwt_verify",
+        op: "info",
+        target: 1.5,
+    },
+    Ratio {
+        name: "redirect_speedup_over_url",
+        numerator: "redirect_guard/url_parse_and_join",
+        denominator: "redirect_guard/portcullis_safe_path",
+        op: "info",
+        target: 1.0,
+    },
+];
+
+/// Criterion's median estimate of `id` (`group/function`) in nanoseconds,
+/// if this run measured it.
+fn median_ns(id: &str, since: std::time::SystemTime) -> Option<f64> {
+    let dir = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
+        || std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target"),
+        std::path::PathBuf::from,
+    );
+    let path = dir.join("criterion").join(id).join("new/estimates.json");
+    // A file older than this run belongs to an earlier one (a filtered
+    // run leaves the others in place).
+    if std::fs::metadata(&path).and_then(|m| m.modified()).ok()? < since {
+        return None;
+    }
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).ok()?).ok()?;
+    json["median"]["point_estimate"].as_f64()
+}
+
+fn main() {
+    let since = std::time::SystemTime::now();
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+    let mut out = String::new();
+    for id in [
+        "hs256/floor_prekeyed_hmac_sha256",
+        "hs256/portcullis_sign",
+        "hs256/jsonwebtoken_encode",
+        "hs256/portcullis_verify_borrowed",
+        "hs256/portcullis_verify_owned",
+        "hs256/jsonwebtoken_decode",
+        "engine_memory/bare_jwt_verify",
+        "engine_memory/verify_bearer_with_grant_check",
+        "engine_memory/refresh_rotation",
+        "redirect_guard/portcullis_safe_path",
+        "redirect_guard/url_parse_and_join",
+    ] {
+        if let Some(ns) = median_ns(id, since) {
+            let _ = writeln!(out, "TIME {id} {ns:.1}");
+        }
+    }
+    for r in RATIOS {
+        if let (Some(n), Some(d)) = (
+            median_ns(r.numerator, since),
+            median_ns(r.denominator, since),
+        ) {
+            let _ = writeln!(
+                out,
+                "RATIO {} {:.3} {} {} {} {}",
+                r.name,
+                n / d,
+                r.op,
+                r.target,
+                r.numerator,
+                r.denominator
+            );
+        }
+    }
+    if let Some(ns) = median_ns("engine_memory/refresh_rotation", since) {
+        let _ = writeln!(out, "RATE refresh_rotation_per_s {:.0} ge 250000", 1e9 / ns);
+    }
+    // The lines are the bench's output; stdout is where `cargo bench` shows it.
+    #[allow(clippy::print_stdout, reason = "the bench's report")]
+    {
+        print!("{out}");
+    }
+}

@@ -438,3 +438,41 @@ fn no_secret_appears_in_debug_or_error_text() {
         assert!(!text.contains("42, 42"), "{text}");
     }
 }
+
+/// Issue 12: signing allocates the token and nothing else; verifying with
+/// borrowed claims allocates nothing for a token of ordinary size (the
+/// payload is decoded on the stack), within the budget of two.
+#[test]
+fn sign_allocates_once_and_verify_at_most_twice() {
+    use crate::alloc_counter::allocations_in;
+    let k = keyring();
+    let claims = Claims {
+        iss: Some("https://app.example.com".into()),
+        sub: Some("user-42".into()),
+        aud: Some("https://r.example/mcp".into()),
+        exp: Some(2_000),
+        iat: Some(900),
+        jti: Some("q1w2e3r4t5y6u7i8o9p0aa".into()),
+        client_id: Some("pc1.k1.client".into()),
+        scope: Some("skills:read skills:write \"quoted\"".into()),
+        gid: Some("AQEBAQEBAQEBAQEBAQEBAQ".into()),
+        ..Claims::default()
+    };
+    let (token, n) = allocations_in(|| k.sign(TokenType::AccessToken, &claims).unwrap());
+    assert_eq!(n, 1, "sign allocates only the token");
+    let token = token.expose_secret().to_string();
+    let expect = Validation::new(TokenType::AccessToken, "https://r.example/mcp")
+        .issuer("https://app.example.com");
+    let now = Timestamp::from_secs(1_000);
+    let (exp, n) = allocations_in(|| {
+        k.verify_with(&token, &expect, now, |v| {
+            // The escaped scope is the one claim copied.
+            assert!(matches!(v.claims.sub, Some(std::borrow::Cow::Borrowed(_))));
+            v.claims.exp
+        })
+        .unwrap()
+    });
+    assert_eq!(exp, Some(2_000));
+    assert!(n <= 2, "verify allocated {n} times");
+    assert_eq!(k.verify(&token, &expect, now).unwrap().claims, claims);
+}

@@ -210,10 +210,11 @@ impl<S: Store> Engine<S> {
                 required,
                 TokenType::AgentToken,
                 now,
+                |c| c.jti.as_deref().map(String::from),
             )?;
-            let (site, claims) = (checked.site, checked.claims);
+            let (site, jti) = (checked.site, checked.claims);
             let invalid = |why: &str| invalid_token(&site, why);
-            let jti = claims.jti.ok_or_else(|| invalid("token has no jti"))?;
+            let jti = jti.ok_or_else(|| invalid("token has no jti"))?;
             let record: AgentToken = txn
                 .load(&keys::agent_token(&jti))?
                 .ok_or_else(|| invalid("the token is revoked"))?;

@@ -12,7 +12,7 @@ use crate::error::{ErrorCode, WireError};
 use crate::grant::{Grant, GrantId, GrantStatus, RevocationReason};
 use crate::header::HeaderField;
 use crate::http::HttpResponse;
-use crate::jwt::{Claims, TokenType, Validation};
+use crate::jwt::{ClaimsRef, TokenType, Validation};
 use crate::metadata;
 use crate::scope::ScopeSet;
 use crate::site::{Site, SiteError, SiteId};
@@ -152,10 +152,11 @@ pub struct GrantPage {
     pub next: Option<GrantId>,
 }
 
-/// A bearer JWT that passed the checks shared by access and agent tokens.
-pub(super) struct CheckedBearer {
+/// A bearer JWT that passed the checks shared by access and agent tokens,
+/// with what the caller took from its claims.
+pub(super) struct CheckedBearer<T> {
     pub(super) site: Site,
-    pub(super) claims: Claims,
+    pub(super) claims: T,
 }
 
 /// 401 `invalid_token` for `site`, saying `why`. The metadata URL is built
@@ -186,8 +187,15 @@ pub(super) fn require_scopes(
 impl<S: Store> Engine<S> {
     /// The checks every bearer credential passes first: the site exists and
     /// is on, the header is a bearer token, and the JWT verifies as `typ`
-    /// for the site's resource and issuer at `now`.
-    pub(super) fn check_bearer<R: ReadTransaction>(
+    /// for the site's resource and issuer at `now`. The header is read once
+    /// and its token slice handed to the verifier, whose decoder validates
+    /// the characters; `take` reads what the caller needs from the claims,
+    /// borrowed from the decoded payload.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the request's parts and the caller's claim reader"
+    )]
+    pub(super) fn check_bearer<R: ReadTransaction, T>(
         &self,
         txn: &R,
         site_id: &SiteId,
@@ -195,7 +203,8 @@ impl<S: Store> Engine<S> {
         required: &ScopeSet,
         typ: TokenType,
         now: Timestamp,
-    ) -> Result<CheckedBearer, BearerRejection> {
+        take: impl FnOnce(&ClaimsRef<'_>) -> T,
+    ) -> Result<CheckedBearer<T>, BearerRejection> {
         let site = load_site(txn, site_id).map_err(|e| match e {
             SiteOpError::Store(e) => BearerRejection::Store(e),
             SiteOpError::Site(_) => BearerRejection::UnknownSite,
@@ -204,7 +213,7 @@ impl<S: Store> Engine<S> {
             return Err(BearerRejection::Unavailable { retry_after_secs });
         }
         let invalid = |why: &str| invalid_token(&site, why);
-        let token = match bearer::parse_authorization(authorization) {
+        let token = match bearer::bearer_token(authorization) {
             Ok(Some(token)) => token,
             Ok(None) => {
                 let md = metadata::protected_resource_metadata_url(&site);
@@ -226,9 +235,13 @@ impl<S: Store> Engine<S> {
             .leeway(self.policy.jwt_leeway);
         let claims = self
             .keyring
-            .verify(token, &expect, now)
-            .map_err(|e| invalid(&alloc::format!("{e}")))?
-            .claims;
+            .verify_with(token, &expect, now, |v| take(&v.claims))
+            .map_err(|e| match bearer::parse_authorization(authorization) {
+                // The characters were left to the decoder: name a header
+                // fault as the header's.
+                Err(header) => invalid(&alloc::format!("{header}")),
+                Ok(_) => invalid(&alloc::format!("{e}")),
+            })?;
         Ok(CheckedBearer { site, claims })
     }
 
@@ -254,21 +267,26 @@ impl<S: Store> Engine<S> {
                 required,
                 TokenType::AccessToken,
                 now,
+                |c| {
+                    (
+                        c.gid.as_deref().and_then(GrantId::parse),
+                        c.scope.as_deref().map(ScopeSet::parse),
+                        c.jti.as_deref().map(String::from),
+                        c.exp,
+                    )
+                },
             )?;
-            let (site, claims) = (checked.site, checked.claims);
+            let (site, (grant_id, scopes, jti, exp)) = (checked.site, checked.claims);
             let invalid = |why: &str| invalid_token(&site, why);
-            let grant_id = claims
-                .gid
-                .as_deref()
-                .and_then(GrantId::parse)
-                .ok_or_else(|| invalid("token names no grant"))?;
+            let grant_id = grant_id.ok_or_else(|| invalid("token names no grant"))?;
             let grant: Grant = txn
                 .load(grant_id.as_bytes())?
                 .ok_or_else(|| invalid("the grant is revoked"))?;
             if grant.status(&site, now, &self.policy) != GrantStatus::Live {
                 return Err(invalid("the grant is revoked or expired"));
             }
-            let scopes = ScopeSet::parse(claims.scope.as_deref().unwrap_or(""))
+            let scopes = scopes
+                .unwrap_or_else(|| ScopeSet::parse(""))
                 .map_err(|_| invalid("token scope is malformed"))?;
             require_scopes(&site, required, &scopes)?;
             Ok(Principal {
@@ -278,10 +296,8 @@ impl<S: Store> Engine<S> {
                 client_id: grant.client_id,
                 client_name: grant.client_name,
                 scopes,
-                token_id: claims.jti.unwrap_or_default(),
-                expires: Timestamp::from_secs(
-                    claims.exp.and_then(|e| u64::try_from(e).ok()).unwrap_or(0),
-                ),
+                token_id: jti.unwrap_or_default(),
+                expires: Timestamp::from_secs(exp.and_then(|e| u64::try_from(e).ok()).unwrap_or(0)),
             })
         })
     }

@@ -3,13 +3,12 @@
 use alloc::borrow::Cow;
 use alloc::string::String;
 use alloc::vec::Vec;
-use core::fmt;
 use core::time::Duration;
 
-use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Serialize};
 
 use super::VerifyError;
+use super::json::{Number, Reader, Sink, Syntax};
 use crate::time::Timestamp;
 
 /// The `typ` header a token must carry; one per token purpose, so a token
@@ -139,21 +138,310 @@ impl Claims {
     /// claims of the right type, numeric dates non-negative integers in
     /// `i64`.
     pub(super) fn parse(json: &[u8]) -> Result<Self, VerifyError> {
-        match super::fast_claims::parse(json) {
-            Some(claims) => Ok(claims),
-            None => Self::parse_strict(json),
+        ClaimsRef::parse(json).map(ClaimsRef::into_owned)
+    }
+
+    /// Writes the claims as a JSON object, members in declaration order,
+    /// absent ones left out (the bytes `serde_json` would write).
+    pub(super) fn write_json(&self, out: &mut impl Sink) {
+        fn key(out: &mut impl Sink, open: &mut bool, name: &[u8]) {
+            out.raw(if *open { b"{" } else { b"," });
+            *open = false;
+            out.raw(name);
+        }
+        let mut open = true;
+        macro_rules! text {
+            ($($field:ident: $name:literal),*) => {$(
+                if let Some(v) = &self.$field {
+                    key(out, &mut open, $name);
+                    out.string(v);
+                }
+            )*};
+        }
+        macro_rules! int {
+            ($($field:ident: $name:literal),*) => {$(
+                if let Some(v) = self.$field {
+                    key(out, &mut open, $name);
+                    out.int(v);
+                }
+            )*};
+        }
+        text!(iss: b"\"iss\":", sub: b"\"sub\":");
+        if let Some(aud) = &self.aud {
+            key(out, &mut open, b"\"aud\":");
+            match aud {
+                Audience::One(a) => out.string(a),
+                Audience::Many(all) => {
+                    for (i, a) in all.iter().enumerate() {
+                        out.raw(if i == 0 { b"[" } else { b"," });
+                        out.string(a);
+                    }
+                    if all.is_empty() {
+                        out.raw(b"[");
+                    }
+                    out.raw(b"]");
+                }
+            }
+        }
+        int!(exp: b"\"exp\":", nbf: b"\"nbf\":", iat: b"\"iat\":");
+        text!(
+            jti: b"\"jti\":",
+            client_id: b"\"client_id\":",
+            scope: b"\"scope\":",
+            gid: b"\"gid\":",
+            org_domain: b"\"org_domain\":"
+        );
+        out.raw(if open { b"{}" } else { b"}" });
+    }
+
+    /// A borrowed view of these claims, for [`Validation::check_claims_ref`]
+    /// and the signer.
+    #[must_use]
+    pub fn as_ref(&self) -> ClaimsRef<'_> {
+        fn b(s: Option<&String>) -> Option<Cow<'_, str>> {
+            s.map(|s| Cow::Borrowed(s.as_str()))
+        }
+        ClaimsRef {
+            iss: b(self.iss.as_ref()),
+            sub: b(self.sub.as_ref()),
+            aud: self.aud.as_ref().map(|a| match a {
+                Audience::One(a) => AudienceRef::One(Cow::Borrowed(a)),
+                Audience::Many(all) => {
+                    AudienceRef::Many(all.iter().map(|a| Cow::Borrowed(a.as_str())).collect())
+                }
+            }),
+            exp: self.exp,
+            nbf: self.nbf,
+            iat: self.iat,
+            jti: b(self.jti.as_ref()),
+            client_id: b(self.client_id.as_ref()),
+            scope: b(self.scope.as_ref()),
+            gid: b(self.gid.as_ref()),
+            org_domain: b(self.org_domain.as_ref()),
+        }
+    }
+}
+
+/// The `aud` claim borrowed from a token's payload.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AudienceRef<'a> {
+    /// A single audience string.
+    One(Cow<'a, str>),
+    /// An array of audiences.
+    Many(Vec<Cow<'a, str>>),
+}
+
+impl AudienceRef<'_> {
+    /// Whether `audience` is (one of) the audience(s).
+    #[must_use]
+    pub fn contains(&self, audience: &str) -> bool {
+        match self {
+            Self::One(a) => a == audience,
+            Self::Many(all) => all.iter().any(|a| a == audience),
         }
     }
 
-    /// The strict parser alone, which decides every input the fast path
-    /// declines (and every error).
-    pub(crate) fn parse_strict(json: &[u8]) -> Result<Self, VerifyError> {
-        let mut fault = None;
-        let mut de = serde_json::Deserializer::from_slice(json);
-        let parsed = ClaimsSeed { fault: &mut fault }
-            .deserialize(&mut de)
-            .and_then(|claims| de.end().map(|()| claims));
-        parsed.map_err(|_| fault.unwrap_or(VerifyError::ClaimsMalformed))
+    /// An owned copy.
+    #[must_use]
+    pub fn into_owned(self) -> Audience {
+        match self {
+            Self::One(a) => Audience::One(a.into_owned()),
+            Self::Many(all) => Audience::Many(all.into_iter().map(Cow::into_owned).collect()),
+        }
+    }
+}
+
+/// [`Claims`] borrowed from the decoded payload of a token: every string is
+/// a slice of the payload, copied only when the JSON escapes a character in
+/// it. [`Keyring::verify_with`](super::Keyring::verify_with) hands these out
+/// so that the hot path of a bearer check copies no claim it does not keep.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClaimsRef<'a> {
+    /// Issuer (RFC 7519 §4.1.1).
+    pub iss: Option<Cow<'a, str>>,
+    /// Subject (§4.1.2).
+    pub sub: Option<Cow<'a, str>>,
+    /// Audience (§4.1.3).
+    pub aud: Option<AudienceRef<'a>>,
+    /// Expiry, seconds since the epoch (§4.1.4).
+    pub exp: Option<i64>,
+    /// Not before (§4.1.5).
+    pub nbf: Option<i64>,
+    /// Issued at (§4.1.6).
+    pub iat: Option<i64>,
+    /// Token id (§4.1.7).
+    pub jti: Option<Cow<'a, str>>,
+    /// The OAuth client (RFC 9068 §2.2).
+    pub client_id: Option<Cow<'a, str>>,
+    /// Space-separated scopes (RFC 9068 §2.2.3).
+    pub scope: Option<Cow<'a, str>>,
+    /// The grant (Portcullis claim `gid`).
+    pub gid: Option<Cow<'a, str>>,
+    /// The user's organisation domain (agent tokens).
+    pub org_domain: Option<Cow<'a, str>>,
+}
+
+/// The members [`ClaimsRef::parse`] reads; everything else is skipped.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Member {
+    Iss,
+    Sub,
+    Aud,
+    Exp,
+    Nbf,
+    Iat,
+    Jti,
+    ClientId,
+    Scope,
+    Gid,
+    OrgDomain,
+    Other,
+}
+
+impl Member {
+    fn of(name: &str) -> Self {
+        match name {
+            "iss" => Self::Iss,
+            "sub" => Self::Sub,
+            "aud" => Self::Aud,
+            "exp" => Self::Exp,
+            "nbf" => Self::Nbf,
+            "iat" => Self::Iat,
+            "jti" => Self::Jti,
+            "client_id" => Self::ClientId,
+            "scope" => Self::Scope,
+            "gid" => Self::Gid,
+            "org_domain" => Self::OrgDomain,
+            _ => Self::Other,
+        }
+    }
+}
+
+fn malformed(_: Syntax) -> VerifyError {
+    VerifyError::ClaimsMalformed
+}
+
+impl<'a> ClaimsRef<'a> {
+    /// Parses claims JSON strictly, in one pass and without `serde_json`:
+    /// an object (RFC 7519 §7.2 step 10), no member twice (§4: a parser may
+    /// refuse duplicates, and we do), the registered claims of their types
+    /// (§4.1), numeric dates non-negative integers in `i64` (§2; no float
+    /// is ever parsed). Unknown members are skipped after a grammar check.
+    pub fn parse(json: &'a [u8]) -> Result<Self, VerifyError> {
+        let mut r = Reader::new(json);
+        if !r.begin_object() {
+            return Err(VerifyError::ClaimsMalformed);
+        }
+        let mut c = Self::default();
+        // Names of skipped members, for the duplicate check; allocates only
+        // when a token carries a claim we do not read.
+        let mut others: Vec<Cow<'a, str>> = Vec::new();
+        while let Some(name) = r.next_name().map_err(malformed)? {
+            let member = Member::of(&name);
+            let fresh = match member {
+                Member::Iss => c.iss.is_none(),
+                Member::Sub => c.sub.is_none(),
+                Member::Aud => c.aud.is_none(),
+                Member::Exp => c.exp.is_none(),
+                Member::Nbf => c.nbf.is_none(),
+                Member::Iat => c.iat.is_none(),
+                Member::Jti => c.jti.is_none(),
+                Member::ClientId => c.client_id.is_none(),
+                Member::Scope => c.scope.is_none(),
+                Member::Gid => c.gid.is_none(),
+                Member::OrgDomain => c.org_domain.is_none(),
+                Member::Other => !others.contains(&name),
+            };
+            if !fresh {
+                return Err(VerifyError::DuplicateClaim);
+            }
+            let text = |r: &mut Reader<'a>| r.string().map(Some).map_err(malformed);
+            match member {
+                Member::Iss => c.iss = text(&mut r)?,
+                Member::Sub => c.sub = text(&mut r)?,
+                Member::Aud => c.aud = Some(audience(&mut r)?),
+                Member::Exp => c.exp = Some(numeric_date(&mut r, "exp")?),
+                Member::Nbf => c.nbf = Some(numeric_date(&mut r, "nbf")?),
+                Member::Iat => c.iat = Some(numeric_date(&mut r, "iat")?),
+                Member::Jti => c.jti = text(&mut r)?,
+                Member::ClientId => c.client_id = text(&mut r)?,
+                Member::Scope => c.scope = text(&mut r)?,
+                Member::Gid => c.gid = text(&mut r)?,
+                Member::OrgDomain => c.org_domain = text(&mut r)?,
+                Member::Other => {
+                    r.skip_value().map_err(malformed)?;
+                    others.push(name);
+                }
+            }
+        }
+        r.end().map_err(malformed)?;
+        Ok(c)
+    }
+
+    /// An owned copy.
+    #[must_use]
+    pub fn into_owned(self) -> Claims {
+        let o = |s: Option<Cow<'a, str>>| s.map(Cow::into_owned);
+        Claims {
+            iss: o(self.iss),
+            sub: o(self.sub),
+            aud: self.aud.map(AudienceRef::into_owned),
+            exp: self.exp,
+            nbf: self.nbf,
+            iat: self.iat,
+            jti: o(self.jti),
+            client_id: o(self.client_id),
+            scope: o(self.scope),
+            gid: o(self.gid),
+            org_domain: o(self.org_domain),
+        }
+    }
+}
+
+/// `aud`: a string or a non-empty array of strings (RFC 7519 §4.1.3).
+fn audience<'a>(r: &mut Reader<'a>) -> Result<AudienceRef<'a>, VerifyError> {
+    match r.peek() {
+        Some(b'"') => r.string().map(AudienceRef::One).map_err(malformed),
+        Some(b'[') => {
+            r.eat(b'[');
+            let mut all = Vec::new();
+            loop {
+                all.push(r.string().map_err(malformed)?);
+                if r.eat(b']') {
+                    return Ok(AudienceRef::Many(all));
+                }
+                if !r.eat(b',') {
+                    return Err(VerifyError::ClaimsMalformed);
+                }
+            }
+        }
+        _ => Err(VerifyError::ClaimsMalformed),
+    }
+}
+
+/// A numeric date: a non-negative JSON integer in `i64` (RFC 7519 §2). A
+/// value of another type is read first (so a broken one is malformed JSON)
+/// and then refused with its fault; an array or object is refused at once.
+fn numeric_date(r: &mut Reader<'_>, claim: &'static str) -> Result<i64, VerifyError> {
+    let refuse = |fault| Err(VerifyError::InvalidNumericDate { claim, fault });
+    match r.peek() {
+        Some(b'-' | b'0'..=b'9') => match r.number().map_err(malformed)? {
+            Number::Unsigned(v) => {
+                i64::try_from(v).or_else(|_| refuse(NumericDateFault::OutOfRange))
+            }
+            Number::Negative(_) => refuse(NumericDateFault::Negative),
+            Number::Other => refuse(NumericDateFault::NotAnInteger),
+        },
+        Some(b'"') => {
+            r.string().map_err(malformed)?;
+            refuse(NumericDateFault::NotANumber)
+        }
+        Some(b't' | b'f' | b'n') => {
+            r.literal().map_err(malformed)?;
+            refuse(NumericDateFault::NotANumber)
+        }
+        Some(b'[' | b'{') => refuse(NumericDateFault::NotANumber),
+        _ => Err(VerifyError::ClaimsMalformed),
     }
 }
 
@@ -180,192 +468,6 @@ impl NumericDateFault {
             Self::OutOfRange => "is out of range",
             Self::Negative => "is negative",
         }
-    }
-}
-
-/// A JSON member name, borrowed when it has no escapes.
-pub(super) struct KeyName<'de>(pub(super) Cow<'de, str>);
-
-impl<'de> Deserialize<'de> for KeyName<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = KeyName<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a member name")
-            }
-            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<KeyName<'de>, E> {
-                Ok(KeyName(Cow::Borrowed(v)))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<KeyName<'de>, E> {
-                Ok(KeyName(Cow::Owned(v.into())))
-            }
-        }
-        d.deserialize_str(V)
-    }
-}
-
-/// The member names seen so far in one object. Tokens have a handful of
-/// members, so a linear scan beats hashing.
-#[derive(Default)]
-pub(super) struct SeenNames<'de>(Vec<Cow<'de, str>>);
-
-impl<'de> SeenNames<'de> {
-    /// Records `name`; false if it was already present.
-    pub(super) fn insert(&mut self, name: Cow<'de, str>) -> bool {
-        if self.0.contains(&name) {
-            return false;
-        }
-        self.0.push(name);
-        true
-    }
-}
-
-struct ClaimsSeed<'f> {
-    fault: &'f mut Option<VerifyError>,
-}
-
-impl<'de> DeserializeSeed<'de> for ClaimsSeed<'_> {
-    type Value = Claims;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Claims, D::Error> {
-        d.deserialize_map(self)
-    }
-}
-
-impl<'de> Visitor<'de> for ClaimsSeed<'_> {
-    type Value = Claims;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a JWT claims object")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Claims, A::Error> {
-        let mut claims = Claims::default();
-        let mut seen = SeenNames::default();
-        while let Some(KeyName(name)) = map.next_key()? {
-            if !seen.insert(name.clone()) {
-                *self.fault = Some(VerifyError::DuplicateClaim);
-                return Err(de::Error::custom("duplicate claim"));
-            }
-            match &*name {
-                "iss" => claims.iss = Some(map.next_value()?),
-                "sub" => claims.sub = Some(map.next_value()?),
-                "aud" => claims.aud = Some(map.next_value_seed(AudienceSeed)?),
-                "jti" => claims.jti = Some(map.next_value()?),
-                "client_id" => claims.client_id = Some(map.next_value()?),
-                "scope" => claims.scope = Some(map.next_value()?),
-                "gid" => claims.gid = Some(map.next_value()?),
-                "org_domain" => claims.org_domain = Some(map.next_value()?),
-                "exp" => {
-                    claims.exp = Some(map.next_value_seed(NumericDate::new("exp", self.fault))?);
-                }
-                "nbf" => {
-                    claims.nbf = Some(map.next_value_seed(NumericDate::new("nbf", self.fault))?);
-                }
-                "iat" => {
-                    claims.iat = Some(map.next_value_seed(NumericDate::new("iat", self.fault))?);
-                }
-                _ => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
-        }
-        Ok(claims)
-    }
-}
-
-/// `aud` as a string or a non-empty array of strings.
-struct AudienceSeed;
-
-impl<'de> DeserializeSeed<'de> for AudienceSeed {
-    type Value = Audience;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Audience, D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for AudienceSeed {
-    type Value = Audience;
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a string or an array of strings")
-    }
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Audience, E> {
-        Ok(Audience::One(v.into()))
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Audience, A::Error> {
-        let mut all = Vec::new();
-        while let Some(a) = seq.next_element::<String>()? {
-            all.push(a);
-        }
-        if all.is_empty() {
-            return Err(de::Error::custom("empty aud"));
-        }
-        Ok(Audience::Many(all))
-    }
-}
-
-/// A numeric date: a non-negative JSON integer in `i64` (RFC 7519 §2),
-/// nothing else.
-struct NumericDate<'f> {
-    claim: &'static str,
-    fault: &'f mut Option<VerifyError>,
-}
-
-impl<'f> NumericDate<'f> {
-    fn new(claim: &'static str, fault: &'f mut Option<VerifyError>) -> Self {
-        Self { claim, fault }
-    }
-
-    fn refuse<E: de::Error>(self, fault: NumericDateFault) -> Result<i64, E> {
-        *self.fault = Some(VerifyError::InvalidNumericDate {
-            claim: self.claim,
-            fault,
-        });
-        Err(E::custom("invalid numeric date"))
-    }
-}
-
-impl<'de> DeserializeSeed<'de> for NumericDate<'_> {
-    type Value = i64;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<i64, D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for NumericDate<'_> {
-    type Value = i64;
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("an integer")
-    }
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<i64, E> {
-        if v < 0 {
-            return self.refuse(NumericDateFault::Negative);
-        }
-        Ok(v)
-    }
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<i64, E> {
-        match i64::try_from(v) {
-            Ok(v) => Ok(v),
-            Err(_) => self.refuse(NumericDateFault::OutOfRange),
-        }
-    }
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<i64, E> {
-        self.refuse(NumericDateFault::NotAnInteger)
-    }
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<i64, E> {
-        self.refuse(NumericDateFault::NotANumber)
-    }
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<i64, E> {
-        self.refuse(NumericDateFault::NotANumber)
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<i64, E> {
-        self.refuse(NumericDateFault::NotANumber)
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, _: A) -> Result<i64, A::Error> {
-        self.refuse(NumericDateFault::NotANumber)
-    }
-    fn visit_map<A: MapAccess<'de>>(self, _: A) -> Result<i64, A::Error> {
-        self.refuse(NumericDateFault::NotANumber)
     }
 }
 
@@ -427,11 +529,38 @@ impl Validation {
     /// Checks time, audience and issuer claims at `now`. A negative numeric
     /// date is refused here too, for claims built by hand (RFC 7519 §2).
     pub fn check_claims(&self, claims: &Claims, now: Timestamp) -> Result<(), VerifyError> {
-        for (claim, value) in [
-            ("exp", claims.exp),
-            ("nbf", claims.nbf),
-            ("iat", claims.iat),
-        ] {
+        self.check(
+            [claims.exp, claims.nbf, claims.iat],
+            claims.iss.as_deref(),
+            claims.aud.as_ref().map(|a| move |e: &str| a.contains(e)),
+            now,
+        )
+    }
+
+    /// [`Validation::check_claims`] on borrowed claims.
+    pub fn check_claims_ref(
+        &self,
+        claims: &ClaimsRef<'_>,
+        now: Timestamp,
+    ) -> Result<(), VerifyError> {
+        self.check(
+            [claims.exp, claims.nbf, claims.iat],
+            claims.iss.as_deref(),
+            claims.aud.as_ref().map(|a| move |e: &str| a.contains(e)),
+            now,
+        )
+    }
+
+    /// The checks, on `[exp, nbf, iat]`, `iss` and a test of `aud`.
+    fn check(
+        &self,
+        dates: [Option<i64>; 3],
+        iss: Option<&str>,
+        aud: Option<impl Fn(&str) -> bool>,
+        now: Timestamp,
+    ) -> Result<(), VerifyError> {
+        let [exp, nbf, iat] = dates;
+        for (claim, value) in [("exp", exp), ("nbf", nbf), ("iat", iat)] {
             if value.is_some_and(|v| v < 0) {
                 return Err(VerifyError::InvalidNumericDate {
                     claim,
@@ -441,30 +570,24 @@ impl Validation {
         }
         let now = now.as_jwt_secs();
         let leeway = i64::try_from(self.leeway.as_secs()).unwrap_or(i64::MAX);
-        let exp = claims.exp.ok_or(VerifyError::MissingExpiry)?;
+        let exp = exp.ok_or(VerifyError::MissingExpiry)?;
         if now >= exp.saturating_add(leeway) {
             return Err(VerifyError::Expired);
         }
-        if claims
-            .nbf
-            .is_some_and(|nbf| now.saturating_add(leeway) < nbf)
-        {
+        if nbf.is_some_and(|nbf| now.saturating_add(leeway) < nbf) {
             return Err(VerifyError::NotYetValid);
         }
-        if claims
-            .iat
-            .is_some_and(|iat| now.saturating_add(leeway) < iat)
-        {
+        if iat.is_some_and(|iat| now.saturating_add(leeway) < iat) {
             return Err(VerifyError::IssuedInFuture);
         }
         if let Some(expected) = &self.audience {
-            let aud = claims.aud.as_ref().ok_or(VerifyError::MissingAudience)?;
-            if !aud.contains(expected) {
+            let aud = aud.ok_or(VerifyError::MissingAudience)?;
+            if !aud(expected) {
                 return Err(VerifyError::AudienceMismatch);
             }
         }
         if let Some(expected) = &self.issuer
-            && claims.iss.as_deref() != Some(expected.as_str())
+            && iss != Some(expected.as_str())
         {
             return Err(VerifyError::IssuerMismatch);
         }
@@ -475,6 +598,129 @@ impl Validation {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use alloc::format;
+    use alloc::string::ToString;
+    use alloc::vec;
+    use proptest::prelude::*;
+
+    /// A JSON value of the kinds claims carry, valid or subtly not.
+    fn value() -> impl Strategy<Value = String> {
+        let string = prop_oneof![
+            "[a-z :/.é-]{0,8}".prop_map(|s| format!("\"{s}\"")),
+            Just(r#""a\"b\\c\n\/""#.to_string()),
+            Just(r#""\u00e9\ud83d\ude00""#.to_string()),
+            Just(r#""\ud800""#.to_string()),
+            Just(r#""\udc00x""#.to_string()),
+            Just(r#""\x""#.to_string()),
+            Just("\"a\u{1}\"".to_string()),
+            Just(r#""unterminated"#.to_string()),
+        ];
+        let number = prop_oneof![
+            "-?(0|[1-9][0-9]{0,20})(\\.[0-9]{1,3})?([eE][+-]?[0-9]{1,2})?",
+            Just("01".to_string()),
+            Just("1.".to_string()),
+            Just("-".to_string()),
+            Just("-0".to_string()),
+            Just("9223372036854775807".to_string()),
+            Just("9223372036854775808".to_string()),
+            Just("-9223372036854775808".to_string()),
+        ];
+        let literal = prop_oneof![Just("true"), Just("false"), Just("null"), Just("tru")]
+            .prop_map(String::from);
+        let leaf = prop_oneof![3 => string, 3 => number, 1 => literal];
+        leaf.prop_recursive(3, 12, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4)
+                    .prop_map(|v| format!("[{}]", v.join(","))),
+                proptest::collection::vec(("[a-c]", inner), 0..3).prop_map(|v| {
+                    let members: Vec<String> =
+                        v.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
+                    format!("{{{}}}", members.join(","))
+                }),
+                Just("[1,]".to_string()),
+            ]
+        })
+    }
+
+    /// A claims document: an object of known, unknown and escaped member
+    /// names, with optional whitespace and the odd syntax error.
+    fn document() -> impl Strategy<Value = String> {
+        let name = prop_oneof![
+            Just("iss"),
+            Just("sub"),
+            Just("aud"),
+            Just("exp"),
+            Just("nbf"),
+            Just("iat"),
+            Just("jti"),
+            Just("client_id"),
+            Just("scope"),
+            Just("gid"),
+            Just("org_domain"),
+            Just("x"),
+            Just("y"),
+            Just("s\\u0075b"),
+            Just("e\\u0078p"),
+        ];
+        let ws = prop_oneof![4 => Just(""), 1 => Just(" "), 1 => Just("\r\n\t")];
+        let member =
+            (name, ws.clone(), value()).prop_map(|(n, w, v)| format!("{w}\"{n}\"{w}:{w}{v}{w}"));
+        let tail = prop_oneof![8 => Just(""), 1 => Just(" "), 1 => Just(","), 1 => Just(" x")];
+        (proptest::collection::vec(member, 0..7), ws, tail).prop_map(|(members, w, tail)| {
+            if tail == "," {
+                format!("{w}{{{}{tail}}}", members.join(","))
+            } else {
+                format!("{w}{{{}}}{tail}", members.join(","))
+            }
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4096))]
+
+        /// The hand parser and `serde_json` (the reference in `oracle`)
+        /// accept the same documents with the same claims and refuse the
+        /// rest with the same error.
+        #[test]
+        fn hand_parser_agrees_with_serde_json(json in document()) {
+            let ours = ClaimsRef::parse(json.as_bytes()).map(ClaimsRef::into_owned);
+            let reference = super::super::oracle::parse_claims(json.as_bytes());
+            prop_assert_eq!(ours, reference, "{}", json);
+        }
+
+        /// Signing writes exactly the bytes `serde_json` writes, and they
+        /// parse back to the same claims.
+        #[test]
+        fn written_claims_match_serde_json(
+            iss in proptest::option::of("\\PC{0,6}"),
+            sub in proptest::option::of("[\\x00-\\x7f]{0,6}"),
+            aud in proptest::option::of(proptest::collection::vec("[a-z\"]{0,3}", 0..3)),
+            exp in proptest::option::of(any::<i64>()),
+            nbf in proptest::option::of(0i64..),
+            scope in proptest::option::of("[a-z: ]{0,12}"),
+        ) {
+            let claims = Claims {
+                iss,
+                sub,
+                aud: aud.map(|mut a| if a.len() == 1 { Audience::One(a.remove(0)) } else { Audience::Many(a) }),
+                exp,
+                nbf,
+                scope,
+                ..Claims::default()
+            };
+            let mut ours = Vec::new();
+            claims.write_json(&mut ours);
+            let mut count = super::super::json::Count(0);
+            claims.write_json(&mut count);
+            prop_assert_eq!(count.0, ours.len());
+            prop_assert_eq!(&ours, &serde_json::to_vec(&claims).unwrap_or_default());
+            let empty_many = matches!(&claims.aud, Some(Audience::Many(a)) if a.is_empty());
+            let negative = claims.exp.is_some_and(|e| e < 0);
+            if !empty_many && !negative {
+                prop_assert_eq!(Claims::parse(&ours), Ok(claims));
+            }
+        }
+    }
 
     fn fault(json: &str) -> VerifyError {
         Claims::parse(json.as_bytes()).unwrap_err()

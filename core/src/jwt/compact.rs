@@ -1,19 +1,21 @@
 //! The compact serialization of RFC 7515 §7.1: splitting, base64url and the
 //! header.
 
+use alloc::borrow::Cow;
 use alloc::string::String;
+use alloc::vec;
 use alloc::vec::Vec;
-use core::fmt;
 
-use base64::Engine as _;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, Visitor};
-
-use super::claims::{KeyName, TokenType};
+use super::b64;
+use super::claims::TokenType;
+use super::json::Reader;
 use super::{MAX_TOKEN_LEN, Segment, VerifyError};
 
 /// Length of an HS256 signature in unpadded base64url.
-const SIGNATURE_B64_LEN: usize = 43;
+pub(super) const SIGNATURE_B64_LEN: usize = 43;
+
+/// Decoded segments up to this size are decoded on the stack.
+const STACK_SEGMENT: usize = 1024;
 
 /// A token split into its segments; nothing is trusted yet.
 pub(super) struct Compact<'a> {
@@ -26,39 +28,40 @@ pub(super) struct Compact<'a> {
 
 impl<'a> Compact<'a> {
     /// Checks size, segment count, non-empty segments and the signature
-    /// length, without decoding anything. The alphabet is enforced by the
-    /// decoders, which refuse padding, the standard alphabet and
-    /// non-canonical trailing bits (RFC 4648 §5, RFC 7515 §2); every decode
-    /// failure is reported as [`VerifyError::Base64`] of its segment.
+    /// length, finding each dot once and decoding nothing. The alphabet is
+    /// enforced by the decoder as it decodes (RFC 4648 §5, RFC 7515 §2);
+    /// every decode failure is [`VerifyError::Base64`] of its segment.
     pub(super) fn split(token: &'a str) -> Result<Self, VerifyError> {
         if token.len() > MAX_TOKEN_LEN {
             return Err(VerifyError::TooLong);
         }
         let bytes = token.as_bytes();
-        let dot = |from: usize| {
-            bytes[from..]
-                .iter()
-                .position(|&b| b == b'.')
-                .map(|i| from + i)
-        };
-        let (Some(first), Some(second)) = (dot(0), dot(0).and_then(|f| dot(f + 1))) else {
-            return Err(VerifyError::SegmentCount);
-        };
-        if dot(second + 1).is_some() {
-            return Err(VerifyError::SegmentCount);
+        let first = bytes
+            .iter()
+            .position(|&b| b == b'.')
+            .ok_or(VerifyError::SegmentCount)?;
+        let second = bytes[first + 1..]
+            .iter()
+            .position(|&b| b == b'.')
+            .ok_or(VerifyError::SegmentCount)?
+            + first
+            + 1;
+        let signature = &token[second + 1..];
+        // The signature is 43 bytes, so this last scan is short; a longer
+        // tail is refused without a scan unless it hides a dot.
+        if signature.len() != SIGNATURE_B64_LEN || signature.as_bytes().contains(&b'.') {
+            return Err(if signature.as_bytes().contains(&b'.') {
+                VerifyError::SegmentCount
+            } else {
+                VerifyError::Base64(Segment::Signature)
+            });
         }
-        let (header, payload, signature) = (
-            &token[..first],
-            &token[first + 1..second],
-            &token[second + 1..],
-        );
-        for (segment, text) in [(Segment::Header, header), (Segment::Payload, payload)] {
-            if text.is_empty() {
-                return Err(VerifyError::Base64(segment));
-            }
+        let (header, payload) = (&token[..first], &token[first + 1..second]);
+        if header.is_empty() {
+            return Err(VerifyError::Base64(Segment::Header));
         }
-        if signature.len() != SIGNATURE_B64_LEN {
-            return Err(VerifyError::Base64(Segment::Signature));
+        if payload.is_empty() {
+            return Err(VerifyError::Base64(Segment::Payload));
         }
         Ok(Self {
             signing_input: &token[..second],
@@ -68,110 +71,109 @@ impl<'a> Compact<'a> {
         })
     }
 
+    /// The segments of a token whose first `header_len` bytes are a header
+    /// already recognised (this keyring's own), finding the dots without a
+    /// scan: one right after the header, one 43 bytes from the end. A dot
+    /// anywhere else lies inside the payload, which the MAC covers and
+    /// whose decoder refuses it. `None` sends the token to [`Compact::split`].
+    pub(super) fn with_known_header(token: &'a str, header_len: usize) -> Option<Self> {
+        let bytes = token.as_bytes();
+        let second = bytes.len().checked_sub(SIGNATURE_B64_LEN + 1)?;
+        let ok = token.len() <= MAX_TOKEN_LEN
+            && second > header_len + 1
+            && bytes[header_len] == b'.'
+            && bytes[second] == b'.';
+        ok.then(|| Self {
+            signing_input: &token[..second],
+            header: &token[..header_len],
+            payload: &token[header_len + 1..second],
+            signature: &token[second + 1..],
+        })
+    }
+
     /// The 32 signature bytes.
     pub(super) fn signature_bytes(&self) -> Result<[u8; 32], VerifyError> {
         let mut out = [0u8; 32];
-        match URL_SAFE_NO_PAD.decode_slice(self.signature, &mut out) {
-            Ok(32) => Ok(out),
+        match b64::decode_into(self.signature.as_bytes(), &mut out) {
+            Some(32) => Ok(out),
             _ => Err(VerifyError::Base64(Segment::Signature)),
         }
     }
 }
 
-/// Decodes a segment; non-canonical trailing bits are refused by the engine.
-pub(super) fn decode(segment: &str, which: Segment) -> Result<Vec<u8>, VerifyError> {
-    URL_SAFE_NO_PAD
-        .decode(segment)
-        .map_err(|_| VerifyError::Base64(which))
-}
-
-/// Appends `bytes` to `out` as unpadded base64url.
-pub(super) fn encode_into(bytes: &[u8], out: &mut String) {
-    URL_SAFE_NO_PAD.encode_string(bytes, out);
-}
-
-/// The header members we act on. Unknown members are ignored (RFC 7515
-/// §4: unless listed in `crit`, which we refuse).
-pub(super) struct Header {
-    pub(super) kid: Option<String>,
-}
-
-/// Parses and checks the header: JSON object, no duplicates, `alg` exactly
-/// `HS256`, `typ` as expected, no `crit`.
-pub(super) fn parse_header(segment: &str, typ: TokenType) -> Result<Header, VerifyError> {
-    let bytes = decode(segment, Segment::Header)?;
-    let mut fault = None;
-    let mut de = serde_json::Deserializer::from_slice(&bytes);
-    let raw = HeaderSeed { fault: &mut fault }
-        .deserialize(&mut de)
-        .and_then(|raw| de.end().map(|()| raw));
-    let Ok(raw) = raw else {
-        return Err(fault.unwrap_or(VerifyError::HeaderMalformed));
+/// Decodes `segment` and hands the bytes to `f`: on the stack when they
+/// are small, as tokens are, so decoding allocates nothing.
+pub(super) fn with_decoded<R>(
+    segment: &str,
+    which: Segment,
+    f: impl FnOnce(&[u8]) -> Result<R, VerifyError>,
+) -> Result<R, VerifyError> {
+    let len = b64::decoded_len(segment.len()).ok_or(VerifyError::Base64(which))?;
+    let mut stack = [0u8; STACK_SEGMENT];
+    let mut heap;
+    let buf = if len <= STACK_SEGMENT {
+        &mut stack[..]
+    } else {
+        heap = vec![0; len];
+        &mut heap[..]
     };
-    if raw.crit {
+    let n = b64::decode_into(segment.as_bytes(), buf).ok_or(VerifyError::Base64(which))?;
+    f(&buf[..n])
+}
+
+/// Decodes a segment into a new vector.
+#[cfg(test)]
+pub(super) fn decode(segment: &str, which: Segment) -> Result<Vec<u8>, VerifyError> {
+    with_decoded(segment, which, |b| Ok(b.to_vec()))
+}
+
+/// Parses and checks the header: a JSON object, no member twice, `alg`
+/// exactly `HS256` (RFC 8725 §3.1), `typ` as expected (§3.11), no `crit`
+/// (RFC 7515 §4.1.11). Unknown members are ignored (RFC 7515 §4). The
+/// `kid`, if any.
+pub(super) fn parse_header(segment: &str, typ: TokenType) -> Result<Option<String>, VerifyError> {
+    with_decoded(segment, Segment::Header, |bytes| check_header(bytes, typ))
+}
+
+fn check_header(bytes: &[u8], typ: TokenType) -> Result<Option<String>, VerifyError> {
+    let malformed = |_| VerifyError::HeaderMalformed;
+    let mut r = Reader::new(bytes);
+    if !r.begin_object() {
+        return Err(VerifyError::HeaderMalformed);
+    }
+    let (mut alg, mut typ_value, mut kid): (Option<Cow<'_, str>>, Option<Cow<'_, str>>, _) =
+        (None, None, None);
+    let mut crit = false;
+    let mut seen: Vec<Cow<'_, str>> = Vec::new();
+    while let Some(name) = r.next_name().map_err(malformed)? {
+        if seen.contains(&name) {
+            return Err(VerifyError::DuplicateHeaderMember);
+        }
+        match &*name {
+            "alg" => alg = Some(r.string().map_err(malformed)?),
+            "typ" => typ_value = Some(r.string().map_err(malformed)?),
+            "kid" => kid = Some(r.string().map_err(malformed)?),
+            "crit" => {
+                r.skip_value().map_err(malformed)?;
+                crit = true;
+            }
+            _ => r.skip_value().map_err(malformed)?,
+        }
+        seen.push(name);
+    }
+    r.end().map_err(malformed)?;
+    if crit {
         return Err(VerifyError::CriticalHeader);
     }
-    match raw.alg.as_deref() {
+    match alg.as_deref() {
         None => return Err(VerifyError::MissingAlgorithm),
         Some("HS256") => {}
         Some(_) => return Err(VerifyError::AlgorithmNotAllowed),
     }
-    if !raw.typ.as_deref().is_some_and(|t| typ.matches(t)) {
+    if !typ_value.as_deref().is_some_and(|t| typ.matches(t)) {
         return Err(VerifyError::TypeMismatch);
     }
-    Ok(Header { kid: raw.kid })
-}
-
-#[derive(Default)]
-struct RawHeader {
-    alg: Option<String>,
-    typ: Option<String>,
-    kid: Option<String>,
-    crit: bool,
-}
-
-struct HeaderSeed<'f> {
-    fault: &'f mut Option<VerifyError>,
-}
-
-impl<'de> DeserializeSeed<'de> for HeaderSeed<'_> {
-    type Value = RawHeader;
-
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<RawHeader, D::Error> {
-        d.deserialize_map(self)
-    }
-}
-
-impl<'de> Visitor<'de> for HeaderSeed<'_> {
-    type Value = RawHeader;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a JOSE header object")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawHeader, A::Error> {
-        let mut header = RawHeader::default();
-        let mut seen = super::claims::SeenNames::default();
-        while let Some(KeyName(name)) = map.next_key()? {
-            if !seen.insert(name.clone()) {
-                *self.fault = Some(VerifyError::DuplicateHeaderMember);
-                return Err(de::Error::custom("duplicate member"));
-            }
-            match &*name {
-                "alg" => header.alg = Some(map.next_value()?),
-                "typ" => header.typ = Some(map.next_value()?),
-                "kid" => header.kid = Some(map.next_value()?),
-                "crit" => {
-                    map.next_value::<IgnoredAny>()?;
-                    header.crit = true;
-                }
-                _ => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
-        }
-        Ok(header)
-    }
+    Ok(kid.map(Cow::into_owned))
 }
 
 #[cfg(test)]

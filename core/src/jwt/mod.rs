@@ -15,21 +15,31 @@
 //!   parsers); `exp`, `nbf` and `iat` must be JSON integers in `i64`.
 //! * The signature is checked, in constant time, before the claims are
 //!   parsed, so unauthenticated claim bytes never reach the JSON parser.
+//! * The header and claims are read by a small hand-written strict JSON
+//!   reader (no `serde_json`, no float parsing), borrowing from the decoded
+//!   payload; [`Keyring::verify_with`] hands out [`ClaimsRef`] without
+//!   copying, [`Keyring::verify`] owned [`Claims`]. Signing writes the
+//!   token into one buffer.
 //! * [`Validation`] then requires `aud` (RFC 7519 §4.1.3), checks `iss`,
 //!   `exp` and `nbf` with a leeway of a few seconds.
 //!
 //! Errors ([`VerifyError`]) name the check that failed and never echo the
 //! token.
 
+mod b64;
 mod claims;
 mod compact;
 mod error;
-pub(crate) mod fast_claims;
+mod json;
 mod keyring;
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) mod oracle;
 
-pub use claims::{Audience, Claims, NumericDateFault, TokenType, Validation};
+pub use claims::{
+    Audience, AudienceRef, Claims, ClaimsRef, NumericDateFault, TokenType, Validation,
+};
 pub use error::{KeyringError, Segment, SignError, VerifyError};
-pub use keyring::{KeyId, Keyring, MAX_KID_LEN, MIN_KEY_LEN, SigningKey, Verified};
+pub use keyring::{KeyId, Keyring, MAX_KID_LEN, MIN_KEY_LEN, SigningKey, Verified, VerifiedRef};
 
 /// Largest token accepted, checked before any decoding.
 pub const MAX_TOKEN_LEN: usize = 8 * 1024;

@@ -1,0 +1,590 @@
+//! A small strict reader for the JSON objects of a JOSE header and a JWT
+//! claims set (RFC 8259), borrowing from the decoded segment.
+//!
+//! It owns the JSON grammar the JWT code needs and nothing more: one
+//! object of members, string values handed out as `&str` into the input
+//! (a [`Cow::Owned`] only when an escape forces a copy), integers read
+//! without any float parsing, and every other value skipped after its
+//! grammar is checked. It follows `serde_json`'s choices wherever the RFC
+//! leaves room, so both accept and refuse the same documents (a property
+//! test checks it): strings that are returned are checked for UTF-8 and
+//! for paired surrogate escapes (RFC 8259 §7, §8.2), strings that are only
+//! skipped are checked for their escapes and control characters alone, and
+//! nothing but whitespace may follow the object.
+
+use alloc::borrow::Cow;
+use alloc::string::String;
+use alloc::vec::Vec;
+
+/// The document is not the JSON this reader accepts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Syntax;
+
+/// A JSON number, classified without converting it to a float.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Number {
+    /// A non-negative integer that fits `u64`.
+    Unsigned(u64),
+    /// A negative integer that fits `i64`.
+    Negative(i64),
+    /// Anything else: a fraction, an exponent, `-0`, or an integer too
+    /// large for 64 bits.
+    Other,
+}
+
+/// A cursor over one JSON document.
+pub(super) struct Reader<'a> {
+    bytes: &'a [u8],
+    /// The whole document when it is UTF-8 (checked once, up front), so
+    /// returned strings are sliced from it without a check of their own.
+    text: Option<&'a str>,
+    at: usize,
+    /// No member read yet in the current object.
+    first: bool,
+}
+
+impl<'a> Reader<'a> {
+    /// A reader at the start of `bytes`.
+    pub(super) fn new(bytes: &'a [u8]) -> Self {
+        Self {
+            bytes,
+            text: core::str::from_utf8(bytes).ok(),
+            at: 0,
+            first: true,
+        }
+    }
+
+    /// The next byte after any whitespace, not consumed.
+    pub(super) fn peek(&mut self) -> Option<u8> {
+        self.ws();
+        self.bytes.get(self.at).copied()
+    }
+
+    fn next(&mut self) -> Result<u8, Syntax> {
+        let b = *self.bytes.get(self.at).ok_or(Syntax)?;
+        self.at += 1;
+        Ok(b)
+    }
+
+    fn expect(&mut self, b: u8) -> Result<(), Syntax> {
+        if self.next()? == b {
+            Ok(())
+        } else {
+            Err(Syntax)
+        }
+    }
+
+    /// JSON whitespace (RFC 8259 §2).
+    fn ws(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.bytes.get(self.at) {
+            self.at += 1;
+        }
+    }
+
+    /// Consumes `b` if it comes next, after any whitespace.
+    pub(super) fn eat(&mut self, b: u8) -> bool {
+        let found = self.peek() == Some(b);
+        if found {
+            self.at += 1;
+        }
+        found
+    }
+
+    /// Whether the next value is an object; consumes its `{` if so.
+    pub(super) fn begin_object(&mut self) -> bool {
+        if self.peek() == Some(b'{') {
+            self.at += 1;
+            self.first = true;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// The next member's name, with the reader at its value; `None` once
+    /// the object is closed.
+    pub(super) fn next_name(&mut self) -> Result<Option<Cow<'a, str>>, Syntax> {
+        let b = self.peek().ok_or(Syntax)?;
+        if self.first {
+            self.first = false;
+            if b == b'}' {
+                self.at += 1;
+                return Ok(None);
+            }
+        } else {
+            self.at += 1;
+            match b {
+                b',' => {}
+                b'}' => return Ok(None),
+                _ => return Err(Syntax),
+            }
+        }
+        if self.peek() != Some(b'"') {
+            return Err(Syntax);
+        }
+        let name = self.string()?;
+        if self.peek() != Some(b':') {
+            return Err(Syntax);
+        }
+        self.at += 1;
+        Ok(Some(name))
+    }
+
+    /// Nothing but whitespace left.
+    pub(super) fn end(&mut self) -> Result<(), Syntax> {
+        if self.peek().is_none() {
+            Ok(())
+        } else {
+            Err(Syntax)
+        }
+    }
+
+    /// A string value, checked for UTF-8 and paired surrogates; borrowed
+    /// unless it has escapes.
+    pub(super) fn string(&mut self) -> Result<Cow<'a, str>, Syntax> {
+        self.ws();
+        self.expect(b'"')?;
+        let start = self.at;
+        self.at = plain_run(self.bytes, self.at);
+        match *self.bytes.get(self.at).ok_or(Syntax)? {
+            b'"' => {
+                let end = self.at;
+                self.at += 1;
+                // Both ends sit next to an ASCII quote: char boundaries.
+                let text = match self.text {
+                    Some(text) => text.get(start..end).ok_or(Syntax),
+                    None => core::str::from_utf8(&self.bytes[start..end]).map_err(|_| Syntax),
+                };
+                return text.map(Cow::Borrowed);
+            }
+            b'\\' => {}
+            _ => return Err(Syntax),
+        }
+        let mut buf: Vec<u8> = self.bytes[start..self.at].to_vec();
+        loop {
+            match self.next()? {
+                b'"' => return String::from_utf8(buf).map(Cow::Owned).map_err(|_| Syntax),
+                b'\\' => {
+                    let c = match self.next()? {
+                        b'u' => self.unicode_escape()?,
+                        other => char::from(simple_escape(other).ok_or(Syntax)?),
+                    };
+                    let mut utf8 = [0u8; 4];
+                    buf.extend_from_slice(c.encode_utf8(&mut utf8).as_bytes());
+                }
+                0x00..=0x1f => return Err(Syntax),
+                b => buf.push(b),
+            }
+        }
+    }
+
+    /// Four hex digits of a `\u` escape.
+    fn hex4(&mut self) -> Result<u16, Syntax> {
+        let mut n = 0u16;
+        for _ in 0..4 {
+            let digit = crate::hex::digit(self.next()?).ok_or(Syntax)?;
+            n = n << 4 | u16::from(digit);
+        }
+        Ok(n)
+    }
+
+    /// The character of a `\u` escape (the `\u` consumed): a surrogate must
+    /// be a leading one followed at once by a trailing one (RFC 8259 §7).
+    fn unicode_escape(&mut self) -> Result<char, Syntax> {
+        let hi = self.hex4()?;
+        let code = match hi {
+            0xd800..=0xdbff => {
+                self.expect(b'\\')?;
+                self.expect(b'u')?;
+                let lo = self.hex4()?;
+                if !(0xdc00..=0xdfff).contains(&lo) {
+                    return Err(Syntax);
+                }
+                0x1_0000 + ((u32::from(hi) - 0xd800) << 10 | (u32::from(lo) - 0xdc00))
+            }
+            0xdc00..=0xdfff => return Err(Syntax),
+            _ => u32::from(hi),
+        };
+        char::from_u32(code).ok_or(Syntax)
+    }
+
+    /// Skips a string whose text is not needed: escapes and control
+    /// characters are checked, the bytes are not.
+    fn skip_string(&mut self) -> Result<(), Syntax> {
+        self.expect(b'"')?;
+        loop {
+            self.at = plain_run(self.bytes, self.at);
+            match self.next()? {
+                b'"' => return Ok(()),
+                b'\\' => match self.next()? {
+                    b'u' => {
+                        self.hex4()?;
+                    }
+                    other => {
+                        simple_escape(other).ok_or(Syntax)?;
+                    }
+                },
+                0x00..=0x1f => return Err(Syntax),
+                _ => {}
+            }
+        }
+    }
+
+    /// A number (RFC 8259 §6), classified; no float is computed.
+    pub(super) fn number(&mut self) -> Result<Number, Syntax> {
+        self.ws();
+        let negative = self.bytes.get(self.at) == Some(&b'-');
+        if negative {
+            self.at += 1;
+        }
+        let start = self.at;
+        match self.next()? {
+            b'0' => {}
+            b'1'..=b'9' => self.digits(),
+            _ => return Err(Syntax),
+        }
+        let int = &self.bytes[start..self.at];
+        // `0` followed by a digit is a leading zero.
+        if int == b"0" && matches!(self.bytes.get(self.at), Some(b'0'..=b'9')) {
+            return Err(Syntax);
+        }
+        let mut integral = true;
+        if self.bytes.get(self.at) == Some(&b'.') {
+            self.at += 1;
+            self.one_or_more_digits()?;
+            integral = false;
+        }
+        if let Some(b'e' | b'E') = self.bytes.get(self.at) {
+            self.at += 1;
+            if let Some(b'+' | b'-') = self.bytes.get(self.at) {
+                self.at += 1;
+            }
+            self.one_or_more_digits()?;
+            integral = false;
+        }
+        if !integral {
+            return Ok(Number::Other);
+        }
+        let mut magnitude: u64 = 0;
+        for &d in int {
+            let Some(m) = magnitude
+                .checked_mul(10)
+                .and_then(|m| m.checked_add(u64::from(d - b'0')))
+            else {
+                return Ok(Number::Other);
+            };
+            magnitude = m;
+        }
+        Ok(match (negative, magnitude) {
+            (false, m) => Number::Unsigned(m),
+            (true, 0) => Number::Other,
+            (true, m) => match 0i64.checked_sub_unsigned(m) {
+                Some(v) => Number::Negative(v),
+                None => Number::Other,
+            },
+        })
+    }
+
+    fn digits(&mut self) {
+        while let Some(b'0'..=b'9') = self.bytes.get(self.at) {
+            self.at += 1;
+        }
+    }
+
+    fn one_or_more_digits(&mut self) -> Result<(), Syntax> {
+        let start = self.at;
+        self.digits();
+        if self.at == start {
+            Err(Syntax)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// One of `true`, `false`, `null`.
+    pub(super) fn literal(&mut self) -> Result<(), Syntax> {
+        self.ws();
+        let rest = &self.bytes[self.at..];
+        for word in [&b"true"[..], b"false", b"null"] {
+            if rest.starts_with(word) {
+                self.at += word.len();
+                return Ok(());
+            }
+        }
+        Err(Syntax)
+    }
+
+    /// Skips any value, checking its grammar. Nesting is tracked in a
+    /// stack that allocates only once a value nests.
+    pub(super) fn skip_value(&mut self) -> Result<(), Syntax> {
+        let mut open: Vec<u8> = Vec::new();
+        loop {
+            match self.peek().ok_or(Syntax)? {
+                b'"' => self.skip_string()?,
+                b'-' | b'0'..=b'9' => {
+                    self.number()?;
+                }
+                b'[' => {
+                    self.at += 1;
+                    if self.peek() == Some(b']') {
+                        self.at += 1;
+                    } else {
+                        open.push(b']');
+                        continue;
+                    }
+                }
+                b'{' => {
+                    self.at += 1;
+                    if self.peek() == Some(b'}') {
+                        self.at += 1;
+                    } else {
+                        open.push(b'}');
+                        self.skip_member_name()?;
+                        continue;
+                    }
+                }
+                _ => self.literal()?,
+            }
+            // A value is complete: close what it completes.
+            loop {
+                let Some(&close) = open.last() else {
+                    return Ok(());
+                };
+                let b = self.peek().ok_or(Syntax)?;
+                self.at += 1;
+                if b == close {
+                    open.pop();
+                } else if b == b',' {
+                    if close == b'}' {
+                        self.skip_member_name()?;
+                    }
+                    break;
+                } else {
+                    return Err(Syntax);
+                }
+            }
+        }
+    }
+
+    /// `"name":` inside a skipped object.
+    fn skip_member_name(&mut self) -> Result<(), Syntax> {
+        self.ws();
+        self.skip_string()?;
+        if self.peek() != Some(b':') {
+            return Err(Syntax);
+        }
+        self.at += 1;
+        Ok(())
+    }
+}
+
+/// The end of the run of string bytes from `at` that need no attention: the
+/// index of the first quote, backslash or control character (or the end).
+/// Eight bytes at a time: the classic "has a zero byte" test finds any byte
+/// equal to `"` or `\` or below 0x20 in a word, exactly.
+fn plain_run(bytes: &[u8], mut at: usize) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
+    while let Some(chunk) = bytes.get(at..at + 8) {
+        let Ok(word) = <[u8; 8]>::try_from(chunk) else {
+            break;
+        };
+        let x = u64::from_le_bytes(word);
+        let special = zero(x ^ (ONES * u64::from(b'"')))
+            | zero(x ^ (ONES * u64::from(b'\\')))
+            | (x.wrapping_sub(ONES * 0x20) & !x & HIGH);
+        if special != 0 {
+            break;
+        }
+        at += 8;
+    }
+    while let Some(&b) = bytes.get(at) {
+        if b == b'"' || b == b'\\' || b < 0x20 {
+            break;
+        }
+        at += 1;
+    }
+    at
+}
+
+/// The byte a one-character escape stands for (RFC 8259 §7).
+fn simple_escape(b: u8) -> Option<u8> {
+    Some(match b {
+        b'"' => b'"',
+        b'\\' => b'\\',
+        b'/' => b'/',
+        b'b' => 0x08,
+        b'f' => 0x0c,
+        b'n' => b'\n',
+        b'r' => b'\r',
+        b't' => b'\t',
+        _ => return None,
+    })
+}
+
+/// Where JSON is written: the token buffer, or a counter that measures
+/// first so the buffer is allocated once at its exact size.
+pub(super) trait Sink {
+    /// Appends bytes as they are.
+    fn raw(&mut self, bytes: &[u8]);
+    /// Appends a JSON string.
+    fn string(&mut self, s: &str);
+    /// Appends an integer.
+    fn int(&mut self, v: i64) {
+        let mut digits = [0u8; 20];
+        let mut at = digits.len();
+        let mut m = v.unsigned_abs();
+        loop {
+            at -= 1;
+            digits[at] = b'0' + (m % 10) as u8;
+            m /= 10;
+            if m == 0 {
+                break;
+            }
+        }
+        if v < 0 {
+            self.raw(b"-");
+        }
+        self.raw(&digits[at..]);
+    }
+}
+
+/// A [`Sink`] that only counts.
+pub(super) struct Count(pub(super) usize);
+
+impl Sink for Count {
+    fn raw(&mut self, bytes: &[u8]) {
+        self.0 += bytes.len();
+    }
+    fn string(&mut self, s: &str) {
+        self.0 += string_len(s);
+    }
+}
+
+impl Sink for Vec<u8> {
+    fn raw(&mut self, bytes: &[u8]) {
+        self.extend_from_slice(bytes);
+    }
+    fn string(&mut self, s: &str) {
+        write_string(s, self);
+    }
+}
+
+/// Appends `s` to `out` as a JSON string, escaping only `"`, `\` and
+/// control characters (RFC 8259 §7).
+pub(super) fn write_string(s: &str, out: &mut Vec<u8>) {
+    out.push(b'"');
+    if any_escape(s) {
+        for &b in s.as_bytes() {
+            if needs_escape(b) {
+                push_escape(b, out);
+            } else {
+                out.push(b);
+            }
+        }
+    } else {
+        out.extend_from_slice(s.as_bytes());
+    }
+    out.push(b'"');
+}
+
+/// Length of `s` written by [`write_string`].
+pub(super) fn string_len(s: &str) -> usize {
+    if !any_escape(s) {
+        return 2 + s.len();
+    }
+    2 + s
+        .bytes()
+        .map(|b| if needs_escape(b) { escape_len(b) } else { 1 })
+        .sum::<usize>()
+}
+
+/// Whether any byte of `s` needs an escape; a branch-free fold, so the
+/// compiler can vectorise it.
+fn any_escape(s: &str) -> bool {
+    s.bytes().fold(false, |any, b| any | needs_escape(b))
+}
+
+fn needs_escape(b: u8) -> bool {
+    b < 0x20 || b == b'"' || b == b'\\'
+}
+
+fn escape_len(b: u8) -> usize {
+    match b {
+        b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 2,
+        _ => 6,
+    }
+}
+
+fn push_escape(b: u8, out: &mut Vec<u8>) {
+    let short = match b {
+        b'"' => b'"',
+        b'\\' => b'\\',
+        b'\n' => b'n',
+        b'\r' => b'r',
+        b'\t' => b't',
+        0x08 => b'b',
+        0x0c => b'f',
+        _ => {
+            const HEX: &[u8; 16] = b"0123456789abcdef";
+            let (hi, lo) = (HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]);
+            out.extend_from_slice(&[b'\\', b'u', b'0', b'0', hi, lo]);
+            return;
+        }
+    };
+    out.extend_from_slice(&[b'\\', short]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_are_classified_without_floats() {
+        let n = |s: &str| Reader::new(s.as_bytes()).number();
+        assert_eq!(n("0"), Ok(Number::Unsigned(0)));
+        assert_eq!(n("18446744073709551615"), Ok(Number::Unsigned(u64::MAX)));
+        assert_eq!(n("18446744073709551616"), Ok(Number::Other));
+        assert_eq!(n("-9223372036854775808"), Ok(Number::Negative(i64::MIN)));
+        assert_eq!(n("-9223372036854775809"), Ok(Number::Other));
+        assert_eq!(n("-0"), Ok(Number::Other));
+        assert_eq!(n("1.5"), Ok(Number::Other));
+        assert_eq!(n("1E+3"), Ok(Number::Other));
+        for bad in ["01", "-", "1.", "1e", ".5", "+1", "-01"] {
+            assert_eq!(n(bad), Err(Syntax), "{bad}");
+        }
+    }
+
+    #[test]
+    fn strings_borrow_unless_escaped() {
+        fn s(t: &str) -> Result<Cow<'_, str>, Syntax> {
+            Reader::new(t.as_bytes()).string()
+        }
+        assert!(matches!(s(r#""abc""#), Ok(Cow::Borrowed("abc"))));
+        assert_eq!(
+            s(r#""a\"b\u00e9\ud83d\ude00""#).as_deref(),
+            Ok("a\"b\u{e9}\u{1f600}")
+        );
+        for bad in [
+            r#""\ud83d""#,
+            r#""\ude00""#,
+            r#""\x""#,
+            "\"a\u{1}\"",
+            r#""abc"#,
+        ] {
+            assert_eq!(s(bad), Err(Syntax), "{bad}");
+        }
+    }
+
+    #[test]
+    fn escaping_writes_what_it_measures() {
+        for s in ["plain", "q\"b\\s", "\u{1}\n\t\u{7f}é"] {
+            let mut out = Vec::new();
+            write_string(s, &mut out);
+            assert_eq!(out.len(), string_len(s));
+            let back: String = serde_json::from_slice(&out).unwrap_or_default();
+            assert_eq!(back, s);
+        }
+    }
+}
