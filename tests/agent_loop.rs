@@ -16,7 +16,6 @@ use portcullis::store::MemoryStore;
 use portcullis::token::TokenResponse;
 use portcullis::{ErrorCode, WireError};
 use proptest::prelude::*;
-use proptest::test_runner::FileFailurePersistence;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use serde_json::{Value, json};
@@ -289,13 +288,7 @@ fn run_case(writes: &[bool], narrow_first: bool, choices: &[u8]) {
 }
 
 fn config(cases: u32) -> ProptestConfig {
-    ProptestConfig {
-        cases,
-        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
-            "proptest-regressions/agent_loop.txt",
-        ))),
-        ..ProptestConfig::default()
-    }
+    crate::support::proptest_config(cases, "proptest-regressions/agent_loop.txt")
 }
 
 proptest! {

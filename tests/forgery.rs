@@ -14,7 +14,6 @@ use portcullis::header::HeaderField;
 use portcullis::store::{Entry, MemoryStore, ReadTransaction, Store, Table};
 use portcullis::token::{TokenError, TokenResponse};
 use proptest::prelude::*;
-use proptest::test_runner::FileFailurePersistence;
 use serde_json::Value;
 
 use crate::oauth::World;
@@ -210,13 +209,7 @@ fn mutated_tokens_change_nothing<S: Store>(store: &S, edits: &[(usize, Edit)]) {
 }
 
 fn config(cases: u32) -> ProptestConfig {
-    ProptestConfig {
-        cases,
-        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
-            "proptest-regressions/forgery.txt",
-        ))),
-        ..ProptestConfig::default()
-    }
+    crate::support::proptest_config(cases, "proptest-regressions/forgery.txt")
 }
 
 proptest! {

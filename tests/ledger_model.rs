@@ -9,7 +9,6 @@ use portcullis::approval::{ApprovalDecision, ApprovalPrompt};
 use portcullis::ledger::{BeginError, Caller, Effect, End, Failure};
 use portcullis::store::Store;
 use proptest::prelude::*;
-use proptest::test_runner::FileFailurePersistence;
 
 use crate::failing_store::{FailingStore, under_faults};
 use crate::ledger::{Exec, Ledger, Step, hello, params};
@@ -241,13 +240,7 @@ fn run<S: Store>(store: S, ops: &[Op], faults: bool) -> Result<(), TestCaseError
 }
 
 fn config(cases: u32) -> ProptestConfig {
-    ProptestConfig {
-        cases,
-        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
-            "proptest-regressions/ledger_model.txt",
-        ))),
-        ..ProptestConfig::default()
-    }
+    crate::support::proptest_config(cases, "proptest-regressions/ledger_model.txt")
 }
 
 proptest! {

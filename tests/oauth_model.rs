@@ -7,7 +7,6 @@ use portcullis::engine::BearerRejection;
 use portcullis::store::{Store, StoreErrorKind};
 use portcullis::token::{TokenError, TokenResponse};
 use proptest::prelude::*;
-use proptest::test_runner::FileFailurePersistence;
 
 use crate::failing_store::{Call, FailingStore, under_faults};
 use crate::oauth::{USER, VERIFIER, World, redirect_param};
@@ -282,13 +281,7 @@ fn grant_of(refresh_token: &str) -> portcullis::grant::GrantId {
 }
 
 fn config(cases: u32) -> ProptestConfig {
-    ProptestConfig {
-        cases,
-        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
-            "proptest-regressions/oauth_model.txt",
-        ))),
-        ..ProptestConfig::default()
-    }
+    crate::support::proptest_config(cases, "proptest-regressions/oauth_model.txt")
 }
 
 proptest! {

@@ -138,3 +138,16 @@ macro_rules! on_every_store {
         )+
     };
 }
+
+/// A proptest configuration with `cases` cases whose failures are saved in
+/// `file` (under `proptest-regressions/`, committed), so every later run
+/// replays them first.
+pub(crate) fn proptest_config(cases: u32, file: &'static str) -> proptest::prelude::ProptestConfig {
+    proptest::prelude::ProptestConfig {
+        cases,
+        failure_persistence: Some(Box::new(
+            proptest::test_runner::FileFailurePersistence::Direct(file),
+        )),
+        ..proptest::prelude::ProptestConfig::default()
+    }
+}

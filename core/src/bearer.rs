@@ -24,15 +24,9 @@ pub const MAX_AUTHORIZATION_LEN: usize = 8 * 1024 + 16;
 /// `Ok(None)` means no credentials were sent (no field); a repeated field is
 /// [`BearerError::Repeated`].
 pub fn parse_authorization(header: HeaderField<'_>) -> Result<Option<&str>, BearerError> {
-    let header = match header.value() {
-        Ok(Some(header)) => header,
-        Ok(None) => return Ok(None),
-        Err(HeaderError::Repeated) => return Err(BearerError::Repeated),
-        Err(_) => return Err(BearerError::Malformed),
+    let Some(header) = single_field(header)? else {
+        return Ok(None);
     };
-    if header.len() > MAX_AUTHORIZATION_LEN {
-        return Err(BearerError::Malformed);
-    }
     // The scheme is case-insensitive (RFC 9110 §11.1).
     let (scheme, rest) = header.split_once(' ').ok_or(BearerError::Malformed)?;
     if !scheme.eq_ignore_ascii_case("bearer") {
@@ -59,21 +53,26 @@ pub fn parse_authorization(header: HeaderField<'_>) -> Result<Option<&str>, Bear
 /// (and refuses everything outside base64url and the two dots). A caller
 /// that refuses the token calls [`parse_authorization`] to name the fault.
 pub(crate) fn bearer_token(header: HeaderField<'_>) -> Result<Option<&str>, BearerError> {
-    let header = match header.value() {
-        Ok(Some(header)) => header,
-        Ok(None) => return Ok(None),
-        Err(HeaderError::Repeated) => return Err(BearerError::Repeated),
-        Err(_) => return Err(BearerError::Malformed),
+    let Some(header) = single_field(header)? else {
+        return Ok(None);
     };
-    if header.len() > MAX_AUTHORIZATION_LEN {
-        return Err(BearerError::Malformed);
-    }
     match header.get(..7) {
         // The scheme is case-insensitive (RFC 9110 §11.1).
         Some(scheme) if scheme.eq_ignore_ascii_case("bearer ") => {
             Ok(Some(header[7..].trim_start_matches(' ')))
         }
         _ => parse_authorization(HeaderField::one(header)),
+    }
+}
+
+/// The one `Authorization` value, at most [`MAX_AUTHORIZATION_LEN`] bytes;
+/// `None` when the request carried none.
+fn single_field(header: HeaderField<'_>) -> Result<Option<&str>, BearerError> {
+    match header.value() {
+        Ok(Some(header)) if header.len() > MAX_AUTHORIZATION_LEN => Err(BearerError::Malformed),
+        Ok(value) => Ok(value),
+        Err(HeaderError::Repeated) => Err(BearerError::Repeated),
+        Err(_) => Err(BearerError::Malformed),
     }
 }
 
