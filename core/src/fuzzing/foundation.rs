@@ -42,8 +42,13 @@ pub fn jwt_claims(data: &[u8]) {
     let reference = crate::jwt::oracle::parse_claims(data);
     match (&ours, &reference) {
         (Ok(a), Ok(b)) => assert_eq!(a, b),
+        // Both refuse. A document with two faults may be named by either:
+        // `serde_json` sees a repeated name before the syntax error after
+        // it, the hand parser reads each member whole first.
         (Err(a), Err(b)) => assert!(
-            a == b || *b == crate::jwt::VerifyError::ClaimsMalformed,
+            a == b
+                || *a == crate::jwt::VerifyError::ClaimsMalformed
+                || *b == crate::jwt::VerifyError::ClaimsMalformed,
             "{a:?} vs {b:?}"
         ),
         _ => panic!("hand parser {ours:?}, serde_json {reference:?}"),

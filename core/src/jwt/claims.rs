@@ -675,6 +675,25 @@ mod tests {
         })
     }
 
+    /// Found by the `jwt_claims` fuzz target: a repeated name whose second
+    /// member has no `:`. Both parsers refuse it; `serde_json` sees the
+    /// repeated name before the missing colon and says `DuplicateClaim`,
+    /// the hand parser reads the member whole and says `ClaimsMalformed`.
+    #[test]
+    fn a_repeated_name_before_a_syntax_error_is_refused_by_both() {
+        let data: &[u8] = &[
+            123, 34, 101, 120, 112, 34, 58, 49, 44, 34, 101, 120, 112, 34, 51, 52, 52, 51, 97, 48,
+            116, 44, 34, 105, 34, 120, 34, 58, 123, 34, 121, 34, 58, 91, 49, 46, 53, 101, 51, 44,
+            34, 92, 117, 48, 48, 52, 44, 34, 120, 34, 58, 123, 34, 121, 34, 58, 91, 49, 46, 53,
+            101, 51, 44, 34, 92, 117, 48, 48, 52, 137, 34, 93, 125, 44, 34, 97, 117, 137, 34, 93,
+            125, 44, 34, 97, 117, 100, 34, 58, 91, 162, 97, 34, 44, 34, 98, 34, 93, 125,
+        ];
+        let ours = ClaimsRef::parse(data).map(ClaimsRef::into_owned);
+        let reference = super::super::oracle::parse_claims(data);
+        assert_eq!(ours, Err(VerifyError::ClaimsMalformed));
+        assert_eq!(reference, Err(VerifyError::DuplicateClaim));
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(4096))]
 
