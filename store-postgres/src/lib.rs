@@ -594,13 +594,18 @@ impl Txn<'_> {
                     f(&mut conn.client, &statement)
                 }),
         };
-        out.map_err(|e| {
-            self.aborted.set(true);
-            if e.as_db_error().is_none() {
-                conn.broken = true;
-            }
-            error(&e, context)
-        })
+        out.map_err(|e| self.failed(&mut conn.broken, &e, context))
+    }
+
+    /// A statement failed: the transaction is aborted, and a failure that
+    /// did not come from the server (I/O, protocol) leaves the connection
+    /// in an unknown state, so the pool drops it.
+    fn failed(&self, broken: &mut bool, e: &postgres::Error, context: &'static str) -> StoreError {
+        self.aborted.set(true);
+        if e.as_db_error().is_none() {
+            *broken = true;
+        }
+        error(e, context)
     }
 
     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
@@ -641,13 +646,10 @@ impl Txn<'_> {
     /// Sends a statement without parameters (`SAVEPOINT`, `COMMIT`).
     fn simple(&self, sql: &str, context: &'static str) -> Result<(), StoreError> {
         let mut conn = self.conn.borrow_mut();
-        conn.client.batch_execute(sql).map_err(|e| {
-            self.aborted.set(true);
-            if e.as_db_error().is_none() {
-                conn.broken = true;
-            }
-            error(&e, context)
-        })
+        let conn = &mut **conn;
+        conn.client
+            .batch_execute(sql)
+            .map_err(|e| self.failed(&mut conn.broken, &e, context))
     }
 }
 
