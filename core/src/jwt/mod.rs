@@ -26,7 +26,7 @@
 //! Errors ([`VerifyError`]) name the check that failed and never echo the
 //! token.
 
-mod b64;
+pub(crate) mod b64;
 mod claims;
 mod compact;
 mod error;
