@@ -49,7 +49,7 @@ impl AsciiDenyList {
     /// The URL Standard's forbidden domain code points (§3.3): C0 controls,
     /// space, DEL and `%#/:<>?@[\]^|`.
     pub const URL: Self = {
-        let mut bits = (1u128 << 0x21) - 1 | 1 << 0x7f;
+        let mut bits = ((1u128 << 0x21) - 1) | (1 << 0x7f);
         let list = b"%#/:<>?@[\\]^|";
         let mut i = 0;
         while i < list.len() {
