@@ -90,7 +90,7 @@ pub(crate) fn decode(src: &[u8]) -> Option<Vec<u8>> {
 /// of four, exactly the `=` padding the data needs, canonical trailing
 /// bits. `None` for anything else.
 pub(crate) fn decode_standard(src: &[u8]) -> Option<Vec<u8>> {
-    if src.len() % 4 != 0 {
+    if !src.len().is_multiple_of(4) {
         return None;
     }
     let pad = src.iter().rev().take(2).take_while(|&&c| c == b'=').count();

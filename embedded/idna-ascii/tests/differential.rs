@@ -74,6 +74,10 @@ fn known_hosts() {
     assert_eq!(ours(b"EXAMPLE.Org").as_deref(), Some("example.org"));
     assert_eq!(ours("ｅxample.org".as_bytes()), None);
     assert_eq!(ours(b"xn--nxasmq6b.com"), None);
+    assert_eq!(
+        real(b"xn--nxasmq6b.com").as_deref(),
+        Some("xn--nxasmq6b.com")
+    );
 }
 
 #[test]
