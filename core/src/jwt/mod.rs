@@ -30,7 +30,7 @@ pub(crate) mod b64;
 mod claims;
 mod compact;
 mod error;
-mod json;
+pub(crate) mod json;
 mod keyring;
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) mod oracle;

@@ -264,7 +264,7 @@ fn decode_compose(raw: &str) -> Result<ComposeDraft, ParseLinkError> {
         return Err(ParseLinkError::Refused(BuildLinkError::ComposeTooLarge));
     }
     let json = crate::jwt::b64::decode(raw.as_bytes()).ok_or(ParseLinkError::Compose)?;
-    let Ok(Value::Object(draft)) = serde_json::from_slice::<Value>(&json) else {
+    let Ok(Value::Object(draft)) = crate::jwt::json::parse_value(&json, false) else {
         return Err(ParseLinkError::Compose);
     };
     check_compose(&draft)?;
