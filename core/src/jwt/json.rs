@@ -424,18 +424,12 @@ pub(crate) fn parse_value(bytes: &[u8], unique_names: bool) -> Result<Value, Val
 }
 
 impl Reader<'_> {
-    /// One value, with `depth` more levels of nesting allowed.
+    /// One value, with `depth` more levels of nesting allowed. Recursive,
+    /// so its frame holds only what nesting needs: scalars and member
+    /// insertion live in functions of their own, out of line, which keeps
+    /// a 127-deep document to a modest stack on firmware.
     fn value(&mut self, unique_names: bool, depth: usize) -> Result<Value, ValueFault> {
-        Ok(match self.peek().ok_or(Syntax)? {
-            b'"' => Value::String(self.string()?.into_owned()),
-            b'-' | b'0'..=b'9' => {
-                let start = self.at;
-                self.number()?;
-                // The grammar just checked is ASCII; `serde_json` turns the
-                // text into the same number its deserializer would.
-                let text = core::str::from_utf8(&self.bytes[start..self.at]).map_err(|_| Syntax)?;
-                Value::Number(text.parse().map_err(|_| Syntax)?)
-            }
+        match self.peek().ok_or(Syntax)? {
             b'[' => {
                 let depth = depth.checked_sub(1).ok_or(Syntax)?;
                 self.at += 1;
@@ -451,7 +445,7 @@ impl Reader<'_> {
                         }
                     }
                 }
-                Value::Array(items)
+                Ok(Value::Array(items))
             }
             b'{' => {
                 let depth = depth.checked_sub(1).ok_or(Syntax)?;
@@ -459,11 +453,28 @@ impl Reader<'_> {
                 let mut members = Map::new();
                 while let Some(name) = self.next_name()? {
                     let value = self.value(unique_names, depth)?;
-                    if members.insert(name.into_owned(), value).is_some() && unique_names {
+                    if insert(&mut members, name, value) && unique_names {
                         return Err(ValueFault::Duplicate);
                     }
                 }
-                Value::Object(members)
+                Ok(Value::Object(members))
+            }
+            _ => Ok(self.scalar()?),
+        }
+    }
+
+    /// A string, number or literal.
+    #[inline(never)]
+    fn scalar(&mut self) -> Result<Value, Syntax> {
+        Ok(match self.peek().ok_or(Syntax)? {
+            b'"' => Value::String(self.string()?.into_owned()),
+            b'-' | b'0'..=b'9' => {
+                let start = self.at;
+                self.number()?;
+                // The grammar just checked is ASCII; `serde_json` turns the
+                // text into the same number its deserializer would.
+                let text = core::str::from_utf8(&self.bytes[start..self.at]).map_err(|_| Syntax)?;
+                Value::Number(text.parse().map_err(|_| Syntax)?)
             }
             _ => {
                 let rest = &self.bytes[self.at..];
@@ -474,13 +485,20 @@ impl Reader<'_> {
                 } else if rest.starts_with(b"null") {
                     (Value::Null, 4)
                 } else {
-                    return Err(ValueFault::Syntax);
+                    return Err(Syntax);
                 };
                 self.at += len;
                 value
             }
         })
     }
+}
+
+/// Adds a member to an object, the last of a repeated name winning;
+/// whether the name was there already.
+#[inline(never)]
+fn insert(members: &mut Map<String, Value>, name: Cow<'_, str>, value: Value) -> bool {
+    members.insert(name.into_owned(), value).is_some()
 }
 
 /// The end of the run of string bytes from `at` that need no attention: the
