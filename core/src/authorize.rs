@@ -19,8 +19,7 @@
 use alloc::string::String;
 use core::fmt;
 
-use base64::Engine as _;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use crate::jwt::b64;
 use serde::{Deserialize, Serialize};
 
 use crate::client::{self, Client, FetchRequest};
@@ -404,9 +403,9 @@ impl AuthorizationCode {
     #[must_use]
     pub fn code(&self, kid: &str, key: &SigningKey) -> SecretString {
         let mut t = String::from("pac1.");
-        URL_SAFE_NO_PAD.encode_string(self.id, &mut t);
+        b64::encode_string(&self.id, &mut t);
         t.push('.');
-        URL_SAFE_NO_PAD.encode_string(code_tag(key, &self.id), &mut t);
+        b64::encode_string(&code_tag(key, &self.id), &mut t);
         t.push('.');
         t.push_str(kid);
         SecretString::new(t)
@@ -431,10 +430,10 @@ pub fn verify_code(keyring: &Keyring, code: &str) -> Option<[u8; 16]> {
         return None;
     };
     let (mut id_bytes, mut tag_bytes) = ([0u8; 16], [0u8; 32]);
-    if id.len() != 22 || !matches!(URL_SAFE_NO_PAD.decode_slice(id, &mut id_bytes), Ok(16)) {
+    if id.len() != 22 || b64::decode_into(id.as_bytes(), &mut id_bytes) != Some(16) {
         return None;
     }
-    if tag.len() != 43 || !matches!(URL_SAFE_NO_PAD.decode_slice(tag, &mut tag_bytes), Ok(32)) {
+    if tag.len() != 43 || b64::decode_into(tag.as_bytes(), &mut tag_bytes) != Some(32) {
         return None;
     }
     let key = keyring.verifying_key(kid).ok()?;

@@ -34,11 +34,9 @@ use alloc::string::String;
 use core::fmt;
 use core::time::Duration;
 
-use base64::Engine as _;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::{Deserialize, Serialize};
 
-use crate::jwt::{Keyring, SigningKey};
+use crate::jwt::{Keyring, SigningKey, b64};
 use crate::policy::Policy;
 use crate::scope::ScopeSet;
 use crate::secret::SecretString;
@@ -67,7 +65,7 @@ impl GrantId {
     #[must_use]
     pub fn parse(text: &str) -> Option<Self> {
         let mut out = [0u8; 16];
-        (text.len() == 22 && matches!(URL_SAFE_NO_PAD.decode_slice(text, &mut out), Ok(16)))
+        (text.len() == 22 && b64::decode_into(text.as_bytes(), &mut out) == Some(16))
             .then_some(Self(out))
     }
 }
@@ -75,10 +73,8 @@ impl GrantId {
 impl fmt::Display for GrantId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut buf = [0u8; 22];
-        let n = URL_SAFE_NO_PAD
-            .encode_slice(self.0, &mut buf)
-            .map_err(|_| fmt::Error)?;
-        f.write_str(core::str::from_utf8(&buf[..n]).map_err(|_| fmt::Error)?)
+        b64::encode_into(&self.0, &mut buf);
+        f.write_str(core::str::from_utf8(&buf).map_err(|_| fmt::Error)?)
     }
 }
 
@@ -311,7 +307,7 @@ impl Grant {
     pub fn refresh_token(&self, key: &SigningKey) -> SecretString {
         let tag = self.tag(key, self.generation);
         let mut t = alloc::format!("prt1.{}.{}.", self.id, self.generation);
-        URL_SAFE_NO_PAD.encode_string(tag, &mut t);
+        b64::encode_string(&tag, &mut t);
         t.push('.');
         t.push_str(&self.kid);
         SecretString::new(t)
@@ -378,7 +374,7 @@ impl<'a> RefreshTokenParts<'a> {
         }
         let generation = generation.parse().ok()?;
         let mut tag_bytes = [0u8; 32];
-        if tag.len() != 43 || !matches!(URL_SAFE_NO_PAD.decode_slice(tag, &mut tag_bytes), Ok(32)) {
+        if tag.len() != 43 || b64::decode_into(tag.as_bytes(), &mut tag_bytes) != Some(32) {
             return None;
         }
         Some(Self {

@@ -10,13 +10,12 @@
 
 use core::fmt;
 
-use base64::Engine as _;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::error::{ErrorCode, WireError};
+use crate::jwt::b64;
 
 /// Shortest verifier RFC 7636 §4.1 allows.
 pub const VERIFIER_MIN_LEN: usize = 43;
@@ -96,8 +95,8 @@ impl CodeChallenge {
             return Err(PkceError::ChallengeMalformed);
         }
         let mut out = [0u8; 32];
-        match URL_SAFE_NO_PAD.decode_slice(challenge, &mut out) {
-            Ok(32) => Ok(Self(out)),
+        match b64::decode_into(challenge.as_bytes(), &mut out) {
+            Some(32) => Ok(Self(out)),
             _ => Err(PkceError::ChallengeMalformed),
         }
     }
@@ -118,7 +117,7 @@ impl CodeChallenge {
     /// The challenge in its wire form (43 characters of base64url).
     #[must_use]
     pub fn to_base64url(&self) -> alloc::string::String {
-        URL_SAFE_NO_PAD.encode(self.0)
+        b64::encode(&self.0)
     }
 }
 

@@ -6,8 +6,6 @@
 
 use alloc::string::String;
 
-use base64::Engine as _;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use rand_core::CryptoRng;
 
 /// `N` random bytes.
@@ -21,7 +19,7 @@ pub fn bytes<const N: usize, R: CryptoRng + ?Sized>(rng: &mut R) -> [u8; N] {
 /// `N` random bytes as unpadded base64url text (RFC 4648 §5).
 #[must_use]
 pub fn base64url<const N: usize, R: CryptoRng + ?Sized>(rng: &mut R) -> String {
-    URL_SAFE_NO_PAD.encode(bytes::<N, R>(rng))
+    crate::jwt::b64::encode(&bytes::<N, R>(rng))
 }
 
 #[cfg(test)]

@@ -7,8 +7,6 @@ use alloc::borrow::Cow;
 use alloc::string::String;
 use core::fmt;
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
 use serde::Serialize;
 
 use crate::error::{ErrorCode, WireError};
@@ -116,7 +114,7 @@ fn parse_basic(header: &str) -> Option<(String, String)> {
     if !scheme.eq_ignore_ascii_case("basic") {
         return None;
     }
-    let decoded = STANDARD.decode(encoded.trim()).ok()?;
+    let decoded = crate::jwt::b64::decode_standard(encoded.trim().as_bytes())?;
     let decoded = core::str::from_utf8(&decoded).ok()?;
     let (id, secret) = decoded.split_once(':')?;
     let id = form::decode(id).ok()?;
@@ -303,6 +301,9 @@ impl TokenError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use base64::Engine as _;
+    use base64::engine::general_purpose::STANDARD;
 
     #[test]
     fn basic_credentials_are_form_decoded() {

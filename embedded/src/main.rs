@@ -267,11 +267,17 @@ mod links {
             ExternalLink::parse("https://user@docs.example.org/", &policy).is_err(),
             "external link with credentials refused",
         );
-        // This image links idna_adapter 1.0 (no Unicode tables): a host that
-        // needs IDNA processing is refused, never passed through unchecked.
+        // This image links the ASCII-only idna stand-in (idna-ascii/): a
+        // host that needs IDNA processing is refused, in Unicode or in its
+        // xn-- form (which the host build accepts), never passed through
+        // unchecked. ASCII hosts are lowercased, as checked above.
         check(
             ExternalLink::parse("https://\u{ff45}xample.org/", &policy).is_err(),
             "non-ASCII host refused without Unicode tables",
+        );
+        check(
+            ExternalLink::parse("https://xn--nxasmq6b.example.org/", &policy).is_err(),
+            "punycode host refused",
         );
         say("probe: links ok\n");
     }

@@ -43,8 +43,6 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
 
-use base64::Engine as _;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use rand_core::CryptoRng;
 use serde::{Deserialize, Serialize};
 use subtle::ConstantTimeEq;
@@ -52,6 +50,7 @@ use subtle::ConstantTimeEq;
 use super::metadata::{ClientMetadata, GrantType, RegistrationError, TokenEndpointAuthMethod};
 use super::redirect_uri::RedirectUri;
 use crate::error::{ErrorCode, WireError};
+use crate::jwt::b64;
 use crate::jwt::{Keyring, SigningKey};
 use crate::rand;
 use crate::secret::SecretString;
@@ -159,13 +158,13 @@ pub fn register<R: CryptoRng + ?Sized>(
     client_id.push_str(kid);
     client_id.push('.');
     let payload_start = client_id.len();
-    URL_SAFE_NO_PAD.encode_string(&encoded, &mut client_id);
+    b64::encode_string(&encoded, &mut client_id);
     let tag = key.mac_labeled(
         ID_LABEL,
         &[kid.as_bytes(), &client_id.as_bytes()[payload_start..]],
     );
     client_id.push('.');
-    URL_SAFE_NO_PAD.encode_string(tag, &mut client_id);
+    b64::encode_string(&tag, &mut client_id);
     let client_secret = match metadata.token_endpoint_auth_method {
         TokenEndpointAuthMethod::None => None,
         TokenEndpointAuthMethod::ClientSecretBasic => Some(derive_secret(key, &client_id)),
@@ -367,14 +366,14 @@ fn resolve_parts(client_id: &str, keyring: &Keyring) -> Option<Client> {
     let parts = IdParts::split(client_id)?;
     let key = keyring.verifying_key(parts.kid).ok()?;
     let mut tag = [0u8; 32];
-    if URL_SAFE_NO_PAD.decode_slice(parts.tag, &mut tag).ok()? != 32 {
+    if b64::decode_into(parts.tag.as_bytes(), &mut tag)? != 32 {
         return None;
     }
     let expected = key.mac_labeled(ID_LABEL, &[parts.kid.as_bytes(), parts.payload.as_bytes()]);
     if !bool::from(expected.ct_eq(&tag)) {
         return None;
     }
-    let bytes = URL_SAFE_NO_PAD.decode(parts.payload).ok()?;
+    let bytes = b64::decode(parts.payload.as_bytes())?;
     let (&PAYLOAD_VERSION, encoded) = bytes.split_first()? else {
         return None;
     };
@@ -453,7 +452,7 @@ pub fn authenticate(
 
 fn derive_secret(key: &SigningKey, client_id: &str) -> SecretString {
     let mac = key.mac_labeled(SECRET_LABEL, &[client_id.as_bytes()]);
-    SecretString::new(URL_SAFE_NO_PAD.encode(mac))
+    SecretString::new(b64::encode(&mac))
 }
 
 /// Why a client could not be resolved or authenticated. Never carries the
@@ -652,9 +651,9 @@ mod tests {
             client_uri: None,
             logo_uri: None,
         };
-        let payload = URL_SAFE_NO_PAD.encode(postcard::to_extend(&v1, alloc::vec![1]).unwrap());
+        let payload = b64::encode(&postcard::to_extend(&v1, alloc::vec![1]).unwrap());
         let tag = key.mac_labeled(ID_LABEL, &[kid.as_bytes(), payload.as_bytes()]);
-        let legacy = format!("pc1.{kid}.{payload}.{}", URL_SAFE_NO_PAD.encode(tag));
+        let legacy = format!("pc1.{kid}.{payload}.{}", b64::encode(&tag));
         assert_eq!(
             resolve_stateless(&legacy, &k),
             Err(ClientError::UnknownClient)

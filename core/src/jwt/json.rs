@@ -11,10 +11,22 @@
 //! for paired surrogate escapes (RFC 8259 §7, §8.2), strings that are only
 //! skipped are checked for their escapes and control characters alone, and
 //! nothing but whitespace may follow the object.
+//!
+//! [`parse_value`] builds a whole `serde_json::Value` on the same reader,
+//! for the two other places that read JSON text: client metadata
+//! (registration requests and metadata documents, with unique member
+//! names) and deep-link drafts. It takes the place of `serde_json`'s
+//! deserializer there, which keeps that deserializer (its string reader,
+//! escape tables and visitor code) out of firmware images; numbers still go
+//! through `serde_json::Number`'s own parser, so each keeps exactly the
+//! value `serde_json` gives it. A property test holds it to
+//! `serde_json::from_slice` and to the `serde` reader it replaced.
 
 use alloc::borrow::Cow;
 use alloc::string::String;
 use alloc::vec::Vec;
+
+use serde_json::{Map, Value};
 
 /// The document is not the JSON this reader accepts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -376,6 +388,117 @@ impl<'a> Reader<'a> {
         self.at += 1;
         Ok(())
     }
+}
+
+/// Why [`parse_value`] refused a document.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ValueFault {
+    /// Not one JSON value followed by nothing but whitespace, or nested
+    /// deeper than [`MAX_DEPTH`].
+    Syntax,
+    /// A member name appears twice in one object (unique names asked for).
+    Duplicate,
+}
+
+impl From<Syntax> for ValueFault {
+    fn from(Syntax: Syntax) -> Self {
+        Self::Syntax
+    }
+}
+
+/// Deepest nesting of arrays and objects [`parse_value`] accepts: 127, as
+/// `serde_json`'s recursion limit of 128 allows.
+pub(crate) const MAX_DEPTH: usize = 127;
+
+/// Parses `bytes` as one JSON value (RFC 8259 §2) followed by nothing but
+/// whitespace. With `unique_names`, an object with a repeated member name
+/// at any depth is [`ValueFault::Duplicate`] (RFC 8259 §4 leaves duplicates
+/// to the parser); without, the last one wins, as in `serde_json`. A name
+/// repeated before a syntax error later on is still `Duplicate`, as with
+/// the `serde` reader this replaces.
+pub(crate) fn parse_value(bytes: &[u8], unique_names: bool) -> Result<Value, ValueFault> {
+    let mut reader = Reader::new(bytes);
+    let value = reader.value(unique_names, MAX_DEPTH)?;
+    reader.end()?;
+    Ok(value)
+}
+
+impl Reader<'_> {
+    /// One value, with `depth` more levels of nesting allowed. Recursive,
+    /// so its frame holds only what nesting needs: scalars and member
+    /// insertion live in functions of their own, out of line, which keeps
+    /// a 127-deep document to a modest stack on firmware.
+    fn value(&mut self, unique_names: bool, depth: usize) -> Result<Value, ValueFault> {
+        match self.peek().ok_or(Syntax)? {
+            b'[' => {
+                let depth = depth.checked_sub(1).ok_or(Syntax)?;
+                self.at += 1;
+                let mut items = Vec::new();
+                if !self.eat(b']') {
+                    loop {
+                        items.push(self.value(unique_names, depth)?);
+                        if self.eat(b']') {
+                            break;
+                        }
+                        if !self.eat(b',') {
+                            return Err(ValueFault::Syntax);
+                        }
+                    }
+                }
+                Ok(Value::Array(items))
+            }
+            b'{' => {
+                let depth = depth.checked_sub(1).ok_or(Syntax)?;
+                self.begin_object();
+                let mut members = Map::new();
+                while let Some(name) = self.next_name()? {
+                    let value = self.value(unique_names, depth)?;
+                    if insert(&mut members, name, value) && unique_names {
+                        return Err(ValueFault::Duplicate);
+                    }
+                }
+                Ok(Value::Object(members))
+            }
+            _ => Ok(self.scalar()?),
+        }
+    }
+
+    /// A string, number or literal.
+    #[inline(never)]
+    fn scalar(&mut self) -> Result<Value, Syntax> {
+        Ok(match self.peek().ok_or(Syntax)? {
+            b'"' => Value::String(self.string()?.into_owned()),
+            b'-' | b'0'..=b'9' => {
+                let start = self.at;
+                self.number()?;
+                // The grammar just checked is ASCII; `serde_json` turns the
+                // text into the same number its deserializer would.
+                let text = core::str::from_utf8(&self.bytes[start..self.at]).map_err(|_| Syntax)?;
+                Value::Number(text.parse().map_err(|_| Syntax)?)
+            }
+            _ => {
+                let rest = &self.bytes[self.at..];
+                let (value, len) = if rest.starts_with(b"true") {
+                    (Value::Bool(true), 4)
+                } else if rest.starts_with(b"false") {
+                    (Value::Bool(false), 5)
+                } else if rest.starts_with(b"null") {
+                    (Value::Null, 4)
+                } else {
+                    return Err(Syntax);
+                };
+                self.at += len;
+                value
+            }
+        })
+    }
+}
+
+/// Adds a member to an object, the last of a repeated name winning;
+/// whether the name was there already.
+#[inline(never)]
+fn insert(members: &mut Map<String, Value>, name: Cow<'_, str>, value: Value) -> bool {
+    members.insert(name.into_owned(), value).is_some()
 }
 
 /// The end of the run of string bytes from `at` that need no attention: the

@@ -26,11 +26,11 @@
 //! Errors ([`VerifyError`]) name the check that failed and never echo the
 //! token.
 
-mod b64;
+pub(crate) mod b64;
 mod claims;
 mod compact;
 mod error;
-mod json;
+pub(crate) mod json;
 mod keyring;
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) mod oracle;

@@ -9,8 +9,7 @@
 
 use alloc::string::String;
 
-use base64::Engine as _;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use crate::jwt::b64;
 use subtle::ConstantTimeEq;
 
 use super::LedgerError;
@@ -36,7 +35,7 @@ pub(crate) fn issue(
     let mut raw = [0u8; 20];
     raw[..4].copy_from_slice(&seq.to_be_bytes());
     raw[4..].copy_from_slice(&tag(key, lineage, request, seq)[..16]);
-    let mut out = URL_SAFE_NO_PAD.encode(raw);
+    let mut out = b64::encode(&raw);
     out.push('.');
     out.push_str(kid);
     Some(out)
@@ -68,7 +67,7 @@ pub(crate) fn split(cursor: &str) -> Option<(u32, [u8; 16], &str)> {
     }
     let (body, kid) = cursor.split_once('.')?;
     let mut raw = [0u8; 20];
-    if body.len() != 27 || !matches!(URL_SAFE_NO_PAD.decode_slice(body, &mut raw), Ok(20)) {
+    if body.len() != 27 || b64::decode_into(body.as_bytes(), &mut raw) != Some(20) {
         return None;
     }
     let seq = u32::from_be_bytes([raw[0], raw[1], raw[2], raw[3]]);

@@ -5,8 +5,6 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
 
-use base64::Engine as _;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde_json::Value;
 
 use super::{
@@ -108,7 +106,7 @@ impl DeepLink {
         if let Some(draft) = &self.compose {
             let json = check_compose(draft)?;
             out.push_str("&compose=");
-            URL_SAFE_NO_PAD.encode_string(json, &mut out);
+            crate::jwt::b64::encode_string(&json, &mut out);
         }
         if out.len() > Self::MAX_QUERY_LEN {
             return Err(BuildLinkError::TooLong);
@@ -265,10 +263,8 @@ fn decode_compose(raw: &str) -> Result<ComposeDraft, ParseLinkError> {
     if raw.len() > DeepLink::MAX_COMPOSE_LEN.div_ceil(3) * 4 {
         return Err(ParseLinkError::Refused(BuildLinkError::ComposeTooLarge));
     }
-    let json = URL_SAFE_NO_PAD
-        .decode(raw)
-        .map_err(|_| ParseLinkError::Compose)?;
-    let Ok(Value::Object(draft)) = serde_json::from_slice::<Value>(&json) else {
+    let json = crate::jwt::b64::decode(raw.as_bytes()).ok_or(ParseLinkError::Compose)?;
+    let Ok(Value::Object(draft)) = crate::jwt::json::parse_value(&json, false) else {
         return Err(ParseLinkError::Compose);
     };
     check_compose(&draft)?;
