@@ -30,6 +30,10 @@ use super::{AgentError, Secret};
 pub(crate) const CALL_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// What one call returned.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one per call, moved once into the loop; boxing would add an allocation"
+)]
 #[derive(Debug)]
 pub(crate) enum Reply {
     /// The JSON-RPC `result`.

@@ -419,10 +419,7 @@ impl Agent {
                     }
                 }
                 Reply::Transport(a) => {
-                    return Err(AgentError::Server(format!(
-                        "{}",
-                        mcp::outcome(&Ok(Reply::Transport(a)))
-                    )));
+                    return Err(AgentError::Server(mcp::outcome(&Ok(Reply::Transport(a)))));
                 }
                 Reply::RpcError { code, message } => {
                     return Err(AgentError::Server(format!(

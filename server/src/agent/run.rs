@@ -24,10 +24,21 @@ use portcullis_core::agent_loop::{
     Advice, Answer, AnswerError, ClientLoop, Envelope, HumanAction, Interruption, LoopLimits,
     Outcome, Report, Session, Step, WaitReason,
 };
+use portcullis_core::scope::ScopeSet;
 use serde_json::{Value, json};
 
 use super::mcp::Reply;
 use super::{Agent, AgentError, say, structured};
+
+/// Where re-authentication stands in one run.
+#[derive(Debug, Default)]
+struct Reauth {
+    /// The first session was obtained.
+    started: bool,
+    /// A refresh answered the last refusal: if the server refuses again,
+    /// only a new consent helps.
+    refreshed: bool,
+}
 
 /// How long the agent waits for a human before resuming.
 const HUMAN_WAIT: Duration = Duration::from_secs(3);
@@ -87,40 +98,12 @@ impl Agent {
         };
         let mut rng = rand::rng();
         let mut agent = ClientLoop::new(limits);
-        let mut first = true;
-        // A refresh answered the last refusal: if the server refuses again,
-        // only a new consent helps.
-        let mut refreshed = false;
+        let mut reauth = Reauth::default();
         let mut last_wait = None;
         loop {
             match agent.step() {
                 Step::Authenticate { scope } => {
-                    let session = if let Some(wider) = scope {
-                        say(format_args!(
-                            "The request needs the scope {wider}: asking the user."
-                        ));
-                        self.auth.consent(Some(&wider)).await?;
-                        Session::New(self.auth.scopes())
-                    } else if first {
-                        first = false;
-                        if self.auth.token().await?.is_none() {
-                            self.auth.consent(None).await?;
-                        }
-                        Session::New(self.auth.scopes())
-                    } else if !refreshed && self.auth.refresh().await? {
-                        refreshed = true;
-                        say(format_args!(
-                            "The server refused the access token; refreshed it."
-                        ));
-                        Session::Renewed(self.auth.scopes())
-                    } else {
-                        refreshed = false;
-                        say(format_args!(
-                            "The server refused the session; signing in again."
-                        ));
-                        self.auth.consent(None).await?;
-                        Session::New(self.auth.scopes())
-                    };
+                    let session = self.session_for(scope, &mut reauth).await?;
                     agent.authenticated(session).map_err(usage)?;
                 }
                 Step::Describe => {
@@ -156,7 +139,7 @@ impl Agent {
                     let code = agent.code().unwrap_or_default().to_owned();
                     let answer = self.execute(&id, &code).await?;
                     if matches!(answer, Answer::Envelope(_)) {
-                        refreshed = false;
+                        reauth.refreshed = false;
                     }
                     agent.answered(answer).map_err(usage)?;
                 }
@@ -187,6 +170,44 @@ impl Agent {
                 Step::Done(report) => return report_of(&report),
             }
         }
+    }
+
+    /// The session for [`Step::Authenticate`]: a step-up asks the user for
+    /// the wider scope; the first time, the token file's session (or a
+    /// consent); after a refusal, a refresh, or a consent when a refresh
+    /// already failed to help or the grant is gone.
+    async fn session_for(
+        &mut self,
+        wider: Option<ScopeSet>,
+        reauth: &mut Reauth,
+    ) -> Result<Session, AgentError> {
+        if let Some(wider) = wider {
+            say(format_args!(
+                "The request needs the scope {wider}: asking the user."
+            ));
+            self.auth.consent(Some(&wider)).await?;
+            return Ok(Session::New(self.auth.scopes()));
+        }
+        if !reauth.started {
+            reauth.started = true;
+            if self.auth.token().await?.is_none() {
+                self.auth.consent(None).await?;
+            }
+            return Ok(Session::New(self.auth.scopes()));
+        }
+        if !reauth.refreshed && self.auth.refresh().await? {
+            reauth.refreshed = true;
+            say(format_args!(
+                "The server refused the access token; refreshed it."
+            ));
+            return Ok(Session::Renewed(self.auth.scopes()));
+        }
+        reauth.refreshed = false;
+        say(format_args!(
+            "The server refused the session; signing in again."
+        ));
+        self.auth.consent(None).await?;
+        Ok(Session::New(self.auth.scopes()))
     }
 
     /// Describes the surface for `code`: the skill list, then each skill it
