@@ -3454,3 +3454,178 @@ fn server_cpu_ticks(pid: u32) -> u64 {
     // `rest` starts at field 3 (the state).
     fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
 }
+
+/// `portcullis agent run` against the server, its user played over plain
+/// HTTP: the agent prints a consent URL, the user signs in and allows it
+/// (the redirect reaches the agent's loopback listener), a connected tab
+/// approves and performs the write; the agent prints its progress and the
+/// result. Its token file is 0600, and no token, refresh token or
+/// authorization code is in anything it printed or logged.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_agent_binary_runs_a_write_through_consent_and_approval_and_prints_no_secret() {
+    use tokio::io::AsyncBufReadExt as _;
+
+    let s = Server::start(&[]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("agent.json");
+    let mut child = tokio::process::Command::new(BIN)
+        .arg("agent")
+        .arg("--url")
+        .arg(s.resource().await)
+        .arg("--token-file")
+        .arg(&token_file)
+        .args([
+            "--consent-timeout-secs",
+            "30",
+            "run",
+            &create_note("Groceries"),
+        ])
+        .args(["--max-wait-secs", "60"])
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let out = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let reader = {
+        let out = out.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(l)) = lines.next_line().await {
+                let mut o = out.lock().unwrap();
+                o.push_str(&l);
+                o.push('\n');
+            }
+        })
+    };
+    let mut stderr = child.stderr.take().unwrap();
+    let err = tokio::spawn(async move {
+        let mut e = String::new();
+        tokio::io::AsyncReadExt::read_to_string(&mut stderr, &mut e)
+            .await
+            .unwrap();
+        e
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let url = loop {
+        let found = out
+            .lock()
+            .unwrap()
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(&s.base()).map(str::to_owned))
+            .filter(|l| l.starts_with("/authorize?"));
+        if let Some(u) = found {
+            break u;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no consent URL: {}",
+            out.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        param(&url, "code_challenge_method").as_deref(),
+        Some("S256")
+    );
+    let redirect = param(&url, "redirect_uri").unwrap();
+    assert!(redirect.starts_with("http://127.0.0.1:"), "{redirect}");
+
+    // The user signs in and allows; the browser follows the redirect.
+    let cookie = s.sign_in(&url, "alice").await;
+    let html = s.get(&url, Some(&cookie)).await.text().await.unwrap();
+    assert!(html.contains("Portcullis agent"), "{html}");
+    let r = s
+        .post_form(
+            &url,
+            Some(&cookie),
+            &[("intent", "allow"), ("csrf", &csrf_of(&html))],
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::FOUND);
+    let back = header(r.headers(), "location");
+    assert!(back.starts_with(&redirect), "{back}");
+    let code = param(&back, "code").unwrap();
+    let landed = s.http.get(&back).send().await.unwrap();
+    assert_eq!(landed.status(), StatusCode::OK);
+
+    // The connected tab approves and runs the write.
+    let tab = Tab::open(&s, &cookie, "tab-1", "page-1").await;
+    tab.connect(true, false).await;
+    let a = tab.approval().await;
+    assert_eq!(a["client"]["name"], "Portcullis agent");
+    assert_eq!(a["args"]["title"], "Groceries");
+    assert_eq!(tab.decide(&a, "once").await, StatusCode::OK);
+    let (worker, jobs) = tab.work();
+    let status = tokio::time::timeout(Duration::from_secs(60), child.wait())
+        .await
+        .expect("the agent finishes")
+        .unwrap();
+    reader.await.unwrap();
+    let err = err.await.unwrap();
+    worker.abort();
+    let out = out.lock().unwrap().clone();
+    assert!(status.success(), "{out}\n{err}");
+    assert!(out.contains("Waiting for approval"), "{out}");
+    assert!(out.contains("Resumed request"), "{out}");
+    let result = out
+        .lines()
+        .find_map(|l| l.strip_prefix("Result: "))
+        .unwrap();
+    let result: Value = serde_json::from_str(result).unwrap();
+    assert_eq!(result[0]["result"]["title"], "Groceries");
+    assert_eq!(jobs.load(Ordering::SeqCst), 1, "one effect");
+    assert_eq!(tab.notes().await.len(), 1);
+
+    // The token file and the output.
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(&token_file).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let stored: Value = serde_json::from_slice(&std::fs::read(&token_file).unwrap()).unwrap();
+    let tokens = &stored["credentials"]["token_response"];
+    for secret in [
+        tokens["access_token"].as_str().unwrap(),
+        tokens["refresh_token"].as_str().unwrap(),
+        code.as_str(),
+    ] {
+        assert!(secret.len() > 10);
+        assert!(!out.contains(secret), "a secret in the agent's stdout");
+        assert!(!err.contains(secret), "a secret in the agent's log");
+    }
+    let calls: Vec<&str> = err.lines().filter(|l| l.contains("mcp call")).collect();
+    assert!(
+        calls.iter().all(|l| l.contains("request_id=")
+            && l.contains("protocol_version=")
+            && l.contains("capability=")
+            && l.contains("outcome=")
+            && l.contains("duration_ms=")),
+        "{err}"
+    );
+    assert!(
+        calls
+            .iter()
+            .any(|l| l.contains("capability=\"execute:create_note\" outcome=done")),
+        "{err}"
+    );
+    assert!(
+        !err.contains("Groceries"),
+        "no tool argument or result in the log"
+    );
+
+    // A token file others can read is refused before anything is sent.
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let refused = Command::new(BIN)
+        .arg("agent")
+        .arg("--url")
+        .arg(s.resource().await)
+        .arg("--token-file")
+        .arg(&token_file)
+        .arg("search")
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let text = String::from_utf8_lossy(&refused.stderr);
+    assert!(text.contains("chmod 600"), "{text}");
+}
