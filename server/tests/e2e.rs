@@ -7,6 +7,7 @@
 
 use std::io::Write as _;
 use std::net::TcpListener;
+use std::os::unix::fs::PermissionsExt as _;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -3463,23 +3464,120 @@ fn server_cpu_ticks(pid: u32) -> u64 {
 /// authorization code is in anything it printed or logged.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_agent_binary_runs_a_write_through_consent_and_approval_and_prints_no_secret() {
-    use tokio::io::AsyncBufReadExt as _;
-
     let s = Server::start(&[]).await;
     let dir = tempfile::tempdir().unwrap();
     let token_file = dir.path().join("agent.json");
-    let mut child = tokio::process::Command::new(BIN)
+    let (mut child, out, reader, err) =
+        spawn_agent(&s, &token_file, &create_note("Groceries")).await;
+    let (cookie, code) = consent_for_agent(&s, &out).await;
+
+    // The connected tab approves and runs the write.
+    let tab = Tab::open(&s, &cookie, "tab-1", "page-1").await;
+    tab.connect(true, false).await;
+    let a = tab.approval().await;
+    assert_eq!(a["client"]["name"], "Portcullis agent");
+    assert_eq!(a["args"]["title"], "Groceries");
+    assert_eq!(tab.decide(&a, "once").await, StatusCode::OK);
+    let (worker, jobs) = tab.work();
+    let status = tokio::time::timeout(Duration::from_mins(1), child.wait())
+        .await
+        .expect("the agent finishes")
+        .unwrap();
+    reader.await.unwrap();
+    let err = err.await.unwrap();
+    worker.abort();
+    let out = out.lock().unwrap().clone();
+    assert!(status.success(), "{out}\n{err}");
+    assert!(out.contains("Waiting for approval"), "{out}");
+    assert!(out.contains("Resumed request"), "{out}");
+    let result = out
+        .lines()
+        .find_map(|l| l.strip_prefix("Result: "))
+        .unwrap();
+    let result: Value = serde_json::from_str(result).unwrap();
+    assert_eq!(result[0]["result"]["title"], "Groceries");
+    assert_eq!(jobs.load(Ordering::SeqCst), 1, "one effect");
+    assert_eq!(tab.notes().await.len(), 1);
+
+    assert_agent_kept_its_secrets(&token_file, &out, &err, &code);
+
+    // A token file others can read is refused before anything is sent.
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let refused = Command::new(BIN)
         .arg("agent")
         .arg("--url")
         .arg(s.resource().await)
         .arg("--token-file")
         .arg(&token_file)
-        .args([
-            "--consent-timeout-secs",
-            "30",
-            "run",
-            &create_note("Groceries"),
-        ])
+        .arg("search")
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let text = String::from_utf8_lossy(&refused.stderr);
+    assert!(text.contains("chmod 600"), "{text}");
+}
+
+/// The agent's token file is 0600 and no secret of it (nor the code) is in
+/// its stdout or log; its log has one line per call with the document's
+/// fields and no tool argument.
+fn assert_agent_kept_its_secrets(token_file: &std::path::Path, out: &str, err: &str, code: &str) {
+    let mode = std::fs::metadata(token_file).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let stored: Value = serde_json::from_slice(&std::fs::read(token_file).unwrap()).unwrap();
+    let tokens = &stored["credentials"]["token_response"];
+    for secret in [
+        tokens["access_token"].as_str().unwrap(),
+        tokens["refresh_token"].as_str().unwrap(),
+        code,
+    ] {
+        assert!(secret.len() > 10);
+        assert!(!out.contains(secret), "a secret in the agent's stdout");
+        assert!(!err.contains(secret), "a secret in the agent's log");
+    }
+    let calls: Vec<&str> = err.lines().filter(|l| l.contains("mcp call")).collect();
+    assert!(
+        calls.iter().all(|l| l.contains("request_id=")
+            && l.contains("protocol_version=")
+            && l.contains("capability=")
+            && l.contains("outcome=")
+            && l.contains("duration_ms=")),
+        "{err}"
+    );
+    assert!(
+        calls
+            .iter()
+            .any(|l| l.contains("capability=\"execute:create_note\" outcome=done")),
+        "{err}"
+    );
+    assert!(
+        !err.contains("Groceries"),
+        "no tool argument or result in the log"
+    );
+}
+
+/// What a spawned agent printed so far, shared with its reader task.
+type Printed = std::sync::Arc<std::sync::Mutex<String>>;
+
+/// Spawns `portcullis agent run <code>`; its stdout is collected line by
+/// line, its stderr whole.
+async fn spawn_agent(
+    s: &Server,
+    token_file: &std::path::Path,
+    code: &str,
+) -> (
+    tokio::process::Child,
+    Printed,
+    tokio::task::JoinHandle<()>,
+    tokio::task::JoinHandle<String>,
+) {
+    use tokio::io::AsyncBufReadExt as _;
+    let mut child = tokio::process::Command::new(BIN)
+        .arg("agent")
+        .arg("--url")
+        .arg(s.resource().await)
+        .arg("--token-file")
+        .arg(token_file)
+        .args(["--consent-timeout-secs", "30", "run", code])
         .args(["--max-wait-secs", "60"])
         .env("RUST_LOG", "info")
         .stdin(Stdio::null())
@@ -3508,6 +3606,13 @@ async fn the_agent_binary_runs_a_write_through_consent_and_approval_and_prints_n
             .unwrap();
         e
     });
+    (child, out, reader, err)
+}
+
+/// Plays the user for the consent URL the agent printed: signs in and
+/// allows, then follows the redirect to the agent's loopback listener.
+/// Returns the session cookie and the authorization code.
+async fn consent_for_agent(s: &Server, out: &Printed) -> (String, String) {
     let deadline = Instant::now() + Duration::from_secs(30);
     let url = loop {
         let found = out
@@ -3551,81 +3656,5 @@ async fn the_agent_binary_runs_a_write_through_consent_and_approval_and_prints_n
     let landed = s.http.get(&back).send().await.unwrap();
     assert_eq!(landed.status(), StatusCode::OK);
 
-    // The connected tab approves and runs the write.
-    let tab = Tab::open(&s, &cookie, "tab-1", "page-1").await;
-    tab.connect(true, false).await;
-    let a = tab.approval().await;
-    assert_eq!(a["client"]["name"], "Portcullis agent");
-    assert_eq!(a["args"]["title"], "Groceries");
-    assert_eq!(tab.decide(&a, "once").await, StatusCode::OK);
-    let (worker, jobs) = tab.work();
-    let status = tokio::time::timeout(Duration::from_secs(60), child.wait())
-        .await
-        .expect("the agent finishes")
-        .unwrap();
-    reader.await.unwrap();
-    let err = err.await.unwrap();
-    worker.abort();
-    let out = out.lock().unwrap().clone();
-    assert!(status.success(), "{out}\n{err}");
-    assert!(out.contains("Waiting for approval"), "{out}");
-    assert!(out.contains("Resumed request"), "{out}");
-    let result = out
-        .lines()
-        .find_map(|l| l.strip_prefix("Result: "))
-        .unwrap();
-    let result: Value = serde_json::from_str(result).unwrap();
-    assert_eq!(result[0]["result"]["title"], "Groceries");
-    assert_eq!(jobs.load(Ordering::SeqCst), 1, "one effect");
-    assert_eq!(tab.notes().await.len(), 1);
-
-    // The token file and the output.
-    use std::os::unix::fs::PermissionsExt as _;
-    let mode = std::fs::metadata(&token_file).unwrap().permissions().mode();
-    assert_eq!(mode & 0o777, 0o600);
-    let stored: Value = serde_json::from_slice(&std::fs::read(&token_file).unwrap()).unwrap();
-    let tokens = &stored["credentials"]["token_response"];
-    for secret in [
-        tokens["access_token"].as_str().unwrap(),
-        tokens["refresh_token"].as_str().unwrap(),
-        code.as_str(),
-    ] {
-        assert!(secret.len() > 10);
-        assert!(!out.contains(secret), "a secret in the agent's stdout");
-        assert!(!err.contains(secret), "a secret in the agent's log");
-    }
-    let calls: Vec<&str> = err.lines().filter(|l| l.contains("mcp call")).collect();
-    assert!(
-        calls.iter().all(|l| l.contains("request_id=")
-            && l.contains("protocol_version=")
-            && l.contains("capability=")
-            && l.contains("outcome=")
-            && l.contains("duration_ms=")),
-        "{err}"
-    );
-    assert!(
-        calls
-            .iter()
-            .any(|l| l.contains("capability=\"execute:create_note\" outcome=done")),
-        "{err}"
-    );
-    assert!(
-        !err.contains("Groceries"),
-        "no tool argument or result in the log"
-    );
-
-    // A token file others can read is refused before anything is sent.
-    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let refused = Command::new(BIN)
-        .arg("agent")
-        .arg("--url")
-        .arg(s.resource().await)
-        .arg("--token-file")
-        .arg(&token_file)
-        .arg("search")
-        .output()
-        .unwrap();
-    assert!(!refused.status.success());
-    let text = String::from_utf8_lossy(&refused.stderr);
-    assert!(text.contains("chmod 600"), "{text}");
+    (cookie, code)
 }
