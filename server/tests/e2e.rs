@@ -3658,3 +3658,31 @@ async fn consent_for_agent(s: &Server, out: &Printed) -> (String, String) {
 
     (cookie, code)
 }
+
+/// A denied approval: the agent stops, says a human must act, exits
+/// non-zero, and nothing ran.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_agent_binary_stops_for_a_human_when_the_user_denies() {
+    let s = Server::start(&[]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("agent.json");
+    let (mut child, out, reader, err) = spawn_agent(&s, &token_file, &create_note("Denied")).await;
+    let (cookie, code) = consent_for_agent(&s, &out).await;
+    let tab = Tab::open(&s, &cookie, "tab-1", "page-1").await;
+    tab.connect(true, false).await;
+    let a = tab.approval().await;
+    assert_eq!(tab.decide(&a, "deny").await, StatusCode::OK);
+    let status = tokio::time::timeout(Duration::from_mins(1), child.wait())
+        .await
+        .expect("the agent finishes")
+        .unwrap();
+    reader.await.unwrap();
+    let err = err.await.unwrap();
+    let out = out.lock().unwrap().clone();
+    assert!(!status.success(), "{out}");
+    assert!(out.contains("PERMISSION_DENIED"), "{out}");
+    assert!(out.contains("a human must act"), "{out}");
+    assert!(!out.contains("Result: "), "{out}");
+    assert!(tab.notes().await.is_empty(), "nothing ran");
+    assert!(!err.contains(&code) && !out.contains(&code));
+}
