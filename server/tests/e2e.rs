@@ -3464,7 +3464,8 @@ fn server_cpu_ticks(pid: u32) -> u64 {
 /// authorization code is in anything it printed or logged.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_agent_binary_runs_a_write_through_consent_and_approval_and_prints_no_secret() {
-    let s = Server::start(&[]).await;
+    // 2 s access tokens: the approval below outlasts the first one.
+    let s = Server::start(&["--access-token-ttl-secs", "2", "--jwt-leeway-secs", "0"]).await;
     let dir = tempfile::tempdir().unwrap();
     let token_file = dir.path().join("agent.json");
     let (mut child, out, reader, err) =
@@ -3477,6 +3478,7 @@ async fn the_agent_binary_runs_a_write_through_consent_and_approval_and_prints_n
     let a = tab.approval().await;
     assert_eq!(a["client"]["name"], "Portcullis agent");
     assert_eq!(a["args"]["title"], "Groceries");
+    tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(tab.decide(&a, "once").await, StatusCode::OK);
     let (worker, jobs) = tab.work();
     let status = tokio::time::timeout(Duration::from_mins(1), child.wait())
@@ -3497,9 +3499,29 @@ async fn the_agent_binary_runs_a_write_through_consent_and_approval_and_prints_n
     let result: Value = serde_json::from_str(result).unwrap();
     assert_eq!(result[0]["result"]["title"], "Groceries");
     assert_eq!(jobs.load(Ordering::SeqCst), 1, "one effect");
+    // The expired access token was refreshed, not consented again.
+    let token_calls = s
+        .logs()
+        .lines()
+        .filter(|l| l.contains("route=/token}") && l.contains("status=200"))
+        .count();
+    assert!(token_calls >= 2, "the code exchange and a refresh");
+    assert!(!out.contains("signing in again"), "{out}");
     assert_eq!(tab.notes().await.len(), 1);
 
     assert_agent_kept_its_secrets(&token_file, &out, &err, &code);
+
+    // `search` and `describe` list skills on the same session.
+    let listed = agent_cli(&s, &token_file, &["search", "note"]).await;
+    assert!(listed.status.success(), "{listed:?}");
+    let text = String::from_utf8_lossy(&listed.stdout);
+    assert!(text.contains("create_note\twrite\t"), "{text}");
+    assert!(text.contains("list_notes\tread\t"), "{text}");
+    let described = agent_cli(&s, &token_file, &["describe", "create_note"]).await;
+    assert!(described.status.success(), "{described:?}");
+    let skill: Value = serde_json::from_slice(&described.stdout).unwrap();
+    assert_eq!(skill["name"], "create_note");
+    assert_eq!(skill["inputSchema"]["required"], json!(["title", "body"]));
 
     // A token file others can read is refused before anything is sent.
     std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o644)).unwrap();
@@ -3685,4 +3707,23 @@ async fn the_agent_binary_stops_for_a_human_when_the_user_denies() {
     assert!(!out.contains("Result: "), "{out}");
     assert!(tab.notes().await.is_empty(), "nothing ran");
     assert!(!err.contains(&code) && !out.contains(&code));
+}
+
+/// `portcullis agent <args>` on `token_file`, to its end.
+async fn agent_cli(
+    s: &Server,
+    token_file: &std::path::Path,
+    args: &[&str],
+) -> std::process::Output {
+    tokio::process::Command::new(BIN)
+        .arg("agent")
+        .arg("--url")
+        .arg(s.resource().await)
+        .arg("--token-file")
+        .arg(token_file)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .unwrap()
 }
