@@ -3710,11 +3710,7 @@ async fn the_agent_binary_stops_for_a_human_when_the_user_denies() {
 }
 
 /// `portcullis agent <args>` on `token_file`, to its end.
-async fn agent_cli(
-    s: &Server,
-    token_file: &std::path::Path,
-    args: &[&str],
-) -> std::process::Output {
+async fn agent_cli(s: &Server, token_file: &std::path::Path, args: &[&str]) -> Output {
     tokio::process::Command::new(BIN)
         .arg("agent")
         .arg("--url")
