@@ -3469,7 +3469,7 @@ async fn the_agent_binary_runs_a_write_through_consent_and_approval_and_prints_n
     let dir = tempfile::tempdir().unwrap();
     let token_file = dir.path().join("agent.json");
     let (mut child, out, reader, err) =
-        spawn_agent(&s, &token_file, &create_note("Groceries")).await;
+        spawn_agent(&s, &token_file, &create_note("Groceries"), &[]).await;
     let (cookie, code) = consent_for_agent(&s, &out).await;
 
     // The connected tab approves and runs the write.
@@ -3586,6 +3586,7 @@ async fn spawn_agent(
     s: &Server,
     token_file: &std::path::Path,
     code: &str,
+    options: &[&str],
 ) -> (
     tokio::process::Child,
     Printed,
@@ -3599,6 +3600,7 @@ async fn spawn_agent(
         .arg(s.resource().await)
         .arg("--token-file")
         .arg(token_file)
+        .args(options)
         .args(["--consent-timeout-secs", "30", "run", code])
         .args(["--max-wait-secs", "60"])
         .env("RUST_LOG", "info")
@@ -3635,14 +3637,26 @@ async fn spawn_agent(
 /// allows, then follows the redirect to the agent's loopback listener.
 /// Returns the session cookie and the authorization code.
 async fn consent_for_agent(s: &Server, out: &Printed) -> (String, String) {
+    consent_for_agent_again(s, out, 0, None).await
+}
+
+/// [`consent_for_agent`] for the `nth` consent URL the agent printed,
+/// already signed in with `cookie` when given.
+async fn consent_for_agent_again(
+    s: &Server,
+    out: &Printed,
+    nth: usize,
+    cookie: Option<&str>,
+) -> (String, String) {
     let deadline = Instant::now() + Duration::from_secs(30);
     let url = loop {
         let found = out
             .lock()
             .unwrap()
             .lines()
-            .find_map(|l| l.trim().strip_prefix(&s.base()).map(str::to_owned))
-            .filter(|l| l.starts_with("/authorize?"));
+            .filter_map(|l| l.trim().strip_prefix(&s.base()).map(str::to_owned))
+            .filter(|l| l.starts_with("/authorize?"))
+            .nth(nth);
         if let Some(u) = found {
             break u;
         }
@@ -3661,7 +3675,10 @@ async fn consent_for_agent(s: &Server, out: &Printed) -> (String, String) {
     assert!(redirect.starts_with("http://127.0.0.1:"), "{redirect}");
 
     // The user signs in and allows; the browser follows the redirect.
-    let cookie = s.sign_in(&url, "alice").await;
+    let cookie = match cookie {
+        Some(c) => c.to_owned(),
+        None => s.sign_in(&url, "alice").await,
+    };
     let html = s.get(&url, Some(&cookie)).await.text().await.unwrap();
     assert!(html.contains("Portcullis agent"), "{html}");
     let r = s
@@ -3688,7 +3705,8 @@ async fn the_agent_binary_stops_for_a_human_when_the_user_denies() {
     let s = Server::start(&[]).await;
     let dir = tempfile::tempdir().unwrap();
     let token_file = dir.path().join("agent.json");
-    let (mut child, out, reader, err) = spawn_agent(&s, &token_file, &create_note("Denied")).await;
+    let (mut child, out, reader, err) =
+        spawn_agent(&s, &token_file, &create_note("Denied"), &[]).await;
     let (cookie, code) = consent_for_agent(&s, &out).await;
     let tab = Tab::open(&s, &cookie, "tab-1", "page-1").await;
     tab.connect(true, false).await;
@@ -3722,4 +3740,49 @@ async fn agent_cli(s: &Server, token_file: &std::path::Path, args: &[&str]) -> O
         .output()
         .await
         .unwrap()
+}
+
+/// An agent that signed in with `skills:read` only and asks for a write is
+/// challenged `403 insufficient_scope`: it asks the user for the wider
+/// scope, and the same request id resumes to its result.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_agent_binary_steps_up_its_scope_and_resumes_the_same_request() {
+    let s = Server::start(&[]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("agent.json");
+    let (mut child, out, reader, err) = spawn_agent(
+        &s,
+        &token_file,
+        &create_note("Stepped up"),
+        &["--scope", "skills:read"],
+    )
+    .await;
+    let (cookie, _) = consent_for_agent(&s, &out).await;
+    let tab = Tab::open(&s, &cookie, "tab-1", "page-1").await;
+    tab.connect(true, false).await;
+    let (_, code) = consent_for_agent_again(&s, &out, 1, Some(&cookie)).await;
+    let a = tab.approval().await;
+    assert_eq!(a["args"]["title"], "Stepped up");
+    assert_eq!(tab.decide(&a, "once").await, StatusCode::OK);
+    let (worker, jobs) = tab.work();
+    let status = tokio::time::timeout(Duration::from_mins(1), child.wait())
+        .await
+        .expect("the agent finishes")
+        .unwrap();
+    reader.await.unwrap();
+    let err = err.await.unwrap();
+    worker.abort();
+    let out = out.lock().unwrap().clone();
+    assert!(status.success(), "{out}\n{err}");
+    assert!(out.contains("needs the scope"), "{out}");
+    let ids: std::collections::BTreeSet<&str> = out
+        .lines()
+        .filter_map(|l| l.split("request ").nth(1))
+        .map(|rest| rest.trim_end_matches('.'))
+        .filter(|id| id.len() == 36)
+        .collect();
+    assert_eq!(ids.len(), 1, "one request id throughout: {out}");
+    assert!(err.contains("outcome=http_403_insufficient_scope"), "{err}");
+    assert_eq!(jobs.load(Ordering::SeqCst), 1, "one effect");
+    assert!(!out.contains(&code) && !err.contains(&code));
 }
