@@ -85,6 +85,64 @@ pub(crate) enum Command {
         #[command(subcommand)]
         guard: CheckGuard,
     },
+    /// An MCP agent: signs in to a Portcullis MCP URL (discovery, dynamic
+    /// registration, browser consent on a loopback redirect), then lists
+    /// skills or runs one `execute` through approval to its result.
+    Agent(AgentArgs),
+}
+
+/// `portcullis agent`.
+#[derive(Debug, Args)]
+pub(crate) struct AgentArgs {
+    /// The MCP URL (as `portcullis serve` prints it).
+    #[arg(long)]
+    pub(crate) url: String,
+    /// Where the agent keeps its client registration and tokens: created
+    /// with mode 0600; refused when its group or other users can read it.
+    /// Default `$XDG_CONFIG_HOME/portcullis/agent.json` (or
+    /// `~/.config/portcullis/agent.json`).
+    #[arg(long)]
+    pub(crate) token_file: Option<PathBuf>,
+    /// Also open the consent URL in the default browser (`xdg-open`); it is
+    /// always printed.
+    #[arg(long)]
+    pub(crate) open: bool,
+    /// Seconds to wait for the browser's redirect after printing the
+    /// consent URL.
+    #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub(crate) consent_timeout_secs: u64,
+    /// The scopes to ask for, space-separated.
+    #[arg(long, default_value = "skills:read skills:write")]
+    pub(crate) scope: String,
+    /// What to do.
+    #[command(subcommand)]
+    pub(crate) action: AgentAction,
+}
+
+/// `portcullis agent …`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum AgentAction {
+    /// Describe every skill (name, effect, input schema), or one.
+    Describe {
+        /// Only this skill.
+        name: Option<String>,
+    },
+    /// Search the skills (name, effect, description); empty: all.
+    Search {
+        /// The query.
+        #[arg(default_value = "")]
+        query: String,
+    },
+    /// Run one `execute` through approval to its result. `code` is the
+    /// server's program, e.g. `[{"skill":"create_note","args":{...}}]`.
+    Run {
+        /// The code to run.
+        code: String,
+        /// Give up after waiting this many seconds in total (approval,
+        /// rate limits, retries).
+        #[arg(long, default_value_t = 900, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+        max_wait_secs: u64,
+    },
 }
 
 /// `portcullis serve`.
@@ -130,6 +188,14 @@ pub(crate) struct ServeArgs {
     /// on this machine act as a client's document host.
     #[arg(long)]
     pub(crate) dev_loopback_client_documents: bool,
+    /// `execute` rate limit per grant: milliseconds between calls at the
+    /// sustained rate (default 100; 0 switches the limit off). A refused
+    /// call answers `RATE_LIMITED` with `retryAfterMs`.
+    #[arg(long)]
+    pub(crate) execute_rate_interval_ms: Option<u64>,
+    /// `execute` calls a grant may make back to back from rest (default 32).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) execute_rate_burst: Option<u32>,
     /// Connection limits and timeouts.
     #[command(flatten)]
     pub(crate) limits: ConnLimits,

@@ -4,6 +4,7 @@
 //! the policy core for every decision. See `portcullis --help`.
 
 mod admin;
+mod agent;
 mod check;
 mod cli;
 mod clock;
@@ -54,6 +55,10 @@ fn main() -> ExitCode {
         Command::Tokens { db, action } => admin::tokens(&db.db, action, &mut out),
         Command::Token { action } => admin::token(action, std::io::stdin().lock(), &mut out),
         Command::Check { guard } => check::run(guard, std::io::stdin().lock(), &mut out),
+        Command::Agent(args) => {
+            drop(out);
+            agent::run_blocking(args)
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -7,6 +7,7 @@
 
 use std::io::Write as _;
 use std::net::TcpListener;
+use std::os::unix::fs::PermissionsExt as _;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -3453,4 +3454,335 @@ fn server_cpu_ticks(pid: u32) -> u64 {
     let fields: Vec<&str> = rest.split(' ').collect();
     // `rest` starts at field 3 (the state).
     fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+/// `portcullis agent run` against the server, its user played over plain
+/// HTTP: the agent prints a consent URL, the user signs in and allows it
+/// (the redirect reaches the agent's loopback listener), a connected tab
+/// approves and performs the write; the agent prints its progress and the
+/// result. Its token file is 0600, and no token, refresh token or
+/// authorization code is in anything it printed or logged.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_agent_binary_runs_a_write_through_consent_and_approval_and_prints_no_secret() {
+    // 2 s access tokens: the approval below outlasts the first one.
+    let s = Server::start(&["--access-token-ttl-secs", "2", "--jwt-leeway-secs", "0"]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("agent.json");
+    let (mut child, out, reader, err) =
+        spawn_agent(&s, &token_file, &create_note("Groceries"), &[]).await;
+    let (cookie, code) = consent_for_agent(&s, &out).await;
+
+    // The connected tab approves and runs the write.
+    let tab = Tab::open(&s, &cookie, "tab-1", "page-1").await;
+    tab.connect(true, false).await;
+    let a = tab.approval().await;
+    assert_eq!(a["client"]["name"], "Portcullis agent");
+    assert_eq!(a["args"]["title"], "Groceries");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(tab.decide(&a, "once").await, StatusCode::OK);
+    let (worker, jobs) = tab.work();
+    let status = tokio::time::timeout(Duration::from_mins(1), child.wait())
+        .await
+        .expect("the agent finishes")
+        .unwrap();
+    reader.await.unwrap();
+    let err = err.await.unwrap();
+    worker.abort();
+    let out = out.lock().unwrap().clone();
+    assert!(status.success(), "{out}\n{err}");
+    assert!(out.contains("Waiting for approval"), "{out}");
+    assert!(out.contains("Resumed request"), "{out}");
+    let result = out
+        .lines()
+        .find_map(|l| l.strip_prefix("Result: "))
+        .unwrap();
+    let result: Value = serde_json::from_str(result).unwrap();
+    assert_eq!(result[0]["result"]["title"], "Groceries");
+    assert_eq!(jobs.load(Ordering::SeqCst), 1, "one effect");
+    // The expired access token was refreshed, not consented again.
+    let token_calls = s
+        .logs()
+        .lines()
+        .filter(|l| l.contains("route=/token}") && l.contains("status=200"))
+        .count();
+    assert!(token_calls >= 2, "the code exchange and a refresh");
+    assert!(!out.contains("signing in again"), "{out}");
+    assert_eq!(tab.notes().await.len(), 1);
+
+    assert_agent_kept_its_secrets(&token_file, &out, &err, &code);
+
+    // `search` and `describe` list skills on the same session.
+    let listed = agent_cli(&s, &token_file, &["search", "note"]).await;
+    assert!(listed.status.success(), "{listed:?}");
+    let text = String::from_utf8_lossy(&listed.stdout);
+    assert!(text.contains("create_note\twrite\t"), "{text}");
+    assert!(text.contains("list_notes\tread\t"), "{text}");
+    let described = agent_cli(&s, &token_file, &["describe", "create_note"]).await;
+    assert!(described.status.success(), "{described:?}");
+    let skill: Value = serde_json::from_slice(&described.stdout).unwrap();
+    assert_eq!(skill["name"], "create_note");
+    assert_eq!(skill["inputSchema"]["required"], json!(["title", "body"]));
+
+    // A token file others can read is refused before anything is sent.
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let refused = Command::new(BIN)
+        .arg("agent")
+        .arg("--url")
+        .arg(s.resource().await)
+        .arg("--token-file")
+        .arg(&token_file)
+        .arg("search")
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let text = String::from_utf8_lossy(&refused.stderr);
+    assert!(text.contains("chmod 600"), "{text}");
+}
+
+/// The agent's token file is 0600 and no secret of it (nor the code) is in
+/// its stdout or log; its log has one line per call with the document's
+/// fields and no tool argument.
+fn assert_agent_kept_its_secrets(token_file: &std::path::Path, out: &str, err: &str, code: &str) {
+    let mode = std::fs::metadata(token_file).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let stored: Value = serde_json::from_slice(&std::fs::read(token_file).unwrap()).unwrap();
+    let tokens = &stored["credentials"]["token_response"];
+    for secret in [
+        tokens["access_token"].as_str().unwrap(),
+        tokens["refresh_token"].as_str().unwrap(),
+        code,
+    ] {
+        assert!(secret.len() > 10);
+        assert!(!out.contains(secret), "a secret in the agent's stdout");
+        assert!(!err.contains(secret), "a secret in the agent's log");
+    }
+    let calls: Vec<&str> = err.lines().filter(|l| l.contains("mcp call")).collect();
+    assert!(
+        calls.iter().all(|l| l.contains("request_id=")
+            && l.contains("protocol_version=")
+            && l.contains("capability=")
+            && l.contains("outcome=")
+            && l.contains("duration_ms=")),
+        "{err}"
+    );
+    assert!(
+        calls
+            .iter()
+            .any(|l| l.contains("capability=\"execute:create_note\" outcome=done")),
+        "{err}"
+    );
+    assert!(
+        !err.contains("Groceries"),
+        "no tool argument or result in the log"
+    );
+}
+
+/// What a spawned agent printed so far, shared with its reader task.
+type Printed = std::sync::Arc<std::sync::Mutex<String>>;
+
+/// Spawns `portcullis agent run <code>`; its stdout is collected line by
+/// line, its stderr whole.
+async fn spawn_agent(
+    s: &Server,
+    token_file: &std::path::Path,
+    code: &str,
+    options: &[&str],
+) -> (
+    tokio::process::Child,
+    Printed,
+    tokio::task::JoinHandle<()>,
+    tokio::task::JoinHandle<String>,
+) {
+    use tokio::io::AsyncBufReadExt as _;
+    let mut child = tokio::process::Command::new(BIN)
+        .arg("agent")
+        .arg("--url")
+        .arg(s.resource().await)
+        .arg("--token-file")
+        .arg(token_file)
+        .args(options)
+        .args(["--consent-timeout-secs", "30", "run", code])
+        .args(["--max-wait-secs", "60"])
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let out = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let reader = {
+        let out = out.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(l)) = lines.next_line().await {
+                let mut o = out.lock().unwrap();
+                o.push_str(&l);
+                o.push('\n');
+            }
+        })
+    };
+    let mut stderr = child.stderr.take().unwrap();
+    let err = tokio::spawn(async move {
+        let mut e = String::new();
+        tokio::io::AsyncReadExt::read_to_string(&mut stderr, &mut e)
+            .await
+            .unwrap();
+        e
+    });
+    (child, out, reader, err)
+}
+
+/// Plays the user for the consent URL the agent printed: signs in and
+/// allows, then follows the redirect to the agent's loopback listener.
+/// Returns the session cookie and the authorization code.
+async fn consent_for_agent(s: &Server, out: &Printed) -> (String, String) {
+    consent_for_agent_again(s, out, 0, None).await
+}
+
+/// [`consent_for_agent`] for the `nth` consent URL the agent printed,
+/// already signed in with `cookie` when given.
+async fn consent_for_agent_again(
+    s: &Server,
+    out: &Printed,
+    nth: usize,
+    cookie: Option<&str>,
+) -> (String, String) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let url = loop {
+        let found = out
+            .lock()
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix(&s.base()).map(str::to_owned))
+            .filter(|l| l.starts_with("/authorize?"))
+            .nth(nth);
+        if let Some(u) = found {
+            break u;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no consent URL: {}",
+            out.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        param(&url, "code_challenge_method").as_deref(),
+        Some("S256")
+    );
+    let redirect = param(&url, "redirect_uri").unwrap();
+    assert!(redirect.starts_with("http://127.0.0.1:"), "{redirect}");
+
+    // The user signs in and allows; the browser follows the redirect.
+    let cookie = match cookie {
+        Some(c) => c.to_owned(),
+        None => s.sign_in(&url, "alice").await,
+    };
+    let html = s.get(&url, Some(&cookie)).await.text().await.unwrap();
+    assert!(html.contains("Portcullis agent"), "{html}");
+    let r = s
+        .post_form(
+            &url,
+            Some(&cookie),
+            &[("intent", "allow"), ("csrf", &csrf_of(&html))],
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::FOUND);
+    let back = header(r.headers(), "location");
+    assert!(back.starts_with(&redirect), "{back}");
+    let code = param(&back, "code").unwrap();
+    let landed = s.http.get(&back).send().await.unwrap();
+    assert_eq!(landed.status(), StatusCode::OK);
+
+    (cookie, code)
+}
+
+/// A denied approval: the agent stops, says a human must act, exits
+/// non-zero, and nothing ran.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_agent_binary_stops_for_a_human_when_the_user_denies() {
+    let s = Server::start(&[]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("agent.json");
+    let (mut child, out, reader, err) =
+        spawn_agent(&s, &token_file, &create_note("Denied"), &[]).await;
+    let (cookie, code) = consent_for_agent(&s, &out).await;
+    let tab = Tab::open(&s, &cookie, "tab-1", "page-1").await;
+    tab.connect(true, false).await;
+    let a = tab.approval().await;
+    assert_eq!(tab.decide(&a, "deny").await, StatusCode::OK);
+    let status = tokio::time::timeout(Duration::from_mins(1), child.wait())
+        .await
+        .expect("the agent finishes")
+        .unwrap();
+    reader.await.unwrap();
+    let err = err.await.unwrap();
+    let out = out.lock().unwrap().clone();
+    assert!(!status.success(), "{out}");
+    assert!(out.contains("PERMISSION_DENIED"), "{out}");
+    assert!(out.contains("a human must act"), "{out}");
+    assert!(!out.contains("Result: "), "{out}");
+    assert!(tab.notes().await.is_empty(), "nothing ran");
+    assert!(!err.contains(&code) && !out.contains(&code));
+}
+
+/// `portcullis agent <args>` on `token_file`, to its end.
+async fn agent_cli(s: &Server, token_file: &std::path::Path, args: &[&str]) -> Output {
+    tokio::process::Command::new(BIN)
+        .arg("agent")
+        .arg("--url")
+        .arg(s.resource().await)
+        .arg("--token-file")
+        .arg(token_file)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .unwrap()
+}
+
+/// An agent that signed in with `skills:read` only and asks for a write is
+/// challenged `403 insufficient_scope`: it asks the user for the wider
+/// scope, and the same request id resumes to its result.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_agent_binary_steps_up_its_scope_and_resumes_the_same_request() {
+    let s = Server::start(&[]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("agent.json");
+    let (mut child, out, reader, err) = spawn_agent(
+        &s,
+        &token_file,
+        &create_note("Stepped up"),
+        &["--scope", "skills:read"],
+    )
+    .await;
+    let (cookie, _) = consent_for_agent(&s, &out).await;
+    let tab = Tab::open(&s, &cookie, "tab-1", "page-1").await;
+    tab.connect(true, false).await;
+    let (_, code) = consent_for_agent_again(&s, &out, 1, Some(&cookie)).await;
+    let a = tab.approval().await;
+    assert_eq!(a["args"]["title"], "Stepped up");
+    assert_eq!(tab.decide(&a, "once").await, StatusCode::OK);
+    let (worker, jobs) = tab.work();
+    let status = tokio::time::timeout(Duration::from_mins(1), child.wait())
+        .await
+        .expect("the agent finishes")
+        .unwrap();
+    reader.await.unwrap();
+    let err = err.await.unwrap();
+    worker.abort();
+    let out = out.lock().unwrap().clone();
+    assert!(status.success(), "{out}\n{err}");
+    assert!(out.contains("needs the scope"), "{out}");
+    let ids: std::collections::BTreeSet<&str> = out
+        .lines()
+        .filter_map(|l| l.split("request ").nth(1))
+        .map(|rest| rest.trim_end_matches('.'))
+        .filter(|id| id.len() == 36)
+        .collect();
+    assert_eq!(ids.len(), 1, "one request id throughout: {out}");
+    assert!(err.contains("outcome=http_403_insufficient_scope"), "{err}");
+    assert_eq!(jobs.load(Ordering::SeqCst), 1, "one effect");
+    assert!(!out.contains(&code) && !err.contains(&code));
 }

@@ -183,6 +183,12 @@ fn policy(args: &ServeArgs) -> Policy {
     if let Some(s) = args.jwt_leeway_secs {
         p.jwt_leeway = Duration::from_secs(s);
     }
+    if let Some(ms) = args.execute_rate_interval_ms {
+        p.execute_rate.interval_ms = ms;
+    }
+    if let Some(burst) = args.execute_rate_burst {
+        p.execute_rate.burst = burst;
+    }
     p.loopback_client_documents = args.dev_loopback_client_documents;
     p
 }
