@@ -438,14 +438,27 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
         documents: documents::Documents::new(args.dev_loopback_client_documents)?,
         stopping: stop_rx,
     });
+    // The synchronous PostgreSQL driver runs a small runtime of its own per
+    // connection and panics when one is made, used or dropped on a Tokio
+    // worker: the listener connects on the blocking pool, and the store is
+    // kept for the life of the process so that its pool is never dropped on
+    // a worker either (whichever task held the last `App`).
+    let _ = KEEP_STORE.set(Arc::clone(app.engine.store()));
     let listener_app = Arc::downgrade(&app);
-    notify::listen(&args.db, &app.fanout, move |event| {
-        if let Some(app) = listener_app.upgrade() {
-            app.on_event(event);
-        }
-    })?;
-    // Changes committed before the listener started are in the store.
-    app.site_changed();
+    let db_args = args.db.clone();
+    let for_listener = Arc::clone(&app);
+    tokio::task::spawn_blocking(move || {
+        notify::listen(&db_args, &for_listener.fanout, move |event| {
+            if let Some(app) = listener_app.upgrade() {
+                app.on_event(event);
+            }
+        })?;
+        // Changes committed before the listener started are in the store.
+        for_listener.site_changed();
+        Ok::<_, String>(())
+    })
+    .await
+    .map_err(|e| e.to_string())??;
     banner(&public, &site.resource(), site.enabled, bound);
     if !app.secure {
         tracing::warn!(
@@ -465,6 +478,9 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
     tracing::info!("stopped");
     Ok(())
 }
+
+/// The store of the running server, never dropped (see [`run`]).
+static KEEP_STORE: std::sync::OnceLock<Arc<Db>> = std::sync::OnceLock::new();
 
 /// Undecided requests one start-up transaction looks at.
 const ABANDON_BUDGET: usize = 512;
