@@ -6,6 +6,10 @@
 //! `export PORTCULLIS_TEST_POSTGRES_URL="$(store-postgres/test-cluster.sh
 //! start)"`); without it every test here says so and passes. Each test runs
 //! in a schema of its own, dropped at the end.
+#![allow(
+    clippy::unwrap_used,
+    reason = "test helpers: a failed unwrap is a failed test"
+)]
 
 use std::net::TcpListener;
 use std::path::Path;
@@ -313,9 +317,8 @@ impl Pair {
         (r.status(), r.json().await.unwrap_or(Value::Null))
     }
 
-    /// An MCP `initialize` at instance `i` with `bearer`.
-    async fn mcp(&self, i: usize, mcp_url: &str, bearer: &str) -> StatusCode {
-        let _ = i;
+    /// An MCP `initialize` at `mcp_url` with `bearer`.
+    async fn mcp(&self, mcp_url: &str, bearer: &str) -> StatusCode {
         let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
             "protocolVersion": "2025-06-18", "capabilities": {},
             "clientInfo": {"name": "e2e", "version": "1"}}});
@@ -425,15 +428,15 @@ async fn the_off_switch_and_key_rotation_from_the_cli_reach_both_instances_at_on
     let access = tokens["access_token"].as_str().unwrap();
     let refresh = tokens["refresh_token"].as_str().unwrap();
     let (a, b) = (pair.mcp_url(0), pair.mcp_url(1));
-    assert_eq!(pair.mcp(0, &a, access).await, StatusCode::OK);
-    assert_eq!(pair.mcp(1, &b, access).await, StatusCode::OK);
+    assert_eq!(pair.mcp(&a, access).await, StatusCode::OK);
+    assert_eq!(pair.mcp(&b, access).await, StatusCode::OK);
 
     // The CLI works while both serve (no exclusive lock), and the next
     // request on either instance sees the change: no restart.
     assert_eq!(pair.cli(&["site", "disable"])[0]["enabled"], false);
     for (i, u) in [(0, &a), (1, &b)] {
         assert_eq!(
-            pair.mcp(i, u, access).await,
+            pair.mcp(u, access).await,
             StatusCode::SERVICE_UNAVAILABLE,
             "instance {i}"
         );
@@ -444,7 +447,7 @@ async fn the_off_switch_and_key_rotation_from_the_cli_reach_both_instances_at_on
     }
     assert_eq!(pair.cli(&["site", "enable"])[0]["enabled"], true);
     for (i, u) in [(0, &a), (1, &b)] {
-        assert_eq!(pair.mcp(i, u, access).await, StatusCode::OK, "instance {i}");
+        assert_eq!(pair.mcp(u, access).await, StatusCode::OK, "instance {i}");
     }
 
     // Rotation: a new MCP URL on both; the old one answers 404 on both
@@ -464,7 +467,7 @@ async fn the_off_switch_and_key_rotation_from_the_cli_reach_both_instances_at_on
     // The NOTIFY is asynchronous: allow it a moment, far below any poll.
     let deadline = Instant::now() + Duration::from_secs(2);
     loop {
-        let old = [pair.mcp(0, &a, access).await, pair.mcp(1, &b, access).await];
+        let old = [pair.mcp(&a, access).await, pair.mcp(&b, access).await];
         if old == [StatusCode::NOT_FOUND; 2] {
             break;
         }
@@ -476,7 +479,7 @@ async fn the_off_switch_and_key_rotation_from_the_cli_reach_both_instances_at_on
     }
     for (i, u) in [(0, &new_a), (1, &new_b)] {
         assert_eq!(
-            pair.mcp(i, u, access).await,
+            pair.mcp(u, access).await,
             StatusCode::UNAUTHORIZED,
             "instance {i}: grants revoked"
         );
