@@ -222,6 +222,13 @@ impl Pair {
     /// Registration, sign-in, consent and code exchange on instance 0:
     /// the client id and the token response.
     async fn login(&self, user: &str) -> (String, Value) {
+        let (client_id, tokens, _) = self.login_with(user, "skills:read").await;
+        (client_id, tokens)
+    }
+
+    /// [`Pair::login`] for `scope`; also the session cookie (valid on
+    /// instance 0 only: browser sessions are per instance).
+    async fn login_with(&self, user: &str, scope: &str) -> (String, Value, String) {
         let r = self
             .http
             .post(self.url(0, "/register"))
@@ -246,7 +253,7 @@ impl Pair {
             ("code_challenge", challenge.as_str()),
             ("code_challenge_method", "S256"),
             ("resource", site["resource"].as_str().unwrap()),
-            ("scope", "skills:read"),
+            ("scope", scope),
         ]);
         let path = format!("/authorize?{query}");
         let r = self
@@ -298,7 +305,26 @@ impl Pair {
             )
             .await;
         assert_eq!(r.status(), StatusCode::OK, "the code from A redeems at B");
-        (client_id, r.json().await.unwrap())
+        (client_id, r.json().await.unwrap(), cookie)
+    }
+
+    /// `tools/call` at `mcp_url`: the structured result.
+    async fn tool(&self, mcp_url: &str, bearer: &str, name: &str, arguments: Value) -> Value {
+        let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                          "params": {"name": name, "arguments": arguments}});
+        let r = self
+            .http
+            .post(mcp_url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-06-18")
+            .header("authorization", format!("Bearer {bearer}"))
+            .body(call.to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        r.json::<Value>().await.unwrap()["result"]["structuredContent"].clone()
     }
 
     async fn refresh(&self, i: usize, client_id: &str, token: &str) -> (StatusCode, Value) {
@@ -484,4 +510,120 @@ async fn the_off_switch_and_key_rotation_from_the_cli_reach_both_instances_at_on
             "instance {i}: grants revoked"
         );
     }
+}
+
+/// The connected tab of a browser signed in on instance 0.
+#[derive(Clone)]
+struct Tab {
+    http: reqwest::Client,
+    base: String,
+    cookie: String,
+    csrf: String,
+}
+
+impl Tab {
+    async fn open(pair: &Pair, cookie: &str) -> Self {
+        let html = pair
+            .http
+            .get(pair.url(0, "/agents"))
+            .header("cookie", cookie)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let at = html.find("name=\"csrf\" value=\"").expect("a csrf field") + 19;
+        let tab = Self {
+            http: pair.http.clone(),
+            base: pair.url(0, ""),
+            cookie: cookie.to_owned(),
+            csrf: html[at..].split('"').next().unwrap().to_owned(),
+        };
+        let hello =
+            json!({"tabId": "tab-1", "pageInstance": "page-1", "visible": true, "takeOver": false});
+        let (status, v) = tab.post("/agents/tab/connect", &hello).await;
+        assert_eq!(status, StatusCode::OK, "{v}");
+        tab
+    }
+
+    async fn post(&self, path: &str, body: &Value) -> (StatusCode, Value) {
+        let r = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .header("cookie", &self.cookie)
+            .header("x-csrf-token", &self.csrf)
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap();
+        let status = r.status();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn poll(&self, since: u64) -> Value {
+        let r = self
+            .http
+            .get(format!(
+                "{}/agents/tab/work?tabId=tab-1&pageInstance=page-1&since={since}",
+                self.base
+            ))
+            .header("cookie", &self.cookie)
+            .header("x-csrf-token", &self.csrf)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        r.json().await.unwrap()
+    }
+}
+
+const REQUEST: &str = "0190b2a4-7c3e-7def-8abc-000000000001";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_asked_through_b_wakes_the_tab_on_a_and_one_request_id_is_admitted_once() {
+    let Some(url) = database("cross-instance wake-up") else {
+        return;
+    };
+    let pair = Pair::start(&url, "wake", &[]).await;
+    let (_, tokens, cookie) = pair.login_with("alice", "skills:read skills:write").await;
+    let access = tokens["access_token"].as_str().unwrap().to_owned();
+    let tab = Tab::open(&pair, &cookie).await;
+    let version = tab.poll(0).await["version"].as_u64().unwrap();
+
+    // A long-poll waits on A; the call goes to B.
+    let parked = {
+        let tab = tab.clone();
+        tokio::spawn(async move {
+            let began = Instant::now();
+            (tab.poll(version).await, began.elapsed())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let code = json!([{"skill": "create_note", "args": {"title": "Groceries", "body": "milk"}}])
+        .to_string();
+    let call = json!({"requestId": REQUEST, "code": code});
+    let (a_url, b_url) = (pair.mcp_url(0), pair.mcp_url(1));
+    let v = pair.tool(&b_url, &access, "execute", call.clone()).await;
+    assert_eq!(v["status"], "approval_pending", "{v}");
+    let (woken, waited) = parked.await.unwrap();
+    assert!(
+        waited < Duration::from_secs(5),
+        "B's NOTIFY woke the poll on A ({waited:?}; a poll waits 25 s otherwise)"
+    );
+    let approvals = woken["approvals"].as_array().unwrap();
+    assert_eq!(approvals.len(), 1, "{woken}");
+    assert_eq!(approvals[0]["requestId"], REQUEST);
+
+    // The same requestId raced on both: one request, one approval.
+    let (x, y) = tokio::join!(
+        pair.tool(&a_url, &access, "execute", call.clone()),
+        pair.tool(&b_url, &access, "execute", call.clone())
+    );
+    assert_eq!(x["status"], "approval_pending", "{x}");
+    assert_eq!(y["status"], "approval_pending", "{y}");
+    assert_eq!(x["approval"], y["approval"]);
+    let now = tab.poll(0).await;
+    assert_eq!(now["approvals"].as_array().unwrap().len(), 1, "{now}");
 }
