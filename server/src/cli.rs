@@ -252,7 +252,8 @@ pub(crate) enum TokensAction {
 pub(crate) enum TokenAction {
     /// Decode a JWT and verify it against the key file beside the database.
     Inspect {
-        /// The database (its key file is `<db>.keys`).
+        /// The database: its key file is `--key-file`, or `<db>.keys`
+        /// beside a redb file.
         #[command(flatten)]
         db: DbArgs,
         /// Also require this audience.

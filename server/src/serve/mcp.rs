@@ -3,7 +3,8 @@
 //!
 //! * [`guard`] (an axum middleware on the route) runs **first**: the path
 //!   key must be the site's current public key (else 404; compared with
-//!   the key read at start, see `App::mcp_key`), a token in the
+//!   the key read at start and re-read on every other instance's or the
+//!   CLI's site change, see `App::mcp_key`), a token in the
 //!   query is refused, and the core's `verify_bearer` (or, for a minted
 //!   agent token, `verify_agent_token`) decides; refusals copy the core's
 //!   challenge (`400`/`401`/`403` with `WWW-Authenticate`) or `503` with
