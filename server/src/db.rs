@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use portcullis_core::store::{
     Entry, ReadTransaction, Savepoint, Store, StoreError, Table, WriteTransaction,
 };
-use portcullis_store_postgres::{PostgresConfig, PostgresRead, PostgresStore, PostgresWrite};
+use portcullis_store_postgres::{PostgresRead, PostgresStore, PostgresWrite};
 use portcullis_store_redb::{RedbRead, RedbStore, RedbWrite};
 
 /// Where the server's state lives, as `--db` names it.
@@ -59,15 +59,19 @@ impl Location {
         }
     }
 
-    /// A name for messages: the path, or `user@host:port/db` without the
-    /// password.
+    /// A name for messages: the path, or the URL without its password and
+    /// query (where a `password=` parameter could hide).
     pub(crate) fn describe(&self) -> String {
         match self {
             Self::Redb(p) => p.display().to_string(),
-            Self::Postgres(url) => PostgresConfig::parse(url).map_or_else(
-                |_| "postgres://(unparsable)".to_owned(),
-                |c| format!("{c:?}"),
-            ),
+            Self::Postgres(url) => url::Url::parse(url)
+                .ok()
+                .and_then(|mut u| {
+                    u.set_password(None).ok()?;
+                    u.set_query(None);
+                    Some(u.to_string())
+                })
+                .unwrap_or_else(|| "postgres://(unparsable URL)".to_owned()),
         }
     }
 }
@@ -230,6 +234,9 @@ mod tests {
         assert!(l.postgres_url().is_some() && l.redb_path().is_none());
         assert!(!format!("{l:?}").contains("s3cret-pw"), "{l:?}");
         assert!(!l.describe().contains("s3cret-pw"));
+        let q = Location::parse("postgresql://u@127.0.0.1/db?password=s3cret-pw").unwrap();
+        assert!(!q.describe().contains("s3cret-pw"), "{q:?}");
+        assert!(q.describe().starts_with("postgresql://u@127.0.0.1/db"));
         let f = Location::parse("portcullis.redb").unwrap();
         assert_eq!(f.redb_path(), Some(Path::new("portcullis.redb")));
         assert!(Location::parse("").is_err());

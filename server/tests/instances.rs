@@ -410,10 +410,14 @@ async fn one_refresh_token_raced_across_two_instances_rotates_once() {
     let grants = pair.cli(&["grants", "list"]);
     assert_eq!(grants.len(), 1);
     assert_eq!(grants[0]["status"], "live");
-    assert!(
-        !pair.logs().contains(&url),
-        "the connection string is never logged"
-    );
+    let password = url
+        .split_once("://")
+        .and_then(|(_, rest)| rest.split_once('@'))
+        .and_then(|(credentials, _)| credentials.split_once(':'))
+        .map(|(_, p)| p.to_owned());
+    if let Some(p) = password.filter(|p| p.len() >= 8) {
+        assert!(!pair.logs().contains(&p), "the password is never logged");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
