@@ -1,5 +1,5 @@
-//! Refresh rotations per second on redb with durable commits, at 1, 8 and
-//! 64 concurrent callers (each rotating its own grant in a loop): one
+//! Refresh rotations per second on the memory store and on redb with
+//! durable commits, at 1, 8 and 64 concurrent callers (each rotating its own grant in a loop): one
 //! commit per rotation (`Engine::token`) against the group committer
 //! (`GroupCommitter::run` of `Engine::token_in`). With
 //! `PORTCULLIS_BENCH_POSTGRES_URL` set (a cluster with durable commits:
@@ -184,6 +184,7 @@ fn drive(tokens: &mut [String], rounds: u64, rotate: &(dyn Fn(&str) -> String + 
 }
 
 fn rotations(c: &mut Criterion) {
+    rotations_on(c, "memory_refresh_rotation", |_| (MemoryStore::new(), ()));
     rotations_on(c, "redb_refresh_rotation", |_| redb());
     if let Ok(url) = std::env::var(POSTGRES_URL) {
         rotations_on(c, "postgres_refresh_rotation", |callers| {
