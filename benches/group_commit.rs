@@ -1,10 +1,14 @@
-//! Refresh rotations per second on redb with durable commits, at 1, 8 and
-//! 64 concurrent callers (each rotating its own grant in a loop): one
+//! Refresh rotations per second on the memory store and on redb with
+//! durable commits, at 1, 8 and 64 concurrent callers (each rotating its own grant in a loop): one
 //! commit per rotation (`Engine::token`) against the group committer
 //! (`GroupCommitter::run` of `Engine::token_in`). With
 //! `PORTCULLIS_BENCH_POSTGRES_URL` set (a cluster with durable commits:
 //! `store-postgres/test-cluster.sh start --durable`), the same on
 //! PostgreSQL.
+//!
+//! Also bearer verification (`Engine::verify_bearer`: the JWT check and
+//! the grant read) on the memory store, redb and, with the variable set,
+//! PostgreSQL: a read transaction per call, one round trip on PostgreSQL.
 //!
 //! `cargo bench --bench group_commit`; criterion reports the time per
 //! rotation and rotations per second (throughput).
@@ -17,13 +21,15 @@
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use criterion::measurement::WallTime;
+use criterion::{BenchmarkGroup, Criterion, Throughput, criterion_group, criterion_main};
 use portcullis::form::encode_pairs;
 use portcullis::header::HeaderField;
 use portcullis::jwt::{Keyring, SigningKey};
 use portcullis::pkce::{CodeChallenge, CodeVerifier};
+use portcullis::scope::ScopeSet;
 use portcullis::site::{SiteConfig, SiteId};
-use portcullis::store::{Durability, GroupCommitter, RedbStore, Store};
+use portcullis::store::{Durability, GroupCommitter, MemoryStore, RedbStore, Store};
 use portcullis::{Engine, Policy, Timestamp};
 use portcullis_store_postgres::{PostgresConfig, PostgresStore};
 use rand::SeedableRng;
@@ -178,6 +184,7 @@ fn drive(tokens: &mut [String], rounds: u64, rotate: &(dyn Fn(&str) -> String + 
 }
 
 fn rotations(c: &mut Criterion) {
+    rotations_on(c, "memory_refresh_rotation", |_| (MemoryStore::new(), ()));
     rotations_on(c, "redb_refresh_rotation", |_| redb());
     if let Ok(url) = std::env::var(POSTGRES_URL) {
         rotations_on(c, "postgres_refresh_rotation", |callers| {
@@ -262,5 +269,56 @@ where
     g.finish();
 }
 
-criterion_group!(benches, rotations);
+/// `Engine::verify_bearer` on each store, one caller.
+fn bearer(c: &mut Criterion) {
+    let mut g = c.benchmark_group("verify_bearer");
+    g.sample_size(20)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+        .throughput(Throughput::Elements(1));
+    bearer_on(&mut g, "memory", MemoryStore::new());
+    let (store, _dir) = redb();
+    bearer_on(&mut g, "redb", store);
+    if let Ok(url) = std::env::var(POSTGRES_URL) {
+        let (store, ()) = postgres(&url, "bench_bearer", 1);
+        bearer_on(&mut g, "postgres", store);
+    } else {
+        eprintln!("verify_bearer/postgres: skipped ({POSTGRES_URL} is not set)");
+    }
+    g.finish();
+}
+
+fn bearer_on<S: Store + Send + Sync + 'static>(
+    g: &mut BenchmarkGroup<'_, WallTime>,
+    name: &str,
+    store: S,
+) {
+    let (engine, site, client, tokens) = setup(store, 1);
+    let now = Timestamp::from_secs(NOW);
+    let issued = engine
+        .token(
+            &site,
+            &refresh_body(&tokens[0], &client),
+            HeaderField::ABSENT,
+            &mut rand::rng(),
+            now,
+        )
+        .unwrap();
+    let header = format!("Bearer {}", issued.access_token.expose_secret());
+    let required = ScopeSet::default();
+    g.bench_function(name, |b| {
+        b.iter(|| {
+            engine
+                .verify_bearer(
+                    &site,
+                    HeaderField::one(std::hint::black_box(&header)),
+                    &required,
+                    now,
+                )
+                .unwrap()
+        });
+    });
+}
+
+criterion_group!(benches, rotations, bearer);
 criterion_main!(benches);

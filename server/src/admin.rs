@@ -1,13 +1,15 @@
 //! The admin subcommands on the server's database: grants, the site's off
 //! switch and key, agent tokens, and token inspection.
 //!
-//! They open the redb file directly, and redb allows one process at a time:
-//! while `portcullis serve` runs they refuse with a clear message (stop the
-//! server, run the command, start it again). Output is one JSON object per
-//! line on stdout.
+//! They open the database directly. On a redb file, which allows one
+//! process at a time, they refuse with a clear message while `portcullis
+//! serve` runs (stop the server, run the command, start it again). On
+//! PostgreSQL they run beside any number of servers; a change to the site
+//! (off switch, key rotation) is announced with a `NOTIFY` (see
+//! [`crate::notify`]) so every running instance applies it at once. Output
+//! is one JSON object per line on stdout.
 
 use std::io::Write;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,14 +20,14 @@ use portcullis_core::jwt::{Keyring, TokenType, Validation};
 use portcullis_core::scope::ScopeSet;
 use portcullis_core::site::Site;
 use portcullis_core::{Engine, Policy};
-use portcullis_store_redb::RedbStore;
 use serde_json::{Value, json};
 
-use crate::cli::{GrantsAction, SiteAction, TokenAction, TokensAction};
+use crate::cli::{DbArgs, GrantsAction, SiteAction, TokenAction, TokensAction};
+use crate::db::Db;
 use crate::keys::{self, LoosePermissions};
-use crate::{clock, input, setup};
+use crate::{clock, input, notify, setup};
 
-fn engine(db: &Path) -> Result<Engine<Arc<RedbStore>>, String> {
+fn engine(db: &DbArgs) -> Result<Engine<Arc<Db>>, String> {
     setup::engine(db, Policy::default(), false, LoosePermissions::Warn).map(|(e, _)| e)
 }
 
@@ -82,7 +84,11 @@ fn token_json(t: &AgentToken) -> Value {
 }
 
 /// `portcullis grants …`.
-pub(crate) fn grants(db: &Path, action: GrantsAction, out: &mut impl Write) -> Result<(), String> {
+pub(crate) fn grants(
+    db: &DbArgs,
+    action: GrantsAction,
+    out: &mut impl Write,
+) -> Result<(), String> {
     let engine = engine(db)?;
     let site = setup::demo_site(&engine)?;
     let now = clock::now();
@@ -131,7 +137,7 @@ pub(crate) fn grants(db: &Path, action: GrantsAction, out: &mut impl Write) -> R
 }
 
 /// `portcullis site …`.
-pub(crate) fn site(db: &Path, action: SiteAction, out: &mut impl Write) -> Result<(), String> {
+pub(crate) fn site(db: &DbArgs, action: SiteAction, out: &mut impl Write) -> Result<(), String> {
     let engine = engine(db)?;
     let id = setup::demo_site(&engine)?.id;
     let site = match action {
@@ -146,11 +152,20 @@ pub(crate) fn site(db: &Path, action: SiteAction, out: &mut impl Write) -> Resul
             .rotate_site_key(&id, &mut rand::rng())
             .map_err(|e| e.to_string())?,
     };
+    if !matches!(action, SiteAction::Show) {
+        // Committed: tell the running instances (PostgreSQL only; a redb
+        // file has no server running now).
+        notify::site_changed(db)?;
+    }
     emit(out, &site_json(&site))
 }
 
 /// `portcullis tokens …`.
-pub(crate) fn tokens(db: &Path, action: TokensAction, out: &mut impl Write) -> Result<(), String> {
+pub(crate) fn tokens(
+    db: &DbArgs,
+    action: TokensAction,
+    out: &mut impl Write,
+) -> Result<(), String> {
     let engine = engine(db)?;
     let site = setup::demo_site(&engine)?;
     let now = clock::now();
@@ -216,7 +231,7 @@ pub(crate) fn token(
         return Err(input::refused_on_argv("token", "--token-file"));
     }
     let jwt = input::read_secret(&token_file, "token", stdin)?;
-    let keys = keys::load(&db.db, false, LoosePermissions::Warn)?;
+    let keys = keys::load(&keys::key_path(&db)?, false, LoosePermissions::Warn)?;
     let now = clock::now();
     let verify = |keyring: &Keyring, typ| {
         let mut expect = aud.as_ref().map_or_else(

@@ -6,6 +6,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::db::Location;
+
 /// Reference server and admin CLI for Portcullis.
 #[derive(Debug, Parser)]
 #[command(name = "portcullis", version, about)]
@@ -29,13 +31,23 @@ pub(crate) enum LogFormat {
     Json,
 }
 
-/// The database every command works on. Its signing keys live beside it in
-/// `<db>.keys`, never in the store.
-#[derive(Debug, Args)]
+/// The database every command works on, and its key file.
+#[derive(Clone, Debug, Args)]
 pub(crate) struct DbArgs {
-    /// The redb database file.
-    #[arg(long, global = true, default_value = "portcullis.redb")]
-    pub(crate) db: PathBuf,
+    /// The database: a redb file path, or a PostgreSQL URL
+    /// (`postgres://user:password@host:port/db`, for several server
+    /// instances on one database; the password is never logged).
+    #[arg(long, global = true, default_value = "portcullis.redb", value_parser = Location::parse)]
+    pub(crate) db: Location,
+    /// The key file (signing keys and the session secret, mode 0600).
+    /// Default `<db>.keys` beside a redb file; required with PostgreSQL,
+    /// where keys never enter the database: give every instance a copy of
+    /// the same file (`serve` creates it on first run if missing).
+    #[arg(long, global = true)]
+    pub(crate) key_file: Option<PathBuf>,
+    /// The PostgreSQL schema the tables live in (default `portcullis`).
+    #[arg(long, global = true)]
+    pub(crate) db_schema: Option<String>,
 }
 
 /// The subcommands.
@@ -44,8 +56,9 @@ pub(crate) enum Command {
     /// Run the HTTP server (OAuth endpoints, metadata, /mcp, consent and
     /// Agents pages, the open route).
     Serve(ServeArgs),
-    /// List or revoke grants (needs the server stopped: redb allows one
-    /// process at a time).
+    /// List or revoke grants (on a redb file, needs the server stopped:
+    /// redb allows one process at a time; PostgreSQL works while servers
+    /// run).
     Grants {
         /// The database.
         #[command(flatten)]
@@ -305,7 +318,8 @@ pub(crate) enum TokensAction {
 pub(crate) enum TokenAction {
     /// Decode a JWT and verify it against the key file beside the database.
     Inspect {
-        /// The database (its key file is `<db>.keys`).
+        /// The database: its key file is `--key-file`, or `<db>.keys`
+        /// beside a redb file.
         #[command(flatten)]
         db: DbArgs,
         /// Also require this audience.

@@ -1,7 +1,9 @@
-//! The key file beside the database (`<db>.keys`, mode 0600): the signing
-//! key of the [`Keyring`] and the secret that signs browser session cookies.
-//! Keys never enter the store (DESIGN "Secrets are never stored in the
-//! clear").
+//! The key file (mode 0600): the signing key of the [`Keyring`] and the
+//! secret that signs browser session cookies. Beside a redb database it is
+//! `<db>.keys` unless `--key-file` names another; with PostgreSQL
+//! `--key-file` is required, since keys never enter the store (DESIGN
+//! "Secrets are never stored in the clear"), not even a shared one: every
+//! instance on the database is given a copy of the same file.
 //!
 //! The file is JSON: `{"kid": "...", "signing_key": "<32 bytes base64url>",
 //! "session_secret": "<32 bytes base64url>"}`. It is created on first use
@@ -17,6 +19,8 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use portcullis_core::jwt::{Keyring, SigningKey};
 use serde::{Deserialize, Serialize};
+
+use crate::cli::DbArgs;
 
 /// The key file's contents.
 #[derive(Serialize, Deserialize)]
@@ -40,11 +44,24 @@ impl fmt::Debug for Keys {
     }
 }
 
-/// Where the key file of `db` lives.
-pub(crate) fn key_path(db: &Path) -> PathBuf {
-    let mut p = db.as_os_str().to_owned();
-    p.push(".keys");
-    PathBuf::from(p)
+/// Where the key file of `db` lives: `--key-file`, else `<db>.keys` beside
+/// a redb file; PostgreSQL needs `--key-file`.
+pub(crate) fn key_path(db: &DbArgs) -> Result<PathBuf, String> {
+    if let Some(p) = &db.key_file {
+        return Ok(p.clone());
+    }
+    match db.db.redb_path() {
+        Some(path) => {
+            let mut p = path.as_os_str().to_owned();
+            p.push(".keys");
+            Ok(PathBuf::from(p))
+        }
+        None => Err(
+            "with a PostgreSQL --db, pass --key-file: the signing keys never enter the \
+             database, and every instance needs a copy of the same file"
+                .to_owned(),
+        ),
+    }
 }
 
 /// What to do when the key file is readable or writable by its group or by
@@ -62,18 +79,17 @@ pub(crate) enum LoosePermissions {
 /// the keys.
 const LOOSE_BITS: u32 = 0o066;
 
-/// Loads the key file of `db`, creating it with fresh random keys if it
+/// Loads the key file at `path`, creating it with fresh random keys if it
 /// does not exist and `create` is set. A key file that its group or other
 /// users may read or write is refused or warned about, as `loose` says.
-pub(crate) fn load(db: &Path, create: bool, loose: LoosePermissions) -> Result<Keys, String> {
-    let path = key_path(db);
+pub(crate) fn load(path: &Path, create: bool, loose: LoosePermissions) -> Result<Keys, String> {
     if !path.exists() {
         if !create {
             return Err(format!("no key file at {}", path.display()));
         }
-        write_new(&path)?;
+        write_new(path)?;
     }
-    let meta = std::fs::metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let mode = meta.permissions().mode() & 0o777;
     if mode & LOOSE_BITS != 0 {
         match loose {
@@ -93,7 +109,7 @@ pub(crate) fn load(db: &Path, create: bool, loose: LoosePermissions) -> Result<K
             ),
         }
     }
-    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let file: KeyFile = serde_json::from_str(&text)
         .map_err(|e| format!("{}: not a key file: {e}", path.display()))?;
     let decode = |what: &str, b64: &str| {
@@ -119,6 +135,10 @@ pub(crate) fn load(db: &Path, create: bool, loose: LoosePermissions) -> Result<K
     })
 }
 
+/// Writes fresh keys to a temporary file, then links it to `path`, which
+/// fails if `path` exists: of several instances starting together on one
+/// host, one creates the file and the others load it, never a half-written
+/// one.
 fn write_new(path: &Path) -> Result<(), String> {
     let mut rng = rand::rng();
     let file = KeyFile {
@@ -127,13 +147,25 @@ fn write_new(path: &Path) -> Result<(), String> {
         session_secret: portcullis_core::rand::base64url::<32, _>(&mut rng),
     };
     let text = serde_json::to_string_pretty(&file).map_err(|e| e.to_string())?;
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".new-{}", std::process::id()));
+    let tmp = PathBuf::from(tmp);
     let mut f = OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
-        .open(path)
-        .map_err(|e| format!("creating {}: {e}", path.display()))?;
-    f.write_all(text.as_bytes())
+        .open(&tmp)
+        .map_err(|e| format!("creating {}: {e}", tmp.display()))?;
+    let written = f
+        .write_all(text.as_bytes())
         .and_then(|()| f.sync_all())
-        .map_err(|e| format!("writing {}: {e}", path.display()))
+        .map_err(|e| format!("writing {}: {e}", tmp.display()))
+        .and_then(|()| match std::fs::hard_link(&tmp, path) {
+            Ok(()) => Ok(()),
+            // Another process made it first: theirs is the file.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+            Err(e) => Err(format!("creating {}: {e}", path.display())),
+        });
+    let _ = std::fs::remove_file(&tmp);
+    written
 }

@@ -1,6 +1,6 @@
 //! `portcullis`: the reference server and admin CLI of Portcullis.
 //!
-//! A thin adapter: axum and tokio for HTTP, the redb store for state, and
+//! A thin adapter: axum and tokio for HTTP, the redb or PostgreSQL store for state, and
 //! the policy core for every decision. See `portcullis --help`.
 
 mod admin;
@@ -8,8 +8,10 @@ mod agent;
 mod check;
 mod cli;
 mod clock;
+mod db;
 mod input;
 mod keys;
+mod notify;
 mod pages;
 mod serve;
 mod session;
@@ -50,9 +52,9 @@ fn main() -> ExitCode {
             drop(out);
             serve_blocking(args)
         }
-        Command::Grants { db, action } => admin::grants(&db.db, action, &mut out),
-        Command::Site { db, action } => admin::site(&db.db, action, &mut out),
-        Command::Tokens { db, action } => admin::tokens(&db.db, action, &mut out),
+        Command::Grants { db, action } => admin::grants(&db, action, &mut out),
+        Command::Site { db, action } => admin::site(&db, action, &mut out),
+        Command::Tokens { db, action } => admin::tokens(&db, action, &mut out),
         Command::Token { action } => admin::token(action, std::io::stdin().lock(), &mut out),
         Command::Check { guard } => check::run(guard, std::io::stdin().lock(), &mut out),
         Command::Agent(args) => {

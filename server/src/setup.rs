@@ -1,16 +1,18 @@
 //! Opening what every command shares: the store, the key file and the
 //! engine, and the demo site the server creates on first run.
 
-use std::path::Path;
 use std::sync::Arc;
 
 use portcullis_core::engine::SiteOpError;
 use portcullis_core::site::{Site, SiteConfig, SiteError, SiteId};
 use portcullis_core::store::StoreErrorKind;
 use portcullis_core::{Engine, Policy};
+use portcullis_store_postgres::PostgresConfig;
 use portcullis_store_redb::RedbStore;
 
+use crate::cli::DbArgs;
 use crate::clock;
+use crate::db::{Db, Location};
 use crate::keys::{self, Keys, LoosePermissions};
 
 /// The id of the demo site.
@@ -24,33 +26,54 @@ pub(crate) fn site_id() -> SiteId {
     SiteId::parse(SITE_ID).unwrap_or_else(|_| unreachable!("a valid literal id"))
 }
 
-/// Opens the database at `db`, with a clear message when another process
-/// (a running `portcullis serve`) holds it: redb allows one process at a time.
-pub(crate) fn open_store(db: &Path) -> Result<RedbStore, String> {
-    RedbStore::open(db).map_err(|e| {
-        if e.kind() == StoreErrorKind::Unavailable {
-            format!(
-                "{} is in use by another process (is `portcullis serve` running?): \
-                 redb allows one process at a time; stop the server first",
-                db.display()
-            )
-        } else {
-            format!("{}: {e}", db.display())
+/// Opens the database `db` names, with a clear message when another
+/// process (a running `portcullis serve`) holds a redb file: redb allows one
+/// process at a time. PostgreSQL is shared: any number of servers and admin
+/// commands at once.
+pub(crate) fn open_store(db: &DbArgs) -> Result<Db, String> {
+    match &db.db {
+        Location::Redb(path) => RedbStore::open(path).map(Db::Redb).map_err(|e| {
+            if e.kind() == StoreErrorKind::Unavailable {
+                format!(
+                    "{} is in use by another process (is `portcullis serve` running?): \
+                     redb allows one process at a time; stop the server first (or run on \
+                     PostgreSQL, which allows admin commands while servers run)",
+                    path.display()
+                )
+            } else {
+                format!("{}: {e}", path.display())
+            }
+        }),
+        Location::Postgres(url) => {
+            let describe = || db.db.describe();
+            let mut config =
+                PostgresConfig::parse(url).map_err(|e| format!("{}: {e}", describe()))?;
+            if let Some(schema) = &db.db_schema {
+                config = config
+                    .schema(schema)
+                    .map_err(|e| format!("--db-schema: {e}"))?;
+            }
+            // The store's errors name user, host, port and database only.
+            config
+                .open()
+                .map(Db::Postgres)
+                .map_err(|e| format!("{}: {e}", describe()))
         }
-    })
+    }
 }
 
-/// The engine over the database at `db` with its key file. `create` makes
-/// a missing key file (only `serve` does, on first run); `loose` says what
-/// a key file others can read or write gets.
+/// The engine over the database `db` names with its key file. `create`
+/// makes a missing key file (only `serve` does, on first run); `loose` says
+/// what a key file others can read or write gets.
 pub(crate) fn engine(
-    db: &Path,
+    db: &DbArgs,
     policy: Policy,
     create: bool,
     loose: LoosePermissions,
-) -> Result<(Engine<Arc<RedbStore>>, Keys), String> {
+) -> Result<(Engine<Arc<Db>>, Keys), String> {
+    let key_path = keys::key_path(db)?;
     let store = Arc::new(open_store(db)?);
-    let keys = keys::load(db, create, loose)?;
+    let keys = keys::load(&key_path, create, loose)?;
     let engine = Engine::new(store, keys.keyring.clone(), policy);
     Ok((engine, keys))
 }
@@ -58,10 +81,22 @@ pub(crate) fn engine(
 /// The demo site, created on first run. When the public URL changed since,
 /// its issuer and resource prefix follow (tokens issued under the old URL
 /// stop verifying, as they name the old issuer and audience).
-pub(crate) fn ensure_demo_site(
-    engine: &Engine<Arc<RedbStore>>,
-    public_url: &str,
-) -> Result<Site, String> {
+pub(crate) fn ensure_demo_site(engine: &Engine<Arc<Db>>, public_url: &str) -> Result<Site, String> {
+    // On PostgreSQL, instances starting together may race to create or
+    // update the site: the loser reads what the winner wrote and tries again.
+    let mut attempt = 0;
+    loop {
+        match ensure_once(engine, public_url) {
+            Err(e) if engine.store().shared() && attempt < 3 => {
+                attempt += 1;
+                tracing::debug!(error = %e, "demo site raced another instance; again");
+            }
+            done => return done,
+        }
+    }
+}
+
+fn ensure_once(engine: &Engine<Arc<Db>>, public_url: &str) -> Result<Site, String> {
     let mut config = SiteConfig::new(
         site_id(),
         "Portcullis demo",
@@ -97,7 +132,7 @@ pub(crate) fn ensure_demo_site(
 }
 
 /// The demo site as stored (admin commands).
-pub(crate) fn demo_site(engine: &Engine<Arc<RedbStore>>) -> Result<Site, String> {
+pub(crate) fn demo_site(engine: &Engine<Arc<Db>>) -> Result<Site, String> {
     engine.site(&site_id()).map_err(|e| match e {
         SiteOpError::Site(SiteError::NotFound) => {
             "no demo site yet: run `portcullis serve` once to create it".to_owned()

@@ -137,7 +137,7 @@ async fn reset_browser_session(app: &Shared, session: &Session) {
         Ok(Err(e)) => tracing::error!(cause = %e, "reset_session failed"),
         Err(_) => {}
     }
-    app.relay.bump(&session.subject);
+    app.bump(&session.subject);
 }
 
 /// The connected tab's script (`GET /agents/app.js`).
@@ -318,7 +318,7 @@ pub(crate) async fn agents_post(
                 .await;
             match revoked {
                 Ok(Ok(Some(_))) => {
-                    app.relay.bump(&session.subject);
+                    app.bump(&session.subject);
                     tracing::debug!("grant revoked by its user");
                     respond::see_other("/agents")
                 }

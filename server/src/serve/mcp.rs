@@ -3,7 +3,8 @@
 //!
 //! * [`guard`] (an axum middleware on the route) runs **first**: the path
 //!   key must be the site's current public key (else 404; compared with
-//!   the key read at start, see `App::mcp_key`), a token in the
+//!   the key read at start and re-read on every other instance's or the
+//!   CLI's site change, see `App::mcp_key`), a token in the
 //!   query is refused, and the core's `verify_bearer` (or, for a minted
 //!   agent token, `verify_agent_token`) decides; refusals copy the core's
 //!   challenge (`400`/`401`/`403` with `WWW-Authenticate`) or `503` with
@@ -142,15 +143,14 @@ pub(crate) async fn guard(
     }
     // Every value: the core refuses a repeated field (400 invalid_request).
     let authorization = respond::HeaderValues::of(request.headers(), header::AUTHORIZATION);
-    if key != app.mcp_key {
+    if key != app.mcp_key() {
         return (StatusCode::NOT_FOUND, "no such MCP endpoint\n").into_response();
     }
-    // Inline, not on the blocking pool: the check is one read transaction
-    // of a local store (redb's page cache) and an HMAC, a few microseconds,
-    // less than the hand-off to another thread and back would cost.
-    let verified = match check(&app, authorization.field()) {
-        Verdict::Accepted(v) => v,
-        Verdict::Rejected(rejection) => return refused(rejection),
+    let verdict = app.read(move |app| check(app, authorization.field())).await;
+    let verified = match verdict {
+        Ok(Verdict::Accepted(v)) => v,
+        Ok(Verdict::Rejected(rejection)) => return refused(rejection),
+        Err(r) => return r,
     };
     let slot = ScopeSlot::default();
     request.extensions_mut().insert(verified);

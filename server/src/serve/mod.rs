@@ -43,6 +43,7 @@ mod run;
 mod skills;
 mod tab;
 mod trace;
+mod txn;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -58,13 +59,17 @@ use portcullis_core::link::OpenRoute;
 use portcullis_core::site::SiteId;
 use portcullis_core::store::StoreError;
 use portcullis_core::{Engine, Policy};
-use portcullis_store_redb::{BatchWrite, GroupCommitter, RedbStore, RedbWrite};
+use portcullis_store_redb::GroupCommitter;
 use tower_http::set_header::SetResponseHeaderLayer;
 use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutLayer};
 
 use crate::cli::{ConnLimits, ServeArgs};
+use crate::db::Db;
 use crate::keys::LoosePermissions;
+use crate::notify::{self, Event, Fanout};
 use crate::{clock, setup};
+pub(crate) use txn::AppWrite;
+use txn::Writer;
 
 /// Largest request body accepted anywhere (the token endpoint's limit,
 /// [`portcullis_core::token::MAX_BODY_LEN`]; registration documents are
@@ -73,17 +78,23 @@ const BODY_LIMIT: usize = portcullis_core::token::MAX_BODY_LEN;
 
 /// What every handler shares.
 pub(crate) struct App {
-    engine: Engine<Arc<RedbStore>>,
-    /// Every write goes through it: concurrent requests' operations share
-    /// one durable commit.
-    committer: GroupCommitter,
+    engine: Engine<Arc<Db>>,
+    /// Every write goes through it: on redb concurrent requests' operations
+    /// share one durable commit; on PostgreSQL each has its own retried
+    /// transaction ([`txn`]).
+    writer: Writer,
     site: SiteId,
     /// The site's public key, the `{key}` of its MCP URL, read at start.
-    /// Nothing in a running server changes it: only `portcullis site
-    /// rotate-key` does, and the CLI refuses while the server holds the
-    /// database. The MCP guard compares the path with it instead of reading
-    /// the site for every request (the bearer check reads it anyway).
-    mcp_key: String,
+    /// The MCP guard compares the path with it instead of reading the site
+    /// for every request (the bearer check reads it anyway). Only
+    /// `portcullis site rotate-key` changes it: on redb the CLI refuses
+    /// while the server holds the database; on PostgreSQL the CLI's
+    /// `NOTIFY` makes every instance re-read the site at once
+    /// ([`App::site_changed`]), as does a reconnection of the listener.
+    mcp_key: std::sync::RwLock<String>,
+    /// Tells the other instances on a shared database what changed
+    /// ([`notify`]); does nothing on redb.
+    fanout: Fanout,
     session_key: SigningKey,
     /// The session epoch and the signed-out sessions.
     sessions: crate::session::Sessions,
@@ -121,47 +132,141 @@ impl App {
             .map_err(|_| respond::internal("a blocking task failed"))
     }
 
-    /// Runs the write `f` through the group committer, on the blocking
-    /// pool: `f` applies engine operations (`Engine::*_in`) to a
-    /// transaction shared with other requests' writes, and its answer comes
-    /// back only once that transaction is durable. A failed commit answers
-    /// with the store's error (nothing of `f` was applied).
-    async fn write<T, E>(
+    /// Runs the read `f` where it is cheapest: inline on redb, where a read
+    /// transaction of the local file and an HMAC take a few microseconds,
+    /// less than a hand-off to the blocking pool and back; on the blocking
+    /// pool on PostgreSQL, where a read is a network round trip (and the
+    /// driver must not connect on a runtime worker).
+    async fn read<T: Send + 'static>(
         self: &Arc<Self>,
-        f: impl FnOnce(&Self, &mut BatchWrite<'_, RedbWrite>) -> Result<T, E> + Send + 'static,
-    ) -> Result<Result<T, E>, Response>
+        f: impl FnOnce(&Self) -> T + Send + 'static,
+    ) -> Result<T, Response> {
+        if self.engine.store().shared() {
+            self.blocking(f).await
+        } else {
+            Ok(f(self))
+        }
+    }
+
+    /// Runs the write `f` on the blocking pool through the [`Writer`]: on
+    /// redb `f` applies engine operations (`Engine::*_in`) to a transaction
+    /// shared with other requests' writes; on PostgreSQL to one of its own,
+    /// run again after a conflict (so `f` is `Fn`). Its answer comes back
+    /// only once that transaction is durable. A failed commit answers with
+    /// the store's error (nothing of `f` was applied).
+    async fn write<T, E, F>(self: &Arc<Self>, f: F) -> Result<Result<T, E>, Response>
     where
         T: Send + 'static,
         E: From<StoreError> + Send + 'static,
+        F: for<'t, 'b, 'w> Fn(&Self, &mut AppWrite<'t, 'b, 'w>) -> Result<T, E>
+            + Send
+            + Sync
+            + 'static,
     {
         let app = Arc::clone(self);
-        tokio::task::spawn_blocking(move || {
-            let inner = Arc::clone(&app);
-            app.committer
-                .run(move |txn| f(&inner, txn))
-                .unwrap_or_else(|e| Err(E::from(e)))
+        tokio::task::spawn_blocking(move || app.commit(f).unwrap_or_else(|e| Err(E::from(e))))
+            .await
+            .map_err(|_| respond::internal("a blocking task failed"))
+    }
+
+    /// [`App::write`] for an `f` whose answer has no store error of its
+    /// own: a failed commit answers `500`.
+    async fn write_any<T, F>(self: &Arc<Self>, f: F) -> Result<T, Response>
+    where
+        T: Send + 'static,
+        F: for<'t, 'b, 'w> Fn(&Self, &mut AppWrite<'t, 'b, 'w>) -> T + Send + Sync + 'static,
+    {
+        let app = Arc::clone(self);
+        tokio::task::spawn_blocking(move || app.commit(f))
+            .await
+            .map_err(|_| respond::internal("a blocking task failed"))?
+            .map_err(|e| {
+                tracing::error!(error = %e, "commit failed");
+                respond::internal("the store failed")
+            })
+    }
+
+    /// [`App::write`] for an operation that consumes an
+    /// [`portcullis_core::ledger::ExecutionTicket`], which only the core may
+    /// duplicate for a second attempt: on redb `f` gets the shared batch
+    /// (`Some`) and applies the `*_in` form; on PostgreSQL it gets `None`
+    /// and calls the engine's own form, which retries a conflict itself.
+    async fn write_ticket<T, E, F>(self: &Arc<Self>, f: F) -> Result<Result<T, E>, Response>
+    where
+        T: Send + 'static,
+        E: From<StoreError> + Send + 'static,
+        F: for<'t, 'b, 'w> FnOnce(&Self, Option<&mut AppWrite<'t, 'b, 'w>>) -> Result<T, E>
+            + Send
+            + 'static,
+    {
+        let app = Arc::clone(self);
+        tokio::task::spawn_blocking(move || match &app.writer {
+            Writer::Group(committer) => {
+                let inner = Arc::clone(&app);
+                committer
+                    .run(move |txn| f(&inner, Some(&mut AppWrite::Batch(txn))))
+                    .unwrap_or_else(|e| Err(E::from(e)))
+            }
+            Writer::Direct => f(&app, None),
         })
         .await
         .map_err(|_| respond::internal("a blocking task failed"))
     }
 
-    /// [`App::write`] for an `f` whose answer has no store error of its
-    /// own: a failed commit answers `500`.
-    async fn write_any<T: Send + 'static>(
-        self: &Arc<Self>,
-        f: impl FnOnce(&Self, &mut BatchWrite<'_, RedbWrite>) -> T + Send + 'static,
-    ) -> Result<T, Response> {
-        let app = Arc::clone(self);
-        tokio::task::spawn_blocking(move || {
-            let inner = Arc::clone(&app);
-            app.committer.run(move |txn| f(&inner, txn))
-        })
-        .await
-        .map_err(|_| respond::internal("a blocking task failed"))?
-        .map_err(|e| {
-            tracing::error!(error = %e, "group commit failed");
-            respond::internal("the store failed")
-        })
+    /// Applies `f` through the writer, on this (blocking) thread.
+    fn commit<T, F>(self: &Arc<Self>, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: for<'t, 'b, 'w> Fn(&Self, &mut AppWrite<'t, 'b, 'w>) -> T + Send + Sync + 'static,
+    {
+        match &self.writer {
+            Writer::Group(committer) => {
+                let app = Arc::clone(self);
+                committer.run(move |txn| f(&app, &mut AppWrite::Batch(txn)))
+            }
+            Writer::Direct => txn::run_direct(self.engine.store(), |txn| f(self, txn)),
+        }
+    }
+
+    /// Something `subject`'s connected tab shows changed: wakes their
+    /// long-polls here and on every other instance.
+    fn bump(&self, subject: &str) {
+        self.relay.bump(subject);
+        self.fanout.announce(Event::Bump(subject.to_owned()));
+    }
+
+    /// The MCP path key as last read.
+    fn mcp_key(&self) -> String {
+        self.mcp_key
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Re-reads the site after another instance or the admin CLI changed
+    /// it (or the notify listener reconnected and may have missed that).
+    fn site_changed(&self) {
+        match self.engine.site(&self.site) {
+            Ok(site) => {
+                let mut key = self
+                    .mcp_key
+                    .write()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                if *key != site.public_key {
+                    tracing::info!("the site key changed: the MCP URL moved");
+                    site.public_key.clone_into(&mut key);
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "re-reading the site failed"),
+        }
+    }
+
+    /// An event another instance announced.
+    fn on_event(&self, event: Option<Event>) {
+        match event {
+            Some(Event::Bump(subject)) => self.relay.bump(&subject),
+            Some(Event::Site) | None => self.site_changed(),
+        }
     }
 }
 
@@ -313,7 +418,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
     let bound = listener.local_addr().map_err(|e| e.to_string())?;
     let public = public_url(&args, bound)?;
     let policy = policy(&args);
-    let db = args.db.db.clone();
+    let db = args.db.clone();
     let loose = if args.allow_insecure_key_file {
         LoosePermissions::Warn
     } else {
@@ -323,18 +428,26 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
     let (engine, keys, site) = tokio::task::spawn_blocking(move || {
         let (engine, keys) = setup::engine(&db, policy, true, loose)?;
         let site = setup::ensure_demo_site(&engine, &public_for_setup)?;
-        abandon_lost_runs(&engine)?;
+        if !engine.store().shared() {
+            abandon_lost_runs(&engine)?;
+        }
         Ok::<_, String>((engine, keys, site))
     })
     .await
     .map_err(|e| e.to_string())??;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let committer = GroupCommitter::new(Arc::clone(engine.store()));
+    let writer = if engine.store().shared() {
+        Writer::Direct
+    } else {
+        Writer::Group(GroupCommitter::new(Arc::clone(engine.store())))
+    };
+    let fanout = Fanout::start(&args.db);
     let app = Arc::new(App {
         engine,
-        committer,
+        writer,
         site: site.id.clone(),
-        mcp_key: site.public_key.clone(),
+        mcp_key: std::sync::RwLock::new(site.public_key.clone()),
+        fanout,
         session_key: keys.session,
         sessions: crate::session::Sessions::new(&mut rand::rng()),
         secure: public.starts_with("https://"),
@@ -347,6 +460,27 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
         documents: documents::Documents::new(args.dev_loopback_client_documents)?,
         stopping: stop_rx,
     });
+    // The synchronous PostgreSQL driver runs a small runtime of its own per
+    // connection and panics when one is made, used or dropped on a Tokio
+    // worker: the listener connects on the blocking pool, and the store is
+    // kept for the life of the process so that its pool is never dropped on
+    // a worker either (whichever task held the last `App`).
+    let _ = KEEP_STORE.set(Arc::clone(app.engine.store()));
+    let listener_app = Arc::downgrade(&app);
+    let db_args = args.db.clone();
+    let for_listener = Arc::clone(&app);
+    tokio::task::spawn_blocking(move || {
+        notify::listen(&db_args, &for_listener.fanout, move |event| {
+            if let Some(app) = listener_app.upgrade() {
+                app.on_event(event);
+            }
+        })?;
+        // Changes committed before the listener started are in the store.
+        for_listener.site_changed();
+        Ok::<_, String>(())
+    })
+    .await
+    .map_err(|e| e.to_string())??;
     banner(&public, &site.resource(), site.enabled, bound);
     if !app.secure {
         tracing::warn!(
@@ -367,6 +501,9 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// The store of the running server, never dropped (see [`run`]).
+static KEEP_STORE: std::sync::OnceLock<Arc<Db>> = std::sync::OnceLock::new();
+
 /// Undecided requests one start-up transaction looks at.
 const ABANDON_BUDGET: usize = 512;
 
@@ -374,7 +511,8 @@ const ABANDON_BUDGET: usize = 512;
 /// lived in its memory): each ends with `unknownTail` now, not whenever the
 /// user's tab next reconnects. This server is the only one on its database
 /// (redb holds an exclusive lock), so every `Running` request is a lost one.
-fn abandon_lost_runs(engine: &Engine<Arc<RedbStore>>) -> Result<(), String> {
+/// On PostgreSQL it is not called: another instance may be running them.
+fn abandon_lost_runs(engine: &Engine<Arc<Db>>) -> Result<(), String> {
     let mut from = None;
     let mut ended = 0;
     loop {

@@ -177,9 +177,11 @@ impl Driver<'_> {
             let seq = ticket.next_seq();
             let verdict = self
                 .app
-                .write(move |app, txn| {
-                    app.engine
-                        .authorize_action_in(txn, ticket, &action, clock::now())
+                .write_ticket(move |app, txn| match txn {
+                    Some(txn) => app
+                        .engine
+                        .authorize_action_in(txn, ticket, &action, clock::now()),
+                    None => app.engine.authorize_action(ticket, &action, clock::now()),
                 })
                 .await;
             let verdict = match verdict {
@@ -209,7 +211,7 @@ impl Driver<'_> {
                 }
                 ActionVerdict::Replay(t, outcome) => (t, outcome.status, outcome.summary),
                 ActionVerdict::ApprovalPending(prompt) => {
-                    self.app.relay.bump(self.subject);
+                    self.app.bump(self.subject);
                     tracing::debug!(seq, "execute: approval asked");
                     let answer = BeginAnswer::ApprovalPending(prompt).to_json();
                     return Some(Answer::ok(answer.unwrap_or(Value::Null)));
@@ -280,16 +282,17 @@ impl Driver<'_> {
         let (status, summary) = (core.status.clone(), core.summary.clone());
         let recorded = self
             .app
-            .write(move |app, txn| {
-                match app
-                    .engine
-                    .record_outcome_in(txn, ticket, core, clock::now())
-                {
+            .write_ticket(move |app, mut txn| {
+                let mut record = |ticket, report| match txn.as_deref_mut() {
+                    Some(txn) => app
+                        .engine
+                        .record_outcome_in(txn, ticket, report, clock::now()),
+                    None => app.engine.record_outcome(ticket, report, clock::now()),
+                };
+                match record(ticket, core) {
                     Err(TicketError::Invalid(ticket, _)) => {
                         let fallback = Report::failed("BAD_REPORT", "the tab's report was invalid");
-                        app.engine
-                            .record_outcome_in(txn, *ticket, fallback, clock::now())
-                            .map(|t| (t, false))
+                        record(*ticket, fallback).map(|t| (t, false))
                     }
                     other => other.map(|t| (t, true)),
                 }
@@ -310,9 +313,11 @@ impl Driver<'_> {
     async fn complete(&self, ticket: ExecutionTicket, completion: Completion) -> Answer {
         let done = self
             .app
-            .write(move |app, txn| {
-                app.engine
-                    .complete_in(txn, ticket, &completion, clock::now())
+            .write_ticket(move |app, txn| match txn {
+                Some(txn) => app
+                    .engine
+                    .complete_in(txn, ticket, &completion, clock::now()),
+                None => app.engine.complete(ticket, &completion, clock::now()),
             })
             .await;
         match done {

@@ -198,9 +198,9 @@ pub(crate) async fn connect(State(app): State<Shared>, headers: HeaderMap, raw: 
     let done = app
         .write_any(move |app, txn| {
             let hello_core = TabHello {
-                browser_session,
-                tab_id: hello.tab_id,
-                page_instance: hello.page_instance,
+                browser_session: browser_session.clone(),
+                tab_id: hello.tab_id.clone(),
+                page_instance: hello.page_instance.clone(),
                 visible: hello.visible,
             };
             let mut out = Vec::new();
@@ -226,7 +226,7 @@ pub(crate) async fn connect(State(app): State<Shared>, headers: HeaderMap, raw: 
         .await;
     match done {
         Ok(Ok(grants)) => {
-            app.relay.bump(&session.subject);
+            app.bump(&session.subject);
             tracing::debug!(grants = grants.len(), "tab connected");
             Json(json!({"ok": true, "grants": grants})).into_response()
         }
@@ -319,7 +319,7 @@ pub(crate) async fn disconnect(
         .await;
     match done {
         Ok(Ok(ended)) => {
-            app.relay.bump(&session.subject);
+            app.bump(&session.subject);
             tracing::debug!(ended, "tab disconnected");
             Json(json!({"ok": true, "ended": ended})).into_response()
         }
@@ -667,7 +667,7 @@ pub(crate) async fn decide(State(app): State<Shared>, headers: HeaderMap, raw: B
         .await;
     match done {
         Ok(Ok(())) => {
-            app.relay.bump(&session.subject);
+            app.bump(&session.subject);
             tracing::debug!(decision = d.decision, "approval decided");
             Json(json!({"ok": true})).into_response()
         }

@@ -1,0 +1,633 @@
+//! Several `portcullis serve` processes on one PostgreSQL database, as a
+//! load balancer would put them: the races between them and the admin CLI
+//! while they serve.
+//!
+//! Needs `PORTCULLIS_TEST_POSTGRES_URL` (`.ci/run` sets it; locally:
+//! `export PORTCULLIS_TEST_POSTGRES_URL="$(store-postgres/test-cluster.sh
+//! start)"`); without it every test here says so and passes. Each test runs
+//! in a schema of its own, dropped at the end.
+#![allow(
+    clippy::unwrap_used,
+    reason = "test helpers: a failed unwrap is a failed test"
+)]
+
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use portcullis_core::form::{Form, encode_pairs};
+use portcullis_core::pkce::{CodeChallenge, CodeVerifier};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_portcullis");
+const VERIFIER: &str = "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk";
+const REDIRECT: &str = "http://127.0.0.1:4711/callback";
+
+/// The database URL, or `None` with a message saying the test is skipped.
+fn database(test: &str) -> Option<String> {
+    let url = std::env::var("PORTCULLIS_TEST_POSTGRES_URL")
+        .ok()
+        .filter(|u| !u.is_empty());
+    if url.is_none() {
+        eprintln!(
+            "{test}: skipped, PORTCULLIS_TEST_POSTGRES_URL is unset (store-postgres/test-cluster.sh start prints one)"
+        );
+    }
+    url
+}
+
+fn free_port() -> u16 {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let base = 26_000 + (std::process::id() as usize % 4_000);
+    loop {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed) % 4_000;
+        let port = u16::try_from(base + n).expect("below 32 000");
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
+/// A schema of one test's own, dropped when the test ends.
+struct Schema {
+    url: String,
+    name: String,
+}
+
+impl Schema {
+    fn new(url: &str, test: &str) -> Self {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        Self {
+            url: url.to_owned(),
+            name: format!(
+                "e2e_{test}_{}_{}",
+                std::process::id(),
+                N.fetch_add(1, Ordering::Relaxed)
+            ),
+        }
+    }
+}
+
+impl Drop for Schema {
+    fn drop(&mut self) {
+        let (url, name) = (self.url.clone(), self.name.clone());
+        // The synchronous driver must not run on a Tokio worker.
+        let _ = std::thread::spawn(move || {
+            if let Ok(mut c) = postgres::Client::connect(&url, postgres::NoTls) {
+                let _ = c.batch_execute(&format!("DROP SCHEMA IF EXISTS {name} CASCADE"));
+            }
+        })
+        .join();
+    }
+}
+
+/// Two servers on one schema with one key file; both name the first one's
+/// origin as their public URL, as instances behind one balancer would.
+struct Pair {
+    dir: tempfile::TempDir,
+    schema: Schema,
+    ports: [u16; 2],
+    children: Vec<Child>,
+    http: reqwest::Client,
+}
+
+impl Pair {
+    async fn start(url: &str, test: &str, extra: &[&str]) -> Self {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let dir = tempfile::tempdir().unwrap();
+        let ports = [free_port(), free_port()];
+        let mut pair = Self {
+            schema: Schema::new(url, test),
+            dir,
+            ports,
+            children: Vec::new(),
+            http: reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .no_proxy()
+                .build()
+                .unwrap(),
+        };
+        for i in 0..2 {
+            let log = |n: &str| {
+                std::fs::File::create(pair.dir.path().join(format!("{n}{i}.log"))).unwrap()
+            };
+            let child = Command::new(BIN)
+                .arg("serve")
+                .args(pair.db_args())
+                .arg("--addr")
+                .arg(format!("127.0.0.1:{}", ports[i]))
+                .arg("--public-url")
+                .arg(format!("http://127.0.0.1:{}", ports[0]))
+                .args(extra)
+                .env("RUST_LOG", "info")
+                .stdin(Stdio::null())
+                .stdout(log("stdout"))
+                .stderr(log("stderr"))
+                .spawn()
+                .unwrap();
+            pair.children.push(child);
+            // One after the other: the first creates the key file and site.
+            pair.wait_up(i).await;
+        }
+        pair
+    }
+
+    fn db_args(&self) -> Vec<String> {
+        vec![
+            "--db".into(),
+            self.schema.url.clone(),
+            "--db-schema".into(),
+            self.schema.name.clone(),
+            "--key-file".into(),
+            key_file(self.dir.path()),
+        ]
+    }
+
+    async fn wait_up(&self, i: usize) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self
+            .http
+            .get(self.url(i, "/.well-known/oauth-authorization-server"))
+            .send()
+            .await
+            .is_err()
+        {
+            assert!(Instant::now() < deadline, "server {i} did not start");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn url(&self, i: usize, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.ports[i])
+    }
+
+    fn logs(&self) -> String {
+        let mut all = String::new();
+        for n in ["stdout0", "stderr0", "stdout1", "stderr1"] {
+            all += &std::fs::read_to_string(self.dir.path().join(format!("{n}.log")))
+                .unwrap_or_default();
+        }
+        all
+    }
+
+    /// An admin command on the shared database, while both serve.
+    fn cli(&self, args: &[&str]) -> Vec<Value> {
+        let out: Output = Command::new(BIN)
+            .args(args)
+            .args(self.db_args())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    /// The MCP URL on instance `i`: the site's resource, path taken onto
+    /// that instance's address.
+    fn mcp_url(&self, i: usize) -> String {
+        let site = &self.cli(&["site", "show"])[0];
+        let resource = site["resource"].as_str().unwrap();
+        let path = &resource[resource.find("/mcp/").unwrap()..];
+        self.url(i, path)
+    }
+
+    async fn post_form(
+        &self,
+        i: usize,
+        path: &str,
+        cookie: Option<&str>,
+        pairs: &[(&str, &str)],
+    ) -> reqwest::Response {
+        let mut req = self
+            .http
+            .post(self.url(i, path))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(encode_pairs(pairs.iter().copied()));
+        if let Some(c) = cookie {
+            req = req.header("cookie", c);
+        }
+        req.send().await.unwrap()
+    }
+
+    /// Registration, sign-in, consent and code exchange on instance 0:
+    /// the client id and the token response.
+    async fn login(&self, user: &str) -> (String, Value) {
+        let (client_id, tokens, _) = self.login_with(user, "skills:read").await;
+        (client_id, tokens)
+    }
+
+    /// [`Pair::login`] for `scope`; also the session cookie (valid on
+    /// instance 0 only: browser sessions are per instance).
+    async fn login_with(&self, user: &str, scope: &str) -> (String, Value, String) {
+        let r = self
+            .http
+            .post(self.url(0, "/register"))
+            .header("content-type", "application/json")
+            .body(r#"{"redirect_uris":["http://127.0.0.1/callback"],"token_endpoint_auth_method":"none","grant_types":["authorization_code","refresh_token"],"client_name":"Test Agent"}"#)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::CREATED);
+        let client_id = r.json::<Value>().await.unwrap()["client_id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let challenge =
+            CodeChallenge::from_verifier(CodeVerifier::parse(VERIFIER).unwrap()).to_base64url();
+        let site = &self.cli(&["site", "show"])[0];
+        let query = encode_pairs([
+            ("response_type", "code"),
+            ("client_id", client_id.as_str()),
+            ("redirect_uri", REDIRECT),
+            ("state", "s"),
+            ("code_challenge", challenge.as_str()),
+            ("code_challenge_method", "S256"),
+            ("resource", site["resource"].as_str().unwrap()),
+            ("scope", scope),
+        ]);
+        let path = format!("/authorize?{query}");
+        let r = self
+            .post_form(0, &path, None, &[("intent", "signin"), ("username", user)])
+            .await;
+        assert_eq!(r.status(), StatusCode::SEE_OTHER);
+        let cookie = r.headers()["set-cookie"].to_str().unwrap();
+        let cookie = cookie.split(';').next().unwrap().to_owned();
+        let html = self
+            .http
+            .get(self.url(0, &path))
+            .header("cookie", &cookie)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let at = html.find("name=\"csrf\" value=\"").expect("a csrf field") + 19;
+        let csrf = html[at..].split('"').next().unwrap().to_owned();
+        let r = self
+            .post_form(
+                0,
+                &path,
+                Some(&cookie),
+                &[("intent", "allow"), ("csrf", &csrf)],
+            )
+            .await;
+        assert_eq!(r.status(), StatusCode::FOUND);
+        let location = r.headers()["location"].to_str().unwrap().to_owned();
+        let (_, q) = location.split_once('?').unwrap();
+        let code = Form::parse(q, 64 * 1024)
+            .unwrap()
+            .get("code")
+            .unwrap()
+            .to_owned();
+        let r = self
+            .post_form(
+                1,
+                "/token",
+                None,
+                &[
+                    ("grant_type", "authorization_code"),
+                    ("code", &code),
+                    ("redirect_uri", REDIRECT),
+                    ("client_id", &client_id),
+                    ("code_verifier", VERIFIER),
+                ],
+            )
+            .await;
+        assert_eq!(r.status(), StatusCode::OK, "the code from A redeems at B");
+        (client_id, r.json().await.unwrap(), cookie)
+    }
+
+    /// `tools/call` at `mcp_url`: the structured result.
+    async fn tool(&self, mcp_url: &str, bearer: &str, name: &str, arguments: Value) -> Value {
+        let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                          "params": {"name": name, "arguments": arguments}});
+        let r = self
+            .http
+            .post(mcp_url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-06-18")
+            .header("authorization", format!("Bearer {bearer}"))
+            .body(call.to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        r.json::<Value>().await.unwrap()["result"]["structuredContent"].clone()
+    }
+
+    async fn refresh(&self, i: usize, client_id: &str, token: &str) -> (StatusCode, Value) {
+        let r = self
+            .post_form(
+                i,
+                "/token",
+                None,
+                &[
+                    ("grant_type", "refresh_token"),
+                    ("refresh_token", token),
+                    ("client_id", client_id),
+                ],
+            )
+            .await;
+        (r.status(), r.json().await.unwrap_or(Value::Null))
+    }
+
+    /// An MCP `initialize` at `mcp_url` with `bearer`.
+    async fn mcp(&self, mcp_url: &str, bearer: &str) -> StatusCode {
+        let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "e2e", "version": "1"}}});
+        self.http
+            .post(mcp_url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-06-18")
+            .header("authorization", format!("Bearer {bearer}"))
+            .body(init.to_string())
+            .send()
+            .await
+            .unwrap()
+            .status()
+    }
+}
+
+impl Drop for Pair {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn key_file(dir: &Path) -> String {
+    dir.join("portcullis.keys").display().to_string()
+}
+
+/// Repetitions of the refresh race.
+const RACES: usize = 1_000;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_refresh_token_raced_across_two_instances_rotates_once() {
+    let Some(url) = database("refresh race") else {
+        return;
+    };
+    // With the retry window on, the loser of each race is answered with the
+    // very successor the winner got (RFC 9700 §4.14.2 allows a short grace
+    // for a lost response), and the grant lives on, so one grant serves
+    // every repetition; two rotations would show as two successors.
+    let pair = Pair::start(&url, "refresh", &["--refresh-retry-window-secs", "60"]).await;
+    let (client_id, tokens) = pair.login("alice").await;
+    let mut current = tokens["refresh_token"].as_str().unwrap().to_owned();
+    let started = Instant::now();
+    for round in 0..RACES {
+        let (a, b) = tokio::join!(
+            pair.refresh(0, &client_id, &current),
+            pair.refresh(1, &client_id, &current)
+        );
+        assert_eq!(a.0, StatusCode::OK, "round {round}, A: {}", a.1);
+        assert_eq!(b.0, StatusCode::OK, "round {round}, B: {}", b.1);
+        let (next_a, next_b) = (a.1["refresh_token"].as_str(), b.1["refresh_token"].as_str());
+        assert_eq!(next_a, next_b, "round {round}: exactly one rotation");
+        assert_ne!(next_a, Some(current.as_str()));
+        current = next_a.unwrap().to_owned();
+    }
+    eprintln!(
+        "{RACES} refresh races across two instances in {:?}",
+        started.elapsed()
+    );
+    let grants = pair.cli(&["grants", "list"]);
+    assert_eq!(grants.len(), 1);
+    assert_eq!(grants[0]["status"], "live");
+    let password = url
+        .split_once("://")
+        .and_then(|(_, rest)| rest.split_once('@'))
+        .and_then(|(credentials, _)| credentials.split_once(':'))
+        .map(|(_, p)| p.to_owned());
+    if let Some(p) = password.filter(|p| p.len() >= 8) {
+        assert!(!pair.logs().contains(&p), "the password is never logged");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_retry_window_a_raced_refresh_rotates_once_and_revokes() {
+    let Some(url) = database("refresh reuse race") else {
+        return;
+    };
+    let pair = Pair::start(&url, "reuse", &[]).await;
+    for round in 0..20 {
+        let (client_id, tokens) = pair.login(&format!("user{round}")).await;
+        let token = tokens["refresh_token"].as_str().unwrap();
+        let (a, b) = tokio::join!(
+            pair.refresh(0, &client_id, token),
+            pair.refresh(1, &client_id, token)
+        );
+        // Either the second came after the first committed (a reuse: it
+        // is refused and revokes the grant), or the two ran serialised the
+        // other way round; never two successes.
+        let ok = [a.0, b.0].iter().filter(|s| **s == StatusCode::OK).count();
+        assert!(ok <= 1, "round {round}: two rotations: {} / {}", a.1, b.1);
+        for (s, v) in [&a, &b] {
+            assert!(
+                *s == StatusCode::OK
+                    || (*s == StatusCode::BAD_REQUEST && v["error"] == "invalid_grant"),
+                "round {round}: {s} {v}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_off_switch_and_key_rotation_from_the_cli_reach_both_instances_at_once() {
+    let Some(url) = database("site changes") else {
+        return;
+    };
+    let pair = Pair::start(&url, "site", &[]).await;
+    let (client_id, tokens) = pair.login("alice").await;
+    let access = tokens["access_token"].as_str().unwrap();
+    let refresh = tokens["refresh_token"].as_str().unwrap();
+    let (a, b) = (pair.mcp_url(0), pair.mcp_url(1));
+    assert_eq!(pair.mcp(&a, access).await, StatusCode::OK);
+    assert_eq!(pair.mcp(&b, access).await, StatusCode::OK);
+
+    // The CLI works while both serve (no exclusive lock), and the next
+    // request on either instance sees the change: no restart.
+    assert_eq!(pair.cli(&["site", "disable"])[0]["enabled"], false);
+    for (i, u) in [(0, &a), (1, &b)] {
+        assert_eq!(
+            pair.mcp(u, access).await,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "instance {i}"
+        );
+        assert_eq!(
+            pair.refresh(i, &client_id, refresh).await.0,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+    }
+    assert_eq!(pair.cli(&["site", "enable"])[0]["enabled"], true);
+    for (i, u) in [(0, &a), (1, &b)] {
+        assert_eq!(pair.mcp(u, access).await, StatusCode::OK, "instance {i}");
+    }
+
+    // Rotation: a new MCP URL on both; the old one answers 404 on both
+    // (their cached key is replaced on the CLI's NOTIFY), and the grants
+    // are gone.
+    let rotated = pair.cli(&["site", "rotate-key"]);
+    let (new_a, new_b) = (pair.mcp_url(0), pair.mcp_url(1));
+    assert_ne!(new_a, a);
+    assert_eq!(
+        rotated[0]["resource"].as_str().unwrap(),
+        format!(
+            "http://127.0.0.1:{}{}",
+            pair.ports[0],
+            &new_a[new_a.find("/mcp/").unwrap()..]
+        )
+    );
+    // The NOTIFY is asynchronous: allow it a moment, far below any poll.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let old = [pair.mcp(&a, access).await, pair.mcp(&b, access).await];
+        if old == [StatusCode::NOT_FOUND; 2] {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the old URL still served: {old:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for (i, u) in [(0, &new_a), (1, &new_b)] {
+        assert_eq!(
+            pair.mcp(u, access).await,
+            StatusCode::UNAUTHORIZED,
+            "instance {i}: grants revoked"
+        );
+    }
+}
+
+/// The connected tab of a browser signed in on instance 0.
+#[derive(Clone)]
+struct Tab {
+    http: reqwest::Client,
+    base: String,
+    cookie: String,
+    csrf: String,
+}
+
+impl Tab {
+    async fn open(pair: &Pair, cookie: &str) -> Self {
+        let html = pair
+            .http
+            .get(pair.url(0, "/agents"))
+            .header("cookie", cookie)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let at = html.find("name=\"csrf\" value=\"").expect("a csrf field") + 19;
+        let tab = Self {
+            http: pair.http.clone(),
+            base: pair.url(0, ""),
+            cookie: cookie.to_owned(),
+            csrf: html[at..].split('"').next().unwrap().to_owned(),
+        };
+        let hello =
+            json!({"tabId": "tab-1", "pageInstance": "page-1", "visible": true, "takeOver": false});
+        let (status, v) = tab.post("/agents/tab/connect", &hello).await;
+        assert_eq!(status, StatusCode::OK, "{v}");
+        tab
+    }
+
+    async fn post(&self, path: &str, body: &Value) -> (StatusCode, Value) {
+        let r = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .header("cookie", &self.cookie)
+            .header("x-csrf-token", &self.csrf)
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap();
+        let status = r.status();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn poll(&self, since: u64) -> Value {
+        let r = self
+            .http
+            .get(format!(
+                "{}/agents/tab/work?tabId=tab-1&pageInstance=page-1&since={since}",
+                self.base
+            ))
+            .header("cookie", &self.cookie)
+            .header("x-csrf-token", &self.csrf)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        r.json().await.unwrap()
+    }
+}
+
+const REQUEST: &str = "0190b2a4-7c3e-7def-8abc-000000000001";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_asked_through_b_wakes_the_tab_on_a_and_one_request_id_is_admitted_once() {
+    let Some(url) = database("cross-instance wake-up") else {
+        return;
+    };
+    let pair = Pair::start(&url, "wake", &[]).await;
+    let (_, tokens, cookie) = pair.login_with("alice", "skills:read skills:write").await;
+    let access = tokens["access_token"].as_str().unwrap().to_owned();
+    let tab = Tab::open(&pair, &cookie).await;
+    let version = tab.poll(0).await["version"].as_u64().unwrap();
+
+    // A long-poll waits on A; the call goes to B.
+    let parked = {
+        let tab = tab.clone();
+        tokio::spawn(async move {
+            let began = Instant::now();
+            (tab.poll(version).await, began.elapsed())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let code = json!([{"skill": "create_note", "args": {"title": "Groceries", "body": "milk"}}])
+        .to_string();
+    let call = json!({"requestId": REQUEST, "code": code});
+    let (a_url, b_url) = (pair.mcp_url(0), pair.mcp_url(1));
+    let v = pair.tool(&b_url, &access, "execute", call.clone()).await;
+    assert_eq!(v["status"], "approval_pending", "{v}");
+    let (woken, waited) = parked.await.unwrap();
+    assert!(
+        waited < Duration::from_secs(5),
+        "B's NOTIFY woke the poll on A ({waited:?}; a poll waits 25 s otherwise)"
+    );
+    let approvals = woken["approvals"].as_array().unwrap();
+    assert_eq!(approvals.len(), 1, "{woken}");
+    assert_eq!(approvals[0]["requestId"], REQUEST);
+
+    // The same requestId raced on both: one request, one approval.
+    let (x, y) = tokio::join!(
+        pair.tool(&a_url, &access, "execute", call.clone()),
+        pair.tool(&b_url, &access, "execute", call.clone())
+    );
+    assert_eq!(x["status"], "approval_pending", "{x}");
+    assert_eq!(y["status"], "approval_pending", "{y}");
+    assert_eq!(x["approval"], y["approval"]);
+    let now = tab.poll(0).await;
+    assert_eq!(now["approvals"].as_array().unwrap().len(), 1, "{now}");
+}
