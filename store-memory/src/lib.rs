@@ -225,6 +225,15 @@ impl<L: TableLock> ReadTransaction for MemoryRead<'_, L> {
         Ok(self.tables[table.index()].get(key).cloned())
     }
 
+    fn get_with<T>(
+        &self,
+        table: Table,
+        key: &[u8],
+        f: impl FnOnce(&[u8]) -> T,
+    ) -> Result<Option<T>, StoreError> {
+        Ok(self.tables[table.index()].get(key).map(|v| f(v)))
+    }
+
     fn range(
         &self,
         table: Table,
@@ -249,6 +258,15 @@ pub struct MemoryWrite<'a, L: TableLock + 'a> {
 impl<L: TableLock> ReadTransaction for MemoryWrite<'_, L> {
     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         Ok(self.tables[table.index()].get(key).cloned())
+    }
+
+    fn get_with<T>(
+        &self,
+        table: Table,
+        key: &[u8],
+        f: impl FnOnce(&[u8]) -> T,
+    ) -> Result<Option<T>, StoreError> {
+        Ok(self.tables[table.index()].get(key).map(|v| f(v)))
     }
 
     fn range(

@@ -235,9 +235,14 @@ impl AudienceRef<'_> {
     /// Whether `audience` is (one of) the audience(s).
     #[must_use]
     pub fn contains(&self, audience: &str) -> bool {
+        self.any(|a| a == audience)
+    }
+
+    /// Whether one of the audiences passes `test`.
+    pub(crate) fn any(&self, test: impl Fn(&str) -> bool) -> bool {
         match self {
-            Self::One(a) => a == audience,
-            Self::Many(all) => all.iter().any(|a| a == audience),
+            Self::One(a) => test(a),
+            Self::Many(all) => all.iter().any(|a| test(a)),
         }
     }
 
@@ -559,27 +564,7 @@ impl Validation {
         aud: Option<impl Fn(&str) -> bool>,
         now: Timestamp,
     ) -> Result<(), VerifyError> {
-        let [exp, nbf, iat] = dates;
-        for (claim, value) in [("exp", exp), ("nbf", nbf), ("iat", iat)] {
-            if value.is_some_and(|v| v < 0) {
-                return Err(VerifyError::InvalidNumericDate {
-                    claim,
-                    fault: NumericDateFault::Negative,
-                });
-            }
-        }
-        let now = now.as_jwt_secs();
-        let leeway = i64::try_from(self.leeway.as_secs()).unwrap_or(i64::MAX);
-        let exp = exp.ok_or(VerifyError::MissingExpiry)?;
-        if now >= exp.saturating_add(leeway) {
-            return Err(VerifyError::Expired);
-        }
-        if nbf.is_some_and(|nbf| now.saturating_add(leeway) < nbf) {
-            return Err(VerifyError::NotYetValid);
-        }
-        if iat.is_some_and(|iat| now.saturating_add(leeway) < iat) {
-            return Err(VerifyError::IssuedInFuture);
-        }
+        check_dates(dates, self.leeway, now)?;
         if let Some(expected) = &self.audience {
             let aud = aud.ok_or(VerifyError::MissingAudience)?;
             if !aud(expected) {
@@ -593,6 +578,76 @@ impl Validation {
         }
         Ok(())
     }
+}
+
+/// What a bearer check expects of a token, borrowed from the stored site:
+/// [`Validation`]'s checks with the audience given as two parts (a site's
+/// resource URL is its prefix followed by its public key, stored apart), so
+/// the check builds no string.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Expect<'a> {
+    /// The `typ` required.
+    pub(crate) typ: TokenType,
+    /// The audience, as the concatenation of the two parts.
+    pub(crate) audience: (&'a str, &'a str),
+    /// The issuer required.
+    pub(crate) issuer: &'a str,
+    /// The clock-skew leeway.
+    pub(crate) leeway: Duration,
+}
+
+impl Expect<'_> {
+    /// [`Validation::check_claims_ref`] against these borrowed parts.
+    pub(crate) fn check_claims_ref(
+        &self,
+        claims: &ClaimsRef<'_>,
+        now: Timestamp,
+    ) -> Result<(), VerifyError> {
+        check_dates([claims.exp, claims.nbf, claims.iat], self.leeway, now)?;
+        let (prefix, rest) = self.audience;
+        let aud = claims.aud.as_ref().ok_or(VerifyError::MissingAudience)?;
+        if !aud.any(|a| {
+            a.len() == prefix.len() + rest.len() && a.starts_with(prefix) && a.ends_with(rest)
+        }) {
+            return Err(VerifyError::AudienceMismatch);
+        }
+        if claims.iss.as_deref() != Some(self.issuer) {
+            return Err(VerifyError::IssuerMismatch);
+        }
+        Ok(())
+    }
+}
+
+/// The time checks on `[exp, nbf, iat]` (RFC 7519 §4.1.4–6): each a
+/// non-negative numeric date, `exp` required and not passed, `nbf` and
+/// `iat` not in the future, each with `leeway`.
+fn check_dates(
+    dates: [Option<i64>; 3],
+    leeway: Duration,
+    now: Timestamp,
+) -> Result<(), VerifyError> {
+    let [exp, nbf, iat] = dates;
+    for (claim, value) in [("exp", exp), ("nbf", nbf), ("iat", iat)] {
+        if value.is_some_and(|v| v < 0) {
+            return Err(VerifyError::InvalidNumericDate {
+                claim,
+                fault: NumericDateFault::Negative,
+            });
+        }
+    }
+    let now = now.as_jwt_secs();
+    let leeway = i64::try_from(leeway.as_secs()).unwrap_or(i64::MAX);
+    let exp = exp.ok_or(VerifyError::MissingExpiry)?;
+    if now >= exp.saturating_add(leeway) {
+        return Err(VerifyError::Expired);
+    }
+    if nbf.is_some_and(|nbf| now.saturating_add(leeway) < nbf) {
+        return Err(VerifyError::NotYetValid);
+    }
+    if iat.is_some_and(|iat| now.saturating_add(leeway) < iat) {
+        return Err(VerifyError::IssuedInFuture);
+    }
+    Ok(())
 }
 
 #[cfg(test)]

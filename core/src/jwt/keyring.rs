@@ -7,7 +7,7 @@ use core::fmt;
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
-use super::claims::{Claims, ClaimsRef, TokenType, Validation};
+use super::claims::{Claims, ClaimsRef, Expect, TokenType, Validation};
 use super::compact::{self, Compact, SIGNATURE_B64_LEN};
 use super::{KeyringError, MAX_TOKEN_LEN, Segment, SignError, VerifyError, b64, json};
 use crate::secret::SecretString;
@@ -324,7 +324,40 @@ impl Keyring {
         now: Timestamp,
         f: impl FnOnce(VerifiedRef<'_>) -> R,
     ) -> Result<R, VerifyError> {
-        let typ = expect.token_type();
+        self.verify_checked(
+            token,
+            expect.token_type(),
+            |claims| expect.check_claims_ref(claims, now),
+            f,
+        )
+    }
+
+    /// [`Keyring::verify_with`] against borrowed expectations (a stored
+    /// site's parts): the bearer check's path, which builds no string.
+    pub(crate) fn verify_expect<R>(
+        &self,
+        token: &str,
+        expect: &Expect<'_>,
+        now: Timestamp,
+        f: impl FnOnce(VerifiedRef<'_>) -> R,
+    ) -> Result<R, VerifyError> {
+        self.verify_checked(
+            token,
+            expect.typ,
+            |claims| expect.check_claims_ref(claims, now),
+            f,
+        )
+    }
+
+    /// The verification both forms share: structure, header, `kid`,
+    /// signature, then `check` on the claims, then `f`.
+    fn verify_checked<R>(
+        &self,
+        token: &str,
+        typ: TokenType,
+        check: impl FnOnce(&ClaimsRef<'_>) -> Result<(), VerifyError>,
+        f: impl FnOnce(VerifiedRef<'_>) -> R,
+    ) -> Result<R, VerifyError> {
         // A header this keyring writes is recognised byte for byte, and
         // then the dots are where they must be; anything else is split in
         // full and goes through the strict header parser.
@@ -354,7 +387,7 @@ impl Keyring {
         entry.key.check_signature(&compact)?;
         compact::with_decoded(compact.payload, Segment::Payload, |json| {
             let claims = ClaimsRef::parse(json)?;
-            expect.check_claims_ref(&claims, now)?;
+            check(&claims)?;
             Ok(f(VerifiedRef {
                 claims,
                 kid: entry.kid.as_str(),
