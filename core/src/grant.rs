@@ -355,8 +355,20 @@ impl Grant {
     /// The status of the grant at `now` under `site`.
     #[must_use]
     pub fn status(&self, site: &Site, now: Timestamp, policy: &Policy) -> GrantStatus {
+        self.status_in(site.id.as_str(), site.epoch, now, policy)
+    }
+
+    /// [`Grant::status`] against a site's id and epoch alone.
+    #[must_use]
+    pub fn status_in(
+        &self,
+        site: &str,
+        epoch: u32,
+        now: Timestamp,
+        policy: &Policy,
+    ) -> GrantStatus {
         status_of(
-            self.revoked.is_some() || self.epoch != site.epoch || self.site != site.id,
+            self.revoked.is_some() || self.epoch != epoch || self.site.as_str() != site,
             self.created,
             self.last_refreshed,
             now,

@@ -60,6 +60,70 @@ impl TokenType {
     }
 }
 
+/// The JSON writer of [`Claims`] and [`ClaimsRef`]: one body for both, so
+/// an owned and a borrowed set of claims sign to the same bytes. Members in
+/// declaration order, absent ones left out (the bytes `serde_json` would
+/// write); `aud` is one string (`Ok`) or a list (`Err`).
+fn write_claims<A: AsRef<str>>(
+    out: &mut impl Sink,
+    head: [Option<&str>; 2],
+    aud: Option<Result<&str, &[A]>>,
+    dates: [Option<i64>; 3],
+    tail: [Option<&str>; 5],
+) {
+    fn key(out: &mut impl Sink, open: &mut bool, name: &[u8]) {
+        out.raw(if *open { b"{" } else { b"," });
+        *open = false;
+        out.raw(name);
+    }
+    let mut open = true;
+    for (name, v) in [&b"\"iss\":"[..], b"\"sub\":"].into_iter().zip(head) {
+        if let Some(v) = v {
+            key(out, &mut open, name);
+            out.string(v);
+        }
+    }
+    if let Some(aud) = aud {
+        key(out, &mut open, b"\"aud\":");
+        match aud {
+            Ok(a) => out.string(a),
+            Err(all) => {
+                for (i, a) in all.iter().enumerate() {
+                    out.raw(if i == 0 { b"[" } else { b"," });
+                    out.string(a.as_ref());
+                }
+                if all.is_empty() {
+                    out.raw(b"[");
+                }
+                out.raw(b"]");
+            }
+        }
+    }
+    for (name, v) in [&b"\"exp\":"[..], b"\"nbf\":", b"\"iat\":"]
+        .into_iter()
+        .zip(dates)
+    {
+        if let Some(v) = v {
+            key(out, &mut open, name);
+            out.int(v);
+        }
+    }
+    let names = [
+        &b"\"jti\":"[..],
+        b"\"client_id\":",
+        b"\"scope\":",
+        b"\"gid\":",
+        b"\"org_domain\":",
+    ];
+    for (name, v) in names.into_iter().zip(tail) {
+        if let Some(v) = v {
+            key(out, &mut open, name);
+            out.string(v);
+        }
+    }
+    out.raw(if open { b"{}" } else { b"}" });
+}
+
 /// The `aud` claim: one audience or several (RFC 7519 §4.1.3).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
@@ -144,54 +208,22 @@ impl Claims {
     /// Writes the claims as a JSON object, members in declaration order,
     /// absent ones left out (the bytes `serde_json` would write).
     pub(super) fn write_json(&self, out: &mut impl Sink) {
-        fn key(out: &mut impl Sink, open: &mut bool, name: &[u8]) {
-            out.raw(if *open { b"{" } else { b"," });
-            *open = false;
-            out.raw(name);
-        }
-        let mut open = true;
-        macro_rules! text {
-            ($($field:ident: $name:literal),*) => {$(
-                if let Some(v) = &self.$field {
-                    key(out, &mut open, $name);
-                    out.string(v);
-                }
-            )*};
-        }
-        macro_rules! int {
-            ($($field:ident: $name:literal),*) => {$(
-                if let Some(v) = self.$field {
-                    key(out, &mut open, $name);
-                    out.int(v);
-                }
-            )*};
-        }
-        text!(iss: b"\"iss\":", sub: b"\"sub\":");
-        if let Some(aud) = &self.aud {
-            key(out, &mut open, b"\"aud\":");
-            match aud {
-                Audience::One(a) => out.string(a),
-                Audience::Many(all) => {
-                    for (i, a) in all.iter().enumerate() {
-                        out.raw(if i == 0 { b"[" } else { b"," });
-                        out.string(a);
-                    }
-                    if all.is_empty() {
-                        out.raw(b"[");
-                    }
-                    out.raw(b"]");
-                }
-            }
-        }
-        int!(exp: b"\"exp\":", nbf: b"\"nbf\":", iat: b"\"iat\":");
-        text!(
-            jti: b"\"jti\":",
-            client_id: b"\"client_id\":",
-            scope: b"\"scope\":",
-            gid: b"\"gid\":",
-            org_domain: b"\"org_domain\":"
+        write_claims(
+            out,
+            [self.iss.as_deref(), self.sub.as_deref()],
+            self.aud.as_ref().map(|a| match a {
+                Audience::One(a) => Ok(a.as_str()),
+                Audience::Many(all) => Err(all.as_slice()),
+            }),
+            [self.exp, self.nbf, self.iat],
+            [
+                self.jti.as_deref(),
+                self.client_id.as_deref(),
+                self.scope.as_deref(),
+                self.gid.as_deref(),
+                self.org_domain.as_deref(),
+            ],
         );
-        out.raw(if open { b"{}" } else { b"}" });
     }
 
     /// A borrowed view of these claims, for [`Validation::check_claims_ref`]
@@ -219,6 +251,28 @@ impl Claims {
             gid: b(self.gid.as_ref()),
             org_domain: b(self.org_domain.as_ref()),
         }
+    }
+}
+
+impl ClaimsRef<'_> {
+    /// [`Claims::write_json`] for borrowed claims.
+    pub(super) fn write_json(&self, out: &mut impl Sink) {
+        write_claims(
+            out,
+            [self.iss.as_deref(), self.sub.as_deref()],
+            self.aud.as_ref().map(|a| match a {
+                AudienceRef::One(a) => Ok(a.as_ref()),
+                AudienceRef::Many(all) => Err(all.as_slice()),
+            }),
+            [self.exp, self.nbf, self.iat],
+            [
+                self.jti.as_deref(),
+                self.client_id.as_deref(),
+                self.scope.as_deref(),
+                self.gid.as_deref(),
+                self.org_domain.as_deref(),
+            ],
+        );
     }
 }
 

@@ -257,13 +257,43 @@ impl Keyring {
     /// the payload's room and base64url-encoded in place, then the MAC
     /// from the key's pre-keyed state. The only allocation is the token.
     pub fn sign(&self, typ: TokenType, claims: &Claims) -> Result<SecretString, SignError> {
+        self.sign_json(
+            typ,
+            |out| claims.write_json(out),
+            |out| claims.write_json(out),
+        )
+    }
+
+    /// [`Keyring::sign`] for borrowed claims: what a caller holding the
+    /// claims' parts elsewhere (a stored grant) signs without copying them
+    /// into owned strings. The same bytes as [`Keyring::sign`] of the owned
+    /// copy.
+    pub fn sign_ref(
+        &self,
+        typ: TokenType,
+        claims: &ClaimsRef<'_>,
+    ) -> Result<SecretString, SignError> {
+        self.sign_json(
+            typ,
+            |out| claims.write_json(out),
+            |out| claims.write_json(out),
+        )
+    }
+
+    /// The signer: `count` measures the payload JSON, `write` writes it.
+    fn sign_json(
+        &self,
+        typ: TokenType,
+        count_json: impl FnOnce(&mut json::Count),
+        write_json: impl FnOnce(&mut Vec<u8>),
+    ) -> Result<SecretString, SignError> {
         let entry = self
             .active
             .map(|i| &self.entries[i])
             .ok_or(SignError::NoActiveKey)?;
         let header = entry.headers[typ.index()].as_bytes();
         let mut count = json::Count(0);
-        claims.write_json(&mut count);
+        count_json(&mut count);
         let json_len = count.0;
         let payload_len = b64::encoded_len(json_len);
         let signed_len = header.len() + 1 + payload_len;
@@ -279,7 +309,7 @@ impl Keyring {
         // encoding (4 bytes out per 3 in) never overtakes what it reads.
         let lead = payload_len - json_len;
         token.resize(payload_at + lead, 0);
-        claims.write_json(&mut token);
+        write_json(&mut token);
         debug_assert_eq!(token.len(), signed_len);
         b64::encode_in_place(&mut token[payload_at..], lead, json_len);
         let signature = entry.key.mac(&token);

@@ -93,7 +93,8 @@ impl<'de> Deserialize<'de> for SkippedStrings {
 
 /// Encodes `record` as `[VERSION] ++ postcard(record)`.
 pub fn encode<R: Record>(record: &R) -> Result<Vec<u8>, CodecError> {
-    let mut out = Vec::with_capacity(64);
+    // Room for a grant or a site in one allocation.
+    let mut out = Vec::with_capacity(256);
     out.push(R::VERSION);
     postcard::to_extend(record, out).map_err(|_| CodecError::Encode)
 }
