@@ -193,87 +193,112 @@ fn populate(grants: usize) -> Population {
     p
 }
 
-fn measure(c: &mut Criterion, label: &str, p: &mut Population) {
+fn measure(crit: &mut Criterion, label: &str, pop: &mut Population) {
     let now = now();
     let required = ScopeSet::parse("skills:read").unwrap();
-    let expect = Validation::new(TokenType::AccessToken, p.resource.as_str()).issuer(ISS);
-    let tokens: Vec<&str> = p
+    let expect = Validation::new(TokenType::AccessToken, pop.resource.as_str()).issuer(ISS);
+    let tokens: Vec<&str> = pop
         .headers
         .iter()
         .map(|h| h.strip_prefix("Bearer ").unwrap())
         .collect();
-    let n = p.headers.len();
-    let mut g = c.benchmark_group(label);
-    g.warm_up_time(Duration::from_secs(1))
+    let count = pop.headers.len();
+    let mut group = crit.benchmark_group(label);
+    group
+        .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3));
-    let mut i = 0;
-    g.bench_function("bare_jwt_verify", |b| {
-        b.iter(|| {
-            i = (i + 1) % n;
-            p.engine
+    let mut at = 0;
+    group.bench_function("bare_jwt_verify", |bencher| {
+        bencher.iter(|| {
+            at = (at + 1) % count;
+            pop.engine
                 .keyring()
-                .verify(black_box(tokens[i]), &expect, now)
+                .verify(black_box(tokens[at]), &expect, now)
                 .unwrap()
         });
     });
-    g.bench_function("bearer", |b| {
-        b.iter(|| {
-            i = (i + 1) % n;
-            p.engine
+    group.bench_function("bearer", |bencher| {
+        bencher.iter(|| {
+            at = (at + 1) % count;
+            pop.engine
                 .verify_bearer(
-                    &p.site,
-                    HeaderField::one(black_box(&p.headers[i])),
+                    &pop.site,
+                    HeaderField::one(black_box(&pop.headers[at])),
                     &required,
                     now,
                 )
                 .unwrap()
         });
     });
-    g.bench_function("refresh", |b| {
-        b.iter_custom(|iters| {
+    refresh(&mut group, pop, &mut at);
+    writes(&mut group, pop, &mut at);
+    group.finish();
+}
+
+/// The rotation of the sample's refresh tokens, one commit each.
+fn refresh(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    pop: &mut Population,
+    at: &mut usize,
+) {
+    let now = now();
+    let count = pop.headers.len();
+    group.bench_function("refresh", |bencher| {
+        bencher.iter_custom(|iters| {
             let mut spent = Duration::ZERO;
             for _ in 0..iters {
-                i = (i + 1) % n;
+                *at = (*at + 1) % count;
                 let body = encode_pairs([
                     ("grant_type", "refresh_token"),
-                    ("refresh_token", p.refresh[i].as_str()),
-                    ("client_id", p.client_id.as_str()),
+                    ("refresh_token", pop.refresh[*at].as_str()),
+                    ("client_id", pop.client_id.as_str()),
                 ]);
                 let start = Instant::now();
-                let t = p
+                let answer = pop
                     .engine
                     .token(
-                        &p.site,
+                        &pop.site,
                         black_box(&body),
                         HeaderField::ABSENT,
-                        &mut p.rng,
+                        &mut pop.rng,
                         now,
                     )
                     .unwrap();
                 spent += start.elapsed();
-                p.refresh[i] = t.refresh_token.expose_secret().to_string();
+                pop.refresh[*at] = answer.refresh_token.expose_secret().to_string();
             }
             spent
         });
     });
-    let query = p.query();
-    g.bench_function("decide", |b| {
-        b.iter_custom(|iters| {
+}
+
+/// Consent and code exchange, each in a write transaction that is rolled
+/// back untimed.
+fn writes(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    pop: &mut Population,
+    at: &mut usize,
+) {
+    let now = now();
+    let count = pop.headers.len();
+    let query = pop.query();
+    group.bench_function("decide", |bencher| {
+        bencher.iter_custom(|iters| {
             let mut spent = Duration::ZERO;
             for _ in 0..iters {
-                i = (i + 1) % n;
-                let mut txn = p.engine.store().begin_write().unwrap();
+                *at = (*at + 1) % count;
+                let mut txn = pop.engine.store().begin_write().unwrap();
                 let start = Instant::now();
-                let answer = p
+                let answer = pop
                     .engine
                     .decide_in(
                         &mut txn,
-                        &p.site,
+                        &pop.site,
                         black_box(&query),
                         None,
-                        &p.subjects[i],
+                        &pop.subjects[*at],
                         true,
-                        &mut p.rng,
+                        &mut pop.rng,
                         now,
                     )
                     .unwrap();
@@ -284,49 +309,48 @@ fn measure(c: &mut Criterion, label: &str, p: &mut Population) {
             spent
         });
     });
-    g.bench_function("exchange", |b| {
-        b.iter_custom(|iters| {
+    group.bench_function("exchange", |bencher| {
+        bencher.iter_custom(|iters| {
             let mut spent = Duration::ZERO;
             for _ in 0..iters {
-                i = (i + 1) % n;
-                let mut txn = p.engine.store().begin_write().unwrap();
-                let AuthorizeAnswer::Redirect(url) = p
+                *at = (*at + 1) % count;
+                let mut txn = pop.engine.store().begin_write().unwrap();
+                let AuthorizeAnswer::Redirect(url) = pop
                     .engine
                     .decide_in(
                         &mut txn,
-                        &p.site,
+                        &pop.site,
                         &query,
                         None,
-                        &p.subjects[i],
+                        &pop.subjects[*at],
                         true,
-                        &mut p.rng,
+                        &mut pop.rng,
                         now,
                     )
                     .unwrap()
                 else {
                     panic!("no redirect")
                 };
-                let body = p.exchange_body(&url);
+                let body = pop.exchange_body(&url);
                 let start = Instant::now();
-                let t = p
+                let answer = pop
                     .engine
                     .token_in(
                         &mut txn,
-                        &p.site,
+                        &pop.site,
                         black_box(&body),
                         HeaderField::ABSENT,
-                        &mut p.rng,
+                        &mut pop.rng,
                         now,
                     )
                     .unwrap();
                 spent += start.elapsed();
-                black_box(t);
+                black_box(answer);
                 drop(txn);
             }
             spent
         });
     });
-    g.finish();
 }
 
 const OPS: [&str; 5] = ["bare_jwt_verify", "bearer", "refresh", "decide", "exchange"];
