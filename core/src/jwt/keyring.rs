@@ -429,6 +429,7 @@ impl Keyring {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::jwt::Audience;
     use alloc::format;
 
     fn keyring() -> Keyring {
@@ -445,6 +446,33 @@ mod tests {
             exp: Some(1_000),
             sub: Some("u".into()),
             ..Claims::default()
+        }
+    }
+
+    /// Borrowed claims sign to the very bytes of their owned copy, with
+    /// one audience or several, every member or none.
+    #[test]
+    fn sign_ref_writes_the_bytes_sign_does() {
+        let k = keyring();
+        let full = Claims {
+            iss: Some("https://i.example".into()),
+            aud: Some(Audience::Many(alloc::vec!["a".into(), "b\"c".into()])),
+            nbf: Some(5),
+            iat: Some(7),
+            jti: Some("j".into()),
+            client_id: Some("c".into()),
+            scope: Some("skills:read".into()),
+            gid: Some("g".into()),
+            org_domain: Some("o.example".into()),
+            ..claims()
+        };
+        for c in [claims(), full, Claims::default()] {
+            for typ in TokenType::ALL {
+                assert_eq!(
+                    k.sign(typ, &c).unwrap().expose_secret(),
+                    k.sign_ref(typ, &c.as_ref()).unwrap().expose_secret()
+                );
+            }
         }
     }
 
