@@ -16,6 +16,10 @@
 //!   back, untimed) so the population stays at its size however many
 //!   iterations criterion runs.
 //!
+//! Both populations are built first; each phase of measurements (reads,
+//! rotation, consent and exchange) then runs at both sizes back to back,
+//! so a shared machine's changing load moves both sides of a ratio alike.
+//!
 //! After the runs the bench prints `TIME` lines and one `RATIO` line per
 //! operation, `scale_<op>_1m_over_10k` (target ≤ 1.5), and the bearer
 //! check over bare verification at 1 000 000 grants (target ≤ 1.5).
@@ -193,7 +197,26 @@ fn populate(grants: usize) -> Population {
     p
 }
 
-fn measure(crit: &mut Criterion, label: &str, pop: &mut Population) {
+/// One phase of the measurements at one size: 0 the reads, 1 the
+/// rotation, 2 consent and exchange. `main` runs each phase at both sizes
+/// back to back, so a change in the machine's load between phases moves
+/// both sides of a 1 000 000 / 10 000 ratio alike.
+fn measure(crit: &mut Criterion, label: &str, pop: &mut Population, phase: u8) {
+    let mut group = crit.benchmark_group(label);
+    group
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3));
+    let mut at = 0;
+    if phase == 1 {
+        refresh(&mut group, pop, &mut at);
+    }
+    if phase == 2 {
+        writes(&mut group, pop, &mut at);
+    }
+    if phase != 0 {
+        group.finish();
+        return;
+    }
     let now = now();
     let required = ScopeSet::parse("skills:read").unwrap();
     let expect = Validation::new(TokenType::AccessToken, pop.resource.as_str()).issuer(ISS);
@@ -203,11 +226,6 @@ fn measure(crit: &mut Criterion, label: &str, pop: &mut Population) {
         .map(|h| h.strip_prefix("Bearer ").unwrap())
         .collect();
     let count = pop.headers.len();
-    let mut group = crit.benchmark_group(label);
-    group
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(3));
-    let mut at = 0;
     group.bench_function("bare_jwt_verify", |bencher| {
         bencher.iter(|| {
             at = (at + 1) % count;
@@ -230,8 +248,6 @@ fn measure(crit: &mut Criterion, label: &str, pop: &mut Population) {
                 .unwrap()
         });
     });
-    refresh(&mut group, pop, &mut at);
-    writes(&mut group, pop, &mut at);
     group.finish();
 }
 
@@ -378,9 +394,10 @@ fn main() {
         .unwrap_or(1_000_000);
     let mut c = Criterion::default().configure_from_args();
     let mut report = String::new();
+    let mut pops = Vec::new();
     for (label, grants) in [("scale_10k", 10_000), ("scale_1m", large)] {
         let start = Instant::now();
-        let mut p = populate(grants);
+        let p = populate(grants);
         let _ = writeln!(
             report,
             "POPULATION {label} {grants} grants {} records, built in {:.1} s",
@@ -390,7 +407,12 @@ fn main() {
                 .unwrap_or("?"),
             start.elapsed().as_secs_f64()
         );
-        measure(&mut c, label, &mut p);
+        pops.push((label, p));
+    }
+    for phase in 0..3 {
+        for (label, p) in &mut pops {
+            measure(&mut c, label, p, phase);
+        }
     }
     c.final_summary();
     for label in ["scale_10k", "scale_1m"] {
