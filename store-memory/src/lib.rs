@@ -1,8 +1,10 @@
 //! An in-memory [`Store`] for Portcullis: tests, single-process servers,
 //! firmware, and the reference against which the durable stores are judged.
 //!
-//! Every table is a `BTreeMap` (ordered keys, as the contract asks), and all
-//! of them sit behind one reader-writer lock:
+//! Every table is a `BTreeMap` (ordered keys, as the contract asks) whose
+//! short keys sit inline in its nodes ([`Key`]), and all of them sit behind
+//! one reader-writer lock; a read lends the stored value to the caller
+//! (`get_with`) without copying it:
 //!
 //! * a read transaction holds the read lock, so it sees one committed state;
 //! * a write transaction holds the write lock for its whole life, which
@@ -56,13 +58,12 @@ pub type Tables = [BTreeMap<Key, Vec<u8>>; Table::ALL.len()];
 const INLINE: usize = 38;
 
 /// A key as a table holds it: up to 38 bytes inline, in the B-tree node
-/// itself, longer ones on the heap. Every key the core writes today but
-/// long index keys fits inline (a grant or code id is 16 bytes, an expiry
+/// itself, longer ones on the heap. Every key the core writes fits inline
+/// except the longer index keys (a grant or code id is 16 bytes, an expiry
 /// entry 26), so a lookup compares the keys of a node without following a
-/// pointer per comparison: over a million grants that is most of the cost
-/// of a `get` (each pointer a likely cache miss), and an undo-log entry
-/// costs no allocation. Keys order as their bytes, whichever form they
-/// take.
+/// pointer per comparison (over a million grants each pointer is a likely
+/// cache miss), and an undo-log entry costs no allocation. Keys order as
+/// their bytes, whichever form they take.
 #[derive(Clone)]
 pub struct Key(KeyRepr);
 
