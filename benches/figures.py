@@ -3,7 +3,8 @@
 the README's figures table and an SVG chart (issue 12 item 6).
 
     cargo bench --bench core | tee /tmp/bench.txt
-    python3 benches/figures.py /tmp/bench.txt --readme README.md --svg benches/figures.svg
+    cargo bench --bench scale | tee /tmp/scale.txt
+    python3 benches/figures.py /tmp/bench.txt /tmp/scale.txt --readme README.md --svg benches/figures.svg
 
 Several runs may be passed (files or `-` for stdin); each ratio's median
 over the runs is shown, and every run's value beside it. The README table
@@ -22,6 +23,12 @@ LABELS = {
     "verify_owned_speedup_over_jsonwebtoken": ("`jsonwebtoken::decode` / `Keyring::verify`", "hs256"),
     "bearer_over_bare_verify_memory": ("`verify_bearer` with grant / bare verify, memory, 1 grant", "engine"),
     "redirect_speedup_over_url": ("`url` parse + join / `SafePath::new`", "redirect"),
+    "bearer_over_bare_verify_memory_1m": ("`verify_bearer` with grant / bare verify, memory, 1 000 000 grants", "scale"),
+    "scale_bare_jwt_verify_1m_over_10k": ("bare verify, 1 000 000 / 10 000 grants", "scale"),
+    "scale_bearer_1m_over_10k": ("`verify_bearer`, 1 000 000 / 10 000 grants", "scale"),
+    "scale_refresh_1m_over_10k": ("refresh rotation, 1 000 000 / 10 000 grants", "scale"),
+    "scale_decide_1m_over_10k": ("consent (`decide_in`), 1 000 000 / 10 000 grants", "scale"),
+    "scale_exchange_1m_over_10k": ("code exchange (`token_in`), 1 000 000 / 10 000 grants", "scale"),
 }
 
 
@@ -63,9 +70,12 @@ def met(value, op, target):
 
 def rows(runs):
     out = []
-    for name in runs[0]["ratio"]:
+    # Every ratio any run measured (`--bench core` and `--bench scale` runs
+    # report different ones), in the order first seen.
+    names = list(dict.fromkeys(n for r in runs for n in r["ratio"]))
+    for name in names:
         values = [r["ratio"][name][0] for r in runs if name in r["ratio"]]
-        _, op, target, num, den = runs[0]["ratio"][name]
+        _, op, target, num, den = next(r["ratio"][name] for r in runs if name in r["ratio"])
         med = statistics.median(values)
         times = lambda k: statistics.median([r["time"][k] for r in runs if k in r["time"]]) if k else None
         out.append(
@@ -88,7 +98,7 @@ def rows(runs):
 
 def table(runs):
     lines = [
-        f"| ratio | measured (median of {len(runs)} run{'s' if len(runs) > 1 else ''}; each run) | target | met | numerator | denominator (floor or peer) |",
+        "| ratio | measured (median of the runs that measured it; each run) | target | met | numerator | denominator (floor or peer) |",
         "|---|---|---|---|---|---|",
     ]
     for r in rows(runs):
@@ -99,7 +109,9 @@ def table(runs):
             f"| {r['label']} | **{r['value']:.2f}×** ({each}) | {target} | {ok} "
             f"| {fmt_ns(r['num_ns'])} | {fmt_ns(r['den_ns'])} |"
         )
-    for name, (value, op, target) in runs[0]["rate"].items():
+    rates = list(dict.fromkeys(n for r in runs for n in r["rate"]))
+    for name in rates:
+        _, op, target = next(r["rate"][name] for r in runs if name in r["rate"])
         vals = [r["rate"][name][0] for r in runs if name in r["rate"]]
         med = statistics.median(vals)
         ok = "yes" if met(med, op, target) else "**no**"
@@ -119,7 +131,7 @@ def svg(runs):
     height = top + len(data) * (bar + gap) + 30
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="12">',
-        f'<text x="10" y="20" font-size="14">Portcullis JWT hot path: share of each target used (line = target; shorter is better)</text>',
+        f'<text x="10" y="20" font-size="14">Portcullis hot path: share of each target used (line = target; shorter is better)</text>',
         f'<line x1="{left + scale}" y1="{top - 8}" x2="{left + scale}" y2="{height - 20}" stroke="#c00" stroke-dasharray="4 3"/>',
     ]
     for i, r in enumerate(data):

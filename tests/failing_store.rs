@@ -195,6 +195,17 @@ impl<T: ReadTransaction> ReadTransaction for Failing<'_, T> {
         self.inner.get(table, key)
     }
 
+    /// Counted and failed as a `get`: the same read, lent.
+    fn get_with<V>(
+        &self,
+        table: Table,
+        key: &[u8],
+        f: impl FnOnce(&[u8]) -> V,
+    ) -> Result<Option<V>, StoreError> {
+        self.tick(Call::Get)?;
+        self.inner.get_with(table, key, f)
+    }
+
     fn range(
         &self,
         table: Table,

@@ -1535,3 +1535,28 @@ fn the_longest_confidential_ids_still_authenticate<S: Store>(store: &S) {
 }
 
 on_every_store!(the_longest_confidential_ids_still_authenticate);
+
+/// The bearer check reads the site and the grant in place (issue 12 item
+/// 4): its allocations are the answer's own fields — the site id, the
+/// subject, the client id and name, the token's scope set (its list and two
+/// tokens) and the token id — and nothing for the stored records.
+#[test]
+fn the_bearer_check_allocates_only_its_answer() {
+    use crate::alloc_counter::allocations_in;
+
+    let mut w = World::new(crate::support::memory());
+    let tokens = w.login();
+    let header = format!("Bearer {}", tokens.access_token.expose_secret());
+    let read = ScopeSet::parse("skills:read").unwrap();
+    let check = || {
+        w.engine
+            .verify_bearer(&w.site, HeaderField::one(&header), &read, w.now)
+            .unwrap()
+    };
+    let expected = check();
+    let (principal, n) = allocations_in(check);
+    assert_eq!(principal, expected);
+    assert_eq!(principal.scopes.iter().count(), 2);
+    assert!(principal.client_name.is_some());
+    assert!(n <= 8, "{n} allocations");
+}

@@ -41,7 +41,8 @@ use crate::policy::Policy;
 use crate::scope::ScopeSet;
 use crate::secret::SecretString;
 use crate::site::{Site, SiteId};
-use crate::store::{Record, Table};
+use crate::store::codec::SkippedStrings;
+use crate::store::{Record, Table, Viewed};
 use crate::time::Timestamp;
 
 /// A grant identifier: 16 random bytes, shown as 22 characters of base64url.
@@ -173,6 +174,105 @@ impl Record for Grant {
     const VERSION: u8 = 1;
 }
 
+impl Viewed for Grant {
+    type View<'a> = GrantView<'a>;
+}
+
+/// A stored [`Grant`] read in place: strings borrowed from the stored
+/// bytes, scope lists skipped without allocating. Its fields mirror
+/// [`Grant`]'s in order (postcard is positional; a test holds the two
+/// together). The salt is read past, never kept.
+#[derive(Clone, Copy, PartialEq, Eq, Deserialize)]
+pub struct GrantView<'a> {
+    /// The id.
+    pub id: GrantId,
+    /// The site it belongs to.
+    pub site: &'a str,
+    /// The site epoch it was issued under.
+    pub epoch: u32,
+    /// The client it was issued to.
+    pub client_id: &'a str,
+    /// The client's self-declared (unverified) name.
+    #[serde(borrow)]
+    pub client_name: Option<&'a str>,
+    /// The user.
+    pub subject: &'a str,
+    /// Granted scopes (skipped).
+    pub scopes: SkippedStrings,
+    /// The resource the grant is bound to.
+    pub resource: &'a str,
+    /// Creation time.
+    pub created: Timestamp,
+    /// Last successful refresh (or creation).
+    pub last_refreshed: Timestamp,
+    /// The current refresh-token generation.
+    pub generation: u32,
+    /// The salt: read past, never shown.
+    salt: [u8; 16],
+    /// The key that tags the current generation's token.
+    pub kid: &'a str,
+    /// The rotation into the current generation, if any (its time).
+    pub last_rotation: Option<RotationView>,
+    /// Set once the grant is revoked.
+    pub revoked: Option<Revocation>,
+}
+
+impl fmt::Debug for GrantView<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GrantView")
+            .field("id", &self.id)
+            .field("site", &self.site)
+            .field("epoch", &self.epoch)
+            .field("client_id", &self.client_id)
+            .field("generation", &self.generation)
+            .field("revoked", &self.revoked)
+            .finish_non_exhaustive()
+    }
+}
+
+/// [`Rotation`] read in place: its time, the requested scopes skipped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+pub struct RotationView {
+    /// When it happened.
+    pub at: Timestamp,
+    /// The scope asked for (skipped).
+    pub requested: SkippedStrings,
+}
+
+impl GrantView<'_> {
+    /// [`Grant::status`] on the view, against the site's id and epoch.
+    #[must_use]
+    pub fn status(&self, site: &str, epoch: u32, now: Timestamp, policy: &Policy) -> GrantStatus {
+        status_of(
+            self.revoked.is_some() || self.epoch != epoch || self.site != site,
+            self.created,
+            self.last_refreshed,
+            now,
+            policy,
+        )
+    }
+}
+
+/// The status from whether the grant is revoked (directly or by its site)
+/// and its two clocks.
+fn status_of(
+    revoked: bool,
+    created: Timestamp,
+    last_refreshed: Timestamp,
+    now: Timestamp,
+    policy: &Policy,
+) -> GrantStatus {
+    let idle = last_refreshed.saturating_add(policy.grant_idle_ttl);
+    let absolute = created.saturating_add(policy.grant_absolute_ttl);
+    if revoked {
+        GrantStatus::Revoked
+    } else if now >= idle.min(absolute) {
+        GrantStatus::Expired
+    } else {
+        GrantStatus::Live
+    }
+}
+
 /// Whether a grant can still be used.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GrantStatus {
@@ -251,13 +351,25 @@ impl Grant {
     /// The status of the grant at `now` under `site`.
     #[must_use]
     pub fn status(&self, site: &Site, now: Timestamp, policy: &Policy) -> GrantStatus {
-        if self.revoked.is_some() || self.epoch != site.epoch || self.site != site.id {
-            GrantStatus::Revoked
-        } else if now >= self.expires_at(policy) {
-            GrantStatus::Expired
-        } else {
-            GrantStatus::Live
-        }
+        self.status_in(site.id.as_str(), site.epoch, now, policy)
+    }
+
+    /// [`Grant::status`] against a site's id and epoch alone.
+    #[must_use]
+    pub fn status_in(
+        &self,
+        site: &str,
+        epoch: u32,
+        now: Timestamp,
+        policy: &Policy,
+    ) -> GrantStatus {
+        status_of(
+            self.revoked.is_some() || self.epoch != epoch || self.site.as_str() != site,
+            self.created,
+            self.last_refreshed,
+            now,
+            policy,
+        )
     }
 
     /// Revokes the grant; the first revocation wins.
@@ -439,6 +551,59 @@ mod tests {
             Timestamp::from_secs(1_000),
         );
         (site, grant, key)
+    }
+
+    /// The view reads every field of a stored grant in its place, and
+    /// judges its status as the grant does.
+    #[test]
+    fn view_mirrors_the_stored_grant() {
+        let (mut site, mut grant, _) = fixture();
+        grant.client_name = Some("Agent".into());
+        grant.last_rotation = Some(Rotation {
+            at: Timestamp::from_secs(1_500),
+            requested: ScopeSet::parse("skills:read skills:write").unwrap(),
+        });
+        grant.generation = 3;
+        let policy = Policy::default();
+        let check = |grant: &Grant, site: &Site, now: Timestamp| {
+            let bytes = crate::store::codec::encode(grant).unwrap();
+            let v = crate::store::codec::decode_view::<Grant>(&bytes).unwrap();
+            assert_eq!(
+                (v.id, v.site, v.epoch),
+                (grant.id, grant.site.as_str(), grant.epoch)
+            );
+            assert_eq!(v.client_id, grant.client_id);
+            assert_eq!(v.client_name, grant.client_name.as_deref());
+            assert_eq!(
+                (v.subject, v.resource),
+                (grant.subject.as_str(), grant.resource.as_str())
+            );
+            assert_eq!(v.scopes.len, 1);
+            assert_eq!(
+                (v.created, v.last_refreshed),
+                (grant.created, grant.last_refreshed)
+            );
+            assert_eq!(
+                (v.generation, v.kid),
+                (grant.generation, grant.kid.as_str())
+            );
+            assert_eq!(
+                v.last_rotation.map(|r| r.at),
+                grant.last_rotation.as_ref().map(|r| r.at)
+            );
+            assert_eq!(v.revoked, grant.revoked);
+            assert_eq!(
+                v.status(site.id.as_str(), site.epoch, now, &policy),
+                grant.status(site, now, &policy)
+            );
+        };
+        let now = Timestamp::from_secs(2_000);
+        check(&grant, &site, now);
+        check(&grant, &site, Timestamp::MAX);
+        site.revoke_all_grants();
+        check(&grant, &site, now);
+        grant.revoke(RevocationReason::Revoked, now);
+        check(&grant, &site, now);
     }
 
     #[test]

@@ -128,7 +128,16 @@ pub fn authorization_server_metadata_url(site: &Site) -> String {
 /// the resource URL. Adapters may also serve it at the root well-known path.
 #[must_use]
 pub fn protected_resource_metadata_url(site: &Site) -> String {
-    well_known(&site.resource(), "/.well-known/oauth-protected-resource").unwrap_or_default()
+    resource_metadata_url(&site.resource_prefix, &site.public_key)
+}
+
+/// [`protected_resource_metadata_url`] from the two stored parts of the
+/// resource URL (a borrowed [`SiteView`](crate::site::SiteView)'s).
+pub(crate) fn resource_metadata_url(resource_prefix: &str, public_key: &str) -> String {
+    let mut resource = String::with_capacity(resource_prefix.len() + public_key.len());
+    resource.push_str(resource_prefix);
+    resource.push_str(public_key);
+    well_known(&resource, "/.well-known/oauth-protected-resource").unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -22,7 +22,8 @@ use url::Url;
 
 use crate::error::{ErrorCode, WireError};
 use crate::scope::{KnownScope, ScopeSet};
-use crate::store::{Record, Table};
+use crate::store::codec::SkippedStrings;
+use crate::store::{Record, Table, Viewed};
 use crate::time::Timestamp;
 
 /// Longest site id.
@@ -197,6 +198,71 @@ pub struct Site {
 impl Record for Site {
     const TABLE: Table = Table::Sites;
     const VERSION: u8 = 1;
+}
+
+impl Viewed for Site {
+    type View<'a> = SiteView<'a>;
+}
+
+/// A stored [`Site`] read in place: the fields a bearer check needs,
+/// borrowed from the stored bytes, the lists skipped without allocating.
+/// Its fields mirror [`Site`]'s in order (postcard is positional; a test
+/// holds the two together).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+pub struct SiteView<'a> {
+    /// The id.
+    pub id: &'a str,
+    /// The display name.
+    pub name: &'a str,
+    /// The issuer URL.
+    pub issuer: &'a str,
+    /// The prefix of the resource URL.
+    pub resource_prefix: &'a str,
+    /// The public key in the resource URL.
+    pub public_key: &'a str,
+    /// Offered scopes (skipped).
+    pub scopes: SkippedStrings,
+    /// Allowed origins (skipped).
+    pub allowed_origins: SkippedStrings,
+    /// The consent page, if not the built-in one.
+    #[serde(borrow)]
+    pub consent_url: Option<&'a str>,
+    /// Whether auto-approval may be offered.
+    pub auto_approval_allowed: bool,
+    /// `Retry-After` seconds while off.
+    pub retry_after_secs: u32,
+    /// Whether client-ID metadata documents are accepted.
+    pub client_metadata_documents: bool,
+    /// The off switch.
+    pub enabled: bool,
+    /// Grants from another epoch are revoked.
+    pub epoch: u32,
+    /// The approval policy version.
+    pub policy_version: u32,
+    /// When the site was created.
+    pub created: Timestamp,
+}
+
+impl SiteView<'_> {
+    /// [`Site::ensure_enabled`] on the view.
+    pub fn ensure_enabled(&self) -> Result<(), SiteError> {
+        if self.enabled {
+            Ok(())
+        } else {
+            Err(SiteError::Disabled {
+                retry_after_secs: self.retry_after_secs,
+            })
+        }
+    }
+
+    /// Whether `aud` is this site's resource URL (the prefix followed by
+    /// the public key), compared without building the URL.
+    #[must_use]
+    pub fn is_resource(&self, aud: &str) -> bool {
+        aud.len() == self.resource_prefix.len() + self.public_key.len()
+            && aud.starts_with(self.resource_prefix)
+            && aud.ends_with(self.public_key)
+    }
 }
 
 impl Site {
@@ -409,6 +475,43 @@ mod tests {
             Timestamp::EPOCH,
         )
         .unwrap()
+    }
+
+    /// The view reads every field of a stored site in its place: a field
+    /// added to `Site` without its mirror in `SiteView` fails here.
+    #[test]
+    fn view_mirrors_the_stored_site() {
+        let mut s = site();
+        s.allowed_origins =
+            alloc::vec!["https://app.example.com".into(), "https://b.example".into()];
+        s.consent_url = Some("https://app.example.com/consent".into());
+        s.retry_after_secs = 77;
+        s.set_enabled(false);
+        s.rotate_key("k1".into());
+        s.policy_version = 5;
+        let bytes = crate::store::codec::encode(&s).unwrap();
+        let v = crate::store::codec::decode_view::<Site>(&bytes).unwrap();
+        assert_eq!(v.id, s.id.as_str());
+        assert_eq!((v.name, v.issuer), (s.name.as_str(), s.issuer.as_str()));
+        assert_eq!(v.resource_prefix, s.resource_prefix);
+        assert_eq!(v.public_key, "k1");
+        assert_eq!(v.scopes.len, 2);
+        assert_eq!(v.allowed_origins.len, 2);
+        assert_eq!(v.consent_url, s.consent_url.as_deref());
+        assert_eq!(v.ensure_enabled(), s.ensure_enabled());
+        assert_eq!(
+            (v.epoch, v.policy_version, v.created),
+            (s.epoch, 5, s.created)
+        );
+        assert_eq!(v.auto_approval_allowed, s.auto_approval_allowed);
+        assert_eq!(v.client_metadata_documents, s.client_metadata_documents);
+        assert!(v.is_resource(&s.resource()));
+        assert!(!v.is_resource("https://app.example.com/mcp/k0"));
+        assert!(!v.is_resource("https://app.example.com/mcp/k1/"));
+        // A view reads the current version only.
+        let mut old = bytes.clone();
+        old[0] = 0;
+        assert!(crate::store::codec::decode_view::<Site>(&old).is_err());
     }
 
     #[test]

@@ -1,8 +1,10 @@
 //! An in-memory [`Store`] for Portcullis: tests, single-process servers,
 //! firmware, and the reference against which the durable stores are judged.
 //!
-//! Every table is a `BTreeMap` (ordered keys, as the contract asks), and all
-//! of them sit behind one reader-writer lock:
+//! Every table is a `BTreeMap` (ordered keys, as the contract asks) whose
+//! short keys sit inline in its nodes ([`Key`]), and all of them sit behind
+//! one reader-writer lock; a read lends the stored value to the caller
+//! (`get_with`) without copying it:
 //!
 //! * a read transaction holds the read lock, so it sees one committed state;
 //! * a write transaction holds the write lock for its whole life, which
@@ -50,7 +52,85 @@ use portcullis_core::store::{
 };
 
 /// Every table's map, indexed by [`Table::index`].
-pub type Tables = [BTreeMap<Vec<u8>, Vec<u8>>; Table::ALL.len()];
+pub type Tables = [BTreeMap<Key, Vec<u8>>; Table::ALL.len()];
+
+/// The longest key held inside the map's own nodes.
+const INLINE: usize = 38;
+
+/// A key as a table holds it: up to 38 bytes inline, in the B-tree node
+/// itself, longer ones on the heap. Every key the core writes fits inline
+/// except the longer index keys (a grant or code id is 16 bytes, an expiry
+/// entry 26), so a lookup compares the keys of a node without following a
+/// pointer per comparison (over a million grants each pointer is a likely
+/// cache miss), and an undo-log entry costs no allocation. Keys order as
+/// their bytes, whichever form they take.
+#[derive(Clone)]
+pub struct Key(KeyRepr);
+
+#[derive(Clone)]
+enum KeyRepr {
+    Inline { len: u8, bytes: [u8; INLINE] },
+    Heap(alloc::boxed::Box<[u8]>),
+}
+
+impl Key {
+    /// A key holding `bytes`.
+    #[must_use]
+    pub fn new(bytes: &[u8]) -> Self {
+        if bytes.len() <= INLINE {
+            let mut inline = [0; INLINE];
+            inline[..bytes.len()].copy_from_slice(bytes);
+            Self(KeyRepr::Inline {
+                len: bytes.len() as u8,
+                bytes: inline,
+            })
+        } else {
+            Self(KeyRepr::Heap(bytes.into()))
+        }
+    }
+
+    /// The key's bytes.
+    #[must_use]
+    pub fn as_bytes(&self) -> &[u8] {
+        match &self.0 {
+            KeyRepr::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            KeyRepr::Heap(bytes) => bytes,
+        }
+    }
+}
+
+impl core::borrow::Borrow<[u8]> for Key {
+    fn borrow(&self) -> &[u8] {
+        self.as_bytes()
+    }
+}
+
+impl PartialEq for Key {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+
+impl Eq for Key {}
+
+impl PartialOrd for Key {
+    fn partial_cmp(&self, other: &Self) -> Option<core::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Key {
+    fn cmp(&self, other: &Self) -> core::cmp::Ordering {
+        self.as_bytes().cmp(other.as_bytes())
+    }
+}
+
+impl fmt::Debug for Key {
+    /// The length only: keys can name users.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Key({} bytes)", self.as_bytes().len())
+    }
+}
 
 mod sealed {
     pub trait Sealed {}
@@ -183,7 +263,7 @@ impl<L: TableLock> Store for MemoryStoreWith<L> {
 }
 
 fn range_of(
-    map: &BTreeMap<Vec<u8>, Vec<u8>>,
+    map: &BTreeMap<Key, Vec<u8>>,
     start: Bound<&[u8]>,
     end: Bound<&[u8]>,
     limit: usize,
@@ -197,7 +277,7 @@ fn range_of(
     }
     map.range::<[u8], _>((start, end))
         .take(limit)
-        .map(|(k, v)| (k.clone(), v.clone()))
+        .map(|(k, v)| (k.as_bytes().to_vec(), v.clone()))
         .collect()
 }
 
@@ -225,6 +305,15 @@ impl<L: TableLock> ReadTransaction for MemoryRead<'_, L> {
         Ok(self.tables[table.index()].get(key).cloned())
     }
 
+    fn get_with<T>(
+        &self,
+        table: Table,
+        key: &[u8],
+        f: impl FnOnce(&[u8]) -> T,
+    ) -> Result<Option<T>, StoreError> {
+        Ok(self.tables[table.index()].get(key).map(|v| f(v)))
+    }
+
     fn range(
         &self,
         table: Table,
@@ -237,7 +326,7 @@ impl<L: TableLock> ReadTransaction for MemoryRead<'_, L> {
 }
 
 /// The undo log of a write: `(table, key, value before the write)`.
-type Undo = (Table, Vec<u8>, Option<Vec<u8>>);
+type Undo = (Table, Key, Option<Vec<u8>>);
 
 /// A write transaction: the write lock and an undo log.
 pub struct MemoryWrite<'a, L: TableLock + 'a> {
@@ -249,6 +338,15 @@ pub struct MemoryWrite<'a, L: TableLock + 'a> {
 impl<L: TableLock> ReadTransaction for MemoryWrite<'_, L> {
     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         Ok(self.tables[table.index()].get(key).cloned())
+    }
+
+    fn get_with<T>(
+        &self,
+        table: Table,
+        key: &[u8],
+        f: impl FnOnce(&[u8]) -> T,
+    ) -> Result<Option<T>, StoreError> {
+        Ok(self.tables[table.index()].get(key).map(|v| f(v)))
     }
 
     fn range(
@@ -264,8 +362,14 @@ impl<L: TableLock> ReadTransaction for MemoryWrite<'_, L> {
 
 impl<L: TableLock> WriteTransaction for MemoryWrite<'_, L> {
     fn put(&mut self, table: Table, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
-        let before = self.tables[table.index()].insert(key.to_vec(), value.to_vec());
-        self.undo.push((table, key.to_vec(), before));
+        let map = &mut self.tables[table.index()];
+        // An update (a rotated grant) keeps the map's key and swaps the
+        // value; only an insert copies the key into the map.
+        let before = match map.get_mut(key) {
+            Some(stored) => Some(core::mem::replace(stored, value.to_vec())),
+            None => map.insert(Key::new(key), value.to_vec()),
+        };
+        self.undo.push((table, Key::new(key), before));
         Ok(())
     }
 
@@ -273,7 +377,7 @@ impl<L: TableLock> WriteTransaction for MemoryWrite<'_, L> {
         let before = self.tables[table.index()].remove(key);
         let existed = before.is_some();
         if existed {
-            self.undo.push((table, key.to_vec(), before));
+            self.undo.push((table, Key::new(key), before));
         }
         Ok(existed)
     }
@@ -303,7 +407,7 @@ impl<L: TableLock> MemoryWrite<'_, L> {
             let map = &mut self.tables[table.index()];
             match before {
                 Some(value) => map.insert(key, value),
-                None => map.remove(&key),
+                None => map.remove(key.as_bytes()),
             };
         }
     }
@@ -312,5 +416,48 @@ impl<L: TableLock> MemoryWrite<'_, L> {
 impl<L: TableLock> Drop for MemoryWrite<'_, L> {
     fn drop(&mut self) {
         self.undo_to(0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Inline and heap keys order as their bytes, across the boundary.
+    #[test]
+    fn keys_order_as_bytes_inline_or_not() {
+        let long = [7u8; INLINE + 1];
+        let mut samples: Vec<Vec<u8>> = alloc::vec![
+            Vec::new(),
+            alloc::vec![0],
+            alloc::vec![7; INLINE],
+            long.to_vec(),
+            alloc::vec![7; INLINE + 5],
+            alloc::vec![8],
+            alloc::vec![0xff; INLINE],
+            alloc::vec![0xff; INLINE + 1],
+        ];
+        samples.sort();
+        let keys: Vec<Key> = samples.iter().map(|s| Key::new(s)).collect();
+        for (i, a) in keys.iter().enumerate() {
+            assert_eq!(a.as_bytes(), samples[i].as_slice());
+            for (j, b) in keys.iter().enumerate() {
+                assert_eq!(a.cmp(b), samples[i].cmp(&samples[j]), "{i} {j}");
+            }
+        }
+        let mut map = BTreeMap::new();
+        for k in &keys {
+            map.insert(k.clone(), Vec::new());
+        }
+        let got: Vec<Vec<u8>> = range_of(
+            &map,
+            Bound::Included(&[7u8][..]),
+            Bound::Excluded(&[8u8][..]),
+            10,
+        )
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect();
+        assert_eq!(got, samples[2..5].to_vec());
     }
 }

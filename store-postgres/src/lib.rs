@@ -617,6 +617,30 @@ impl Txn<'_> {
         })
     }
 
+    /// The row's value is lent from the row buffer the driver read, not
+    /// copied into a `Vec` first; `f` runs after the connection is
+    /// released, so it may read through this transaction again.
+    fn get_with<T>(
+        &self,
+        table: Table,
+        key: &[u8],
+        f: impl FnOnce(&[u8]) -> T,
+    ) -> Result<Option<T>, StoreError> {
+        let row = self.run(table, Op::Get, "get", |client, statement| {
+            client.query_opt(statement, &[&key])
+        })?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        match row.try_get::<_, &[u8]>(0) {
+            Ok(value) => Ok(Some(f(value))),
+            Err(e) => {
+                let mut conn = self.conn.borrow_mut();
+                Err(self.failed(&mut conn.broken, &e, "get"))
+            }
+        }
+    }
+
     fn range(
         &self,
         table: Table,
@@ -680,6 +704,15 @@ impl ReadTransaction for PostgresRead<'_> {
         self.txn.get(table, key)
     }
 
+    fn get_with<T>(
+        &self,
+        table: Table,
+        key: &[u8],
+        f: impl FnOnce(&[u8]) -> T,
+    ) -> Result<Option<T>, StoreError> {
+        self.txn.get_with(table, key, f)
+    }
+
     fn range(
         &self,
         table: Table,
@@ -718,6 +751,15 @@ impl fmt::Debug for PostgresWrite<'_> {
 impl ReadTransaction for PostgresWrite<'_> {
     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         self.txn.get(table, key)
+    }
+
+    fn get_with<T>(
+        &self,
+        table: Table,
+        key: &[u8],
+        f: impl FnOnce(&[u8]) -> T,
+    ) -> Result<Option<T>, StoreError> {
+        self.txn.get_with(table, key, f)
     }
 
     fn range(

@@ -373,6 +373,15 @@ impl<W: WriteTransaction> ReadTransaction for BatchWrite<'_, W> {
         self.txn.get(table, key)
     }
 
+    fn get_with<T>(
+        &self,
+        table: Table,
+        key: &[u8],
+        f: impl FnOnce(&[u8]) -> T,
+    ) -> Result<Option<T>, StoreError> {
+        self.txn.get_with(table, key, f)
+    }
+
     fn range(
         &self,
         table: Table,

@@ -147,6 +147,21 @@ impl ReadTransaction for RedbRead {
         Ok(value.map(|v| v.value().to_vec()))
     }
 
+    fn get_with<T>(
+        &self,
+        table: Table,
+        key: &[u8],
+        f: impl FnOnce(&[u8]) -> T,
+    ) -> Result<Option<T>, StoreError> {
+        let t = match self.txn.open_table(definition(table)) {
+            Ok(t) => t,
+            Err(TableError::TableDoesNotExist(_)) => return Ok(None),
+            Err(e) => return Err(error(e, "open table")),
+        };
+        let value = t.get(key).map_err(|e| error(e, "get"))?;
+        Ok(value.map(|v| f(v.value())))
+    }
+
     fn range(
         &self,
         table: Table,
@@ -189,6 +204,18 @@ impl ReadTransaction for RedbWrite {
             .map_err(|e| error(e, "open table"))?;
         let value = t.get(key).map_err(|e| error(e, "get"))?;
         Ok(value.map(|v| v.value().to_vec()))
+    }
+
+    /// Lends a copy: redb opens a table once per write transaction, so
+    /// the value is copied out and the table closed before `f` runs, which
+    /// keeps reads made from inside `f` possible.
+    fn get_with<T>(
+        &self,
+        table: Table,
+        key: &[u8],
+        f: impl FnOnce(&[u8]) -> T,
+    ) -> Result<Option<T>, StoreError> {
+        Ok(self.get(table, key)?.map(|v| f(&v)))
     }
 
     fn range(

@@ -203,7 +203,7 @@ impl<S: Store> Engine<S> {
         now: Timestamp,
     ) -> Result<AgentPrincipal, BearerRejection> {
         self.read(|txn| {
-            let checked = self.check_bearer(
+            self.check_bearer(
                 txn,
                 site_id,
                 authorization,
@@ -211,24 +211,25 @@ impl<S: Store> Engine<S> {
                 TokenType::AgentToken,
                 now,
                 |c| c.jti.as_deref().map(String::from),
-            )?;
-            let (site, jti) = (checked.site, checked.claims);
-            let invalid = |why: &str| invalid_token(&site, why);
-            let jti = jti.ok_or_else(|| invalid("token has no jti"))?;
-            let record: AgentToken = txn
-                .load(&keys::agent_token(&jti))?
-                .ok_or_else(|| invalid("the token is revoked"))?;
-            if !record.is_live(now) || record.site != site.id {
-                return Err(invalid("the token is revoked or expired"));
-            }
-            require_scopes(&site, required, &record.scopes)?;
-            Ok(AgentPrincipal {
-                site: site.id,
-                jti,
-                subject: record.subject,
-                org_domain: record.org_domain,
-                scopes: record.scopes,
-            })
+                |site, jti| {
+                    let invalid = |why: &str| invalid_token(site, why);
+                    let jti = jti.ok_or_else(|| invalid("token has no jti"))?;
+                    let record: AgentToken = txn
+                        .load(&keys::agent_token(&jti))?
+                        .ok_or_else(|| invalid("the token is revoked"))?;
+                    if !record.is_live(now) || record.site.as_str() != site.id {
+                        return Err(invalid("the token is revoked or expired"));
+                    }
+                    require_scopes(site, required, &record.scopes)?;
+                    Ok(AgentPrincipal {
+                        site: record.site,
+                        jti,
+                        subject: record.subject,
+                        org_domain: record.org_domain,
+                        scopes: record.scopes,
+                    })
+                },
+            )
         })
     }
 }

@@ -12,10 +12,10 @@ use crate::error::{ErrorCode, WireError};
 use crate::grant::{Grant, GrantId, GrantStatus, RevocationReason};
 use crate::header::HeaderField;
 use crate::http::HttpResponse;
-use crate::jwt::{ClaimsRef, TokenType, Validation};
+use crate::jwt::{ClaimsRef, Expect, TokenType};
 use crate::metadata;
 use crate::scope::ScopeSet;
-use crate::site::{Site, SiteError, SiteId};
+use crate::site::{Site, SiteError, SiteId, SiteView};
 use crate::store::{ReadTransaction, Store, StoreError, Table, WriteTransaction, prefix_end};
 use crate::time::Timestamp;
 
@@ -152,17 +152,10 @@ pub struct GrantPage {
     pub next: Option<GrantId>,
 }
 
-/// A bearer JWT that passed the checks shared by access and agent tokens,
-/// with what the caller took from its claims.
-pub(super) struct CheckedBearer<T> {
-    pub(super) site: Site,
-    pub(super) claims: T,
-}
-
 /// 401 `invalid_token` for `site`, saying `why`. The metadata URL is built
 /// only here, on refusal, never on the accept path.
-pub(super) fn invalid_token(site: &Site, why: &str) -> BearerRejection {
-    let md = metadata::protected_resource_metadata_url(site);
+pub(super) fn invalid_token(site: &SiteView<'_>, why: &str) -> BearerRejection {
+    let md = metadata::resource_metadata_url(site.resource_prefix, site.public_key);
     BearerRejection::Challenge(Challenge::invalid_token(&md, why))
 }
 
@@ -170,14 +163,14 @@ pub(super) fn invalid_token(site: &Site, why: &str) -> BearerRejection {
 /// those the token holds (RFC 6750 §3.1), when `held` lacks some of
 /// `required`.
 pub(super) fn require_scopes(
-    site: &Site,
+    site: &SiteView<'_>,
     required: &ScopeSet,
     held: &ScopeSet,
 ) -> Result<(), BearerRejection> {
     if required.is_subset(held) {
         return Ok(());
     }
-    let md = metadata::protected_resource_metadata_url(site);
+    let md = metadata::resource_metadata_url(site.resource_prefix, site.public_key);
     Err(BearerRejection::Challenge(Challenge::insufficient_scope(
         &md,
         &required.union(held),
@@ -187,15 +180,20 @@ pub(super) fn require_scopes(
 impl<S: Store> Engine<S> {
     /// The checks every bearer credential passes first: the site exists and
     /// is on, the header is a bearer token, and the JWT verifies as `typ`
-    /// for the site's resource and issuer at `now`. The header is read once
-    /// and its token slice handed to the verifier, whose decoder validates
-    /// the characters; `take` reads what the caller needs from the claims,
-    /// borrowed from the decoded payload.
+    /// for the site's resource and issuer at `now`; then `then` runs on the
+    /// site and what `take` read of the claims. The header is read once and
+    /// its token slice handed to the verifier, whose decoder validates the
+    /// characters; `take` reads the claims borrowed from the decoded
+    /// payload. The site is a [`SiteView`] borrowed from the stored bytes
+    /// (read in this transaction, so an off switch or key rotation made by
+    /// any process is seen at once: nothing is cached across requests), and
+    /// the audience is compared against its two stored parts, so the accept
+    /// path builds no string for the site.
     #[expect(
         clippy::too_many_arguments,
-        reason = "the request's parts and the caller's claim reader"
+        reason = "the request's parts, the caller's claim reader and its continuation"
     )]
-    pub(super) fn check_bearer<R: ReadTransaction, T>(
+    pub(super) fn check_bearer<R: ReadTransaction, T, U>(
         &self,
         txn: &R,
         site_id: &SiteId,
@@ -204,45 +202,48 @@ impl<S: Store> Engine<S> {
         typ: TokenType,
         now: Timestamp,
         take: impl FnOnce(&ClaimsRef<'_>) -> T,
-    ) -> Result<CheckedBearer<T>, BearerRejection> {
-        let site = load_site(txn, site_id).map_err(|e| match e {
-            SiteOpError::Store(e) => BearerRejection::Store(e),
-            SiteOpError::Site(_) => BearerRejection::UnknownSite,
-        })?;
-        if let Err(SiteError::Disabled { retry_after_secs }) = site.ensure_enabled() {
-            return Err(BearerRejection::Unavailable { retry_after_secs });
-        }
-        let invalid = |why: &str| invalid_token(&site, why);
-        let token = match bearer::bearer_token(authorization) {
-            Ok(Some(token)) => token,
-            Ok(None) => {
-                let md = metadata::protected_resource_metadata_url(&site);
-                return Err(BearerRejection::Challenge(Challenge::unauthenticated(
-                    &md, required,
-                )));
+        then: impl FnOnce(&SiteView<'_>, T) -> Result<U, BearerRejection>,
+    ) -> Result<U, BearerRejection> {
+        txn.view::<Site, _>(site_id.as_str().as_bytes(), |site| {
+            if let Err(SiteError::Disabled { retry_after_secs }) = site.ensure_enabled() {
+                return Err(BearerRejection::Unavailable { retry_after_secs });
             }
-            Err(e @ BearerError::Repeated) => {
-                let md = metadata::protected_resource_metadata_url(&site);
-                return Err(BearerRejection::Challenge(Challenge::invalid_request(
-                    &md,
-                    &alloc::format!("{e}"),
-                )));
-            }
-            Err(e) => return Err(invalid(&alloc::format!("{e}"))),
-        };
-        let expect = Validation::new(typ, site.resource())
-            .issuer(site.issuer.clone())
-            .leeway(self.policy.jwt_leeway);
-        let claims = self
-            .keyring
-            .verify_with(token, &expect, now, |v| take(&v.claims))
-            .map_err(|e| match bearer::parse_authorization(authorization) {
-                // The characters were left to the decoder: name a header
-                // fault as the header's.
-                Err(header) => invalid(&alloc::format!("{header}")),
-                Ok(_) => invalid(&alloc::format!("{e}")),
-            })?;
-        Ok(CheckedBearer { site, claims })
+            let invalid = |why: &str| invalid_token(&site, why);
+            let token = match bearer::bearer_token(authorization) {
+                Ok(Some(token)) => token,
+                Ok(None) => {
+                    let md = metadata::resource_metadata_url(site.resource_prefix, site.public_key);
+                    return Err(BearerRejection::Challenge(Challenge::unauthenticated(
+                        &md, required,
+                    )));
+                }
+                Err(e @ BearerError::Repeated) => {
+                    let md = metadata::resource_metadata_url(site.resource_prefix, site.public_key);
+                    return Err(BearerRejection::Challenge(Challenge::invalid_request(
+                        &md,
+                        &alloc::format!("{e}"),
+                    )));
+                }
+                Err(e) => return Err(invalid(&alloc::format!("{e}"))),
+            };
+            let expect = Expect {
+                typ,
+                audience: (site.resource_prefix, site.public_key),
+                issuer: site.issuer,
+                leeway: self.policy.jwt_leeway,
+            };
+            let claims = self
+                .keyring
+                .verify_expect(token, &expect, now, |v| take(&v.claims))
+                .map_err(|e| match bearer::parse_authorization(authorization) {
+                    // The characters were left to the decoder: name a header
+                    // fault as the header's.
+                    Err(header) => invalid(&alloc::format!("{header}")),
+                    Ok(_) => invalid(&alloc::format!("{e}")),
+                })?;
+            then(&site, claims)
+        })?
+        .unwrap_or(Err(BearerRejection::UnknownSite))
     }
 
     /// Checks a protected-resource request: every `Authorization` value the
@@ -252,6 +253,10 @@ impl<S: Store> Engine<S> {
     /// Verifies the JWT (algorithm, type, key, signature, expiry, audience =
     /// the site's resource, issuer), then that its grant is live and the site
     /// enabled, so revocation takes effect at once, then the scopes.
+    ///
+    /// One read transaction; the site and the grant are read in place
+    /// ([`SiteView`], [`GrantView`](crate::grant::GrantView)) and only the answer's fields are
+    /// copied out.
     pub fn verify_bearer(
         &self,
         site_id: &SiteId,
@@ -260,7 +265,7 @@ impl<S: Store> Engine<S> {
         now: Timestamp,
     ) -> Result<Principal, BearerRejection> {
         self.read(|txn| {
-            let checked = self.check_bearer(
+            self.check_bearer(
                 txn,
                 site_id,
                 authorization,
@@ -275,30 +280,34 @@ impl<S: Store> Engine<S> {
                         c.exp,
                     )
                 },
-            )?;
-            let (site, (grant_id, scopes, jti, exp)) = (checked.site, checked.claims);
-            let invalid = |why: &str| invalid_token(&site, why);
-            let grant_id = grant_id.ok_or_else(|| invalid("token names no grant"))?;
-            let grant: Grant = txn
-                .load(grant_id.as_bytes())?
-                .ok_or_else(|| invalid("the grant is revoked"))?;
-            if grant.status(&site, now, &self.policy) != GrantStatus::Live {
-                return Err(invalid("the grant is revoked or expired"));
-            }
-            let scopes = scopes
-                .unwrap_or_else(|| ScopeSet::parse(""))
-                .map_err(|_| invalid("token scope is malformed"))?;
-            require_scopes(&site, required, &scopes)?;
-            Ok(Principal {
-                site: site.id,
-                grant: grant.id,
-                subject: grant.subject,
-                client_id: grant.client_id,
-                client_name: grant.client_name,
-                scopes,
-                token_id: jti.unwrap_or_default(),
-                expires: Timestamp::from_secs(exp.and_then(|e| u64::try_from(e).ok()).unwrap_or(0)),
-            })
+                |site, (grant_id, scopes, jti, exp)| {
+                    let invalid = |why: &str| invalid_token(site, why);
+                    let grant_id = grant_id.ok_or_else(|| invalid("token names no grant"))?;
+                    txn.view::<Grant, _>(grant_id.as_bytes(), |grant| {
+                        if grant.status(site.id, site.epoch, now, &self.policy) != GrantStatus::Live
+                        {
+                            return Err(invalid("the grant is revoked or expired"));
+                        }
+                        let scopes = scopes
+                            .unwrap_or_else(|| ScopeSet::parse(""))
+                            .map_err(|_| invalid("token scope is malformed"))?;
+                        require_scopes(site, required, &scopes)?;
+                        Ok(Principal {
+                            site: site_id.clone(),
+                            grant: grant.id,
+                            subject: grant.subject.into(),
+                            client_id: grant.client_id.into(),
+                            client_name: grant.client_name.map(String::from),
+                            scopes,
+                            token_id: jti.unwrap_or_default(),
+                            expires: Timestamp::from_secs(
+                                exp.and_then(|e| u64::try_from(e).ok()).unwrap_or(0),
+                            ),
+                        })
+                    })?
+                    .unwrap_or_else(|| Err(invalid("the grant is revoked")))
+                },
+            )
         })
     }
 

@@ -224,6 +224,15 @@ impl<W: WriteTransaction> ReadTransaction for Txn<'_, W> {
         self.note(self.inner.get(table, key))
     }
 
+    fn get_with<T>(
+        &self,
+        table: Table,
+        key: &[u8],
+        f: impl FnOnce(&[u8]) -> T,
+    ) -> Result<Option<T>, StoreError> {
+        self.note(self.inner.get_with(table, key, f))
+    }
+
     fn range(
         &self,
         table: Table,

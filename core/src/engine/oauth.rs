@@ -1,8 +1,12 @@
 //! The OAuth operations: sites, the authorization and token endpoints,
 //! registration and RFC 7009 revocation.
 
+use alloc::borrow::Cow;
 use alloc::string::String;
 use core::fmt;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
 use rand_core::CryptoRng;
 
@@ -16,7 +20,7 @@ use crate::form::Form;
 use crate::grant::{Grant, GrantId, RefreshTokenParts, RefreshVerdict, RevocationReason};
 use crate::header::{HeaderError, HeaderField};
 use crate::http::HttpResponse;
-use crate::jwt::{Claims, TokenType};
+use crate::jwt::{AudienceRef, ClaimsRef, TokenType};
 use crate::pkce::{CodeVerifier, PkceError};
 use crate::rand;
 use crate::scope::ScopeSet;
@@ -368,18 +372,34 @@ impl<S: Store> Engine<S> {
         };
         let credentials = ClientCredentials::read(&form, authorization)?;
         Self::within(txn, |txn| {
-            let site = load_site(&*txn, site_id).map_err(|e| match e {
-                SiteOpError::Store(e) => TokenError::Store(e),
-                SiteOpError::Site(_) => TokenError::InvalidGrant,
-            })?;
-            if let Err(SiteError::Disabled { retry_after_secs }) = site.ensure_enabled() {
-                return Err(TokenError::Unavailable { retry_after_secs });
-            }
-            // Client authentication comes first (RFC 6749 §3.2.1).
-            let client_id = self.authenticate_client(&credentials, Some(grant))?;
             if grant == GrantType::AuthorizationCode {
+                let site = load_site(&*txn, site_id).map_err(|e| match e {
+                    SiteOpError::Store(e) => TokenError::Store(e),
+                    SiteOpError::Site(_) => TokenError::InvalidGrant,
+                })?;
+                if let Err(SiteError::Disabled { retry_after_secs }) = site.ensure_enabled() {
+                    return Err(TokenError::Unavailable { retry_after_secs });
+                }
+                // Client authentication comes first (RFC 6749 §3.2.1).
+                let client_id = self.authenticate_client(&credentials, Some(grant))?;
                 self.exchange_code(txn, &site, &client_id, &form, rng, now)
             } else {
+                // A refresh needs three facts of its site: read in place,
+                // only the issuer copied out.
+                let (enabled, epoch, issuer) = txn
+                    .view::<Site, _>(site_id.as_str().as_bytes(), |v| {
+                        (v.ensure_enabled(), v.epoch, String::from(v.issuer))
+                    })?
+                    .ok_or(TokenError::InvalidGrant)?;
+                if let Err(SiteError::Disabled { retry_after_secs }) = enabled {
+                    return Err(TokenError::Unavailable { retry_after_secs });
+                }
+                let client_id = self.authenticate_client(&credentials, Some(grant))?;
+                let site = RefreshSite {
+                    id: site_id.as_str(),
+                    epoch,
+                    issuer: &issuer,
+                };
                 self.refresh(txn, &site, &client_id, &form, rng, now)
             }
         })
@@ -483,7 +503,7 @@ impl<S: Store> Engine<S> {
         txn.save(&code.id, &code)?;
         self.insert_grant(txn, &grant)?;
         super::ledger::join_live_tab(txn, &grant, self.policy.tab_heartbeat_timeout, now)?;
-        let access = self.access_token(site, &grant, &grant.scopes, rng, now)?;
+        let access = self.access_token(&site.issuer, &grant, &grant.scopes, rng, now)?;
         Ok(TokenResponse {
             access_token: access,
             expires_in: self.policy.access_token_ttl.as_secs(),
@@ -524,7 +544,7 @@ impl<S: Store> Engine<S> {
     fn refresh<W: WriteTransaction, R: CryptoRng + ?Sized>(
         &self,
         txn: &mut Txn<'_, W>,
-        site: &Site,
+        site: &RefreshSite<'_>,
         client_id: &str,
         form: &Form<'_>,
         rng: &mut R,
@@ -543,7 +563,9 @@ impl<S: Store> Engine<S> {
             // would let that client log the user out.
             return Err(TokenError::InvalidGrant);
         }
-        if grant.status(site, now, &self.policy) != crate::grant::GrantStatus::Live {
+        if grant.status_in(site.id, site.epoch, now, &self.policy)
+            != crate::grant::GrantStatus::Live
+        {
             return Err(TokenError::InvalidGrant);
         }
         let requested = match form.get("scope") {
@@ -576,14 +598,14 @@ impl<S: Store> Engine<S> {
                     .verifying_key(&grant.kid)
                     .map_err(|_| TokenError::InvalidGrant)?;
                 let refresh = grant.refresh_token(key);
-                let access = self.access_token(site, &grant, &requested, rng, now)?;
+                let access = self.access_token(site.issuer, &grant, &requested, rng, now)?;
                 Ok(self.token_response(access, refresh, requested))
             }
             RefreshVerdict::Rotate => {
                 let (kid, key) = self.keyring.active_key().ok_or(TokenError::InvalidGrant)?;
                 grant.rotate(requested.clone(), kid.into(), now);
                 txn.save(grant.id.as_bytes(), &grant)?;
-                let access = self.access_token(site, &grant, &requested, rng, now)?;
+                let access = self.access_token(site.issuer, &grant, &requested, rng, now)?;
                 Ok(self.token_response(access, grant.refresh_token(key), requested))
             }
         }
@@ -603,32 +625,40 @@ impl<S: Store> Engine<S> {
         }
     }
 
-    /// Signs an RFC 9068 access token for `grant` with `scope`.
+    /// Signs an RFC 9068 access token (§2.2: `iss`, `sub`, `aud`, `exp`,
+    /// `iat`, `jti`, `client_id`, `scope`) for `grant` with `scope`, from
+    /// `issuer`. The claims borrow the grant's strings; `jti` and `gid` are
+    /// encoded on the stack; only the scope string and the token are
+    /// allocated.
     fn access_token<R: CryptoRng + ?Sized>(
         &self,
-        site: &Site,
+        issuer: &str,
         grant: &Grant,
         scope: &ScopeSet,
         rng: &mut R,
         now: Timestamp,
     ) -> Result<SecretString, TokenError> {
-        let claims = Claims {
-            iss: Some(site.issuer.clone()),
-            sub: Some(grant.subject.clone()),
-            aud: Some(grant.resource.as_str().into()),
+        let (mut jti, mut gid) = ([0u8; 22], [0u8; 22]);
+        let jti = base64url_16(&rand::bytes::<16, _>(rng), &mut jti);
+        let gid = base64url_16(grant.id.as_bytes(), &mut gid);
+        let scope = alloc::format!("{scope}");
+        let claims = ClaimsRef {
+            iss: Some(Cow::Borrowed(issuer)),
+            sub: Some(Cow::Borrowed(&grant.subject)),
+            aud: Some(AudienceRef::One(Cow::Borrowed(&grant.resource))),
             exp: Some(
                 now.saturating_add(self.policy.access_token_ttl)
                     .as_jwt_secs(),
             ),
             iat: Some(now.as_jwt_secs()),
-            jti: Some(rand::base64url::<16, _>(rng)),
-            client_id: Some(grant.client_id.clone()),
-            scope: Some(alloc::format!("{scope}")),
-            gid: Some(alloc::format!("{}", grant.id)),
-            ..Claims::default()
+            jti: Some(Cow::Borrowed(jti)),
+            client_id: Some(Cow::Borrowed(&grant.client_id)),
+            scope: Some(Cow::Borrowed(&scope)),
+            gid: Some(Cow::Borrowed(gid)),
+            ..ClaimsRef::default()
         };
         self.keyring
-            .sign(TokenType::AccessToken, &claims)
+            .sign_ref(TokenType::AccessToken, &claims)
             .map_err(|_| TokenError::InvalidGrant)
     }
 
@@ -844,4 +874,21 @@ impl RevokeError {
             r
         }
     }
+}
+
+/// 16 bytes in base64url without padding (22 characters), written into
+/// `buf`: a token id or a grant id as a claim, without allocating.
+fn base64url_16<'b>(bytes: &[u8; 16], buf: &'b mut [u8; 22]) -> &'b str {
+    let n = URL_SAFE_NO_PAD.encode_slice(bytes, buf).unwrap_or_default();
+    core::str::from_utf8(&buf[..n]).unwrap_or_default()
+}
+
+/// What a refresh needs of its site, borrowed.
+struct RefreshSite<'a> {
+    /// The site's id.
+    id: &'a str,
+    /// Its epoch: a grant of another is revoked.
+    epoch: u32,
+    /// Its issuer, for the access token.
+    issuer: &'a str,
 }

@@ -60,6 +60,70 @@ impl TokenType {
     }
 }
 
+/// The JSON writer of [`Claims`] and [`ClaimsRef`]: one body for both, so
+/// an owned and a borrowed set of claims sign to the same bytes. Members in
+/// declaration order, absent ones left out (the bytes `serde_json` would
+/// write); `aud` is one string (`Ok`) or a list (`Err`).
+fn write_claims<A: AsRef<str>>(
+    out: &mut impl Sink,
+    head: [Option<&str>; 2],
+    aud: Option<Result<&str, &[A]>>,
+    dates: [Option<i64>; 3],
+    tail: [Option<&str>; 5],
+) {
+    fn key(out: &mut impl Sink, open: &mut bool, name: &[u8]) {
+        out.raw(if *open { b"{" } else { b"," });
+        *open = false;
+        out.raw(name);
+    }
+    let mut open = true;
+    for (name, v) in [&b"\"iss\":"[..], b"\"sub\":"].into_iter().zip(head) {
+        if let Some(v) = v {
+            key(out, &mut open, name);
+            out.string(v);
+        }
+    }
+    if let Some(aud) = aud {
+        key(out, &mut open, b"\"aud\":");
+        match aud {
+            Ok(a) => out.string(a),
+            Err(all) => {
+                for (i, a) in all.iter().enumerate() {
+                    out.raw(if i == 0 { b"[" } else { b"," });
+                    out.string(a.as_ref());
+                }
+                if all.is_empty() {
+                    out.raw(b"[");
+                }
+                out.raw(b"]");
+            }
+        }
+    }
+    for (name, v) in [&b"\"exp\":"[..], b"\"nbf\":", b"\"iat\":"]
+        .into_iter()
+        .zip(dates)
+    {
+        if let Some(v) = v {
+            key(out, &mut open, name);
+            out.int(v);
+        }
+    }
+    let names = [
+        &b"\"jti\":"[..],
+        b"\"client_id\":",
+        b"\"scope\":",
+        b"\"gid\":",
+        b"\"org_domain\":",
+    ];
+    for (name, v) in names.into_iter().zip(tail) {
+        if let Some(v) = v {
+            key(out, &mut open, name);
+            out.string(v);
+        }
+    }
+    out.raw(if open { b"{}" } else { b"}" });
+}
+
 /// The `aud` claim: one audience or several (RFC 7519 §4.1.3).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
@@ -144,54 +208,22 @@ impl Claims {
     /// Writes the claims as a JSON object, members in declaration order,
     /// absent ones left out (the bytes `serde_json` would write).
     pub(super) fn write_json(&self, out: &mut impl Sink) {
-        fn key(out: &mut impl Sink, open: &mut bool, name: &[u8]) {
-            out.raw(if *open { b"{" } else { b"," });
-            *open = false;
-            out.raw(name);
-        }
-        let mut open = true;
-        macro_rules! text {
-            ($($field:ident: $name:literal),*) => {$(
-                if let Some(v) = &self.$field {
-                    key(out, &mut open, $name);
-                    out.string(v);
-                }
-            )*};
-        }
-        macro_rules! int {
-            ($($field:ident: $name:literal),*) => {$(
-                if let Some(v) = self.$field {
-                    key(out, &mut open, $name);
-                    out.int(v);
-                }
-            )*};
-        }
-        text!(iss: b"\"iss\":", sub: b"\"sub\":");
-        if let Some(aud) = &self.aud {
-            key(out, &mut open, b"\"aud\":");
-            match aud {
-                Audience::One(a) => out.string(a),
-                Audience::Many(all) => {
-                    for (i, a) in all.iter().enumerate() {
-                        out.raw(if i == 0 { b"[" } else { b"," });
-                        out.string(a);
-                    }
-                    if all.is_empty() {
-                        out.raw(b"[");
-                    }
-                    out.raw(b"]");
-                }
-            }
-        }
-        int!(exp: b"\"exp\":", nbf: b"\"nbf\":", iat: b"\"iat\":");
-        text!(
-            jti: b"\"jti\":",
-            client_id: b"\"client_id\":",
-            scope: b"\"scope\":",
-            gid: b"\"gid\":",
-            org_domain: b"\"org_domain\":"
+        write_claims(
+            out,
+            [self.iss.as_deref(), self.sub.as_deref()],
+            self.aud.as_ref().map(|a| match a {
+                Audience::One(a) => Ok(a.as_str()),
+                Audience::Many(all) => Err(all.as_slice()),
+            }),
+            [self.exp, self.nbf, self.iat],
+            [
+                self.jti.as_deref(),
+                self.client_id.as_deref(),
+                self.scope.as_deref(),
+                self.gid.as_deref(),
+                self.org_domain.as_deref(),
+            ],
         );
-        out.raw(if open { b"{}" } else { b"}" });
     }
 
     /// A borrowed view of these claims, for [`Validation::check_claims_ref`]
@@ -222,6 +254,28 @@ impl Claims {
     }
 }
 
+impl ClaimsRef<'_> {
+    /// [`Claims::write_json`] for borrowed claims.
+    pub(super) fn write_json(&self, out: &mut impl Sink) {
+        write_claims(
+            out,
+            [self.iss.as_deref(), self.sub.as_deref()],
+            self.aud.as_ref().map(|a| match a {
+                AudienceRef::One(a) => Ok(a.as_ref()),
+                AudienceRef::Many(all) => Err(all.as_slice()),
+            }),
+            [self.exp, self.nbf, self.iat],
+            [
+                self.jti.as_deref(),
+                self.client_id.as_deref(),
+                self.scope.as_deref(),
+                self.gid.as_deref(),
+                self.org_domain.as_deref(),
+            ],
+        );
+    }
+}
+
 /// The `aud` claim borrowed from a token's payload.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AudienceRef<'a> {
@@ -235,9 +289,14 @@ impl AudienceRef<'_> {
     /// Whether `audience` is (one of) the audience(s).
     #[must_use]
     pub fn contains(&self, audience: &str) -> bool {
+        self.any(|a| a == audience)
+    }
+
+    /// Whether one of the audiences passes `test`.
+    pub(crate) fn any(&self, test: impl Fn(&str) -> bool) -> bool {
         match self {
-            Self::One(a) => a == audience,
-            Self::Many(all) => all.iter().any(|a| a == audience),
+            Self::One(a) => test(a),
+            Self::Many(all) => all.iter().any(|a| test(a)),
         }
     }
 
@@ -559,27 +618,7 @@ impl Validation {
         aud: Option<impl Fn(&str) -> bool>,
         now: Timestamp,
     ) -> Result<(), VerifyError> {
-        let [exp, nbf, iat] = dates;
-        for (claim, value) in [("exp", exp), ("nbf", nbf), ("iat", iat)] {
-            if value.is_some_and(|v| v < 0) {
-                return Err(VerifyError::InvalidNumericDate {
-                    claim,
-                    fault: NumericDateFault::Negative,
-                });
-            }
-        }
-        let now = now.as_jwt_secs();
-        let leeway = i64::try_from(self.leeway.as_secs()).unwrap_or(i64::MAX);
-        let exp = exp.ok_or(VerifyError::MissingExpiry)?;
-        if now >= exp.saturating_add(leeway) {
-            return Err(VerifyError::Expired);
-        }
-        if nbf.is_some_and(|nbf| now.saturating_add(leeway) < nbf) {
-            return Err(VerifyError::NotYetValid);
-        }
-        if iat.is_some_and(|iat| now.saturating_add(leeway) < iat) {
-            return Err(VerifyError::IssuedInFuture);
-        }
+        check_dates(dates, self.leeway, now)?;
         if let Some(expected) = &self.audience {
             let aud = aud.ok_or(VerifyError::MissingAudience)?;
             if !aud(expected) {
@@ -593,6 +632,76 @@ impl Validation {
         }
         Ok(())
     }
+}
+
+/// What a bearer check expects of a token, borrowed from the stored site:
+/// [`Validation`]'s checks with the audience given as two parts (a site's
+/// resource URL is its prefix followed by its public key, stored apart), so
+/// the check builds no string.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Expect<'a> {
+    /// The `typ` required.
+    pub(crate) typ: TokenType,
+    /// The audience, as the concatenation of the two parts.
+    pub(crate) audience: (&'a str, &'a str),
+    /// The issuer required.
+    pub(crate) issuer: &'a str,
+    /// The clock-skew leeway.
+    pub(crate) leeway: Duration,
+}
+
+impl Expect<'_> {
+    /// [`Validation::check_claims_ref`] against these borrowed parts.
+    pub(crate) fn check_claims_ref(
+        &self,
+        claims: &ClaimsRef<'_>,
+        now: Timestamp,
+    ) -> Result<(), VerifyError> {
+        check_dates([claims.exp, claims.nbf, claims.iat], self.leeway, now)?;
+        let (prefix, rest) = self.audience;
+        let aud = claims.aud.as_ref().ok_or(VerifyError::MissingAudience)?;
+        if !aud.any(|a| {
+            a.len() == prefix.len() + rest.len() && a.starts_with(prefix) && a.ends_with(rest)
+        }) {
+            return Err(VerifyError::AudienceMismatch);
+        }
+        if claims.iss.as_deref() != Some(self.issuer) {
+            return Err(VerifyError::IssuerMismatch);
+        }
+        Ok(())
+    }
+}
+
+/// The time checks on `[exp, nbf, iat]` (RFC 7519 §4.1.4–6): each a
+/// non-negative numeric date, `exp` required and not passed, `nbf` and
+/// `iat` not in the future, each with `leeway`.
+fn check_dates(
+    dates: [Option<i64>; 3],
+    leeway: Duration,
+    now: Timestamp,
+) -> Result<(), VerifyError> {
+    let [exp, nbf, iat] = dates;
+    for (claim, value) in [("exp", exp), ("nbf", nbf), ("iat", iat)] {
+        if value.is_some_and(|v| v < 0) {
+            return Err(VerifyError::InvalidNumericDate {
+                claim,
+                fault: NumericDateFault::Negative,
+            });
+        }
+    }
+    let now = now.as_jwt_secs();
+    let leeway = i64::try_from(leeway.as_secs()).unwrap_or(i64::MAX);
+    let exp = exp.ok_or(VerifyError::MissingExpiry)?;
+    if now >= exp.saturating_add(leeway) {
+        return Err(VerifyError::Expired);
+    }
+    if nbf.is_some_and(|nbf| now.saturating_add(leeway) < nbf) {
+        return Err(VerifyError::NotYetValid);
+    }
+    if iat.is_some_and(|iat| now.saturating_add(leeway) < iat) {
+        return Err(VerifyError::IssuedInFuture);
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use core::fmt;
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
-use super::claims::{Claims, ClaimsRef, TokenType, Validation};
+use super::claims::{Claims, ClaimsRef, Expect, TokenType, Validation};
 use super::compact::{self, Compact, SIGNATURE_B64_LEN};
 use super::{KeyringError, MAX_TOKEN_LEN, Segment, SignError, VerifyError, b64, json};
 use crate::secret::SecretString;
@@ -257,13 +257,43 @@ impl Keyring {
     /// the payload's room and base64url-encoded in place, then the MAC
     /// from the key's pre-keyed state. The only allocation is the token.
     pub fn sign(&self, typ: TokenType, claims: &Claims) -> Result<SecretString, SignError> {
+        self.sign_json(
+            typ,
+            |out| claims.write_json(out),
+            |out| claims.write_json(out),
+        )
+    }
+
+    /// [`Keyring::sign`] for borrowed claims: what a caller holding the
+    /// claims' parts elsewhere (a stored grant) signs without copying them
+    /// into owned strings. The same bytes as [`Keyring::sign`] of the owned
+    /// copy.
+    pub fn sign_ref(
+        &self,
+        typ: TokenType,
+        claims: &ClaimsRef<'_>,
+    ) -> Result<SecretString, SignError> {
+        self.sign_json(
+            typ,
+            |out| claims.write_json(out),
+            |out| claims.write_json(out),
+        )
+    }
+
+    /// The signer: `count` measures the payload JSON, `write` writes it.
+    fn sign_json(
+        &self,
+        typ: TokenType,
+        count_json: impl FnOnce(&mut json::Count),
+        write_json: impl FnOnce(&mut Vec<u8>),
+    ) -> Result<SecretString, SignError> {
         let entry = self
             .active
             .map(|i| &self.entries[i])
             .ok_or(SignError::NoActiveKey)?;
         let header = entry.headers[typ.index()].as_bytes();
         let mut count = json::Count(0);
-        claims.write_json(&mut count);
+        count_json(&mut count);
         let json_len = count.0;
         let payload_len = b64::encoded_len(json_len);
         let signed_len = header.len() + 1 + payload_len;
@@ -279,7 +309,7 @@ impl Keyring {
         // encoding (4 bytes out per 3 in) never overtakes what it reads.
         let lead = payload_len - json_len;
         token.resize(payload_at + lead, 0);
-        claims.write_json(&mut token);
+        write_json(&mut token);
         debug_assert_eq!(token.len(), signed_len);
         b64::encode_in_place(&mut token[payload_at..], lead, json_len);
         let signature = entry.key.mac(&token);
@@ -324,7 +354,40 @@ impl Keyring {
         now: Timestamp,
         f: impl FnOnce(VerifiedRef<'_>) -> R,
     ) -> Result<R, VerifyError> {
-        let typ = expect.token_type();
+        self.verify_checked(
+            token,
+            expect.token_type(),
+            |claims| expect.check_claims_ref(claims, now),
+            f,
+        )
+    }
+
+    /// [`Keyring::verify_with`] against borrowed expectations (a stored
+    /// site's parts): the bearer check's path, which builds no string.
+    pub(crate) fn verify_expect<R>(
+        &self,
+        token: &str,
+        expect: &Expect<'_>,
+        now: Timestamp,
+        f: impl FnOnce(VerifiedRef<'_>) -> R,
+    ) -> Result<R, VerifyError> {
+        self.verify_checked(
+            token,
+            expect.typ,
+            |claims| expect.check_claims_ref(claims, now),
+            f,
+        )
+    }
+
+    /// The verification both forms share: structure, header, `kid`,
+    /// signature, then `check` on the claims, then `f`.
+    fn verify_checked<R>(
+        &self,
+        token: &str,
+        typ: TokenType,
+        check: impl FnOnce(&ClaimsRef<'_>) -> Result<(), VerifyError>,
+        f: impl FnOnce(VerifiedRef<'_>) -> R,
+    ) -> Result<R, VerifyError> {
         // A header this keyring writes is recognised byte for byte, and
         // then the dots are where they must be; anything else is split in
         // full and goes through the strict header parser.
@@ -354,7 +417,7 @@ impl Keyring {
         entry.key.check_signature(&compact)?;
         compact::with_decoded(compact.payload, Segment::Payload, |json| {
             let claims = ClaimsRef::parse(json)?;
-            expect.check_claims_ref(&claims, now)?;
+            check(&claims)?;
             Ok(f(VerifiedRef {
                 claims,
                 kid: entry.kid.as_str(),
@@ -366,6 +429,7 @@ impl Keyring {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::jwt::Audience;
     use alloc::format;
 
     fn keyring() -> Keyring {
@@ -382,6 +446,33 @@ mod tests {
             exp: Some(1_000),
             sub: Some("u".into()),
             ..Claims::default()
+        }
+    }
+
+    /// Borrowed claims sign to the very bytes of their owned copy, with
+    /// one audience or several, every member or none.
+    #[test]
+    fn sign_ref_writes_the_bytes_sign_does() {
+        let k = keyring();
+        let full = Claims {
+            iss: Some("https://i.example".into()),
+            aud: Some(Audience::Many(alloc::vec!["a".into(), "b\"c".into()])),
+            nbf: Some(5),
+            iat: Some(7),
+            jti: Some("j".into()),
+            client_id: Some("c".into()),
+            scope: Some("skills:read".into()),
+            gid: Some("g".into()),
+            org_domain: Some("o.example".into()),
+            ..claims()
+        };
+        for c in [claims(), full, Claims::default()] {
+            for typ in TokenType::ALL {
+                assert_eq!(
+                    k.sign(typ, &c).unwrap().expose_secret(),
+                    k.sign_ref(typ, &c.as_ref()).unwrap().expose_secret()
+                );
+            }
         }
     }
 

@@ -35,6 +35,7 @@ mod keyring;
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) mod oracle;
 
+pub(crate) use claims::Expect;
 pub use claims::{
     Audience, AudienceRef, Claims, ClaimsRef, NumericDateFault, TokenType, Validation,
 };

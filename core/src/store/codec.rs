@@ -8,8 +8,8 @@
 use alloc::vec::Vec;
 use core::fmt;
 
-use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 
 use super::Table;
 
@@ -31,9 +31,70 @@ pub trait Record: Serialize + DeserializeOwned {
     }
 }
 
+/// A record that can also be read as a borrowed view: a struct with the
+/// same fields in the same order (postcard is positional), whose strings
+/// are `&str` into the stored bytes and whose unneeded lists are skipped
+/// without allocating. A view reads only the current
+/// [`Record::VERSION`]; a record stored under an older version is refused
+/// by [`decode_view`], so a type that gains an [`Record::upgrade`] path
+/// must read such records through [`decode`] instead.
+pub trait Viewed: Record {
+    /// The borrowed view.
+    type View<'a>: Deserialize<'a>;
+}
+
+/// Decodes the borrowed view of a record written by [`encode`].
+pub fn decode_view<R: Viewed>(bytes: &[u8]) -> Result<R::View<'_>, CodecError> {
+    let (&version, body) = bytes.split_first().ok_or(CodecError::Empty)?;
+    if version != R::VERSION {
+        return Err(CodecError::Version {
+            found: version,
+            expected: R::VERSION,
+        });
+    }
+    let (view, rest) = postcard::take_from_bytes(body).map_err(|_| CodecError::Decode)?;
+    if !rest.is_empty() {
+        return Err(CodecError::TrailingBytes);
+    }
+    Ok(view)
+}
+
+/// A list of strings read and dropped without allocating: what a view
+/// holds in place of a `Vec<String>` it does not need (the postcard form
+/// is a length, then each string).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SkippedStrings {
+    /// How many strings the list held.
+    pub len: usize,
+}
+
+impl<'de> Deserialize<'de> for SkippedStrings {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = SkippedStrings;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a list of strings")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<SkippedStrings, A::Error> {
+                let mut len = 0;
+                while seq.next_element::<&'de str>()?.is_some() {
+                    len += 1;
+                }
+                Ok(SkippedStrings { len })
+            }
+        }
+        d.deserialize_seq(Visit)
+    }
+}
+
 /// Encodes `record` as `[VERSION] ++ postcard(record)`.
 pub fn encode<R: Record>(record: &R) -> Result<Vec<u8>, CodecError> {
-    let mut out = Vec::with_capacity(64);
+    // Room for a grant or a site in one allocation.
+    let mut out = Vec::with_capacity(256);
     out.push(R::VERSION);
     postcard::to_extend(record, out).map_err(|_| CodecError::Encode)
 }

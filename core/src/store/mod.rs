@@ -78,7 +78,7 @@ use alloc::vec::Vec;
 use core::fmt;
 use core::ops::Bound;
 
-pub use codec::{CodecError, Record};
+pub use codec::{CodecError, Record, Viewed};
 pub use table::Table;
 
 use crate::error::{ErrorCode, WireError};
@@ -139,6 +139,24 @@ pub trait ReadTransaction {
     /// The value stored under `key`.
     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
 
+    /// Hands `f` the value stored under `key`, borrowed from the store
+    /// where the store can lend it (a map entry, a page of a memory-mapped
+    /// file), and answers with what `f` returned; `None` (and `f` never
+    /// called) when `key` is absent. The engine's lookups decode records in
+    /// place through this, so a store should lend rather than copy. Same
+    /// snapshot and failures as [`ReadTransaction::get`]. `f` may read
+    /// through the same transaction (the bearer check reads a grant while
+    /// it holds a borrowed view of its site): a store whose handle cannot
+    /// be shared that way lends a copy instead.
+    fn get_with<T>(
+        &self,
+        table: Table,
+        key: &[u8],
+        f: impl FnOnce(&[u8]) -> T,
+    ) -> Result<Option<T>, StoreError>
+    where
+        Self: Sized;
+
     /// Up to `limit` entries with keys within `(start, end)`, in ascending key
     /// order.
     fn range(
@@ -149,17 +167,32 @@ pub trait ReadTransaction {
         limit: usize,
     ) -> Result<Vec<Entry>, StoreError>;
 
-    /// Decodes the record stored under `key`.
+    /// Decodes the record stored under `key`, in place (through
+    /// [`ReadTransaction::get_with`]): the stored bytes are not copied
+    /// first.
     fn load<R: Record>(&self, key: &[u8]) -> Result<Option<R>, StoreError>
     where
         Self: Sized,
     {
-        match self.get(R::TABLE, key)? {
-            Some(bytes) => Ok(Some(
-                codec::decode(&bytes).map_err(|e| StoreError::corrupt(R::TABLE, e))?,
-            )),
-            None => Ok(None),
-        }
+        self.get_with(R::TABLE, key, codec::decode::<R>)?
+            .transpose()
+            .map_err(|e| StoreError::corrupt(R::TABLE, e))
+    }
+
+    /// Hands `f` a borrowed view of the record stored under `key`
+    /// ([`Viewed::View`]: its strings point into the stored bytes), so a
+    /// check that needs a few fields of a record allocates nothing for it.
+    fn view<R: Viewed, T>(
+        &self,
+        key: &[u8],
+        f: impl FnOnce(R::View<'_>) -> T,
+    ) -> Result<Option<T>, StoreError>
+    where
+        Self: Sized,
+    {
+        self.get_with(R::TABLE, key, |bytes| codec::decode_view::<R>(bytes).map(f))?
+            .transpose()
+            .map_err(|e| StoreError::corrupt(R::TABLE, e))
     }
 }
 
