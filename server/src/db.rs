@@ -151,6 +151,18 @@ impl ReadTransaction for DbRead<'_> {
         }
     }
 
+    fn get_with<T>(
+        &self,
+        table: Table,
+        key: &[u8],
+        f: impl FnOnce(&[u8]) -> T,
+    ) -> Result<Option<T>, StoreError> {
+        match self {
+            Self::Redb(t) => t.get_with(table, key, f),
+            Self::Postgres(t) => t.get_with(table, key, f),
+        }
+    }
+
     fn range(
         &self,
         table: Table,
@@ -170,6 +182,18 @@ impl ReadTransaction for DbWrite<'_> {
         match self {
             Self::Redb(t) => t.get(table, key),
             Self::Postgres(t) => t.get(table, key),
+        }
+    }
+
+    fn get_with<T>(
+        &self,
+        table: Table,
+        key: &[u8],
+        f: impl FnOnce(&[u8]) -> T,
+    ) -> Result<Option<T>, StoreError> {
+        match self {
+            Self::Redb(t) => t.get_with(table, key, f),
+            Self::Postgres(t) => t.get_with(table, key, f),
         }
     }
 

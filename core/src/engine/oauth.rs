@@ -5,9 +5,6 @@ use alloc::borrow::Cow;
 use alloc::string::String;
 use core::fmt;
 
-use base64::Engine as _;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-
 use rand_core::CryptoRng;
 
 use super::{Engine, SiteOpError, Txn, keys, load_site};
@@ -879,8 +876,8 @@ impl RevokeError {
 /// 16 bytes in base64url without padding (22 characters), written into
 /// `buf`: a token id or a grant id as a claim, without allocating.
 fn base64url_16<'b>(bytes: &[u8; 16], buf: &'b mut [u8; 22]) -> &'b str {
-    let n = URL_SAFE_NO_PAD.encode_slice(bytes, buf).unwrap_or_default();
-    core::str::from_utf8(&buf[..n]).unwrap_or_default()
+    crate::jwt::b64::encode_into(bytes, buf);
+    core::str::from_utf8(buf).unwrap_or_default()
 }
 
 /// What a refresh needs of its site, borrowed.

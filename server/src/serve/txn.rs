@@ -70,6 +70,18 @@ impl ReadTransaction for AppWrite<'_, '_, '_> {
         }
     }
 
+    fn get_with<T>(
+        &self,
+        table: Table,
+        key: &[u8],
+        f: impl FnOnce(&[u8]) -> T,
+    ) -> Result<Option<T>, StoreError> {
+        match self {
+            Self::Batch(t) => t.get_with(table, key, f),
+            Self::Direct(d) => d.saw(d.txn.get_with(table, key, f)),
+        }
+    }
+
     fn range(
         &self,
         table: Table,
