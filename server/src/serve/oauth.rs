@@ -19,7 +19,7 @@ use crate::{clock, pages};
 
 /// RFC 8414 §3.
 pub(crate) async fn authorization_server_metadata(State(app): State<Shared>) -> Response {
-    match app.blocking(|app| app.engine.site(&app.site)).await {
+    match app.read(|app| app.engine.site(&app.site)).await {
         Ok(Ok(site)) => json_document(AuthorizationServerMetadata::for_site(&site).to_json()),
         Ok(Err(e)) => respond::internal(&e.to_string()),
         Err(r) => r,
@@ -34,7 +34,7 @@ pub(crate) async fn protected_resource_metadata(
     State(app): State<Shared>,
     Path(key): Path<String>,
 ) -> Response {
-    match app.blocking(|app| app.engine.site(&app.site)).await {
+    match app.read(|app| app.engine.site(&app.site)).await {
         Ok(Ok(site)) if key == site.public_key => {
             json_document(ProtectedResourceMetadata::for_site(&site).to_json())
         }
