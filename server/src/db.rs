@@ -143,73 +143,47 @@ impl Store for Db {
     }
 }
 
-impl ReadTransaction for DbRead<'_> {
-    fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        match self {
-            Self::Redb(t) => t.get(table, key),
-            Self::Postgres(t) => t.get(table, key),
-        }
-    }
+/// The reads of both transaction enums: each call forwarded to the store
+/// whose transaction it is.
+macro_rules! forward_reads {
+    ($($ty:ident),*) => {$(
+        impl ReadTransaction for $ty<'_> {
+            fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+                match self {
+                    Self::Redb(t) => t.get(table, key),
+                    Self::Postgres(t) => t.get(table, key),
+                }
+            }
 
-    fn get_with<T>(
-        &self,
-        table: Table,
-        key: &[u8],
-        f: impl FnOnce(&[u8]) -> T,
-    ) -> Result<Option<T>, StoreError> {
-        match self {
-            Self::Redb(t) => t.get_with(table, key, f),
-            Self::Postgres(t) => t.get_with(table, key, f),
-        }
-    }
+            fn get_with<T>(
+                &self,
+                table: Table,
+                key: &[u8],
+                f: impl FnOnce(&[u8]) -> T,
+            ) -> Result<Option<T>, StoreError> {
+                match self {
+                    Self::Redb(t) => t.get_with(table, key, f),
+                    Self::Postgres(t) => t.get_with(table, key, f),
+                }
+            }
 
-    fn range(
-        &self,
-        table: Table,
-        start: Bound<&[u8]>,
-        end: Bound<&[u8]>,
-        limit: usize,
-    ) -> Result<Vec<Entry>, StoreError> {
-        match self {
-            Self::Redb(t) => t.range(table, start, end, limit),
-            Self::Postgres(t) => t.range(table, start, end, limit),
+            fn range(
+                &self,
+                table: Table,
+                start: Bound<&[u8]>,
+                end: Bound<&[u8]>,
+                limit: usize,
+            ) -> Result<Vec<Entry>, StoreError> {
+                match self {
+                    Self::Redb(t) => t.range(table, start, end, limit),
+                    Self::Postgres(t) => t.range(table, start, end, limit),
+                }
+            }
         }
-    }
+    )*};
 }
 
-impl ReadTransaction for DbWrite<'_> {
-    fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        match self {
-            Self::Redb(t) => t.get(table, key),
-            Self::Postgres(t) => t.get(table, key),
-        }
-    }
-
-    fn get_with<T>(
-        &self,
-        table: Table,
-        key: &[u8],
-        f: impl FnOnce(&[u8]) -> T,
-    ) -> Result<Option<T>, StoreError> {
-        match self {
-            Self::Redb(t) => t.get_with(table, key, f),
-            Self::Postgres(t) => t.get_with(table, key, f),
-        }
-    }
-
-    fn range(
-        &self,
-        table: Table,
-        start: Bound<&[u8]>,
-        end: Bound<&[u8]>,
-        limit: usize,
-    ) -> Result<Vec<Entry>, StoreError> {
-        match self {
-            Self::Redb(t) => t.range(table, start, end, limit),
-            Self::Postgres(t) => t.range(table, start, end, limit),
-        }
-    }
-}
+forward_reads!(DbRead, DbWrite);
 
 impl WriteTransaction for DbWrite<'_> {
     fn put(&mut self, table: Table, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
