@@ -73,9 +73,7 @@ impl GrantId {
 
 impl fmt::Display for GrantId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut buf = [0u8; 22];
-        b64::encode_into(&self.0, &mut buf);
-        f.write_str(core::str::from_utf8(&buf).map_err(|_| fmt::Error)?)
+        f.write_str(b64::encode_16(&self.0, &mut [0; 22]))
     }
 }
 

@@ -636,8 +636,8 @@ impl<S: Store> Engine<S> {
         now: Timestamp,
     ) -> Result<SecretString, TokenError> {
         let (mut jti, mut gid) = ([0u8; 22], [0u8; 22]);
-        let jti = base64url_16(&rand::bytes::<16, _>(rng), &mut jti);
-        let gid = base64url_16(grant.id.as_bytes(), &mut gid);
+        let jti = crate::jwt::b64::encode_16(&rand::bytes::<16, _>(rng), &mut jti);
+        let gid = crate::jwt::b64::encode_16(grant.id.as_bytes(), &mut gid);
         let scope = alloc::format!("{scope}");
         let claims = ClaimsRef {
             iss: Some(Cow::Borrowed(issuer)),
@@ -871,13 +871,6 @@ impl RevokeError {
             r
         }
     }
-}
-
-/// 16 bytes in base64url without padding (22 characters), written into
-/// `buf`: a token id or a grant id as a claim, without allocating.
-fn base64url_16<'b>(bytes: &[u8; 16], buf: &'b mut [u8; 22]) -> &'b str {
-    crate::jwt::b64::encode_into(bytes, buf);
-    core::str::from_utf8(buf).unwrap_or_default()
 }
 
 /// What a refresh needs of its site, borrowed.

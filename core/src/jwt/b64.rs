@@ -156,6 +156,14 @@ pub(crate) fn encode_into(src: &[u8], dst: &mut [u8]) {
     }
 }
 
+/// A 16-byte id (a grant id, a token id) in base64url, 22 characters
+/// written into `buf`: the text of an id without allocating.
+pub(crate) fn encode_16<'b>(bytes: &[u8; 16], buf: &'b mut [u8; 22]) -> &'b str {
+    encode_into(bytes, buf);
+    // Only alphabet characters (ASCII) were written.
+    core::str::from_utf8(buf).unwrap_or_default()
+}
+
 /// Appends the encoding of `src` to `out`.
 pub(crate) fn encode_string(src: &[u8], out: &mut String) {
     let mut bytes = core::mem::take(out).into_bytes();
