@@ -3468,9 +3468,8 @@ async fn the_agent_binary_runs_a_write_through_consent_and_approval_and_prints_n
     let s = Server::start(&["--access-token-ttl-secs", "2", "--jwt-leeway-secs", "0"]).await;
     let dir = tempfile::tempdir().unwrap();
     let token_file = dir.path().join("agent.json");
-    let (mut child, out, reader, err) =
-        spawn_agent(&s, &token_file, &create_note("Groceries"), &[]).await;
-    let (cookie, code) = consent_for_agent(&s, &out).await;
+    let agent = spawn_agent(&s, &token_file, &create_note("Groceries"), &[]).await;
+    let (cookie, code) = consent_for_agent(&s, &agent.out).await;
 
     // The connected tab approves and runs the write.
     let tab = Tab::open(&s, &cookie, "tab-1", "page-1").await;
@@ -3481,14 +3480,8 @@ async fn the_agent_binary_runs_a_write_through_consent_and_approval_and_prints_n
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(tab.decide(&a, "once").await, StatusCode::OK);
     let (worker, jobs) = tab.work();
-    let status = tokio::time::timeout(Duration::from_mins(1), child.wait())
-        .await
-        .expect("the agent finishes")
-        .unwrap();
-    reader.await.unwrap();
-    let err = err.await.unwrap();
+    let (status, out, err) = agent.finish().await;
     worker.abort();
-    let out = out.lock().unwrap().clone();
     assert!(status.success(), "{out}\n{err}");
     assert!(out.contains("Waiting for approval"), "{out}");
     assert!(out.contains("Resumed request"), "{out}");
@@ -3587,12 +3580,7 @@ async fn spawn_agent(
     token_file: &std::path::Path,
     code: &str,
     options: &[&str],
-) -> (
-    tokio::process::Child,
-    Printed,
-    tokio::task::JoinHandle<()>,
-    tokio::task::JoinHandle<String>,
-) {
+) -> RunningAgent {
     use tokio::io::AsyncBufReadExt as _;
     let mut child = tokio::process::Command::new(BIN)
         .arg("agent")
@@ -3630,7 +3618,36 @@ async fn spawn_agent(
             .unwrap();
         e
     });
-    (child, out, reader, err)
+    RunningAgent {
+        child,
+        out,
+        reader,
+        err,
+    }
+}
+
+/// A spawned `portcullis agent run`: the process, what it printed so far,
+/// and the tasks collecting its stdout and stderr.
+struct RunningAgent {
+    child: tokio::process::Child,
+    out: Printed,
+    reader: tokio::task::JoinHandle<()>,
+    err: tokio::task::JoinHandle<String>,
+}
+
+impl RunningAgent {
+    /// Waits (at most a minute) for the agent to exit; its status, whole
+    /// stdout and whole stderr.
+    async fn finish(mut self) -> (std::process::ExitStatus, String, String) {
+        let status = tokio::time::timeout(Duration::from_mins(1), self.child.wait())
+            .await
+            .expect("the agent finishes")
+            .unwrap();
+        self.reader.await.unwrap();
+        let err = self.err.await.unwrap();
+        let out = self.out.lock().unwrap().clone();
+        (status, out, err)
+    }
 }
 
 /// Plays the user for the consent URL the agent printed: signs in and
@@ -3705,20 +3722,13 @@ async fn the_agent_binary_stops_for_a_human_when_the_user_denies() {
     let s = Server::start(&[]).await;
     let dir = tempfile::tempdir().unwrap();
     let token_file = dir.path().join("agent.json");
-    let (mut child, out, reader, err) =
-        spawn_agent(&s, &token_file, &create_note("Denied"), &[]).await;
-    let (cookie, code) = consent_for_agent(&s, &out).await;
+    let agent = spawn_agent(&s, &token_file, &create_note("Denied"), &[]).await;
+    let (cookie, code) = consent_for_agent(&s, &agent.out).await;
     let tab = Tab::open(&s, &cookie, "tab-1", "page-1").await;
     tab.connect(true, false).await;
     let a = tab.approval().await;
     assert_eq!(tab.decide(&a, "deny").await, StatusCode::OK);
-    let status = tokio::time::timeout(Duration::from_mins(1), child.wait())
-        .await
-        .expect("the agent finishes")
-        .unwrap();
-    reader.await.unwrap();
-    let err = err.await.unwrap();
-    let out = out.lock().unwrap().clone();
+    let (status, out, err) = agent.finish().await;
     assert!(!status.success(), "{out}");
     assert!(out.contains("PERMISSION_DENIED"), "{out}");
     assert!(out.contains("a human must act"), "{out}");
@@ -3750,29 +3760,23 @@ async fn the_agent_binary_steps_up_its_scope_and_resumes_the_same_request() {
     let s = Server::start(&[]).await;
     let dir = tempfile::tempdir().unwrap();
     let token_file = dir.path().join("agent.json");
-    let (mut child, out, reader, err) = spawn_agent(
+    let agent = spawn_agent(
         &s,
         &token_file,
         &create_note("Stepped up"),
         &["--scope", "skills:read"],
     )
     .await;
-    let (cookie, _) = consent_for_agent(&s, &out).await;
+    let (cookie, _) = consent_for_agent(&s, &agent.out).await;
     let tab = Tab::open(&s, &cookie, "tab-1", "page-1").await;
     tab.connect(true, false).await;
-    let (_, code) = consent_for_agent_again(&s, &out, 1, Some(&cookie)).await;
+    let (_, code) = consent_for_agent_again(&s, &agent.out, 1, Some(&cookie)).await;
     let a = tab.approval().await;
     assert_eq!(a["args"]["title"], "Stepped up");
     assert_eq!(tab.decide(&a, "once").await, StatusCode::OK);
     let (worker, jobs) = tab.work();
-    let status = tokio::time::timeout(Duration::from_mins(1), child.wait())
-        .await
-        .expect("the agent finishes")
-        .unwrap();
-    reader.await.unwrap();
-    let err = err.await.unwrap();
+    let (status, out, err) = agent.finish().await;
     worker.abort();
-    let out = out.lock().unwrap().clone();
     assert!(status.success(), "{out}\n{err}");
     assert!(out.contains("needs the scope"), "{out}");
     let ids: std::collections::BTreeSet<&str> = out
