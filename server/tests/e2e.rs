@@ -1270,6 +1270,18 @@ impl Tab {
         self.post("/agents/tab/heartbeat", &beat).await.1
     }
 
+    /// Heartbeats (visible) every five seconds in the background, as an
+    /// open page does, until aborted.
+    fn keep_alive(&self) -> tokio::task::JoinHandle<()> {
+        let tab = self.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                tab.heartbeat(true).await;
+            }
+        })
+    }
+
     async fn poll(&self, since: u64) -> Value {
         let (status, v) = self.poll_raw(since).await;
         assert_eq!(status, StatusCode::OK, "{v}");
@@ -1306,15 +1318,26 @@ impl Tab {
 
     /// Polls until an approval is pending; returns it.
     async fn approval(&self) -> Value {
+        self.approval_within(Duration::from_mins(2))
+            .await
+            .expect("no approval arrived")
+    }
+
+    /// Polls until an approval is pending or `limit` passes. Heartbeats
+    /// before each poll, as a visible page does, so a slow machine never
+    /// lets the tab's connection lapse while the test waits.
+    async fn approval_within(&self, limit: Duration) -> Option<Value> {
+        let deadline = Instant::now() + limit;
         let mut since = 0;
-        for _ in 0..20 {
+        while Instant::now() < deadline {
+            self.heartbeat(true).await;
             let w = self.poll(since).await;
             if let Some(a) = w["approvals"].as_array().and_then(|a| a.first()) {
-                return a.clone();
+                return Some(a.clone());
             }
             since = w["version"].as_u64().unwrap();
         }
-        panic!("no approval arrived");
+        None
     }
 
     async fn decide(&self, a: &Value, decision: &str) -> StatusCode {
@@ -3770,13 +3793,20 @@ async fn the_agent_binary_steps_up_its_scope_and_resumes_the_same_request() {
     let (cookie, _) = consent_for_agent(&s, &agent.out).await;
     let tab = Tab::open(&s, &cookie, "tab-1", "page-1").await;
     tab.connect(true, false).await;
+    let beating = tab.keep_alive();
     let (_, code) = consent_for_agent_again(&s, &agent.out, 1, Some(&cookie)).await;
-    let a = tab.approval().await;
+    let Some(a) = tab.approval_within(Duration::from_mins(2)).await else {
+        panic!(
+            "no approval arrived; the agent printed:\n{}",
+            agent.out.lock().unwrap()
+        );
+    };
     assert_eq!(a["args"]["title"], "Stepped up");
     assert_eq!(tab.decide(&a, "once").await, StatusCode::OK);
     let (worker, jobs) = tab.work();
     let (status, out, err) = agent.finish().await;
     worker.abort();
+    beating.abort();
     assert!(status.success(), "{out}\n{err}");
     assert!(out.contains("needs the scope"), "{out}");
     let ids: std::collections::BTreeSet<&str> = out
