@@ -31,6 +31,10 @@
 mod answer;
 mod browser;
 mod documents;
+// The gateway's files live in `src/gateway/`; it is a child of `serve` so
+// that its runs use the server's writer and ledger like `execute` does.
+#[path = "../gateway/mod.rs"]
+mod gateway;
 mod jsonrpc;
 mod listen;
 mod mcp;
@@ -112,6 +116,9 @@ pub(crate) struct App {
     notes: notes::Notes,
     /// Client ID metadata documents: the fetcher and its cache.
     documents: documents::Documents,
+    /// The downstream MCP servers exposed on the MCP endpoint (none
+    /// without `--source`).
+    gateway: Arc<gateway::Gateway>,
     /// Becomes `true` when the server shuts down: long-polls end at once
     /// instead of holding the graceful shutdown for their 25 s.
     stopping: tokio::sync::watch::Receiver<bool>,
@@ -442,6 +449,11 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
         Writer::Group(GroupCommitter::new(Arc::clone(engine.store())))
     };
     let fanout = Fanout::start(&args.db);
+    let gateway = if args.gateway.sources.is_empty() && args.gateway.sources_file.is_none() {
+        gateway::Gateway::none()
+    } else {
+        gateway::Gateway::start(&args.gateway, mcp::builtin_names()).await?
+    };
     let app = Arc::new(App {
         engine,
         writer,
@@ -458,6 +470,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
         navigates: navigate::NavigateQueue::default(),
         notes: notes::Notes::default(),
         documents: documents::Documents::new(args.dev_loopback_client_documents)?,
+        gateway: Arc::new(gateway),
         stopping: stop_rx,
     });
     // The synchronous PostgreSQL driver runs a small runtime of its own per

@@ -24,7 +24,7 @@ use portcullis_core::engine::Principal;
 use portcullis_core::error::ErrorCode;
 use portcullis_core::ledger::{
     ActionVerdict, BeginAnswer, BeginError, BusinessError, Caller, Completion, ExecuteParams,
-    ExecutionTicket, OutcomeStatus, Report, RequestId, TicketError,
+    ExecutionTicket, OutcomeStatus, Report, RequestId, StoredResult, TicketError,
 };
 use portcullis_core::scope::ScopeSet;
 use portcullis_core::tab::Dispatch;
@@ -311,22 +311,35 @@ impl Driver<'_> {
     }
 
     async fn complete(&self, ticket: ExecutionTicket, completion: Completion) -> Answer {
-        let done = self
-            .app
-            .write_ticket(move |app, txn| match txn {
-                Some(txn) => app
-                    .engine
-                    .complete_in(txn, ticket, &completion, clock::now()),
-                None => app.engine.complete(ticket, &completion, clock::now()),
-            })
-            .await;
-        match done {
-            Err(_) => internal(Some(self.id)),
-            Ok(Err(e)) => ticket_failure(&e, self.id),
-            Ok(Ok(stored)) => {
-                tracing::debug!("execute: run complete");
-                Answer::ok(stored.to_json())
-            }
+        match complete(self.app, ticket, completion).await {
+            Ok(stored) => Answer::ok(stored.to_json()),
+            Err(answer) => answer,
+        }
+    }
+}
+
+/// Ends a run with `completion` (a driver's last step, and the gateway's):
+/// its stored result, or the failure to answer.
+pub(super) async fn complete(
+    app: &Shared,
+    ticket: ExecutionTicket,
+    completion: Completion,
+) -> Result<StoredResult, Answer> {
+    let id = ticket.request_id();
+    let done = app
+        .write_ticket(move |app, txn| match txn {
+            Some(txn) => app
+                .engine
+                .complete_in(txn, ticket, &completion, clock::now()),
+            None => app.engine.complete(ticket, &completion, clock::now()),
+        })
+        .await;
+    match done {
+        Err(_) => Err(internal(Some(id))),
+        Ok(Err(e)) => Err(ticket_failure(&e, id)),
+        Ok(Ok(stored)) => {
+            tracing::debug!("run complete");
+            Ok(stored)
         }
     }
 }
