@@ -367,6 +367,9 @@ impl Gateway {
     pub(crate) async fn start(args: &GatewayArgs, reserved: Vec<String>) -> Result<Self, String> {
         let specs = specs(args)?;
         let bounds = Bounds::of(args);
+        // reqwest over rustls needs a process-wide provider (ring, as the
+        // client documents' fetcher installs it).
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let sources: Vec<Arc<Source>> = specs
             .into_iter()
             .map(|s| Arc::new(Source::new(s, &bounds)))

@@ -379,7 +379,8 @@ impl ServerHandler for Tools {
                             Value::Object(m) => m,
                             _ => JsonObject::new(),
                         };
-                        let meta = request.meta.as_ref();
+                        // rmcp moves a request's `_meta` into the context.
+                        let meta = request.meta.as_ref().or(Some(&context.meta));
                         gateway::tools::call(&self.app, p, source, tool, meta, arguments).await
                     }
                     Verified::AgentToken => gateway::tools::Reply::refused_agent_token(),
