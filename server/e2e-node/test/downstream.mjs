@@ -6,9 +6,11 @@
 // GET /count, so the test can prove a repeated requestId ran it once.
 //
 // Usage: node downstream.mjs PORT [COUNT]   (prints "listening PORT")
+//        node downstream.mjs stdio [PREFIX]  (MCP over stdio; tool names prefixed)
 import { createServer } from "node:http";
 import { Server } from "@modelcontextprotocol/sdk/server/index.js";
 import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
+import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
 import {
   CallToolRequestSchema,
   ListResourcesRequestSchema,
@@ -17,8 +19,10 @@ import {
   ReadResourceRequestSchema,
 } from "@modelcontextprotocol/sdk/types.js";
 
-const port = Number(process.argv[2] ?? 0);
-let executions = Number(process.argv[3] ?? 0);
+const stdio = process.argv[2] === "stdio";
+const port = stdio ? 0 : Number(process.argv[2] ?? 0);
+let executions = stdio ? 0 : Number(process.argv[3] ?? 0);
+const prefix = stdio ? (process.argv[3] ?? "") : "";
 
 export const WIDGET = "ui://widget/board.html";
 /** The HTML app: it names itself (rewritten by the gateway), a longer URI
@@ -38,14 +42,14 @@ function mcpServer() {
   server.setRequestHandler(ListToolsRequestSchema, async () => ({
     tools: [
       {
-        name: "pin_card",
+        name: `${prefix}pin_card`,
         description: "Pins a card on the board and shows the board.",
         inputSchema: { type: "object", properties: { title: { type: "string" } }, required: ["title"] },
         annotations: { readOnlyHint: false, destructiveHint: false },
         _meta: uiMeta,
       },
       {
-        name: "board_status",
+        name: `${prefix}board_status`,
         description: "How many cards were pinned.",
         inputSchema: { type: "object", properties: {} },
         annotations: { readOnlyHint: true },
@@ -53,7 +57,7 @@ function mcpServer() {
     ],
   }));
   server.setRequestHandler(CallToolRequestSchema, async (req) => {
-    if (req.params.name === "pin_card") {
+    if (req.params.name === `${prefix}pin_card`) {
       executions += 1;
       return {
         content: [
@@ -64,7 +68,7 @@ function mcpServer() {
         _meta: { "ui/resourceUri": WIDGET },
       };
     }
-    if (req.params.name === "board_status") {
+    if (req.params.name === `${prefix}board_status`) {
       return { content: [{ type: "text", text: String(executions) }], structuredContent: { executions } };
     }
     throw new Error(`no tool ${req.params.name}`);
@@ -104,5 +108,9 @@ const http = createServer(async (req, res) => {
 });
 
 if (process.argv[1] && process.argv[1].endsWith("downstream.mjs")) {
-  http.listen(port, "127.0.0.1", () => console.log(`listening ${http.address().port}`));
+  if (stdio) {
+    await mcpServer().connect(new StdioServerTransport());
+  } else {
+    http.listen(port, "127.0.0.1", () => console.log(`listening ${http.address().port}`));
+  }
 }

@@ -49,6 +49,17 @@ async function startDownstream(port = 0, executions = 0) {
   };
 }
 
+/** An authorized SDK client of `server` as `user`. */
+async function connectClient(server, user) {
+  const provider = new Provider(user);
+  const serverUrl = new URL(server.mcpUrl);
+  assert.equal(await auth(provider, { serverUrl }), "REDIRECT");
+  assert.equal(await auth(provider, { serverUrl, authorizationCode: provider.code }), "AUTHORIZED");
+  const client = new Client({ name: "gateway-e2e", version: "1.0.0" });
+  await client.connect(new StreamableHTTPClientTransport(serverUrl, { authProvider: provider }));
+  return { client, provider };
+}
+
 const body = (r) => r.structuredContent ?? JSON.parse(r.content[0].text);
 
 test("downstream tools and UI resources through the gateway, under approval and the ledger", async (t) => {
@@ -57,12 +68,7 @@ test("downstream tools and UI resources through the gateway, under approval and 
   const server = await startServer(["--source", `board=${down.url}`, "--source-call-timeout-secs", "5"]);
   t.after(() => server.stop());
 
-  const provider = new Provider("carol");
-  const serverUrl = new URL(server.mcpUrl);
-  assert.equal(await auth(provider, { serverUrl }), "REDIRECT");
-  assert.equal(await auth(provider, { serverUrl, authorizationCode: provider.code }), "AUTHORIZED");
-  const client = new Client({ name: "gateway-e2e", version: "1.0.0" });
-  await client.connect(new StreamableHTTPClientTransport(serverUrl, { authProvider: provider }));
+  const { client, provider } = await connectClient(server, "carol");
 
   // The tools: the built-ins, then the source's under their own names, UI
   // metadata mapped in both conventions, schema and annotations unchanged.
@@ -152,4 +158,30 @@ test("downstream tools and UI resources through the gateway, under approval and 
   assert.deepEqual(back.structuredContent, { executions: 1 }, JSON.stringify(back));
   assert.equal((await client.readResource({ uri: GW })).contents[0].text, expected);
   await client.close();
+});
+
+test("a stdio source (a local command) works through the gateway", async (t) => {
+  const cmd = `cmd:${process.execPath} ${join(here, "downstream.mjs")} stdio local_`;
+  const server = await startServer(["--source", `local=${cmd}`]);
+  t.after(() => server.stop());
+  const { client, provider } = await connectClient(server, "dave");
+  // Every ledger run, a read's too, needs the user's connected tab.
+  const tab = await new ScriptedTab(server.base, provider.cookie, "stdio-tab", "stdio-page").open();
+  assert.equal((await tab.connect()).status, 200);
+  const names = (await client.listTools()).tools.map((x) => x.name);
+  assert.deepEqual(names.slice(3), ["local_pin_card", "local_board_status"]);
+  const status = await client.callTool({ name: "local_board_status", arguments: {} });
+  assert.deepEqual(status.structuredContent, { executions: 0 });
+  const uri = "ui://portcullis/local/widget/board.html";
+  const read = await client.readResource({ uri });
+  assert.equal(read.contents[0].text, HTML.split(`"${WIDGET}"`).join(`"${uri}"`).split(`'${WIDGET}'`).join(`'${uri}'`));
+  await client.close();
+});
+
+test("a tool name two sources share is refused at start", async () => {
+  const cmd = `cmd:${process.execPath} ${join(here, "downstream.mjs")} stdio`;
+  await assert.rejects(
+    startServer(["--source", `one=${cmd}`, "--source", `two=${cmd}`]),
+    /tool "pin_card" is offered by both source one and source two/,
+  );
 });

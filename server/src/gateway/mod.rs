@@ -560,6 +560,49 @@ mod tests {
         assert!(parse_sources_file(r#"{"a": {"uri": "http://x"}}"#).is_err());
     }
 
+    fn with_tools(id: &str, names: &[&'static str]) -> Arc<Source> {
+        let spec = parse_source(&format!("{id}=http://127.0.0.1:1/mcp")).unwrap();
+        let source = Source::new(spec, &Bounds::of(&GatewayArgs::default()));
+        source.listed.lock().unwrap().tools = names
+            .iter()
+            .map(|n| Tool::new(*n, "", Arc::new(rmcp::model::JsonObject::new())))
+            .collect();
+        Arc::new(source)
+    }
+
+    fn gateway(sources: Vec<Arc<Source>>) -> Gateway {
+        Gateway {
+            sources,
+            reserved: vec!["execute".into()],
+            ..Gateway::none()
+        }
+    }
+
+    #[test]
+    fn tool_names_collide_with_sources_and_built_ins() {
+        let ok = gateway(vec![with_tools("a", &["x", "y"]), with_tools("b", &["z"])]);
+        ok.check_names().unwrap();
+        let names: Vec<String> = ok.tools().iter().map(|t| t.name.to_string()).collect();
+        assert_eq!(names, ["x", "y", "z"]);
+        assert_eq!(ok.find("z").unwrap().0.spec.id.as_str(), "b");
+        assert!(ok.find("execute").is_none());
+
+        let twice = gateway(vec![with_tools("a", &["x"]), with_tools("b", &["x"])]);
+        let e = twice.check_names().unwrap_err();
+        assert!(
+            e.contains("tool \"x\" is offered by both source a and source b"),
+            "{e}"
+        );
+        // Past the start (a later re-listing), the first owner keeps it.
+        assert_eq!(twice.find("x").unwrap().0.spec.id.as_str(), "a");
+        assert_eq!(twice.tools().len(), 1);
+
+        let builtin = gateway(vec![with_tools("a", &["execute"])]);
+        let e = builtin.check_names().unwrap_err();
+        assert!(e.contains("both the built-in tools and source a"), "{e}");
+        assert!(builtin.tools().is_empty());
+    }
+
     #[test]
     fn a_name_twice_is_refused() {
         let args = GatewayArgs {
