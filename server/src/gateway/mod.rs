@@ -50,6 +50,9 @@ use tokio::sync::{Notify, Semaphore, watch};
 use crate::cli::GatewayArgs;
 use bounds::Bounds;
 
+/// The most resource URIs kept per source for rewriting text bodies.
+const MAX_KNOWN_URIS: usize = 4096;
+
 /// How often a connected source is pinged.
 const HEALTH_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -245,6 +248,9 @@ impl Source {
     pub(crate) fn learn(&self, uris: impl IntoIterator<Item = String>) {
         let mut listed = self.listed.lock().unwrap_or_else(PoisonError::into_inner);
         for u in uris {
+            if listed.uris.len() >= MAX_KNOWN_URIS {
+                break;
+            }
             if !listed.uris.contains(&u) {
                 listed.uris.push(u);
             }
@@ -389,7 +395,7 @@ impl Gateway {
                     "gateway: source not reachable at start; its tools appear when it connects"
                 ),
                 Err(_) => {
-                    tracing::warn!(source = %source.spec.id, "gateway: source supervisor ended")
+                    tracing::warn!(source = %source.spec.id, "gateway: source supervisor ended");
                 }
             }
         }
@@ -442,10 +448,11 @@ async fn relist(
         .iter()
         .filter_map(|t| tools::rewrite_descriptor(map, &source.spec.id, t))
         .collect();
-    let uris = match bounds::within(bounds.call, resources::all_uris(peer)).await {
+    let mut uris = match bounds::within(bounds.call, resources::all_uris(peer)).await {
         Ok(Ok(u)) => u,
         _ => Vec::new(),
     };
+    uris.truncate(MAX_KNOWN_URIS);
     let mut listed = source.listed.lock().unwrap_or_else(PoisonError::into_inner);
     listed.tools = tools;
     listed.uris = uris;
@@ -508,23 +515,26 @@ async fn supervise(
     }
 }
 
-/// Returns when the connection is closed or unhealthy; re-lists on a poke
-/// that is only a list change.
+/// Returns when the connection is closed or unhealthy: a failed call's poke,
+/// a closed transport, or a ping without an answer (every
+/// [`HEALTH_EVERY`]). A poke for a list change re-reads the lists.
 async fn watch_connection(source: &Source, running: &Running, bounds: &Bounds, map: &UriMap) {
     let peer = running.peer().clone();
     loop {
-        tokio::select! {
-            () = source.poke.notified() => {}
-            () = tokio::time::sleep(HEALTH_EVERY) => {}
-        }
+        let poked = tokio::select! {
+            () = source.poke.notified() => true,
+            () = tokio::time::sleep(HEALTH_EVERY) => false,
+        };
         if running.is_closed() || source.broken.load(std::sync::atomic::Ordering::Acquire) {
             return;
         }
-        let ping = peer.send_request(ClientRequest::PingRequest(PingRequest::default()));
-        if !matches!(bounds::within(bounds.call, ping).await, Ok(Ok(_))) {
-            return;
-        }
-        if relist(source, &peer, bounds, map).await.is_err() {
+        let healthy = if poked {
+            relist(source, &peer, bounds, map).await.is_ok()
+        } else {
+            let ping = peer.send_request(ClientRequest::PingRequest(PingRequest::default()));
+            matches!(bounds::within(bounds.call, ping).await, Ok(Ok(_)))
+        };
+        if !healthy {
             return;
         }
     }
