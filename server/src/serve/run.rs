@@ -302,7 +302,10 @@ impl Driver<'_> {
 
     async fn complete(&self, ticket: ExecutionTicket, completion: Completion) -> Answer {
         match complete(self.app, ticket, completion).await {
-            Ok(stored) => Answer::ok(stored.to_json()),
+            Ok(stored) => {
+                tracing::debug!("execute: run complete");
+                Answer::ok(stored.to_json())
+            }
             Err(answer) => answer,
         }
     }
@@ -350,9 +353,6 @@ pub(super) async fn complete(
     match done {
         Err(_) => Err(internal(Some(id))),
         Ok(Err(e)) => Err(ticket_failure(&e, id)),
-        Ok(Ok(stored)) => {
-            tracing::debug!("run complete");
-            Ok(stored)
-        }
+        Ok(Ok(stored)) => Ok(stored),
     }
 }
