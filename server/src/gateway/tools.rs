@@ -36,8 +36,10 @@
 //! (`requestId` of a pending answer, `_meta["portcullis/requestId"]` of a
 //! result): call again with it after an approval.
 //!
-//! A source that is down answers `source_unavailable` before anything is
-//! stored, so the same `requestId` simply works once the source is back.
+//! A source that is down answers `source_unavailable` before the ledger is
+//! asked, so nothing is stored and the same `requestId` works once the
+//! source is back (a `requestId` with a stored result included: the safe
+//! side, it never runs again, at the cost of waiting for the source).
 
 use std::sync::Arc;
 
