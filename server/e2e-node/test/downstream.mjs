@@ -49,6 +49,12 @@ function mcpServer() {
         _meta: uiMeta,
       },
       {
+        name: `${prefix}big_text`,
+        description: "Answers `bytes` bytes of text (for the gateway's size cap).",
+        inputSchema: { type: "object", properties: { bytes: { type: "integer" }, delayMs: { type: "integer" } } },
+        annotations: { readOnlyHint: true },
+      },
+      {
         name: `${prefix}board_status`,
         description: "How many cards were pinned.",
         inputSchema: { type: "object", properties: {} },
@@ -67,6 +73,11 @@ function mcpServer() {
         structuredContent: { pinned: req.params.arguments.title, executions },
         _meta: { "ui/resourceUri": WIDGET },
       };
+    }
+    if (req.params.name === `${prefix}big_text`) {
+      const { bytes = 1, delayMs = 0 } = req.params.arguments ?? {};
+      await new Promise((ok) => setTimeout(ok, delayMs));
+      return { content: [{ type: "text", text: "x".repeat(bytes) }] };
     }
     if (req.params.name === `${prefix}board_status`) {
       return { content: [{ type: "text", text: String(executions) }], structuredContent: { executions } };

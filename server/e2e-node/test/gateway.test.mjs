@@ -73,7 +73,7 @@ test("downstream tools and UI resources through the gateway, under approval and 
   // The tools: the built-ins, then the source's under their own names, UI
   // metadata mapped in both conventions, schema and annotations unchanged.
   const { tools } = await client.listTools();
-  assert.deepEqual(tools.map((x) => x.name), ["search_skills", "describe_skill", "execute", "pin_card", "board_status"]);
+  assert.deepEqual(tools.map((x) => x.name), ["search_skills", "describe_skill", "execute", "pin_card", "big_text", "board_status"]);
   const pin = tools.find((x) => x.name === "pin_card");
   assert.equal(pin._meta.ui.resourceUri, GW);
   assert.equal(pin._meta["openai/outputTemplate"], GW);
@@ -138,7 +138,7 @@ test("downstream tools and UI resources through the gateway, under approval and 
   }
   assert.equal(failed.isError, true, JSON.stringify(failed));
   assert.match(JSON.stringify(failed.structuredContent), /source_unavailable|SOURCE_UNAVAILABLE/);
-  assert.match(JSON.stringify(failed.structuredContent), /source board is unavailable/);
+  assert.match(JSON.stringify(failed.structuredContent), /source board/);
   const skills = body(await client.callTool({ name: "search_skills", arguments: { query: "" } }));
   assert.equal(skills.ok, true);
   await sleep(6000); // the gateway's health check notices the closed source
@@ -169,7 +169,7 @@ test("a stdio source (a local command) works through the gateway", async (t) => 
   const tab = await new ScriptedTab(server.base, provider.cookie, "stdio-tab", "stdio-page").open();
   assert.equal((await tab.connect()).status, 200);
   const names = (await client.listTools()).tools.map((x) => x.name);
-  assert.deepEqual(names.slice(3), ["local_pin_card", "local_board_status"]);
+  assert.deepEqual(names.slice(3), ["local_pin_card", "local_big_text", "local_board_status"]);
   const status = await client.callTool({ name: "local_board_status", arguments: {} });
   assert.deepEqual(status.structuredContent, { executions: 0 });
   const uri = "ui://portcullis/local/widget/board.html";
@@ -184,4 +184,44 @@ test("a tool name two sources share is refused at start", async () => {
     startServer(["--source", `one=${cmd}`, "--source", `two=${cmd}`]),
     /tool "pin_card" is offered by both source one and source two/,
   );
+});
+
+test("an oversized or slow answer fails only its own call", async (t) => {
+  const down = await startDownstream();
+  t.after(() => down.stop());
+  const server = await startServer([
+    "--source", `board=${down.url}`,
+    "--source-max-response-bytes", "65536",
+    "--source-call-timeout-secs", "2",
+  ]);
+  t.after(() => server.stop());
+  const { client, provider } = await connectClient(server, "erin");
+  const tab = await new ScriptedTab(server.base, provider.cookie, "b-tab", "b-page").open();
+  assert.equal((await tab.connect()).status, 200);
+  const big = (args) => client.callTool({ name: "big_text", arguments: args, _meta: { "portcullis/requestId": randomUUID() } });
+
+  const small = await big({ bytes: 1000 });
+  assert.equal(small.content[0].text.length, 1000);
+  const huge = await big({ bytes: 200000 });
+  assert.equal(huge.isError, true, JSON.stringify(huge).slice(0, 500));
+  const hugeError = huge.structuredContent.result.error;
+  assert.match(hugeError.code, /^(RESPONSE_TOO_LARGE|SOURCE_UNAVAILABLE)$/);
+  assert.match(hugeError.message, /65536 bytes/);
+  const works = async () => {
+    let next;
+    for (let i = 0; i < 40; i++) {
+      next = await big({ bytes: 10 });
+      if (!next.isError) return next;
+      await sleep(250);
+    }
+    return next;
+  };
+  assert.equal((await works()).content[0].text, "x".repeat(10));
+  const slow = await big({ bytes: 10, delayMs: 4000 });
+  assert.equal(slow.isError, true);
+  assert.equal(slow.structuredContent.result.error.code, "SOURCE_TIMEOUT", JSON.stringify(slow));
+  // The source itself is fine: the next call works (after a reconnection).
+  const next = await works();
+  assert.equal(next.content[0].text, "x".repeat(10), JSON.stringify(next));
+  await client.close();
 });

@@ -52,6 +52,21 @@ pub(crate) async fn within<T>(limit: Duration, f: impl Future<Output = T>) -> Re
         .map_err(|_| Exceeded::Timeout)
 }
 
+/// Whether a failed call hit the answer size cap. rmcp reports it as a
+/// transport error (`ResponseBodyTooLarge` for a JSON body,
+/// `EventTooLarge` for an SSE event, the latter in a private type), so the
+/// error chain's messages are searched for the phrase both share.
+pub(crate) fn too_large(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(e);
+    while let Some(e) = next {
+        if e.to_string().contains("exceeded the maximum size") {
+            return true;
+        }
+        next = e.source();
+    }
+    false
+}
+
 /// The delay before reconnect attempt `attempt` (0-based): 0.5 s doubling
 /// to at most 30 s.
 pub(crate) fn backoff(attempt: u32) -> Duration {
@@ -70,6 +85,27 @@ mod tests {
         assert_eq!(backoff(5), Duration::from_secs(16));
         assert_eq!(backoff(6), Duration::from_secs(30));
         assert_eq!(backoff(40), Duration::from_secs(30));
+    }
+
+    #[test]
+    fn the_size_cap_is_found_in_an_error_chain() {
+        #[derive(Debug)]
+        struct Outer(std::io::Error);
+        impl std::fmt::Display for Outer {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("Transport send error")
+            }
+        }
+        impl std::error::Error for Outer {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let inner = "SSE event exceeded the maximum size of 65536 bytes";
+        assert!(too_large(&Outer(std::io::Error::other(inner))));
+        assert!(!too_large(&Outer(std::io::Error::other(
+            "connection refused"
+        ))));
     }
 
     #[tokio::test]

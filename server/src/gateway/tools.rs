@@ -347,14 +347,32 @@ impl Run {
             },
             Ok(Err(e)) => {
                 tracing::warn!(source = %self.source.spec.id, error = %e, "gateway: tool call failed");
-                if matches!(e, rmcp::ServiceError::McpError(_)) {
+                if bounds::too_large(&e) {
+                    Completion::Error(BusinessError::new(
+                        "RESPONSE_TOO_LARGE",
+                        format!(
+                            "source {} answered more than {} bytes",
+                            self.source.spec.id, bounds.max_response
+                        ),
+                    ))
+                } else if matches!(e, rmcp::ServiceError::McpError(_)) {
                     Completion::Error(BusinessError::new(
                         "SOURCE_ERROR",
                         format!("the source refused the call: {e}"),
                     ))
                 } else {
+                    // rmcp ends the whole transport on some failures (an SSE
+                    // event over the size cap among them): reconnect.
                     self.source.failed();
-                    unavailable(super::Unavailable(self.source.spec.id.clone()))
+                    Completion::Error(BusinessError::new(
+                        "SOURCE_UNAVAILABLE",
+                        format!(
+                            "the connection to source {} failed during the call ({e}; an answer \
+                             over {} bytes also ends it); the call may have run and is not \
+                             repeated; the gateway is reconnecting",
+                            self.source.spec.id, bounds.max_response
+                        ),
+                    ))
                 }
             }
             Err(bounds::Exceeded::Timeout) => {
