@@ -27,13 +27,15 @@ pub(crate) struct Bounds {
 }
 
 impl Bounds {
-    /// The bounds the flags ask for.
+    /// The bounds the flags ask for (clap checks their ranges; a zero from
+    /// a hand-built value is raised to the least usable bound).
     pub(crate) fn of(args: &GatewayArgs) -> Self {
         Self {
-            connect: Duration::from_secs(args.source_connect_timeout_secs),
-            call: Duration::from_secs(args.source_call_timeout_secs),
-            max_response: usize::try_from(args.source_max_response_bytes).unwrap_or(usize::MAX),
-            max_concurrent: usize::try_from(args.source_max_concurrent).unwrap_or(16),
+            connect: Duration::from_secs(args.source_connect_timeout_secs.max(1)),
+            call: Duration::from_secs(args.source_call_timeout_secs.max(1)),
+            max_response: usize::try_from(args.source_max_response_bytes.max(1024))
+                .unwrap_or(usize::MAX),
+            max_concurrent: usize::try_from(args.source_max_concurrent.max(1)).unwrap_or(16),
         }
     }
 }

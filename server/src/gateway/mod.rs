@@ -16,8 +16,9 @@
 //!   `resources/read` forwarded under the mapping.
 //! * [`bounds`]: timeouts, the answer size cap and the concurrency cap.
 //!
-//! Tool names are never changed. At start the gateway waits (up to the
-//! connect timeout) for every source's first connection and refuses to
+//! Tool names are never changed. At start the gateway waits for every
+//! source's first connection and listing (each within its connect and call
+//! timeouts; one that fails is retried in the background) and refuses to
 //! start when two sources, or a source and a built-in tool, share a name.
 //! A source that first connects later, or whose tool list changes, cannot
 //! take a name that is already used: its colliding tool is left out (and
