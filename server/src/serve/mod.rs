@@ -31,9 +31,6 @@
 mod answer;
 mod browser;
 mod documents;
-// The gateway's files live in `src/gateway/`; it is a child of `serve` so
-// that its runs use the server's writer and ledger like `execute` does.
-#[path = "../gateway/mod.rs"]
 mod gateway;
 mod jsonrpc;
 mod listen;
