@@ -76,6 +76,9 @@ pub enum ErrorCode {
     ResultExpired,
     /// A link, path or URI was rejected by a guard.
     InvalidLink,
+    /// A gateway's downstream MCP server is not reachable now; its tools
+    /// and resources come back when it does.
+    SourceUnavailable,
 }
 
 impl ErrorCode {
@@ -111,6 +114,7 @@ impl ErrorCode {
             Self::TabNotVisible => "tab_not_visible",
             Self::ResultExpired => "result_expired",
             Self::InvalidLink => "invalid_link",
+            Self::SourceUnavailable => "source_unavailable",
         }
     }
 
@@ -133,7 +137,10 @@ impl ErrorCode {
             Self::ExpectationFailed => 417,
             Self::RateLimited => 429,
             Self::ServerError => 500,
-            Self::TemporarilyUnavailable | Self::ActionUnavailable | Self::NoLiveTab => 503,
+            Self::TemporarilyUnavailable
+            | Self::ActionUnavailable
+            | Self::NoLiveTab
+            | Self::SourceUnavailable => 503,
             Self::InvalidRequest
             | Self::InvalidGrant
             | Self::UnauthorizedClient

@@ -212,6 +212,43 @@ pub(crate) struct ServeArgs {
     /// Connection limits and timeouts.
     #[command(flatten)]
     pub(crate) limits: ConnLimits,
+    /// Downstream MCP servers exposed through this one (the gateway).
+    #[command(flatten)]
+    pub(crate) gateway: GatewayArgs,
+}
+
+/// The resource gateway: downstream MCP servers ("sources") whose tools and
+/// resources the MCP endpoint exposes under Portcullis's authorization.
+#[derive(Clone, Debug, Default, Args)]
+pub(crate) struct GatewayArgs {
+    /// A downstream MCP server, repeatable: `NAME=URL` (Streamable HTTP,
+    /// e.g. `docs=http://127.0.0.1:3001/mcp`) or `NAME=cmd:PROGRAM ARGS…`
+    /// (a local command speaking MCP over stdio, arguments split on
+    /// spaces). NAME is `[a-z0-9-]`, at most 63 characters. Tool names are
+    /// never changed: two sources (or a source and a built-in tool) with
+    /// the same tool name are refused at start.
+    #[arg(long = "source", value_name = "NAME=URL|NAME=cmd:COMMAND")]
+    pub(crate) sources: Vec<String>,
+    /// A JSON file of more sources: `{"NAME": {"url": "http://…"}}` or
+    /// `{"NAME": {"command": ["program", "arg", …], "env": {"K": "V"}}}`.
+    #[arg(long = "sources", value_name = "FILE")]
+    pub(crate) sources_file: Option<PathBuf>,
+    /// Seconds a source has to connect and answer `initialize`.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=300))]
+    pub(crate) source_connect_timeout_secs: u64,
+    /// Seconds one call to a source may take (a tool call, a resource read,
+    /// a listing); over it the call fails (a tool call is then recorded as
+    /// failed: it may have run).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=300))]
+    pub(crate) source_call_timeout_secs: u64,
+    /// Largest answer a source may send, in bytes (one JSON response, SSE
+    /// event or stdio line); a larger one fails the call.
+    #[arg(long, default_value_t = 4 * 1024 * 1024, value_parser = clap::value_parser!(u64).range(1024..=256 * 1024 * 1024))]
+    pub(crate) source_max_response_bytes: u64,
+    /// Calls in flight to one source at once; more wait (within their
+    /// timeout) for a free slot.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub(crate) source_max_concurrent: u32,
 }
 
 /// How long a client may take and how many may be connected: what keeps

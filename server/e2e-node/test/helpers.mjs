@@ -6,6 +6,7 @@ import { mkdtempSync, rmSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
+import { randomBytes } from "node:crypto";
 
 const here = dirname(fileURLToPath(import.meta.url));
 
@@ -180,6 +181,40 @@ export class ScriptedTab {
     this.running = false;
     await this.call("POST", "/agents/tab/connect", { tabId: this.id, pageInstance: this.page, visible: true });
     await this.loop;
+  }
+}
+
+/** An in-memory OAuth client provider that "opens the browser" by
+ * following the authorization URL itself (sign-in and consent over HTTP). */
+export class Provider {
+  constructor(user) {
+    this.user = user;
+    this.saved = [];
+    this.authorizations = 0;
+  }
+  get redirectUrl() { return "http://127.0.0.1:7777/callback"; }
+  get clientMetadata() {
+    return {
+      client_name: "Node SDK Agent",
+      redirect_uris: [this.redirectUrl],
+      grant_types: ["authorization_code", "refresh_token"],
+      response_types: ["code"],
+      token_endpoint_auth_method: "none",
+    };
+  }
+  state() { return randomBytes(12).toString("hex"); }
+  clientInformation() { return this.client; }
+  saveClientInformation(c) { this.client = c; }
+  tokens() { return this.current; }
+  saveTokens(t) { this.current = t; this.saved.push(t); }
+  saveCodeVerifier(v) { this.verifier = v; }
+  codeVerifier() { return this.verifier; }
+  async redirectToAuthorization(url) {
+    this.authorizations += 1;
+    this.lastUrl = url;
+    const r = await authorizeAsUser(url, this.user, this.cookie);
+    this.cookie = r.cookie;
+    this.code = r.code;
   }
 }
 

@@ -4,45 +4,11 @@
 // scripted connected tab; and a refresh once the 2 s access token expires.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { randomUUID, randomBytes } from "node:crypto";
+import { randomUUID } from "node:crypto";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { auth } from "@modelcontextprotocol/sdk/client/auth.js";
-import { startServer, authorizeAsUser, ScriptedTab, sleep } from "./helpers.mjs";
-
-/** An in-memory OAuth client provider that "opens the browser" by
- * following the authorization URL itself (sign-in and consent over HTTP). */
-class Provider {
-  constructor(user) {
-    this.user = user;
-    this.saved = [];
-    this.authorizations = 0;
-  }
-  get redirectUrl() { return "http://127.0.0.1:7777/callback"; }
-  get clientMetadata() {
-    return {
-      client_name: "Node SDK Agent",
-      redirect_uris: [this.redirectUrl],
-      grant_types: ["authorization_code", "refresh_token"],
-      response_types: ["code"],
-      token_endpoint_auth_method: "none",
-    };
-  }
-  state() { return randomBytes(12).toString("hex"); }
-  clientInformation() { return this.client; }
-  saveClientInformation(c) { this.client = c; }
-  tokens() { return this.current; }
-  saveTokens(t) { this.current = t; this.saved.push(t); }
-  saveCodeVerifier(v) { this.verifier = v; }
-  codeVerifier() { return this.verifier; }
-  async redirectToAuthorization(url) {
-    this.authorizations += 1;
-    this.lastUrl = url;
-    const r = await authorizeAsUser(url, this.user, this.cookie);
-    this.cookie = r.cookie;
-    this.code = r.code;
-  }
-}
+import { startServer, Provider, ScriptedTab, sleep } from "./helpers.mjs";
 
 const text = (r) => r.structuredContent ?? JSON.parse(r.content[0].text);
 

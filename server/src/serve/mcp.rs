@@ -17,6 +17,9 @@
 //!   JSON; a protocol failure (`"ok": false`) is an `isError` result. A
 //!   missing scope found mid-run turns the HTTP response into the core's
 //!   `403 insufficient_scope` challenge, as the MCP authorization spec asks.
+//! * With `--source`, the downstream tools and resources of the gateway
+//!   ([`super::gateway`]) come through two narrow hooks: extra tools on the
+//!   list (their calls go to the gateway) and the `resources/*` methods.
 
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
@@ -33,7 +36,8 @@ use portcullis_core::ledger::BeginError;
 use portcullis_core::scope::{KnownScope, ScopeSet};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, JsonObject,
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
@@ -41,6 +45,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 
+use super::gateway;
 use super::run::{self, Answer};
 use super::skills::{self, Skill};
 use super::{Shared, respond};
@@ -197,10 +202,28 @@ fn schema(v: &Value) -> Arc<JsonObject> {
 /// descriptions are `'static`, schemas shared `Arc`s), not a rebuilt one.
 static TOOLS: LazyLock<Vec<Tool>> = LazyLock::new(tools);
 
+/// The built-in tools' names (no gateway source may take one).
+pub(crate) fn builtin_names() -> Vec<String> {
+    TOOLS.iter().map(|t| t.name.to_string()).collect()
+}
+
 /// What `initialize` answers, built once: rmcp asks for it on every
 /// request (each stateless request sets up its own peer from it).
-static INFO: LazyLock<ServerConfig> = LazyLock::new(|| {
-    ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+static INFO: LazyLock<ServerConfig> =
+    LazyLock::new(|| info(ServerCapabilities::builder().enable_tools().build()));
+
+/// [`INFO`] with the gateway's resources.
+static GATEWAY_INFO: LazyLock<ServerConfig> = LazyLock::new(|| {
+    info(
+        ServerCapabilities::builder()
+            .enable_tools()
+            .enable_resources()
+            .build(),
+    )
+});
+
+fn info(capabilities: ServerCapabilities) -> ServerConfig {
+    ServerConfig::new(capabilities)
         .with_server_info(Implementation::new(
             "portcullis-demo",
             env!("CARGO_PKG_VERSION"),
@@ -209,7 +232,7 @@ static INFO: LazyLock<ServerConfig> = LazyLock::new(|| {
             "Skills of a notes app, run in the user's connected browser tab. \
              Find them with search_skills, read one with describe_skill, run them with execute.",
         )
-});
+}
 
 fn tools() -> Vec<Tool> {
     vec![
@@ -267,9 +290,21 @@ fn ok(body: Value) -> CallToolResult {
     CallToolResult::structured(body)
 }
 
+/// Hands a tool's challenge to the guard, which turns the response into
+/// `403 insufficient_scope`.
+fn raise(challenge: Option<&Challenge>, slot: Option<ScopeSlot>) {
+    if let (Some(c), Some(slot)) = (challenge, slot) {
+        *slot.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(c.clone());
+    }
+}
+
 impl ServerHandler for Tools {
     fn get_info(&self) -> ServerConfig {
-        INFO.clone()
+        if self.app.gateway.is_active() {
+            GATEWAY_INFO.clone()
+        } else {
+            INFO.clone()
+        }
     }
 
     async fn list_tools(
@@ -277,8 +312,12 @@ impl ServerHandler for Tools {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
+        let mut tools = TOOLS.clone();
+        if self.app.gateway.is_active() {
+            tools.extend(self.app.gateway.tools());
+        }
         Ok(ListToolsResult {
-            tools: TOOLS.clone(),
+            tools,
             ..ListToolsResult::default()
         })
     }
@@ -324,18 +363,58 @@ impl ServerHandler for Tools {
                     Verified::Grant(p) => run::execute(&self.app, p, &args).await,
                     Verified::AgentToken => Answer::begin_error(&BeginError::AgentToken, None),
                 };
-                if let (Some(c), Some(slot)) = (&answer.challenge, slot) {
-                    *slot.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(c.clone());
-                }
+                raise(answer.challenge.as_ref(), slot);
                 structured(&answer)
             }
-            _ => {
-                return Err(ErrorData::invalid_params(
-                    format!("no tool named {:?}", request.name),
-                    None,
-                ));
+            name => {
+                let Some((source, tool)) = self.app.gateway.find(name) else {
+                    return Err(ErrorData::invalid_params(
+                        format!("no tool named {:?}", request.name),
+                        None,
+                    ));
+                };
+                let reply = match verified {
+                    Verified::Grant(p) => {
+                        let arguments = match args {
+                            Value::Object(m) => m,
+                            _ => JsonObject::new(),
+                        };
+                        // rmcp moves a request's `_meta` into the context.
+                        let meta = request.meta.as_ref().or(Some(&context.meta));
+                        gateway::tools::call(&self.app, p, source, tool, meta, arguments).await
+                    }
+                    Verified::AgentToken => gateway::tools::Reply::refused_agent_token(),
+                };
+                raise(reply.challenge.as_ref(), slot);
+                reply.result
             }
         };
         Ok(result.into())
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        gateway::resources::list(&self.app.gateway).await
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        gateway::resources::templates(&self.app.gateway).await
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        Ok(gateway::resources::read(&self.app.gateway, &request.uri)
+            .await?
+            .into())
     }
 }

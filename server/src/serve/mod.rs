@@ -31,6 +31,7 @@
 mod answer;
 mod browser;
 mod documents;
+mod gateway;
 mod jsonrpc;
 mod listen;
 mod mcp;
@@ -112,6 +113,9 @@ pub(crate) struct App {
     notes: notes::Notes,
     /// Client ID metadata documents: the fetcher and its cache.
     documents: documents::Documents,
+    /// The downstream MCP servers exposed on the MCP endpoint (none
+    /// without `--source`).
+    gateway: Arc<gateway::Gateway>,
     /// Becomes `true` when the server shuts down: long-polls end at once
     /// instead of holding the graceful shutdown for their 25 s.
     stopping: tokio::sync::watch::Receiver<bool>,
@@ -442,6 +446,11 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
         Writer::Group(GroupCommitter::new(Arc::clone(engine.store())))
     };
     let fanout = Fanout::start(&args.db);
+    let gateway = if args.gateway.sources.is_empty() && args.gateway.sources_file.is_none() {
+        gateway::Gateway::none()
+    } else {
+        gateway::Gateway::start(&args.gateway, mcp::builtin_names()).await?
+    };
     let app = Arc::new(App {
         engine,
         writer,
@@ -458,6 +467,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
         navigates: navigate::NavigateQueue::default(),
         notes: notes::Notes::default(),
         documents: documents::Documents::new(args.dev_loopback_client_documents)?,
+        gateway: Arc::new(gateway),
         stopping: stop_rx,
     });
     // The synchronous PostgreSQL driver runs a small runtime of its own per

@@ -23,8 +23,8 @@ use std::time::Duration;
 use portcullis_core::engine::Principal;
 use portcullis_core::error::ErrorCode;
 use portcullis_core::ledger::{
-    ActionVerdict, BeginAnswer, BeginError, BusinessError, Caller, Completion, ExecuteParams,
-    ExecutionTicket, OutcomeStatus, Report, RequestId, TicketError,
+    Action, ActionVerdict, BeginAnswer, BeginError, BusinessError, Caller, Completion,
+    ExecuteParams, ExecutionTicket, OutcomeStatus, Report, RequestId, StoredResult, TicketError,
 };
 use portcullis_core::scope::ScopeSet;
 use portcullis_core::tab::Dispatch;
@@ -175,19 +175,9 @@ impl Driver<'_> {
                 return Some(internal(Some(self.id)));
             };
             let seq = ticket.next_seq();
-            let verdict = self
-                .app
-                .write_ticket(move |app, txn| match txn {
-                    Some(txn) => app
-                        .engine
-                        .authorize_action_in(txn, ticket, &action, clock::now()),
-                    None => app.engine.authorize_action(ticket, &action, clock::now()),
-                })
-                .await;
-            let verdict = match verdict {
-                Err(_) => return Some(internal(Some(self.id))),
-                Ok(Err(e)) => return Some(ticket_failure(&e, self.id)),
-                Ok(Ok(v)) => v,
+            let verdict = match authorize(self.app, ticket, action).await {
+                Ok(v) => v,
+                Err(answer) => return Some(answer),
             };
             let (t, status, summary) = match verdict {
                 ActionVerdict::Run(t) => {
@@ -311,22 +301,58 @@ impl Driver<'_> {
     }
 
     async fn complete(&self, ticket: ExecutionTicket, completion: Completion) -> Answer {
-        let done = self
-            .app
-            .write_ticket(move |app, txn| match txn {
-                Some(txn) => app
-                    .engine
-                    .complete_in(txn, ticket, &completion, clock::now()),
-                None => app.engine.complete(ticket, &completion, clock::now()),
-            })
-            .await;
-        match done {
-            Err(_) => internal(Some(self.id)),
-            Ok(Err(e)) => ticket_failure(&e, self.id),
-            Ok(Ok(stored)) => {
+        match complete(self.app, ticket, completion).await {
+            Ok(stored) => {
                 tracing::debug!("execute: run complete");
                 Answer::ok(stored.to_json())
             }
+            Err(answer) => answer,
         }
+    }
+}
+
+/// Authorizes a run's next action (a driver's step, the gateway's call):
+/// the core's verdict, or the failure to answer.
+pub(super) async fn authorize(
+    app: &Shared,
+    ticket: ExecutionTicket,
+    action: Action,
+) -> Result<ActionVerdict, Answer> {
+    let id = ticket.request_id();
+    let verdict = app
+        .write_ticket(move |app, txn| match txn {
+            Some(txn) => app
+                .engine
+                .authorize_action_in(txn, ticket, &action, clock::now()),
+            None => app.engine.authorize_action(ticket, &action, clock::now()),
+        })
+        .await;
+    match verdict {
+        Err(_) => Err(internal(Some(id))),
+        Ok(Err(e)) => Err(ticket_failure(&e, id)),
+        Ok(Ok(v)) => Ok(v),
+    }
+}
+
+/// Ends a run with `completion` (a driver's last step, and the gateway's):
+/// its stored result, or the failure to answer.
+pub(super) async fn complete(
+    app: &Shared,
+    ticket: ExecutionTicket,
+    completion: Completion,
+) -> Result<StoredResult, Answer> {
+    let id = ticket.request_id();
+    let done = app
+        .write_ticket(move |app, txn| match txn {
+            Some(txn) => app
+                .engine
+                .complete_in(txn, ticket, &completion, clock::now()),
+            None => app.engine.complete(ticket, &completion, clock::now()),
+        })
+        .await;
+    match done {
+        Err(_) => Err(internal(Some(id))),
+        Ok(Err(e)) => Err(ticket_failure(&e, id)),
+        Ok(Ok(stored)) => Ok(stored),
     }
 }

@@ -1,0 +1,122 @@
+//! The gateway's bounds on its sources: how long a connect and a call may
+//! take, how large one answer may be, and how many calls one source may
+//! have in flight. A misbehaving source (slow, silent, flooding) costs at
+//! most these, and never more than its own share.
+//!
+//! The size cap is enforced while reading, before anything is parsed: by
+//! rmcp's Streamable HTTP client (one JSON body, one SSE event) and by its
+//! line codec on stdio (one line). The timeouts wrap every future that waits
+//! on a source, and the concurrency cap is a semaphore per source.
+
+use std::future::Future;
+use std::time::Duration;
+
+use crate::cli::GatewayArgs;
+
+/// The bounds every source gets (from the `serve` flags).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Bounds {
+    /// Connecting and `initialize`.
+    pub(crate) connect: Duration,
+    /// One call (tool, read, listing page).
+    pub(crate) call: Duration,
+    /// One answer, in bytes.
+    pub(crate) max_response: usize,
+    /// Calls in flight per source.
+    pub(crate) max_concurrent: usize,
+}
+
+impl Bounds {
+    /// The bounds the flags ask for (clap checks their ranges; a zero from
+    /// a hand-built value is raised to the least usable bound).
+    pub(crate) fn of(args: &GatewayArgs) -> Self {
+        Self {
+            connect: Duration::from_secs(args.source_connect_timeout_secs.max(1)),
+            call: Duration::from_secs(args.source_call_timeout_secs.max(1)),
+            max_response: usize::try_from(args.source_max_response_bytes.max(1024))
+                .unwrap_or(usize::MAX),
+            max_concurrent: usize::try_from(args.source_max_concurrent.max(1)).unwrap_or(16),
+        }
+    }
+}
+
+/// Why a bounded wait ended without an answer.
+#[derive(Debug)]
+pub(crate) enum Exceeded {
+    /// The deadline passed.
+    Timeout,
+}
+
+/// Runs `f` for at most `limit`.
+pub(crate) async fn within<T>(limit: Duration, f: impl Future<Output = T>) -> Result<T, Exceeded> {
+    tokio::time::timeout(limit, f)
+        .await
+        .map_err(|_| Exceeded::Timeout)
+}
+
+/// Whether a failed call hit the answer size cap. rmcp reports it as a
+/// transport error (`ResponseBodyTooLarge` for a JSON body,
+/// `EventTooLarge` for an SSE event, the latter in a private type), so the
+/// error chain's messages are searched for the phrase both share.
+pub(crate) fn too_large(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(e);
+    while let Some(e) = next {
+        if e.to_string().contains("exceeded the maximum size") {
+            return true;
+        }
+        next = e.source();
+    }
+    false
+}
+
+/// The delay before reconnect attempt `attempt` (0-based): 0.5 s doubling
+/// to at most 30 s.
+pub(crate) fn backoff(attempt: u32) -> Duration {
+    let ms = 500u64.saturating_mul(1u64 << attempt.min(6));
+    Duration::from_millis(ms.min(30_000))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_to_a_cap() {
+        assert_eq!(backoff(0), Duration::from_millis(500));
+        assert_eq!(backoff(1), Duration::from_secs(1));
+        assert_eq!(backoff(5), Duration::from_secs(16));
+        assert_eq!(backoff(6), Duration::from_secs(30));
+        assert_eq!(backoff(40), Duration::from_secs(30));
+    }
+
+    #[test]
+    fn the_size_cap_is_found_in_an_error_chain() {
+        #[derive(Debug)]
+        struct Outer(std::io::Error);
+        impl std::fmt::Display for Outer {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("Transport send error")
+            }
+        }
+        impl std::error::Error for Outer {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let inner = "SSE event exceeded the maximum size of 65536 bytes";
+        assert!(too_large(&Outer(std::io::Error::other(inner))));
+        assert!(!too_large(&Outer(std::io::Error::other(
+            "connection refused"
+        ))));
+    }
+
+    #[tokio::test]
+    async fn within_times_out() {
+        let slow = within(Duration::from_millis(10), std::future::pending::<()>()).await;
+        assert!(matches!(slow, Err(Exceeded::Timeout)));
+        assert_eq!(
+            within(Duration::from_secs(1), async { 7 }).await.unwrap(),
+            7
+        );
+    }
+}

@@ -1,0 +1,527 @@
+//! Downstream tools on the authorized MCP endpoint, and their calls through
+//! the execution ledger.
+//!
+//! **Listing.** Each source's tools, as it last listed them, with their
+//! names, descriptions and input schemas unchanged and their UI metadata
+//! (`_meta.ui.resourceUri`, `_meta["ui/resourceUri"]`,
+//! `_meta["openai/outputTemplate"]`) mapped to gateway URIs. A name that a
+//! built-in tool or an earlier source already has is left out (see the
+//! parent module); the owner of a name is therefore stable.
+//!
+//! **Effect.** From the tool's annotations (MCP 2025-06-18, "Tool
+//! annotations": hints a client should not trust from an unknown server; here
+//! the operator chose the source): `readOnlyHint: true` is a read (needs
+//! `skills:read`, never asks); any other declared hint (`readOnlyHint:
+//! false`, `destructiveHint`) is a write (needs `skills:write` and an
+//! approval); no annotations is an unknown effect, which asks and can never
+//! be auto-approved.
+//!
+//! **A call is a ledger request of one action.** The request's "code" (what
+//! its `requestId` is bound to) is the canonical JSON
+//! `{"source", "tool", "arguments"}`; its one action has the tool's name as
+//! kind, the effect above, and the arguments (what the approval shows). The
+//! gateway is the action's executor: where `execute` hands a step to the
+//! tab, a gateway run calls the source once, records the outcome, and
+//! completes the request with the (rewritten) downstream result. The ledger
+//! then answers every later call with the same `requestId` from its stored
+//! result, so the downstream call never runs twice: not on a repeat, not
+//! after an approval, not after a timeout (a call whose answer did not
+//! arrive is recorded as failed, `SOURCE_UNAVAILABLE`, because it may have
+//! run). As for `execute`, a run needs the user's connected tab, which is
+//! where approvals are shown.
+//!
+//! The `requestId` travels in the call's `_meta["portcullis/requestId"]`
+//! (a UUID), so the tool's arguments stay the downstream's own. A call
+//! without one gets a fresh id, returned in the answer
+//! (`requestId` of a pending answer, `_meta["portcullis/requestId"]` of a
+//! result): call again with it after an approval.
+//!
+//! A source that is down answers `source_unavailable` before the ledger is
+//! asked, so nothing is stored and the same `requestId` works once the
+//! source is back (a `requestId` with a stored result included: the safe
+//! side, it never runs again, at the cost of waiting for the source).
+
+use std::sync::Arc;
+
+use portcullis_core::bearer::Challenge;
+use portcullis_core::engine::Principal;
+use portcullis_core::error::ErrorCode;
+use portcullis_core::gateway::{Gateway as UriMap, SourceId};
+use portcullis_core::ledger::{
+    Action, ActionVerdict, BeginAnswer, BeginError, BusinessError, Caller, Completion, Effect,
+    ExecuteParams, ExecutionTicket, Report, RequestId, StoredResult,
+};
+use portcullis_core::scope::ScopeSet;
+use rmcp::model::{CallToolRequestParams, CallToolResult, JsonObject, RequestMetaObject, Tool};
+use serde_json::{Value, json};
+
+use super::super::Shared;
+use super::super::run::{self, Answer, failure};
+use super::{Gateway, Source, bounds};
+use crate::clock;
+
+/// The `_meta` key of a call's request id.
+pub(crate) const REQUEST_ID_META: &str = "portcullis/requestId";
+
+/// A downstream descriptor with its UI metadata mapped; `None` if it does
+/// not survive the round trip through JSON (then it is not offered).
+pub(crate) fn rewrite_descriptor(map: &UriMap, source: &SourceId, tool: &Tool) -> Option<Tool> {
+    let v = serde_json::to_value(tool).ok()?;
+    serde_json::from_value(map.rewrite_tool(source, v)).ok()
+}
+
+/// The ledger effect of a downstream tool (see the module docs).
+pub(crate) fn effect(tool: &Tool) -> Effect {
+    match &tool.annotations {
+        Some(a) if a.read_only_hint == Some(true) => Effect::Read,
+        Some(a) if a.read_only_hint.is_some() || a.destructive_hint.is_some() => Effect::Write,
+        _ => Effect::Unknown,
+    }
+}
+
+impl Gateway {
+    /// Every source's tools the endpoint offers, in source order, each name
+    /// once (the first owner wins; built-in names are never offered).
+    pub(crate) fn tools(&self) -> Vec<Tool> {
+        self.offered().into_iter().map(|(_, t)| t).collect()
+    }
+
+    /// The source and descriptor of the offered tool `name`.
+    pub(crate) fn find(&self, name: &str) -> Option<(Arc<Source>, Tool)> {
+        if self.sources.is_empty() {
+            return None;
+        }
+        self.offered().into_iter().find(|(_, t)| t.name == name)
+    }
+
+    fn offered(&self) -> Vec<(Arc<Source>, Tool)> {
+        let mut taken: std::collections::HashSet<String> = self.reserved.iter().cloned().collect();
+        let mut out = Vec::new();
+        for source in &self.sources {
+            let listed = source
+                .listed
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            for tool in &listed.tools {
+                if taken.insert(tool.name.to_string()) {
+                    out.push((Arc::clone(source), tool.clone()));
+                } else {
+                    tracing::debug!(source = %source.spec.id, tool = %tool.name, "gateway: name taken; not offered");
+                }
+            }
+        }
+        out
+    }
+}
+
+/// What a gateway tool call answers: the MCP result, and the challenge when
+/// the HTTP response must be `403 insufficient_scope`.
+pub(crate) struct Reply {
+    /// The tool result.
+    pub(crate) result: CallToolResult,
+    /// Set for a missing scope.
+    pub(crate) challenge: Option<Challenge>,
+}
+
+impl Reply {
+    /// A minted agent token has no grant, so it cannot run a call.
+    pub(crate) fn refused_agent_token() -> Self {
+        Self::ledger(Answer::begin_error(&BeginError::AgentToken, None))
+    }
+
+    fn ledger(answer: Answer) -> Self {
+        let failed = answer.is_error() || answer.body.pointer("/result/error").is_some();
+        let result = if failed {
+            CallToolResult::structured_error(answer.body)
+        } else {
+            CallToolResult::structured(answer.body)
+        };
+        Self {
+            result,
+            challenge: answer.challenge,
+        }
+    }
+
+    /// A stored result: the downstream's own result when it completed, the
+    /// ledger's JSON otherwise (a failure recorded for the call).
+    fn stored(stored: &StoredResult) -> Self {
+        let mut json = stored.to_json();
+        let downstream = json
+            .get_mut("result")
+            .filter(|r| r.get("content").is_some())
+            .map(Value::take)
+            .and_then(|r| serde_json::from_value::<CallToolResult>(r).ok());
+        match downstream {
+            Some(mut result) => {
+                let meta = result.meta.get_or_insert_with(Default::default);
+                meta.0.insert(
+                    REQUEST_ID_META.into(),
+                    Value::String(stored.request_id.to_string()),
+                );
+                Self {
+                    result,
+                    challenge: None,
+                }
+            }
+            None => Self::ledger(Answer::ok(stored.to_json())),
+        }
+    }
+}
+
+/// The request id a call names in its `_meta`, if any.
+fn named_id(meta: Option<&RequestMetaObject>) -> Option<String> {
+    let meta = serde_json::to_value(meta?).ok()?;
+    meta.get(REQUEST_ID_META)?.as_str().map(str::to_owned)
+}
+
+/// One call of the downstream tool `tool` of `source` by `principal`.
+pub(crate) async fn call(
+    app: &Shared,
+    principal: Principal,
+    source: Arc<Source>,
+    tool: Tool,
+    meta: Option<&RequestMetaObject>,
+    arguments: JsonObject,
+) -> Reply {
+    let id = named_id(meta).unwrap_or_else(|| RequestId::random(&mut rand::rng()).to_string());
+    let effect = effect(&tool);
+    let code =
+        json!({"source": source.spec.id.as_str(), "tool": tool.name, "arguments": arguments});
+    let params = match ExecuteParams::new(&id, code.to_string(), None) {
+        Ok(p) => p,
+        Err(e) => return Reply::ledger(Answer::begin_error(&BeginError::Invalid(e), None)),
+    };
+    let rid = params.request_id;
+    let action = match serde_json::to_vec(&arguments)
+        .map_err(|e| e.to_string())
+        .and_then(|a| Action::new(&tool.name, effect, &a).map_err(|e| e.to_string()))
+    {
+        Ok(a) => a,
+        Err(e) => return Reply::ledger(failure(ErrorCode::InvalidParams, &e, Some(rid))),
+    };
+    // A source that is down is refused before the ledger stores anything.
+    if let Err(e) = source.peer() {
+        return Reply::ledger(failure(
+            ErrorCode::SourceUnavailable,
+            &e.message(),
+            Some(rid),
+        ));
+    }
+    let mut needed = ScopeSet::default();
+    if needed.insert_known(effect.required_scope()).is_err() {
+        return Reply::ledger(failure(
+            ErrorCode::ServerError,
+            "temporary server error",
+            Some(rid),
+        ));
+    }
+    let (principal, params, needed) = (Arc::new(principal), Arc::new(params), Arc::new(needed));
+    let (p, q) = (Arc::clone(&principal), Arc::clone(&params));
+    let begun = app
+        .write(move |app, txn| {
+            app.engine
+                .begin_needing_in(txn, &p, &q, &needed, Caller::Client, clock::now_ms())
+        })
+        .await;
+    match begun {
+        Err(_) => Reply::ledger(failure(
+            ErrorCode::ServerError,
+            "temporary server error",
+            Some(rid),
+        )),
+        Ok(Err(e)) => Reply::ledger(Answer::begin_error(&e, Some(rid))),
+        Ok(Ok(BeginAnswer::Run(ticket))) => {
+            // The run is its own task: a client that goes away mid-call does
+            // not cut it between the downstream call and its record.
+            let run = Run {
+                app: Arc::clone(app),
+                subject: principal.subject.clone(),
+                source,
+                id: rid,
+                request: CallToolRequestParams::new(tool.name.clone()).with_arguments(arguments),
+            };
+            tokio::spawn(async move { run.run(ticket, action).await })
+                .await
+                .unwrap_or_else(|_| {
+                    Reply::ledger(failure(
+                        ErrorCode::ServerError,
+                        "temporary server error",
+                        Some(rid),
+                    ))
+                })
+        }
+        Ok(Ok(BeginAnswer::Stored(stored))) => Reply::stored(&stored),
+        Ok(Ok(other)) => Reply::ledger(Answer::ok(other.to_json().unwrap_or(Value::Null))),
+    }
+}
+
+/// One admitted gateway run.
+struct Run {
+    app: Shared,
+    subject: String,
+    source: Arc<Source>,
+    id: RequestId,
+    request: CallToolRequestParams,
+}
+
+impl Run {
+    fn internal(&self) -> Reply {
+        Reply::ledger(failure(
+            ErrorCode::ServerError,
+            "temporary server error",
+            Some(self.id),
+        ))
+    }
+
+    async fn run(self, ticket: ExecutionTicket, action: Action) -> Reply {
+        let verdict = match run::authorize(&self.app, ticket, action).await {
+            Ok(v) => v,
+            Err(answer) => return Reply::ledger(answer),
+        };
+        match verdict {
+            ActionVerdict::Run(t) => {
+                let completion = self.perform().await;
+                let summary = match &completion {
+                    Completion::Value(v) => json!({"isError": v.get("isError").and_then(Value::as_bool).unwrap_or(false)}).to_string(),
+                    Completion::Error(e) => e.message.clone(),
+                };
+                let report = match &completion {
+                    Completion::Value(_) => Report::ok(summary),
+                    Completion::Error(e) => Report::failed(e.code.clone(), summary),
+                };
+                let Some(t) = self.record(t, report).await else {
+                    return self.internal();
+                };
+                self.finish(t, completion).await
+            }
+            // The call ran in an earlier run whose result was not stored:
+            // it is never run again.
+            ActionVerdict::Replay(t, _) => {
+                let lost = BusinessError::new(
+                    "RESULT_LOST",
+                    "the downstream call ran but its result was not kept; it is not run again",
+                );
+                self.finish(t, Completion::Error(lost)).await
+            }
+            ActionVerdict::ApprovalPending(prompt) => {
+                self.app.bump(&self.subject);
+                let body = BeginAnswer::ApprovalPending(prompt).to_json();
+                Reply::ledger(Answer::ok(body.unwrap_or(Value::Null)))
+            }
+            ActionVerdict::InsufficientScope(c) => Reply::ledger(Answer::begin_error(
+                &BeginError::InsufficientScope(c),
+                Some(self.id),
+            )),
+            // A downstream call never drives the page.
+            ActionVerdict::TabNotVisible => self.internal(),
+        }
+    }
+
+    /// Calls the source once, within the bounds; the result rewritten.
+    async fn perform(&self) -> Completion {
+        let bounds = self.app.gateway.bounds;
+        let unavailable = |e: super::Unavailable| {
+            Completion::Error(BusinessError::new("SOURCE_UNAVAILABLE", e.message()))
+        };
+        let _slot = match self.source.slot(&bounds).await {
+            Ok(s) => s,
+            Err(e) => return unavailable(e),
+        };
+        let peer = match self.source.peer() {
+            Ok(p) => p,
+            Err(e) => return unavailable(e),
+        };
+        let called = bounds::within(bounds.call, peer.call_tool(self.request.clone())).await;
+        match called {
+            Ok(Ok(result)) => match serde_json::to_value(&result) {
+                Ok(v) => Completion::Value(
+                    self.app
+                        .gateway
+                        .map
+                        .rewrite_tool_result(&self.source.spec.id, v),
+                ),
+                Err(_) => Completion::Error(BusinessError::new(
+                    "BAD_RESULT",
+                    "the source's result could not be read",
+                )),
+            },
+            Ok(Err(e)) => {
+                tracing::warn!(source = %self.source.spec.id, error = %e, "gateway: tool call failed");
+                if bounds::too_large(&e) {
+                    Completion::Error(BusinessError::new(
+                        "RESPONSE_TOO_LARGE",
+                        format!(
+                            "source {} answered more than {} bytes",
+                            self.source.spec.id, bounds.max_response
+                        ),
+                    ))
+                } else if matches!(e, rmcp::ServiceError::McpError(_)) {
+                    Completion::Error(BusinessError::new(
+                        "SOURCE_ERROR",
+                        format!("the source refused the call: {e}"),
+                    ))
+                } else {
+                    // rmcp ends the whole transport on some failures (an SSE
+                    // event over the size cap among them): reconnect.
+                    self.source.failed();
+                    Completion::Error(BusinessError::new(
+                        "SOURCE_UNAVAILABLE",
+                        format!(
+                            "the connection to source {} failed during the call ({e}; an answer \
+                             over {} bytes also ends it); the call may have run and is not \
+                             repeated; the gateway is reconnecting",
+                            self.source.spec.id, bounds.max_response
+                        ),
+                    ))
+                }
+            }
+            Err(bounds::Exceeded::Timeout) => {
+                self.source.failed();
+                Completion::Error(BusinessError::new(
+                    "SOURCE_TIMEOUT",
+                    format!(
+                        "source {} did not answer within {} s; the call may have run and is not repeated",
+                        self.source.spec.id,
+                        bounds.call.as_secs()
+                    ),
+                ))
+            }
+        }
+    }
+
+    async fn record(&self, ticket: ExecutionTicket, report: Report) -> Option<ExecutionTicket> {
+        let recorded = self
+            .app
+            .write_ticket(move |app, txn| match txn {
+                Some(txn) => app
+                    .engine
+                    .record_outcome_in(txn, ticket, report, clock::now()),
+                None => app.engine.record_outcome(ticket, report, clock::now()),
+            })
+            .await;
+        match recorded {
+            Ok(Ok(t)) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// Completes the request; a result over the ledger's size limit is
+    /// stored as a failure instead.
+    async fn finish(&self, ticket: ExecutionTicket, completion: Completion) -> Reply {
+        let limit =
+            usize::try_from(self.app.engine.policy().max_result_bytes).unwrap_or(usize::MAX);
+        let completion = match completion {
+            Completion::Value(v) if serde_json::to_vec(&v).map_or(true, |b| b.len() > limit) => {
+                Completion::Error(BusinessError::new(
+                    "RESULT_TOO_LARGE",
+                    format!("the source's result is larger than {limit} bytes"),
+                ))
+            }
+            other => other,
+        };
+        let done = run::complete(&self.app, ticket, completion).await;
+        match done {
+            Ok(stored) => Reply::stored(&stored),
+            Err(answer) => Reply::ledger(answer),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rmcp::model::ToolAnnotations;
+
+    fn tool(meta: Value, annotations: Option<ToolAnnotations>) -> Tool {
+        let mut t = Tool::new("show_issue", "Shows an issue", Arc::new(JsonObject::new()));
+        t.meta = serde_json::from_value(meta).unwrap();
+        t.annotations = annotations;
+        t
+    }
+
+    #[test]
+    fn descriptors_keep_names_and_map_both_conventions() {
+        let map = UriMap::default();
+        let gh = SourceId::new("github").unwrap();
+        let t = tool(
+            json!({
+                "ui": {"resourceUri": "ui://app/issue.html", "visibility": ["model"]},
+                "ui/resourceUri": "ui://app/issue.html",
+                "openai/outputTemplate": "ui://app/issue.html",
+                "other": "ui://app/issue.html",
+            }),
+            None,
+        );
+        let out = rewrite_descriptor(&map, &gh, &t).unwrap();
+        assert_eq!(out.name, "show_issue");
+        assert_eq!(out.description.as_deref(), Some("Shows an issue"));
+        let meta = serde_json::to_value(out.meta.unwrap()).unwrap();
+        let gw = "ui://portcullis/github/app/issue.html";
+        assert_eq!(meta["ui"]["resourceUri"], gw);
+        assert_eq!(meta["ui"]["visibility"], json!(["model"]));
+        assert_eq!(meta["ui/resourceUri"], gw);
+        assert_eq!(meta["openai/outputTemplate"], gw);
+        assert_eq!(
+            meta["other"], "ui://app/issue.html",
+            "only the UI keys are mapped"
+        );
+    }
+
+    #[test]
+    fn effects_follow_annotations() {
+        let hints = |ro: Option<bool>, de: Option<bool>| {
+            let mut a = ToolAnnotations::default();
+            a.read_only_hint = ro;
+            a.destructive_hint = de;
+            Some(a)
+        };
+        assert_eq!(
+            effect(&tool(json!(null), hints(Some(true), None))),
+            Effect::Read
+        );
+        assert_eq!(
+            effect(&tool(json!(null), hints(Some(false), None))),
+            Effect::Write
+        );
+        assert_eq!(
+            effect(&tool(json!(null), hints(None, Some(false)))),
+            Effect::Write
+        );
+        assert_eq!(
+            effect(&tool(json!(null), hints(None, Some(true)))),
+            Effect::Write
+        );
+        assert_eq!(
+            effect(&tool(json!(null), hints(None, None))),
+            Effect::Unknown
+        );
+        assert_eq!(effect(&tool(json!(null), None)), Effect::Unknown);
+    }
+
+    #[test]
+    fn results_are_mapped_and_round_trip() {
+        let map = UriMap::default();
+        let gh = SourceId::new("github").unwrap();
+        let result = json!({
+            "content": [
+                {"type": "text", "text": "see ui://app/issue.html"},
+                {"type": "resource_link", "uri": "ui://app/issue.html", "name": "issue"},
+                {"type": "resource", "resource": {"uri": "file:///a.md", "text": "a"}},
+            ],
+            "structuredContent": {"n": 1},
+            "_meta": {"ui/resourceUri": "ui://app/issue.html", "openai/outputTemplate": "ui://app/issue.html"},
+        });
+        let typed: CallToolResult = serde_json::from_value(result).unwrap();
+        let out = map.rewrite_tool_result(&gh, serde_json::to_value(&typed).unwrap());
+        let back: CallToolResult = serde_json::from_value(out.clone()).unwrap();
+        let back = serde_json::to_value(back).unwrap();
+        assert_eq!(
+            back, out,
+            "the rewritten result is still a valid tool result"
+        );
+        let gw = "ui://portcullis/github/app/issue.html";
+        let mapped = [&out["content"][1]["uri"], &out["_meta"]["ui/resourceUri"]];
+        assert_eq!(mapped, [gw, gw]);
+        assert_eq!(out["structuredContent"], json!({"n": 1}));
+    }
+}
