@@ -650,7 +650,7 @@ impl<S: Store> Engine<S> {
         let (mut jti, mut gid) = ([0u8; 22], [0u8; 22]);
         let jti = crate::jwt::b64::encode_16(&rand::bytes::<16, _>(rng), &mut jti);
         let gid = crate::jwt::b64::encode_16(grant.id.as_bytes(), &mut gid);
-        let scope = alloc::format!("{scope}");
+        let scope = scope.to_param();
         let claims = ClaimsRef {
             iss: Some(Cow::Borrowed(issuer)),
             sub: Some(Cow::Borrowed(&grant.subject)),

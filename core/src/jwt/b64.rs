@@ -164,14 +164,19 @@ pub(crate) fn encode_16<'b>(bytes: &[u8; 16], buf: &'b mut [u8; 22]) -> &'b str 
     core::str::from_utf8(buf).unwrap_or_default()
 }
 
-/// Appends the encoding of `src` to `out`.
+/// Appends the encoding of `src` to `out`: block by block through a stack
+/// buffer, so only the appended characters are checked as UTF-8, never
+/// what `out` already held.
 pub(crate) fn encode_string(src: &[u8], out: &mut String) {
-    let mut bytes = core::mem::take(out).into_bytes();
-    let at = bytes.len();
-    bytes.resize(at + encoded_len(src.len()), 0);
-    encode_into(src, &mut bytes[at..]);
-    // Only alphabet characters (ASCII) were appended to valid UTF-8.
-    *out = String::from_utf8(bytes).unwrap_or_default();
+    const IN: usize = 48;
+    let mut buf = [0u8; IN / 3 * 4];
+    out.reserve(encoded_len(src.len()));
+    for block in src.chunks(IN) {
+        let n = encoded_len(block.len());
+        encode_into(block, &mut buf[..n]);
+        // Only alphabet characters (ASCII) were written.
+        out.push_str(core::str::from_utf8(&buf[..n]).unwrap_or_default());
+    }
 }
 
 /// The encoding of `src`.
