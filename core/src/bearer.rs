@@ -148,7 +148,7 @@ impl Challenge {
         param(&mut v, "resource_metadata", resource_metadata);
         if !scope.is_empty() {
             v.push_str(", ");
-            param(&mut v, "scope", &alloc::format!("{scope}"));
+            param(&mut v, "scope", &scope.to_param());
         }
         Self {
             status: 401,

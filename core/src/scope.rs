@@ -207,6 +207,23 @@ impl ScopeSet {
     }
 }
 
+impl ScopeSet {
+    /// The `scope` parameter form ([`fmt::Display`]) in a string sized
+    /// once: the token paths write it into every access token.
+    #[must_use]
+    pub fn to_param(&self) -> String {
+        let len = self.0.iter().map(String::len).sum::<usize>() + self.0.len().saturating_sub(1);
+        let mut out = String::with_capacity(len);
+        for (i, t) in self.0.iter().enumerate() {
+            if i > 0 {
+                out.push(' ');
+            }
+            out.push_str(t);
+        }
+        out
+    }
+}
+
 impl fmt::Display for ScopeSet {
     /// The `scope` parameter form: tokens separated by single spaces.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -155,7 +155,7 @@ impl TokenResponse {
             token_type: "Bearer",
             expires_in: self.expires_in,
             refresh_token: self.refresh_token.expose_secret(),
-            scope: alloc::format!("{}", self.scope),
+            scope: self.scope.to_param(),
         })
         .unwrap_or_default()
     }

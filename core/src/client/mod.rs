@@ -66,6 +66,7 @@ pub use metadata::{
     MAX_SCOPE_LEN, RegistrationError, TokenEndpointAuthMethod, parse_registration,
 };
 pub use redirect_uri::{RedirectUri, RedirectUriError};
+pub(crate) use stateless::authenticate_registered;
 pub use stateless::{
     CLIENT_ID_PREFIX, CLIENT_SECRET_LEN, Client, ClientError, MAX_CLIENT_ID_LEN, RegisteredClient,
     authenticate, register, registration_response, resolve_stateless,

@@ -14,7 +14,11 @@
 //! Registration therefore writes nothing: anonymous callers cannot grow the
 //! store, and there is nothing to reap. Resolving checks the tag in constant
 //! time *before* decoding the payload, then re-validates the metadata with
-//! today's rules, so a rule tightened later also applies to old ids.
+//! today's rules, so a rule tightened later also applies to old ids at
+//! authorization and code exchange. A refresh and a revocation, which
+//! redirect nowhere, check the tag and the secret and decode only the
+//! payload's head (auth method, grant types): the grant they act on
+//! records what its authorization checked.
 //!
 //! A confidential client's secret is
 //! `base64url(mac_labeled("portcullis/client-secret/v1", [client_id]))`
@@ -363,16 +367,7 @@ pub fn resolve_stateless(client_id: &str, keyring: &Keyring) -> Result<Client, C
 }
 
 fn resolve_parts(client_id: &str, keyring: &Keyring) -> Option<Client> {
-    let parts = IdParts::split(client_id)?;
-    let key = keyring.verifying_key(parts.kid).ok()?;
-    let mut tag = [0u8; 32];
-    if b64::decode_into(parts.tag.as_bytes(), &mut tag)? != 32 {
-        return None;
-    }
-    let expected = key.mac_labeled(ID_LABEL, &[parts.kid.as_bytes(), parts.payload.as_bytes()]);
-    if !bool::from(expected.ct_eq(&tag)) {
-        return None;
-    }
+    let (parts, _) = authentic_parts(client_id, keyring)?;
     let bytes = b64::decode(parts.payload.as_bytes())?;
     let (&PAYLOAD_VERSION, encoded) = bytes.split_first()? else {
         return None;
@@ -410,6 +405,95 @@ fn resolve_parts(client_id: &str, keyring: &Keyring) -> Option<Client> {
     })
 }
 
+/// The parts of `client_id` and the key that issued it, when the key still
+/// verifies and the tag matches (compared in constant time): nothing of the
+/// payload is decoded before this passes.
+fn authentic_parts<'a, 'k>(
+    client_id: &'a str,
+    keyring: &'k Keyring,
+) -> Option<(IdParts<'a>, &'k SigningKey)> {
+    let parts = IdParts::split(client_id)?;
+    let key = keyring.verifying_key(parts.kid).ok()?;
+    let mut tag = [0u8; 32];
+    if b64::decode_into(parts.tag.as_bytes(), &mut tag)? != 32 {
+        return None;
+    }
+    let expected = key.mac_labeled(ID_LABEL, &[parts.kid.as_bytes(), parts.payload.as_bytes()]);
+    bool::from(expected.ct_eq(&tag)).then_some((parts, key))
+}
+
+/// The leading fields of [`Payload`], in its order: postcard writes a
+/// struct as its fields one after another, so a payload's first bytes
+/// decode as this head whatever follows.
+#[derive(Deserialize)]
+struct PayloadHead {
+    _nonce: [u8; NONCE_LEN],
+    _issued_at: u64,
+    auth: u8,
+    grants: u8,
+}
+
+/// Characters of the payload that hold its version byte and
+/// [`PayloadHead`]: 30 bytes, at least the 1 + 16 + 10 (the longest `u64`
+/// varint) + 2 the head can take; whole groups, so no trailing bits.
+const HEAD_CHARS: usize = 40;
+
+/// What the token endpoint knows of a registered client from
+/// [`authenticate_registered`]: the grant types it registered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RegisteredGrants(u8);
+
+impl RegisteredGrants {
+    /// Whether the client registered `grant` (RFC 7591 §2, `grant_types`).
+    pub(crate) fn allows(self, grant: GrantType) -> bool {
+        self.0
+            & match grant {
+                GrantType::AuthorizationCode => 1,
+                GrantType::RefreshToken => 2,
+            }
+            != 0
+    }
+}
+
+/// Authenticates a registered client id at the token endpoint where no
+/// redirect URI is in play: a refresh (RFC 6749 §6, whose request names no
+/// `redirect_uri`; OAuth 2.1 §4.3 binds the refresh token to the client it
+/// was issued to, which the caller checks against the grant) and a
+/// revocation (RFC 7009 §2.1). The id must resolve as for
+/// [`resolve_stateless`] as far as the tag and its key go (a retired key
+/// still unregisters its clients), and the secret must be what
+/// [`authenticate`] requires; only the head of the payload is decoded (auth
+/// method and grant types), not the redirect URIs and names: the grant a
+/// refresh acts on records what its authorization checked of those, under
+/// the rules of the day, and a refresh redirects nowhere.
+pub(crate) fn authenticate_registered(
+    client_id: &str,
+    keyring: &Keyring,
+    presented_secret: Option<&str>,
+) -> Result<RegisteredGrants, ClientError> {
+    let (parts, key) = authentic_parts(client_id, keyring).ok_or(ClientError::UnknownClient)?;
+    let text = parts.payload.as_bytes();
+    let text = text.get(..HEAD_CHARS).unwrap_or(text);
+    let mut head = [0u8; HEAD_CHARS / 4 * 3];
+    let n = b64::decode_into(text, &mut head).ok_or(ClientError::UnknownClient)?;
+    let (&PAYLOAD_VERSION, encoded) = head[..n].split_first().ok_or(ClientError::UnknownClient)?
+    else {
+        return Err(ClientError::UnknownClient);
+    };
+    let (head, _) = postcard::take_from_bytes::<PayloadHead>(encoded)
+        .map_err(|_| ClientError::UnknownClient)?;
+    let confidential = match head.auth {
+        0 => false,
+        1 => true,
+        _ => return Err(ClientError::UnknownClient),
+    };
+    if !matches!(head.grants, 1 | 3) {
+        return Err(ClientError::UnknownClient);
+    }
+    check_secret(confidential, client_id, presented_secret, || Some(key))?;
+    Ok(RegisteredGrants(head.grants))
+}
+
 /// Authenticates `client` at the token endpoint (RFC 6749 §2.3.1).
 ///
 /// A public client must present no secret at all (not even an empty one); a
@@ -423,18 +507,30 @@ pub fn authenticate(
     keyring: &Keyring,
     presented_secret: Option<&str>,
 ) -> Result<(), ClientError> {
-    match (client.is_confidential(), presented_secret) {
+    let key = || match client {
+        Client::Registered { client_id, .. } => {
+            keyring.verifying_key(IdParts::split(client_id)?.kid).ok()
+        }
+        Client::Document { .. } => None,
+    };
+    check_secret(client.is_confidential(), client.id(), presented_secret, key)
+}
+
+/// The secret rule of [`authenticate`]: none from a public client, the
+/// derived one (constant-time) from a confidential client, whose issuing
+/// key `key` finds (`None`: unknown client).
+fn check_secret<'k>(
+    confidential: bool,
+    client_id: &str,
+    presented_secret: Option<&str>,
+    key: impl FnOnce() -> Option<&'k SigningKey>,
+) -> Result<(), ClientError> {
+    match (confidential, presented_secret) {
         (false, None) => Ok(()),
         (false, Some(_)) => Err(ClientError::UnexpectedSecret),
         (true, None) => Err(ClientError::SecretRequired),
         (true, Some(presented)) => {
-            let Client::Registered { client_id, .. } = client else {
-                return Err(ClientError::UnknownClient);
-            };
-            let parts = IdParts::split(client_id).ok_or(ClientError::UnknownClient)?;
-            let key = keyring
-                .verifying_key(parts.kid)
-                .map_err(|_| ClientError::UnknownClient)?;
+            let key = key().ok_or(ClientError::UnknownClient)?;
             let expected = derive_secret(key, client_id);
             if bool::from(
                 expected
@@ -774,5 +870,69 @@ mod tests {
         let secret = reg.client_secret.as_ref().unwrap().expose_secret();
         assert!(!format!("{reg:?}").contains(secret));
         assert_eq!(ClientError::SecretMismatch.http_status(), 401);
+    }
+
+    /// The refresh path's check agrees with resolving and authenticating
+    /// on every answer: the right secret (or none) passes, a wrong, missing
+    /// or unexpected one fails alike, a tampered id or a retired key is
+    /// unknown, and the grant types are the registered ones.
+    #[test]
+    fn authenticating_without_metadata_agrees_with_resolving() {
+        let mut k = keyring();
+        let code_only = parse_registration(
+            br#"{"redirect_uris":["https://a.example/cb"],"token_endpoint_auth_method":"none"}"#,
+        )
+        .unwrap();
+        let long_name = parse_registration(
+            br#"{"redirect_uris":["https://a.example/cb"],"token_endpoint_auth_method":"none",
+                 "grant_types":["authorization_code","refresh_token"],"client_name":"A very long name"}"#,
+        )
+        .unwrap();
+        let regs = [
+            register(metadata("none"), &k, &mut rng(), NOW).unwrap(),
+            register(metadata("client_secret_basic"), &k, &mut rng(), NOW).unwrap(),
+            register(code_only, &k, &mut rng(), NOW).unwrap(),
+            register(long_name, &k, &mut rng(), NOW).unwrap(),
+        ];
+        let wrong = SecretString::new("x".repeat(CLIENT_SECRET_LEN));
+        for reg in &regs {
+            let client = resolve_stateless(&reg.client_id, &k).unwrap();
+            let right = reg.client_secret.as_ref().map(SecretString::expose_secret);
+            for presented in [right, None, Some(""), Some(wrong.expose_secret())] {
+                let full = authenticate(&client, &k, presented);
+                let light = authenticate_registered(&reg.client_id, &k, presented);
+                assert_eq!(light.map(|_| ()), full, "{presented:?}");
+            }
+            let grants = authenticate_registered(&reg.client_id, &k, right).unwrap();
+            for g in [GrantType::AuthorizationCode, GrantType::RefreshToken] {
+                assert_eq!(grants.allows(g), client.metadata().allows_grant(g));
+            }
+            let tampered = reg
+                .client_id
+                .replacen(".A", ".B", 1)
+                .replacen(".Q", ".R", 1);
+            if tampered != reg.client_id {
+                assert_eq!(
+                    authenticate_registered(&tampered, &k, right),
+                    Err(ClientError::UnknownClient)
+                );
+            }
+        }
+        assert!(
+            !authenticate_registered(&regs[2].client_id, &k, None)
+                .unwrap()
+                .allows(GrantType::RefreshToken)
+        );
+        k.insert("k2", SigningKey::from_bytes(&[2; 32]).unwrap())
+            .unwrap();
+        k.set_active("k2").unwrap();
+        k.retire("k.1").unwrap();
+        for reg in &regs {
+            let right = reg.client_secret.as_ref().map(SecretString::expose_secret);
+            assert_eq!(
+                authenticate_registered(&reg.client_id, &k, right),
+                Err(ClientError::UnknownClient)
+            );
+        }
     }
 }

@@ -111,7 +111,7 @@ impl<S: Store> Engine<S> {
                 iat: Some(now.as_jwt_secs()),
                 exp: Some(record.expires.as_jwt_secs()),
                 jti: Some(record.jti.clone()),
-                scope: Some(alloc::format!("{}", record.scopes)),
+                scope: Some(record.scopes.to_param()),
                 org_domain: record.org_domain.clone(),
                 ..Claims::default()
             };

@@ -402,7 +402,6 @@ impl<S: Store> Engine<S> {
         })
     }
 
-    /// Authenticates the client and returns its id.
     /// Authenticates the client and, for a registered client, checks that
     /// it registered `grant` (RFC 7591 §2: `grant_types` bounds what a client
     /// may use; RFC 6749 §5.2 `unauthorized_client`). Returns the client id.
@@ -423,11 +422,24 @@ impl<S: Store> Engine<S> {
             }
             return Ok(id.into());
         }
-        let client =
-            client::resolve_stateless(id, &self.keyring).map_err(|_| credentials.refused())?;
-        client::authenticate(&client, &self.keyring, credentials.secret.as_deref())
-            .map_err(|_| credentials.refused())?;
-        if grant.is_some_and(|g| !client.metadata().allows_grant(g)) {
+        let secret = credentials.secret.as_deref();
+        let allows = if grant == Some(GrantType::AuthorizationCode) {
+            // The code exchange names a redirect URI: the whole id is
+            // resolved, its metadata under today's rules.
+            let client =
+                client::resolve_stateless(id, &self.keyring).map_err(|_| credentials.refused())?;
+            client::authenticate(&client, &self.keyring, secret)
+                .map_err(|_| credentials.refused())?;
+            client.metadata().allows_grant(GrantType::AuthorizationCode)
+        } else {
+            // A refresh or a revocation redirects nowhere: the tag, the
+            // secret and the grant types are all that protect anything
+            // (see `authenticate_registered`); the grant checks the rest.
+            let grants = client::authenticate_registered(id, &self.keyring, secret)
+                .map_err(|_| credentials.refused())?;
+            grant.is_none_or(|g| grants.allows(g))
+        };
+        if !allows {
             return Err(TokenError::UnauthorizedClient);
         }
         Ok(id.into())
@@ -638,7 +650,7 @@ impl<S: Store> Engine<S> {
         let (mut jti, mut gid) = ([0u8; 22], [0u8; 22]);
         let jti = crate::jwt::b64::encode_16(&rand::bytes::<16, _>(rng), &mut jti);
         let gid = crate::jwt::b64::encode_16(grant.id.as_bytes(), &mut gid);
-        let scope = alloc::format!("{scope}");
+        let scope = scope.to_param();
         let claims = ClaimsRef {
             iss: Some(Cow::Borrowed(issuer)),
             sub: Some(Cow::Borrowed(&grant.subject)),

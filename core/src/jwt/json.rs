@@ -504,7 +504,9 @@ fn insert(members: &mut Map<String, Value>, name: Cow<'_, str>, value: Value) ->
 /// The end of the run of string bytes from `at` that need no attention: the
 /// index of the first quote, backslash or control character (or the end).
 /// Eight bytes at a time: the classic "has a zero byte" test finds any byte
-/// equal to `"` or `\` or below 0x20 in a word, exactly.
+/// equal to `"` or `\` or below 0x20 in a word; its lowest set bit is exact
+/// (a borrow only ever flags bytes above a true match), so the first such
+/// byte of a word is found without a byte loop.
 fn plain_run(bytes: &[u8], mut at: usize) -> usize {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGH: u64 = 0x8080_8080_8080_8080;
@@ -518,7 +520,8 @@ fn plain_run(bytes: &[u8], mut at: usize) -> usize {
             | zero(x ^ (ONES * u64::from(b'\\')))
             | (x.wrapping_sub(ONES * 0x20) & !x & HIGH);
         if special != 0 {
-            break;
+            // Little-endian: byte i of the word is bits 8i..8i+8.
+            return at + (special.trailing_zeros() / 8) as usize;
         }
         at += 8;
     }
@@ -697,6 +700,31 @@ mod tests {
             r#""abc"#,
         ] {
             assert_eq!(s(bad), Err(Syntax), "{bad}");
+        }
+    }
+
+    proptest::proptest! {
+        /// The word-at-a-time scan stops exactly where a byte loop would,
+        /// whatever bytes (UTF-8 or not) sit around the first special one.
+        #[test]
+        fn plain_run_stops_at_the_first_special_byte(
+            bytes in proptest::collection::vec(
+                proptest::prop_oneof![
+                    proptest::prelude::any::<u8>(),
+                    proptest::strategy::Just(b'"'),
+                    proptest::strategy::Just(b'\\'),
+                    0x20u8..0x7f,
+                ],
+                0..40,
+            ),
+            at in 0usize..40,
+        ) {
+            let at = at.min(bytes.len());
+            let expected = bytes[at..]
+                .iter()
+                .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
+                .map_or(bytes.len(), |i| at + i);
+            proptest::prop_assert_eq!(plain_run(&bytes, at), expected);
         }
     }
 
