@@ -33,14 +33,16 @@
 //! The body limit and the strict JSON check run before this ([`super::jsonrpc`]),
 //! the bearer check before that ([`super::mcp::guard`]).
 //!
-//! As in rmcp, the handler runs on a task of its own, so a client that goes
-//! away cancels the request's `ct` but never stops a run half-way. Unlike
+//! A handler that does not finish at its first poll continues on a task of
+//! its own, as in rmcp: a client that goes away cancels the request's `ct`
+//! but never stops a run half-way. Unlike
 //! rmcp, a message a handler sends through its peer before answering
 //! (progress, logging) is dropped, not turned into an SSE stream: no tool of
 //! this server sends one.
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::task::Poll;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
@@ -261,15 +263,19 @@ impl Endpoint {
         std::mem::swap(&mut context.meta, request.get_meta_mut());
         std::mem::swap(&mut context.extensions, request.extensions_mut());
         tracing::debug!(method = request.method(), "mcp request");
-        // A client that goes away cancels the handler's token (as rmcp does);
-        // the task itself runs to its end.
+        // Polled here first: most requests (ping, lists, reads) finish
+        // without waiting, and need no task of their own. One that waits
+        // moves to a task (boxed, so the future itself is not copied), where
+        // it runs to its end even if the client goes away; the client's
+        // going away cancels its token (as rmcp does).
         let cancel = context.ct.clone().drop_guard();
         let tools = self.tools.clone();
-        let task = tokio::spawn(
-            async move { tools.handle_request(request, context).await }
-                .instrument(tracing::Span::current()),
-        );
-        let outcome = task.await;
+        let mut handling = Box::pin(async move { tools.handle_request(request, context).await });
+        let outcome = match std::future::poll_fn(|cx| Poll::Ready(handling.as_mut().poll(cx))).await
+        {
+            Poll::Ready(result) => Ok(result),
+            Poll::Pending => tokio::spawn(handling.instrument(tracing::Span::current())).await,
+        };
         cancel.disarm();
         let message = match outcome {
             Ok(Ok(result)) => ServerJsonRpcMessage::response(result, id),
