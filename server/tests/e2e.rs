@@ -820,6 +820,215 @@ async fn the_resource_answers_with_the_cores_challenges() {
     assert_eq!(r.status(), StatusCode::PAYLOAD_TOO_LARGE);
 }
 
+/// The MCP endpoint answers plain stateless requests without a per-request
+/// rmcp service (`serve::mcp_direct`) and hands everything else to rmcp.
+/// An `Origin` header (which this server's rmcp config does not check)
+/// sends a request down rmcp's path: every request below gets the same
+/// status, content type and body both ways, and rmcp's HTTP refusals stay.
+/// Request headers as (name, value) pairs.
+type Headers = Vec<(&'static str, String)>;
+
+#[tokio::test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "two tables of requests and what they must get, read top to bottom"
+)]
+async fn the_direct_mcp_path_answers_as_rmcp_does() {
+    let s = Server::start(&[]).await;
+    let login = s.login("alice", "skills:read").await;
+    let resource = s.resource().await;
+    let send = |body: String, headers: Headers, via_rmcp: bool| {
+        let mut req = s
+            .http
+            .post(&resource)
+            .header("authorization", format!("Bearer {}", login.access))
+            .body(body);
+        for (name, value) in headers {
+            req = req.header(name, value);
+        }
+        if via_rmcp {
+            req = req.header("origin", "http://127.0.0.1");
+        }
+        async move {
+            let r = req.send().await.unwrap();
+            let status = r.status();
+            let content_type = header(r.headers(), "content-type");
+            (status, content_type, r.text().await.unwrap())
+        }
+    };
+    let standard = |version: &str| {
+        vec![
+            ("content-type", "application/json".to_owned()),
+            ("accept", "application/json, text/event-stream".to_owned()),
+            ("mcp-protocol-version", version.to_owned()),
+        ]
+    };
+    let rpc = |method: &str, params: Value| {
+        json!({"jsonrpc": "2.0", "id": "a-1", "method": method, "params": params}).to_string()
+    };
+    let init = |version: &str| {
+        rpc(
+            "initialize",
+            json!({"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "e2e", "version": "1"}}),
+        )
+    };
+    let cases: Vec<(&str, String, Headers)> = vec![
+        ("initialize", init("2025-06-18"), standard("2025-06-18")),
+        (
+            "initialize 2025-11-25",
+            init("2025-11-25"),
+            standard("2025-11-25"),
+        ),
+        (
+            "initialize, header differs",
+            init("2025-06-18"),
+            standard("2025-03-26"),
+        ),
+        (
+            "initialize, unknown version",
+            init("2099-01-01"),
+            standard("2099-01-01"),
+        ),
+        (
+            "ping",
+            json!({"jsonrpc": "2.0", "id": 7, "method": "ping"}).to_string(),
+            standard("2025-06-18"),
+        ),
+        (
+            "ping, no version header",
+            json!({"jsonrpc": "2.0", "id": 7, "method": "ping"}).to_string(),
+            standard("2025-06-18")[..2].to_vec(),
+        ),
+        (
+            "ping, unknown version",
+            json!({"jsonrpc": "2.0", "id": 7, "method": "ping"}).to_string(),
+            standard("1999-01-01"),
+        ),
+        (
+            "tools/list",
+            rpc("tools/list", json!({})),
+            standard("2025-06-18"),
+        ),
+        (
+            "search_skills",
+            rpc(
+                "tools/call",
+                json!({"name": "search_skills", "arguments": {"query": "note"}}),
+            ),
+            standard("2025-06-18"),
+        ),
+        (
+            "no such tool",
+            rpc("tools/call", json!({"name": "nope", "arguments": {}})),
+            standard("2025-06-18"),
+        ),
+        (
+            "no such method",
+            rpc("resources/list", json!({})),
+            standard("2025-06-18"),
+        ),
+        (
+            "notification",
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string(),
+            standard("2025-06-18"),
+        ),
+        (
+            "a response",
+            json!({"jsonrpc": "2.0", "id": 3, "result": {}}).to_string(),
+            standard("2025-06-18"),
+        ),
+        (
+            "not a message",
+            json!({"jsonrpc": "2.0", "id": 3}).to_string(),
+            standard("2025-06-18"),
+        ),
+        (
+            "accept json only",
+            rpc("tools/list", json!({})),
+            vec![
+                ("content-type", "application/json".to_owned()),
+                ("accept", "application/json".to_owned()),
+            ],
+        ),
+        (
+            "accept q=0",
+            rpc("tools/list", json!({})),
+            vec![
+                ("content-type", "application/json".to_owned()),
+                (
+                    "accept",
+                    "application/json, text/event-stream;q=0".to_owned(),
+                ),
+            ],
+        ),
+        (
+            "text/plain",
+            rpc("tools/list", json!({})),
+            vec![
+                ("content-type", "text/plain".to_owned()),
+                ("accept", "application/json, text/event-stream".to_owned()),
+            ],
+        ),
+    ];
+    for (what, body, headers) in cases {
+        let direct = send(body.clone(), headers.clone(), false).await;
+        let rmcp = send(body, headers, true).await;
+        assert_eq!(direct, rmcp, "{what}");
+    }
+    // rmcp's refusals, as they were.
+    let ping = json!({"jsonrpc": "2.0", "id": 7, "method": "ping"}).to_string();
+    let refused = [
+        (
+            "accept json only",
+            standard("2025-06-18")
+                .into_iter()
+                .take(1)
+                .chain([("accept", "application/json".to_owned())])
+                .collect::<Vec<_>>(),
+            StatusCode::NOT_ACCEPTABLE,
+        ),
+        (
+            "text/plain",
+            vec![
+                ("content-type", "text/plain".to_owned()),
+                ("accept", "application/json, text/event-stream".to_owned()),
+            ],
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        ),
+        (
+            "unknown version",
+            standard("1999-01-01"),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            "foreign host",
+            standard("2025-06-18")
+                .into_iter()
+                .chain([("host", "evil.example".to_owned())])
+                .collect(),
+            StatusCode::FORBIDDEN,
+        ),
+    ];
+    for (what, headers, status) in refused {
+        let (got, _, _) = send(ping.clone(), headers, false).await;
+        assert_eq!(got, status, "{what}");
+    }
+    let (status, _, body) = send(ping.clone(), standard("2025-06-18"), false).await;
+    assert_eq!(
+        (status, body.as_str()),
+        (StatusCode::OK, r#"{"jsonrpc":"2.0","id":7,"result":{}}"#)
+    );
+    let r = s
+        .http
+        .get(&resource)
+        .header("authorization", format!("Bearer {}", login.access))
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::METHOD_NOT_ALLOWED);
+}
+
 /// RFC 9728 §3.3: a client compares the metadata's `resource` with the URL
 /// it used; every URL the server answers at passes, and no URL answers
 /// with another resource's metadata.

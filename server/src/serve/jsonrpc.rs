@@ -51,7 +51,7 @@ pub(crate) async fn strict(request: Request, next: Next) -> Response {
 }
 
 /// Whether `content_type` is `application/json`, parameters allowed.
-fn is_json(content_type: Option<&HeaderValue>) -> bool {
+pub(crate) fn is_json(content_type: Option<&HeaderValue>) -> bool {
     content_type
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.split(';').next())

@@ -10,8 +10,10 @@
 //!   challenge (`400`/`401`/`403` with `WWW-Authenticate`) or `503` with
 //!   `Retry-After`. The verified [`Verified`] identity goes into the request
 //!   extensions, where the tools read it.
-//! * rmcp serves MCP **statelessly** with JSON responses (no `Mcp-Session-Id`:
-//!   every POST carries its own bearer, so no session outlives a token).
+//! * MCP is served **statelessly** with JSON responses (no `Mcp-Session-Id`:
+//!   every POST carries its own bearer, so no session outlives a token):
+//!   plain requests by [`super::mcp_direct`], which runs [`Tools`] without
+//!   a per-request rmcp service, the rest by rmcp's [`service`].
 //! * [`Tools`] implements `search_skills`, `describe_skill` and `execute`
 //!   (see [`super::run`] and [`super::skills`]). Tool answers are structured
 //!   JSON; a protocol failure (`"ok": false`) is an `isError` result. A
@@ -35,9 +37,10 @@ use portcullis_core::http::HttpResponse;
 use portcullis_core::ledger::BeginError;
 use portcullis_core::scope::{KnownScope, ScopeSet};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, JsonObject,
-    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
-    ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, Implementation,
+    InitializeRequestParams, InitializeResult, JsonObject, ListResourceTemplatesResult,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
+    ReadResourceResponse, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
@@ -87,11 +90,7 @@ pub(crate) fn service(
         .with_sse_keep_alive(None);
     let app = Arc::clone(app);
     StreamableHttpService::new(
-        move || {
-            Ok(Tools {
-                app: Arc::clone(&app),
-            })
-        },
+        move || Ok(Tools::new(&app)),
         Arc::new(NeverSessionManager::default()),
         config,
     )
@@ -188,10 +187,19 @@ fn refused(rejection: BearerRejection) -> Response {
     }
 }
 
-/// The MCP tools, one value per request (stateless).
+/// The MCP tools: a cheap handle on the app, cloned per request.
 #[derive(Clone)]
 pub(crate) struct Tools {
     app: Shared,
+}
+
+impl Tools {
+    /// The tools of `app`.
+    pub(crate) fn new(app: &Shared) -> Self {
+        Self {
+            app: Arc::clone(app),
+        }
+    }
 }
 
 fn schema(v: &Value) -> Arc<JsonObject> {
@@ -208,7 +216,7 @@ pub(crate) fn builtin_names() -> Vec<String> {
 }
 
 /// What `initialize` answers, built once: rmcp asks for it on every
-/// request (each stateless request sets up its own peer from it).
+/// request it serves (each sets up its own peer from it).
 static INFO: LazyLock<ServerConfig> =
     LazyLock::new(|| info(ServerCapabilities::builder().enable_tools().build()));
 
@@ -305,6 +313,17 @@ impl ServerHandler for Tools {
         } else {
             INFO.clone()
         }
+    }
+
+    /// The version negotiation only: every request is stateless, and its
+    /// peer may be shared by other clients' requests
+    /// ([`super::mcp_direct`]), so the client's info is not kept on it.
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        self.negotiate_initialize(&request)
     }
 
     async fn list_tools(

@@ -12,7 +12,7 @@
 //! | `POST /register` | RFC 7591 (stateless) |
 //! | `GET, POST /authorize` | sign-in, consent, decision |
 //! | `POST /token`, `POST /revoke` | RFC 6749, RFC 7009 |
-//! | `ANY /mcp/{key}` | the MCP server (rmcp, Streamable HTTP) behind the bearer check ([`mcp`]) |
+//! | `ANY /mcp/{key}` | the MCP server (Streamable HTTP: [`mcp_direct`], else rmcp) behind the bearer check ([`mcp`]) |
 //! | `GET, POST /_agent-native/open` | the open route; its `navigate` command goes to the browser session's tab ([`navigate`]) |
 //! | `GET, POST /agents` | sign-in/out, the user's connections, revoke; the connected tab |
 //! | `GET /agents/app.js` | the connected tab's script |
@@ -35,6 +35,7 @@ mod gateway;
 mod jsonrpc;
 mod listen;
 mod mcp;
+mod mcp_direct;
 mod navigate;
 mod notes;
 mod oauth;
@@ -54,7 +55,7 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use portcullis_core::jwt::SigningKey;
 use portcullis_core::link::OpenRoute;
 use portcullis_core::site::SiteId;
@@ -348,8 +349,10 @@ const HSTS: &str = "max-age=31536000";
 ///   and `Strict-Transport-Security` when the public URL is https.
 fn router(app: Shared, mcp_hosts: Vec<String>, limits: ConnLimits) -> Router {
     let secure = app.secure;
+    let endpoint = Arc::new(mcp_direct::Endpoint::new(&app, mcp_hosts));
     let mcp = Router::new()
-        .route_service("/mcp/{key}", mcp::service(&app, mcp_hosts))
+        .route("/mcp/{key}", any(mcp_direct::endpoint))
+        .with_state(endpoint)
         .route_layer(axum::middleware::from_fn(jsonrpc::strict))
         .route_layer(DefaultBodyLimit::max(mcp::MAX_MCP_BODY))
         .route_layer(axum::middleware::from_fn_with_state(

@@ -1,0 +1,380 @@
+//! The MCP endpoint's HTTP transport: the requests of plain stateless
+//! Streamable HTTP (MCP 2025-11-25 "Transports", and the earlier revisions
+//! with an `initialize` handshake) are answered here by calling the
+//! [`Tools`] handler directly; everything else goes to rmcp's
+//! `StreamableHttpService`, unchanged.
+//!
+//! rmcp's stateless mode builds a whole service for every POST (a peer, a
+//! one-shot transport, a serve loop and its tasks) to answer one message.
+//! Here one idle rmcp service per protocol version is started once, only to
+//! own the [`Peer`] a handler's `RequestContext` needs (its `peer_info` is
+//! exactly what rmcp builds per request: that version, default
+//! capabilities and client info), and each request runs rmcp's own
+//! dispatch (`Service::handle_request` of the `ServerHandler`) on one task.
+//!
+//! **The direct path takes only what rmcp would accept and answer with one
+//! JSON body**, and answers it as rmcp does (`200`, `application/json`, the
+//! JSON-RPC response or error with the client's id). A request is direct
+//! when all of these hold, else rmcp gets it, whose answer (a refusal
+//! included) is then the one the client sees:
+//!
+//! * `POST`, no `Origin` header (rmcp's Origin check stays rmcp's), and a
+//!   `Host` in the allowed list, compared as rmcp compares it (DNS-rebinding
+//!   guard);
+//! * `Accept` lists both `application/json` and `text/event-stream`, with no
+//!   parameters (a `q=0` weight is rmcp's to judge); `Content-Type` is JSON;
+//! * the body is one JSON-RPC request (not a notification or a response);
+//! * `MCP-Protocol-Version` is absent (rmcp assumes 2025-03-26) or a known
+//!   version with an `initialize` handshake, and an `initialize` names the
+//!   same version in its params; the request carries no per-request
+//!   protocol version in `_meta` (the 2026-07-28 lifecycle, whose status
+//!   mapping and header checks are rmcp's).
+//!
+//! The body limit and the strict JSON check run before this ([`super::jsonrpc`]),
+//! the bearer check before that ([`super::mcp::guard`]).
+//!
+//! A handler that does not finish at its first poll continues on a task of
+//! its own, as in rmcp: a client that goes away cancels the request's `ct`
+//! but never stops a run half-way. Unlike
+//! rmcp, a message a handler sends through its peer before answering
+//! (progress, logging) is dropped, not turned into an SSE stream: no tool of
+//! this server sends one.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::task::Poll;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse as _, Response};
+use rmcp::model::{
+    ClientCapabilities, ClientJsonRpcMessage, ClientRequest, GetExtensions as _, GetMeta as _,
+    Implementation, InitializeRequestParams, JsonRpcRequest, ProtocolVersion, ServerJsonRpcMessage,
+};
+use rmcp::service::{RequestContext, RunningService, serve_directly};
+use rmcp::transport::Transport;
+use rmcp::transport::streamable_http_server::StreamableHttpService;
+use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
+use rmcp::{Peer, RoleServer, ServerHandler, Service as _};
+use tracing::Instrument as _;
+
+use super::Shared;
+use super::mcp::{self, Tools};
+
+/// The MCP endpoint (the state of the `/mcp/{key}` route).
+pub(crate) struct Endpoint {
+    /// Everything the direct path does not take.
+    rmcp: StreamableHttpService<Tools, NeverSessionManager>,
+    tools: Tools,
+    /// The allowed `Host` authorities, normalized as rmcp normalizes them.
+    hosts: Vec<Authority>,
+    /// One idle service per protocol version with an `initialize`
+    /// handshake, kept for its peer.
+    peers: Vec<(ProtocolVersion, RunningService<RoleServer, Idle>)>,
+}
+
+/// A `Host` authority: the host lower-cased without IPv6 brackets, and the
+/// port if one was given.
+#[derive(Debug, PartialEq, Eq)]
+struct Authority {
+    host: String,
+    port: Option<u16>,
+}
+
+impl Authority {
+    fn parse(s: &str) -> Option<Self> {
+        let a = axum::http::uri::Authority::try_from(s.trim()).ok()?;
+        Some(Self {
+            host: a.host().trim_matches(['[', ']']).to_ascii_lowercase(),
+            port: a.port_u16(),
+        })
+    }
+
+    /// Whether `self`, an allowed entry, admits `host` (an entry without a
+    /// port admits every port).
+    fn admits(&self, host: &Self) -> bool {
+        self.host == host.host && self.port.is_none_or(|p| host.port == Some(p))
+    }
+}
+
+impl Endpoint {
+    /// The endpoint of `app`, accepting the `Host` values `allowed_hosts`.
+    /// Must run inside the Tokio runtime (it starts the idle services).
+    pub(crate) fn new(app: &Shared, allowed_hosts: Vec<String>) -> Self {
+        let hosts = allowed_hosts
+            .iter()
+            .filter_map(|h| Authority::parse(h))
+            .collect();
+        let peers = ProtocolVersion::KNOWN_VERSIONS
+            .iter()
+            .filter(|v| v.has_initialize())
+            .map(|v| {
+                let info = InitializeRequestParams::new(
+                    ClientCapabilities::default(),
+                    Implementation::default(),
+                )
+                .with_protocol_version(v.clone());
+                (v.clone(), serve_directly(Idle, Unconnected, Some(info)))
+            })
+            .collect();
+        Self {
+            rmcp: mcp::service(app, allowed_hosts),
+            tools: Tools::new(app),
+            hosts,
+            peers,
+        }
+    }
+
+    fn host_allowed(&self, headers: &HeaderMap) -> bool {
+        let Some(host) = headers
+            .get(header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .and_then(Authority::parse)
+        else {
+            return false;
+        };
+        self.hosts.is_empty() || self.hosts.iter().any(|a| a.admits(&host))
+    }
+
+    /// The peer for a request of protocol version `v`, if `v` is direct.
+    fn peer(&self, v: &str) -> Option<Peer<RoleServer>> {
+        self.peers
+            .iter()
+            .find(|(known, _)| known.as_str() == v)
+            .map(|(_, running)| running.peer().clone())
+    }
+
+    /// What rmcp answers for `request`.
+    async fn by_rmcp(&self, request: Request) -> Response {
+        self.rmcp.handle(request).await.map(Body::new)
+    }
+}
+
+/// The route's handler.
+pub(crate) async fn endpoint(
+    State(endpoint): State<std::sync::Arc<Endpoint>>,
+    request: Request,
+) -> Response {
+    let headers = request.headers();
+    if request.method() != Method::POST
+        || headers.contains_key(header::ORIGIN)
+        || !endpoint.host_allowed(headers)
+        || !accepts_json_and_sse(headers)
+        || !super::jsonrpc::is_json(headers.get(header::CONTENT_TYPE))
+    {
+        return endpoint.by_rmcp(request).await;
+    }
+    let (parts, body) = request.into_parts();
+    // The strict JSON check has buffered the body within the limit.
+    let bytes = match axum::body::to_bytes(body, mcp::MAX_MCP_BODY).await {
+        Ok(b) => b,
+        Err(e) => {
+            return (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("Failed to read request body: {e}"),
+            )
+                .into_response();
+        }
+    };
+    match direct(&endpoint, &parts.headers, &bytes) {
+        Some((request, peer)) => endpoint.answer(parts, request, peer).await,
+        None => {
+            endpoint
+                .by_rmcp(Request::from_parts(parts, Body::from(bytes)))
+                .await
+        }
+    }
+}
+
+/// The request in `body` and the peer to run it with, if the direct path
+/// takes it (see the module docs).
+fn direct(
+    endpoint: &Endpoint,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Option<(JsonRpcRequest<ClientRequest>, Peer<RoleServer>)> {
+    let ClientJsonRpcMessage::Request(request) = serde_json::from_slice(body).ok()? else {
+        return None;
+    };
+    if request.request.get_meta().protocol_version().is_some()
+        || matches!(request.request, ClientRequest::DiscoverRequest(_))
+    {
+        return None;
+    }
+    let header = match headers.get(HEADER_MCP_PROTOCOL_VERSION) {
+        Some(v) => Some(v.to_str().ok()?),
+        None => None,
+    };
+    let version = match &request.request {
+        ClientRequest::InitializeRequest(init) => {
+            let body = init.params.protocol_version.as_str();
+            if header.is_some_and(|h| h != body) {
+                return None;
+            }
+            body
+        }
+        _ => header.unwrap_or(ProtocolVersion::V_2025_03_26.as_str()),
+    };
+    let peer = endpoint.peer(version)?;
+    Some((request, peer))
+}
+
+/// The protocol version header of Streamable HTTP (MCP 2025-06-18 and
+/// later, "Protocol Version Header").
+const HEADER_MCP_PROTOCOL_VERSION: &str = "mcp-protocol-version";
+
+/// Whether `Accept` lists both media types a Streamable HTTP POST must
+/// accept, without parameters (which may carry a `q=0` exclusion).
+fn accepts_json_and_sse(headers: &HeaderMap) -> bool {
+    let (mut json, mut sse) = (false, false);
+    for value in headers.get_all(header::ACCEPT) {
+        let Ok(value) = value.to_str() else {
+            return false;
+        };
+        for range in value.split(',') {
+            let range = range.trim();
+            if range.contains([';', '"']) {
+                return false;
+            }
+            json |= range.eq_ignore_ascii_case("application/json");
+            sse |= range.eq_ignore_ascii_case("text/event-stream");
+        }
+    }
+    json && sse
+}
+
+impl Endpoint {
+    /// Runs `request` through the handler, as rmcp's serve loop would: the
+    /// HTTP request's parts in the context's extensions, the request's
+    /// `_meta` as the context's, on a task of its own.
+    async fn answer(
+        &self,
+        parts: Parts,
+        request: JsonRpcRequest<ClientRequest>,
+        peer: Peer<RoleServer>,
+    ) -> Response {
+        let JsonRpcRequest {
+            id, mut request, ..
+        } = request;
+        request.extensions_mut().insert(parts);
+        let mut context = RequestContext::new(id.clone(), peer);
+        std::mem::swap(&mut context.meta, request.get_meta_mut());
+        std::mem::swap(&mut context.extensions, request.extensions_mut());
+        tracing::debug!(method = request.method(), "mcp request");
+        // Polled here first: most requests (ping, lists, reads) finish
+        // without waiting, and need no task of their own. One that waits
+        // moves to a task (boxed, so the future itself is not copied), where
+        // it runs to its end even if the client goes away; the client's
+        // going away cancels its token (as rmcp does).
+        let cancel = context.ct.clone().drop_guard();
+        let tools = self.tools.clone();
+        let mut handling = Box::pin(async move { tools.handle_request(request, context).await });
+        let outcome = match std::future::poll_fn(|cx| Poll::Ready(handling.as_mut().poll(cx))).await
+        {
+            Poll::Ready(result) => Ok(result),
+            Poll::Pending => tokio::spawn(handling.instrument(tracing::Span::current())).await,
+        };
+        cancel.disarm();
+        let message = match outcome {
+            Ok(Ok(result)) => ServerJsonRpcMessage::response(result, id),
+            Ok(Err(error)) => {
+                tracing::debug!(code = error.code.0, "mcp request failed");
+                ServerJsonRpcMessage::error(error, Some(id))
+            }
+            Err(_) => return super::respond::internal("the MCP handler failed"),
+        };
+        match serde_json::to_vec(&message) {
+            Ok(body) => {
+                let mut response = Response::new(Body::from(body));
+                response.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                );
+                response
+            }
+            Err(_) => super::respond::internal("serializing the MCP response failed"),
+        }
+    }
+}
+
+/// The handler of the idle services: they never receive a message.
+pub(crate) struct Idle;
+
+impl ServerHandler for Idle {}
+
+/// The idle services' transport: nothing arrives, and what a handler sends
+/// outside its response is dropped (see the module docs).
+struct Unconnected;
+
+impl Transport<RoleServer> for Unconnected {
+    type Error = Infallible;
+
+    fn send(
+        &mut self,
+        _item: ServerJsonRpcMessage,
+    ) -> impl Future<Output = Result<(), Infallible>> + Send + 'static {
+        tracing::debug!("mcp: a message sent outside a response was dropped");
+        std::future::ready(Ok(()))
+    }
+
+    fn receive(&mut self) -> impl Future<Output = Option<ClientJsonRpcMessage>> + Send {
+        std::future::pending()
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Infallible>> + Send {
+        std::future::ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (name, value) in pairs {
+            h.append(*name, HeaderValue::from_static(value));
+        }
+        h
+    }
+
+    #[test]
+    fn accept_must_list_both_types_without_parameters() {
+        assert!(accepts_json_and_sse(&headers(&[(
+            "accept",
+            "application/json, text/event-stream"
+        )])));
+        assert!(accepts_json_and_sse(&headers(&[
+            ("accept", "Application/JSON"),
+            ("accept", "text/event-stream")
+        ])));
+        for refused in [
+            "application/json",
+            "*/*",
+            "application/json, text/event-stream;q=0",
+            "application/json;q=1, text/event-stream",
+        ] {
+            assert!(
+                !accepts_json_and_sse(&headers(&[("accept", refused)])),
+                "{refused}"
+            );
+        }
+        assert!(!accepts_json_and_sse(&HeaderMap::new()));
+    }
+
+    #[test]
+    fn hosts_compare_as_rmcp_compares_them() {
+        let allowed = Authority::parse("127.0.0.1:8080").unwrap();
+        assert!(allowed.admits(&Authority::parse("127.0.0.1:8080").unwrap()));
+        assert!(!allowed.admits(&Authority::parse("127.0.0.1:8081").unwrap()));
+        assert!(!allowed.admits(&Authority::parse("127.0.0.1").unwrap()));
+        let any_port = Authority::parse("Example.COM").unwrap();
+        assert!(any_port.admits(&Authority::parse("example.com:443").unwrap()));
+        assert!(!any_port.admits(&Authority::parse("example.com.evil").unwrap()));
+        let v6 = Authority::parse("[::1]:80").unwrap();
+        assert_eq!(v6.host, "::1");
+        assert!(Authority::parse("a b").is_none());
+    }
+}
