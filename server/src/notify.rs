@@ -11,6 +11,9 @@
 //!   (an approval asked or decided, a job queued, a tab connected): every
 //!   instance bumps that user's mailbox, which wakes the long-polls waiting
 //!   there, and they answer with a fresh snapshot read from the store.
+//! * **`report <job>`**: a page reported on a job through this instance;
+//!   the instance whose driver awaits that job collects the report from
+//!   the job table (see `serve::jobs`).
 //! * **`site`**: the site changed (off switch, key rotation, from the admin
 //!   CLI or another instance): every instance re-reads it.
 //!
@@ -51,6 +54,9 @@ pub(crate) enum Event {
     Site,
     /// The connected tab of this user has something new.
     Bump(String),
+    /// The page reported on this job: the instance driving it collects the
+    /// report ([`crate::serve`]'s job table).
+    Report(String),
 }
 
 impl Event {
@@ -58,6 +64,7 @@ impl Event {
         match self {
             Self::Site => format!("{schema}\t{instance}\tsite"),
             Self::Bump(subject) => format!("{schema}\t{instance}\tbump\t{subject}"),
+            Self::Report(job) => format!("{schema}\t{instance}\treport\t{job}"),
         }
     }
 
@@ -72,12 +79,14 @@ impl Event {
         match (kind, parts.next()) {
             ("site", None) => Some(Self::Site),
             ("bump", Some(subject)) => Some(Self::Bump(subject.to_owned())),
+            ("report", Some(job)) => Some(Self::Report(job.to_owned())),
             _ => None,
         }
     }
 }
 
-fn connect(url: &str) -> Result<Client, String> {
+/// A connection of its own to `url` (the error never repeats the URL).
+pub(crate) fn connect(url: &str) -> Result<Client, String> {
     // The driver's errors do not repeat the connection string.
     Client::connect(url, NoTls).map_err(|e| format!("connecting to notify: {e}"))
 }
@@ -275,6 +284,11 @@ mod tests {
         let s = Event::Site.encode("portcullis", "cli");
         assert_eq!(Event::decode(&s, "portcullis", "i-b"), Some(Event::Site));
         assert_eq!(Event::decode("garbage", "portcullis", "i-b"), None);
+        let r = Event::Report("job-1".into()).encode("portcullis", "i-a");
+        assert_eq!(
+            Event::decode(&r, "portcullis", "i-b"),
+            Some(Event::Report("job-1".into()))
+        );
         assert_eq!(
             Event::decode("portcullis\ti-a\tsite\textra", "portcullis", "i-b"),
             None

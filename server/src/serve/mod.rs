@@ -31,6 +31,7 @@
 mod answer;
 mod browser;
 mod documents;
+mod jobs;
 mod jsonrpc;
 mod listen;
 mod mcp;
@@ -106,6 +107,11 @@ pub(crate) struct App {
     open_route: OpenRoute,
     /// Runs in flight and the tabs' mailboxes.
     relay: relay::Relay,
+    /// On PostgreSQL, the tab's jobs and reports as rows, so a driver on
+    /// one instance reaches a tab polling on another ([`jobs`]); `None` on
+    /// redb, where the relay's in-process queue is the whole path. Never
+    /// dropped (the driver must not drop a connection on a runtime worker).
+    jobs: Option<&'static jobs::JobTable>,
     /// The open route's `navigate` commands, per browser session.
     navigates: navigate::NavigateQueue,
     /// The demo notes app's data.
@@ -261,10 +267,27 @@ impl App {
         }
     }
 
+    /// Hands the report on `job` to this instance's driver awaiting it,
+    /// if there is one and the report is in the job table. Blocking.
+    fn collect_report(&self, job: &str) {
+        let Some(jobs) = self.jobs else { return };
+        if !self.relay.awaits(job) {
+            return;
+        }
+        match jobs.collect(job) {
+            Ok(Some(report)) => {
+                self.relay.deliver(job, report);
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "collecting a tab report failed"),
+        }
+    }
+
     /// An event another instance announced.
     fn on_event(&self, event: Option<Event>) {
         match event {
             Some(Event::Bump(subject)) => self.relay.bump(&subject),
+            Some(Event::Report(job)) => self.collect_report(&job),
             Some(Event::Site) | None => self.site_changed(),
         }
     }
@@ -442,6 +465,16 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
         Writer::Group(GroupCommitter::new(Arc::clone(engine.store())))
     };
     let fanout = Fanout::start(&args.db);
+    let jobs = match args.db.db.postgres_url() {
+        Some(url) => {
+            let (url, schema) = (url.to_owned(), fanout.schema().to_owned());
+            let table = tokio::task::spawn_blocking(move || jobs::JobTable::open(&url, &schema))
+                .await
+                .map_err(|e| e.to_string())??;
+            Some(&*Box::leak(Box::new(table)))
+        }
+        None => None,
+    };
     let app = Arc::new(App {
         engine,
         writer,
@@ -455,6 +488,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
         session_ttl: Duration::from_secs(args.session_ttl_secs),
         open_route: OpenRoute::new(),
         relay: relay::Relay::default(),
+        jobs,
         navigates: navigate::NavigateQueue::default(),
         notes: notes::Notes::default(),
         documents: documents::Documents::new(args.dev_loopback_client_documents)?,
@@ -547,6 +581,13 @@ async fn sweep_forever(app: Shared) {
         }
         let revoked = app.sessions.sweep(clock::now());
         let mailboxes = app.relay.sweep_idle(std::time::Instant::now());
+        if let Some(jobs) = app.jobs {
+            match app.blocking(move |_| jobs.sweep()).await {
+                Ok(Ok(n)) if n > 0 => tracing::info!(n, "stale tab jobs deleted"),
+                Ok(Err(e)) => tracing::warn!(error = %e, "sweeping tab jobs failed"),
+                _ => {}
+            }
+        }
         tracing::debug!(revoked, mailboxes, "in-memory state swept");
         loop {
             let swept = app

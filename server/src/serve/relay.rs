@@ -317,6 +317,36 @@ impl Relay {
         rx
     }
 
+    /// Awaits the report on job `job_id` of `subject` without queueing the
+    /// job here: on a shared database the job is a row
+    /// ([`super::jobs`]), and the report comes back through
+    /// [`Relay::deliver`].
+    pub(crate) fn expect(&self, subject: &str, job_id: &str) -> oneshot::Receiver<TabReport> {
+        let (tx, rx) = oneshot::channel();
+        self.lock().awaiting.insert(
+            job_id.to_owned(),
+            Awaiting {
+                subject: subject.to_owned(),
+                reply: tx,
+            },
+        );
+        rx
+    }
+
+    /// Whether a driver of this process awaits the report on `job_id`.
+    pub(crate) fn awaits(&self, job_id: &str) -> bool {
+        self.lock().awaiting.contains_key(job_id)
+    }
+
+    /// Hands the report on `job_id` to the driver of this process that
+    /// awaits it (the subject was checked where the report was made).
+    pub(crate) fn deliver(&self, job_id: &str, report: TabReport) -> bool {
+        self.lock()
+            .awaiting
+            .remove(job_id)
+            .is_some_and(|a| a.reply.send(report).is_ok())
+    }
+
     /// Takes `subject`'s queued jobs that `keep` accepts (the page they are
     /// for); drops those `stale` says can never be delivered.
     pub(crate) fn take_jobs(

@@ -249,21 +249,65 @@ impl Driver<'_> {
     /// it was dispatched to stays live.
     async fn perform(&self, job: Job) -> Option<TabReport> {
         let (grant, connection, job_id) = (job.grant, job.connection, job.id.clone());
-        let mut rx = self.app.relay.dispatch(self.subject, job);
+        let mut rx = match self.app.jobs {
+            None => self.app.relay.dispatch(self.subject, job),
+            Some(jobs) => {
+                // A row any instance's poll can claim (see `super::jobs`).
+                let rx = self.app.relay.expect(self.subject, &job_id);
+                let subject = self.subject.to_owned();
+                let origin = self.app.fanout.instance().to_owned();
+                let queued = self
+                    .app
+                    .blocking(move |_| jobs.insert(&subject, &origin, &job))
+                    .await;
+                if !matches!(queued, Ok(Ok(()))) {
+                    self.app.relay.withdraw(self.subject, &job_id);
+                    tracing::warn!("execute: the job could not be queued");
+                    return None;
+                }
+                self.app.bump(self.subject);
+                rx
+            }
+        };
         loop {
             tokio::select! {
                 r = &mut rx => return r.ok(),
                 () = tokio::time::sleep(CHECK) => {
+                    if let Some(report) = self.collect(&job_id).await {
+                        return Some(report);
+                    }
                     let live = self
                         .app
                         .blocking(move |app| app.engine.dispatch(&grant, false, clock::now()))
                         .await;
                     if !matches!(live, Ok(Ok(Dispatch::To(c))) if c == connection) {
-                        self.app.relay.withdraw(self.subject, &job_id);
+                        self.withdraw(&job_id).await;
                         tracing::debug!("execute: the tab went away mid-run");
                         return None;
                     }
                 }
+            }
+        }
+    }
+
+    /// On a shared database, the report on `job_id` if it arrived without
+    /// its notification reaching this instance (the listener was down).
+    async fn collect(&self, job_id: &str) -> Option<TabReport> {
+        let jobs = self.app.jobs?;
+        let id = job_id.to_owned();
+        let report = self.app.blocking(move |_| jobs.collect(&id)).await;
+        let report = report.ok()?.ok()??;
+        self.app.relay.withdraw(self.subject, job_id);
+        Some(report)
+    }
+
+    /// Gives up on job `job_id`: here, and its row on a shared database.
+    async fn withdraw(&self, job_id: &str) {
+        self.app.relay.withdraw(self.subject, job_id);
+        if let Some(jobs) = self.app.jobs {
+            let id = job_id.to_owned();
+            if let Ok(Err(e)) = self.app.blocking(move |_| jobs.delete(&[&id])).await {
+                tracing::warn!(error = %e, "withdrawing a tab job failed");
             }
         }
     }

@@ -1,0 +1,252 @@
+//! The tab's jobs and their reports as rows, when several instances share a
+//! PostgreSQL database: an `execute` driven on instance B reaches a tab
+//! long-polling on instance A, and the tab's report made through A reaches
+//! the driver waiting on B.
+//!
+//! One small server-side table, `"<schema>".relay_job`, beside the store's
+//! own tables (it holds no record of the core: a job is a hint to a page
+//! plus the page's answer, never a decision). A row's life:
+//!
+//! 1. **queued**: the driver's instance inserts it, then bumps the user's
+//!    mailbox everywhere (`NOTIFY bump`), so the polls of every instance
+//!    wake;
+//! 2. **taken**: the page's poll claims it with `UPDATE … SET taken = true
+//!    WHERE NOT taken RETURNING`: whichever instance the page polls and
+//!    however many polls race, one claim wins, so a job reaches one page
+//!    once and the action runs at most once;
+//! 3. **reported**: the page's report, through any instance, sets the
+//!    outcome on a taken, unreported row of that user and `NOTIFY report`s
+//!    its job id; the driver's instance (the one that awaits that id)
+//!    deletes the row and hands the outcome to its driver. A driver that
+//!    missed the notification collects the row at its next liveness check.
+//!
+//! A driver that gives up deletes its row; rows older than [`STALE`] (an
+//! instance died mid-run) are swept. On redb none of this exists: the
+//! relay's in-process queue is the whole path.
+
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use portcullis_core::grant::GrantId;
+use portcullis_core::ledger::RequestId;
+use postgres::Client;
+use serde_json::{Value, json};
+
+use super::relay::{Job, TabReport};
+
+/// A row left this long (its instance died mid-run) is deleted by the sweep.
+pub(crate) const STALE: Duration = Duration::from_hours(1);
+
+/// The job table of one instance: one connection of its own, used from the
+/// blocking pool only (the synchronous driver must not run on a runtime
+/// worker), made again after it breaks.
+pub(crate) struct JobTable {
+    url: String,
+    table: String,
+    client: Mutex<Option<Client>>,
+}
+
+impl std::fmt::Debug for JobTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobTable")
+            .field("table", &self.table)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A job as its row keeps it.
+fn encode(job: &Job) -> String {
+    json!({
+        "grant": job.grant.to_string(),
+        "connection": job.connection,
+        "requestId": job.request_id.to_string(),
+        "seq": job.seq,
+        "skill": job.skill,
+        "args": job.args,
+    })
+    .to_string()
+}
+
+/// The job of a row, `None` when it does not parse (written by another
+/// build, or naming a skill this build lacks).
+fn decode(id: String, text: &str) -> Option<Job> {
+    let v: Value = serde_json::from_str(text).ok()?;
+    Some(Job {
+        id,
+        grant: GrantId::parse(v["grant"].as_str()?)?,
+        connection: u32::try_from(v["connection"].as_u64()?).ok()?,
+        request_id: RequestId::parse(v["requestId"].as_str()?).ok()?,
+        seq: u32::try_from(v["seq"].as_u64()?).ok()?,
+        skill: super::skills::Skill::named(v["skill"].as_str()?)?.name,
+        args: v["args"].clone(),
+    })
+}
+
+impl JobTable {
+    /// Connects to `url` and creates the table in `schema` if it is missing.
+    pub(crate) fn open(url: &str, schema: &str) -> Result<Self, String> {
+        let table = format!("\"{}\".relay_job", schema.replace('"', "\"\""));
+        let jobs = Self {
+            url: url.to_owned(),
+            table,
+            client: Mutex::new(None),
+        };
+        let t = &jobs.table;
+        jobs.with(|c| {
+            c.batch_execute(&format!(
+                "CREATE TABLE IF NOT EXISTS {t} (
+                     id text PRIMARY KEY,
+                     subject text NOT NULL,
+                     origin text NOT NULL,
+                     job text NOT NULL,
+                     taken boolean NOT NULL DEFAULT false,
+                     reported boolean NOT NULL DEFAULT false,
+                     failed text,
+                     summary text,
+                     made timestamptz NOT NULL DEFAULT now()
+                 );
+                 CREATE INDEX IF NOT EXISTS relay_job_subject ON {t} (subject) WHERE NOT taken;"
+            ))
+        })
+        .map_err(|e| format!("creating the job table: {e}"))?;
+        Ok(jobs)
+    }
+
+    /// Runs `f` on the connection, connecting first if there is none; a
+    /// failure drops the connection so the next call makes a fresh one.
+    fn with<T>(
+        &self,
+        f: impl FnOnce(&mut Client) -> Result<T, postgres::Error>,
+    ) -> Result<T, String> {
+        let mut guard = self.client.lock().unwrap_or_else(PoisonError::into_inner);
+        if guard.is_none() {
+            *guard = Some(crate::notify::connect(&self.url)?);
+        }
+        let Some(client) = guard.as_mut() else {
+            return Err("no connection".into());
+        };
+        f(client).map_err(|e| {
+            *guard = None;
+            e.to_string()
+        })
+    }
+
+    /// Queues `job` for `subject`'s tab, driven by instance `origin`.
+    pub(crate) fn insert(&self, subject: &str, origin: &str, job: &Job) -> Result<(), String> {
+        let sql = format!(
+            "INSERT INTO {} (id, subject, origin, job) VALUES ($1, $2, $3, $4)",
+            self.table
+        );
+        self.with(|c| c.execute(&sql, &[&job.id, &subject, &origin, &encode(job)]))
+            .map(drop)
+    }
+
+    /// `subject`'s jobs not yet taken, oldest first.
+    pub(crate) fn queued(&self, subject: &str) -> Result<Vec<Job>, String> {
+        let sql = format!(
+            "SELECT id, job FROM {} WHERE subject = $1 AND NOT taken ORDER BY made",
+            self.table
+        );
+        let rows = self.with(|c| c.query(&sql, &[&subject]))?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|r| decode(r.get(0), r.get::<_, &str>(1)))
+            .collect())
+    }
+
+    /// Claims the jobs `ids` for the polling page; returns the ids this
+    /// call won (a racing poll may have taken some).
+    pub(crate) fn claim(&self, ids: &[&str]) -> Result<Vec<String>, String> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let sql = format!(
+            "UPDATE {} SET taken = true WHERE id = ANY($1) AND NOT taken RETURNING id",
+            self.table
+        );
+        let rows = self.with(|c| c.query(&sql, &[&ids]))?;
+        Ok(rows.into_iter().map(|r| r.get(0)).collect())
+    }
+
+    /// Deletes the jobs `ids` (withdrawn, or never deliverable).
+    pub(crate) fn delete(&self, ids: &[&str]) -> Result<(), String> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let sql = format!("DELETE FROM {} WHERE id = ANY($1)", self.table);
+        self.with(|c| c.execute(&sql, &[&ids])).map(drop)
+    }
+
+    /// Records the page's report on job `id` of `subject`: true when such
+    /// a job was taken and not yet reported.
+    pub(crate) fn report(
+        &self,
+        subject: &str,
+        id: &str,
+        report: &TabReport,
+    ) -> Result<bool, String> {
+        let sql = format!(
+            "UPDATE {} SET reported = true, failed = $3, summary = $4
+             WHERE id = $1 AND subject = $2 AND taken AND NOT reported",
+            self.table
+        );
+        let failed = report.failed.as_deref();
+        let n = self.with(|c| c.execute(&sql, &[&id, &subject, &failed, &report.summary]))?;
+        Ok(n == 1)
+    }
+
+    /// Takes the report on job `id`, if it has arrived: the row goes.
+    pub(crate) fn collect(&self, id: &str) -> Result<Option<TabReport>, String> {
+        let sql = format!(
+            "DELETE FROM {} WHERE id = $1 AND reported RETURNING failed, summary",
+            self.table
+        );
+        let row = self.with(|c| c.query_opt(&sql, &[&id]))?;
+        Ok(row.map(|r| TabReport {
+            failed: r.get(0),
+            summary: r.get::<_, Option<String>>(1).unwrap_or_default(),
+        }))
+    }
+
+    /// Deletes the rows older than [`STALE`]; returns how many.
+    pub(crate) fn sweep(&self) -> Result<u64, String> {
+        let sql = format!(
+            "DELETE FROM {} WHERE made < now() - make_interval(secs => $1)",
+            self.table
+        );
+        #[expect(
+            clippy::cast_precision_loss,
+            reason = "an hour in seconds is exact in an f64"
+        )]
+        let secs = STALE.as_secs() as f64;
+        self.with(|c| c.execute(&sql, &[&secs]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_round_trips_through_its_row() {
+        let job = Job {
+            id: "j1".into(),
+            grant: GrantId::parse("AAAAAAAAAAAAAAAAAAAAAA").expect("a grant id"),
+            connection: 7,
+            request_id: RequestId::parse("0190b2a4-7c3e-7def-8abc-000000000001").expect("an id"),
+            seq: 2,
+            skill: "create_note",
+            args: json!({"title": "t"}),
+        };
+        let back = decode("j1".into(), &encode(&job)).expect("decodes");
+        assert_eq!(back.grant, job.grant);
+        assert_eq!(
+            (back.connection, back.seq, back.skill),
+            (7, 2, "create_note")
+        );
+        assert_eq!(back.request_id, job.request_id);
+        assert_eq!(back.args, job.args);
+        let unknown = encode(&job).replace("create_note", "no_such_skill");
+        assert!(decode("j1".into(), &unknown).is_none());
+    }
+}
