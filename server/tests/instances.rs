@@ -631,3 +631,160 @@ async fn an_approval_asked_through_b_wakes_the_tab_on_a_and_one_request_id_is_ad
     let now = tab.poll(0).await;
     assert_eq!(now["approvals"].as_array().unwrap().len(), 1, "{now}");
 }
+
+/// The connected tab on A performing every job it is handed: it creates
+/// the note through A's own notes API, reports through A, and keeps the
+/// request id of each job it ran.
+fn perform_on_a(
+    tab: Tab,
+) -> (
+    tokio::task::JoinHandle<()>,
+    std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+) {
+    let ran = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = std::sync::Arc::clone(&ran);
+    let task = tokio::spawn(async move {
+        let mut since = 0;
+        loop {
+            let work = tab.poll(since).await;
+            since = work["version"].as_u64().unwrap_or(since);
+            for job in work["jobs"].as_array().cloned().unwrap_or_default() {
+                seen.lock()
+                    .unwrap()
+                    .push(job["requestId"].as_str().unwrap().to_owned());
+                let (status, note) = tab.post("/app/notes", &job["args"]).await;
+                assert_eq!(status, StatusCode::CREATED, "{note}");
+                let report = json!({"job": job["job"], "ok": true, "summary": note.to_string()});
+                let (status, v) = tab.post("/agents/tab/report", &report).await;
+                assert_eq!(status, StatusCode::OK, "{v}");
+            }
+        }
+    });
+    (task, ran)
+}
+
+/// Approves, through the tab on A, the one pending approval of `request`
+/// (once A's tab shows it: another instance's `NOTIFY` takes a moment).
+async fn approve_once(tab: &Tab, request: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let a = loop {
+        let work = tab.poll(0).await;
+        let found = work["approvals"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["requestId"] == request)
+            .cloned();
+        match found {
+            Some(a) => break a,
+            None if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            None => panic!("no approval of {request}: {work}"),
+        }
+    };
+    let decide = json!({"grant": a["grant"], "requestId": request, "seq": a["seq"],
+                        "fingerprint": a["fingerprint"], "decision": "once"});
+    let (status, v) = tab.post("/agents/tab/decide", &decide).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+}
+
+/// Calls `execute` at `mcp_url` until it is no longer `execution_pending`
+/// (at most 40 s).
+async fn until_done(pair: &Pair, mcp_url: &str, access: &str, call: &Value) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        let v = pair.tool(mcp_url, access, "execute", call.clone()).await;
+        if v["status"] != "execution_pending" || Instant::now() > deadline {
+            return v;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_driven_on_b_is_performed_once_by_the_tab_on_a_and_b_answers_with_its_result() {
+    let Some(url) = database("runs across instances") else {
+        return;
+    };
+    let pair = Pair::start(&url, "runs", &[]).await;
+    let (_, tokens, cookie) = pair.login_with("alice", "skills:read skills:write").await;
+    let access = tokens["access_token"].as_str().unwrap().to_owned();
+    let tab = Tab::open(&pair, &cookie).await;
+    let (a_url, b_url) = (pair.mcp_url(0), pair.mcp_url(1));
+    let note = |title: &str| {
+        json!([{"skill": "create_note", "args": {"title": title, "body": "milk"}}]).to_string()
+    };
+
+    // Executed on B, performed by the tab polling on A, answered by B.
+    let call = json!({"requestId": REQUEST, "code": note("Groceries")});
+    let v = pair.tool(&b_url, &access, "execute", call.clone()).await;
+    assert_eq!(v["status"], "approval_pending", "{v}");
+    approve_once(&tab, REQUEST).await;
+    let (performer, ran) = perform_on_a(tab.clone());
+    let began = Instant::now();
+    let v = pair.tool(&b_url, &access, "execute", call.clone()).await;
+    assert_eq!(v["status"], "done", "B answers with the run's result: {v}");
+    assert_eq!(v["result"][0]["result"]["title"], "Groceries", "{v}");
+    assert!(
+        began.elapsed() < Duration::from_millis(1500),
+        "the report through A woke B's driver at once, not its 2 s check ({:?})",
+        began.elapsed()
+    );
+
+    // One requestId raced across A and B: the action runs once, and both
+    // end with the same stored result.
+    let raced = "0190b2a4-7c3e-7def-8abc-000000000002";
+    let call = json!({"requestId": raced, "code": note("Raced")});
+    let (x, y) = tokio::join!(
+        pair.tool(&a_url, &access, "execute", call.clone()),
+        pair.tool(&b_url, &access, "execute", call.clone())
+    );
+    // One admits the run and asks for approval; the other finds it asked
+    // or still being asked (`execution_pending`).
+    let statuses = [&x["status"], &y["status"]];
+    assert!(statuses.contains(&&json!("approval_pending")), "{x} {y}");
+    assert!(
+        statuses
+            .iter()
+            .all(|s| **s == "approval_pending" || **s == "execution_pending"),
+        "{x} {y}"
+    );
+    approve_once(&tab, raced).await;
+    let (x, y) = tokio::join!(
+        until_done(&pair, &a_url, &access, &call),
+        until_done(&pair, &b_url, &access, &call)
+    );
+    assert_eq!(x["status"], "done", "{x}");
+    assert_eq!(x["result"], y["result"], "one run, one result: {x} {y}");
+    performer.abort();
+
+    let ran = ran.lock().unwrap().clone();
+    assert_eq!(
+        ran,
+        [REQUEST, raced],
+        "each action was handed to the tab once"
+    );
+    let (status, notes) = {
+        let r = pair
+            .http
+            .get(pair.url(0, "/app/notes"))
+            .header("cookie", &cookie)
+            .send()
+            .await
+            .unwrap();
+        (r.status(), r.json::<Value>().await.unwrap())
+    };
+    assert_eq!(status, StatusCode::OK);
+    let titles: Vec<&str> = notes["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["title"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        titles,
+        ["Groceries", "Raced"],
+        "each note created once: {notes}"
+    );
+}
