@@ -125,7 +125,7 @@ async fn reset_browser_session(app: &Shared, session: &Session) {
         tracing::warn!("the signed-out set was full: a new session epoch signed everyone out");
     }
     let browser_session = session.browser_session().to_owned();
-    app.navigates.clear(&browser_session);
+    app.clear_navigates(&browser_session).await;
     let ended = app
         .write(move |app, txn| {
             app.engine
@@ -183,19 +183,10 @@ pub(crate) async fn open(
         Ok(OpenAnswer::SignIn) => respond::html(StatusCode::OK, pages::sign_in(&open_url(&query))),
         Ok(OpenAnswer::Redirect(redirect)) => {
             // The command's parameters are the link's: never logged.
-            let queued = session.as_ref().map(|session| {
-                let pushed = app.navigates.push(
-                    session.browser_session(),
-                    &session.subject,
-                    &redirect.navigate,
-                    std::time::Instant::now(),
-                );
-                if pushed.is_ok() {
-                    app.relay
-                        .wake_session(&session.subject, session.browser_session());
-                }
-                pushed
-            });
+            let queued = match &session {
+                Some(session) => Some(app.push_navigate(session, &redirect.navigate).await),
+                None => None,
+            };
             match queued {
                 Some(Ok((_, pending))) => tracing::debug!(
                     source = ?redirect.source,

@@ -20,6 +20,11 @@
 //!    deletes the row and hands the outcome to its driver. A driver that
 //!    missed the notification collects the row at its next liveness check.
 //!
+//! The open route's `navigate` commands are rows too
+//! (`"<schema>".relay_navigate`), with the in-memory queue's bounds, lease
+//! and expiry, so a link opened through one instance reaches the browser
+//! session's tab polling another.
+//!
 //! A driver that gives up deletes its row; rows older than [`STALE`] (an
 //! instance died mid-run) are swept. On redb none of this exists: the
 //! relay's in-process queue is the whole path.
@@ -32,6 +37,7 @@ use portcullis_core::ledger::RequestId;
 use postgres::Client;
 use serde_json::{Value, json};
 
+use super::navigate;
 use super::relay::{Job, TabReport};
 
 /// A row left this long (its instance died mid-run) is deleted by the sweep.
@@ -43,6 +49,8 @@ pub(crate) const STALE: Duration = Duration::from_hours(1);
 pub(crate) struct JobTable {
     url: String,
     table: String,
+    /// The open route's `navigate` commands (see [`super::navigate`]).
+    navigate: String,
     client: Mutex<Option<Client>>,
 }
 
@@ -85,10 +93,11 @@ fn decode(id: String, text: &str) -> Option<Job> {
 impl JobTable {
     /// Connects to `url` and creates the table in `schema` if it is missing.
     pub(crate) fn open(url: &str, schema: &str) -> Result<Self, String> {
-        let table = format!("\"{}\".relay_job", schema.replace('"', "\"\""));
+        let schema = schema.replace('"', "\"\"");
         let jobs = Self {
             url: url.to_owned(),
-            table,
+            table: format!("\"{schema}\".relay_job"),
+            navigate: format!("\"{schema}\".relay_navigate"),
             client: Mutex::new(None),
         };
         let t = &jobs.table;
@@ -105,7 +114,20 @@ impl JobTable {
                      summary text,
                      made timestamptz NOT NULL DEFAULT now()
                  );
-                 CREATE INDEX IF NOT EXISTS relay_job_subject ON {t} (subject) WHERE NOT taken;"
+                 CREATE INDEX IF NOT EXISTS relay_job_subject ON {t} (subject) WHERE NOT taken;
+                 CREATE TABLE IF NOT EXISTS {n} (
+                     seq bigserial PRIMARY KEY,
+                     id text NOT NULL,
+                     session text NOT NULL,
+                     subject text NOT NULL,
+                     message text NOT NULL,
+                     bytes bigint NOT NULL,
+                     handed timestamptz,
+                     made timestamptz NOT NULL DEFAULT now()
+                 );
+                 CREATE INDEX IF NOT EXISTS relay_navigate_session ON {n} (session);
+                 CREATE INDEX IF NOT EXISTS relay_navigate_subject ON {n} (subject);",
+                n = jobs.navigate
             ))
         })
         .map_err(|e| format!("creating the job table: {e}"))?;
@@ -208,19 +230,120 @@ impl JobTable {
         }))
     }
 
+    /// Queues the `navigate` message `message` (id `id`) for browser
+    /// session `session` of `subject`, within the bounds of the in-memory
+    /// queue: the session's oldest beyond [`navigate::MAX_PER_SESSION`],
+    /// the user's oldest beyond [`navigate::MAX_USER_BYTES`], anyone's
+    /// oldest beyond [`navigate::MAX_TOTAL_BYTES`] and the expired ones go.
+    /// Returns how many the session has pending.
+    pub(crate) fn push_navigate(
+        &self,
+        session: &str,
+        subject: &str,
+        id: &str,
+        message: &str,
+        bytes: usize,
+    ) -> Result<i64, String> {
+        let n = &self.navigate;
+        let ttl = secs(navigate::TTL);
+        let bytes = i64::try_from(bytes).unwrap_or(i64::MAX);
+        let per_session = i64::try_from(navigate::MAX_PER_SESSION).unwrap_or(i64::MAX);
+        let user = i64::try_from(navigate::MAX_USER_BYTES).unwrap_or(i64::MAX);
+        let total = i64::try_from(navigate::MAX_TOTAL_BYTES).unwrap_or(i64::MAX);
+        self.with(|c| {
+            let mut t = c.transaction()?;
+            t.execute(
+                &format!(
+                    "INSERT INTO {n} (id, session, subject, message, bytes) \
+                     VALUES ($1, $2, $3, $4, $5)"
+                ),
+                &[&id, &session, &subject, &message, &bytes],
+            )?;
+            t.execute(
+                &format!("DELETE FROM {n} WHERE made < now() - make_interval(secs => $1)"),
+                &[&ttl],
+            )?;
+            t.execute(
+                &format!(
+                    "DELETE FROM {n} WHERE seq IN (SELECT seq FROM {n} WHERE session = $1 \
+                     ORDER BY seq DESC OFFSET $2)"
+                ),
+                &[&session, &per_session],
+            )?;
+            for (filter, budget) in [("subject = $2", user), ("$2::text IS NOT NULL", total)] {
+                t.execute(
+                    &format!(
+                        "DELETE FROM {n} WHERE seq IN (SELECT seq FROM (SELECT seq, \
+                         sum(bytes) OVER (ORDER BY seq DESC) AS held FROM {n} WHERE {filter}) \
+                         AS newest WHERE held > $1)"
+                    ),
+                    &[&budget, &subject],
+                )?;
+            }
+            let pending: i64 = t
+                .query_one(
+                    &format!("SELECT count(*) FROM {n} WHERE session = $1"),
+                    &[&session],
+                )?
+                .get(0);
+            t.commit()?;
+            Ok(pending)
+        })
+    }
+
+    /// The messages of `session` to hand to the polling page now, oldest
+    /// first, each reserved for [`navigate::LEASE`] (as the in-memory
+    /// queue's `take`), whichever instance the page polls.
+    pub(crate) fn take_navigates(&self, session: &str) -> Result<Vec<Value>, String> {
+        let sql = format!(
+            "UPDATE {} SET handed = now() WHERE session = $1 \
+             AND made >= now() - make_interval(secs => $2) \
+             AND (handed IS NULL OR handed <= now() - make_interval(secs => $3)) \
+             RETURNING seq, message",
+            self.navigate
+        );
+        let (ttl, lease) = (secs(navigate::TTL), secs(navigate::LEASE));
+        let mut rows = self.with(|c| c.query(&sql, &[&session, &ttl, &lease]))?;
+        rows.sort_by_key(|r| r.get::<_, i64>(0));
+        Ok(rows
+            .iter()
+            .filter_map(|r| serde_json::from_str(r.get::<_, &str>(1)).ok())
+            .collect())
+    }
+
+    /// Acknowledges message `id` of `session`: false when it has none such.
+    pub(crate) fn ack_navigate(&self, session: &str, id: &str) -> Result<bool, String> {
+        let sql = format!(
+            "DELETE FROM {} WHERE session = $1 AND id = $2",
+            self.navigate
+        );
+        Ok(self.with(|c| c.execute(&sql, &[&session, &id]))? > 0)
+    }
+
+    /// Drops every message of `session` (sign-out).
+    pub(crate) fn clear_navigates(&self, session: &str) -> Result<(), String> {
+        let sql = format!("DELETE FROM {} WHERE session = $1", self.navigate);
+        self.with(|c| c.execute(&sql, &[&session])).map(drop)
+    }
+
     /// Deletes the rows older than [`STALE`]; returns how many.
     pub(crate) fn sweep(&self) -> Result<u64, String> {
         let sql = format!(
             "DELETE FROM {} WHERE made < now() - make_interval(secs => $1)",
             self.table
         );
-        #[expect(
-            clippy::cast_precision_loss,
-            reason = "an hour in seconds is exact in an f64"
-        )]
-        let secs = STALE.as_secs() as f64;
-        self.with(|c| c.execute(&sql, &[&secs]))
+        let expired = format!(
+            "DELETE FROM {} WHERE made < now() - make_interval(secs => $1)",
+            self.navigate
+        );
+        let (stale, ttl) = (secs(STALE), secs(navigate::TTL));
+        self.with(|c| Ok(c.execute(&sql, &[&stale])? + c.execute(&expired, &[&ttl])?))
     }
+}
+
+/// `d` in seconds, as `make_interval` takes them.
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
 }
 
 #[cfg(test)]

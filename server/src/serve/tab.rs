@@ -477,7 +477,7 @@ pub(crate) async fn work(
             },
         };
         let messages = if may_take_messages(&snap, browser_session, &q) {
-            app.navigates.take(browser_session, Instant::now())
+            app.take_navigates(browser_session).await
         } else {
             Vec::new()
         };
@@ -668,7 +668,7 @@ pub(crate) async fn ack(State(app): State<Shared>, headers: HeaderMap, raw: Byte
         Ok(parts) => parts,
         Err(r) => return r,
     };
-    if app.navigates.ack(session.browser_session(), &a.id) {
+    if app.ack_navigate(session.browser_session(), &a.id).await {
         tracing::debug!("navigate applied by the tab");
         Json(json!({"ok": true})).into_response()
     } else {
