@@ -14,6 +14,8 @@
 //! * **`report <job>`**: a page reported on a job through this instance;
 //!   the instance whose driver awaits that job collects the report from
 //!   the job table (see `serve::jobs`).
+//! * **`signout <sid> <expires>`** and **`epoch`**: a browser session
+//!   signed out, or the sessions' epoch changed (see [`crate::session`]).
 //! * **`site`**: the site changed (off switch, key rotation, from the admin
 //!   CLI or another instance): every instance re-reads it.
 //!
@@ -57,6 +59,10 @@ pub(crate) enum Event {
     /// The page reported on this job: the instance driving it collects the
     /// report ([`crate::serve`]'s job table).
     Report(String),
+    /// A browser session signed out (its id, its cookie's expiry).
+    SignOut(String, u64),
+    /// The browser sessions' epoch changed (every session ended).
+    Epoch,
 }
 
 impl Event {
@@ -65,6 +71,10 @@ impl Event {
             Self::Site => format!("{schema}\t{instance}\tsite"),
             Self::Bump(subject) => format!("{schema}\t{instance}\tbump\t{subject}"),
             Self::Report(job) => format!("{schema}\t{instance}\treport\t{job}"),
+            Self::SignOut(sid, expires) => {
+                format!("{schema}\t{instance}\tsignout\t{sid}\t{expires}")
+            }
+            Self::Epoch => format!("{schema}\t{instance}\tepoch"),
         }
     }
 
@@ -80,6 +90,11 @@ impl Event {
             ("site", None) => Some(Self::Site),
             ("bump", Some(subject)) => Some(Self::Bump(subject.to_owned())),
             ("report", Some(job)) => Some(Self::Report(job.to_owned())),
+            ("signout", Some(rest)) => {
+                let (sid, expires) = rest.split_once('\t')?;
+                Some(Self::SignOut(sid.to_owned(), expires.parse().ok()?))
+            }
+            ("epoch", None) => Some(Self::Epoch),
             _ => None,
         }
     }
@@ -284,6 +299,13 @@ mod tests {
         let s = Event::Site.encode("portcullis", "cli");
         assert_eq!(Event::decode(&s, "portcullis", "i-b"), Some(Event::Site));
         assert_eq!(Event::decode("garbage", "portcullis", "i-b"), None);
+        let o = Event::SignOut("sid-1".into(), 99).encode("portcullis", "i-a");
+        assert_eq!(
+            Event::decode(&o, "portcullis", "i-b"),
+            Some(Event::SignOut("sid-1".into(), 99))
+        );
+        let e = Event::Epoch.encode("portcullis", "i-a");
+        assert_eq!(Event::decode(&e, "portcullis", "i-b"), Some(Event::Epoch));
         let r = Event::Report("job-1".into()).encode("portcullis", "i-a");
         assert_eq!(
             Event::decode(&r, "portcullis", "i-b"),

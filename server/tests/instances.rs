@@ -226,8 +226,8 @@ impl Pair {
         (client_id, tokens)
     }
 
-    /// [`Pair::login`] for `scope`; also the session cookie (valid on
-    /// instance 0 only: browser sessions are per instance).
+    /// [`Pair::login`] for `scope`; also the session cookie (signed in on
+    /// instance 0, valid on both).
     async fn login_with(&self, user: &str, scope: &str) -> (String, Value, String) {
         let r = self
             .http
@@ -787,4 +787,81 @@ async fn a_run_driven_on_b_is_performed_once_by_the_tab_on_a_and_b_answers_with_
         ["Groceries", "Raced"],
         "each note created once: {notes}"
     );
+}
+
+/// Whether `cookie` is a signed-in session at instance `i` (its Agents page
+/// has a form with a CSRF token rather than the sign-in form).
+async fn signed_in_at(pair: &Pair, i: usize, cookie: &str) -> bool {
+    let html = pair
+        .http
+        .get(pair.url(i, "/agents"))
+        .header("cookie", cookie)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    html.contains("name=\"csrf\"") && !html.contains("Development sign-in")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_browser_session_and_its_links_and_sign_out_reach_every_instance() {
+    let Some(url) = database("browser sessions across instances") else {
+        return;
+    };
+    let pair = Pair::start(&url, "sessions", &[]).await;
+    let (_, _, cookie) = pair.login_with("alice", "skills:read").await;
+    let tab = Tab::open(&pair, &cookie).await;
+    assert!(signed_in_at(&pair, 0, &cookie).await);
+    assert!(
+        signed_in_at(&pair, 1, &cookie).await,
+        "a session signed in on A is valid on B (one epoch in the database)"
+    );
+
+    // A link opened through B reaches the browser session's tab on A, once.
+    let r = pair
+        .http
+        .get(pair.url(1, "/_agent-native/open?app=mail&view=inbox&f_label=work"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::FOUND);
+    let work = tab.poll(0).await;
+    let messages = work["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 1, "{work}\n{}", pair.logs());
+    assert_eq!(messages[0]["navigate"]["view"], "inbox", "{work}");
+    let (status, v) = tab
+        .post("/agents/tab/ack", &json!({"id": messages[0]["id"]}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    let (status, _) = tab
+        .post("/agents/tab/ack", &json!({"id": messages[0]["id"]}))
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "acknowledged once");
+
+    // Signed out through B: refused on both.
+    let r = pair
+        .http
+        .post(pair.url(1, "/agents"))
+        .header("cookie", &cookie)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(encode_pairs([
+            ("intent", "signout"),
+            ("csrf", tab.csrf.as_str()),
+        ]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert!(!signed_in_at(&pair, 1, &cookie).await);
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while signed_in_at(&pair, 0, &cookie).await {
+        assert!(
+            Instant::now() < deadline,
+            "a sign-out through B ends the session on A"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

@@ -25,6 +25,9 @@
 //! and expiry, so a link opened through one instance reaches the browser
 //! session's tab polling another.
 //!
+//! The browser sessions' epoch and signed-out set are rows as well
+//! (`session_epoch`, `session_signout`, see [`crate::session`]).
+//!
 //! A driver that gives up deletes its row; rows older than [`STALE`] (an
 //! instance died mid-run) are swept. On redb none of this exists: the
 //! relay's in-process queue is the whole path.
@@ -39,6 +42,7 @@ use serde_json::{Value, json};
 
 use super::navigate;
 use super::relay::{Job, TabReport};
+use crate::session::Epoch;
 
 /// A row left this long (its instance died mid-run) is deleted by the sweep.
 pub(crate) const STALE: Duration = Duration::from_hours(1);
@@ -51,6 +55,10 @@ pub(crate) struct JobTable {
     table: String,
     /// The open route's `navigate` commands (see [`super::navigate`]).
     navigate: String,
+    /// The browser sessions' shared epoch (one row).
+    epoch: String,
+    /// The signed-out browser sessions, until their cookies expire.
+    signout: String,
     client: Mutex<Option<Client>>,
 }
 
@@ -98,6 +106,8 @@ impl JobTable {
             url: url.to_owned(),
             table: format!("\"{schema}\".relay_job"),
             navigate: format!("\"{schema}\".relay_navigate"),
+            epoch: format!("\"{schema}\".session_epoch"),
+            signout: format!("\"{schema}\".session_signout"),
             client: Mutex::new(None),
         };
         let t = &jobs.table;
@@ -126,8 +136,15 @@ impl JobTable {
                      made timestamptz NOT NULL DEFAULT now()
                  );
                  CREATE INDEX IF NOT EXISTS relay_navigate_session ON {n} (session);
-                 CREATE INDEX IF NOT EXISTS relay_navigate_subject ON {n} (subject);",
-                n = jobs.navigate
+                 CREATE INDEX IF NOT EXISTS relay_navigate_subject ON {n} (subject);
+                 CREATE TABLE IF NOT EXISTS {e} (
+                     singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+                     epoch bytea NOT NULL
+                 );
+                 CREATE TABLE IF NOT EXISTS {o} (sid text PRIMARY KEY, expires bigint NOT NULL);",
+                n = jobs.navigate,
+                e = jobs.epoch,
+                o = jobs.signout,
             ))
         })
         .map_err(|e| format!("creating the job table: {e}"))?;
@@ -275,7 +292,7 @@ impl JobTable {
                     &format!(
                         "DELETE FROM {n} WHERE seq IN (SELECT seq FROM (SELECT seq, \
                          sum(bytes) OVER (ORDER BY seq DESC) AS held FROM {n} WHERE {filter}) \
-                         AS newest WHERE held > $1)"
+                         AS newest WHERE held > $1::bigint)"
                     ),
                     &[&budget, &subject],
                 )?;
@@ -326,7 +343,86 @@ impl JobTable {
         self.with(|c| c.execute(&sql, &[&session])).map(drop)
     }
 
-    /// Deletes the rows older than [`STALE`]; returns how many.
+    /// The browser sessions' epoch, made at random by the first instance.
+    pub(crate) fn session_epoch(&self) -> Result<Epoch, String> {
+        let fresh = Epoch::random(&mut rand::rng()).to_bytes();
+        let insert = format!(
+            "INSERT INTO {} (epoch) VALUES ($1) ON CONFLICT (singleton) DO NOTHING",
+            self.epoch
+        );
+        let select = format!("SELECT epoch FROM {}", self.epoch);
+        let bytes: Vec<u8> = self.with(|c| {
+            c.execute(&insert, &[&&fresh[..]])?;
+            Ok(c.query_one(&select, &[])?.get(0))
+        })?;
+        let bytes: [u8; 16] = bytes
+            .try_into()
+            .map_err(|_| "the stored session epoch is not 16 bytes".to_owned())?;
+        Ok(Epoch::from_bytes(bytes))
+    }
+
+    /// The signed-out sessions whose cookies are still live at `now`.
+    pub(crate) fn signed_out(&self, now: u64) -> Result<Vec<(String, u64)>, String> {
+        let sql = format!(
+            "SELECT sid, expires FROM {} WHERE expires > $1",
+            self.signout
+        );
+        let now = i64::try_from(now).unwrap_or(i64::MAX);
+        let rows = self.with(|c| c.query(&sql, &[&now]))?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                let expires: i64 = r.get(1);
+                (r.get(0), u64::try_from(expires).unwrap_or(0))
+            })
+            .collect())
+    }
+
+    /// Records the sign-out of `sid` (its cookie expires at `expires`).
+    /// When more than `capacity` live sign-outs are held, a new epoch
+    /// replaces the old (every session ends) and the set empties: that
+    /// epoch is returned.
+    pub(crate) fn sign_out(
+        &self,
+        sid: &str,
+        expires: u64,
+        now: u64,
+        capacity: usize,
+    ) -> Result<Option<Epoch>, String> {
+        let (o, e) = (&self.signout, &self.epoch);
+        let expires = i64::try_from(expires).unwrap_or(i64::MAX);
+        let now = i64::try_from(now).unwrap_or(i64::MAX);
+        let capacity = i64::try_from(capacity).unwrap_or(i64::MAX);
+        let fresh = Epoch::random(&mut rand::rng());
+        self.with(|c| {
+            let mut t = c.transaction()?;
+            t.execute(
+                &format!("INSERT INTO {o} (sid, expires) VALUES ($1, $2) ON CONFLICT DO NOTHING"),
+                &[&sid, &expires],
+            )?;
+            let live: i64 = t
+                .query_one(
+                    &format!("SELECT count(*) FROM {o} WHERE expires > $1"),
+                    &[&now],
+                )?
+                .get(0);
+            let renewed = if live > capacity {
+                t.execute(
+                    &format!("UPDATE {e} SET epoch = $1"),
+                    &[&&fresh.to_bytes()[..]],
+                )?;
+                t.execute(&format!("DELETE FROM {o}"), &[])?;
+                Some(fresh)
+            } else {
+                None
+            };
+            t.commit()?;
+            Ok(renewed)
+        })
+    }
+
+    /// Deletes the rows older than [`STALE`], the expired `navigate`
+    /// commands and sign-outs; returns how many.
     pub(crate) fn sweep(&self) -> Result<u64, String> {
         let sql = format!(
             "DELETE FROM {} WHERE made < now() - make_interval(secs => $1)",
@@ -336,8 +432,16 @@ impl JobTable {
             "DELETE FROM {} WHERE made < now() - make_interval(secs => $1)",
             self.navigate
         );
+        let signouts = format!(
+            "DELETE FROM {} WHERE expires <= extract(epoch FROM now())",
+            self.signout
+        );
         let (stale, ttl) = (secs(STALE), secs(navigate::TTL));
-        self.with(|c| Ok(c.execute(&sql, &[&stale])? + c.execute(&expired, &[&ttl])?))
+        self.with(|c| {
+            Ok(c.execute(&sql, &[&stale])?
+                + c.execute(&expired, &[&ttl])?
+                + c.execute(&signouts, &[])?)
+        })
     }
 }
 

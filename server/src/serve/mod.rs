@@ -288,7 +288,37 @@ impl App {
         match event {
             Some(Event::Bump(subject)) => self.relay.bump(&subject),
             Some(Event::Report(job)) => self.collect_report(&job),
-            Some(Event::Site) | None => self.site_changed(),
+            Some(Event::SignOut(sid, expires)) => {
+                if !self.sessions.remember(&sid, expires, clock::now()) {
+                    // This copy is full: the database's says otherwise,
+                    // or a new epoch is on its way; read it again.
+                    self.reload_sessions();
+                }
+            }
+            Some(Event::Epoch) => self.reload_sessions(),
+            Some(Event::Site) => self.site_changed(),
+            None => {
+                // The listener (re)connected: whatever was announced while
+                // it was down is in the database. Every long-poll answers
+                // with a fresh snapshot, sessions and the site are re-read.
+                self.relay.bump_all();
+                self.reload_sessions();
+                self.site_changed();
+            }
+        }
+    }
+
+    /// Re-reads the browser sessions' epoch and signed-out set from a
+    /// shared database. Blocking.
+    fn reload_sessions(&self) {
+        let Some(table) = self.jobs else { return };
+        let now = clock::now().as_secs();
+        match table
+            .session_epoch()
+            .and_then(|e| Ok((e, table.signed_out(now)?)))
+        {
+            Ok((epoch, out)) => self.sessions.reset(epoch, out),
+            Err(e) => tracing::warn!(error = %e, "re-reading the browser sessions failed"),
         }
     }
 }
@@ -465,15 +495,19 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
         Writer::Group(GroupCommitter::new(Arc::clone(engine.store())))
     };
     let fanout = Fanout::start(&args.db);
-    let jobs = match args.db.db.postgres_url() {
+    let (jobs, sessions) = match args.db.db.postgres_url() {
         Some(url) => {
             let (url, schema) = (url.to_owned(), fanout.schema().to_owned());
-            let table = tokio::task::spawn_blocking(move || jobs::JobTable::open(&url, &schema))
-                .await
-                .map_err(|e| e.to_string())??;
-            Some(&*Box::leak(Box::new(table)))
+            let (table, sessions) = tokio::task::spawn_blocking(move || {
+                let table = jobs::JobTable::open(&url, &schema)?;
+                let sessions = shared_sessions(&table)?;
+                Ok::<_, String>((table, sessions))
+            })
+            .await
+            .map_err(|e| e.to_string())??;
+            (Some(&*Box::leak(Box::new(table))), sessions)
         }
-        None => None,
+        None => (None, crate::session::Sessions::new(&mut rand::rng())),
     };
     let app = Arc::new(App {
         engine,
@@ -482,7 +516,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
         mcp_key: std::sync::RwLock::new(site.public_key.clone()),
         fanout,
         session_key: keys.session,
-        sessions: crate::session::Sessions::new(&mut rand::rng()),
+        sessions,
         secure: public.starts_with("https://"),
         public_url: public.clone(),
         session_ttl: Duration::from_secs(args.session_ttl_secs),
@@ -533,6 +567,14 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
     .await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The browser sessions' shared epoch and signed-out set as the database
+/// has them now.
+fn shared_sessions(table: &jobs::JobTable) -> Result<crate::session::Sessions, String> {
+    let epoch = table.session_epoch()?;
+    let out = table.signed_out(clock::now().as_secs())?;
+    Ok(crate::session::Sessions::shared(epoch, out))
 }
 
 /// The store of the running server, never dropped (see [`run`]).

@@ -198,6 +198,19 @@ impl Relay {
         mb.wake_all();
     }
 
+    /// Bumps every mailbox: events may have been missed (another
+    /// instance's, while the listener was reconnecting), so every waiting
+    /// poll answers with a fresh snapshot.
+    pub(crate) fn bump_all(&self) {
+        let mut inner = self.lock();
+        inner.versions += 1;
+        let version = inner.versions;
+        for mb in inner.mailboxes.values_mut() {
+            mb.version = version;
+            mb.wake_all();
+        }
+    }
+
     /// Wakes the waiting polls of `subject`'s browser session
     /// `browser_session` only, without a new version: a `navigate` command
     /// is for that session alone.
@@ -488,6 +501,22 @@ mod tests {
         relay.bump("alice");
         assert!(tokio::time::timeout(quick, a.wake.notified()).await.is_ok());
         assert!(tokio::time::timeout(quick, b.wake.notified()).await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn bump_all_moves_every_mailbox_past_what_its_polls_saw() {
+        let relay = Relay::default();
+        let (a, _) = relay.watch("alice");
+        let (b, _) = relay.watch("bob");
+        let waiting = relay.enter("bob", "s1");
+        relay.bump_all();
+        assert!(relay.watch("alice").0 > a && relay.watch("bob").0 > b);
+        let quick = Duration::from_millis(50);
+        assert!(
+            tokio::time::timeout(quick, waiting.wake.notified())
+                .await
+                .is_ok()
+        );
     }
 
     #[test]
