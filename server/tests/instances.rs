@@ -89,7 +89,7 @@ impl Drop for Schema {
 struct Pair {
     dir: tempfile::TempDir,
     schema: Schema,
-    ports: [u16; 2],
+    ports: Vec<u16>,
     children: Vec<Child>,
     http: reqwest::Client,
 }
@@ -98,7 +98,7 @@ impl Pair {
     async fn start(url: &str, test: &str, extra: &[&str]) -> Self {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let dir = tempfile::tempdir().unwrap();
-        let ports = [free_port(), free_port()];
+        let ports = vec![free_port(), free_port()];
         let mut pair = Self {
             schema: Schema::new(url, test),
             dir,
@@ -111,28 +111,32 @@ impl Pair {
                 .unwrap(),
         };
         for i in 0..2 {
-            let log = |n: &str| {
-                std::fs::File::create(pair.dir.path().join(format!("{n}{i}.log"))).unwrap()
-            };
-            let child = Command::new(BIN)
-                .arg("serve")
-                .args(pair.db_args())
-                .arg("--addr")
-                .arg(format!("127.0.0.1:{}", ports[i]))
-                .arg("--public-url")
-                .arg(format!("http://127.0.0.1:{}", ports[0]))
-                .args(extra)
-                .env("RUST_LOG", "info")
-                .stdin(Stdio::null())
-                .stdout(log("stdout"))
-                .stderr(log("stderr"))
-                .spawn()
-                .unwrap();
-            pair.children.push(child);
             // One after the other: the first creates the key file and site.
-            pair.wait_up(i).await;
+            pair.spawn(i, extra).await;
         }
         pair
+    }
+
+    /// Starts instance `i` on `self.ports[i]` and waits until it answers.
+    async fn spawn(&mut self, i: usize, extra: &[&str]) {
+        let log =
+            |n: &str| std::fs::File::create(self.dir.path().join(format!("{n}{i}.log"))).unwrap();
+        let child = Command::new(BIN)
+            .arg("serve")
+            .args(self.db_args())
+            .arg("--addr")
+            .arg(format!("127.0.0.1:{}", self.ports[i]))
+            .arg("--public-url")
+            .arg(format!("http://127.0.0.1:{}", self.ports[0]))
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log("stdout"))
+            .stderr(log("stderr"))
+            .spawn()
+            .unwrap();
+        self.children.push(child);
+        self.wait_up(i).await;
     }
 
     fn db_args(&self) -> Vec<String> {
@@ -166,7 +170,9 @@ impl Pair {
 
     fn logs(&self) -> String {
         let mut all = String::new();
-        for n in ["stdout0", "stderr0", "stdout1", "stderr1"] {
+        for n in [
+            "stdout0", "stderr0", "stdout1", "stderr1", "stdout2", "stderr2",
+        ] {
             all += &std::fs::read_to_string(self.dir.path().join(format!("{n}.log")))
                 .unwrap_or_default();
         }
@@ -864,4 +870,81 @@ async fn a_browser_session_and_its_links_and_sign_out_reach_every_instance() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_instance_s_runs_end_at_the_next_start_and_a_live_one_s_go_on() {
+    let Some(url) = database("lost runs across instances") else {
+        return;
+    };
+    let mut pair = Pair::start(&url, "lost", &[]).await;
+    let (_, tokens, cookie) = pair.login_with("alice", "skills:read").await;
+    let access = tokens["access_token"].as_str().unwrap().to_owned();
+    let tab = Tab::open(&pair, &cookie).await;
+    let (a_url, b_url) = (pair.mcp_url(0), pair.mcp_url(1));
+    let list = json!([{"skill": "list_notes", "args": {}}]).to_string();
+    let on_b = "0190b2a4-7c3e-7def-8abc-0000000000b1";
+    let on_a = "0190b2a4-7c3e-7def-8abc-0000000000a1";
+    let call = |id: &str| json!({"requestId": id, "code": list});
+    // One run driven by B, one by A; the tab takes both jobs and reports
+    // neither yet.
+    for (mcp, id) in [(&b_url, on_b), (&a_url, on_a)] {
+        let http = pair.http.clone();
+        let (mcp, access, call) = (mcp.clone(), access.clone(), call(id));
+        tokio::spawn(async move {
+            let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                              "params": {"name": "execute", "arguments": call}});
+            let _ = http
+                .post(mcp)
+                .header("content-type", "application/json")
+                .header("accept", "application/json, text/event-stream")
+                .header("mcp-protocol-version", "2025-06-18")
+                .header("authorization", format!("Bearer {access}"))
+                .body(body.to_string())
+                .send()
+                .await;
+        });
+    }
+    let mut jobs = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while jobs.len() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "both jobs reach the tab: {jobs:?}"
+        );
+        let work = tab.poll(0).await;
+        jobs.extend(work["jobs"].as_array().cloned().unwrap_or_default());
+    }
+
+    // B dies holding its run's ticket. Once its lease lapses, the next
+    // instance to start ends that run, and only that one.
+    pair.children[1].kill().unwrap();
+    let beat = json!({"tabId": "tab-1", "pageInstance": "page-1", "visible": true});
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let (status, v) = tab.post("/agents/tab/heartbeat", &beat).await;
+        assert_eq!(status, StatusCode::OK, "{v}");
+    }
+    pair.ports.push(free_port());
+    pair.spawn(2, &[]).await;
+    let c_url = pair.mcp_url(2);
+    let v = pair.tool(&c_url, &access, "execute", call(on_b)).await;
+    assert_eq!(v["status"], "done", "B's lost run ended: {v}");
+    assert_eq!(v["error"]["code"], "ACTION_UNAVAILABLE", "cut off: {v}");
+    assert_eq!(v["unknownTail"], true, "{v}");
+    let v = pair.tool(&c_url, &access, "execute", call(on_a)).await;
+    assert_eq!(
+        v["status"],
+        "execution_pending",
+        "A's run goes on: {v}\n{}",
+        pair.logs()
+    );
+    // A's run completes with the tab's report.
+    let job = jobs.iter().find(|j| j["requestId"] == on_a).unwrap();
+    let report = json!({"job": job["job"], "ok": true, "summary": "{\"notes\":[]}"});
+    let (status, v) = tab.post("/agents/tab/report", &report).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    let v = until_done(&pair, &a_url, &access, &call(on_a)).await;
+    assert_eq!(v["status"], "done", "{v}");
+    assert_eq!(v["result"][0]["result"]["notes"], json!([]), "{v}");
 }

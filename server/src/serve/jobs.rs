@@ -28,6 +28,20 @@
 //! The browser sessions' epoch and signed-out set are rows as well
 //! (`session_epoch`, `session_signout`, see [`crate::session`]).
 //!
+//! **Lost runs.** A run's ticket lives in the memory of the instance that
+//! drives it, so a crashed instance leaves its runs `Running`. Each
+//! instance holds a lease (`instance_lease`, renewed every
+//! [`LEASE_RENEW`], lapsed after [`LEASE_TTL`]) and claims each run in
+//! `run_owner` **before** it begins it (no claim, no run: a run held by
+//! another live instance answers `execution_pending`). The rule: a
+//! `Running` request is lost when the instance holding its claim has no
+//! live lease. At start and at every sweep an instance takes those claims
+//! over (one `UPDATE`, so none can be claimed anew meanwhile), ends their
+//! runs with `unknownTail` ([`portcullis_core::Engine::abandon_running_where`])
+//! and lets the claims go. A run another live instance drives is never
+//! ended; a `Running` request with no claim at all (from before this
+//! table) is left to the tab's next connection, which ends it.
+//!
 //! A driver that gives up deletes its row; rows older than [`STALE`] (an
 //! instance died mid-run) are swept. On redb none of this exists: the
 //! relay's in-process queue is the whole path.
@@ -46,6 +60,11 @@ use crate::session::Epoch;
 
 /// A row left this long (its instance died mid-run) is deleted by the sweep.
 pub(crate) const STALE: Duration = Duration::from_hours(1);
+/// How often a live instance renews its lease.
+pub(crate) const LEASE_RENEW: Duration = Duration::from_secs(5);
+/// How long a lease lasts unrenewed: past it, the instance is taken for
+/// dead and the runs it held are ended by the others.
+pub(crate) const LEASE_TTL: Duration = Duration::from_secs(20);
 
 /// The job table of one instance: one connection of its own, used from the
 /// blocking pool only (the synchronous driver must not run on a runtime
@@ -59,6 +78,10 @@ pub(crate) struct JobTable {
     epoch: String,
     /// The signed-out browser sessions, until their cookies expire.
     signout: String,
+    /// Each live instance's lease, renewed every [`LEASE_RENEW`].
+    lease: String,
+    /// Which instance drives each run (holds its ticket).
+    owner: String,
     client: Mutex<Option<Client>>,
 }
 
@@ -108,6 +131,8 @@ impl JobTable {
             navigate: format!("\"{schema}\".relay_navigate"),
             epoch: format!("\"{schema}\".session_epoch"),
             signout: format!("\"{schema}\".session_signout"),
+            lease: format!("\"{schema}\".instance_lease"),
+            owner: format!("\"{schema}\".run_owner"),
             client: Mutex::new(None),
         };
         let t = &jobs.table;
@@ -141,7 +166,19 @@ impl JobTable {
                      singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
                      epoch bytea NOT NULL
                  );
-                 CREATE TABLE IF NOT EXISTS {o} (sid text PRIMARY KEY, expires bigint NOT NULL);",
+                 CREATE TABLE IF NOT EXISTS {o} (sid text PRIMARY KEY, expires bigint NOT NULL);
+                 CREATE TABLE IF NOT EXISTS {l} (
+                     instance text PRIMARY KEY,
+                     renewed timestamptz NOT NULL DEFAULT now()
+                 );
+                 CREATE TABLE IF NOT EXISTS {r} (
+                     grant_id text NOT NULL,
+                     request text NOT NULL,
+                     instance text NOT NULL,
+                     PRIMARY KEY (grant_id, request)
+                 );",
+                l = jobs.lease,
+                r = jobs.owner,
                 n = jobs.navigate,
                 e = jobs.epoch,
                 o = jobs.signout,
@@ -343,6 +380,78 @@ impl JobTable {
         self.with(|c| c.execute(&sql, &[&session])).map(drop)
     }
 
+    /// Renews (or takes) the lease of `instance`.
+    pub(crate) fn renew(&self, instance: &str) -> Result<(), String> {
+        let sql = format!(
+            "INSERT INTO {} (instance) VALUES ($1) \
+             ON CONFLICT (instance) DO UPDATE SET renewed = now()",
+            self.lease
+        );
+        self.with(|c| c.execute(&sql, &[&instance])).map(drop)
+    }
+
+    /// The condition that the instance named by `column` holds no live
+    /// lease.
+    fn dead(&self, column: &str) -> String {
+        format!(
+            "NOT EXISTS (SELECT 1 FROM {} l WHERE l.instance = {column} \
+             AND l.renewed > now() - make_interval(secs => {}))",
+            self.lease,
+            LEASE_TTL.as_secs()
+        )
+    }
+
+    /// Claims the run `(grant, request)` for `instance` before it may begin
+    /// it: true when no one holds it, `instance` already does, or its
+    /// holder's lease has lapsed. False when another live instance holds it
+    /// (it drives that run, or is ending it as lost).
+    pub(crate) fn claim_run(
+        &self,
+        grant: &str,
+        request: &str,
+        instance: &str,
+    ) -> Result<bool, String> {
+        let sql = format!(
+            "INSERT INTO {o} AS o (grant_id, request, instance) VALUES ($1, $2, $3) \
+             ON CONFLICT (grant_id, request) DO UPDATE SET instance = EXCLUDED.instance \
+             WHERE o.instance = EXCLUDED.instance OR {dead} RETURNING 1",
+            o = self.owner,
+            dead = self.dead("o.instance")
+        );
+        Ok(self
+            .with(|c| c.query_opt(&sql, &[&grant, &request, &instance]))?
+            .is_some())
+    }
+
+    /// Lets go of the run `(grant, request)` if `instance` holds it.
+    pub(crate) fn release_run(
+        &self,
+        grant: &str,
+        request: &str,
+        instance: &str,
+    ) -> Result<(), String> {
+        let sql = format!(
+            "DELETE FROM {} WHERE grant_id = $1 AND request = $2 AND instance = $3",
+            self.owner
+        );
+        self.with(|c| c.execute(&sql, &[&grant, &request, &instance]))
+            .map(drop)
+    }
+
+    /// Takes over, for `instance`, every run held by an instance whose
+    /// lease has lapsed (it died holding their tickets), so no one else
+    /// claims them while `instance` ends them; returns them.
+    pub(crate) fn take_lost_runs(&self, instance: &str) -> Result<Vec<(String, String)>, String> {
+        let sql = format!(
+            "UPDATE {o} AS o SET instance = $1 WHERE o.instance <> $1 AND {dead} \
+             RETURNING grant_id, request",
+            o = self.owner,
+            dead = self.dead("o.instance")
+        );
+        let rows = self.with(|c| c.query(&sql, &[&instance]))?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+
     /// The browser sessions' epoch, made at random by the first instance.
     pub(crate) fn session_epoch(&self) -> Result<Epoch, String> {
         let fresh = Epoch::random(&mut rand::rng()).to_bytes();
@@ -436,11 +545,16 @@ impl JobTable {
             "DELETE FROM {} WHERE expires <= extract(epoch FROM now())",
             self.signout
         );
+        let leases = format!(
+            "DELETE FROM {} WHERE renewed < now() - make_interval(secs => $1)",
+            self.lease
+        );
         let (stale, ttl) = (secs(STALE), secs(navigate::TTL));
         self.with(|c| {
             Ok(c.execute(&sql, &[&stale])?
                 + c.execute(&expired, &[&ttl])?
-                + c.execute(&signouts, &[])?)
+                + c.execute(&signouts, &[])?
+                + c.execute(&leases, &[&stale])?)
         })
     }
 }

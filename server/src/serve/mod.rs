@@ -55,7 +55,9 @@ use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
 use axum::routing::{get, post};
+use portcullis_core::grant::GrantId;
 use portcullis_core::jwt::SigningKey;
+use portcullis_core::ledger::RequestId;
 use portcullis_core::link::OpenRoute;
 use portcullis_core::site::SiteId;
 use portcullis_core::store::StoreError;
@@ -482,7 +484,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
         let (engine, keys) = setup::engine(&db, policy, true, loose)?;
         let site = setup::ensure_demo_site(&engine, &public_for_setup)?;
         if !engine.store().shared() {
-            abandon_lost_runs(&engine)?;
+            abandon_lost_runs(&engine, |_, _| true)?;
         }
         Ok::<_, String>((engine, keys, site))
     })
@@ -557,6 +559,17 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
              the host's real sign-in"
         );
     }
+    if let Some(table) = app.jobs {
+        // The lease first, so no other instance takes this one for dead;
+        // then the runs of those that are.
+        app.blocking(move |app| {
+            table.renew(app.fanout.instance())?;
+            end_runs_of_dead_instances(app)
+        })
+        .await
+        .map_err(|_| "a blocking task failed".to_owned())??;
+        tokio::spawn(renew_forever(Arc::clone(&app)));
+    }
     tokio::spawn(sweep_forever(Arc::clone(&app)));
     tracing::info!(addr = %bound, "listening");
     let router = router(app, mcp_hosts(&public, bound), args.limits);
@@ -587,13 +600,18 @@ const ABANDON_BUDGET: usize = 512;
 /// lived in its memory): each ends with `unknownTail` now, not whenever the
 /// user's tab next reconnects. This server is the only one on its database
 /// (redb holds an exclusive lock), so every `Running` request is a lost one.
-/// On PostgreSQL it is not called: another instance may be running them.
-fn abandon_lost_runs(engine: &Engine<Arc<Db>>) -> Result<(), String> {
+/// On PostgreSQL only the runs `lost` names end: those of instances whose
+/// lease lapsed ([`end_runs_of_dead_instances`]).
+
+fn abandon_lost_runs(
+    engine: &Engine<Arc<Db>>,
+    lost: impl Fn(&GrantId, &RequestId) -> bool,
+) -> Result<(), String> {
     let mut from = None;
     let mut ended = 0;
     loop {
         let done = engine
-            .abandon_running(from.as_ref(), clock::now(), ABANDON_BUDGET)
+            .abandon_running_where(from.as_ref(), clock::now(), ABANDON_BUDGET, &lost)
             .map_err(|e| format!("ending the runs lost at the last stop: {e}"))?;
         ended += done.ended;
         match done.next {
@@ -605,6 +623,49 @@ fn abandon_lost_runs(engine: &Engine<Arc<Db>>) -> Result<(), String> {
         tracing::info!(ended, "ended the runs lost at the last stop (unknownTail)");
     }
     Ok(())
+}
+
+/// On a shared database: takes over the claims of the runs held by
+/// instances whose lease lapsed, ends those runs (`unknownTail`) and lets
+/// the claims go (the rule is in [`jobs`]). Blocking.
+fn end_runs_of_dead_instances(app: &App) -> Result<(), String> {
+    let Some(table) = app.jobs else {
+        return Ok(());
+    };
+    let me = app.fanout.instance();
+    let taken = table.take_lost_runs(me)?;
+    if taken.is_empty() {
+        return Ok(());
+    }
+    let lost: std::collections::HashSet<(GrantId, RequestId)> = taken
+        .iter()
+        .filter_map(|(g, r)| Some((GrantId::parse(g)?, RequestId::parse(r).ok()?)))
+        .collect();
+    abandon_lost_runs(&app.engine, |g, r| lost.contains(&(*g, *r)))?;
+    for (g, r) in &taken {
+        table.release_run(g, r, me)?;
+    }
+    Ok(())
+}
+
+/// Renews this instance's lease on a shared database until the server
+/// stops; a renewal that fails is retried at the next tick (the lease
+/// lasts [`jobs::LEASE_TTL`], several ticks).
+async fn renew_forever(app: Shared) {
+    let Some(table) = app.jobs else { return };
+    let mut stopping = app.stopping.clone();
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(jobs::LEASE_RENEW) => {}
+            _ = stopping.changed() => return,
+        }
+        if let Ok(Err(e)) = app
+            .blocking(move |app| table.renew(app.fanout.instance()))
+            .await
+        {
+            tracing::warn!(error = %e, "renewing the instance lease failed");
+        }
+    }
 }
 
 /// How often expired codes, grants and ledger results are deleted.
@@ -624,6 +685,9 @@ async fn sweep_forever(app: Shared) {
         let revoked = app.sessions.sweep(clock::now());
         let mailboxes = app.relay.sweep_idle(std::time::Instant::now());
         if let Some(jobs) = app.jobs {
+            if let Ok(Err(e)) = app.blocking(end_runs_of_dead_instances).await {
+                tracing::warn!(error = %e, "ending the runs of lapsed instances failed");
+            }
             match app.blocking(move |_| jobs.sweep()).await {
                 Ok(Ok(n)) if n > 0 => tracing::info!(n, "stale tab jobs deleted"),
                 Ok(Err(e)) => tracing::warn!(error = %e, "sweeping tab jobs failed"),

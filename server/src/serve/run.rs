@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use portcullis_core::engine::Principal;
 use portcullis_core::error::ErrorCode;
+use portcullis_core::grant::GrantId;
 use portcullis_core::ledger::{
     ActionVerdict, BeginAnswer, BeginError, BusinessError, Caller, Completion, ExecuteParams,
     ExecutionTicket, OutcomeStatus, Report, RequestId, TicketError,
@@ -76,6 +77,30 @@ pub(crate) async fn execute(app: &Shared, principal: Principal, arguments: &Valu
             return internal(Some(id));
         }
     }
+    let grant = principal.grant;
+    // On a shared database, no claim, no run (see `super::jobs`).
+    match app.claim_run(grant, id).await {
+        Ok(true) => {}
+        Ok(false) => return pending(id),
+        Err(()) => return internal(Some(id)),
+    }
+    let answer = admit(app, principal, params, needed, steps).await;
+    if app.relay.driver(grant, id).is_none() {
+        app.release_run(grant, id).await;
+    }
+    answer
+}
+
+/// `execute` once its program parsed (and, on a shared database, its run
+/// is claimed): begin, then wait on the run's driver.
+async fn admit(
+    app: &Shared,
+    principal: Principal,
+    params: ExecuteParams,
+    needed: ScopeSet,
+    steps: Vec<Step>,
+) -> Answer {
+    let id = params.request_id;
     let needed = Arc::new(needed);
     let principal = Arc::new(principal);
     let params = Arc::new(params);
@@ -114,6 +139,43 @@ pub(crate) async fn execute(app: &Shared, principal: Principal, arguments: &Valu
         }
     }
     pending(id)
+}
+
+impl super::App {
+    /// On a shared database, claims the run `(grant, id)` for this
+    /// instance before it may begin it: false when another live instance
+    /// holds it. Always true on redb (one process).
+    async fn claim_run(self: &Arc<Self>, grant: GrantId, id: RequestId) -> Result<bool, ()> {
+        let Some(table) = self.jobs else {
+            return Ok(true);
+        };
+        let claimed = self
+            .blocking(move |app| {
+                table.claim_run(&grant.to_string(), &id.to_string(), app.fanout.instance())
+            })
+            .await;
+        match claimed {
+            Ok(Ok(claimed)) => Ok(claimed),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "claiming a run failed");
+                Err(())
+            }
+            Err(_) => Err(()),
+        }
+    }
+
+    /// Lets go of this instance's claim on the run `(grant, id)`.
+    async fn release_run(self: &Arc<Self>, grant: GrantId, id: RequestId) {
+        let Some(table) = self.jobs else { return };
+        let released = self
+            .blocking(move |app| {
+                table.release_run(&grant.to_string(), &id.to_string(), app.fanout.instance())
+            })
+            .await;
+        if let Ok(Err(e)) = released {
+            tracing::warn!(error = %e, "releasing a run failed");
+        }
+    }
 }
 
 fn pending(id: RequestId) -> Answer {
@@ -155,6 +217,7 @@ fn spawn_driver(
         let end = driver.drive(ticket, steps).await;
         let _ = tx.send(Some(end));
         app.relay.end_driver(grant, id);
+        app.release_run(grant, id).await;
     });
     rx
 }
@@ -163,7 +226,7 @@ fn spawn_driver(
 struct Driver<'a> {
     app: &'a Shared,
     subject: &'a str,
-    grant: portcullis_core::grant::GrantId,
+    grant: GrantId,
     id: RequestId,
 }
 
