@@ -40,6 +40,9 @@ use crate::clock;
 /// How long an `execute` call waits for its run before answering
 /// `execution_pending`.
 pub(crate) const WAIT: Duration = Duration::from_secs(15);
+/// How often an `execute` whose run another instance holds tries to
+/// claim it again.
+const CLAIM_RETRY: Duration = Duration::from_millis(200);
 /// How often a driver waiting for the tab checks that its connection is
 /// still the live one.
 const CHECK: Duration = Duration::from_secs(2);
@@ -78,11 +81,19 @@ pub(crate) async fn execute(app: &Shared, principal: Principal, arguments: &Valu
         }
     }
     let grant = principal.grant;
-    // On a shared database, no claim, no run (see `super::jobs`).
-    match app.claim_run(grant, id).await {
-        Ok(true) => {}
-        Ok(false) => return pending(id),
-        Err(()) => return internal(Some(id)),
+    // On a shared database, no claim, no run (see `super::jobs`). Another
+    // live instance holds it while it begins or drives the run: wait for
+    // that as for a driver here, at most `WAIT`.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        match app.claim_run(grant, id).await {
+            Ok(true) => break,
+            Ok(false) if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(CLAIM_RETRY).await;
+            }
+            Ok(false) => return pending(id),
+            Err(()) => return internal(Some(id)),
+        }
     }
     let answer = admit(app, principal, params, needed, steps).await;
     if app.relay.driver(grant, id).is_none() {
