@@ -48,6 +48,37 @@ pub(crate) struct DbArgs {
     /// The PostgreSQL schema the tables live in (default `portcullis`).
     #[arg(long, global = true)]
     pub(crate) db_schema: Option<String>,
+    /// A file holding the PostgreSQL password (its first line), so that it
+    /// is neither on the command line nor in the process list; it replaces
+    /// any password in the `--db` URL, and is never logged.
+    #[arg(long, global = true)]
+    pub(crate) db_password_file: Option<PathBuf>,
+}
+
+impl DbArgs {
+    /// These arguments with `--db-password-file` read into the PostgreSQL
+    /// URL (in memory only). An error names the file, never its content.
+    pub(crate) fn resolved(mut self) -> Result<Self, String> {
+        let Some(path) = self.db_password_file.take() else {
+            return Ok(self);
+        };
+        let Location::Postgres(url) = &self.db else {
+            return Err("--db-password-file needs a postgres:// --db".into());
+        };
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| format!("reading {}: {e}", path.display()))?;
+        let password = text.lines().next().unwrap_or_default();
+        if password.is_empty() {
+            return Err(format!("{} holds no password", path.display()));
+        }
+        let mut parsed =
+            url::Url::parse(url).map_err(|_| "the --db URL does not parse".to_owned())?;
+        parsed
+            .set_password(Some(password))
+            .map_err(|()| "the --db URL cannot carry a password".to_owned())?;
+        self.db = Location::Postgres(parsed.to_string());
+        Ok(self)
+    }
 }
 
 /// The subcommands.

@@ -948,3 +948,47 @@ async fn a_crashed_instance_s_runs_end_at_the_next_start_and_a_live_one_s_go_on(
     assert_eq!(v["status"], "done", "{v}");
     assert_eq!(v["result"][0]["result"]["notes"], json!([]), "{v}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_password_can_come_from_a_file_and_not_the_command_line() {
+    let Some(url) = database("--db-password-file") else {
+        return;
+    };
+    let pair = Pair::start(&url, "pwfile", &[]).await;
+    let mut bare = url::Url::parse(&pair.schema.url).unwrap();
+    let password = bare
+        .password()
+        .expect("the test cluster's URL has one")
+        .to_owned();
+    bare.set_password(None).unwrap();
+    let file = pair.dir.path().join("db.password");
+    std::fs::write(&file, format!("{password}\n")).unwrap();
+    let show = |extra: &[&str]| {
+        Command::new(BIN)
+            .args([
+                "site",
+                "show",
+                "--db",
+                bare.as_str(),
+                "--db-schema",
+                &pair.schema.name,
+            ])
+            .args(["--key-file", &key_file(pair.dir.path())])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let without = show(&[]);
+    assert!(!without.status.success(), "no password, no connection");
+    let with = show(&["--db-password-file", file.to_str().unwrap()]);
+    assert!(
+        with.status.success(),
+        "{}",
+        String::from_utf8_lossy(&with.stderr)
+    );
+    let out = String::from_utf8_lossy(&with.stdout) + String::from_utf8_lossy(&with.stderr);
+    assert!(!out.contains(&password), "never printed");
+    let missing = show(&["--db-password-file", "/nonexistent/pw"]);
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("/nonexistent/pw"));
+}
