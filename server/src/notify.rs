@@ -26,6 +26,9 @@
 //! of this runs: one process owns the file, and the in-process wake-ups are
 //! the whole story.
 //!
+//! Every connection here takes the store's TLS from the URL (`sslmode`,
+//! `sslrootcert`, see `portcullis_store_postgres::TlsMode`).
+//!
 //! The listening connection is dedicated (a pooled one would drop its
 //! `LISTEN` when returned); when it breaks, the listener reconnects with a
 //! pause and re-reads what it may have missed (the site), see [`listen`].
@@ -34,7 +37,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use fallible_iterator::FallibleIterator as _;
-use postgres::{Client, NoTls};
+use postgres::Client;
 
 use crate::cli::DbArgs;
 
@@ -102,8 +105,10 @@ impl Event {
 
 /// A connection of its own to `url` (the error never repeats the URL).
 pub(crate) fn connect(url: &str) -> Result<Client, String> {
-    // The driver's errors do not repeat the connection string.
-    Client::connect(url, NoTls).map_err(|e| format!("connecting to notify: {e}"))
+    // With the store's TLS (`sslmode`); its errors never repeat the string.
+    portcullis_store_postgres::PostgresConfig::parse(url)
+        .and_then(|c| c.connect())
+        .map_err(|e| format!("connecting to notify: {e}"))
 }
 
 fn send(client: &mut Client, payload: &str) -> Result<(), postgres::Error> {
