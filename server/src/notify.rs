@@ -294,26 +294,29 @@ mod tests {
 
     #[test]
     fn payloads_round_trip_and_skip_their_own_instance_and_other_schemas() {
-        let p = Event::Bump("alice\twith tab".into()).encode("portcullis", "i-a");
+        let bump = Event::Bump("alice\twith tab".into()).encode("portcullis", "i-a");
         assert_eq!(
-            Event::decode(&p, "portcullis", "i-b"),
+            Event::decode(&bump, "portcullis", "i-b"),
             Some(Event::Bump("alice\twith tab".into()))
         );
-        assert_eq!(Event::decode(&p, "portcullis", "i-a"), None);
-        assert_eq!(Event::decode(&p, "other", "i-b"), None);
-        let s = Event::Site.encode("portcullis", "cli");
-        assert_eq!(Event::decode(&s, "portcullis", "i-b"), Some(Event::Site));
+        assert_eq!(Event::decode(&bump, "portcullis", "i-a"), None);
+        assert_eq!(Event::decode(&bump, "other", "i-b"), None);
+        let site = Event::Site.encode("portcullis", "cli");
+        assert_eq!(Event::decode(&site, "portcullis", "i-b"), Some(Event::Site));
         assert_eq!(Event::decode("garbage", "portcullis", "i-b"), None);
-        let o = Event::SignOut("sid-1".into(), 99).encode("portcullis", "i-a");
+        let signout = Event::SignOut("sid-1".into(), 99).encode("portcullis", "i-a");
         assert_eq!(
-            Event::decode(&o, "portcullis", "i-b"),
+            Event::decode(&signout, "portcullis", "i-b"),
             Some(Event::SignOut("sid-1".into(), 99))
         );
-        let e = Event::Epoch.encode("portcullis", "i-a");
-        assert_eq!(Event::decode(&e, "portcullis", "i-b"), Some(Event::Epoch));
-        let r = Event::Report("job-1".into()).encode("portcullis", "i-a");
+        let epoch = Event::Epoch.encode("portcullis", "i-a");
         assert_eq!(
-            Event::decode(&r, "portcullis", "i-b"),
+            Event::decode(&epoch, "portcullis", "i-b"),
+            Some(Event::Epoch)
+        );
+        let report = Event::Report("job-1".into()).encode("portcullis", "i-a");
+        assert_eq!(
+            Event::decode(&report, "portcullis", "i-b"),
             Some(Event::Report("job-1".into()))
         );
         assert_eq!(

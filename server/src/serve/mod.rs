@@ -497,20 +497,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
         Writer::Group(GroupCommitter::new(Arc::clone(engine.store())))
     };
     let fanout = Fanout::start(&args.db);
-    let (jobs, sessions) = match args.db.db.postgres_url() {
-        Some(url) => {
-            let (url, schema) = (url.to_owned(), fanout.schema().to_owned());
-            let (table, sessions) = tokio::task::spawn_blocking(move || {
-                let table = jobs::JobTable::open(&url, &schema)?;
-                let sessions = shared_sessions(&table)?;
-                Ok::<_, String>((table, sessions))
-            })
-            .await
-            .map_err(|e| e.to_string())??;
-            (Some(&*Box::leak(Box::new(table))), sessions)
-        }
-        None => (None, crate::session::Sessions::new(&mut rand::rng())),
-    };
+    let (jobs, sessions) = shared_state(&args, &fanout).await?;
     let app = Arc::new(App {
         engine,
         writer,
@@ -559,17 +546,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
              the host's real sign-in"
         );
     }
-    if let Some(table) = app.jobs {
-        // The lease first, so no other instance takes this one for dead;
-        // then the runs of those that are.
-        app.blocking(move |app| {
-            table.renew(app.fanout.instance())?;
-            end_runs_of_dead_instances(app)
-        })
-        .await
-        .map_err(|_| "a blocking task failed".to_owned())??;
-        tokio::spawn(renew_forever(Arc::clone(&app)));
-    }
+    take_lease(&app).await?;
     tokio::spawn(sweep_forever(Arc::clone(&app)));
     tracing::info!(addr = %bound, "listening");
     let router = router(app, mcp_hosts(&public, bound), args.limits);
@@ -579,6 +556,44 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
     })
     .await;
     tracing::info!("stopped");
+    Ok(())
+}
+
+/// What a shared database adds to an instance: the job table (and the
+/// other server-side tables, [`jobs`]) and the browser sessions read from
+/// it; on redb, no table and a fresh random session epoch.
+async fn shared_state(
+    args: &ServeArgs,
+    fanout: &Fanout,
+) -> Result<(Option<&'static jobs::JobTable>, crate::session::Sessions), String> {
+    let Some(url) = args.db.db.postgres_url() else {
+        return Ok((None, crate::session::Sessions::new(&mut rand::rng())));
+    };
+    let (url, schema) = (url.to_owned(), fanout.schema().to_owned());
+    let (table, sessions) = tokio::task::spawn_blocking(move || {
+        let table = jobs::JobTable::open(&url, &schema)?;
+        let sessions = shared_sessions(&table)?;
+        Ok::<_, String>((table, sessions))
+    })
+    .await
+    .map_err(|e| e.to_string())??;
+    Ok((Some(&*Box::leak(Box::new(table))), sessions))
+}
+
+/// On a shared database: takes this instance's lease before it serves (so
+/// no other instance takes it for dead), ends the runs of those that are,
+/// and keeps the lease renewed.
+async fn take_lease(app: &Shared) -> Result<(), String> {
+    let Some(table) = app.jobs else {
+        return Ok(());
+    };
+    app.blocking(move |app| {
+        table.renew(app.fanout.instance())?;
+        end_runs_of_dead_instances(app)
+    })
+    .await
+    .map_err(|_| "a blocking task failed".to_owned())??;
+    tokio::spawn(renew_forever(Arc::clone(app)));
     Ok(())
 }
 
@@ -602,7 +617,6 @@ const ABANDON_BUDGET: usize = 512;
 /// (redb holds an exclusive lock), so every `Running` request is a lost one.
 /// On PostgreSQL only the runs `lost` names end: those of instances whose
 /// lease lapsed ([`end_runs_of_dead_instances`]).
-
 fn abandon_lost_runs(
     engine: &Engine<Arc<Db>>,
     lost: impl Fn(&GrantId, &RequestId) -> bool,
