@@ -591,15 +591,23 @@ impl Tab {
 
 const REQUEST: &str = "0190b2a4-7c3e-7def-8abc-000000000001";
 
+/// Two instances, and alice signed in on A with a grant of `scope`: her
+/// access token, her session cookie and her connected tab on A.
+async fn alice_with_a_tab(url: &str, test: &str, scope: &str) -> (Pair, String, String, Tab) {
+    let pair = Pair::start(url, test, &[]).await;
+    let (_, tokens, cookie) = pair.login_with("alice", scope).await;
+    let access = tokens["access_token"].as_str().unwrap().to_owned();
+    let tab = Tab::open(&pair, &cookie).await;
+    (pair, access, cookie, tab)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_approval_asked_through_b_wakes_the_tab_on_a_and_one_request_id_is_admitted_once() {
     let Some(url) = database("cross-instance wake-up") else {
         return;
     };
-    let pair = Pair::start(&url, "wake", &[]).await;
-    let (_, tokens, cookie) = pair.login_with("alice", "skills:read skills:write").await;
-    let access = tokens["access_token"].as_str().unwrap().to_owned();
-    let tab = Tab::open(&pair, &cookie).await;
+    let (pair, access, _cookie, tab) =
+        alice_with_a_tab(&url, "wake", "skills:read skills:write").await;
     let version = tab.poll(0).await["version"].as_u64().unwrap();
 
     // A long-poll waits on A; the call goes to B.
@@ -713,10 +721,8 @@ async fn a_run_driven_on_b_is_performed_once_by_the_tab_on_a_and_b_answers_with_
     let Some(url) = database("runs across instances") else {
         return;
     };
-    let pair = Pair::start(&url, "runs", &[]).await;
-    let (_, tokens, cookie) = pair.login_with("alice", "skills:read skills:write").await;
-    let access = tokens["access_token"].as_str().unwrap().to_owned();
-    let tab = Tab::open(&pair, &cookie).await;
+    let (pair, access, cookie, tab) =
+        alice_with_a_tab(&url, "runs", "skills:read skills:write").await;
     let (a_url, b_url) = (pair.mcp_url(0), pair.mcp_url(1));
     let note = |title: &str| {
         json!([{"skill": "create_note", "args": {"title": title, "body": "milk"}}]).to_string()
@@ -877,10 +883,7 @@ async fn a_crashed_instance_s_runs_end_at_the_next_start_and_a_live_one_s_go_on(
     let Some(url) = database("lost runs across instances") else {
         return;
     };
-    let mut pair = Pair::start(&url, "lost", &[]).await;
-    let (_, tokens, cookie) = pair.login_with("alice", "skills:read").await;
-    let access = tokens["access_token"].as_str().unwrap().to_owned();
-    let tab = Tab::open(&pair, &cookie).await;
+    let (mut pair, access, _cookie, tab) = alice_with_a_tab(&url, "lost", "skills:read").await;
     let (a_url, b_url) = (pair.mcp_url(0), pair.mcp_url(1));
     let list = json!([{"skill": "list_notes", "args": {}}]).to_string();
     let on_b = "0190b2a4-7c3e-7def-8abc-0000000000b1";
@@ -991,4 +994,50 @@ async fn the_password_can_come_from_a_file_and_not_the_command_line() {
     let missing = show(&["--db-password-file", "/nonexistent/pw"]);
     assert!(!missing.status.success());
     assert!(String::from_utf8_lossy(&missing.stderr).contains("/nonexistent/pw"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listener_that_reconnects_answers_every_waiting_poll_at_once() {
+    let Some(url) = database("listener reconnect") else {
+        return;
+    };
+    // This pair's connections carry a name of their own, so that only its
+    // listeners are cut (other tests share the cluster).
+    let name = format!("relisten_{}", std::process::id());
+    let url = format!("{url}?application_name={name}");
+    let (pair, _access, _cookie, tab) = alice_with_a_tab(&url, "relisten", "skills:read").await;
+    let version = tab.poll(0).await["version"].as_u64().unwrap();
+    let parked = {
+        let tab = tab.clone();
+        tokio::spawn(async move {
+            let began = Instant::now();
+            (tab.poll(version).await, began.elapsed())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Cut every LISTEN connection (both instances'): a NOTIFY sent now
+    // would be missed, so a reconnected listener bumps every mailbox.
+    let cut = std::thread::spawn(move || {
+        let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        c.query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE query LIKE 'LISTEN %' AND application_name = $1 AND pid <> pg_backend_pid()",
+            &[&name],
+        )
+        .unwrap()
+        .len()
+    })
+    .join()
+    .unwrap();
+    assert!(cut >= 2, "both listeners found: {cut}");
+    let (woken, waited) = parked.await.unwrap();
+    assert!(
+        woken["version"].as_u64().unwrap() > version,
+        "a new version: {woken}"
+    );
+    assert!(
+        waited < Duration::from_secs(10),
+        "the reconnected listener woke the poll ({waited:?}; a poll waits 25 s otherwise)\n{}",
+        pair.logs()
+    );
 }
