@@ -28,6 +28,11 @@
 //! shows is stored with it in the ledger. Losing this state (a restart)
 //! loses only in-flight runs, which the server ends with `unknownTail` as it
 //! starts ([`portcullis_core::Engine::abandon_running`]).
+//!
+//! On PostgreSQL the job queue is not here but in the database
+//! ([`super::jobs`]): a driver only registers the report it awaits
+//! ([`Relay::expect`]), and the report reaches it through
+//! [`Relay::deliver`] whichever instance the page reported to.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
