@@ -12,6 +12,9 @@
 # skips fsync (the tests are about transaction semantics, not crash safety);
 # benchmarks pass --durable to measure real commits.
 #
+# The cluster also serves TLS with a certificate for 127.0.0.1 from a
+# throwaway CA at $PORTCULLIS_PG_DIR/ca.crt (see tls_files).
+#
 #   export PORTCULLIS_TEST_POSTGRES_URL="$(store-postgres/test-cluster.sh start)"
 #   cargo test -p portcullis --test main postgres
 #   store-postgres/test-cluster.sh stop
@@ -43,6 +46,29 @@ as_owner() {
     fi
 }
 
+# A throwaway certificate authority and a server certificate for 127.0.0.1
+# and localhost signed by it, so that TLS (sslmode=require|verify-full) can be
+# tested: the CA is $dir/ca.crt, the server's key and certificate go where
+# PostgreSQL looks for them (server.key, server.crt in the data directory).
+# Plain connections keep working (ssl=on allows TLS, it does not force it).
+tls_files() {
+    local t="$dir/tls"
+    mkdir -p "$t"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 7 \
+        -subj "/CN=portcullis test CA" -keyout "$t/ca.key" -out "$dir/ca.crt" 2>/dev/null
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+        -subj "/CN=127.0.0.1" -keyout "$t/server.key" -out "$t/server.csr" 2>/dev/null
+    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n' >"$t/ext"
+    openssl x509 -req -in "$t/server.csr" -CA "$dir/ca.crt" -CAkey "$t/ca.key" \
+        -CAserial "$t/ca.srl" -CAcreateserial -days 7 -extfile "$t/ext" \
+        -out "$t/server.crt" 2>/dev/null
+    install -m 600 "$t/server.key" "$dir/data/server.key"
+    install -m 644 "$t/server.crt" "$dir/data/server.crt"
+    [[ "$(id -u)" -eq 0 ]] && chown "$os_user:$os_user" "$dir/data/server.key" "$dir/data/server.crt"
+    rm -rf "$t"
+    chmod 644 "$dir/ca.crt"
+}
+
 start() {
     local pg_opts="-c listen_addresses=127.0.0.1 -c port=$port -c max_connections=300"
     pg_opts+=" -c unix_socket_directories=$dir -c shared_buffers=128MB"
@@ -66,6 +92,10 @@ start() {
     as_owner "$bin/initdb" -D "$dir/data" -U portcullis --pwfile="$pwfile" \
         --auth=scram-sha-256 -E UTF8 --locale=C >"$dir/initdb.log" 2>&1
     rm -f "$pwfile"
+    if command -v openssl >/dev/null; then
+        tls_files
+        pg_opts+=" -c ssl=on"
+    fi
     as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -o "$pg_opts" -w -t 60 start \
         >/dev/null
     as_owner env PGPASSWORD="$password" "$bin/psql" -h 127.0.0.1 -p "$port" -U portcullis \

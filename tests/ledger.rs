@@ -1051,6 +1051,32 @@ fn a_restart_keeps_what_an_approval_shows_and_ends_the_lost_runs<S: Store>(store
     assert_eq!(l.page.count(WRITE), 1);
 }
 
+fn a_host_sharing_the_store_ends_only_the_runs_it_names_lost<S: Store>(store: &S) {
+    let mut l = Ledger::new(store);
+    let Ok(BeginAnswer::Run(_lost)) = l.begin(3, "read()") else {
+        panic!("a run")
+    };
+    let Ok(BeginAnswer::Run(live)) = l.begin(4, "read()") else {
+        panic!("a run")
+    };
+    // Run 3's host is gone; run 4 is another live host's.
+    let gone = RequestId::parse(&id(3)).unwrap();
+    let grant = l.p.grant;
+    let done =
+        l.w.engine
+            .abandon_running_where(None, l.w.now, 512, |g, r| *g == grant && *r == gone)
+            .unwrap();
+    assert_eq!((done.ended, done.next.is_none()), (1, true));
+    let r = result(l.execute(3, "read()", &[READ]));
+    assert_eq!(r.end, End::Failed(Failure::ConnectionLost));
+    assert!(r.unknown_tail);
+    // The live run goes on with its ticket.
+    l.w.engine
+        .complete(live, &Completion::Value(json!(4)), l.w.now)
+        .unwrap();
+    assert_eq!(abandon_all(&l, 512), 0, "nothing left running");
+}
+
 fn an_approval_whose_stored_arguments_were_altered_can_only_be_denied<S: Store>(store: &S) {
     let mut l = Ledger::new(store);
     let asked = approval(l.execute(1, "buy()", &[WRITE]));
@@ -1099,6 +1125,7 @@ fn an_approval_whose_stored_arguments_were_altered_can_only_be_denied<S: Store>(
 
 on_every_store!(
     a_restart_keeps_what_an_approval_shows_and_ends_the_lost_runs,
+    a_host_sharing_the_store_ends_only_the_runs_it_names_lost,
     an_approval_whose_stored_arguments_were_altered_can_only_be_denied,
     same_id_and_code_returns_the_stored_result_and_runs_once,
     a_different_code_under_the_same_id_is_replay_detected,

@@ -48,6 +48,59 @@ pub(crate) struct DbArgs {
     /// The PostgreSQL schema the tables live in (default `portcullis`).
     #[arg(long, global = true)]
     pub(crate) db_schema: Option<String>,
+    /// A file holding the PostgreSQL password (its first line), so that it
+    /// is neither on the command line nor in the process list; it replaces
+    /// any password in the `--db` URL, and is never logged.
+    #[arg(long, global = true)]
+    pub(crate) db_password_file: Option<PathBuf>,
+    /// A PEM file of the certificate authorities PostgreSQL's certificate
+    /// must chain to (the URL's `sslrootcert`; implies
+    /// `sslmode=verify-full` when the URL names no `sslmode`). TLS follows
+    /// the URL's `sslmode`: `disable` (plain TCP, the default), `require`
+    /// (encrypted, certificate not checked) or `verify-full` (checked
+    /// against this file, else Mozilla's roots, and the host name).
+    #[arg(long, global = true)]
+    pub(crate) db_ca_file: Option<PathBuf>,
+}
+
+impl DbArgs {
+    /// These arguments with `--db-password-file` read into the PostgreSQL
+    /// URL (in memory only). An error names the file, never its content.
+    /// `--db-ca-file` goes into the URL as `sslrootcert` (with
+    /// `sslmode=verify-full` unless the URL names a mode).
+    pub(crate) fn resolved(mut self) -> Result<Self, String> {
+        let (password_file, ca_file) = (self.db_password_file.take(), self.db_ca_file.take());
+        if password_file.is_none() && ca_file.is_none() {
+            return Ok(self);
+        }
+        let Location::Postgres(url) = &self.db else {
+            return Err("--db-password-file and --db-ca-file need a postgres:// --db".into());
+        };
+        let mut parsed =
+            url::Url::parse(url).map_err(|_| "the --db URL does not parse".to_owned())?;
+        if let Some(path) = password_file {
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| format!("reading {}: {e}", path.display()))?;
+            let password = text.lines().next().unwrap_or_default();
+            if password.is_empty() {
+                return Err(format!("{} holds no password", path.display()));
+            }
+            parsed
+                .set_password(Some(password))
+                .map_err(|()| "the --db URL cannot carry a password".to_owned())?;
+        }
+        if let Some(path) = ca_file {
+            let has_mode = parsed.query_pairs().any(|(k, _)| k == "sslmode");
+            let path = path.to_str().ok_or("--db-ca-file must be a UTF-8 path")?;
+            let mut query = parsed.query_pairs_mut();
+            if !has_mode {
+                query.append_pair("sslmode", "verify-full");
+            }
+            query.append_pair("sslrootcert", path);
+        }
+        self.db = Location::Postgres(parsed.to_string());
+        Ok(self)
+    }
 }
 
 /// The subcommands.

@@ -48,13 +48,25 @@ fn main() -> ExitCode {
     }
     let mut out = std::io::stdout().lock();
     let result = match cli.command {
-        Command::Serve(args) => {
+        Command::Serve(mut args) => {
             drop(out);
-            serve_blocking(args)
+            match args.db.clone().resolved() {
+                Ok(db) => {
+                    args.db = db;
+                    serve_blocking(args)
+                }
+                Err(e) => Err(e),
+            }
         }
-        Command::Grants { db, action } => admin::grants(&db, action, &mut out),
-        Command::Site { db, action } => admin::site(&db, action, &mut out),
-        Command::Tokens { db, action } => admin::tokens(&db, action, &mut out),
+        Command::Grants { db, action } => db
+            .resolved()
+            .and_then(|db| admin::grants(&db, action, &mut out)),
+        Command::Site { db, action } => db
+            .resolved()
+            .and_then(|db| admin::site(&db, action, &mut out)),
+        Command::Tokens { db, action } => db
+            .resolved()
+            .and_then(|db| admin::tokens(&db, action, &mut out)),
         Command::Token { action } => admin::token(action, std::io::stdin().lock(), &mut out),
         Command::Check { guard } => check::run(guard, std::io::stdin().lock(), &mut out),
         Command::Agent(args) => {

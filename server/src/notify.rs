@@ -11,6 +11,11 @@
 //!   (an approval asked or decided, a job queued, a tab connected): every
 //!   instance bumps that user's mailbox, which wakes the long-polls waiting
 //!   there, and they answer with a fresh snapshot read from the store.
+//! * **`report <job>`**: a page reported on a job through this instance;
+//!   the instance whose driver awaits that job collects the report from
+//!   the job table (see `serve::jobs`).
+//! * **`signout <sid> <expires>`** and **`epoch`**: a browser session
+//!   signed out, or the sessions' epoch changed (see [`crate::session`]).
 //! * **`site`**: the site changed (off switch, key rotation, from the admin
 //!   CLI or another instance): every instance re-reads it.
 //!
@@ -21,6 +26,9 @@
 //! of this runs: one process owns the file, and the in-process wake-ups are
 //! the whole story.
 //!
+//! Every connection here takes the store's TLS from the URL (`sslmode`,
+//! `sslrootcert`, see `portcullis_store_postgres::TlsMode`).
+//!
 //! The listening connection is dedicated (a pooled one would drop its
 //! `LISTEN` when returned); when it breaks, the listener reconnects with a
 //! pause and re-reads what it may have missed (the site), see [`listen`].
@@ -29,7 +37,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use fallible_iterator::FallibleIterator as _;
-use postgres::{Client, NoTls};
+use postgres::Client;
 
 use crate::cli::DbArgs;
 
@@ -51,6 +59,13 @@ pub(crate) enum Event {
     Site,
     /// The connected tab of this user has something new.
     Bump(String),
+    /// The page reported on this job: the instance driving it collects the
+    /// report ([`crate::serve`]'s job table).
+    Report(String),
+    /// A browser session signed out (its id, its cookie's expiry).
+    SignOut(String, u64),
+    /// The browser sessions' epoch changed (every session ended).
+    Epoch,
 }
 
 impl Event {
@@ -58,6 +73,11 @@ impl Event {
         match self {
             Self::Site => format!("{schema}\t{instance}\tsite"),
             Self::Bump(subject) => format!("{schema}\t{instance}\tbump\t{subject}"),
+            Self::Report(job) => format!("{schema}\t{instance}\treport\t{job}"),
+            Self::SignOut(sid, expires) => {
+                format!("{schema}\t{instance}\tsignout\t{sid}\t{expires}")
+            }
+            Self::Epoch => format!("{schema}\t{instance}\tepoch"),
         }
     }
 
@@ -72,14 +92,23 @@ impl Event {
         match (kind, parts.next()) {
             ("site", None) => Some(Self::Site),
             ("bump", Some(subject)) => Some(Self::Bump(subject.to_owned())),
+            ("report", Some(job)) => Some(Self::Report(job.to_owned())),
+            ("signout", Some(rest)) => {
+                let (sid, expires) = rest.split_once('\t')?;
+                Some(Self::SignOut(sid.to_owned(), expires.parse().ok()?))
+            }
+            ("epoch", None) => Some(Self::Epoch),
             _ => None,
         }
     }
 }
 
-fn connect(url: &str) -> Result<Client, String> {
-    // The driver's errors do not repeat the connection string.
-    Client::connect(url, NoTls).map_err(|e| format!("connecting to notify: {e}"))
+/// A connection of its own to `url` (the error never repeats the URL).
+pub(crate) fn connect(url: &str) -> Result<Client, String> {
+    // With the store's TLS (`sslmode`); its errors never repeat the string.
+    portcullis_store_postgres::PostgresConfig::parse(url)
+        .and_then(|c| c.connect())
+        .map_err(|e| format!("connecting to notify: {e}"))
 }
 
 fn send(client: &mut Client, payload: &str) -> Result<(), postgres::Error> {
@@ -265,16 +294,31 @@ mod tests {
 
     #[test]
     fn payloads_round_trip_and_skip_their_own_instance_and_other_schemas() {
-        let p = Event::Bump("alice\twith tab".into()).encode("portcullis", "i-a");
+        let bump = Event::Bump("alice\twith tab".into()).encode("portcullis", "i-a");
         assert_eq!(
-            Event::decode(&p, "portcullis", "i-b"),
+            Event::decode(&bump, "portcullis", "i-b"),
             Some(Event::Bump("alice\twith tab".into()))
         );
-        assert_eq!(Event::decode(&p, "portcullis", "i-a"), None);
-        assert_eq!(Event::decode(&p, "other", "i-b"), None);
-        let s = Event::Site.encode("portcullis", "cli");
-        assert_eq!(Event::decode(&s, "portcullis", "i-b"), Some(Event::Site));
+        assert_eq!(Event::decode(&bump, "portcullis", "i-a"), None);
+        assert_eq!(Event::decode(&bump, "other", "i-b"), None);
+        let site = Event::Site.encode("portcullis", "cli");
+        assert_eq!(Event::decode(&site, "portcullis", "i-b"), Some(Event::Site));
         assert_eq!(Event::decode("garbage", "portcullis", "i-b"), None);
+        let signout = Event::SignOut("sid-1".into(), 99).encode("portcullis", "i-a");
+        assert_eq!(
+            Event::decode(&signout, "portcullis", "i-b"),
+            Some(Event::SignOut("sid-1".into(), 99))
+        );
+        let epoch = Event::Epoch.encode("portcullis", "i-a");
+        assert_eq!(
+            Event::decode(&epoch, "portcullis", "i-b"),
+            Some(Event::Epoch)
+        );
+        let report = Event::Report("job-1".into()).encode("portcullis", "i-a");
+        assert_eq!(
+            Event::decode(&report, "portcullis", "i-b"),
+            Some(Event::Report("job-1".into()))
+        );
         assert_eq!(
             Event::decode("portcullis\ti-a\tsite\textra", "portcullis", "i-b"),
             None

@@ -12,9 +12,19 @@
 //! anyway, and every request that reads the session checks it. The set is
 //! bounded ([`MAX_REVOKED`]); should it fill with live entries, the epoch
 //! changes, which ends every session at once (everyone signs in again), and
-//! the set starts empty. The epoch is drawn at random when the server starts
-//! and lives only in memory, so a restart also ends every session: the
-//! revoked set is never lost while the cookies it refuses still verify.
+//! the set starts empty. On redb the epoch is drawn at random when the
+//! server starts and lives only in memory, so a restart also ends every
+//! session: the revoked set is never lost while the cookies it refuses still
+//! verify.
+//!
+//! On PostgreSQL every instance must accept the same cookies and refuse the
+//! same signed-out ones: the epoch and the signed-out set live in the
+//! database (`serve::jobs`), every instance holds a copy read at start,
+//! a sign-out through one instance is recorded there and announced
+//! (`NOTIFY signout`), a full set takes a new epoch for all (`NOTIFY
+//! epoch`), and a reconnected listener reads both again. A restart keeps
+//! sessions (the set survives it); a sign-out reaches the other instances
+//! within a notification's delay.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
@@ -157,6 +167,11 @@ impl Session {
         &self.sid
     }
 
+    /// When its cookie expires (Unix seconds).
+    pub(crate) fn expires(&self) -> u64 {
+        self.expires
+    }
+
     /// This session's CSRF token, for the hidden field of every form.
     pub(crate) fn csrf_token(&self, key: &SigningKey) -> String {
         URL_SAFE_NO_PAD.encode(key.mac_labeled(CSRF_LABEL, &[self.sid.as_bytes()]))
@@ -180,6 +195,16 @@ impl Epoch {
     /// A fresh random epoch.
     pub(crate) fn random(rng: &mut (impl rand::CryptoRng + ?Sized)) -> Self {
         Self(portcullis_core::rand::bytes::<16, _>(rng))
+    }
+
+    /// The epoch of these bytes (as a shared database keeps it).
+    pub(crate) fn from_bytes(bytes: [u8; 16]) -> Self {
+        Self(bytes)
+    }
+
+    /// Its bytes.
+    pub(crate) fn to_bytes(self) -> [u8; 16] {
+        self.0
     }
 }
 
@@ -261,6 +286,40 @@ impl Sessions {
         }
         state.revoked.insert(session.sid.clone(), session.expires);
         false
+    }
+
+    /// Several instances on one database: the shared `epoch` and the
+    /// signed-out sessions read from it (`(sid, expires)`).
+    pub(crate) fn shared(epoch: Epoch, revoked: impl IntoIterator<Item = (String, u64)>) -> Self {
+        let sessions = Self::new(&mut rand::rng());
+        sessions.reset(epoch, revoked);
+        sessions
+    }
+
+    /// Takes the shared `epoch` and signed-out set as the database has them
+    /// now (at start, after a new epoch, after the listener reconnected).
+    pub(crate) fn reset(&self, epoch: Epoch, revoked: impl IntoIterator<Item = (String, u64)>) {
+        let mut state = self.lock();
+        state.epoch = epoch;
+        state.revoked = revoked.into_iter().take(self.capacity).collect();
+    }
+
+    /// Remembers a sign-out made through another instance (or recorded in
+    /// the database by this one). False when the set is full of live
+    /// entries: the caller takes a new shared epoch instead.
+    pub(crate) fn remember(&self, sid: &str, expires: u64, now: Timestamp) -> bool {
+        let mut state = self.lock();
+        if now.as_secs() >= expires {
+            return true;
+        }
+        if state.revoked.len() >= self.capacity && !state.revoked.contains_key(sid) {
+            state.revoked.retain(|_, e| now.as_secs() < *e);
+            if state.revoked.len() >= self.capacity {
+                return false;
+            }
+        }
+        state.revoked.insert(sid.to_owned(), expires);
+        true
     }
 
     /// Forgets revoked sessions whose cookies have expired by `now`;

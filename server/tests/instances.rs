@@ -89,7 +89,7 @@ impl Drop for Schema {
 struct Pair {
     dir: tempfile::TempDir,
     schema: Schema,
-    ports: [u16; 2],
+    ports: Vec<u16>,
     children: Vec<Child>,
     http: reqwest::Client,
 }
@@ -98,7 +98,7 @@ impl Pair {
     async fn start(url: &str, test: &str, extra: &[&str]) -> Self {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let dir = tempfile::tempdir().unwrap();
-        let ports = [free_port(), free_port()];
+        let ports = vec![free_port(), free_port()];
         let mut pair = Self {
             schema: Schema::new(url, test),
             dir,
@@ -111,28 +111,32 @@ impl Pair {
                 .unwrap(),
         };
         for i in 0..2 {
-            let log = |n: &str| {
-                std::fs::File::create(pair.dir.path().join(format!("{n}{i}.log"))).unwrap()
-            };
-            let child = Command::new(BIN)
-                .arg("serve")
-                .args(pair.db_args())
-                .arg("--addr")
-                .arg(format!("127.0.0.1:{}", ports[i]))
-                .arg("--public-url")
-                .arg(format!("http://127.0.0.1:{}", ports[0]))
-                .args(extra)
-                .env("RUST_LOG", "info")
-                .stdin(Stdio::null())
-                .stdout(log("stdout"))
-                .stderr(log("stderr"))
-                .spawn()
-                .unwrap();
-            pair.children.push(child);
             // One after the other: the first creates the key file and site.
-            pair.wait_up(i).await;
+            pair.spawn(i, extra).await;
         }
         pair
+    }
+
+    /// Starts instance `i` on `self.ports[i]` and waits until it answers.
+    async fn spawn(&mut self, i: usize, extra: &[&str]) {
+        let log =
+            |n: &str| std::fs::File::create(self.dir.path().join(format!("{n}{i}.log"))).unwrap();
+        let child = Command::new(BIN)
+            .arg("serve")
+            .args(self.db_args())
+            .arg("--addr")
+            .arg(format!("127.0.0.1:{}", self.ports[i]))
+            .arg("--public-url")
+            .arg(format!("http://127.0.0.1:{}", self.ports[0]))
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log("stdout"))
+            .stderr(log("stderr"))
+            .spawn()
+            .unwrap();
+        self.children.push(child);
+        self.wait_up(i).await;
     }
 
     fn db_args(&self) -> Vec<String> {
@@ -166,7 +170,9 @@ impl Pair {
 
     fn logs(&self) -> String {
         let mut all = String::new();
-        for n in ["stdout0", "stderr0", "stdout1", "stderr1"] {
+        for n in [
+            "stdout0", "stderr0", "stdout1", "stderr1", "stdout2", "stderr2",
+        ] {
             all += &std::fs::read_to_string(self.dir.path().join(format!("{n}.log")))
                 .unwrap_or_default();
         }
@@ -226,8 +232,8 @@ impl Pair {
         (client_id, tokens)
     }
 
-    /// [`Pair::login`] for `scope`; also the session cookie (valid on
-    /// instance 0 only: browser sessions are per instance).
+    /// [`Pair::login`] for `scope`; also the session cookie (signed in on
+    /// instance 0, valid on both).
     async fn login_with(&self, user: &str, scope: &str) -> (String, Value, String) {
         let r = self
             .http
@@ -585,15 +591,23 @@ impl Tab {
 
 const REQUEST: &str = "0190b2a4-7c3e-7def-8abc-000000000001";
 
+/// Two instances, and alice signed in on A with a grant of `scope`: her
+/// access token, her session cookie and her connected tab on A.
+async fn alice_with_a_tab(url: &str, test: &str, scope: &str) -> (Pair, String, String, Tab) {
+    let pair = Pair::start(url, test, &[]).await;
+    let (_, tokens, cookie) = pair.login_with("alice", scope).await;
+    let access = tokens["access_token"].as_str().unwrap().to_owned();
+    let tab = Tab::open(&pair, &cookie).await;
+    (pair, access, cookie, tab)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_approval_asked_through_b_wakes_the_tab_on_a_and_one_request_id_is_admitted_once() {
     let Some(url) = database("cross-instance wake-up") else {
         return;
     };
-    let pair = Pair::start(&url, "wake", &[]).await;
-    let (_, tokens, cookie) = pair.login_with("alice", "skills:read skills:write").await;
-    let access = tokens["access_token"].as_str().unwrap().to_owned();
-    let tab = Tab::open(&pair, &cookie).await;
+    let (pair, access, _cookie, tab) =
+        alice_with_a_tab(&url, "wake", "skills:read skills:write").await;
     let version = tab.poll(0).await["version"].as_u64().unwrap();
 
     // A long-poll waits on A; the call goes to B.
@@ -630,4 +644,400 @@ async fn an_approval_asked_through_b_wakes_the_tab_on_a_and_one_request_id_is_ad
     assert_eq!(x["approval"], y["approval"]);
     let now = tab.poll(0).await;
     assert_eq!(now["approvals"].as_array().unwrap().len(), 1, "{now}");
+}
+
+/// The connected tab on A performing every job it is handed: it creates
+/// the note through A's own notes API, reports through A, and keeps the
+/// request id of each job it ran.
+fn perform_on_a(
+    tab: Tab,
+) -> (
+    tokio::task::JoinHandle<()>,
+    std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+) {
+    let ran = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = std::sync::Arc::clone(&ran);
+    let task = tokio::spawn(async move {
+        let mut since = 0;
+        loop {
+            let work = tab.poll(since).await;
+            since = work["version"].as_u64().unwrap_or(since);
+            for job in work["jobs"].as_array().cloned().unwrap_or_default() {
+                seen.lock()
+                    .unwrap()
+                    .push(job["requestId"].as_str().unwrap().to_owned());
+                let (status, note) = tab.post("/app/notes", &job["args"]).await;
+                assert_eq!(status, StatusCode::CREATED, "{note}");
+                let report = json!({"job": job["job"], "ok": true, "summary": note.to_string()});
+                let (status, v) = tab.post("/agents/tab/report", &report).await;
+                assert_eq!(status, StatusCode::OK, "{v}");
+            }
+        }
+    });
+    (task, ran)
+}
+
+/// Approves, through the tab on A, the one pending approval of `request`
+/// (once A's tab shows it: another instance's `NOTIFY` takes a moment).
+async fn approve_once(tab: &Tab, request: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let a = loop {
+        let work = tab.poll(0).await;
+        let found = work["approvals"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["requestId"] == request)
+            .cloned();
+        match found {
+            Some(a) => break a,
+            None if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            None => panic!("no approval of {request}: {work}"),
+        }
+    };
+    let decide = json!({"grant": a["grant"], "requestId": request, "seq": a["seq"],
+                        "fingerprint": a["fingerprint"], "decision": "once"});
+    let (status, v) = tab.post("/agents/tab/decide", &decide).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+}
+
+/// Calls `execute` at `mcp_url` until it is no longer `execution_pending`
+/// (at most 40 s).
+async fn until_done(pair: &Pair, mcp_url: &str, access: &str, call: &Value) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        let v = pair.tool(mcp_url, access, "execute", call.clone()).await;
+        if v["status"] != "execution_pending" || Instant::now() > deadline {
+            return v;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_driven_on_b_is_performed_once_by_the_tab_on_a_and_b_answers_with_its_result() {
+    let Some(url) = database("runs across instances") else {
+        return;
+    };
+    let (pair, access, cookie, tab) =
+        alice_with_a_tab(&url, "runs", "skills:read skills:write").await;
+    let (a_url, b_url) = (pair.mcp_url(0), pair.mcp_url(1));
+    let note = |title: &str| {
+        json!([{"skill": "create_note", "args": {"title": title, "body": "milk"}}]).to_string()
+    };
+
+    // Executed on B, performed by the tab polling on A, answered by B.
+    let call = json!({"requestId": REQUEST, "code": note("Groceries")});
+    let v = pair.tool(&b_url, &access, "execute", call.clone()).await;
+    assert_eq!(v["status"], "approval_pending", "{v}");
+    approve_once(&tab, REQUEST).await;
+    let (performer, ran) = perform_on_a(tab.clone());
+    let began = Instant::now();
+    let v = pair.tool(&b_url, &access, "execute", call.clone()).await;
+    assert_eq!(v["status"], "done", "B answers with the run's result: {v}");
+    assert_eq!(v["result"][0]["result"]["title"], "Groceries", "{v}");
+    assert!(
+        began.elapsed() < Duration::from_millis(1500),
+        "the report through A woke B's driver at once, not its 2 s check ({:?})",
+        began.elapsed()
+    );
+
+    // One requestId raced across A and B: the action runs once, and both
+    // end with the same stored result.
+    let raced = "0190b2a4-7c3e-7def-8abc-000000000002";
+    let call = json!({"requestId": raced, "code": note("Raced")});
+    let (x, y) = tokio::join!(
+        pair.tool(&a_url, &access, "execute", call.clone()),
+        pair.tool(&b_url, &access, "execute", call.clone())
+    );
+    // One admits the run and asks for approval; the other finds it asked
+    // or still being asked (`execution_pending`).
+    let statuses = [&x["status"], &y["status"]];
+    assert!(statuses.contains(&&json!("approval_pending")), "{x} {y}");
+    assert!(
+        statuses
+            .iter()
+            .all(|s| **s == "approval_pending" || **s == "execution_pending"),
+        "{x} {y}"
+    );
+    approve_once(&tab, raced).await;
+    let (x, y) = tokio::join!(
+        until_done(&pair, &a_url, &access, &call),
+        until_done(&pair, &b_url, &access, &call)
+    );
+    assert_eq!(x["status"], "done", "{x}");
+    assert_eq!(x["result"], y["result"], "one run, one result: {x} {y}");
+    performer.abort();
+
+    let ran = ran.lock().unwrap().clone();
+    assert_eq!(
+        ran,
+        [REQUEST, raced],
+        "each action was handed to the tab once"
+    );
+    let (status, notes) = {
+        let r = pair
+            .http
+            .get(pair.url(0, "/app/notes"))
+            .header("cookie", &cookie)
+            .send()
+            .await
+            .unwrap();
+        (r.status(), r.json::<Value>().await.unwrap())
+    };
+    assert_eq!(status, StatusCode::OK);
+    let titles: Vec<&str> = notes["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["title"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        titles,
+        ["Groceries", "Raced"],
+        "each note created once: {notes}"
+    );
+}
+
+/// Whether `cookie` is a signed-in session at instance `i` (its Agents page
+/// has a form with a CSRF token rather than the sign-in form).
+async fn signed_in_at(pair: &Pair, i: usize, cookie: &str) -> bool {
+    let html = pair
+        .http
+        .get(pair.url(i, "/agents"))
+        .header("cookie", cookie)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    html.contains("name=\"csrf\"") && !html.contains("Development sign-in")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_browser_session_and_its_links_and_sign_out_reach_every_instance() {
+    let Some(url) = database("browser sessions across instances") else {
+        return;
+    };
+    let pair = Pair::start(&url, "sessions", &[]).await;
+    let (_, _, cookie) = pair.login_with("alice", "skills:read").await;
+    let tab = Tab::open(&pair, &cookie).await;
+    assert!(signed_in_at(&pair, 0, &cookie).await);
+    assert!(
+        signed_in_at(&pair, 1, &cookie).await,
+        "a session signed in on A is valid on B (one epoch in the database)"
+    );
+
+    // A link opened through B reaches the browser session's tab on A, once.
+    let r = pair
+        .http
+        .get(pair.url(1, "/_agent-native/open?app=mail&view=inbox&f_label=work"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::FOUND);
+    let work = tab.poll(0).await;
+    let messages = work["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 1, "{work}\n{}", pair.logs());
+    assert_eq!(messages[0]["navigate"]["view"], "inbox", "{work}");
+    let (status, v) = tab
+        .post("/agents/tab/ack", &json!({"id": messages[0]["id"]}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    let (status, _) = tab
+        .post("/agents/tab/ack", &json!({"id": messages[0]["id"]}))
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "acknowledged once");
+
+    // Signed out through B: refused on both.
+    let r = pair
+        .http
+        .post(pair.url(1, "/agents"))
+        .header("cookie", &cookie)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(encode_pairs([
+            ("intent", "signout"),
+            ("csrf", tab.csrf.as_str()),
+        ]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert!(!signed_in_at(&pair, 1, &cookie).await);
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while signed_in_at(&pair, 0, &cookie).await {
+        assert!(
+            Instant::now() < deadline,
+            "a sign-out through B ends the session on A"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_instance_s_runs_end_at_the_next_start_and_a_live_one_s_go_on() {
+    let Some(url) = database("lost runs across instances") else {
+        return;
+    };
+    let (mut pair, access, _cookie, tab) = alice_with_a_tab(&url, "lost", "skills:read").await;
+    let (a_url, b_url) = (pair.mcp_url(0), pair.mcp_url(1));
+    let list = json!([{"skill": "list_notes", "args": {}}]).to_string();
+    let on_b = "0190b2a4-7c3e-7def-8abc-0000000000b1";
+    let on_a = "0190b2a4-7c3e-7def-8abc-0000000000a1";
+    let call = |id: &str| json!({"requestId": id, "code": list});
+    // One run driven by B, one by A; the tab takes both jobs and reports
+    // neither yet.
+    for (mcp, id) in [(&b_url, on_b), (&a_url, on_a)] {
+        let http = pair.http.clone();
+        let (mcp, access, call) = (mcp.clone(), access.clone(), call(id));
+        tokio::spawn(async move {
+            let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                              "params": {"name": "execute", "arguments": call}});
+            let _ = http
+                .post(mcp)
+                .header("content-type", "application/json")
+                .header("accept", "application/json, text/event-stream")
+                .header("mcp-protocol-version", "2025-06-18")
+                .header("authorization", format!("Bearer {access}"))
+                .body(body.to_string())
+                .send()
+                .await;
+        });
+    }
+    let mut jobs = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while jobs.len() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "both jobs reach the tab: {jobs:?}"
+        );
+        let work = tab.poll(0).await;
+        jobs.extend(work["jobs"].as_array().cloned().unwrap_or_default());
+    }
+
+    // B dies holding its run's ticket. Once its lease lapses, the next
+    // instance to start ends that run, and only that one.
+    pair.children[1].kill().unwrap();
+    let beat = json!({"tabId": "tab-1", "pageInstance": "page-1", "visible": true});
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let (status, v) = tab.post("/agents/tab/heartbeat", &beat).await;
+        assert_eq!(status, StatusCode::OK, "{v}");
+    }
+    pair.ports.push(free_port());
+    pair.spawn(2, &[]).await;
+    let c_url = pair.mcp_url(2);
+    let v = pair.tool(&c_url, &access, "execute", call(on_b)).await;
+    assert_eq!(v["status"], "done", "B's lost run ended: {v}");
+    assert_eq!(v["error"]["code"], "ACTION_UNAVAILABLE", "cut off: {v}");
+    assert_eq!(v["unknownTail"], true, "{v}");
+    let v = pair.tool(&c_url, &access, "execute", call(on_a)).await;
+    assert_eq!(
+        v["status"],
+        "execution_pending",
+        "A's run goes on: {v}\n{}",
+        pair.logs()
+    );
+    // A's run completes with the tab's report.
+    let job = jobs.iter().find(|j| j["requestId"] == on_a).unwrap();
+    let report = json!({"job": job["job"], "ok": true, "summary": "{\"notes\":[]}"});
+    let (status, v) = tab.post("/agents/tab/report", &report).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    let v = until_done(&pair, &a_url, &access, &call(on_a)).await;
+    assert_eq!(v["status"], "done", "{v}");
+    assert_eq!(v["result"][0]["result"]["notes"], json!([]), "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_password_can_come_from_a_file_and_not_the_command_line() {
+    let Some(url) = database("--db-password-file") else {
+        return;
+    };
+    let pair = Pair::start(&url, "pwfile", &[]).await;
+    let mut bare = url::Url::parse(&pair.schema.url).unwrap();
+    let password = bare
+        .password()
+        .expect("the test cluster's URL has one")
+        .to_owned();
+    bare.set_password(None).unwrap();
+    let file = pair.dir.path().join("db.password");
+    std::fs::write(&file, format!("{password}\n")).unwrap();
+    let show = |extra: &[&str]| {
+        Command::new(BIN)
+            .args([
+                "site",
+                "show",
+                "--db",
+                bare.as_str(),
+                "--db-schema",
+                &pair.schema.name,
+            ])
+            .args(["--key-file", &key_file(pair.dir.path())])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let without = show(&[]);
+    assert!(!without.status.success(), "no password, no connection");
+    let with = show(&["--db-password-file", file.to_str().unwrap()]);
+    assert!(
+        with.status.success(),
+        "{}",
+        String::from_utf8_lossy(&with.stderr)
+    );
+    let out = String::from_utf8_lossy(&with.stdout) + String::from_utf8_lossy(&with.stderr);
+    assert!(!out.contains(&password), "never printed");
+    let missing = show(&["--db-password-file", "/nonexistent/pw"]);
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("/nonexistent/pw"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listener_that_reconnects_answers_every_waiting_poll_at_once() {
+    let Some(url) = database("listener reconnect") else {
+        return;
+    };
+    // This pair's connections carry a name of their own, so that only its
+    // listeners are cut (other tests share the cluster).
+    let name = format!("relisten_{}", std::process::id());
+    let url = format!("{url}?application_name={name}");
+    let (pair, _access, _cookie, tab) = alice_with_a_tab(&url, "relisten", "skills:read").await;
+    let version = tab.poll(0).await["version"].as_u64().unwrap();
+    let parked = {
+        let tab = tab.clone();
+        tokio::spawn(async move {
+            let began = Instant::now();
+            (tab.poll(version).await, began.elapsed())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Cut every LISTEN connection (both instances'): a NOTIFY sent now
+    // would be missed, so a reconnected listener bumps every mailbox.
+    let cut = std::thread::spawn(move || {
+        let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        c.query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE query LIKE 'LISTEN %' AND application_name = $1 AND pid <> pg_backend_pid()",
+            &[&name],
+        )
+        .unwrap()
+        .len()
+    })
+    .join()
+    .unwrap();
+    assert!(cut >= 2, "both listeners found: {cut}");
+    let (woken, waited) = parked.await.unwrap();
+    assert!(
+        woken["version"].as_u64().unwrap() > version,
+        "a new version: {woken}"
+    );
+    assert!(
+        waited < Duration::from_secs(10),
+        "the reconnected listener woke the poll ({waited:?}; a poll waits 25 s otherwise)\n{}",
+        pair.logs()
+    );
 }

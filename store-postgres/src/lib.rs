@@ -63,11 +63,10 @@
 //! The host passes the connection string (`postgres://user:password@host/db`
 //! or `key=value` form); it is parsed once and its password is never shown:
 //! this crate's `Debug` output and errors name only user, hosts, ports and
-//! database. Connections are made without TLS ([`postgres::NoTls`]), which
-//! suits a loopback or private-network database. TLS is the host's choice
-//! and needs a connector crate (`postgres-native-tls` or
-//! `tokio-postgres-rustls`); it is left out to keep this crate's dependency
-//! tree free of a TLS stack most deployments here do not need.
+//! database. TLS follows the URL's `sslmode` (`disable`, `require`,
+//! `verify-full`) and `sslrootcert`, with rustls: see [`TlsMode`] and the
+//! table in the `tls` module; without `sslmode` connections are plain TCP,
+//! which suits a loopback or private-network database only.
 //!
 //! # Group commit
 //!
@@ -98,7 +97,11 @@ use portcullis_core::store::{
 use postgres::error::SqlState;
 use postgres::types::ToSql;
 use postgres::{Client, NoTls, Statement};
+use tokio_postgres_rustls::MakeRustlsConnect;
+
+mod tls;
 use r2d2::PooledConnection;
+pub use tls::TlsMode;
 
 /// The schema version this build writes and reads.
 pub const SCHEMA_VERSION: i32 = 1;
@@ -120,6 +123,8 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Clone)]
 pub struct PostgresConfig {
     config: postgres::Config,
+    tls: TlsMode,
+    ca_file: Option<String>,
     schema: String,
     pool_size: u32,
     connect_timeout: Duration,
@@ -128,16 +133,35 @@ pub struct PostgresConfig {
 impl PostgresConfig {
     /// Parses a connection string (URL or `key=value` form). The error
     /// never repeats the string.
+    ///
+    /// In the URL form, `sslmode` chooses TLS ([`TlsMode::from_sslmode`])
+    /// and `sslrootcert` names a PEM file of the roots `verify-full`
+    /// trusts (Mozilla's roots without it).
     pub fn parse(connection_string: &str) -> Result<Self, StoreError> {
-        let config: postgres::Config = connection_string.parse().map_err(|_| {
+        let invalid = |detail: &str| {
             StoreError::new(
                 StoreErrorKind::Unavailable,
                 "parse connection string",
-                "not a valid PostgreSQL connection string",
+                detail.to_owned(),
             )
-        })?;
+        };
+        let (rest, sslmode, ca_file) = tls::split_url(connection_string);
+        let tls = match sslmode.as_deref() {
+            None => TlsMode::Disable,
+            Some(m) => TlsMode::from_sslmode(m).ok_or_else(|| {
+                invalid("sslmode must be disable, allow, prefer, require, verify-ca or verify-full")
+            })?,
+        };
+        let mut config: postgres::Config = rest
+            .parse()
+            .map_err(|_| invalid("not a valid PostgreSQL connection string"))?;
+        if tls != TlsMode::Disable {
+            config.ssl_mode(postgres::config::SslMode::Require);
+        }
         Ok(Self {
             config,
+            tls,
+            ca_file,
             schema: DEFAULT_SCHEMA.to_owned(),
             pool_size: DEFAULT_POOL_SIZE,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
@@ -207,6 +231,35 @@ impl PostgresConfig {
         )
     }
 
+    /// How connections are protected.
+    #[must_use]
+    pub fn tls_mode(&self) -> TlsMode {
+        self.tls
+    }
+
+    fn connector(&self) -> Result<Option<MakeRustlsConnect>, StoreError> {
+        tls::connector(self.tls, self.ca_file.as_deref())
+            .map_err(|e| StoreError::new(StoreErrorKind::Unavailable, "tls", e))
+    }
+
+    /// One connection of its own, outside any pool, with the same TLS (a
+    /// host's `LISTEN` connection, say). Make and drop it off any async
+    /// runtime's worker threads: the driver runs a runtime of its own.
+    pub fn connect(&self) -> Result<Client, StoreError> {
+        let target = self.target();
+        let made = match self.connector()? {
+            Some(tls) => self.config.connect(tls),
+            None => self.config.connect(NoTls),
+        };
+        made.map_err(|e| {
+            StoreError::new(
+                StoreErrorKind::Unavailable,
+                "connect",
+                describe(&e, &target),
+            )
+        })
+    }
+
     /// Opens the store (see [`PostgresStore::open`]).
     pub fn open(self) -> Result<PostgresStore, StoreError> {
         PostgresStore::with_config(self)
@@ -258,6 +311,7 @@ impl PostgresStore {
         let target = config.target();
         let sql = Sql::new(&config.schema);
         let manager = Manager {
+            tls: config.connector()?,
             config: config.config,
         };
         // One connection up front, so a wrong address or password fails
@@ -530,6 +584,8 @@ impl Sql {
 /// The pool's connection manager.
 struct Manager {
     config: postgres::Config,
+    /// The TLS connector, `None` for plain TCP.
+    tls: Option<MakeRustlsConnect>,
 }
 
 /// A pooled connection and the statements prepared on it.
@@ -546,7 +602,10 @@ impl r2d2::ManageConnection for Manager {
 
     fn connect(&self) -> Result<Connection, postgres::Error> {
         Ok(Connection {
-            client: self.config.connect(NoTls)?,
+            client: match &self.tls {
+                Some(tls) => self.config.connect(tls.clone())?,
+                None => self.config.connect(NoTls)?,
+            },
             prepared: vec![None; Table::ALL.len() * OPS],
             broken: false,
         })

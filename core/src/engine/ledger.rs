@@ -963,6 +963,34 @@ impl<S: Store> Engine<S> {
         now: Timestamp,
         budget: usize,
     ) -> Result<Abandoned, StoreError> {
+        self.abandon_running_where_in(txn, from, now, budget, |_, _| true)
+    }
+
+    /// [`Engine::abandon_running`] for the runs `lost` names only: a host
+    /// sharing its store with others ends the runs whose tickets were held
+    /// by a host it knows to be gone, and leaves every other `Running`
+    /// request alone (its ticket may be live elsewhere). The cursor and
+    /// budget work as there.
+    pub fn abandon_running_where(
+        &self,
+        from: Option<&AbandonCursor>,
+        now: Timestamp,
+        budget: usize,
+        lost: impl Fn(&GrantId, &RequestId) -> bool,
+    ) -> Result<Abandoned, StoreError> {
+        self.run_write(|txn| self.abandon_running_where_in(txn, from, now, budget, &lost))
+    }
+
+    /// [`Engine::abandon_running_where`] inside `txn`, a transaction the
+    /// caller owns and commits.
+    pub fn abandon_running_where_in<W: WriteTransaction>(
+        &self,
+        txn: &mut W,
+        from: Option<&AbandonCursor>,
+        now: Timestamp,
+        budget: usize,
+        lost: impl Fn(&GrantId, &RequestId) -> bool,
+    ) -> Result<Abandoned, StoreError> {
         let budget = budget.max(1);
         Self::within(txn, |txn| {
             let start = from.map_or(Bound::Included(keys::ALL_GRANT_REQUESTS), |c| {
@@ -982,6 +1010,9 @@ impl<S: Store> Engine<S> {
                 ) else {
                     continue;
                 };
+                if !lost(&grant, &id) {
+                    continue;
+                }
                 if let Some(mut rec) =
                     txn.load::<ExecutionRequest>(&keys::request(&lineage, &id))?
                     && rec.grant() == grant

@@ -12,6 +12,7 @@ use portcullis_core::http::HttpResponse;
 use portcullis_core::link::OpenAnswer;
 
 use super::{App, BODY_LIMIT, Shared, respond};
+use crate::notify::Event;
 use crate::session::{self, Session};
 use crate::{clock, pages};
 
@@ -115,17 +116,56 @@ impl App {
     }
 }
 
+/// Signs `session` out on a shared database: recorded there (so every
+/// instance, and this one after a restart, refuses its cookie) and
+/// announced; true when that took a new epoch for every instance. Should
+/// the database fail, this instance alone refuses the cookie.
+async fn sign_out_shared(
+    app: &Shared,
+    table: &'static super::jobs::JobTable,
+    session: &Session,
+) -> bool {
+    let now = clock::now();
+    let (sid, expires) = (session.browser_session().to_owned(), session.expires());
+    let recorded = {
+        let sid = sid.clone();
+        app.blocking(move |_| table.sign_out(&sid, expires, now.as_secs(), session::MAX_REVOKED))
+            .await
+    };
+    match recorded {
+        Ok(Ok(Some(epoch))) => {
+            app.sessions.reset(epoch, []);
+            app.fanout.announce(Event::Epoch);
+            true
+        }
+        Ok(Ok(None)) => {
+            app.sessions.remember(&sid, expires, now);
+            app.fanout.announce(Event::SignOut(sid, expires));
+            false
+        }
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "recording a sign-out failed: only this instance knows");
+            app.sessions.revoke(session, now)
+        }
+        Err(_) => app.sessions.revoke(session, now),
+    }
+}
+
 /// Signing out ends the browser session for good: its cookie is refused
 /// from now on ([`session::Sessions::revoke`]), and in the core
 /// `reset_session` disconnects every tab connection of this browser session
 /// at once, with its auto-approvals (DESIGN "Connected tab"); its pending
 /// `navigate` commands are dropped.
 async fn reset_browser_session(app: &Shared, session: &Session) {
-    if app.sessions.revoke(session, clock::now()) {
+    let renewed = match app.jobs {
+        None => app.sessions.revoke(session, clock::now()),
+        Some(table) => sign_out_shared(app, table, session).await,
+    };
+    if renewed {
         tracing::warn!("the signed-out set was full: a new session epoch signed everyone out");
     }
     let browser_session = session.browser_session().to_owned();
-    app.navigates.clear(&browser_session);
+    app.clear_navigates(&browser_session).await;
     let ended = app
         .write(move |app, txn| {
             app.engine
@@ -183,19 +223,10 @@ pub(crate) async fn open(
         Ok(OpenAnswer::SignIn) => respond::html(StatusCode::OK, pages::sign_in(&open_url(&query))),
         Ok(OpenAnswer::Redirect(redirect)) => {
             // The command's parameters are the link's: never logged.
-            let queued = session.as_ref().map(|session| {
-                let pushed = app.navigates.push(
-                    session.browser_session(),
-                    &session.subject,
-                    &redirect.navigate,
-                    std::time::Instant::now(),
-                );
-                if pushed.is_ok() {
-                    app.relay
-                        .wake_session(&session.subject, session.browser_session());
-                }
-                pushed
-            });
+            let queued = match &session {
+                Some(session) => Some(app.push_navigate(session, &redirect.navigate).await),
+                None => None,
+            };
             match queued {
                 Some(Ok((_, pending))) => tracing::debug!(
                     source = ?redirect.source,

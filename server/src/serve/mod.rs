@@ -32,6 +32,7 @@ mod answer;
 mod browser;
 mod documents;
 mod gateway;
+mod jobs;
 mod jsonrpc;
 mod listen;
 mod mcp;
@@ -56,7 +57,9 @@ use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
 use axum::routing::{any, get, post};
+use portcullis_core::grant::GrantId;
 use portcullis_core::jwt::SigningKey;
+use portcullis_core::ledger::RequestId;
 use portcullis_core::link::OpenRoute;
 use portcullis_core::site::SiteId;
 use portcullis_core::store::StoreError;
@@ -108,6 +111,11 @@ pub(crate) struct App {
     open_route: OpenRoute,
     /// Runs in flight and the tabs' mailboxes.
     relay: relay::Relay,
+    /// On PostgreSQL, the tab's jobs and reports as rows, so a driver on
+    /// one instance reaches a tab polling on another ([`jobs`]); `None` on
+    /// redb, where the relay's in-process queue is the whole path. Never
+    /// dropped (the driver must not drop a connection on a runtime worker).
+    jobs: Option<&'static jobs::JobTable>,
     /// The open route's `navigate` commands, per browser session.
     navigates: navigate::NavigateQueue,
     /// The demo notes app's data.
@@ -266,11 +274,58 @@ impl App {
         }
     }
 
+    /// Hands the report on `job` to this instance's driver awaiting it,
+    /// if there is one and the report is in the job table. Blocking.
+    fn collect_report(&self, job: &str) {
+        let Some(jobs) = self.jobs else { return };
+        if !self.relay.awaits(job) {
+            return;
+        }
+        match jobs.collect(job) {
+            Ok(Some(report)) => {
+                self.relay.deliver(job, report);
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "collecting a tab report failed"),
+        }
+    }
+
     /// An event another instance announced.
     fn on_event(&self, event: Option<Event>) {
         match event {
             Some(Event::Bump(subject)) => self.relay.bump(&subject),
-            Some(Event::Site) | None => self.site_changed(),
+            Some(Event::Report(job)) => self.collect_report(&job),
+            Some(Event::SignOut(sid, expires)) => {
+                if !self.sessions.remember(&sid, expires, clock::now()) {
+                    // This copy is full: the database's says otherwise,
+                    // or a new epoch is on its way; read it again.
+                    self.reload_sessions();
+                }
+            }
+            Some(Event::Epoch) => self.reload_sessions(),
+            Some(Event::Site) => self.site_changed(),
+            None => {
+                // The listener (re)connected: whatever was announced while
+                // it was down is in the database. Every long-poll answers
+                // with a fresh snapshot, sessions and the site are re-read.
+                self.relay.bump_all();
+                self.reload_sessions();
+                self.site_changed();
+            }
+        }
+    }
+
+    /// Re-reads the browser sessions' epoch and signed-out set from a
+    /// shared database. Blocking.
+    fn reload_sessions(&self) {
+        let Some(table) = self.jobs else { return };
+        let now = clock::now().as_secs();
+        match table
+            .session_epoch()
+            .and_then(|e| Ok((e, table.signed_out(now)?)))
+        {
+            Ok((epoch, out)) => self.sessions.reset(epoch, out),
+            Err(e) => tracing::warn!(error = %e, "re-reading the browser sessions failed"),
         }
     }
 }
@@ -436,7 +491,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
         let (engine, keys) = setup::engine(&db, policy, true, loose)?;
         let site = setup::ensure_demo_site(&engine, &public_for_setup)?;
         if !engine.store().shared() {
-            abandon_lost_runs(&engine)?;
+            abandon_lost_runs(&engine, |_, _| true)?;
         }
         Ok::<_, String>((engine, keys, site))
     })
@@ -454,6 +509,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
     } else {
         gateway::Gateway::start(&args.gateway, mcp::builtin_names()).await?
     };
+    let (jobs, sessions) = shared_state(&args, &fanout).await?;
     let app = Arc::new(App {
         engine,
         writer,
@@ -461,12 +517,13 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
         mcp_key: std::sync::RwLock::new(site.public_key.clone()),
         fanout,
         session_key: keys.session,
-        sessions: crate::session::Sessions::new(&mut rand::rng()),
+        sessions,
         secure: public.starts_with("https://"),
         public_url: public.clone(),
         session_ttl: Duration::from_secs(args.session_ttl_secs),
         open_route: OpenRoute::new(),
         relay: relay::Relay::default(),
+        jobs,
         navigates: navigate::NavigateQueue::default(),
         notes: notes::Notes::default(),
         documents: documents::Documents::new(args.dev_loopback_client_documents)?,
@@ -502,6 +559,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
              the host's real sign-in"
         );
     }
+    take_lease(&app).await?;
     tokio::spawn(sweep_forever(Arc::clone(&app)));
     tracing::info!(addr = %bound, "listening");
     let router = router(app, mcp_hosts(&public, bound), args.limits);
@@ -514,6 +572,52 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// What a shared database adds to an instance: the job table (and the
+/// other server-side tables, [`jobs`]) and the browser sessions read from
+/// it; on redb, no table and a fresh random session epoch.
+async fn shared_state(
+    args: &ServeArgs,
+    fanout: &Fanout,
+) -> Result<(Option<&'static jobs::JobTable>, crate::session::Sessions), String> {
+    let Some(url) = args.db.db.postgres_url() else {
+        return Ok((None, crate::session::Sessions::new(&mut rand::rng())));
+    };
+    let (url, schema) = (url.to_owned(), fanout.schema().to_owned());
+    let (table, sessions) = tokio::task::spawn_blocking(move || {
+        let table = jobs::JobTable::open(&url, &schema)?;
+        let sessions = shared_sessions(&table)?;
+        Ok::<_, String>((table, sessions))
+    })
+    .await
+    .map_err(|e| e.to_string())??;
+    Ok((Some(&*Box::leak(Box::new(table))), sessions))
+}
+
+/// On a shared database: takes this instance's lease before it serves (so
+/// no other instance takes it for dead), ends the runs of those that are,
+/// and keeps the lease renewed.
+async fn take_lease(app: &Shared) -> Result<(), String> {
+    let Some(table) = app.jobs else {
+        return Ok(());
+    };
+    app.blocking(move |app| {
+        table.renew(app.fanout.instance())?;
+        end_runs_of_dead_instances(app)
+    })
+    .await
+    .map_err(|_| "a blocking task failed".to_owned())??;
+    tokio::spawn(renew_forever(Arc::clone(app)));
+    Ok(())
+}
+
+/// The browser sessions' shared epoch and signed-out set as the database
+/// has them now.
+fn shared_sessions(table: &jobs::JobTable) -> Result<crate::session::Sessions, String> {
+    let epoch = table.session_epoch()?;
+    let out = table.signed_out(clock::now().as_secs())?;
+    Ok(crate::session::Sessions::shared(epoch, out))
+}
+
 /// The store of the running server, never dropped (see [`run`]).
 static KEEP_STORE: std::sync::OnceLock<Arc<Db>> = std::sync::OnceLock::new();
 
@@ -524,13 +628,17 @@ const ABANDON_BUDGET: usize = 512;
 /// lived in its memory): each ends with `unknownTail` now, not whenever the
 /// user's tab next reconnects. This server is the only one on its database
 /// (redb holds an exclusive lock), so every `Running` request is a lost one.
-/// On PostgreSQL it is not called: another instance may be running them.
-fn abandon_lost_runs(engine: &Engine<Arc<Db>>) -> Result<(), String> {
+/// On PostgreSQL only the runs `lost` names end: those of instances whose
+/// lease lapsed ([`end_runs_of_dead_instances`]).
+fn abandon_lost_runs(
+    engine: &Engine<Arc<Db>>,
+    lost: impl Fn(&GrantId, &RequestId) -> bool,
+) -> Result<(), String> {
     let mut from = None;
     let mut ended = 0;
     loop {
         let done = engine
-            .abandon_running(from.as_ref(), clock::now(), ABANDON_BUDGET)
+            .abandon_running_where(from.as_ref(), clock::now(), ABANDON_BUDGET, &lost)
             .map_err(|e| format!("ending the runs lost at the last stop: {e}"))?;
         ended += done.ended;
         match done.next {
@@ -542,6 +650,49 @@ fn abandon_lost_runs(engine: &Engine<Arc<Db>>) -> Result<(), String> {
         tracing::info!(ended, "ended the runs lost at the last stop (unknownTail)");
     }
     Ok(())
+}
+
+/// On a shared database: takes over the claims of the runs held by
+/// instances whose lease lapsed, ends those runs (`unknownTail`) and lets
+/// the claims go (the rule is in [`jobs`]). Blocking.
+fn end_runs_of_dead_instances(app: &App) -> Result<(), String> {
+    let Some(table) = app.jobs else {
+        return Ok(());
+    };
+    let me = app.fanout.instance();
+    let taken = table.take_lost_runs(me)?;
+    if taken.is_empty() {
+        return Ok(());
+    }
+    let lost: std::collections::HashSet<(GrantId, RequestId)> = taken
+        .iter()
+        .filter_map(|(g, r)| Some((GrantId::parse(g)?, RequestId::parse(r).ok()?)))
+        .collect();
+    abandon_lost_runs(&app.engine, |g, r| lost.contains(&(*g, *r)))?;
+    for (g, r) in &taken {
+        table.release_run(g, r, me)?;
+    }
+    Ok(())
+}
+
+/// Renews this instance's lease on a shared database until the server
+/// stops; a renewal that fails is retried at the next tick (the lease
+/// lasts [`jobs::LEASE_TTL`], several ticks).
+async fn renew_forever(app: Shared) {
+    let Some(table) = app.jobs else { return };
+    let mut stopping = app.stopping.clone();
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(jobs::LEASE_RENEW) => {}
+            _ = stopping.changed() => return,
+        }
+        if let Ok(Err(e)) = app
+            .blocking(move |app| table.renew(app.fanout.instance()))
+            .await
+        {
+            tracing::warn!(error = %e, "renewing the instance lease failed");
+        }
+    }
 }
 
 /// How often expired codes, grants and ledger results are deleted.
@@ -560,6 +711,16 @@ async fn sweep_forever(app: Shared) {
         }
         let revoked = app.sessions.sweep(clock::now());
         let mailboxes = app.relay.sweep_idle(std::time::Instant::now());
+        if let Some(jobs) = app.jobs {
+            if let Ok(Err(e)) = app.blocking(end_runs_of_dead_instances).await {
+                tracing::warn!(error = %e, "ending the runs of lapsed instances failed");
+            }
+            match app.blocking(move |_| jobs.sweep()).await {
+                Ok(Ok(n)) if n > 0 => tracing::info!(n, "stale tab jobs deleted"),
+                Ok(Err(e)) => tracing::warn!(error = %e, "sweeping tab jobs failed"),
+                _ => {}
+            }
+        }
         tracing::debug!(revoked, mailboxes, "in-memory state swept");
         loop {
             let swept = app

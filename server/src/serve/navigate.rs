@@ -99,6 +99,103 @@ struct Inner {
 pub(crate) enum QueueFull {
     /// The command alone is larger than one user's budget.
     TooLarge,
+    /// The shared queue of a PostgreSQL database could not be reached.
+    Unavailable,
+}
+
+/// Where the commands are queued: here, or on a shared database in the job
+/// table's `relay_navigate` ([`super::jobs`]), so that whichever instance
+/// the tab polls hands them out.
+impl super::App {
+    /// Queues `command` for `session`'s browser session and wakes its
+    /// polls (every instance's on a shared database): its id and how many
+    /// the session has pending.
+    pub(super) async fn push_navigate(
+        self: &std::sync::Arc<Self>,
+        session: &crate::session::Session,
+        command: &NavigateCommand,
+    ) -> Result<(String, usize), QueueFull> {
+        let browser_session = session.browser_session().to_owned();
+        let Some(table) = self.jobs else {
+            let pushed =
+                self.navigates
+                    .push(&browser_session, &session.subject, command, Instant::now());
+            if pushed.is_ok() {
+                self.relay.wake_session(&session.subject, &browser_session);
+            }
+            return pushed;
+        };
+        let (id, message, bytes) = self.navigates.prepare(&browser_session, command)?;
+        let (subject, row_id) = (session.subject.clone(), id.clone());
+        let pushed = self
+            .blocking(move |_| {
+                table.push_navigate(
+                    &browser_session,
+                    &subject,
+                    &row_id,
+                    &message.to_string(),
+                    bytes,
+                )
+            })
+            .await;
+        match pushed {
+            Ok(Ok(pending)) => {
+                self.bump(&session.subject);
+                Ok((id, usize::try_from(pending).unwrap_or(usize::MAX)))
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "queueing a navigate command failed");
+                Err(QueueFull::Unavailable)
+            }
+            Err(_) => Err(QueueFull::Unavailable),
+        }
+    }
+
+    /// The commands of `browser_session` to hand to the polling page now.
+    pub(super) async fn take_navigates(
+        self: &std::sync::Arc<Self>,
+        browser_session: &str,
+    ) -> Vec<Value> {
+        let Some(table) = self.jobs else {
+            return self.navigates.take(browser_session, Instant::now());
+        };
+        let s = browser_session.to_owned();
+        match self.blocking(move |_| table.take_navigates(&s)).await {
+            Ok(Ok(messages)) => messages,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "taking navigate commands failed");
+                Vec::new()
+            }
+            Err(_) => Vec::new(),
+        }
+    }
+
+    /// Acknowledges command `id` of `browser_session`.
+    pub(super) async fn ack_navigate(
+        self: &std::sync::Arc<Self>,
+        browser_session: &str,
+        id: &str,
+    ) -> bool {
+        let Some(table) = self.jobs else {
+            return self.navigates.ack(browser_session, id);
+        };
+        let (s, id) = (browser_session.to_owned(), id.to_owned());
+        matches!(
+            self.blocking(move |_| table.ack_navigate(&s, &id)).await,
+            Ok(Ok(true))
+        )
+    }
+
+    /// Drops every command of `browser_session` (sign-out).
+    pub(super) async fn clear_navigates(self: &std::sync::Arc<Self>, browser_session: &str) {
+        self.navigates.clear(browser_session);
+        if let Some(table) = self.jobs {
+            let s = browser_session.to_owned();
+            if let Ok(Err(e)) = self.blocking(move |_| table.clear_navigates(&s)).await {
+                tracing::warn!(error = %e, "dropping navigate commands failed");
+            }
+        }
+    }
 }
 
 /// The queue (see the module docs).
@@ -188,6 +285,22 @@ impl NavigateQueue {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// A new message for `command`: its id, its JSON and what it costs
+    /// against the budgets, or `TooLarge` when it alone exceeds one.
+    fn prepare(
+        &self,
+        session: &str,
+        command: &NavigateCommand,
+    ) -> Result<(String, Value, usize), QueueFull> {
+        let id = portcullis_core::rand::base64url::<12, _>(&mut rand::rng());
+        let message = message(&id, command);
+        let bytes = message.to_string().len() + id.len() + session.len() + OVERHEAD;
+        if bytes > self.max_user || bytes > self.max_total {
+            return Err(QueueFull::TooLarge);
+        }
+        Ok((id, message, bytes))
+    }
+
     /// Queues `command` for browser session `session` of user `subject`;
     /// returns its id and how many commands the session now has pending.
     /// Makes room as the module docs say.
@@ -198,12 +311,7 @@ impl NavigateQueue {
         command: &NavigateCommand,
         now: Instant,
     ) -> Result<(String, usize), QueueFull> {
-        let id = portcullis_core::rand::base64url::<12, _>(&mut rand::rng());
-        let message = message(&id, command);
-        let bytes = message.to_string().len() + id.len() + session.len() + OVERHEAD;
-        if bytes > self.max_user || bytes > self.max_total {
-            return Err(QueueFull::TooLarge);
-        }
+        let (id, message, bytes) = self.prepare(session, command)?;
         let mut inner = self.lock();
         inner.expire(now);
         // A session's queue belongs to one user; should its user ever

@@ -28,6 +28,11 @@
 //! shows is stored with it in the ledger. Losing this state (a restart)
 //! loses only in-flight runs, which the server ends with `unknownTail` as it
 //! starts ([`portcullis_core::Engine::abandon_running`]).
+//!
+//! On PostgreSQL the job queue is not here but in the database
+//! ([`super::jobs`]): a driver only registers the report it awaits
+//! ([`Relay::expect`]), and the report reaches it through
+//! [`Relay::deliver`] whichever instance the page reported to.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -198,6 +203,19 @@ impl Relay {
         mb.wake_all();
     }
 
+    /// Bumps every mailbox: events may have been missed (another
+    /// instance's, while the listener was reconnecting), so every waiting
+    /// poll answers with a fresh snapshot.
+    pub(crate) fn bump_all(&self) {
+        let mut inner = self.lock();
+        inner.versions += 1;
+        let version = inner.versions;
+        for mb in inner.mailboxes.values_mut() {
+            mb.version = version;
+            mb.wake_all();
+        }
+    }
+
     /// Wakes the waiting polls of `subject`'s browser session
     /// `browser_session` only, without a new version: a `navigate` command
     /// is for that session alone.
@@ -315,6 +333,36 @@ impl Relay {
         mb.version = version;
         mb.wake_all();
         rx
+    }
+
+    /// Awaits the report on job `job_id` of `subject` without queueing the
+    /// job here: on a shared database the job is a row
+    /// ([`super::jobs`]), and the report comes back through
+    /// [`Relay::deliver`].
+    pub(crate) fn expect(&self, subject: &str, job_id: &str) -> oneshot::Receiver<TabReport> {
+        let (tx, rx) = oneshot::channel();
+        self.lock().awaiting.insert(
+            job_id.to_owned(),
+            Awaiting {
+                subject: subject.to_owned(),
+                reply: tx,
+            },
+        );
+        rx
+    }
+
+    /// Whether a driver of this process awaits the report on `job_id`.
+    pub(crate) fn awaits(&self, job_id: &str) -> bool {
+        self.lock().awaiting.contains_key(job_id)
+    }
+
+    /// Hands the report on `job_id` to the driver of this process that
+    /// awaits it (the subject was checked where the report was made).
+    pub(crate) fn deliver(&self, job_id: &str, report: TabReport) -> bool {
+        self.lock()
+            .awaiting
+            .remove(job_id)
+            .is_some_and(|a| a.reply.send(report).is_ok())
     }
 
     /// Takes `subject`'s queued jobs that `keep` accepts (the page they are
@@ -458,6 +506,22 @@ mod tests {
         relay.bump("alice");
         assert!(tokio::time::timeout(quick, a.wake.notified()).await.is_ok());
         assert!(tokio::time::timeout(quick, b.wake.notified()).await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn bump_all_moves_every_mailbox_past_what_its_polls_saw() {
+        let relay = Relay::default();
+        let (a, _) = relay.watch("alice");
+        let (b, _) = relay.watch("bob");
+        let waiting = relay.enter("bob", "s1");
+        relay.bump_all();
+        assert!(relay.watch("alice").0 > a && relay.watch("bob").0 > b);
+        let quick = Duration::from_millis(50);
+        assert!(
+            tokio::time::timeout(quick, waiting.wake.notified())
+                .await
+                .is_ok()
+        );
     }
 
     #[test]

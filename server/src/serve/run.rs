@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use portcullis_core::engine::Principal;
 use portcullis_core::error::ErrorCode;
+use portcullis_core::grant::GrantId;
 use portcullis_core::ledger::{
     Action, ActionVerdict, BeginAnswer, BeginError, BusinessError, Caller, Completion,
     ExecuteParams, ExecutionTicket, OutcomeStatus, Report, RequestId, StoredResult, TicketError,
@@ -39,6 +40,9 @@ use crate::clock;
 /// How long an `execute` call waits for its run before answering
 /// `execution_pending`.
 pub(crate) const WAIT: Duration = Duration::from_secs(15);
+/// How often an `execute` whose run another instance holds tries to
+/// claim it again.
+const CLAIM_RETRY: Duration = Duration::from_millis(200);
 /// How often a driver waiting for the tab checks that its connection is
 /// still the live one.
 const CHECK: Duration = Duration::from_secs(2);
@@ -76,6 +80,56 @@ pub(crate) async fn execute(app: &Shared, principal: Principal, arguments: &Valu
             return internal(Some(id));
         }
     }
+    // A task of its own, so a client that goes away between the claim and
+    // its release does not leave the claim held (the driver releases it
+    // when it ends, if one was started).
+    let app = Arc::clone(app);
+    tokio::spawn(async move {
+        let grant = principal.grant;
+        if let Err(answer) = claim(&app, grant, id).await {
+            return answer;
+        }
+        let answer = admit(&app, principal, params, needed, steps).await;
+        if app.relay.driver(grant, id).is_none() {
+            app.release_run(grant, id).await;
+        }
+        answer
+    })
+    .await
+    .unwrap_or_else(|_| internal(Some(id)))
+}
+
+/// On a shared database, no claim, no run (see `super::jobs`): claims the
+/// run `(grant, id)` for this instance, waiting (at most [`WAIT`]) while
+/// another live instance holds it as it begins or drives the run. The
+/// answer to give instead when the claim is not had: `execution_pending`
+/// after the wait, a server error if the database fails. Whoever claims
+/// releases with [`super::App::release_run`] once no driver of the run is
+/// left here.
+pub(crate) async fn claim(app: &Shared, grant: GrantId, id: RequestId) -> Result<(), Answer> {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        match app.claim_run(grant, id).await {
+            Ok(true) => return Ok(()),
+            Ok(false) if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(CLAIM_RETRY).await;
+            }
+            Ok(false) => return Err(pending(id)),
+            Err(()) => return Err(internal(Some(id))),
+        }
+    }
+}
+
+/// `execute` once its program parsed (and, on a shared database, its run
+/// is claimed): begin, then wait on the run's driver.
+async fn admit(
+    app: &Shared,
+    principal: Principal,
+    params: ExecuteParams,
+    needed: ScopeSet,
+    steps: Vec<Step>,
+) -> Answer {
+    let id = params.request_id;
     let needed = Arc::new(needed);
     let principal = Arc::new(principal);
     let params = Arc::new(params);
@@ -114,6 +168,43 @@ pub(crate) async fn execute(app: &Shared, principal: Principal, arguments: &Valu
         }
     }
     pending(id)
+}
+
+impl super::App {
+    /// On a shared database, claims the run `(grant, id)` for this
+    /// instance before it may begin it: false when another live instance
+    /// holds it. Always true on redb (one process).
+    async fn claim_run(self: &Arc<Self>, grant: GrantId, id: RequestId) -> Result<bool, ()> {
+        let Some(table) = self.jobs else {
+            return Ok(true);
+        };
+        let claimed = self
+            .blocking(move |app| {
+                table.claim_run(&grant.to_string(), &id.to_string(), app.fanout.instance())
+            })
+            .await;
+        match claimed {
+            Ok(Ok(claimed)) => Ok(claimed),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "claiming a run failed");
+                Err(())
+            }
+            Err(_) => Err(()),
+        }
+    }
+
+    /// Lets go of this instance's claim on the run `(grant, id)`.
+    pub(crate) async fn release_run(self: &Arc<Self>, grant: GrantId, id: RequestId) {
+        let Some(table) = self.jobs else { return };
+        let released = self
+            .blocking(move |app| {
+                table.release_run(&grant.to_string(), &id.to_string(), app.fanout.instance())
+            })
+            .await;
+        if let Ok(Err(e)) = released {
+            tracing::warn!(error = %e, "releasing a run failed");
+        }
+    }
 }
 
 fn pending(id: RequestId) -> Answer {
@@ -155,6 +246,7 @@ fn spawn_driver(
         let end = driver.drive(ticket, steps).await;
         let _ = tx.send(Some(end));
         app.relay.end_driver(grant, id);
+        app.release_run(grant, id).await;
     });
     rx
 }
@@ -163,7 +255,7 @@ fn spawn_driver(
 struct Driver<'a> {
     app: &'a Shared,
     subject: &'a str,
-    grant: portcullis_core::grant::GrantId,
+    grant: GrantId,
     id: RequestId,
 }
 
@@ -239,21 +331,65 @@ impl Driver<'_> {
     /// it was dispatched to stays live.
     async fn perform(&self, job: Job) -> Option<TabReport> {
         let (grant, connection, job_id) = (job.grant, job.connection, job.id.clone());
-        let mut rx = self.app.relay.dispatch(self.subject, job);
+        let mut rx = match self.app.jobs {
+            None => self.app.relay.dispatch(self.subject, job),
+            Some(jobs) => {
+                // A row any instance's poll can claim (see `super::jobs`).
+                let rx = self.app.relay.expect(self.subject, &job_id);
+                let subject = self.subject.to_owned();
+                let origin = self.app.fanout.instance().to_owned();
+                let queued = self
+                    .app
+                    .blocking(move |_| jobs.insert(&subject, &origin, &job))
+                    .await;
+                if !matches!(queued, Ok(Ok(()))) {
+                    self.app.relay.withdraw(self.subject, &job_id);
+                    tracing::warn!("execute: the job could not be queued");
+                    return None;
+                }
+                self.app.bump(self.subject);
+                rx
+            }
+        };
         loop {
             tokio::select! {
                 r = &mut rx => return r.ok(),
                 () = tokio::time::sleep(CHECK) => {
+                    if let Some(report) = self.collect(&job_id).await {
+                        return Some(report);
+                    }
                     let live = self
                         .app
                         .blocking(move |app| app.engine.dispatch(&grant, false, clock::now()))
                         .await;
                     if !matches!(live, Ok(Ok(Dispatch::To(c))) if c == connection) {
-                        self.app.relay.withdraw(self.subject, &job_id);
+                        self.withdraw(&job_id).await;
                         tracing::debug!("execute: the tab went away mid-run");
                         return None;
                     }
                 }
+            }
+        }
+    }
+
+    /// On a shared database, the report on `job_id` if it arrived without
+    /// its notification reaching this instance (the listener was down).
+    async fn collect(&self, job_id: &str) -> Option<TabReport> {
+        let jobs = self.app.jobs?;
+        let id = job_id.to_owned();
+        let report = self.app.blocking(move |_| jobs.collect(&id)).await;
+        let report = report.ok()?.ok()??;
+        self.app.relay.withdraw(self.subject, job_id);
+        Some(report)
+    }
+
+    /// Gives up on job `job_id`: here, and its row on a shared database.
+    async fn withdraw(&self, job_id: &str) {
+        self.app.relay.withdraw(self.subject, job_id);
+        if let Some(jobs) = self.app.jobs {
+            let id = job_id.to_owned();
+            if let Ok(Err(e)) = self.app.blocking(move |_| jobs.delete(&[&id])).await {
+                tracing::warn!(error = %e, "withdrawing a tab job failed");
             }
         }
     }

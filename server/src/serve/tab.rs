@@ -48,9 +48,10 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use super::relay::{Delivery, TabReport};
+use super::relay::{Delivery, Job, TabReport};
 use super::{App, Shared};
 use crate::clock;
+use crate::notify::Event;
 use crate::session::Session;
 
 /// Longest a work poll waits.
@@ -458,20 +459,25 @@ pub(crate) async fn work(
             .iter()
             .filter_map(|(g, t)| t.as_ref().map(|t| (g.id, t)))
             .collect();
-        let jobs = app
-            .relay
-            .take_jobs(&subject, |job| match tabs.get(&job.grant) {
-                Some(t) if t.connected && t.connection == job.connection => {
-                    if t.tab_id == q.tab_id && t.page_instance == q.page_instance {
-                        Delivery::Take
-                    } else {
-                        Delivery::Keep
-                    }
+        let deliver = |job: &Job| match tabs.get(&job.grant) {
+            Some(t) if t.connected && t.connection == job.connection => {
+                if t.tab_id == q.tab_id && t.page_instance == q.page_instance {
+                    Delivery::Take
+                } else {
+                    Delivery::Keep
                 }
-                _ => Delivery::Drop,
-            });
+            }
+            _ => Delivery::Drop,
+        };
+        let jobs = match app.jobs {
+            None => app.relay.take_jobs(&subject, deliver),
+            Some(table) => match take_rows(&app, table, &subject, deliver).await {
+                Ok(jobs) => jobs,
+                Err(r) => return r,
+            },
+        };
         let messages = if may_take_messages(&snap, browser_session, &q) {
-            app.navigates.take(browser_session, Instant::now())
+            app.take_navigates(browser_session).await
         } else {
             Vec::new()
         };
@@ -495,11 +501,49 @@ pub(crate) async fn work(
     }
 }
 
+/// On a shared database, claims `subject`'s queued job rows that `deliver`
+/// hands to this page (whichever instance queued them) and deletes those
+/// that can never be delivered: the claim is one `UPDATE`, so of racing
+/// polls on any instances one wins each job ([`super::jobs`]).
+async fn take_rows(
+    app: &Shared,
+    table: &'static super::jobs::JobTable,
+    subject: &str,
+    mut deliver: impl FnMut(&Job) -> Delivery,
+) -> Result<Vec<Job>, Response> {
+    let who = subject.to_owned();
+    let queued = app
+        .blocking(move |_| table.queued(&who))
+        .await?
+        .map_err(|e| super::respond::internal(&e))?;
+    if queued.is_empty() {
+        return Ok(Vec::new());
+    }
+    let (mut take, mut dropped) = (Vec::new(), Vec::new());
+    for job in queued {
+        match deliver(&job) {
+            Delivery::Take => take.push(job),
+            Delivery::Keep => {}
+            Delivery::Drop => dropped.push(job.id),
+        }
+    }
+    let ids: Vec<String> = take.iter().map(|j| j.id.clone()).collect();
+    let won = app
+        .blocking(move |_| {
+            table.delete(&dropped.iter().map(String::as_str).collect::<Vec<_>>())?;
+            table.claim(&ids.iter().map(String::as_str).collect::<Vec<_>>())
+        })
+        .await?
+        .map_err(|e| super::respond::internal(&e))?;
+    take.retain(|j| won.contains(&j.id));
+    Ok(take)
+}
+
 /// A work poll's answer.
 fn answer(
     snap: &Snapshot,
     version: u64,
-    jobs: &[super::relay::Job],
+    jobs: &[Job],
     messages: &[Value],
     q: &WorkQuery,
 ) -> Response {
@@ -573,14 +617,33 @@ pub(crate) async fn report(State(app): State<Shared>, headers: HeaderMap, raw: B
     } else {
         Some(r.code.unwrap_or_else(|| "FAILED".into()))
     };
-    let delivered = app.relay.report(
-        &session.subject,
-        &r.job,
-        TabReport {
-            failed,
-            summary: r.summary,
-        },
-    );
+    let report = TabReport {
+        failed,
+        summary: r.summary,
+    };
+    let delivered = match app.jobs {
+        None => app.relay.report(&session.subject, &r.job, report),
+        Some(table) => {
+            // The row takes the report; the driver's instance collects it.
+            let (subject, job) = (session.subject.clone(), r.job);
+            let recorded = app
+                .blocking(move |app| {
+                    let ok = table.report(&subject, &job, &report)?;
+                    if ok && app.relay.awaits(&job) {
+                        app.collect_report(&job);
+                    } else if ok {
+                        app.fanout.announce(Event::Report(job));
+                    }
+                    Ok::<_, String>(ok)
+                })
+                .await;
+            match recorded {
+                Ok(Ok(ok)) => ok,
+                Ok(Err(e)) => return super::respond::internal(&e),
+                Err(r) => return r,
+            }
+        }
+    };
     if delivered {
         Json(json!({"ok": true})).into_response()
     } else {
@@ -605,7 +668,7 @@ pub(crate) async fn ack(State(app): State<Shared>, headers: HeaderMap, raw: Byte
         Ok(parts) => parts,
         Err(r) => return r,
     };
-    if app.navigates.ack(session.browser_session(), &a.id) {
+    if app.ack_navigate(session.browser_session(), &a.id).await {
         tracing::debug!("navigate applied by the tab");
         Json(json!({"ok": true})).into_response()
     } else {

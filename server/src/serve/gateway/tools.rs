@@ -215,6 +215,46 @@ pub(crate) async fn call(
             Some(rid),
         ));
     }
+    // The run is its own task: a client that goes away mid-call does not
+    // cut it between the downstream call and its record, nor leave its
+    // claim held.
+    let app = Arc::clone(app);
+    tokio::spawn(async move {
+        let grant = principal.grant;
+        if let Err(answer) = run::claim(&app, grant, rid).await {
+            return Reply::ledger(answer);
+        }
+        let reply = admit(
+            &app, principal, source, tool, params, needed, action, arguments,
+        )
+        .await;
+        app.release_run(grant, rid).await;
+        reply
+    })
+    .await
+    .unwrap_or_else(|_| {
+        Reply::ledger(failure(
+            ErrorCode::ServerError,
+            "temporary server error",
+            Some(rid),
+        ))
+    })
+}
+
+/// A gateway call once its run is claimed (on a shared database): begin,
+/// then run it to its end.
+#[allow(clippy::too_many_arguments)]
+async fn admit(
+    app: &Shared,
+    principal: Principal,
+    source: Arc<Source>,
+    tool: Tool,
+    params: ExecuteParams,
+    needed: ScopeSet,
+    action: Action,
+    arguments: JsonObject,
+) -> Reply {
+    let rid = params.request_id;
     let (principal, params, needed) = (Arc::new(principal), Arc::new(params), Arc::new(needed));
     let (p, q) = (Arc::clone(&principal), Arc::clone(&params));
     let begun = app
@@ -231,8 +271,6 @@ pub(crate) async fn call(
         )),
         Ok(Err(e)) => Reply::ledger(Answer::begin_error(&e, Some(rid))),
         Ok(Ok(BeginAnswer::Run(ticket))) => {
-            // The run is its own task: a client that goes away mid-call does
-            // not cut it between the downstream call and its record.
             let run = Run {
                 app: Arc::clone(app),
                 subject: principal.subject.clone(),
@@ -240,15 +278,7 @@ pub(crate) async fn call(
                 id: rid,
                 request: CallToolRequestParams::new(tool.name.clone()).with_arguments(arguments),
             };
-            tokio::spawn(async move { run.run(ticket, action).await })
-                .await
-                .unwrap_or_else(|_| {
-                    Reply::ledger(failure(
-                        ErrorCode::ServerError,
-                        "temporary server error",
-                        Some(rid),
-                    ))
-                })
+            run.run(ticket, action).await
         }
         Ok(Ok(BeginAnswer::Stored(stored))) => Reply::stored(&stored),
         Ok(Ok(other)) => Reply::ledger(Answer::ok(other.to_json().unwrap_or(Value::Null))),
