@@ -532,6 +532,19 @@ struct Tab {
 }
 
 impl Tab {
+    /// The tab's current version, and a long-poll left waiting from it
+    /// (given 300 ms to park) that yields its answer and how long it waited.
+    async fn park(&self) -> (u64, tokio::task::JoinHandle<(Value, Duration)>) {
+        let version = self.poll(0).await["version"].as_u64().unwrap();
+        let tab = self.clone();
+        let parked = tokio::spawn(async move {
+            let began = Instant::now();
+            (tab.poll(version).await, began.elapsed())
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        (version, parked)
+    }
+
     async fn open(pair: &Pair, cookie: &str) -> Self {
         let html = pair
             .http
@@ -608,17 +621,8 @@ async fn an_approval_asked_through_b_wakes_the_tab_on_a_and_one_request_id_is_ad
     };
     let (pair, access, _cookie, tab) =
         alice_with_a_tab(&url, "wake", "skills:read skills:write").await;
-    let version = tab.poll(0).await["version"].as_u64().unwrap();
-
     // A long-poll waits on A; the call goes to B.
-    let parked = {
-        let tab = tab.clone();
-        tokio::spawn(async move {
-            let began = Instant::now();
-            (tab.poll(version).await, began.elapsed())
-        })
-    };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (_, parked) = tab.park().await;
     let code = json!([{"skill": "create_note", "args": {"title": "Groceries", "body": "milk"}}])
         .to_string();
     let call = json!({"requestId": REQUEST, "code": code});
@@ -1006,15 +1010,7 @@ async fn a_listener_that_reconnects_answers_every_waiting_poll_at_once() {
     let name = format!("relisten_{}", std::process::id());
     let url = format!("{url}?application_name={name}");
     let (pair, _access, _cookie, tab) = alice_with_a_tab(&url, "relisten", "skills:read").await;
-    let version = tab.poll(0).await["version"].as_u64().unwrap();
-    let parked = {
-        let tab = tab.clone();
-        tokio::spawn(async move {
-            let began = Instant::now();
-            (tab.poll(version).await, began.elapsed())
-        })
-    };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (version, parked) = tab.park().await;
     // Cut every LISTEN connection (both instances'): a NOTIFY sent now
     // would be missed, so a reconnected listener bumps every mailbox.
     let cut = std::thread::spawn(move || {

@@ -35,6 +35,7 @@ use super::Shared;
 pub(crate) use super::answer::{Answer, failure};
 use super::relay::{DriverEnd, Job, TabReport};
 use super::skills::{self, Step};
+use super::txn::AppWrite;
 use crate::clock;
 
 /// How long an `execute` call waits for its run before answering
@@ -406,29 +407,25 @@ impl Driver<'_> {
             Some(code) => Report::failed(code, report.summary),
         };
         let (status, summary) = (core.status.clone(), core.summary.clone());
-        let recorded = self
-            .app
-            .write_ticket(move |app, mut txn| {
-                let mut record = |ticket, report| match txn.as_deref_mut() {
-                    Some(txn) => app
-                        .engine
-                        .record_outcome_in(txn, ticket, report, clock::now()),
-                    None => app.engine.record_outcome(ticket, report, clock::now()),
-                };
-                match record(ticket, core) {
-                    Err(TicketError::Invalid(ticket, _)) => {
-                        let fallback = Report::failed("BAD_REPORT", "the tab's report was invalid");
-                        record(*ticket, fallback).map(|t| (t, false))
-                    }
-                    other => other.map(|t| (t, true)),
+        let recorded = ticket_write(self.app, self.id, move |app, mut txn| {
+            let mut record = |ticket, report| match txn.as_deref_mut() {
+                Some(txn) => app
+                    .engine
+                    .record_outcome_in(txn, ticket, report, clock::now()),
+                None => app.engine.record_outcome(ticket, report, clock::now()),
+            };
+            match record(ticket, core) {
+                Err(TicketError::Invalid(ticket, _)) => {
+                    let fallback = Report::failed("BAD_REPORT", "the tab's report was invalid");
+                    record(*ticket, fallback).map(|t| (t, false))
                 }
-            })
-            .await;
-        match recorded {
-            Err(_) => Err(internal(Some(self.id))),
-            Ok(Err(e)) => Err(ticket_failure(&e, self.id)),
-            Ok(Ok((t, true))) => Ok((t, status, summary)),
-            Ok(Ok((t, false))) => Ok((
+                other => other.map(|t| (t, true)),
+            }
+        })
+        .await;
+        match recorded? {
+            (t, true) => Ok((t, status, summary)),
+            (t, false) => Ok((
                 t,
                 OutcomeStatus::Failed("BAD_REPORT".into()),
                 "the tab's report was invalid".into(),
@@ -447,6 +444,26 @@ impl Driver<'_> {
     }
 }
 
+/// A ticket operation through the writer ([`super::App::write_ticket`]):
+/// its value, or the answer for its failure (the core's ticket error, or a
+/// server error).
+pub(super) async fn ticket_write<T, F>(app: &Shared, id: RequestId, f: F) -> Result<T, Answer>
+where
+    T: Send + 'static,
+    F: for<'t, 'b, 'w> FnOnce(
+            &super::App,
+            Option<&mut AppWrite<'t, 'b, 'w>>,
+        ) -> Result<T, TicketError>
+        + Send
+        + 'static,
+{
+    match app.write_ticket(f).await {
+        Err(_) => Err(internal(Some(id))),
+        Ok(Err(e)) => Err(ticket_failure(&e, id)),
+        Ok(Ok(v)) => Ok(v),
+    }
+}
+
 /// Authorizes a run's next action (a driver's step, the gateway's call):
 /// the core's verdict, or the failure to answer.
 pub(super) async fn authorize(
@@ -454,20 +471,13 @@ pub(super) async fn authorize(
     ticket: ExecutionTicket,
     action: Action,
 ) -> Result<ActionVerdict, Answer> {
-    let id = ticket.request_id();
-    let verdict = app
-        .write_ticket(move |app, txn| match txn {
-            Some(txn) => app
-                .engine
-                .authorize_action_in(txn, ticket, &action, clock::now()),
-            None => app.engine.authorize_action(ticket, &action, clock::now()),
-        })
-        .await;
-    match verdict {
-        Err(_) => Err(internal(Some(id))),
-        Ok(Err(e)) => Err(ticket_failure(&e, id)),
-        Ok(Ok(v)) => Ok(v),
-    }
+    ticket_write(app, ticket.request_id(), move |app, txn| match txn {
+        Some(txn) => app
+            .engine
+            .authorize_action_in(txn, ticket, &action, clock::now()),
+        None => app.engine.authorize_action(ticket, &action, clock::now()),
+    })
+    .await
 }
 
 /// Ends a run with `completion` (a driver's last step, and the gateway's):
@@ -477,18 +487,11 @@ pub(super) async fn complete(
     ticket: ExecutionTicket,
     completion: Completion,
 ) -> Result<StoredResult, Answer> {
-    let id = ticket.request_id();
-    let done = app
-        .write_ticket(move |app, txn| match txn {
-            Some(txn) => app
-                .engine
-                .complete_in(txn, ticket, &completion, clock::now()),
-            None => app.engine.complete(ticket, &completion, clock::now()),
-        })
-        .await;
-    match done {
-        Err(_) => Err(internal(Some(id))),
-        Ok(Err(e)) => Err(ticket_failure(&e, id)),
-        Ok(Ok(stored)) => Ok(stored),
-    }
+    ticket_write(app, ticket.request_id(), move |app, txn| match txn {
+        Some(txn) => app
+            .engine
+            .complete_in(txn, ticket, &completion, clock::now()),
+        None => app.engine.complete(ticket, &completion, clock::now()),
+    })
+    .await
 }

@@ -420,19 +420,14 @@ impl Run {
     }
 
     async fn record(&self, ticket: ExecutionTicket, report: Report) -> Option<ExecutionTicket> {
-        let recorded = self
-            .app
-            .write_ticket(move |app, txn| match txn {
-                Some(txn) => app
-                    .engine
-                    .record_outcome_in(txn, ticket, report, clock::now()),
-                None => app.engine.record_outcome(ticket, report, clock::now()),
-            })
-            .await;
-        match recorded {
-            Ok(Ok(t)) => Some(t),
-            _ => None,
-        }
+        run::ticket_write(&self.app, self.id, move |app, txn| match txn {
+            Some(txn) => app
+                .engine
+                .record_outcome_in(txn, ticket, report, clock::now()),
+            None => app.engine.record_outcome(ticket, report, clock::now()),
+        })
+        .await
+        .ok()
     }
 
     /// Completes the request; a result over the ledger's size limit is
