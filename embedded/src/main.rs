@@ -312,7 +312,7 @@ mod engine {
         reason = "one session from site creation to a replayed code, read top to bottom"
     )]
     pub(super) fn run(rng: &mut TestOnlyRng, clock: &mut Clock) {
-        let store = SpinMemoryStore::with_rng(rng);
+        let store = SpinMemoryStore::new();
         let engine = Engine::new(&store, keyring(), Policy::default());
         let site = SiteId::parse("demo").unwrap_or_else(|_| fail("site id"));
         let config = SiteConfig::new(

@@ -45,27 +45,36 @@ extern crate std;
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 use core::fmt;
-use core::hash::{BuildHasher, Hash, Hasher};
-use core::ops::{Bound, Deref, DerefMut, RangeBounds};
+use core::hash::{Hash, Hasher};
+use core::ops::{Bound, Deref, DerefMut};
 
-use hashbrown::HashMap;
-use hashbrown::hash_map::EntryRef;
+#[cfg(feature = "std")]
+use hashbrown::{HashMap, hash_map::EntryRef};
 use portcullis_core::store::{
     Entry, ReadTransaction, Savepoint, Store, StoreError, Table, WriteTransaction,
 };
-use rand_core::CryptoRng;
+#[cfg(feature = "std")]
 use siphasher::sip::SipHasher13;
 
-/// Every table of a store, with the key of its hashed tables. Opaque:
-/// reached through a [`MemoryStoreWith`].
+/// Every table of a store. Opaque: reached through a [`MemoryStoreWith`].
 pub struct Tables {
     maps: [TableMap; Table::ALL.len()],
 }
 
 impl Tables {
-    fn new(seed: Seed) -> Self {
+    /// Empty tables; with `std`, the hashed ones under a fresh random key.
+    fn new() -> Self {
+        #[cfg(feature = "std")]
+        let seed = Seed::from_std();
         Self {
-            maps: Table::ALL.map(|table| TableMap::new(table, seed)),
+            maps: Table::ALL.map(|table| {
+                #[cfg(feature = "std")]
+                if !ordered(table) {
+                    return TableMap::Hashed(HashMap::with_hasher(seed));
+                }
+                let _ = table; // read only with `std`
+                TableMap::Ordered(BTreeMap::new())
+            }),
         }
     }
 
@@ -89,6 +98,7 @@ impl Tables {
 /// (`Requests`, `Outcomes`), a user's agent tokens (`AgentTokens`) and a
 /// browser session's tabs (`Tabs`); everything else it reads by key only.
 /// A table the core adds later is kept ordered until it is listed here.
+#[cfg(feature = "std")]
 const fn ordered(table: Table) -> bool {
     !matches!(
         table,
@@ -106,24 +116,19 @@ const fn ordered(table: Table) -> bool {
 /// Keys are partly chosen by callers (a request id, a subject), and a
 /// caller who cannot predict the hash cannot make their keys collide and
 /// turn lookups into scans of one long chain.
+#[cfg(feature = "std")]
 #[derive(Clone, Copy)]
 struct Seed {
     k0: u64,
     k1: u64,
 }
 
+#[cfg(feature = "std")]
 impl Seed {
-    fn from_rng<R: CryptoRng + ?Sized>(rng: &mut R) -> Self {
-        Self {
-            k0: u64::from_le_bytes(portcullis_core::rand::bytes(rng)),
-            k1: u64::from_le_bytes(portcullis_core::rand::bytes(rng)),
-        }
-    }
-
-    /// 128 bits from `std`'s own per-process random SipHash keys (drawn
+    /// 128 bits from `std`'s own per-process random `SipHash` keys (drawn
     /// from the operating system), through that keyed hash.
-    #[cfg(feature = "std")]
     fn from_std() -> Self {
+        use core::hash::BuildHasher;
         let state = std::hash::RandomState::new();
         Self {
             k0: state.hash_one(0u8),
@@ -132,7 +137,8 @@ impl Seed {
     }
 }
 
-impl BuildHasher for Seed {
+#[cfg(feature = "std")]
+impl core::hash::BuildHasher for Seed {
     type Hasher = SipHasher13;
 
     fn build_hasher(&self) -> SipHasher13 {
@@ -140,27 +146,21 @@ impl BuildHasher for Seed {
     }
 }
 
-/// One table: a hash map for a table read by key only (one probe, about
-/// one cache miss, however many records), a B-tree for a table the engine
-/// range-scans (see [`ordered`]).
+/// One table: with `std`, a hash map for a table read by key only (one
+/// probe, about one cache miss, however many records); a B-tree for a
+/// table the engine range-scans, and for every table without `std`.
 enum TableMap {
     /// Point reads only; a range over it sorts the keys that fall inside.
+    #[cfg(feature = "std")]
     Hashed(HashMap<Key, Vec<u8>, Seed>),
     /// Ordered keys.
     Ordered(BTreeMap<Key, Vec<u8>>),
 }
 
 impl TableMap {
-    fn new(table: Table, seed: Seed) -> Self {
-        if ordered(table) {
-            Self::Ordered(BTreeMap::new())
-        } else {
-            Self::Hashed(HashMap::with_hasher(seed))
-        }
-    }
-
     fn len(&self) -> usize {
         match self {
+            #[cfg(feature = "std")]
             Self::Hashed(map) => map.len(),
             Self::Ordered(map) => map.len(),
         }
@@ -168,6 +168,7 @@ impl TableMap {
 
     fn get(&self, key: &[u8]) -> Option<&Vec<u8>> {
         match self {
+            #[cfg(feature = "std")]
             Self::Hashed(map) => map.get(key),
             Self::Ordered(map) => map.get(key),
         }
@@ -175,9 +176,10 @@ impl TableMap {
 
     /// Stores `value` under `key`; answers the value it replaced.
     fn insert(&mut self, key: &[u8], value: Vec<u8>) -> Option<Vec<u8>> {
-        // An update (a rotated grant) keeps the map's key and swaps the
-        // value; only an insert copies the key into the map.
         match self {
+            // An update (a rotated grant) keeps the map's key and swaps
+            // the value; only an insert copies the key into the map.
+            #[cfg(feature = "std")]
             Self::Hashed(map) => match map.entry_ref(key) {
                 EntryRef::Occupied(mut stored) => Some(stored.insert(value)),
                 EntryRef::Vacant(slot) => {
@@ -185,15 +187,15 @@ impl TableMap {
                     None
                 }
             },
-            Self::Ordered(map) => match map.get_mut(key) {
-                Some(stored) => Some(core::mem::replace(stored, value)),
-                None => map.insert(Key::new(key), value),
-            },
+            // An inline key costs no allocation; the map keeps its own
+            // copy of a key it already holds.
+            Self::Ordered(map) => map.insert(Key::new(key), value),
         }
     }
 
     fn remove(&mut self, key: &[u8]) -> Option<Vec<u8>> {
         match self {
+            #[cfg(feature = "std")]
             Self::Hashed(map) => map.remove(key),
             Self::Ordered(map) => map.remove(key),
         }
@@ -202,14 +204,16 @@ impl TableMap {
     fn range(&self, start: Bound<&[u8]>, end: Bound<&[u8]>, limit: usize) -> Vec<Entry> {
         match self {
             Self::Ordered(map) => range_of(map, start, end, limit),
+            #[cfg(feature = "std")]
             Self::Hashed(map) => {
                 // A cold path (the engine never scans these tables): order
                 // the keys inside through the map type ordered tables use.
-                let inside: BTreeMap<Key, Vec<u8>> = map
-                    .iter()
-                    .filter(|(k, _)| (start, end).contains(&k.as_bytes()))
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect();
+                let mut inside = BTreeMap::new();
+                for (k, v) in map {
+                    if core::ops::RangeBounds::contains(&(start, end), &k.as_bytes()) {
+                        inside.insert(k.clone(), v.clone());
+                    }
+                }
                 range_of(&inside, Bound::Unbounded, Bound::Unbounded, limit)
             }
         }
@@ -409,27 +413,17 @@ impl<L: TableLock> fmt::Debug for MemoryStoreWith<L> {
 }
 
 impl<L: TableLock> MemoryStoreWith<L> {
-    /// An empty store whose hashed tables are keyed from `std`'s random
-    /// source (the operating system's, through `std::hash::RandomState`).
-    #[cfg(feature = "std")]
+    /// An empty store. With `std`, its hashed tables are keyed by 128 bits
+    /// from `std`'s random source (the operating system's, through
+    /// `std::hash::RandomState`).
     #[must_use]
     pub fn new() -> Self {
         Self {
-            tables: L::new(Tables::new(Seed::from_std())),
-        }
-    }
-
-    /// An empty store whose hashed tables are keyed by 128 bits drawn from
-    /// `rng`: the constructor without `std` (firmware passes the generator
-    /// its engine operations use).
-    pub fn with_rng<R: CryptoRng + ?Sized>(rng: &mut R) -> Self {
-        Self {
-            tables: L::new(Tables::new(Seed::from_rng(rng))),
+            tables: L::new(Tables::new()),
         }
     }
 }
 
-#[cfg(feature = "std")]
 impl<L: TableLock> Default for MemoryStoreWith<L> {
     fn default() -> Self {
         Self::new()
@@ -615,6 +609,9 @@ impl<L: TableLock> Drop for MemoryWrite<'_, L> {
 mod tests {
     use super::*;
 
+    /// A range's two bounds.
+    type RangeOf<'a> = (Bound<&'a [u8]>, Bound<&'a [u8]>);
+
     /// Inline and heap keys order as their bytes, across the boundary.
     #[test]
     fn keys_order_as_bytes_inline_or_not() {
@@ -653,42 +650,19 @@ mod tests {
         assert_eq!(got, samples[2..5].to_vec());
     }
 
-    /// A fixed generator for the tests' seeds.
-    struct Counter(u64);
-
-    impl rand_core::TryRng for Counter {
-        type Error = core::convert::Infallible;
-
-        fn try_next_u32(&mut self) -> Result<u32, Self::Error> {
-            self.0 += 1;
-            Ok(self.0 as u32)
-        }
-
-        fn try_next_u64(&mut self) -> Result<u64, Self::Error> {
-            self.0 += 1;
-            Ok(self.0)
-        }
-
-        fn try_fill_bytes(&mut self, dst: &mut [u8]) -> Result<(), Self::Error> {
-            for b in dst {
-                self.0 += 1;
-                *b = self.0 as u8;
-            }
-            Ok(())
-        }
-    }
-
-    impl rand_core::TryCryptoRng for Counter {}
-
     /// A hashed table answers every range as the ordered one does: the
     /// same entries, in key order, cut at the limit.
+    #[cfg(feature = "std")]
     #[test]
     fn hashed_ranges_agree_with_ordered_ones() {
-        let seed = Seed::from_rng(&mut Counter(0));
-        let mut hashed = TableMap::new(Table::Grants, seed);
-        let mut ordered = TableMap::new(Table::GrantIndex, seed);
-        assert!(matches!(hashed, TableMap::Hashed(_)));
-        assert!(matches!(ordered, TableMap::Ordered(_)));
+        let mut tables = Tables::new();
+        assert!(matches!(tables.of(Table::Grants), TableMap::Hashed(_)));
+        assert!(matches!(tables.of(Table::GrantIndex), TableMap::Ordered(_)));
+        let mut ordered = core::mem::replace(
+            tables.of_mut(Table::GrantIndex),
+            TableMap::Ordered(BTreeMap::new()),
+        );
+        let hashed = tables.of_mut(Table::Grants);
         for i in 0u16..300 {
             let n = i * 7 % 300;
             let key = n.to_be_bytes();
@@ -702,7 +676,7 @@ mod tests {
         }
         let at = |n: u16| n.to_be_bytes();
         let (a, b) = (at(40), at(200));
-        let bounds: [(Bound<&[u8]>, Bound<&[u8]>); 7] = [
+        let bounds: [RangeOf<'_>; 7] = [
             (Bound::Unbounded, Bound::Unbounded),
             (Bound::Included(&a), Bound::Excluded(&b)),
             (Bound::Excluded(&a), Bound::Included(&b)),
@@ -731,29 +705,22 @@ mod tests {
         assert_eq!(hashed.len(), 299);
     }
 
-    /// Every store draws its own hash key: two stores, and two generators'
-    /// draws, key differently.
+    /// Every store draws its own hash key, and a key hashes as its bytes
+    /// do (so a map of keys is searched by bytes), inline or not.
+    #[cfg(feature = "std")]
     #[test]
     fn each_store_keys_its_hash() {
-        let (a, b) = (
-            Seed::from_rng(&mut Counter(0)),
-            Seed::from_rng(&mut Counter(99)),
-        );
+        use core::hash::BuildHasher;
+        let (a, b) = (Seed::from_std(), Seed::from_std());
         assert_ne!((a.k0, a.k1), (b.k0, b.k1));
         assert_ne!(a.k0, a.k1);
-        #[cfg(feature = "std")]
-        {
-            let (c, d) = (Seed::from_std(), Seed::from_std());
-            assert_ne!((c.k0, c.k1), (d.k0, d.k1));
-        }
         assert_ne!(
             a.hash_one(b"grant".as_slice()),
             b.hash_one(b"grant".as_slice())
         );
-        // A key hashes as its bytes, so a map of keys is searched by bytes.
         let key = Key::new(b"grant");
         assert_eq!(a.hash_one(&key), a.hash_one(b"grant".as_slice()));
         let long = [3u8; INLINE + 4];
-        assert_eq!(a.hash_one(&Key::new(&long)), a.hash_one(long.as_slice()));
+        assert_eq!(a.hash_one(Key::new(&long)), a.hash_one(long.as_slice()));
     }
 }
