@@ -1,9 +1,16 @@
 //! An in-memory [`Store`] for Portcullis: tests, single-process servers,
 //! firmware, and the reference against which the durable stores are judged.
 //!
-//! Every table is a `BTreeMap` (ordered keys, as the contract asks) whose
-//! short keys sit inline in its nodes ([`Key`]), and all of them sit behind
-//! one reader-writer lock; a read lends the stored value to the caller
+//! With `std`, a table the engine reads by key only (sites, clients,
+//! codes, grants, approvals, meta) is a hash map, one probe whatever its
+//! size, hashed by SipHash-1-3 under a 128-bit key drawn from `std`'s
+//! random source when the store is made, so callers who choose keys (a
+//! request id, a subject) cannot make them collide; a range over it still
+//! answers in key order, by sorting the keys inside (a full pass, for tests
+//! and tools). Every table the engine range-scans, and every table without
+//! `std`, is a `BTreeMap` (ordered keys, as the contract asks). Short keys
+//! sit inline in either map ([`Key`]). All tables sit behind one
+//! reader-writer lock; a read lends the stored value to the caller
 //! (`get_with`) without copying it:
 //!
 //! * a read transaction holds the read lock, so it sees one committed state;
