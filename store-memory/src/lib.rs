@@ -1,9 +1,16 @@
 //! An in-memory [`Store`] for Portcullis: tests, single-process servers,
 //! firmware, and the reference against which the durable stores are judged.
 //!
-//! Every table is a `BTreeMap` (ordered keys, as the contract asks) whose
-//! short keys sit inline in its nodes ([`Key`]), and all of them sit behind
-//! one reader-writer lock; a read lends the stored value to the caller
+//! With `std`, a table the engine reads by key only (sites, clients,
+//! codes, grants, approvals, meta) is a hash map, one probe whatever its
+//! size, hashed by SipHash-1-3 under a 128-bit key drawn from `std`'s
+//! random source when the store is made, so callers who choose keys (a
+//! request id, a subject) cannot make them collide; a range over it still
+//! answers in key order, by sorting the keys inside (a full pass, for tests
+//! and tools). Every table the engine range-scans, and every table without
+//! `std`, is a `BTreeMap` (ordered keys, as the contract asks). Short keys
+//! sit inline in either map ([`Key`]). All tables sit behind one
+//! reader-writer lock; a read lends the stored value to the caller
 //! (`get_with`) without copying it:
 //!
 //! * a read transaction holds the read lock, so it sees one committed state;
@@ -45,14 +52,180 @@ extern crate std;
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 use core::fmt;
+use core::hash::{Hash, Hasher};
 use core::ops::{Bound, Deref, DerefMut};
 
+#[cfg(feature = "std")]
+use hashbrown::{HashMap, hash_map::EntryRef};
 use portcullis_core::store::{
     Entry, ReadTransaction, Savepoint, Store, StoreError, Table, WriteTransaction,
 };
+#[cfg(feature = "std")]
+use siphasher::sip::SipHasher13;
 
-/// Every table's map, indexed by [`Table::index`].
-pub type Tables = [BTreeMap<Key, Vec<u8>>; Table::ALL.len()];
+/// Every table of a store. Opaque: reached through a [`MemoryStoreWith`].
+pub struct Tables {
+    maps: [TableMap; Table::ALL.len()],
+}
+
+impl Tables {
+    /// Empty tables; with `std`, the hashed ones under a fresh random key.
+    fn new() -> Self {
+        #[cfg(feature = "std")]
+        let seed = Seed::from_std();
+        Self {
+            maps: Table::ALL.map(|table| {
+                #[cfg(feature = "std")]
+                if !ordered(table) {
+                    return TableMap::Hashed(HashMap::with_hasher(seed));
+                }
+                let _ = table; // read only with `std`
+                TableMap::Ordered(BTreeMap::new())
+            }),
+        }
+    }
+
+    fn records(&self) -> usize {
+        self.maps.iter().map(TableMap::len).sum()
+    }
+
+    fn of(&self, table: Table) -> &TableMap {
+        &self.maps[table.index()]
+    }
+
+    fn of_mut(&mut self, table: Table) -> &mut TableMap {
+        &mut self.maps[table.index()]
+    }
+}
+
+/// Whether the engine range-scans `table`, so the store keeps it ordered.
+///
+/// The engine scans a user's and a site's grants (`GrantIndex`), the sweep's
+/// due entries (`Expiry`), a grant's requests and their outcomes
+/// (`Requests`, `Outcomes`), a user's agent tokens (`AgentTokens`) and a
+/// browser session's tabs (`Tabs`); everything else it reads by key only.
+/// A table the core adds later is kept ordered until it is listed here.
+#[cfg(feature = "std")]
+const fn ordered(table: Table) -> bool {
+    !matches!(
+        table,
+        Table::Meta
+            | Table::Sites
+            | Table::Clients
+            | Table::Codes
+            | Table::Grants
+            | Table::Approvals
+    )
+}
+
+/// The secret key of a store's hashed tables: SipHash-1-3 (the hash of
+/// `std`'s `HashMap`) under 128 random bits drawn when the store is made.
+/// Keys are partly chosen by callers (a request id, a subject), and a
+/// caller who cannot predict the hash cannot make their keys collide and
+/// turn lookups into scans of one long chain.
+#[cfg(feature = "std")]
+#[derive(Clone, Copy)]
+struct Seed {
+    k0: u64,
+    k1: u64,
+}
+
+#[cfg(feature = "std")]
+impl Seed {
+    /// 128 bits from `std`'s own per-process random `SipHash` keys (drawn
+    /// from the operating system), through that keyed hash.
+    fn from_std() -> Self {
+        use core::hash::BuildHasher;
+        let state = std::hash::RandomState::new();
+        Self {
+            k0: state.hash_one(0u8),
+            k1: state.hash_one(1u8),
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+impl core::hash::BuildHasher for Seed {
+    type Hasher = SipHasher13;
+
+    fn build_hasher(&self) -> SipHasher13 {
+        SipHasher13::new_with_keys(self.k0, self.k1)
+    }
+}
+
+/// One table: with `std`, a hash map for a table read by key only (one
+/// probe, about one cache miss, however many records); a B-tree for a
+/// table the engine range-scans, and for every table without `std`.
+enum TableMap {
+    /// Point reads only; a range over it sorts the keys that fall inside.
+    #[cfg(feature = "std")]
+    Hashed(HashMap<Key, Vec<u8>, Seed>),
+    /// Ordered keys.
+    Ordered(BTreeMap<Key, Vec<u8>>),
+}
+
+impl TableMap {
+    fn len(&self) -> usize {
+        match self {
+            #[cfg(feature = "std")]
+            Self::Hashed(map) => map.len(),
+            Self::Ordered(map) => map.len(),
+        }
+    }
+
+    fn get(&self, key: &[u8]) -> Option<&Vec<u8>> {
+        match self {
+            #[cfg(feature = "std")]
+            Self::Hashed(map) => map.get(key),
+            Self::Ordered(map) => map.get(key),
+        }
+    }
+
+    /// Stores `value` under `key`; answers the value it replaced.
+    fn insert(&mut self, key: &[u8], value: Vec<u8>) -> Option<Vec<u8>> {
+        match self {
+            // An update (a rotated grant) keeps the map's key and swaps
+            // the value; only an insert copies the key into the map.
+            #[cfg(feature = "std")]
+            Self::Hashed(map) => match map.entry_ref(key) {
+                EntryRef::Occupied(mut stored) => Some(stored.insert(value)),
+                EntryRef::Vacant(slot) => {
+                    slot.insert_with_key(Key::new(key), value);
+                    None
+                }
+            },
+            // An inline key costs no allocation; the map keeps its own
+            // copy of a key it already holds.
+            Self::Ordered(map) => map.insert(Key::new(key), value),
+        }
+    }
+
+    fn remove(&mut self, key: &[u8]) -> Option<Vec<u8>> {
+        match self {
+            #[cfg(feature = "std")]
+            Self::Hashed(map) => map.remove(key),
+            Self::Ordered(map) => map.remove(key),
+        }
+    }
+
+    fn range(&self, start: Bound<&[u8]>, end: Bound<&[u8]>, limit: usize) -> Vec<Entry> {
+        match self {
+            Self::Ordered(map) => range_of(map, start, end, limit),
+            #[cfg(feature = "std")]
+            Self::Hashed(map) => {
+                // A cold path (the engine never scans these tables): order
+                // the keys inside through the map type ordered tables use.
+                let mut inside = BTreeMap::new();
+                for (k, v) in map {
+                    if core::ops::RangeBounds::contains(&(start, end), &k.as_bytes()) {
+                        inside.insert(k.clone(), v.clone());
+                    }
+                }
+                range_of(&inside, Bound::Unbounded, Bound::Unbounded, limit)
+            }
+        }
+    }
+}
 
 /// The longest key held inside the map's own nodes.
 const INLINE: usize = 38;
@@ -105,6 +278,13 @@ impl core::borrow::Borrow<[u8]> for Key {
     }
 }
 
+/// Hashes as its bytes do, so a map of keys is searched by `&[u8]`.
+impl Hash for Key {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.as_bytes().hash(state);
+    }
+}
+
 impl PartialEq for Key {
     fn eq(&self, other: &Self) -> bool {
         self.as_bytes() == other.as_bytes()
@@ -138,7 +318,7 @@ mod sealed {
 
 /// The lock a [`MemoryStoreWith`] keeps its tables behind. Sealed: the
 /// crate's two locks are [`StdRwLock`] and `SpinRwLock`.
-pub trait TableLock: Default + sealed::Sealed {
+pub trait TableLock: sealed::Sealed {
     /// The store's name in `Debug` output.
     const NAME: &'static str;
     /// A held read lock.
@@ -149,6 +329,9 @@ pub trait TableLock: Default + sealed::Sealed {
     type Write<'a>: DerefMut<Target = Tables>
     where
         Self: 'a;
+    /// A lock over `tables`.
+    #[doc(hidden)]
+    fn new(tables: Tables) -> Self;
     /// Waits for the read lock.
     fn read(&self) -> Self::Read<'_>;
     /// Waits for the write lock.
@@ -157,7 +340,6 @@ pub trait TableLock: Default + sealed::Sealed {
 
 /// `std::sync::RwLock`: the lock of [`MemoryStore`].
 #[cfg(feature = "std")]
-#[derive(Default)]
 pub struct StdRwLock(std::sync::RwLock<Tables>);
 
 #[cfg(feature = "std")]
@@ -168,6 +350,10 @@ impl TableLock for StdRwLock {
     const NAME: &'static str = "MemoryStore";
     type Read<'a> = std::sync::RwLockReadGuard<'a, Tables>;
     type Write<'a> = std::sync::RwLockWriteGuard<'a, Tables>;
+
+    fn new(tables: Tables) -> Self {
+        Self(std::sync::RwLock::new(tables))
+    }
 
     fn read(&self) -> Self::Read<'_> {
         self.0
@@ -185,7 +371,6 @@ impl TableLock for StdRwLock {
 /// `spin::RwLock`: the lock of `SpinMemoryStore`, needing neither `std`
 /// nor an operating system.
 #[cfg(feature = "spin")]
-#[derive(Default)]
 pub struct SpinRwLock(spin::RwLock<Tables>);
 
 #[cfg(feature = "spin")]
@@ -196,6 +381,10 @@ impl TableLock for SpinRwLock {
     const NAME: &'static str = "SpinMemoryStore";
     type Read<'a> = spin::RwLockReadGuard<'a, Tables>;
     type Write<'a> = spin::RwLockWriteGuard<'a, Tables>;
+
+    fn new(tables: Tables) -> Self {
+        Self(spin::RwLock::new(tables))
+    }
 
     fn read(&self) -> Self::Read<'_> {
         self.0.read()
@@ -218,23 +407,33 @@ pub type SpinMemoryStore = MemoryStoreWith<SpinRwLock>;
 
 /// The in-memory store over the lock `L`: use [`MemoryStore`] or
 /// `SpinMemoryStore`.
-#[derive(Default)]
 pub struct MemoryStoreWith<L> {
     tables: L,
 }
 
 impl<L: TableLock> fmt::Debug for MemoryStoreWith<L> {
+    /// The number of records, never a record or the hash key.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let records: usize = self.tables.read().iter().map(BTreeMap::len).sum();
+        let records = self.tables.read().records();
         f.debug_struct(L::NAME).field("records", &records).finish()
     }
 }
 
 impl<L: TableLock> MemoryStoreWith<L> {
-    /// An empty store.
+    /// An empty store. With `std`, its hashed tables are keyed by 128 bits
+    /// from `std`'s random source (the operating system's, through
+    /// `std::hash::RandomState`).
     #[must_use]
     pub fn new() -> Self {
-        Self::default()
+        Self {
+            tables: L::new(Tables::new()),
+        }
+    }
+}
+
+impl<L: TableLock> Default for MemoryStoreWith<L> {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
@@ -302,7 +501,7 @@ impl<L: TableLock> fmt::Debug for MemoryWrite<'_, L> {
 
 impl<L: TableLock> ReadTransaction for MemoryRead<'_, L> {
     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        Ok(self.tables[table.index()].get(key).cloned())
+        Ok(self.tables.of(table).get(key).cloned())
     }
 
     fn get_with<T>(
@@ -311,7 +510,7 @@ impl<L: TableLock> ReadTransaction for MemoryRead<'_, L> {
         key: &[u8],
         f: impl FnOnce(&[u8]) -> T,
     ) -> Result<Option<T>, StoreError> {
-        Ok(self.tables[table.index()].get(key).map(|v| f(v)))
+        Ok(self.tables.of(table).get(key).map(|v| f(v)))
     }
 
     fn range(
@@ -321,7 +520,7 @@ impl<L: TableLock> ReadTransaction for MemoryRead<'_, L> {
         end: Bound<&[u8]>,
         limit: usize,
     ) -> Result<Vec<Entry>, StoreError> {
-        Ok(range_of(&self.tables[table.index()], start, end, limit))
+        Ok(self.tables.of(table).range(start, end, limit))
     }
 }
 
@@ -337,7 +536,7 @@ pub struct MemoryWrite<'a, L: TableLock + 'a> {
 
 impl<L: TableLock> ReadTransaction for MemoryWrite<'_, L> {
     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        Ok(self.tables[table.index()].get(key).cloned())
+        Ok(self.tables.of(table).get(key).cloned())
     }
 
     fn get_with<T>(
@@ -346,7 +545,7 @@ impl<L: TableLock> ReadTransaction for MemoryWrite<'_, L> {
         key: &[u8],
         f: impl FnOnce(&[u8]) -> T,
     ) -> Result<Option<T>, StoreError> {
-        Ok(self.tables[table.index()].get(key).map(|v| f(v)))
+        Ok(self.tables.of(table).get(key).map(|v| f(v)))
     }
 
     fn range(
@@ -356,25 +555,19 @@ impl<L: TableLock> ReadTransaction for MemoryWrite<'_, L> {
         end: Bound<&[u8]>,
         limit: usize,
     ) -> Result<Vec<Entry>, StoreError> {
-        Ok(range_of(&self.tables[table.index()], start, end, limit))
+        Ok(self.tables.of(table).range(start, end, limit))
     }
 }
 
 impl<L: TableLock> WriteTransaction for MemoryWrite<'_, L> {
     fn put(&mut self, table: Table, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
-        let map = &mut self.tables[table.index()];
-        // An update (a rotated grant) keeps the map's key and swaps the
-        // value; only an insert copies the key into the map.
-        let before = match map.get_mut(key) {
-            Some(stored) => Some(core::mem::replace(stored, value.to_vec())),
-            None => map.insert(Key::new(key), value.to_vec()),
-        };
+        let before = self.tables.of_mut(table).insert(key, value.to_vec());
         self.undo.push((table, Key::new(key), before));
         Ok(())
     }
 
     fn delete(&mut self, table: Table, key: &[u8]) -> Result<bool, StoreError> {
-        let before = self.tables[table.index()].remove(key);
+        let before = self.tables.of_mut(table).remove(key);
         let existed = before.is_some();
         if existed {
             self.undo.push((table, Key::new(key), before));
@@ -404,9 +597,9 @@ impl<L: TableLock> MemoryWrite<'_, L> {
             let Some((table, key, before)) = self.undo.pop() else {
                 break;
             };
-            let map = &mut self.tables[table.index()];
+            let map = self.tables.of_mut(table);
             match before {
-                Some(value) => map.insert(key, value),
+                Some(value) => map.insert(key.as_bytes(), value),
                 None => map.remove(key.as_bytes()),
             };
         }
@@ -422,6 +615,9 @@ impl<L: TableLock> Drop for MemoryWrite<'_, L> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A range's two bounds.
+    type RangeOf<'a> = (Bound<&'a [u8]>, Bound<&'a [u8]>);
 
     /// Inline and heap keys order as their bytes, across the boundary.
     #[test]
@@ -459,5 +655,79 @@ mod tests {
         .map(|(k, _)| k)
         .collect();
         assert_eq!(got, samples[2..5].to_vec());
+    }
+
+    /// A hashed table answers every range as the ordered one does: the
+    /// same entries, in key order, cut at the limit.
+    #[cfg(feature = "std")]
+    #[test]
+    fn hashed_ranges_agree_with_ordered_ones() {
+        let mut tables = Tables::new();
+        assert!(matches!(tables.of(Table::Grants), TableMap::Hashed(_)));
+        assert!(matches!(tables.of(Table::GrantIndex), TableMap::Ordered(_)));
+        let mut ordered = core::mem::replace(
+            tables.of_mut(Table::GrantIndex),
+            TableMap::Ordered(BTreeMap::new()),
+        );
+        let hashed = tables.of_mut(Table::Grants);
+        for i in 0u16..300 {
+            let n = i * 7 % 300;
+            let key = n.to_be_bytes();
+            let mut key = key.to_vec();
+            if i % 3 == 0 {
+                key.extend_from_slice(&[9; INLINE]);
+            }
+            let value = n.to_le_bytes().to_vec();
+            assert_eq!(hashed.insert(&key, value.clone()), None);
+            assert_eq!(ordered.insert(&key, value), None);
+        }
+        let at = |n: u16| n.to_be_bytes();
+        let (a, b) = (at(40), at(200));
+        let bounds: [RangeOf<'_>; 7] = [
+            (Bound::Unbounded, Bound::Unbounded),
+            (Bound::Included(&a), Bound::Excluded(&b)),
+            (Bound::Excluded(&a), Bound::Included(&b)),
+            (Bound::Included(&b), Bound::Excluded(&a)),
+            (Bound::Excluded(&a), Bound::Excluded(&a)),
+            (Bound::Included(&a), Bound::Included(&a)),
+            (Bound::Unbounded, Bound::Excluded(&a)),
+        ];
+        for (start, end) in bounds {
+            for limit in [0, 1, 5, 100, usize::MAX] {
+                let want = ordered.range(start, end, limit);
+                assert_eq!(
+                    hashed.range(start, end, limit),
+                    want,
+                    "{start:?} {end:?} {limit}"
+                );
+            }
+        }
+        assert_eq!(hashed.remove(&at(40)), Some(40u16.to_le_bytes().to_vec()));
+        assert_eq!(hashed.get(&at(40)), None);
+        assert_eq!(
+            hashed.insert(&at(41), Vec::new()),
+            Some(41u16.to_le_bytes().to_vec())
+        );
+        assert_eq!(hashed.get(&at(41)), Some(&Vec::new()));
+        assert_eq!(hashed.len(), 299);
+    }
+
+    /// Every store draws its own hash key, and a key hashes as its bytes
+    /// do (so a map of keys is searched by bytes), inline or not.
+    #[cfg(feature = "std")]
+    #[test]
+    fn each_store_keys_its_hash() {
+        use core::hash::BuildHasher;
+        let (a, b) = (Seed::from_std(), Seed::from_std());
+        assert_ne!((a.k0, a.k1), (b.k0, b.k1));
+        assert_ne!(a.k0, a.k1);
+        assert_ne!(
+            a.hash_one(b"grant".as_slice()),
+            b.hash_one(b"grant".as_slice())
+        );
+        let key = Key::new(b"grant");
+        assert_eq!(a.hash_one(&key), a.hash_one(b"grant".as_slice()));
+        let long = [3u8; INLINE + 4];
+        assert_eq!(a.hash_one(Key::new(&long)), a.hash_one(long.as_slice()));
     }
 }

@@ -93,8 +93,9 @@ impl<'de> Deserialize<'de> for SkippedStrings {
 
 /// Encodes `record` as `[VERSION] ++ postcard(record)`.
 pub fn encode<R: Record>(record: &R) -> Result<Vec<u8>, CodecError> {
-    // Room for a grant or a site in one allocation.
-    let mut out = Vec::with_capacity(256);
+    // Room for a grant or a site in one allocation (a grant of a
+    // stateless client holds its long client id: 256 bytes made it grow).
+    let mut out = Vec::with_capacity(512);
     out.push(R::VERSION);
     postcard::to_extend(record, out).map_err(|_| CodecError::Encode)
 }
