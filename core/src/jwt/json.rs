@@ -652,10 +652,11 @@ impl Sink for Vec<u8> {
     }
 }
 
-/// Whether any byte of `s` needs an escape; a branch-free fold, so the
-/// compiler can vectorise it.
+/// Whether any byte of `s` needs an escape: the reader's eight-bytes-at-a-
+/// time scan for a quote, backslash or control character, run once over
+/// the whole value.
 fn any_escape(s: &str) -> bool {
-    s.bytes().fold(false, |any, b| any | needs_escape(b))
+    plain_run(s.as_bytes(), 0) != s.len()
 }
 
 fn needs_escape(b: u8) -> bool {
