@@ -554,11 +554,17 @@ fn simple_escape(b: u8) -> Option<u8> {
 pub(super) trait Sink {
     /// Appends bytes as they are.
     fn raw(&mut self, bytes: &[u8]);
-    /// Appends `s` as a JSON string, escaping only `"`, `\` and control
-    /// characters (RFC 8259 §7). A pre-scan finds whether any byte needs an
-    /// escape, and most values need none, so they are copied whole.
+    /// Appends `s` as a JSON string, escaping only `"`, `\\` and control
+    /// characters (RFC 8259 §7).
     fn string(&mut self, s: &str) {
         self.raw(b"\"");
+        self.string_rest(s);
+    }
+    /// [`Sink::string`] after its opening quote, which the claims writer
+    /// writes with the member name. A pre-scan finds whether any byte
+    /// needs an escape, and most values need none, so they are copied
+    /// whole.
+    fn string_rest(&mut self, s: &str) {
         let bytes = s.as_bytes();
         if any_escape(s) {
             let mut from = 0;
@@ -575,19 +581,30 @@ pub(super) trait Sink {
         }
         self.raw(b"\"");
     }
-    /// Appends an integer, without `core::fmt`: the digits are written
-    /// from the right into a stack buffer.
+    /// Appends an integer, without `core::fmt`: two digits at a time from
+    /// the right into a stack buffer.
     fn int(&mut self, v: i64) {
+        const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+            2021222324252627282930313233343536373839\
+            4041424344454647484950515253545556575859\
+            6061626364656667686970717273747576777879\
+            8081828384858687888990919293949596979899";
         let mut digits = [0u8; 20];
         let mut at = digits.len();
         let mut m = v.unsigned_abs();
-        loop {
+        while m >= 100 {
+            let i = (m % 100) as usize * 2;
+            m /= 100;
+            at -= 2;
+            digits[at..at + 2].copy_from_slice(&PAIRS[i..i + 2]);
+        }
+        if m >= 10 {
+            let i = m as usize * 2;
+            at -= 2;
+            digits[at..at + 2].copy_from_slice(&PAIRS[i..i + 2]);
+        } else {
             at -= 1;
-            digits[at] = b'0' + (m % 10) as u8;
-            m /= 10;
-            if m == 0 {
-                break;
-            }
+            digits[at] = b'0' + m as u8;
         }
         if v < 0 {
             self.raw(b"-");
@@ -632,13 +649,22 @@ impl Sink for Spill {
     #[inline]
     fn raw(&mut self, bytes: &[u8]) {
         let end = self.len + bytes.len();
-        if self.heap.is_none()
-            && let Some(room) = self.stack.get_mut(self.len..end)
-        {
-            room.copy_from_slice(bytes);
-            self.len = end;
-            return;
+        match self.stack.get_mut(self.len..end) {
+            Some(room) if self.heap.is_none() => {
+                room.copy_from_slice(bytes);
+                self.len = end;
+            }
+            _ => self.spill(bytes),
         }
+    }
+}
+
+impl Spill {
+    /// [`Sink::raw`] once the stack is full: out of line, so the common
+    /// path stays small enough to inline.
+    #[cold]
+    #[inline(never)]
+    fn spill(&mut self, bytes: &[u8]) {
         let stack = &self.stack[..self.len];
         self.heap
             .get_or_insert_with(|| stack.to_vec())
