@@ -554,14 +554,9 @@ fn simple_escape(b: u8) -> Option<u8> {
 pub(super) trait Sink {
     /// Appends bytes as they are.
     fn raw(&mut self, bytes: &[u8]);
-    /// Appends `s` as a JSON string, escaping only `"`, `\\` and control
-    /// characters (RFC 8259 §7).
-    fn string(&mut self, s: &str) {
-        self.raw(b"\"");
-        self.string_rest(s);
-    }
-    /// [`Sink::string`] after its opening quote, which the claims writer
-    /// writes with the member name. A pre-scan finds whether any byte
+    /// Appends `s` as a JSON string after its opening quote (which the
+    /// claims writer writes with the member name), escaping only `"`, `\\`
+    /// and control characters (RFC 8259 §7). A pre-scan finds whether any byte
     /// needs an escape, and most values need none, so they are copied
     /// whole.
     fn string_rest(&mut self, s: &str) {
@@ -779,8 +774,8 @@ mod tests {
     #[test]
     fn escaping_round_trips_through_serde_json() {
         for s in ["plain", "q\"b\\s", "\u{1}\n\t\u{7f}é", "\"", "a\u{1f}"] {
-            let mut out = Vec::new();
-            out.string(s);
+            let mut out = b"\"".to_vec();
+            out.string_rest(s);
             assert_eq!(out, serde_json::to_vec(s).unwrap_or_default());
         }
     }
