@@ -4,17 +4,17 @@
 //! The decoder validates the alphabet while it decodes, in one pass: a byte
 //! outside `A–Z a–z 0–9 - _`, padding, a dangling single character or
 //! non-canonical trailing bits (bits that the last character carries beyond
-//! the decoded bytes, RFC 4648 §3.5) all refuse the segment. The encoder can
-//! work in place, so a token is built in one buffer.
+//! the decoded bytes, RFC 4648 §3.5) all refuse the segment. The encoder
+//! turns six bytes into eight characters at a time through a 12-bit pair
+//! table on hosts (two alphabet lookups on firmware, which keeps the table
+//! out of flash).
 //!
 //! The whole crate uses this codec for base64url (grant and code tokens,
-//! PKCE challenges, outcome cursors, deep-link drafts). It works whole
-//! groups (three bytes, four characters; the decoder two groups at a time)
-//! through two small tables and checks the alphabet once per segment, rather than the `base64`
-//! crate's engine, which unrolls eight-byte blocks: about 2.5 KiB less flash
-//! on firmware (README, "Embedded") at the same speed on the token path
-//! (`benches/guard.sh`), and the tests below hold it byte for byte to that
-//! crate's `URL_SAFE_NO_PAD`.
+//! PKCE challenges, outcome cursors, deep-link drafts). It works two groups
+//! at a time (six bytes, eight characters) and checks the alphabet once per
+//! segment, rather than the `base64` crate's engine: less flash on firmware
+//! (README, "Embedded") and no slower on the token path (`benches/guard.sh`);
+//! the tests below hold it byte for byte to that crate's `URL_SAFE_NO_PAD`.
 
 use alloc::string::String;
 use alloc::vec;
@@ -138,18 +138,64 @@ pub(crate) fn decode_standard(src: &[u8]) -> Option<Vec<u8>> {
     decode(&url)
 }
 
-/// Encodes `src` into the front of `dst` ([`encoded_len`] bytes): whole
-/// groups of three bytes first, four characters each, then the tail.
+/// The two characters of the 12-bit value `i`, the first in the low byte.
+const fn alphabet_pair(i: usize) -> u16 {
+    ALPHABET[(i >> 6) & 63] as u16 | (ALPHABET[i & 63] as u16) << 8
+}
+
+/// [`alphabet_pair`] of every 12-bit value: the encoder's table on hosts
+/// (8 KiB of rodata), one lookup per two characters.
+#[cfg(feature = "std")]
+const PAIRS: [u16; 4096] = {
+    let mut t = [0u16; 4096];
+    let mut i = 0;
+    while i < 4096 {
+        t[i] = alphabet_pair(i);
+        i += 1;
+    }
+    t
+};
+
+/// The two characters of the 12-bit value `v & 0xFFF`, the first in the
+/// low byte. Firmware (no `std`) computes them from the 64-entry alphabet,
+/// two lookups, rather than carry an 8 KiB table in flash.
+#[inline]
+fn pair(v: u64) -> u64 {
+    let i = (v & 0xFFF) as usize;
+    #[cfg(feature = "std")]
+    let p = PAIRS[i];
+    #[cfg(not(feature = "std"))]
+    let p = alphabet_pair(i);
+    u64::from(p)
+}
+
+/// Encodes `src` into the front of `dst` ([`encoded_len`] bytes). Six bytes
+/// become eight characters at a time: one big-endian `u64` read (two bytes
+/// of it to spare, so it runs while eight remain), four two-character
+/// lookups and one eight-byte write; then whole groups of three bytes, four
+/// characters each; then the tail.
 pub(crate) fn encode_into(src: &[u8], dst: &mut [u8]) {
+    let dst = &mut dst[..encoded_len(src.len())];
+    let (mut read, mut write) = (0, 0);
+    while let Some(word) = src.get(read..).and_then(<[u8]>::first_chunk::<8>) {
+        let x = u64::from_be_bytes(*word);
+        let chars = pair(x >> 52) | pair(x >> 40) << 16 | pair(x >> 28) << 32 | pair(x >> 16) << 48;
+        // Six bytes of input left at least eight: eight characters of room.
+        if let Some(out) = dst.get_mut(write..).and_then(<[u8]>::first_chunk_mut::<8>) {
+            *out = chars.to_le_bytes();
+        }
+        read += 6;
+        write += 8;
+    }
+    let src = &src[read..];
+    let dst = &mut dst[write..];
     let whole = src.len() / 3;
     let (triples, tail) = src.split_at(whole * 3);
-    let (quads, rest) = dst[..encoded_len(src.len())].split_at_mut(whole * 4);
+    let (quads, rest) = dst.split_at_mut(whole * 4);
     for (t, q) in triples.chunks_exact(3).zip(quads.chunks_exact_mut(4)) {
-        let acc = u32::from(t[0]) << 16 | u32::from(t[1]) << 8 | u32::from(t[2]);
-        q[0] = ALPHABET[(acc >> 18) as usize & 63];
-        q[1] = ALPHABET[(acc >> 12) as usize & 63];
-        q[2] = ALPHABET[(acc >> 6) as usize & 63];
-        q[3] = ALPHABET[acc as usize & 63];
+        let acc = u64::from(t[0]) << 16 | u64::from(t[1]) << 8 | u64::from(t[2]);
+        let chars = pair(acc >> 12) | pair(acc) << 16;
+        q.copy_from_slice(&(chars as u32).to_le_bytes());
     }
     let mut acc = 0u32;
     for (i, &b) in tail.iter().enumerate() {
@@ -190,28 +236,6 @@ pub(crate) fn encode(src: &[u8]) -> String {
     out
 }
 
-/// Encodes, in place, the `n` bytes that start `from` bytes into `buf`,
-/// writing [`encoded_len`]`(n)` characters from the start of `buf`.
-/// Requires `from >= n.div_ceil(3)`: each block of input is copied out
-/// before its characters are written, and the output (4 bytes per 3) then
-/// never reaches the bytes still to be read.
-pub(super) fn encode_in_place(buf: &mut [u8], from: usize, n: usize) {
-    const IN: usize = 192;
-    const OUT: usize = IN / 3 * 4;
-    debug_assert!(from >= n.div_ceil(3));
-    let (mut read, mut write, end) = (from, 0, from + n);
-    let mut block = [0u8; IN];
-    while end - read >= IN {
-        block.copy_from_slice(&buf[read..read + IN]);
-        encode_into(&block, &mut buf[write..write + OUT]);
-        read += IN;
-        write += OUT;
-    }
-    let rest = end - read;
-    block[..rest].copy_from_slice(&buf[read..end]);
-    encode_into(&block[..rest], &mut buf[write..write + encoded_len(rest)]);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -235,16 +259,11 @@ mod tests {
 
     proptest! {
         #[test]
-        fn agrees_with_the_base64_crate(bytes in proptest::collection::vec(any::<u8>(), 0..80)) {
+        fn agrees_with_the_base64_crate(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
             let reference = URL_SAFE_NO_PAD.encode(&bytes);
             let mut out = vec![0; encoded_len(bytes.len())];
             encode_into(&bytes, &mut out);
             prop_assert_eq!(&out, reference.as_bytes());
-            let from = bytes.len().div_ceil(3);
-            let mut buf = vec![0; from + bytes.len()];
-            buf[from..].copy_from_slice(&bytes);
-            encode_in_place(&mut buf, from, bytes.len());
-            prop_assert_eq!(&buf[..reference.len()], reference.as_bytes());
             prop_assert_eq!(encode(&bytes), reference.clone());
             let mut appended = String::from("x.");
             encode_string(&bytes, &mut appended);

@@ -71,57 +71,60 @@ fn write_claims<A: AsRef<str>>(
     dates: [Option<i64>; 3],
     tail: [Option<&str>; 5],
 ) {
-    fn key(out: &mut impl Sink, open: &mut bool, name: &[u8]) {
-        out.raw(if *open { b"{" } else { b"," });
-        *open = false;
-        out.raw(name);
+    // Each name is written with the comma before it (left off for the
+    // first member) and, for a string, the value's opening quote: one
+    // write per name.
+    fn key(out: &mut impl Sink, first: &mut bool, name: &[u8]) {
+        out.raw(&name[usize::from(*first)..]);
+        *first = false;
     }
-    let mut open = true;
-    for (name, v) in [&b"\"iss\":"[..], b"\"sub\":"].into_iter().zip(head) {
+    out.raw(b"{");
+    let mut first = true;
+    for (name, v) in [&b",\"iss\":\""[..], b",\"sub\":\""].into_iter().zip(head) {
         if let Some(v) = v {
-            key(out, &mut open, name);
-            out.string(v);
+            key(out, &mut first, name);
+            out.string_rest(v);
         }
     }
     if let Some(aud) = aud {
-        key(out, &mut open, b"\"aud\":");
         match aud {
-            Ok(a) => out.string(a),
+            Ok(a) => {
+                key(out, &mut first, b",\"aud\":\"");
+                out.string_rest(a);
+            }
             Err(all) => {
+                key(out, &mut first, b",\"aud\":[");
                 for (i, a) in all.iter().enumerate() {
-                    out.raw(if i == 0 { b"[" } else { b"," });
-                    out.string(a.as_ref());
-                }
-                if all.is_empty() {
-                    out.raw(b"[");
+                    out.raw(&b",\""[usize::from(i == 0)..]);
+                    out.string_rest(a.as_ref());
                 }
                 out.raw(b"]");
             }
         }
     }
-    for (name, v) in [&b"\"exp\":"[..], b"\"nbf\":", b"\"iat\":"]
+    for (name, v) in [&b",\"exp\":"[..], b",\"nbf\":", b",\"iat\":"]
         .into_iter()
         .zip(dates)
     {
         if let Some(v) = v {
-            key(out, &mut open, name);
+            key(out, &mut first, name);
             out.int(v);
         }
     }
     let names = [
-        &b"\"jti\":"[..],
-        b"\"client_id\":",
-        b"\"scope\":",
-        b"\"gid\":",
-        b"\"org_domain\":",
+        &b",\"jti\":\""[..],
+        b",\"client_id\":\"",
+        b",\"scope\":\"",
+        b",\"gid\":\"",
+        b",\"org_domain\":\"",
     ];
     for (name, v) in names.into_iter().zip(tail) {
         if let Some(v) = v {
-            key(out, &mut open, name);
-            out.string(v);
+            key(out, &mut first, name);
+            out.string_rest(v);
         }
     }
-    out.raw(if open { b"{}" } else { b"}" });
+    out.raw(b"}");
 }
 
 /// The `aud` claim: one audience or several (RFC 7519 §4.1.3).
@@ -838,9 +841,9 @@ mod tests {
             };
             let mut ours = Vec::new();
             claims.write_json(&mut ours);
-            let mut count = super::super::json::Count(0);
-            claims.write_json(&mut count);
-            prop_assert_eq!(count.0, ours.len());
+            let mut spill = super::super::json::Spill::new();
+            claims.write_json(&mut spill);
+            prop_assert_eq!(spill.as_bytes(), &ours[..]);
             prop_assert_eq!(&ours, &serde_json::to_vec(&claims).unwrap_or_default());
             let empty_many = matches!(&claims.aud, Some(Audience::Many(a)) if a.is_empty());
             let negative = claims.exp.is_some_and(|e| e < 0);

@@ -549,25 +549,57 @@ fn simple_escape(b: u8) -> Option<u8> {
     })
 }
 
-/// Where JSON is written: the token buffer, or a counter that measures
-/// first so the buffer is allocated once at its exact size.
+/// Where JSON is written: the signer's [`Spill`] buffer, or a vector in
+/// tests.
 pub(super) trait Sink {
     /// Appends bytes as they are.
     fn raw(&mut self, bytes: &[u8]);
-    /// Appends a JSON string.
-    fn string(&mut self, s: &str);
-    /// Appends an integer.
+    /// Appends `s` as a JSON string after its opening quote (which the
+    /// claims writer writes with the member name), escaping only `"`, `\\`
+    /// and control characters (RFC 8259 §7). A pre-scan finds whether any byte
+    /// needs an escape, and most values need none, so they are copied
+    /// whole.
+    fn string_rest(&mut self, s: &str) {
+        let bytes = s.as_bytes();
+        if any_escape(s) {
+            let mut from = 0;
+            for (i, &b) in bytes.iter().enumerate() {
+                if needs_escape(b) {
+                    self.raw(&bytes[from..i]);
+                    escape(b, |e| self.raw(e));
+                    from = i + 1;
+                }
+            }
+            self.raw(&bytes[from..]);
+        } else {
+            self.raw(bytes);
+        }
+        self.raw(b"\"");
+    }
+    /// Appends an integer, without `core::fmt`: two digits at a time from
+    /// the right into a stack buffer.
     fn int(&mut self, v: i64) {
+        const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+            2021222324252627282930313233343536373839\
+            4041424344454647484950515253545556575859\
+            6061626364656667686970717273747576777879\
+            8081828384858687888990919293949596979899";
         let mut digits = [0u8; 20];
         let mut at = digits.len();
         let mut m = v.unsigned_abs();
-        loop {
+        while m >= 100 {
+            let i = (m % 100) as usize * 2;
+            m /= 100;
+            at -= 2;
+            digits[at..at + 2].copy_from_slice(&PAIRS[i..i + 2]);
+        }
+        if m >= 10 {
+            let i = m as usize * 2;
+            at -= 2;
+            digits[at..at + 2].copy_from_slice(&PAIRS[i..i + 2]);
+        } else {
             at -= 1;
-            digits[at] = b'0' + (m % 10) as u8;
-            m /= 10;
-            if m == 0 {
-                break;
-            }
+            digits[at] = b'0' + m as u8;
         }
         if v < 0 {
             self.raw(b"-");
@@ -576,15 +608,62 @@ pub(super) trait Sink {
     }
 }
 
-/// A [`Sink`] that only counts.
-pub(super) struct Count(pub(super) usize);
+/// Bytes of JSON the signer writes on the stack before spilling to the
+/// heap: a token's claims are a few hundred bytes.
+const SPILL_AT: usize = 1024;
 
-impl Sink for Count {
-    fn raw(&mut self, bytes: &[u8]) {
-        self.0 += bytes.len();
+/// The signer's JSON buffer: on the stack up to [`SPILL_AT`] bytes, so an
+/// ordinary token's claims cost no allocation and need no measuring pass
+/// first; larger claims move to the heap once.
+pub(super) struct Spill {
+    stack: [u8; SPILL_AT],
+    len: usize,
+    heap: Option<Vec<u8>>,
+}
+
+impl Spill {
+    /// An empty buffer.
+    pub(super) const fn new() -> Self {
+        Self {
+            stack: [0; SPILL_AT],
+            len: 0,
+            heap: None,
+        }
     }
-    fn string(&mut self, s: &str) {
-        self.0 += string_len(s);
+
+    /// What has been written.
+    pub(super) fn as_bytes(&self) -> &[u8] {
+        match &self.heap {
+            Some(heap) => heap,
+            None => &self.stack[..self.len],
+        }
+    }
+}
+
+impl Sink for Spill {
+    #[inline]
+    fn raw(&mut self, bytes: &[u8]) {
+        let end = self.len + bytes.len();
+        match self.stack.get_mut(self.len..end) {
+            Some(room) if self.heap.is_none() => {
+                room.copy_from_slice(bytes);
+                self.len = end;
+            }
+            _ => self.spill(bytes),
+        }
+    }
+}
+
+impl Spill {
+    /// [`Sink::raw`] once the stack is full: out of line, so the common
+    /// path stays small enough to inline.
+    #[cold]
+    #[inline(never)]
+    fn spill(&mut self, bytes: &[u8]) {
+        let stack = &self.stack[..self.len];
+        self.heap
+            .get_or_insert_with(|| stack.to_vec())
+            .extend_from_slice(bytes);
     }
 }
 
@@ -592,58 +671,22 @@ impl Sink for Vec<u8> {
     fn raw(&mut self, bytes: &[u8]) {
         self.extend_from_slice(bytes);
     }
-    fn string(&mut self, s: &str) {
-        write_string(s, self);
-    }
 }
 
-/// Appends `s` to `out` as a JSON string, escaping only `"`, `\` and
-/// control characters (RFC 8259 §7).
-pub(super) fn write_string(s: &str, out: &mut Vec<u8>) {
-    out.push(b'"');
-    if any_escape(s) {
-        for &b in s.as_bytes() {
-            if needs_escape(b) {
-                push_escape(b, out);
-            } else {
-                out.push(b);
-            }
-        }
-    } else {
-        out.extend_from_slice(s.as_bytes());
-    }
-    out.push(b'"');
-}
-
-/// Length of `s` written by [`write_string`].
-pub(super) fn string_len(s: &str) -> usize {
-    if !any_escape(s) {
-        return 2 + s.len();
-    }
-    2 + s
-        .bytes()
-        .map(|b| if needs_escape(b) { escape_len(b) } else { 1 })
-        .sum::<usize>()
-}
-
-/// Whether any byte of `s` needs an escape; a branch-free fold, so the
-/// compiler can vectorise it.
+/// Whether any byte of `s` needs an escape: the reader's eight-bytes-at-a-
+/// time scan for a quote, backslash or control character, run once over
+/// the whole value.
 fn any_escape(s: &str) -> bool {
-    s.bytes().fold(false, |any, b| any | needs_escape(b))
+    plain_run(s.as_bytes(), 0) != s.len()
 }
 
 fn needs_escape(b: u8) -> bool {
     b < 0x20 || b == b'"' || b == b'\\'
 }
 
-fn escape_len(b: u8) -> usize {
-    match b {
-        b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 2,
-        _ => 6,
-    }
-}
-
-fn push_escape(b: u8, out: &mut Vec<u8>) {
+/// Hands `out` the escape of `b`, one that [`needs_escape`]: the short
+/// form where JSON has one, `\u00XX` otherwise.
+fn escape(b: u8, out: impl FnOnce(&[u8])) {
     let short = match b {
         b'"' => b'"',
         b'\\' => b'\\',
@@ -655,11 +698,11 @@ fn push_escape(b: u8, out: &mut Vec<u8>) {
         _ => {
             const HEX: &[u8; 16] = b"0123456789abcdef";
             let (hi, lo) = (HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]);
-            out.extend_from_slice(&[b'\\', b'u', b'0', b'0', hi, lo]);
+            out(&[b'\\', b'u', b'0', b'0', hi, lo]);
             return;
         }
     };
-    out.extend_from_slice(&[b'\\', short]);
+    out(&[b'\\', short]);
 }
 
 #[cfg(test)]
@@ -729,13 +772,24 @@ mod tests {
     }
 
     #[test]
-    fn escaping_writes_what_it_measures() {
-        for s in ["plain", "q\"b\\s", "\u{1}\n\t\u{7f}é"] {
-            let mut out = Vec::new();
-            write_string(s, &mut out);
-            assert_eq!(out.len(), string_len(s));
-            let back: String = serde_json::from_slice(&out).unwrap_or_default();
-            assert_eq!(back, s);
+    fn escaping_round_trips_through_serde_json() {
+        for s in ["plain", "q\"b\\s", "\u{1}\n\t\u{7f}é", "\"", "a\u{1f}"] {
+            let mut out = b"\"".to_vec();
+            out.string_rest(s);
+            assert_eq!(out, serde_json::to_vec(s).unwrap_or_default());
         }
+    }
+
+    #[test]
+    fn spill_moves_to_the_heap_past_its_stack() {
+        let mut spill = Spill::new();
+        let mut reference = Vec::new();
+        for i in 0..300u16 {
+            let piece = [b'a' + (i % 26) as u8; 7];
+            spill.raw(&piece[..usize::from(i % 8)]);
+            reference.raw(&piece[..usize::from(i % 8)]);
+            assert_eq!(spill.as_bytes(), &reference[..]);
+        }
+        assert!(spill.heap.is_some());
     }
 }

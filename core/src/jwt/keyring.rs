@@ -252,16 +252,15 @@ impl Keyring {
     /// Signs `claims` as a compact JWS with the active key:
     /// `{"alg":"HS256","typ":…,"kid":…}` (RFC 7515 §7.1).
     ///
-    /// The token is built in its one output buffer: the key's precomputed
-    /// header segment, then the payload JSON written by hand at the tail of
-    /// the payload's room and base64url-encoded in place, then the MAC
-    /// from the key's pre-keyed state. The only allocation is the token.
+    /// The payload JSON is written by hand into a stack buffer (escaping
+    /// only the strings a pre-scan finds need it), which measures it; the
+    /// token is then allocated once at its exact size and filled in one
+    /// pass: the key's precomputed header segment, the payload encoded
+    /// straight from the stack, the MAC from the key's pre-keyed state over
+    /// what was just written, and its encoding. The only allocation is the
+    /// token (claims over 1 KiB of JSON spill to the heap first).
     pub fn sign(&self, typ: TokenType, claims: &Claims) -> Result<SecretString, SignError> {
-        self.sign_json(
-            typ,
-            |out| claims.write_json(out),
-            |out| claims.write_json(out),
-        )
+        self.sign_json(typ, |out| claims.write_json(out))
     }
 
     /// [`Keyring::sign`] for borrowed claims: what a caller holding the
@@ -273,48 +272,33 @@ impl Keyring {
         typ: TokenType,
         claims: &ClaimsRef<'_>,
     ) -> Result<SecretString, SignError> {
-        self.sign_json(
-            typ,
-            |out| claims.write_json(out),
-            |out| claims.write_json(out),
-        )
+        self.sign_json(typ, |out| claims.write_json(out))
     }
 
-    /// The signer: `count` measures the payload JSON, `write` writes it.
+    /// The signer: `write_json` writes the payload JSON.
     fn sign_json(
         &self,
         typ: TokenType,
-        count_json: impl FnOnce(&mut json::Count),
-        write_json: impl FnOnce(&mut Vec<u8>),
+        write_json: impl FnOnce(&mut json::Spill),
     ) -> Result<SecretString, SignError> {
         let entry = self
             .active
             .map(|i| &self.entries[i])
             .ok_or(SignError::NoActiveKey)?;
         let header = entry.headers[typ.index()].as_bytes();
-        let mut count = json::Count(0);
-        count_json(&mut count);
-        let json_len = count.0;
-        let payload_len = b64::encoded_len(json_len);
-        let signed_len = header.len() + 1 + payload_len;
+        let mut json = json::Spill::new();
+        write_json(&mut json);
+        let json = json.as_bytes();
+        let payload_at = header.len() + 1;
+        let signed_len = payload_at + b64::encoded_len(json.len());
         let total = signed_len + 1 + SIGNATURE_B64_LEN;
         if total > MAX_TOKEN_LEN {
             return Err(SignError::TooLong);
         }
-        let mut token = Vec::with_capacity(total);
-        token.extend_from_slice(header);
-        token.push(b'.');
-        let payload_at = token.len();
-        // The JSON goes at the end of the payload's room, so the in-place
-        // encoding (4 bytes out per 3 in) never overtakes what it reads.
-        let lead = payload_len - json_len;
-        token.resize(payload_at + lead, 0);
-        write_json(&mut token);
-        debug_assert_eq!(token.len(), signed_len);
-        b64::encode_in_place(&mut token[payload_at..], lead, json_len);
-        let signature = entry.key.mac(&token);
-        token.push(b'.');
-        token.resize(total, 0);
+        let mut token = alloc::vec![b'.'; total];
+        token[..header.len()].copy_from_slice(header);
+        b64::encode_into(json, &mut token[payload_at..signed_len]);
+        let signature = entry.key.mac(&token[..signed_len]);
         b64::encode_into(&signature, &mut token[signed_len + 1..]);
         // Every byte written is ASCII: the header and the two segments are
         // base64url, the separators dots.
