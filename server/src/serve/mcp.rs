@@ -147,7 +147,7 @@ pub(crate) async fn guard(
     }
     // Every value: the core refuses a repeated field (400 invalid_request).
     let authorization = respond::HeaderValues::of(request.headers(), header::AUTHORIZATION);
-    if key != app.mcp_key() {
+    if !app.mcp_key_is(&key) {
         return (StatusCode::NOT_FOUND, "no such MCP endpoint\n").into_response();
     }
     let verdict = app.read(move |app| check(app, authorization.field())).await;

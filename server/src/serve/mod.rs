@@ -248,12 +248,14 @@ impl App {
         self.fanout.announce(Event::Bump(subject.to_owned()));
     }
 
-    /// The MCP path key as last read.
-    fn mcp_key(&self) -> String {
-        self.mcp_key
+    /// Whether `key` is the MCP path key as last read (compared in place,
+    /// not copied out: the MCP guard asks on every request).
+    fn mcp_key_is(&self, key: &str) -> bool {
+        *self
+            .mcp_key
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+            == key
     }
 
     /// Re-reads the site after another instance or the admin CLI changed
