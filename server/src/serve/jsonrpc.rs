@@ -11,8 +11,8 @@
 //!   string): `-32600 Invalid Request`, as JSON-RPC 2.0 §5.1 asks for JSON
 //!   that is not a request object.
 //!
-//! Only `POST`s with a JSON `Content-Type` are checked; anything else goes
-//! on to rmcp, which answers `405`/`415` as the transport spec says. The body
+//! Only `POST`s with a JSON `Content-Type` are checked (the endpoint calls
+//! [`strict`] after the bearer check); anything else goes on to rmcp, which answers `405`/`415` as the transport spec says. The body
 //! limit is the MCP endpoint's ([`super::mcp::MAX_MCP_BODY`], set by the
 //! router's `DefaultBodyLimit`): a larger body is `413`.
 
@@ -21,11 +21,11 @@ use std::collections::HashSet;
 use std::fmt;
 
 use axum::RequestExt as _;
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::{FromRequest as _, Request};
-use axum::http::{HeaderValue, Method, StatusCode, header};
-use axum::middleware::Next;
-use axum::response::{IntoResponse as _, Response};
+use axum::http::request::Parts;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::json;
 
@@ -36,31 +36,23 @@ const PARSE_ERROR: i64 = -32700;
 /// JSON-RPC 2.0 §5.1: the JSON sent is not a valid request object.
 const INVALID_REQUEST: i64 = -32600;
 
-/// The middleware (a route layer of `/mcp/{key}`, inside the bearer check).
-/// A body that passes goes on with what the check learnt of it
-/// ([`Checked`]) in the request's extensions.
-pub(crate) async fn strict(request: Request, next: Next) -> Response {
-    if request.method() != Method::POST || !is_json(request.headers().get(header::CONTENT_TYPE)) {
-        return next.run(request).await;
-    }
-    // The route's body limit applies to the body alone; the parts stay
-    // here (no copy of headers and extensions), and the limit's `413` is
-    // the `Bytes` extractor's, as before.
+/// The check of a `POST` with a JSON `Content-Type` (the caller, the MCP
+/// endpoint, passes anything else on): its parts, its body within the
+/// route's limit, and what the check learnt of the body; or the refusal.
+/// The body alone goes through the limit (no copy of the parts), and the
+/// limit's `413` is the `Bytes` extractor's.
+pub(crate) async fn strict(request: Request) -> Result<(Parts, Bytes, Checked), Response> {
     let (parts, body) = request.with_limited_body().into_parts();
-    let bytes = match Bytes::from_request(Request::new(body), &()).await {
-        Ok(b) => b,
-        Err(rejection) => return rejection.into_response(),
-    };
-    let checked = match check(&bytes) {
-        Ok(checked) => checked,
+    let bytes = Bytes::from_request(Request::new(body), &())
+        .await
+        .map_err(IntoResponse::into_response)?;
+    match check(&bytes) {
+        Ok(checked) => Ok((parts, bytes, checked)),
         Err((code, message)) => {
             tracing::info!(code, "mcp: malformed JSON refused");
-            return refused(code, message);
+            Err(refused(code, message))
         }
-    };
-    let mut request = Request::from_parts(parts, Body::from(bytes));
-    request.extensions_mut().insert(checked);
-    next.run(request).await
+    }
 }
 
 /// What the strict check learnt of a body's top level, so that the MCP

@@ -30,8 +30,10 @@
 //!   protocol version in `_meta` (the 2026-07-28 lifecycle, whose status
 //!   mapping and header checks are rmcp's).
 //!
-//! The body limit and the strict JSON check run before this ([`super::jsonrpc`]),
-//! the bearer check before that ([`super::mcp::guard`]).
+//! The bearer check ([`super::mcp::guard`]) runs first, then the body limit
+//! and the strict JSON check ([`super::jsonrpc`]), whose pass over the body
+//! also classifies it, so the direct path decodes it once, as the one
+//! type it can be.
 //!
 //! A handler that does not finish at its first poll continues on a task of
 //! its own, as in rmcp: a client that goes away cancels the request's `ct`
@@ -42,13 +44,14 @@
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::sync::Arc;
 use std::task::Poll;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Request, State};
+use axum::extract::{Path, RawQuery, Request, State};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
-use axum::response::{IntoResponse as _, Response};
+use axum::http::{HeaderMap, HeaderValue, Method, header};
+use axum::response::Response;
 use rmcp::model::{
     CallToolRequest, CallToolRequestMethod, ClientCapabilities, ClientJsonRpcMessage,
     ClientRequest, CompleteRequest, CompleteRequestMethod, ConstString, GetExtensions as _,
@@ -72,6 +75,7 @@ use super::mcp::{self, Tools};
 
 /// The MCP endpoint (the state of the `/mcp/{key}` route).
 pub(crate) struct Endpoint {
+    app: Shared,
     /// Everything the direct path does not take.
     rmcp: StreamableHttpService<Tools, NeverSessionManager>,
     tools: Tools,
@@ -127,6 +131,7 @@ impl Endpoint {
             })
             .collect();
         Self {
+            app: Arc::clone(app),
             rmcp: mcp::service(app, allowed_hosts),
             tools: Tools::new(app),
             hosts,
@@ -159,39 +164,47 @@ impl Endpoint {
     }
 }
 
-/// The route's handler.
+/// The route's handler: the bearer check ([`mcp::guard`]), the strict JSON
+/// check ([`super::jsonrpc`]), then the direct path or rmcp. One handler,
+/// not a stack of middleware: each layer would clone the route's service
+/// and box a future per request.
 pub(crate) async fn endpoint(
-    State(endpoint): State<std::sync::Arc<Endpoint>>,
+    State(endpoint): State<Arc<Endpoint>>,
+    Path(key): Path<String>,
+    RawQuery(query): RawQuery,
     request: Request,
 ) -> Response {
-    let headers = request.headers();
-    if request.method() != Method::POST
-        || headers.contains_key(header::ORIGIN)
-        || !endpoint.host_allowed(headers)
-        || !accepts_json_and_sse(headers)
-        || !super::jsonrpc::is_json(headers.get(header::CONTENT_TYPE))
-    {
-        return endpoint.by_rmcp(request).await;
-    }
-    let (parts, body) = request.into_parts();
-    // The strict JSON check has buffered the body within the limit.
-    let bytes = match axum::body::to_bytes(body, mcp::MAX_MCP_BODY).await {
-        Ok(b) => b,
-        Err(e) => {
-            return (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("Failed to read request body: {e}"),
-            )
-                .into_response();
+    mcp::guard(&endpoint.app, &key, query.as_deref(), request, |r| {
+        endpoint.serve(r)
+    })
+    .await
+}
+
+impl Endpoint {
+    /// Answers a request the bearer check accepted.
+    async fn serve(&self, request: Request) -> Response {
+        if request.method() != Method::POST
+            || !super::jsonrpc::is_json(request.headers().get(header::CONTENT_TYPE))
+        {
+            return self.by_rmcp(request).await;
         }
-    };
-    let checked = parts.extensions.get::<Checked>().copied();
-    match direct(&endpoint, &parts.headers, checked, &bytes) {
-        Some((request, peer)) => endpoint.answer(parts, request, peer).await,
-        None => {
-            endpoint
-                .by_rmcp(Request::from_parts(parts, Body::from(bytes)))
-                .await
+        let (parts, bytes, checked) = match super::jsonrpc::strict(request).await {
+            Ok(checked) => checked,
+            Err(refused) => return refused,
+        };
+        let headers = &parts.headers;
+        let plain = !headers.contains_key(header::ORIGIN)
+            && self.host_allowed(headers)
+            && accepts_json_and_sse(headers);
+        match plain
+            .then(|| direct(self, headers, checked, &bytes))
+            .flatten()
+        {
+            Some((request, peer)) => self.answer(parts, request, peer).await,
+            None => {
+                self.by_rmcp(Request::from_parts(parts, Body::from(bytes)))
+                    .await
+            }
         }
     }
 }
@@ -202,7 +215,7 @@ pub(crate) async fn endpoint(
 fn direct(
     endpoint: &Endpoint,
     headers: &HeaderMap,
-    checked: Option<Checked>,
+    checked: Checked,
     body: &Bytes,
 ) -> Option<(JsonRpcRequest<ClientRequest>, Peer<RoleServer>)> {
     let request = decode(checked, body)?;
@@ -237,14 +250,12 @@ fn direct(
 /// decoded: the first member of the union that can succeed, so the same
 /// value as rmcp's (a body that fails it, or has another method, is decoded
 /// as rmcp does it).
-fn decode(checked: Option<Checked>, body: &[u8]) -> Option<JsonRpcRequest<ClientRequest>> {
-    if let Some(checked) = checked {
-        if !checked.request {
-            return None;
-        }
-        if let Some(request) = checked.method.and_then(|m| decode_known(m, body)) {
-            return Some(request);
-        }
+fn decode(checked: Checked, body: &[u8]) -> Option<JsonRpcRequest<ClientRequest>> {
+    if !checked.request {
+        return None;
+    }
+    if let Some(request) = checked.method.and_then(|m| decode_known(m, body)) {
+        return Some(request);
     }
     match serde_json::from_slice(body).ok()? {
         ClientJsonRpcMessage::Request(request) => Some(request),
@@ -475,8 +486,7 @@ mod tests {
             r#"{"jsonrpc":"1.0","id":10,"method":"ping"}"#,
         ] {
             let checked = super::super::jsonrpc::tests::checked(body);
-            let ours =
-                decode(Some(checked), body.as_bytes()).map(|r| serde_json::to_value(r).unwrap());
+            let ours = decode(checked, body.as_bytes()).map(|r| serde_json::to_value(r).unwrap());
             assert_eq!(ours, by_rmcp(body), "{body}");
         }
         assert_eq!(known_method("tools/call"), Some("tools/call"));

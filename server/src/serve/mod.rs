@@ -410,12 +410,7 @@ fn router(app: Shared, mcp_hosts: Vec<String>, limits: ConnLimits) -> Router {
     let mcp = Router::new()
         .route("/mcp/{key}", any(mcp_direct::endpoint))
         .with_state(endpoint)
-        .route_layer(axum::middleware::from_fn(jsonrpc::strict))
-        .route_layer(DefaultBodyLimit::max(mcp::MAX_MCP_BODY))
-        .route_layer(axum::middleware::from_fn_with_state(
-            Arc::clone(&app),
-            mcp::guard,
-        ));
+        .route_layer(DefaultBodyLimit::max(mcp::MAX_MCP_BODY));
     let router = Router::new()
         .route(
             "/.well-known/oauth-authorization-server",
