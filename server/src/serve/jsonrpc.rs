@@ -11,43 +11,60 @@
 //!   string): `-32600 Invalid Request`, as JSON-RPC 2.0 §5.1 asks for JSON
 //!   that is not a request object.
 //!
-//! Only `POST`s with a JSON `Content-Type` are checked; anything else goes
-//! on to rmcp, which answers `405`/`415` as the transport spec says. The body
+//! Only `POST`s with a JSON `Content-Type` are checked (the endpoint calls
+//! [`strict`] after the bearer check); anything else goes on to rmcp, which answers `405`/`415` as the transport spec says. The body
 //! limit is the MCP endpoint's ([`super::mcp::MAX_MCP_BODY`], set by the
 //! router's `DefaultBodyLimit`): a larger body is `413`.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::fmt;
 
-use axum::body::{Body, Bytes};
+use axum::RequestExt as _;
+use axum::body::Bytes;
 use axum::extract::{FromRequest as _, Request};
-use axum::http::{HeaderValue, Method, StatusCode, header};
-use axum::middleware::Next;
-use axum::response::{IntoResponse as _, Response};
+use axum::http::request::Parts;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::json;
+
+use super::mcp_direct::known_method;
 
 /// JSON-RPC 2.0 §5.1: invalid JSON was received.
 const PARSE_ERROR: i64 = -32700;
 /// JSON-RPC 2.0 §5.1: the JSON sent is not a valid request object.
 const INVALID_REQUEST: i64 = -32600;
 
-/// The middleware (a route layer of `/mcp/{key}`, inside the bearer check).
-pub(crate) async fn strict(request: Request, next: Next) -> Response {
-    if request.method() != Method::POST || !is_json(request.headers().get(header::CONTENT_TYPE)) {
-        return next.run(request).await;
-    }
-    let (parts, body) = request.into_parts();
-    let bytes = match Bytes::from_request(Request::from_parts(parts.clone(), body), &()).await {
-        Ok(b) => b,
-        Err(rejection) => return rejection.into_response(),
-    };
-    if let Err((code, message)) = check(&bytes) {
-        tracing::info!(code, "mcp: malformed JSON refused");
-        return refused(code, message);
-    }
-    next.run(Request::from_parts(parts, Body::from(bytes)))
+/// The check of a `POST` with a JSON `Content-Type` (the caller, the MCP
+/// endpoint, passes anything else on): its parts, its body within the
+/// route's limit, and what the check learnt of the body; or the refusal.
+/// The body alone goes through the limit (no copy of the parts), and the
+/// limit's `413` is the `Bytes` extractor's.
+pub(crate) async fn strict(request: Request) -> Result<(Parts, Bytes, Checked), Response> {
+    let (parts, body) = request.with_limited_body().into_parts();
+    let bytes = Bytes::from_request(Request::new(body), &())
         .await
+        .map_err(IntoResponse::into_response)?;
+    match check(&bytes) {
+        Ok(checked) => Ok((parts, bytes, checked)),
+        Err((code, message)) => {
+            tracing::info!(code, "mcp: malformed JSON refused");
+            Err(refused(code, message))
+        }
+    }
+}
+
+/// What the strict check learnt of a body's top level, so that the MCP
+/// endpoint decodes it once, as the one type it can be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Checked {
+    /// The body is one object with `method` and `id` and neither `result`
+    /// nor `error`: by its members, a JSON-RPC request (JSON-RPC 2.0 §4),
+    /// as rmcp classifies a message before decoding it.
+    pub(crate) request: bool,
+    /// Its `method`, if it is a string that [`known_method`] knows.
+    pub(crate) method: Option<&'static str>,
 }
 
 /// Whether `content_type` is `application/json`, parameters allowed.
@@ -59,9 +76,9 @@ pub(crate) fn is_json(content_type: Option<&HeaderValue>) -> bool {
 }
 
 /// What `body` is, or the JSON-RPC error code and message refusing it.
-fn check(body: &[u8]) -> Result<(), (i64, &'static str)> {
+fn check(body: &[u8]) -> Result<Checked, (i64, &'static str)> {
     let mut de = serde_json::Deserializer::from_slice(body);
-    let top = Strict::deserialize(&mut de)
+    let top = Top::deserialize(&mut de)
         .and_then(|top| de.end().map(|()| top))
         .map_err(|_| {
             (
@@ -70,8 +87,8 @@ fn check(body: &[u8]) -> Result<(), (i64, &'static str)> {
             )
         })?;
     match top {
-        Strict::Container => Ok(()),
-        Strict::Scalar => Err((
+        Top(Strict::Container, checked) => Ok(checked),
+        Top(Strict::Scalar, _) => Err((
             INVALID_REQUEST,
             "Invalid Request: a JSON-RPC message is an object (or an array of them)",
         )),
@@ -136,20 +153,230 @@ impl<'de> Visitor<'de> for StrictVisitor {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Strict, A::Error> {
-        let mut seen = HashSet::new();
-        while let Some(name) = map.next_key::<String>()? {
-            if !seen.insert(name) {
-                return Err(de::Error::custom("duplicate member name"));
-            }
+        let mut seen = Names::default();
+        while let Some(Name(name)) = map.next_key()? {
+            seen.insert(name)?;
             map.next_value::<Strict>()?;
         }
         Ok(Strict::Container)
     }
 }
 
+/// The top-level value: [`Strict`], and for an object what [`Checked`]
+/// records.
+struct Top(Strict, Checked);
+
+impl<'de> Deserialize<'de> for Top {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(TopVisitor)
+    }
+}
+
+struct TopVisitor;
+
+const NOT_A_REQUEST: Checked = Checked {
+    request: false,
+    method: None,
+};
+
+macro_rules! scalar_top {
+    ($($name:ident: $ty:ty),*) => {
+        $(fn $name<E>(self, _: $ty) -> Result<Top, E> {
+            Ok(Top(Strict::Scalar, NOT_A_REQUEST))
+        })*
+    };
+}
+
+impl<'de> Visitor<'de> for TopVisitor {
+    type Value = Top;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    scalar_top!(visit_bool: bool, visit_i64: i64, visit_u64: u64, visit_f64: f64, visit_str: &str);
+
+    fn visit_unit<E>(self) -> Result<Top, E> {
+        Ok(Top(Strict::Scalar, NOT_A_REQUEST))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Top, A::Error> {
+        Ok(Top(StrictVisitor.visit_seq(seq)?, NOT_A_REQUEST))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Top, A::Error> {
+        let mut seen = Names::default();
+        let (mut method, mut id, mut reply) = (None, false, false);
+        while let Some(Name(name)) = map.next_key()? {
+            match &*name {
+                "method" => method = Some(map.next_value::<MethodName>()?.0),
+                "id" => {
+                    id = true;
+                    map.next_value::<Strict>()?;
+                }
+                "result" | "error" => {
+                    reply = true;
+                    map.next_value::<Strict>()?;
+                }
+                _ => {
+                    map.next_value::<Strict>()?;
+                }
+            }
+            seen.insert(name)?;
+        }
+        Ok(Top(
+            Strict::Container,
+            Checked {
+                request: method.is_some() && id && !reply,
+                method: method.flatten(),
+            },
+        ))
+    }
+}
+
+/// A member name, borrowed from the body unless it has escapes.
+struct Name<'de>(Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for Name<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Name<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a member name")
+            }
+            fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Name<'de>, E> {
+                Ok(Name(Cow::Borrowed(s)))
+            }
+            fn visit_str<E>(self, s: &str) -> Result<Name<'de>, E> {
+                Ok(Name(Cow::Owned(s.to_owned())))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// The value of `method`: a known method's name, or any other value
+/// (checked as [`Strict`]).
+struct MethodName(Option<&'static str>);
+
+impl<'de> Deserialize<'de> for MethodName {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = MethodName;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_str<E>(self, s: &str) -> Result<MethodName, E> {
+                Ok(MethodName(known_method(s)))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<MethodName, E> {
+                Ok(MethodName(None))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<MethodName, E> {
+                Ok(MethodName(None))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<MethodName, E> {
+                Ok(MethodName(None))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<MethodName, E> {
+                Ok(MethodName(None))
+            }
+            fn visit_unit<E>(self) -> Result<MethodName, E> {
+                Ok(MethodName(None))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<MethodName, A::Error> {
+                StrictVisitor.visit_seq(seq).map(|_| MethodName(None))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<MethodName, A::Error> {
+                StrictVisitor.visit_map(map).map(|_| MethodName(None))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// The member names of one object seen so far: a short list searched in
+/// place (most objects have a handful of members), a hash set once it
+/// grows, so a huge object costs linear time, not quadratic.
+#[derive(Default)]
+struct Names<'de> {
+    few: Vec<Cow<'de, str>>,
+    many: HashSet<Cow<'de, str>>,
+}
+
+impl<'de> Names<'de> {
+    const FEW: usize = 16;
+
+    /// Records `name`; a name seen before is an error.
+    fn insert<E: de::Error>(&mut self, name: Cow<'de, str>) -> Result<(), E> {
+        let fresh = if self.many.is_empty() && self.few.len() < Self::FEW {
+            let fresh = !self.few.contains(&name);
+            self.few.push(name);
+            fresh
+        } else {
+            self.many.extend(self.few.drain(..));
+            self.many.insert(name)
+        };
+        if fresh {
+            Ok(())
+        } else {
+            Err(E::custom("duplicate member name"))
+        }
+    }
+}
+
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
+
+    /// What the check records of `body` (which must pass it).
+    pub(in super::super) fn checked(body: &str) -> Checked {
+        check(body.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn records_a_requests_shape_and_known_method() {
+        let request = |method| Checked {
+            request: true,
+            method,
+        };
+        let other = |method| Checked {
+            request: false,
+            method,
+        };
+        for (body, expected) in [
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#,
+                request(Some("ping")),
+            ),
+            (
+                r#"{"id":null,"params":{"method":"x"},"method":"tools/call"}"#,
+                request(Some("tools/call")),
+            ),
+            (r#"{"id":1,"method":"vendor/x"}"#, request(None)),
+            (r#"{"id":1,"method":{"a":1}}"#, request(None)),
+            (r#"{"method":"ping"}"#, other(Some("ping"))),
+            (
+                r#"{"id":1,"method":"ping","result":{}}"#,
+                other(Some("ping")),
+            ),
+            (r#"{"id":1,"error":{}}"#, other(None)),
+            (r#"[{"id":1,"method":"ping"}]"#, NOT_A_REQUEST),
+        ] {
+            assert_eq!(checked(body), expected, "{body}");
+        }
+        // The duplicate check still holds at the top level and inside
+        // `method`, and past the short list.
+        assert!(check(br#"{"method":"ping","method":"ping","id":1}"#).is_err());
+        assert!(check(br#"{"method":{"a":1,"a":2},"id":1}"#).is_err());
+        let many: Vec<String> = (0..40).map(|i| format!("\"k{i}\":{i}")).collect();
+        let body = format!("{{{},\"k3\":0}}", many.join(","));
+        assert!(check(body.as_bytes()).is_err());
+        let body = format!("{{{}}}", many.join(","));
+        assert!(check(body.as_bytes()).is_ok());
+    }
 
     #[test]
     fn refuses_what_is_not_one_json_text_with_unique_names() {
@@ -172,7 +399,7 @@ mod tests {
             &br#"{"jsonrpc":"2.0","id":1,"method":"ping","params":{"a":{"a":1}}}"#[..],
             b" [] \n",
         ] {
-            assert_eq!(check(good), Ok(()));
+            assert!(check(good).is_ok());
         }
         let deep = "[".repeat(200) + &"]".repeat(200);
         assert!(check(deep.as_bytes()).is_err());

@@ -1,7 +1,8 @@
 //! The MCP endpoint at `/mcp/{key}`: rmcp's Streamable HTTP server
 //! transport behind the core's bearer check.
 //!
-//! * [`guard`] (an axum middleware on the route) runs **first**: the path
+//! * [`guard`] (called first by the route's handler, no middleware) runs
+//!   **first**: the path
 //!   key must be the site's current public key (else 404; compared with
 //!   the key read at start and re-read on every other instance's or the
 //!   CLI's site change, see `App::mcp_key`), a token in the
@@ -23,11 +24,11 @@
 //!   ([`super::gateway`]) come through two narrow hooks: extra tools on the
 //!   list (their calls go to the gateway) and the `resources/*` methods.
 
+use std::future::Future;
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
-use axum::extract::{Path, RawQuery, Request, State};
+use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse as _, Response};
 use portcullis_core::bearer::{self, Challenge};
 use portcullis_core::engine::{BearerRejection, Principal};
@@ -134,20 +135,22 @@ fn check(app: &super::App, authorization: HeaderField<'_>) -> Verdict {
     Verdict::Rejected(first)
 }
 
-/// The bearer check in front of rmcp (see the module docs).
-pub(crate) async fn guard(
-    State(app): State<Shared>,
-    Path(key): Path<String>,
-    RawQuery(query): RawQuery,
+/// The bearer check in front of the MCP transport (see the module docs):
+/// `serve` answers only an accepted request, which carries the verified
+/// identity and the scope slot in its extensions.
+pub(crate) async fn guard<F: Future<Output = Response>>(
+    app: &Shared,
+    key: &str,
+    query: Option<&str>,
     mut request: Request,
-    next: Next,
+    serve: impl FnOnce(Request) -> F,
 ) -> Response {
-    if let Err(e) = bearer::refuse_query_token(query.as_deref()) {
+    if let Err(e) = bearer::refuse_query_token(query) {
         return respond::core(HttpResponse::oauth_error(e.code(), &e.to_string()));
     }
     // Every value: the core refuses a repeated field (400 invalid_request).
     let authorization = respond::HeaderValues::of(request.headers(), header::AUTHORIZATION);
-    if key != app.mcp_key() {
+    if !app.mcp_key_is(key) {
         return (StatusCode::NOT_FOUND, "no such MCP endpoint\n").into_response();
     }
     let verdict = app.read(move |app| check(app, authorization.field())).await;
@@ -159,7 +162,7 @@ pub(crate) async fn guard(
     let slot = ScopeSlot::default();
     request.extensions_mut().insert(verified);
     request.extensions_mut().insert(slot.clone());
-    let mut response = next.run(request).await;
+    let mut response = serve(request).await;
     let challenge = slot.0.lock().unwrap_or_else(PoisonError::into_inner).take();
     if let Some(c) = challenge {
         tracing::debug!(status = c.status, "execute: scope missing");

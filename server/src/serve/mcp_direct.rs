@@ -30,8 +30,10 @@
 //!   protocol version in `_meta` (the 2026-07-28 lifecycle, whose status
 //!   mapping and header checks are rmcp's).
 //!
-//! The body limit and the strict JSON check run before this ([`super::jsonrpc`]),
-//! the bearer check before that ([`super::mcp::guard`]).
+//! The bearer check ([`super::mcp::guard`]) runs first, then the body limit
+//! and the strict JSON check ([`super::jsonrpc`]), whose pass over the body
+//! also classifies it, so the direct path decodes it once, as the one
+//! type it can be.
 //!
 //! A handler that does not finish at its first poll continues on a task of
 //! its own, as in rmcp: a client that goes away cancels the request's `ct`
@@ -42,16 +44,23 @@
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::sync::Arc;
 use std::task::Poll;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Request, State};
+use axum::extract::{Path, RawQuery, Request, State};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
-use axum::response::{IntoResponse as _, Response};
+use axum::http::{HeaderMap, HeaderValue, Method, header};
+use axum::response::Response;
 use rmcp::model::{
-    ClientCapabilities, ClientJsonRpcMessage, ClientRequest, GetExtensions as _, GetMeta as _,
-    Implementation, InitializeRequestParams, JsonRpcRequest, ProtocolVersion, ServerJsonRpcMessage,
+    CallToolRequest, CallToolRequestMethod, ClientCapabilities, ClientJsonRpcMessage,
+    ClientRequest, CompleteRequest, CompleteRequestMethod, ConstString, GetExtensions as _,
+    GetMeta as _, GetPromptRequest, GetPromptRequestMethod, Implementation, InitializeRequest,
+    InitializeRequestParams, InitializeResultMethod, JsonRpcRequest, ListPromptsRequest,
+    ListPromptsRequestMethod, ListResourceTemplatesRequest, ListResourceTemplatesRequestMethod,
+    ListResourcesRequest, ListResourcesRequestMethod, ListToolsRequest, ListToolsRequestMethod,
+    PingRequest, PingRequestMethod, ProtocolVersion, ReadResourceRequest,
+    ReadResourceRequestMethod, ServerJsonRpcMessage,
 };
 use rmcp::service::{RequestContext, RunningService, serve_directly};
 use rmcp::transport::Transport;
@@ -61,10 +70,12 @@ use rmcp::{Peer, RoleServer, ServerHandler, Service as _};
 use tracing::Instrument as _;
 
 use super::Shared;
+use super::jsonrpc::Checked;
 use super::mcp::{self, Tools};
 
 /// The MCP endpoint (the state of the `/mcp/{key}` route).
 pub(crate) struct Endpoint {
+    app: Shared,
     /// Everything the direct path does not take.
     rmcp: StreamableHttpService<Tools, NeverSessionManager>,
     tools: Tools,
@@ -120,6 +131,7 @@ impl Endpoint {
             })
             .collect();
         Self {
+            app: Arc::clone(app),
             rmcp: mcp::service(app, allowed_hosts),
             tools: Tools::new(app),
             hosts,
@@ -152,52 +164,61 @@ impl Endpoint {
     }
 }
 
-/// The route's handler.
+/// The route's handler: the bearer check ([`mcp::guard`]), the strict JSON
+/// check ([`super::jsonrpc`]), then the direct path or rmcp. One handler,
+/// not a stack of middleware: each layer would clone the route's service
+/// and box a future per request.
 pub(crate) async fn endpoint(
-    State(endpoint): State<std::sync::Arc<Endpoint>>,
+    State(endpoint): State<Arc<Endpoint>>,
+    Path(key): Path<String>,
+    RawQuery(query): RawQuery,
     request: Request,
 ) -> Response {
-    let headers = request.headers();
-    if request.method() != Method::POST
-        || headers.contains_key(header::ORIGIN)
-        || !endpoint.host_allowed(headers)
-        || !accepts_json_and_sse(headers)
-        || !super::jsonrpc::is_json(headers.get(header::CONTENT_TYPE))
-    {
-        return endpoint.by_rmcp(request).await;
-    }
-    let (parts, body) = request.into_parts();
-    // The strict JSON check has buffered the body within the limit.
-    let bytes = match axum::body::to_bytes(body, mcp::MAX_MCP_BODY).await {
-        Ok(b) => b,
-        Err(e) => {
-            return (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("Failed to read request body: {e}"),
-            )
-                .into_response();
+    mcp::guard(&endpoint.app, &key, query.as_deref(), request, |r| {
+        endpoint.serve(r)
+    })
+    .await
+}
+
+impl Endpoint {
+    /// Answers a request the bearer check accepted.
+    async fn serve(&self, request: Request) -> Response {
+        if request.method() != Method::POST
+            || !super::jsonrpc::is_json(request.headers().get(header::CONTENT_TYPE))
+        {
+            return self.by_rmcp(request).await;
         }
-    };
-    match direct(&endpoint, &parts.headers, &bytes) {
-        Some((request, peer)) => endpoint.answer(parts, request, peer).await,
-        None => {
-            endpoint
-                .by_rmcp(Request::from_parts(parts, Body::from(bytes)))
-                .await
+        let (parts, bytes, checked) = match super::jsonrpc::strict(request).await {
+            Ok(checked) => checked,
+            Err(refused) => return refused,
+        };
+        let headers = &parts.headers;
+        let plain = !headers.contains_key(header::ORIGIN)
+            && self.host_allowed(headers)
+            && accepts_json_and_sse(headers);
+        match plain
+            .then(|| direct(self, headers, checked, &bytes))
+            .flatten()
+        {
+            Some((request, peer)) => self.answer(parts, request, peer).await,
+            None => {
+                self.by_rmcp(Request::from_parts(parts, Body::from(bytes)))
+                    .await
+            }
         }
     }
 }
 
 /// The request in `body` and the peer to run it with, if the direct path
-/// takes it (see the module docs).
+/// takes it (see the module docs). `checked` is what the strict JSON check
+/// learnt of the body.
 fn direct(
     endpoint: &Endpoint,
     headers: &HeaderMap,
+    checked: Checked,
     body: &Bytes,
 ) -> Option<(JsonRpcRequest<ClientRequest>, Peer<RoleServer>)> {
-    let ClientJsonRpcMessage::Request(request) = serde_json::from_slice(body).ok()? else {
-        return None;
-    };
+    let request = decode(checked, body)?;
     if request.request.get_meta().protocol_version().is_some()
         || matches!(request.request, ClientRequest::DiscoverRequest(_))
     {
@@ -219,6 +240,80 @@ fn direct(
     };
     let peer = endpoint.peer(version)?;
     Some((request, peer))
+}
+
+/// `body` as rmcp decodes it, if it is a request. rmcp decodes every
+/// message as an untagged union of four shapes (after a pass over its
+/// members to classify it), whose request is an untagged union of every
+/// method, each tried in turn on a buffered copy. Where the strict check
+/// already saw the shape and a known method, only that method's type is
+/// decoded: the first member of the union that can succeed, so the same
+/// value as rmcp's (a body that fails it, or has another method, is decoded
+/// as rmcp does it).
+fn decode(checked: Checked, body: &[u8]) -> Option<JsonRpcRequest<ClientRequest>> {
+    if !checked.request {
+        return None;
+    }
+    if let Some(request) = checked.method.and_then(|m| decode_known(m, body)) {
+        return Some(request);
+    }
+    match serde_json::from_slice(body).ok()? {
+        ClientJsonRpcMessage::Request(request) => Some(request),
+        _ => None,
+    }
+}
+
+/// `body` as a request of the known method `method`'s type.
+fn decode_as<T: serde::de::DeserializeOwned>(
+    body: &[u8],
+    variant: fn(T) -> ClientRequest,
+) -> Option<JsonRpcRequest<ClientRequest>> {
+    let JsonRpcRequest {
+        jsonrpc,
+        id,
+        request,
+    } = serde_json::from_slice::<JsonRpcRequest<T>>(body).ok()?;
+    Some(JsonRpcRequest {
+        jsonrpc,
+        id,
+        request: variant(request),
+    })
+}
+
+/// The methods of rmcp's `ClientRequest` that name one variant, and their
+/// method types. The rest go to rmcp's decoding: `server/discover` (never
+/// direct), custom methods, and the methods rmcp deprecates
+/// (`logging/setLevel`, `resources/subscribe` and `unsubscribe`).
+macro_rules! known_methods {
+    ($($variant:ident: $method:ty),* $(,)?) => {
+        /// `method` as a `&'static str` if it names one variant of rmcp's
+        /// `ClientRequest` (the strict check records it for [`decode`]).
+        pub(crate) fn known_method(method: &str) -> Option<&'static str> {
+            [$(<$method as ConstString>::VALUE),*]
+                .into_iter()
+                .find(|known| *known == method)
+        }
+
+        fn decode_known(method: &str, body: &[u8]) -> Option<JsonRpcRequest<ClientRequest>> {
+            $(if method == <$method as ConstString>::VALUE {
+                return decode_as::<$variant>(body, ClientRequest::$variant);
+            })*
+            None
+        }
+    };
+}
+
+known_methods! {
+    PingRequest: PingRequestMethod,
+    InitializeRequest: InitializeResultMethod,
+    CompleteRequest: CompleteRequestMethod,
+    GetPromptRequest: GetPromptRequestMethod,
+    ListPromptsRequest: ListPromptsRequestMethod,
+    ListResourcesRequest: ListResourcesRequestMethod,
+    ListResourceTemplatesRequest: ListResourceTemplatesRequestMethod,
+    ReadResourceRequest: ReadResourceRequestMethod,
+    CallToolRequest: CallToolRequestMethod,
+    ListToolsRequest: ListToolsRequestMethod,
 }
 
 /// The protocol version header of Streamable HTTP (MCP 2025-06-18 and
@@ -362,6 +457,40 @@ mod tests {
             );
         }
         assert!(!accepts_json_and_sse(&HeaderMap::new()));
+    }
+
+    /// What rmcp's own decoding makes of `body`, as JSON.
+    fn by_rmcp(body: &str) -> Option<serde_json::Value> {
+        match serde_json::from_str(body).ok()? {
+            ClientJsonRpcMessage::Request(r) => Some(serde_json::to_value(r).unwrap()),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn a_known_method_decodes_as_rmcp_decodes_it() {
+        for body in [
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":"a","method":"ping","params":{"_meta":{"k":1}}}"#,
+            r#"{"method":"tools/list","id":2,"jsonrpc":"2.0","params":{"cursor":"c"}}"#,
+            r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"execute","arguments":{"code":"[]","n":1.5},"_meta":{"progressToken":7}}}"#,
+            r#"{"jsonrpc":"2.0","id":4,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"c","version":"1"}}}"#,
+            r#"{"jsonrpc":"2.0","id":5,"method":"resources/read","params":{"uri":"ui://x"}}"#,
+            // Fits no known type: decoded as rmcp does (a custom request).
+            r#"{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"nameless":true}}"#,
+            r#"{"jsonrpc":"2.0","id":7,"method":"vendor/thing","params":{"a":[1]}}"#,
+            r#"{"jsonrpc":"2.0","id":8,"method":"logging/setLevel","params":{"level":"info"}}"#,
+            // Not requests.
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            r#"{"jsonrpc":"2.0","id":9,"method":"ping","result":{}}"#,
+            r#"{"jsonrpc":"1.0","id":10,"method":"ping"}"#,
+        ] {
+            let checked = super::super::jsonrpc::tests::checked(body);
+            let ours = decode(checked, body.as_bytes()).map(|r| serde_json::to_value(r).unwrap());
+            assert_eq!(ours, by_rmcp(body), "{body}");
+        }
+        assert_eq!(known_method("tools/call"), Some("tools/call"));
+        assert_eq!(known_method("server/discover"), None);
     }
 
     #[test]

@@ -248,12 +248,14 @@ impl App {
         self.fanout.announce(Event::Bump(subject.to_owned()));
     }
 
-    /// The MCP path key as last read.
-    fn mcp_key(&self) -> String {
-        self.mcp_key
+    /// Whether `key` is the MCP path key as last read (compared in place,
+    /// not copied out: the MCP guard asks on every request).
+    fn mcp_key_is(&self, key: &str) -> bool {
+        *self
+            .mcp_key
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+            == key
     }
 
     /// Re-reads the site after another instance or the admin CLI changed
@@ -408,12 +410,7 @@ fn router(app: Shared, mcp_hosts: Vec<String>, limits: ConnLimits) -> Router {
     let mcp = Router::new()
         .route("/mcp/{key}", any(mcp_direct::endpoint))
         .with_state(endpoint)
-        .route_layer(axum::middleware::from_fn(jsonrpc::strict))
-        .route_layer(DefaultBodyLimit::max(mcp::MAX_MCP_BODY))
-        .route_layer(axum::middleware::from_fn_with_state(
-            Arc::clone(&app),
-            mcp::guard,
-        ));
+        .route_layer(DefaultBodyLimit::max(mcp::MAX_MCP_BODY));
     let router = Router::new()
         .route(
             "/.well-known/oauth-authorization-server",
