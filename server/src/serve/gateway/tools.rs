@@ -218,16 +218,19 @@ pub(crate) async fn call(
     // The run is its own task: a client that goes away mid-call does not
     // cut it between the downstream call and its record, nor leave its
     // claim held.
-    let app = Arc::clone(app);
+    let run = Run {
+        app: Arc::clone(app),
+        subject: principal.subject.clone(),
+        source,
+        id: rid,
+        request: CallToolRequestParams::new(tool.name).with_arguments(arguments),
+    };
     tokio::spawn(async move {
-        let grant = principal.grant;
+        let (app, grant) = (Arc::clone(&run.app), principal.grant);
         if let Err(answer) = run::claim(&app, grant, rid).await {
             return Reply::ledger(answer);
         }
-        let reply = admit(
-            &app, principal, source, tool, params, needed, action, arguments,
-        )
-        .await;
+        let reply = admit(run, principal, params, needed, action).await;
         app.release_run(grant, rid).await;
         reply
     })
@@ -243,49 +246,36 @@ pub(crate) async fn call(
 
 /// A gateway call once its run is claimed (on a shared database): begin,
 /// then run it to its end.
-#[allow(clippy::too_many_arguments)]
 async fn admit(
-    app: &Shared,
+    run: Run,
     principal: Principal,
-    source: Arc<Source>,
-    tool: Tool,
     params: ExecuteParams,
     needed: ScopeSet,
     action: Action,
-    arguments: JsonObject,
 ) -> Reply {
     let rid = params.request_id;
-    let (principal, params, needed) = (Arc::new(principal), Arc::new(params), Arc::new(needed));
-    let (p, q) = (Arc::clone(&principal), Arc::clone(&params));
-    let begun = app
+    let begun = run
+        .app
         .write(move |app, txn| {
-            app.engine
-                .begin_needing_in(txn, &p, &q, &needed, Caller::Client, clock::now_ms())
+            app.engine.begin_needing_in(
+                txn,
+                &principal,
+                &params,
+                &needed,
+                Caller::Client,
+                clock::now_ms(),
+            )
         })
         .await;
     match begun {
-        Err(_) => Reply::ledger(failure(
-            ErrorCode::ServerError,
-            "temporary server error",
-            Some(rid),
-        )),
+        Err(_) => run.internal(),
         Ok(Err(e)) => Reply::ledger(Answer::begin_error(&e, Some(rid))),
-        Ok(Ok(BeginAnswer::Run(ticket))) => {
-            let run = Run {
-                app: Arc::clone(app),
-                subject: principal.subject.clone(),
-                source,
-                id: rid,
-                request: CallToolRequestParams::new(tool.name.clone()).with_arguments(arguments),
-            };
-            run.run(ticket, action).await
-        }
+        Ok(Ok(BeginAnswer::Run(ticket))) => run.run(ticket, action).await,
         Ok(Ok(BeginAnswer::Stored(stored))) => Reply::stored(&stored),
         Ok(Ok(other)) => Reply::ledger(Answer::ok(other.to_json().unwrap_or(Value::Null))),
     }
 }
 
-/// One admitted gateway run.
 struct Run {
     app: Shared,
     subject: String,
