@@ -87,8 +87,9 @@ impl<S: Store> Engine<S> {
         })
     }
 
-    /// [`Engine::mint_agent_token_in`] on the [`Txn`] both it and [`Engine::mint_agent_token`] give it, so the
-    /// body is compiled once per store.
+    /// The body of [`Engine::mint_agent_token`] and
+    /// [`Engine::mint_agent_token_in`]: both run it on one [`Txn`], so it is compiled once
+    /// per store.
     #[allow(
         clippy::needless_pass_by_value,
         reason = "by value as before; an attempt that may re-run on a conflict clones what it keeps"
@@ -196,8 +197,9 @@ impl<S: Store> Engine<S> {
         Self::within(txn, |txn| self.revoke_agent_token_body(txn, site, jti, now))
     }
 
-    /// [`Engine::revoke_agent_token_in`] on the [`Txn`] both it and [`Engine::revoke_agent_token`] give it, so the
-    /// body is compiled once per store.
+    /// The body of [`Engine::revoke_agent_token`] and
+    /// [`Engine::revoke_agent_token_in`]: both run it on one [`Txn`], so it is compiled once
+    /// per store.
     fn revoke_agent_token_body<W: WriteTransaction>(
         &self,
         txn: &mut Txn<'_, W>,

@@ -74,8 +74,9 @@ impl<S: Store> Engine<S> {
         })
     }
 
-    /// [`Engine::decide_approval_in`] on the [`Txn`] both it and [`Engine::decide_approval`] give it, so the
-    /// body is compiled once per store.
+    /// The body of [`Engine::decide_approval`] and
+    /// [`Engine::decide_approval_in`]: both run it on one [`Txn`], so it is compiled once
+    /// per store.
     fn decide_approval_body<W: WriteTransaction>(
         &self,
         txn: &mut Txn<'_, W>,

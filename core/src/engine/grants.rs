@@ -402,8 +402,9 @@ impl<S: Store> Engine<S> {
         Self::within(txn, |txn| self.revoke_grant_body(txn, id, now))
     }
 
-    /// [`Engine::revoke_grant_in`] on the [`Txn`] both it and [`Engine::revoke_grant`] give it, so the
-    /// body is compiled once per store.
+    /// The body of [`Engine::revoke_grant`] and
+    /// [`Engine::revoke_grant_in`]: both run it on one [`Txn`], so it is compiled once
+    /// per store.
     fn revoke_grant_body<W: WriteTransaction>(
         &self,
         txn: &mut Txn<'_, W>,
@@ -443,8 +444,9 @@ impl<S: Store> Engine<S> {
         })
     }
 
-    /// [`Engine::revoke_own_grant_in`] on the [`Txn`] both it and [`Engine::revoke_own_grant`] give it, so the
-    /// body is compiled once per store.
+    /// The body of [`Engine::revoke_own_grant`] and
+    /// [`Engine::revoke_own_grant_in`]: both run it on one [`Txn`], so it is compiled once
+    /// per store.
     fn revoke_own_grant_body<W: WriteTransaction>(
         &self,
         txn: &mut Txn<'_, W>,
@@ -502,8 +504,9 @@ impl<S: Store> Engine<S> {
         })
     }
 
-    /// [`Engine::revoke_user_grants_in`] on the [`Txn`] both it and [`Engine::revoke_user_grants`] give it, so the
-    /// body is compiled once per store.
+    /// The body of [`Engine::revoke_user_grants`] and
+    /// [`Engine::revoke_user_grants_in`]: both run it on one [`Txn`], so it is compiled once
+    /// per store.
     fn revoke_user_grants_body<W: WriteTransaction>(
         &self,
         txn: &mut Txn<'_, W>,
@@ -555,8 +558,9 @@ impl<S: Store> Engine<S> {
         Self::within(txn, |txn| self.sweep_body(txn, now, budget))
     }
 
-    /// [`Engine::sweep_in`] on the [`Txn`] both it and [`Engine::sweep`] give it, so the
-    /// body is compiled once per store.
+    /// The body of [`Engine::sweep`] and
+    /// [`Engine::sweep_in`]: both run it on one [`Txn`], so it is compiled once
+    /// per store.
     fn sweep_body<W: WriteTransaction>(
         &self,
         txn: &mut Txn<'_, W>,

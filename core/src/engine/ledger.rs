@@ -425,8 +425,9 @@ impl<S: Store> Engine<S> {
         })
     }
 
-    /// [`Engine::begin_needing_in`] on the [`Txn`] both it and [`Engine::begin_needing`] give it, so the
-    /// body is compiled once per store.
+    /// The body of [`Engine::begin_needing`] and
+    /// [`Engine::begin_needing_in`]: both run it on one [`Txn`], so it is compiled once
+    /// per store.
     fn begin_needing_body<W: WriteTransaction>(
         &self,
         txn: &mut Txn<'_, W>,
@@ -659,8 +660,9 @@ impl<S: Store> Engine<S> {
         })
     }
 
-    /// [`Engine::authorize_action_in`] on the [`Txn`] both it and [`Engine::authorize_action`] give it, so the
-    /// body is compiled once per store.
+    /// The body of [`Engine::authorize_action`] and
+    /// [`Engine::authorize_action_in`]: both run it on one [`Txn`], so it is compiled once
+    /// per store.
     #[allow(
         clippy::needless_pass_by_value,
         reason = "the ticket is consumed by contract; each attempt works on a duplicate, in case a conflict re-runs it"
@@ -774,8 +776,9 @@ impl<S: Store> Engine<S> {
         })
     }
 
-    /// [`Engine::record_outcome_in`] on the [`Txn`] both it and [`Engine::record_outcome`] give it, so the
-    /// body is compiled once per store.
+    /// The body of [`Engine::record_outcome`] and
+    /// [`Engine::record_outcome_in`]: both run it on one [`Txn`], so it is compiled once
+    /// per store.
     #[allow(
         clippy::needless_pass_by_value,
         reason = "by value as before; an attempt that may re-run on a conflict clones what it keeps"
@@ -843,8 +846,9 @@ impl<S: Store> Engine<S> {
         Self::within(txn, |txn| self.complete_body(txn, ticket, completion, now))
     }
 
-    /// [`Engine::complete_in`] on the [`Txn`] both it and [`Engine::complete`] give it, so the
-    /// body is compiled once per store.
+    /// The body of [`Engine::complete`] and
+    /// [`Engine::complete_in`]: both run it on one [`Txn`], so it is compiled once
+    /// per store.
     fn complete_body<W: WriteTransaction>(
         &self,
         txn: &mut Txn<'_, W>,
@@ -920,8 +924,9 @@ impl<S: Store> Engine<S> {
         Self::within(txn, |txn| self.sweep_ledger_body(txn, now, budget))
     }
 
-    /// [`Engine::sweep_ledger_in`] on the [`Txn`] both it and [`Engine::sweep_ledger`] give it, so the
-    /// body is compiled once per store.
+    /// The body of [`Engine::sweep_ledger`] and
+    /// [`Engine::sweep_ledger_in`]: both run it on one [`Txn`], so it is compiled once
+    /// per store.
     fn sweep_ledger_body<W: WriteTransaction>(
         &self,
         txn: &mut Txn<'_, W>,
@@ -1060,8 +1065,9 @@ impl<S: Store> Engine<S> {
         })
     }
 
-    /// [`Engine::abandon_running_where_in`] on the [`Txn`] both it and [`Engine::abandon_running_where`] give it, so the
-    /// body is compiled once per store.
+    /// The body of [`Engine::abandon_running_where`] and
+    /// [`Engine::abandon_running_where_in`]: both run it on one [`Txn`], so it is compiled once
+    /// per store.
     fn abandon_running_where_body<W: WriteTransaction>(
         &self,
         txn: &mut Txn<'_, W>,

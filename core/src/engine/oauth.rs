@@ -59,8 +59,9 @@ impl<S: Store> Engine<S> {
         Self::within(txn, |txn| self.create_site_body(txn, config, rng, now))
     }
 
-    /// [`Engine::create_site_in`] on the [`Txn`] both it and [`Engine::create_site`] give it, so the
-    /// body is compiled once per store.
+    /// The body of [`Engine::create_site`] and
+    /// [`Engine::create_site_in`]: both run it on one [`Txn`], so it is compiled once
+    /// per store.
     #[allow(
         clippy::needless_pass_by_value,
         reason = "by value as before; an attempt that may re-run on a conflict clones what it keeps"
@@ -106,8 +107,9 @@ impl<S: Store> Engine<S> {
         Self::within(txn, |txn| self.update_site_body(txn, config))
     }
 
-    /// [`Engine::update_site_in`] on the [`Txn`] both it and [`Engine::update_site`] give it, so the
-    /// body is compiled once per store.
+    /// The body of [`Engine::update_site`] and
+    /// [`Engine::update_site_in`]: both run it on one [`Txn`], so it is compiled once
+    /// per store.
     fn update_site_body<W: WriteTransaction>(
         &self,
         txn: &mut Txn<'_, W>,
@@ -133,8 +135,9 @@ impl<S: Store> Engine<S> {
         Self::within(txn, |txn| self.set_site_enabled_body(txn, id, enabled))
     }
 
-    /// [`Engine::set_site_enabled_in`] on the [`Txn`] both it and [`Engine::set_site_enabled`] give it, so the
-    /// body is compiled once per store.
+    /// The body of [`Engine::set_site_enabled`] and
+    /// [`Engine::set_site_enabled_in`]: both run it on one [`Txn`], so it is compiled once
+    /// per store.
     fn set_site_enabled_body<W: WriteTransaction>(
         &self,
         txn: &mut Txn<'_, W>,
@@ -169,8 +172,9 @@ impl<S: Store> Engine<S> {
         Self::within(txn, |txn| self.rotate_site_key_body(txn, id, rng))
     }
 
-    /// [`Engine::rotate_site_key_in`] on the [`Txn`] both it and [`Engine::rotate_site_key`] give it, so the
-    /// body is compiled once per store.
+    /// The body of [`Engine::rotate_site_key`] and
+    /// [`Engine::rotate_site_key_in`]: both run it on one [`Txn`], so it is compiled once
+    /// per store.
     fn rotate_site_key_body<W: WriteTransaction, R: CryptoRng + ?Sized>(
         &self,
         txn: &mut Txn<'_, W>,
@@ -200,8 +204,9 @@ impl<S: Store> Engine<S> {
         Self::within(txn, |txn| self.revoke_site_grants_body(txn, id))
     }
 
-    /// [`Engine::revoke_site_grants_in`] on the [`Txn`] both it and [`Engine::revoke_site_grants`] give it, so the
-    /// body is compiled once per store.
+    /// The body of [`Engine::revoke_site_grants`] and
+    /// [`Engine::revoke_site_grants_in`]: both run it on one [`Txn`], so it is compiled once
+    /// per store.
     fn revoke_site_grants_body<W: WriteTransaction>(
         &self,
         txn: &mut Txn<'_, W>,
@@ -332,8 +337,9 @@ impl<S: Store> Engine<S> {
         })
     }
 
-    /// [`Engine::decide_in`] on the [`Txn`] both it and [`Engine::decide`] give it, so the
-    /// body is compiled once per store.
+    /// The body of [`Engine::decide`] and
+    /// [`Engine::decide_in`]: both run it on one [`Txn`], so it is compiled once
+    /// per store.
     #[allow(
         clippy::too_many_arguments,
         reason = "each argument is one fact the adapter holds; bundling them would only rename them"
@@ -445,8 +451,9 @@ impl<S: Store> Engine<S> {
         })
     }
 
-    /// [`Engine::token_in`] on the [`Txn`] both it and [`Engine::token`] give it, so the
-    /// body is compiled once per store.
+    /// The body of [`Engine::token`] and
+    /// [`Engine::token_in`]: both run it on one [`Txn`], so it is compiled once
+    /// per store.
     fn token_body<W: WriteTransaction, R: CryptoRng + ?Sized>(
         &self,
         txn: &mut Txn<'_, W>,
@@ -828,8 +835,9 @@ impl<S: Store> Engine<S> {
         })
     }
 
-    /// [`Engine::revoke_token_in`] on the [`Txn`] both it and [`Engine::revoke_token`] give it, so the
-    /// body is compiled once per store.
+    /// The body of [`Engine::revoke_token`] and
+    /// [`Engine::revoke_token_in`]: both run it on one [`Txn`], so it is compiled once
+    /// per store.
     fn revoke_token_body<W: WriteTransaction>(
         &self,
         txn: &mut Txn<'_, W>,

@@ -218,8 +218,9 @@ impl<S: Store> Engine<S> {
         })
     }
 
-    /// [`Engine::tab_heartbeat_in`] on the [`Txn`] both it and [`Engine::tab_heartbeat`] give it, so the
-    /// body is compiled once per store.
+    /// The body of [`Engine::tab_heartbeat`] and
+    /// [`Engine::tab_heartbeat_in`]: both run it on one [`Txn`], so it is compiled once
+    /// per store.
     #[allow(
         clippy::too_many_arguments,
         reason = "each argument is one fact the adapter holds; bundling them would only rename them"
@@ -287,8 +288,9 @@ impl<S: Store> Engine<S> {
         })
     }
 
-    /// [`Engine::disconnect_tab_in`] on the [`Txn`] both it and [`Engine::disconnect_tab`] give it, so the
-    /// body is compiled once per store.
+    /// The body of [`Engine::disconnect_tab`] and
+    /// [`Engine::disconnect_tab_in`]: both run it on one [`Txn`], so it is compiled once
+    /// per store.
     #[allow(
         clippy::too_many_arguments,
         reason = "each argument is one fact the adapter holds; bundling them would only rename them"
@@ -344,8 +346,9 @@ impl<S: Store> Engine<S> {
         })
     }
 
-    /// [`Engine::reset_session_in`] on the [`Txn`] both it and [`Engine::reset_session`] give it, so the
-    /// body is compiled once per store.
+    /// The body of [`Engine::reset_session`] and
+    /// [`Engine::reset_session_in`]: both run it on one [`Txn`], so it is compiled once
+    /// per store.
     fn reset_session_body<W: WriteTransaction>(
         &self,
         txn: &mut Txn<'_, W>,
