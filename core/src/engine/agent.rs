@@ -200,6 +200,10 @@ impl<S: Store> Engine<S> {
     /// The body of [`Engine::revoke_agent_token`] and
     /// [`Engine::revoke_agent_token_in`]: both run it on one [`Txn`], so it is compiled once
     /// per store.
+    #[allow(
+        clippy::unused_self,
+        reason = "a method like every other operation body, called as `self.op_body(…)`"
+    )]
     fn revoke_agent_token_body<W: WriteTransaction>(
         &self,
         txn: &mut Txn<'_, W>,

@@ -405,6 +405,10 @@ impl<S: Store> Engine<S> {
     /// The body of [`Engine::revoke_grant`] and
     /// [`Engine::revoke_grant_in`]: both run it on one [`Txn`], so it is compiled once
     /// per store.
+    #[allow(
+        clippy::unused_self,
+        reason = "a method like every other operation body, called as `self.op_body(…)`"
+    )]
     fn revoke_grant_body<W: WriteTransaction>(
         &self,
         txn: &mut Txn<'_, W>,
@@ -447,6 +451,10 @@ impl<S: Store> Engine<S> {
     /// The body of [`Engine::revoke_own_grant`] and
     /// [`Engine::revoke_own_grant_in`]: both run it on one [`Txn`], so it is compiled once
     /// per store.
+    #[allow(
+        clippy::unused_self,
+        reason = "a method like every other operation body, called as `self.op_body(…)`"
+    )]
     fn revoke_own_grant_body<W: WriteTransaction>(
         &self,
         txn: &mut Txn<'_, W>,
@@ -507,6 +515,10 @@ impl<S: Store> Engine<S> {
     /// The body of [`Engine::revoke_user_grants`] and
     /// [`Engine::revoke_user_grants_in`]: both run it on one [`Txn`], so it is compiled once
     /// per store.
+    #[allow(
+        clippy::unused_self,
+        reason = "a method like every other operation body, called as `self.op_body(…)`"
+    )]
     fn revoke_user_grants_body<W: WriteTransaction>(
         &self,
         txn: &mut Txn<'_, W>,

@@ -1068,6 +1068,10 @@ impl<S: Store> Engine<S> {
     /// The body of [`Engine::abandon_running_where`] and
     /// [`Engine::abandon_running_where_in`]: both run it on one [`Txn`], so it is compiled once
     /// per store.
+    #[allow(
+        clippy::unused_self,
+        reason = "a method like every other operation body, called as `self.op_body(…)`"
+    )]
     fn abandon_running_where_body<W: WriteTransaction>(
         &self,
         txn: &mut Txn<'_, W>,

@@ -66,6 +66,10 @@ impl<S: Store> Engine<S> {
         clippy::needless_pass_by_value,
         reason = "by value as before; an attempt that may re-run on a conflict clones what it keeps"
     )]
+    #[allow(
+        clippy::unused_self,
+        reason = "a method like every other operation body, called as `self.op_body(…)`"
+    )]
     fn create_site_body<W: WriteTransaction, R: CryptoRng + ?Sized>(
         &self,
         txn: &mut Txn<'_, W>,
@@ -110,6 +114,10 @@ impl<S: Store> Engine<S> {
     /// The body of [`Engine::update_site`] and
     /// [`Engine::update_site_in`]: both run it on one [`Txn`], so it is compiled once
     /// per store.
+    #[allow(
+        clippy::unused_self,
+        reason = "a method like every other operation body, called as `self.op_body(…)`"
+    )]
     fn update_site_body<W: WriteTransaction>(
         &self,
         txn: &mut Txn<'_, W>,
@@ -138,6 +146,10 @@ impl<S: Store> Engine<S> {
     /// The body of [`Engine::set_site_enabled`] and
     /// [`Engine::set_site_enabled_in`]: both run it on one [`Txn`], so it is compiled once
     /// per store.
+    #[allow(
+        clippy::unused_self,
+        reason = "a method like every other operation body, called as `self.op_body(…)`"
+    )]
     fn set_site_enabled_body<W: WriteTransaction>(
         &self,
         txn: &mut Txn<'_, W>,
@@ -175,6 +187,10 @@ impl<S: Store> Engine<S> {
     /// The body of [`Engine::rotate_site_key`] and
     /// [`Engine::rotate_site_key_in`]: both run it on one [`Txn`], so it is compiled once
     /// per store.
+    #[allow(
+        clippy::unused_self,
+        reason = "a method like every other operation body, called as `self.op_body(…)`"
+    )]
     fn rotate_site_key_body<W: WriteTransaction, R: CryptoRng + ?Sized>(
         &self,
         txn: &mut Txn<'_, W>,
@@ -207,6 +223,10 @@ impl<S: Store> Engine<S> {
     /// The body of [`Engine::revoke_site_grants`] and
     /// [`Engine::revoke_site_grants_in`]: both run it on one [`Txn`], so it is compiled once
     /// per store.
+    #[allow(
+        clippy::unused_self,
+        reason = "a method like every other operation body, called as `self.op_body(…)`"
+    )]
     fn revoke_site_grants_body<W: WriteTransaction>(
         &self,
         txn: &mut Txn<'_, W>,

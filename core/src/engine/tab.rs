@@ -295,6 +295,10 @@ impl<S: Store> Engine<S> {
         clippy::too_many_arguments,
         reason = "each argument is one fact the adapter holds; bundling them would only rename them"
     )]
+    #[allow(
+        clippy::unused_self,
+        reason = "a method like every other operation body, called as `self.op_body(…)`"
+    )]
     fn disconnect_tab_body<W: WriteTransaction>(
         &self,
         txn: &mut Txn<'_, W>,
@@ -349,6 +353,10 @@ impl<S: Store> Engine<S> {
     /// The body of [`Engine::reset_session`] and
     /// [`Engine::reset_session_in`]: both run it on one [`Txn`], so it is compiled once
     /// per store.
+    #[allow(
+        clippy::unused_self,
+        reason = "a method like every other operation body, called as `self.op_body(…)`"
+    )]
     fn reset_session_body<W: WriteTransaction>(
         &self,
         txn: &mut Txn<'_, W>,
