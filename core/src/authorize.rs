@@ -368,6 +368,7 @@ pub enum CodeState {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AuthorizationCode {
     /// The code id (the store key).
+    #[serde(deserialize_with = "crate::store::codec::byte_array")]
     pub id: [u8; 16],
     /// The site.
     pub site: SiteId,

@@ -47,7 +47,7 @@ use crate::time::Timestamp;
 
 /// A grant identifier: 16 random bytes, shown as 22 characters of base64url.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct GrantId([u8; 16]);
+pub struct GrantId(#[serde(deserialize_with = "crate::store::codec::byte_array")] [u8; 16]);
 
 impl GrantId {
     /// Wraps raw bytes.
@@ -142,6 +142,7 @@ pub struct Grant {
     /// The current refresh-token generation.
     pub generation: u32,
     /// The per-grant salt of refresh-token tags.
+    #[serde(deserialize_with = "crate::store::codec::byte_array")]
     salt: [u8; 16],
     /// The key that tags the current generation's token.
     pub kid: String,
@@ -206,6 +207,7 @@ pub struct GrantView<'a> {
     /// The current refresh-token generation.
     pub generation: u32,
     /// The salt: read past, never shown.
+    #[serde(deserialize_with = "crate::store::codec::byte_array")]
     salt: [u8; 16],
     /// The key that tags the current generation's token.
     pub kid: &'a str,

@@ -85,7 +85,7 @@ impl ChallengeMethod {
 
 /// An S256 code challenge: the 32-byte SHA-256 of the verifier.
 #[derive(Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CodeChallenge([u8; 32]);
+pub struct CodeChallenge(#[serde(deserialize_with = "crate::store::codec::byte_array")] [u8; 32]);
 
 impl CodeChallenge {
     /// Parses the `code_challenge` parameter sent with `method`.

@@ -8,7 +8,7 @@ use core::time::Duration;
 use rand_core::CryptoRng;
 
 use super::grants::{invalid_token, require_scopes};
-use super::{BearerRejection, Engine, SiteOpError, keys, load_site};
+use super::{BearerRejection, Engine, SiteOpError, Txn, keys, load_site};
 use crate::agent_token::{AgentToken, MAX_AGENT_TOKEN_TTL_SECS};
 use crate::error::{ErrorCode, WireError};
 use crate::header::HeaderField;
@@ -64,7 +64,7 @@ impl<S: Store> Engine<S> {
         rng: &mut R,
         now: Timestamp,
     ) -> Result<(SecretString, AgentToken), MintError> {
-        self.run_write(|txn| self.mint_agent_token_in(txn, site_id, request.clone(), rng, now))
+        self.run_write(|txn| self.mint_agent_token_body(txn, site_id, request.clone(), rng, now))
     }
 
     /// [`Engine::mint_agent_token`] inside `txn`, a transaction the caller owns and
@@ -83,50 +83,68 @@ impl<S: Store> Engine<S> {
         now: Timestamp,
     ) -> Result<(SecretString, AgentToken), MintError> {
         Self::within(txn, |txn| {
-            let site = load_site(&*txn, site_id).map_err(|e| match e {
-                SiteOpError::Site(e) => MintError::Site(e),
-                SiteOpError::Store(e) => MintError::Store(e),
-            })?;
-            if request.scopes.is_empty() || !request.scopes.is_subset(&site.scopes) {
-                return Err(MintError::InvalidScope);
-            }
-            if request.ttl.as_secs() == 0 || request.ttl.as_secs() > MAX_AGENT_TOKEN_TTL_SECS {
-                return Err(MintError::InvalidLifetime);
-            }
-            let record = AgentToken {
-                jti: rand::base64url::<16, _>(rng),
-                site: site.id.clone(),
-                subject: request.subject.clone(),
-                org_domain: request.org_domain.clone(),
-                scopes: request.scopes.clone(),
-                label: request.label.clone(),
-                created: now,
-                expires: now.saturating_add(request.ttl),
-                revoked: None,
-            };
-            let claims = Claims {
-                iss: Some(site.issuer.clone()),
-                sub: Some(record.subject.clone()),
-                aud: Some(site.resource().into()),
-                iat: Some(now.as_jwt_secs()),
-                exp: Some(record.expires.as_jwt_secs()),
-                jti: Some(record.jti.clone()),
-                scope: Some(record.scopes.to_param()),
-                org_domain: record.org_domain.clone(),
-                ..Claims::default()
-            };
-            let token = self
-                .keyring
-                .sign(TokenType::AgentToken, &claims)
-                .map_err(|_| MintError::NoSigningKey)?;
-            txn.save(&keys::agent_token(&record.jti), &record)?;
-            txn.put(
-                Table::AgentTokens,
-                &keys::agent_token_of_user(&site.id, &record.subject, &record.jti),
-                &[],
-            )?;
-            Ok((token, record))
+            self.mint_agent_token_body(txn, site_id, request, rng, now)
         })
+    }
+
+    /// The body of [`Engine::mint_agent_token`] and
+    /// [`Engine::mint_agent_token_in`]: both run it on one [`Txn`], so it is compiled once
+    /// per store.
+    #[allow(
+        clippy::needless_pass_by_value,
+        reason = "by value as before; an attempt that may re-run on a conflict clones what it keeps"
+    )]
+    fn mint_agent_token_body<W: WriteTransaction, R: CryptoRng + ?Sized>(
+        &self,
+        txn: &mut Txn<'_, W>,
+        site_id: &SiteId,
+        request: AgentTokenRequest,
+        rng: &mut R,
+        now: Timestamp,
+    ) -> Result<(SecretString, AgentToken), MintError> {
+        let site = load_site(&*txn, site_id).map_err(|e| match e {
+            SiteOpError::Site(e) => MintError::Site(e),
+            SiteOpError::Store(e) => MintError::Store(e),
+        })?;
+        if request.scopes.is_empty() || !request.scopes.is_subset(&site.scopes) {
+            return Err(MintError::InvalidScope);
+        }
+        if request.ttl.as_secs() == 0 || request.ttl.as_secs() > MAX_AGENT_TOKEN_TTL_SECS {
+            return Err(MintError::InvalidLifetime);
+        }
+        let record = AgentToken {
+            jti: rand::base64url::<16, _>(rng),
+            site: site.id.clone(),
+            subject: request.subject.clone(),
+            org_domain: request.org_domain.clone(),
+            scopes: request.scopes.clone(),
+            label: request.label.clone(),
+            created: now,
+            expires: now.saturating_add(request.ttl),
+            revoked: None,
+        };
+        let claims = Claims {
+            iss: Some(site.issuer.clone()),
+            sub: Some(record.subject.clone()),
+            aud: Some(site.resource().into()),
+            iat: Some(now.as_jwt_secs()),
+            exp: Some(record.expires.as_jwt_secs()),
+            jti: Some(record.jti.clone()),
+            scope: Some(record.scopes.to_param()),
+            org_domain: record.org_domain.clone(),
+            ..Claims::default()
+        };
+        let token = self
+            .keyring
+            .sign(TokenType::AgentToken, &claims)
+            .map_err(|_| MintError::NoSigningKey)?;
+        txn.save(&keys::agent_token(&record.jti), &record)?;
+        txn.put(
+            Table::AgentTokens,
+            &keys::agent_token_of_user(&site.id, &record.subject, &record.jti),
+            &[],
+        )?;
+        Ok((token, record))
     }
 
     /// A user's agent tokens on a site, live or not, oldest id first.
@@ -163,7 +181,7 @@ impl<S: Store> Engine<S> {
         jti: &str,
         now: Timestamp,
     ) -> Result<bool, StoreError> {
-        self.run_write(|txn| self.revoke_agent_token_in(txn, site, jti, now))
+        self.run_write(|txn| self.revoke_agent_token_body(txn, site, jti, now))
     }
 
     /// [`Engine::revoke_agent_token`] inside `txn`, a transaction the caller owns and
@@ -176,18 +194,33 @@ impl<S: Store> Engine<S> {
         jti: &str,
         now: Timestamp,
     ) -> Result<bool, StoreError> {
-        Self::within(txn, |txn| {
-            let key = keys::agent_token(jti);
-            let Some(mut token) = txn.load::<AgentToken>(&key)? else {
-                return Ok(false);
-            };
-            if token.site != *site || token.revoked.is_some() {
-                return Ok(false);
-            }
-            token.revoked = Some(now);
-            txn.save(&key, &token)?;
-            Ok(true)
-        })
+        Self::within(txn, |txn| self.revoke_agent_token_body(txn, site, jti, now))
+    }
+
+    /// The body of [`Engine::revoke_agent_token`] and
+    /// [`Engine::revoke_agent_token_in`]: both run it on one [`Txn`], so it is compiled once
+    /// per store.
+    #[allow(
+        clippy::unused_self,
+        reason = "a method like every other operation body, called as `self.op_body(…)`"
+    )]
+    fn revoke_agent_token_body<W: WriteTransaction>(
+        &self,
+        txn: &mut Txn<'_, W>,
+        site: &SiteId,
+        jti: &str,
+        now: Timestamp,
+    ) -> Result<bool, StoreError> {
+        let key = keys::agent_token(jti);
+        let Some(mut token) = txn.load::<AgentToken>(&key)? else {
+            return Ok(false);
+        };
+        if token.site != *site || token.revoked.is_some() {
+            return Ok(false);
+        }
+        token.revoked = Some(now);
+        txn.save(&key, &token)?;
+        Ok(true)
     }
 
     /// Verifies an agent token presented as `Authorization: Bearer`, like

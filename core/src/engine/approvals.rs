@@ -5,7 +5,7 @@
 use alloc::vec::Vec;
 
 use super::ledger::{binding, undecided_of};
-use super::{Engine, SiteOpError, keys, load_site};
+use super::{Engine, SiteOpError, Txn, keys, load_site};
 use crate::approval::{ApprovalDecision, ApprovalError, ApprovalPrompt, ApprovalRef};
 use crate::grant::{Grant, GrantId, GrantStatus};
 use crate::ledger::{End, ExecutionRequest, Failure, Lineage, RequestState};
@@ -53,7 +53,7 @@ impl<S: Store> Engine<S> {
         now: Timestamp,
     ) -> Result<(), ApprovalError> {
         self.run_write(|txn| {
-            self.decide_approval_in(txn, site_id, subject, approval, decision, now)
+            self.decide_approval_body(txn, site_id, subject, approval, decision, now)
         })
     }
 
@@ -70,55 +70,70 @@ impl<S: Store> Engine<S> {
         now: Timestamp,
     ) -> Result<(), ApprovalError> {
         Self::within(txn, |txn| {
-            let site = load_site(&*txn, site_id).map_err(|e| match e {
-                SiteOpError::Store(e) => ApprovalError::Store(e),
-                SiteOpError::Site(_) => ApprovalError::Forbidden,
-            })?;
-            let (grant, status) = self.grant_status(&*txn, &site, &approval.grant, now)?;
-            let grant = grant
-                .filter(|g| g.site == site.id && g.subject == subject)
-                .ok_or(ApprovalError::Forbidden)?;
-            let lineage = Lineage::of(site.id.as_str(), &grant.subject, &grant.client_id);
-            let key = keys::request(&lineage, &approval.request_id);
-            let mut rec: ExecutionRequest = txn.load(&key)?.ok_or(ApprovalError::NotPending)?;
-            let RequestState::AwaitingApproval(pending) = rec.state() else {
-                return Err(ApprovalError::NotPending);
-            };
-            if rec.grant() != grant.id
-                || pending.seq != approval.seq
-                || pending.action.fingerprint() != approval.fingerprint
-            {
-                return Err(ApprovalError::NotPending);
-            }
-            if status != Some(GrantStatus::Live) {
-                return Err(ApprovalError::Void);
-            }
-            let pending = pending.clone();
-            match pending.decide(decision, &binding(&site, &grant)) {
-                Err(ApprovalError::Void) => {
-                    rec.void_approval();
-                    self.save_request(txn, &lineage, &rec)?;
-                    Err(ApprovalError::Void)
-                }
-                Err(e) => Err(e),
-                Ok(None) => {
-                    rec.finish(End::Failed(Failure::Denied), false, now);
-                    self.save_request(txn, &lineage, &rec)?;
-                    Ok(())
-                }
-                Ok(Some(approved)) => {
-                    if decision == ApprovalDecision::AutoApproveKind
-                        && let Some(mut tab) = txn.load::<TabConnection>(&keys::tab(&grant.id))?
-                        && tab.connected
-                    {
-                        tab.allow_kind(pending.action.kind(), approved.fingerprint);
-                        txn.save(&keys::tab(&grant.id), &tab)?;
-                    }
-                    rec.approve(approved);
-                    self.save_request(txn, &lineage, &rec)?;
-                    Ok(())
-                }
-            }
+            self.decide_approval_body(txn, site_id, subject, approval, decision, now)
         })
+    }
+
+    /// The body of [`Engine::decide_approval`] and
+    /// [`Engine::decide_approval_in`]: both run it on one [`Txn`], so it is compiled once
+    /// per store.
+    fn decide_approval_body<W: WriteTransaction>(
+        &self,
+        txn: &mut Txn<'_, W>,
+        site_id: &SiteId,
+        subject: &str,
+        approval: &ApprovalRef,
+        decision: ApprovalDecision,
+        now: Timestamp,
+    ) -> Result<(), ApprovalError> {
+        let site = load_site(&*txn, site_id).map_err(|e| match e {
+            SiteOpError::Store(e) => ApprovalError::Store(e),
+            SiteOpError::Site(_) => ApprovalError::Forbidden,
+        })?;
+        let (grant, status) = self.grant_status(&*txn, &site, &approval.grant, now)?;
+        let grant = grant
+            .filter(|g| g.site == site.id && g.subject == subject)
+            .ok_or(ApprovalError::Forbidden)?;
+        let lineage = Lineage::of(site.id.as_str(), &grant.subject, &grant.client_id);
+        let key = keys::request(&lineage, &approval.request_id);
+        let mut rec: ExecutionRequest = txn.load(&key)?.ok_or(ApprovalError::NotPending)?;
+        let RequestState::AwaitingApproval(pending) = rec.state() else {
+            return Err(ApprovalError::NotPending);
+        };
+        if rec.grant() != grant.id
+            || pending.seq != approval.seq
+            || pending.action.fingerprint() != approval.fingerprint
+        {
+            return Err(ApprovalError::NotPending);
+        }
+        if status != Some(GrantStatus::Live) {
+            return Err(ApprovalError::Void);
+        }
+        let pending = pending.clone();
+        match pending.decide(decision, &binding(&site, &grant)) {
+            Err(ApprovalError::Void) => {
+                rec.void_approval();
+                self.save_request(txn, &lineage, &rec)?;
+                Err(ApprovalError::Void)
+            }
+            Err(e) => Err(e),
+            Ok(None) => {
+                rec.finish(End::Failed(Failure::Denied), false, now);
+                self.save_request(txn, &lineage, &rec)?;
+                Ok(())
+            }
+            Ok(Some(approved)) => {
+                if decision == ApprovalDecision::AutoApproveKind
+                    && let Some(mut tab) = txn.load::<TabConnection>(&keys::tab(&grant.id))?
+                    && tab.connected
+                {
+                    tab.allow_kind(pending.action.kind(), approved.fingerprint);
+                    txn.save(&keys::tab(&grant.id), &tab)?;
+                }
+                rec.approve(approved);
+                self.save_request(txn, &lineage, &rec)?;
+                Ok(())
+            }
+        }
     }
 }

@@ -6,7 +6,7 @@ use alloc::vec::Vec;
 use core::fmt;
 use core::ops::Bound;
 
-use super::{Engine, SiteOpError, keys, load_site};
+use super::{Engine, SiteOpError, Txn, keys, load_site};
 use crate::bearer::{self, BearerError, Challenge};
 use crate::error::{ErrorCode, WireError};
 use crate::grant::{Grant, GrantId, GrantStatus, RevocationReason};
@@ -387,7 +387,7 @@ impl<S: Store> Engine<S> {
     /// Revokes one grant; its tokens stop working at once. Returns whether a
     /// live grant was revoked.
     pub fn revoke_grant(&self, id: &GrantId, now: Timestamp) -> Result<bool, StoreError> {
-        self.run_write(|txn| self.revoke_grant_in(txn, id, now))
+        self.run_write(|txn| self.revoke_grant_body(txn, id, now))
     }
 
     /// [`Engine::revoke_grant`] inside `txn`, a transaction the caller owns and
@@ -396,6 +396,22 @@ impl<S: Store> Engine<S> {
     pub fn revoke_grant_in<W: WriteTransaction>(
         &self,
         txn: &mut W,
+        id: &GrantId,
+        now: Timestamp,
+    ) -> Result<bool, StoreError> {
+        Self::within(txn, |txn| self.revoke_grant_body(txn, id, now))
+    }
+
+    /// The body of [`Engine::revoke_grant`] and
+    /// [`Engine::revoke_grant_in`]: both run it on one [`Txn`], so it is compiled once
+    /// per store.
+    #[allow(
+        clippy::unused_self,
+        reason = "a method like every other operation body, called as `self.op_body(…)`"
+    )]
+    fn revoke_grant_body<W: WriteTransaction>(
+        &self,
+        txn: &mut Txn<'_, W>,
         id: &GrantId,
         now: Timestamp,
     ) -> Result<bool, StoreError> {
@@ -413,7 +429,7 @@ impl<S: Store> Engine<S> {
         id: &GrantId,
         now: Timestamp,
     ) -> Result<Option<bool>, StoreError> {
-        self.run_write(|txn| self.revoke_own_grant_in(txn, site, subject, id, now))
+        self.run_write(|txn| self.revoke_own_grant_body(txn, site, subject, id, now))
     }
 
     /// [`Engine::revoke_own_grant`] inside `txn`, a transaction the caller owns and
@@ -427,29 +443,47 @@ impl<S: Store> Engine<S> {
         id: &GrantId,
         now: Timestamp,
     ) -> Result<Option<bool>, StoreError> {
+        Self::within(txn, |txn| {
+            self.revoke_own_grant_body(txn, site, subject, id, now)
+        })
+    }
+
+    /// The body of [`Engine::revoke_own_grant`] and
+    /// [`Engine::revoke_own_grant_in`]: both run it on one [`Txn`], so it is compiled once
+    /// per store.
+    #[allow(
+        clippy::unused_self,
+        reason = "a method like every other operation body, called as `self.op_body(…)`"
+    )]
+    fn revoke_own_grant_body<W: WriteTransaction>(
+        &self,
+        txn: &mut Txn<'_, W>,
+        site: &SiteId,
+        subject: &str,
+        id: &GrantId,
+        now: Timestamp,
+    ) -> Result<Option<bool>, StoreError> {
         Self::revoke_grant_if(txn, id, now, |g| g.site == *site && g.subject == subject)
     }
 
     /// `None` when the grant is missing or `owned` refuses it; otherwise
     /// whether a live grant was revoked.
     fn revoke_grant_if<W: WriteTransaction>(
-        txn: &mut W,
+        txn: &mut Txn<'_, W>,
         id: &GrantId,
         now: Timestamp,
         owned: impl Fn(&Grant) -> bool,
     ) -> Result<Option<bool>, StoreError> {
-        Self::within(txn, |txn| {
-            let Some(mut grant) = txn.load::<Grant>(id.as_bytes())?.filter(|g| owned(g)) else {
-                return Ok(None);
-            };
-            if grant.revoked.is_some() {
-                return Ok(Some(false));
-            }
-            grant.revoke(RevocationReason::Revoked, now);
-            txn.save(id.as_bytes(), &grant)?;
-            super::ledger::cancel_grant_requests(txn, id, now)?;
-            Ok(Some(true))
-        })
+        let Some(mut grant) = txn.load::<Grant>(id.as_bytes())?.filter(|g| owned(g)) else {
+            return Ok(None);
+        };
+        if grant.revoked.is_some() {
+            return Ok(Some(false));
+        }
+        grant.revoke(RevocationReason::Revoked, now);
+        txn.save(id.as_bytes(), &grant)?;
+        super::ledger::cancel_grant_requests(txn, id, now)?;
+        Ok(Some(true))
     }
 
     /// Revokes every grant a user holds on a site, in one transaction.
@@ -460,7 +494,7 @@ impl<S: Store> Engine<S> {
         subject: &str,
         now: Timestamp,
     ) -> Result<usize, StoreError> {
-        self.run_write(|txn| self.revoke_user_grants_in(txn, site, subject, now))
+        self.run_write(|txn| self.revoke_user_grants_body(txn, site, subject, now))
     }
 
     /// [`Engine::revoke_user_grants`] inside `txn`, a transaction the caller owns and
@@ -474,28 +508,44 @@ impl<S: Store> Engine<S> {
         now: Timestamp,
     ) -> Result<usize, StoreError> {
         Self::within(txn, |txn| {
-            let prefix = keys::user_grants(site, subject);
-            let end = prefix_end(&prefix);
-            let end = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
-            let entries =
-                txn.range(Table::GrantIndex, Bound::Included(&prefix), end, usize::MAX)?;
-            let mut revoked = 0;
-            for (key, _) in entries {
-                let Some(id) = keys::grant_suffix(&key) else {
-                    continue;
-                };
-                let id = id.as_bytes();
-                if let Some(mut grant) = txn.load::<Grant>(id)?
-                    && grant.revoked.is_none()
-                {
-                    grant.revoke(RevocationReason::Revoked, now);
-                    txn.save(id, &grant)?;
-                    super::ledger::cancel_grant_requests(txn, &grant.id, now)?;
-                    revoked += 1;
-                }
-            }
-            Ok(revoked)
+            self.revoke_user_grants_body(txn, site, subject, now)
         })
+    }
+
+    /// The body of [`Engine::revoke_user_grants`] and
+    /// [`Engine::revoke_user_grants_in`]: both run it on one [`Txn`], so it is compiled once
+    /// per store.
+    #[allow(
+        clippy::unused_self,
+        reason = "a method like every other operation body, called as `self.op_body(…)`"
+    )]
+    fn revoke_user_grants_body<W: WriteTransaction>(
+        &self,
+        txn: &mut Txn<'_, W>,
+        site: &SiteId,
+        subject: &str,
+        now: Timestamp,
+    ) -> Result<usize, StoreError> {
+        let prefix = keys::user_grants(site, subject);
+        let end = prefix_end(&prefix);
+        let end = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+        let entries = txn.range(Table::GrantIndex, Bound::Included(&prefix), end, usize::MAX)?;
+        let mut revoked = 0;
+        for (key, _) in entries {
+            let Some(id) = keys::grant_suffix(&key) else {
+                continue;
+            };
+            let id = id.as_bytes();
+            if let Some(mut grant) = txn.load::<Grant>(id)?
+                && grant.revoked.is_none()
+            {
+                grant.revoke(RevocationReason::Revoked, now);
+                txn.save(id, &grant)?;
+                super::ledger::cancel_grant_requests(txn, &grant.id, now)?;
+                revoked += 1;
+            }
+        }
+        Ok(revoked)
     }
 
     /// Deletes expired codes and grants through the expiry index, touching
@@ -505,7 +555,7 @@ impl<S: Store> Engine<S> {
     /// A grant refreshed since it was indexed is re-indexed at its new
     /// deadline instead of deleted (refreshes do not pay for index upkeep).
     pub fn sweep(&self, now: Timestamp, budget: usize) -> Result<usize, StoreError> {
-        self.run_write(|txn| self.sweep_in(txn, now, budget))
+        self.run_write(|txn| self.sweep_body(txn, now, budget))
     }
 
     /// [`Engine::sweep`] inside `txn`, a transaction the caller owns and
@@ -517,49 +567,56 @@ impl<S: Store> Engine<S> {
         now: Timestamp,
         budget: usize,
     ) -> Result<usize, StoreError> {
-        Self::within(txn, |txn| {
-            let end = keys::expiry(now, Table::Meta, &[]);
-            let due = txn.range(
-                Table::Expiry,
-                Bound::Unbounded,
-                Bound::Excluded(&end),
-                budget,
-            )?;
-            for (entry, _) in &due {
-                txn.delete(Table::Expiry, entry)?;
-                let Some((_, table, key)) = keys::split_expiry(entry) else {
+        Self::within(txn, |txn| self.sweep_body(txn, now, budget))
+    }
+
+    /// The body of [`Engine::sweep`] and
+    /// [`Engine::sweep_in`]: both run it on one [`Txn`], so it is compiled once
+    /// per store.
+    fn sweep_body<W: WriteTransaction>(
+        &self,
+        txn: &mut Txn<'_, W>,
+        now: Timestamp,
+        budget: usize,
+    ) -> Result<usize, StoreError> {
+        let end = keys::expiry(now, Table::Meta, &[]);
+        let due = txn.range(
+            Table::Expiry,
+            Bound::Unbounded,
+            Bound::Excluded(&end),
+            budget,
+        )?;
+        for (entry, _) in &due {
+            txn.delete(Table::Expiry, entry)?;
+            let Some((_, table, key)) = keys::split_expiry(entry) else {
+                continue;
+            };
+            if table == Table::Codes.index() as u8 {
+                txn.delete(Table::Codes, key)?;
+            } else if table == Table::Grants.index() as u8 {
+                let Some(grant) = txn.load::<Grant>(key)? else {
                     continue;
                 };
-                if table == Table::Codes.index() as u8 {
-                    txn.delete(Table::Codes, key)?;
-                } else if table == Table::Grants.index() as u8 {
-                    let Some(grant) = txn.load::<Grant>(key)? else {
-                        continue;
-                    };
-                    let deadline = grant.expires_at(&self.policy);
-                    if deadline > now {
-                        txn.put(
-                            Table::Expiry,
-                            &keys::expiry(deadline, Table::Grants, key),
-                            &[],
-                        )?;
-                        continue;
-                    }
-                    txn.delete(Table::Grants, key)?;
-                    txn.delete(
-                        Table::GrantIndex,
-                        &keys::with_grant(
-                            keys::user_grants(&grant.site, &grant.subject),
-                            &grant.id,
-                        ),
+                let deadline = grant.expires_at(&self.policy);
+                if deadline > now {
+                    txn.put(
+                        Table::Expiry,
+                        &keys::expiry(deadline, Table::Grants, key),
+                        &[],
                     )?;
-                    txn.delete(
-                        Table::GrantIndex,
-                        &keys::with_grant(keys::site_grants(&grant.site), &grant.id),
-                    )?;
+                    continue;
                 }
+                txn.delete(Table::Grants, key)?;
+                txn.delete(
+                    Table::GrantIndex,
+                    &keys::with_grant(keys::user_grants(&grant.site, &grant.subject), &grant.id),
+                )?;
+                txn.delete(
+                    Table::GrantIndex,
+                    &keys::with_grant(keys::site_grants(&grant.site), &grant.id),
+                )?;
             }
-            Ok(due.len())
-        })
+        }
+        Ok(due.len())
     }
 }

@@ -370,7 +370,7 @@ impl<S: Store> Engine<S> {
         now: TimestampMs,
     ) -> Result<BeginAnswer, BeginError> {
         self.run_write(|txn| {
-            self.begin_needing_in(txn, principal, params, &ScopeSet::default(), caller, now)
+            self.begin_needing_body(txn, principal, params, &ScopeSet::default(), caller, now)
         })
     }
 
@@ -405,7 +405,7 @@ impl<S: Store> Engine<S> {
         caller: Caller,
         now: TimestampMs,
     ) -> Result<BeginAnswer, BeginError> {
-        self.run_write(|txn| self.begin_needing_in(txn, principal, params, needed, caller, now))
+        self.run_write(|txn| self.begin_needing_body(txn, principal, params, needed, caller, now))
     }
 
     /// [`Engine::begin_needing`] inside `txn`, a transaction the caller owns
@@ -420,107 +420,122 @@ impl<S: Store> Engine<S> {
         caller: Caller,
         now: TimestampMs,
     ) -> Result<BeginAnswer, BeginError> {
-        let from = params.outcome_cursor.as_deref();
         Self::within(txn, |txn| {
-            let now_s = now.timestamp();
-            let (site, grant) = self.admit_caller(txn, principal, now)?;
-            let lineage = Lineage::of(site.id.as_str(), &grant.subject, &grant.client_id);
-            let key = keys::request(&lineage, &params.request_id);
-            let tab: Option<TabConnection> = txn.load(&keys::tab(&grant.id))?;
-            let timeout = self.policy.tab_heartbeat_timeout;
-            let dispatch = |tab: &Option<TabConnection>| match tab {
-                Some(t) => t.dispatch(false, now_s, timeout),
-                None => Dispatch::NoLiveTab,
-            };
-            let ticket = |rec: &ExecutionRequest| ExecutionTicket {
-                lineage,
-                request_id: rec.id(),
-                site: site.id.clone(),
-                grant: grant.id,
-                run: rec.run(),
-                next_action: 0,
-                connection: rec.connection(),
-                scopes: principal.scopes.clone(),
-                client_id: grant.client_id.clone(),
-                client_name: grant.client_name.clone(),
-            };
-            let Some(mut rec) = txn.load::<ExecutionRequest>(&key)? else {
-                if !needed.is_subset(&principal.scopes) {
-                    return Err(insufficient_scope(&site, &needed.union(&principal.scopes)));
-                }
-                let limit = self.policy.max_undecided_requests;
-                let undecided = scan(
-                    &*txn,
-                    Table::Requests,
-                    &keys::grant_requests(&grant.id),
-                    limit as usize + 1,
-                )?;
-                if undecided.len() >= limit as usize {
-                    return Err(BeginError::TooManyUndecided { limit });
-                }
-                let Dispatch::To(connection) = dispatch(&tab) else {
-                    return Err(BeginError::NoLiveTab(reconnect_link(&site)));
-                };
-                let rec = ExecutionRequest::new(
-                    params.request_id,
-                    params.fingerprint(),
-                    grant.id,
-                    grant.absolute_deadline(&self.policy),
-                    caller == Caller::InPage,
-                    connection,
-                    now_s,
-                );
-                self.save_request(txn, &lineage, &rec)?;
-                return Ok(BeginAnswer::Run(ticket(&rec)));
-            };
-            if !rec.is_for(&params.fingerprint()) {
-                return Err(BeginError::ReplayDetected);
-            }
-            let from = match from {
-                Some(c) => ledger::open_cursor(&self.keyring, &lineage, &rec.id(), c)?,
-                None => 0,
-            };
-            // A request of another grant of the lineage (a scope upgrade).
-            let owner = if rec.grant() == grant.id {
-                None
-            } else {
-                let (_, status) = self.grant_status(&*txn, &site, &rec.grant(), now_s)?;
-                let owner_tab: Option<TabConnection> = txn.load(&keys::tab(&rec.grant()))?;
-                Some(Owner {
-                    status,
-                    live_connection: connection_of(dispatch(&owner_tab)),
-                })
-            };
-            let begun = rec.begin(&Repeat {
-                grant: grant.id,
-                grant_end: grant.absolute_deadline(&self.policy),
-                binding: binding(&site, &grant),
-                owner,
-                live_connection: connection_of(dispatch(&tab)),
-                scopes: &principal.scopes,
-                needed,
-                retention: self.policy.result_retention,
-                now: now_s,
-            });
-            if let Some(old) = begun.left {
-                txn.delete(Table::Requests, &keys::grant_request(&old, &rec.id()))?;
-            }
-            if begun.changed {
-                self.save_request(txn, &lineage, &rec)?;
-            }
-            match begun.step {
-                BeginStep::Stored => self
-                    .stored(&*txn, &lineage, &rec, from)?
-                    .map(BeginAnswer::Stored)
-                    .ok_or(BeginError::ResultExpired),
-                BeginStep::ResultExpired => Err(BeginError::ResultExpired),
-                BeginStep::Pending => Ok(BeginAnswer::ExecutionPending(rec.id())),
-                BeginStep::ApprovalPending(prompt) => Ok(BeginAnswer::ApprovalPending(prompt)),
-                BeginStep::MissingScope(ask) => Err(insufficient_scope(&site, &ask)),
-                BeginStep::NoLiveTab => Err(BeginError::NoLiveTab(reconnect_link(&site))),
-                BeginStep::Run => Ok(BeginAnswer::Run(ticket(&rec))),
-            }
+            self.begin_needing_body(txn, principal, params, needed, caller, now)
         })
+    }
+
+    /// The body of [`Engine::begin_needing`] and
+    /// [`Engine::begin_needing_in`]: both run it on one [`Txn`], so it is compiled once
+    /// per store.
+    fn begin_needing_body<W: WriteTransaction>(
+        &self,
+        txn: &mut Txn<'_, W>,
+        principal: &Principal,
+        params: &ExecuteParams,
+        needed: &ScopeSet,
+        caller: Caller,
+        now: TimestampMs,
+    ) -> Result<BeginAnswer, BeginError> {
+        let from = params.outcome_cursor.as_deref();
+        let now_s = now.timestamp();
+        let (site, grant) = self.admit_caller(txn, principal, now)?;
+        let lineage = Lineage::of(site.id.as_str(), &grant.subject, &grant.client_id);
+        let key = keys::request(&lineage, &params.request_id);
+        let tab: Option<TabConnection> = txn.load(&keys::tab(&grant.id))?;
+        let timeout = self.policy.tab_heartbeat_timeout;
+        let dispatch = |tab: &Option<TabConnection>| match tab {
+            Some(t) => t.dispatch(false, now_s, timeout),
+            None => Dispatch::NoLiveTab,
+        };
+        let ticket = |rec: &ExecutionRequest| ExecutionTicket {
+            lineage,
+            request_id: rec.id(),
+            site: site.id.clone(),
+            grant: grant.id,
+            run: rec.run(),
+            next_action: 0,
+            connection: rec.connection(),
+            scopes: principal.scopes.clone(),
+            client_id: grant.client_id.clone(),
+            client_name: grant.client_name.clone(),
+        };
+        let Some(mut rec) = txn.load::<ExecutionRequest>(&key)? else {
+            if !needed.is_subset(&principal.scopes) {
+                return Err(insufficient_scope(&site, &needed.union(&principal.scopes)));
+            }
+            let limit = self.policy.max_undecided_requests;
+            let undecided = scan(
+                &*txn,
+                Table::Requests,
+                &keys::grant_requests(&grant.id),
+                limit as usize + 1,
+            )?;
+            if undecided.len() >= limit as usize {
+                return Err(BeginError::TooManyUndecided { limit });
+            }
+            let Dispatch::To(connection) = dispatch(&tab) else {
+                return Err(BeginError::NoLiveTab(reconnect_link(&site)));
+            };
+            let rec = ExecutionRequest::new(
+                params.request_id,
+                params.fingerprint(),
+                grant.id,
+                grant.absolute_deadline(&self.policy),
+                caller == Caller::InPage,
+                connection,
+                now_s,
+            );
+            self.save_request(txn, &lineage, &rec)?;
+            return Ok(BeginAnswer::Run(ticket(&rec)));
+        };
+        if !rec.is_for(&params.fingerprint()) {
+            return Err(BeginError::ReplayDetected);
+        }
+        let from = match from {
+            Some(c) => ledger::open_cursor(&self.keyring, &lineage, &rec.id(), c)?,
+            None => 0,
+        };
+        // A request of another grant of the lineage (a scope upgrade).
+        let owner = if rec.grant() == grant.id {
+            None
+        } else {
+            let (_, status) = self.grant_status(&*txn, &site, &rec.grant(), now_s)?;
+            let owner_tab: Option<TabConnection> = txn.load(&keys::tab(&rec.grant()))?;
+            Some(Owner {
+                status,
+                live_connection: connection_of(dispatch(&owner_tab)),
+            })
+        };
+        let begun = rec.begin(&Repeat {
+            grant: grant.id,
+            grant_end: grant.absolute_deadline(&self.policy),
+            binding: binding(&site, &grant),
+            owner,
+            live_connection: connection_of(dispatch(&tab)),
+            scopes: &principal.scopes,
+            needed,
+            retention: self.policy.result_retention,
+            now: now_s,
+        });
+        if let Some(old) = begun.left {
+            txn.delete(Table::Requests, &keys::grant_request(&old, &rec.id()))?;
+        }
+        if begun.changed {
+            self.save_request(txn, &lineage, &rec)?;
+        }
+        match begun.step {
+            BeginStep::Stored => self
+                .stored(&*txn, &lineage, &rec, from)?
+                .map(BeginAnswer::Stored)
+                .ok_or(BeginError::ResultExpired),
+            BeginStep::ResultExpired => Err(BeginError::ResultExpired),
+            BeginStep::Pending => Ok(BeginAnswer::ExecutionPending(rec.id())),
+            BeginStep::ApprovalPending(prompt) => Ok(BeginAnswer::ApprovalPending(prompt)),
+            BeginStep::MissingScope(ask) => Err(insufficient_scope(&site, &ask)),
+            BeginStep::NoLiveTab => Err(BeginError::NoLiveTab(reconnect_link(&site))),
+            BeginStep::Run => Ok(BeginAnswer::Run(ticket(&rec))),
+        }
     }
 
     /// The checks of every `begin` before its request is looked at, in
@@ -623,7 +638,7 @@ impl<S: Store> Engine<S> {
         action: &Action,
         now: Timestamp,
     ) -> Result<ActionVerdict, TicketError> {
-        self.run_write(|txn| self.authorize_action_in(txn, ticket.duplicate(), action, now))
+        self.run_write(|txn| self.authorize_action_body(txn, ticket.duplicate(), action, now))
     }
 
     /// [`Engine::authorize_action`] inside `txn`, a transaction the caller owns and
@@ -641,75 +656,90 @@ impl<S: Store> Engine<S> {
         now: Timestamp,
     ) -> Result<ActionVerdict, TicketError> {
         Self::within(txn, |txn| {
-            let mut ticket = ticket;
-            let RunContext {
-                key,
-                mut rec,
-                site,
-                grant,
-                mut tab,
-            } = self.run_context(txn, &ticket, now)?;
-            let lineage = ticket.lineage;
-            let seq = ticket.next_action;
-            let fingerprint = action.fingerprint();
-            let recorded: Option<Outcome> = if seq < rec.outcomes() && rec.in_flight().is_none() {
-                txn.load(&keys::outcome(&lineage, &rec.id(), seq))?
-            } else {
-                None
-            };
-            let step = rec.authorize(
-                &NextAction {
-                    seq,
-                    action,
-                    scopes: &ticket.scopes,
-                    tab_visible: tab.visible,
-                    tab_auto_approves: tab.auto_approves(action.kind(), &fingerprint),
-                    site_allows_auto: site.auto_approval_allowed,
-                    binding: binding(&site, &grant),
-                    client_id: &ticket.client_id,
-                    client_name: ticket.client_name.as_deref(),
-                    now,
-                },
-                recorded,
-            );
-            match step {
-                ActionStep::OutOfOrder => {
-                    Err(TicketError::OutOfOrder(alloc::boxed::Box::new(ticket)))
-                }
-                ActionStep::Replay(outcome) => {
-                    ticket.next_action += 1;
-                    Ok(ActionVerdict::Replay(ticket, outcome))
-                }
-                ActionStep::Diverged => {
-                    self.save_request(txn, &lineage, &rec)?;
-                    Err(TicketError::Ended(Failure::Diverged))
-                }
-                ActionStep::MissingScope(needed) => {
-                    self.save_request(txn, &lineage, &rec)?;
-                    let md = metadata::protected_resource_metadata_url(&site);
-                    Ok(ActionVerdict::InsufficientScope(
-                        Challenge::insufficient_scope(&md, &needed.union(&ticket.scopes)),
-                    ))
-                }
-                ActionStep::TabHidden => {
-                    self.save_request(txn, &lineage, &rec)?;
-                    Ok(ActionVerdict::TabNotVisible)
-                }
-                ActionStep::ApprovalPending(prompt) => {
-                    self.save_request(txn, &lineage, &rec)?;
-                    Ok(ActionVerdict::ApprovalPending(prompt))
-                }
-                ActionStep::Run { auto_approved } => {
-                    if auto_approved {
-                        tab.remember_write(fingerprint);
-                        txn.save(&keys::tab(&grant.id), &tab)?;
-                    }
-                    txn.save(&key, &rec)?;
-                    ticket.next_action += 1;
-                    Ok(ActionVerdict::Run(ticket))
-                }
-            }
+            self.authorize_action_body(txn, ticket, action, now)
         })
+    }
+
+    /// The body of [`Engine::authorize_action`] and
+    /// [`Engine::authorize_action_in`]: both run it on one [`Txn`], so it is compiled once
+    /// per store.
+    #[allow(
+        clippy::needless_pass_by_value,
+        reason = "the ticket is consumed by contract; each attempt works on a duplicate, in case a conflict re-runs it"
+    )]
+    fn authorize_action_body<W: WriteTransaction>(
+        &self,
+        txn: &mut Txn<'_, W>,
+        ticket: ExecutionTicket,
+        action: &Action,
+        now: Timestamp,
+    ) -> Result<ActionVerdict, TicketError> {
+        let mut ticket = ticket;
+        let RunContext {
+            key,
+            mut rec,
+            site,
+            grant,
+            mut tab,
+        } = self.run_context(txn, &ticket, now)?;
+        let lineage = ticket.lineage;
+        let seq = ticket.next_action;
+        let fingerprint = action.fingerprint();
+        let recorded: Option<Outcome> = if seq < rec.outcomes() && rec.in_flight().is_none() {
+            txn.load(&keys::outcome(&lineage, &rec.id(), seq))?
+        } else {
+            None
+        };
+        let step = rec.authorize(
+            &NextAction {
+                seq,
+                action,
+                scopes: &ticket.scopes,
+                tab_visible: tab.visible,
+                tab_auto_approves: tab.auto_approves(action.kind(), &fingerprint),
+                site_allows_auto: site.auto_approval_allowed,
+                binding: binding(&site, &grant),
+                client_id: &ticket.client_id,
+                client_name: ticket.client_name.as_deref(),
+                now,
+            },
+            recorded,
+        );
+        match step {
+            ActionStep::OutOfOrder => Err(TicketError::OutOfOrder(alloc::boxed::Box::new(ticket))),
+            ActionStep::Replay(outcome) => {
+                ticket.next_action += 1;
+                Ok(ActionVerdict::Replay(ticket, outcome))
+            }
+            ActionStep::Diverged => {
+                self.save_request(txn, &lineage, &rec)?;
+                Err(TicketError::Ended(Failure::Diverged))
+            }
+            ActionStep::MissingScope(needed) => {
+                self.save_request(txn, &lineage, &rec)?;
+                let md = metadata::protected_resource_metadata_url(&site);
+                Ok(ActionVerdict::InsufficientScope(
+                    Challenge::insufficient_scope(&md, &needed.union(&ticket.scopes)),
+                ))
+            }
+            ActionStep::TabHidden => {
+                self.save_request(txn, &lineage, &rec)?;
+                Ok(ActionVerdict::TabNotVisible)
+            }
+            ActionStep::ApprovalPending(prompt) => {
+                self.save_request(txn, &lineage, &rec)?;
+                Ok(ActionVerdict::ApprovalPending(prompt))
+            }
+            ActionStep::Run { auto_approved } => {
+                if auto_approved {
+                    tab.remember_write(fingerprint);
+                    txn.save(&keys::tab(&grant.id), &tab)?;
+                }
+                txn.save(&key, &rec)?;
+                ticket.next_action += 1;
+                Ok(ActionVerdict::Run(ticket))
+            }
+        }
     }
 
     /// Records the outcome of the action the run was last authorized to
@@ -724,7 +754,7 @@ impl<S: Store> Engine<S> {
         report: Report,
         now: Timestamp,
     ) -> Result<ExecutionTicket, TicketError> {
-        self.run_write(|txn| self.record_outcome_in(txn, ticket.duplicate(), report.clone(), now))
+        self.run_write(|txn| self.record_outcome_body(txn, ticket.duplicate(), report.clone(), now))
     }
 
     /// [`Engine::record_outcome`] inside `txn`, a transaction the caller owns and
@@ -741,10 +771,29 @@ impl<S: Store> Engine<S> {
         report: Report,
         now: Timestamp,
     ) -> Result<ExecutionTicket, TicketError> {
+        Self::within(txn, |txn| {
+            self.record_outcome_body(txn, ticket, report, now)
+        })
+    }
+
+    /// The body of [`Engine::record_outcome`] and
+    /// [`Engine::record_outcome_in`]: both run it on one [`Txn`], so it is compiled once
+    /// per store.
+    #[allow(
+        clippy::needless_pass_by_value,
+        reason = "by value as before; an attempt that may re-run on a conflict clones what it keeps"
+    )]
+    fn record_outcome_body<W: WriteTransaction>(
+        &self,
+        txn: &mut Txn<'_, W>,
+        ticket: ExecutionTicket,
+        report: Report,
+        now: Timestamp,
+    ) -> Result<ExecutionTicket, TicketError> {
         if let Err(e) = report.validate() {
             return Err(TicketError::Invalid(alloc::boxed::Box::new(ticket), e));
         }
-        Self::within(txn, |txn| {
+        {
             let RunContext { key, mut rec, .. } = self.run_context(txn, &ticket, now)?;
             let Some(done) = rec.confirm() else {
                 return Err(TicketError::OutOfOrder(alloc::boxed::Box::new(
@@ -764,8 +813,7 @@ impl<S: Store> Engine<S> {
                 &outcome,
             )?;
             txn.save(&key, &rec)?;
-            Ok(())
-        })?;
+        }
         Ok(ticket)
     }
 
@@ -782,7 +830,7 @@ impl<S: Store> Engine<S> {
         completion: &Completion,
         now: Timestamp,
     ) -> Result<StoredResult, TicketError> {
-        self.run_write(|txn| self.complete_in(txn, ticket.duplicate(), completion, now))
+        self.run_write(|txn| self.complete_body(txn, ticket.duplicate(), completion, now))
     }
 
     /// [`Engine::complete`] inside `txn`, a transaction the caller owns and
@@ -795,17 +843,28 @@ impl<S: Store> Engine<S> {
         completion: &Completion,
         now: Timestamp,
     ) -> Result<StoredResult, TicketError> {
+        Self::within(txn, |txn| self.complete_body(txn, ticket, completion, now))
+    }
+
+    /// The body of [`Engine::complete`] and
+    /// [`Engine::complete_in`]: both run it on one [`Txn`], so it is compiled once
+    /// per store.
+    fn complete_body<W: WriteTransaction>(
+        &self,
+        txn: &mut Txn<'_, W>,
+        ticket: ExecutionTicket,
+        completion: &Completion,
+        now: Timestamp,
+    ) -> Result<StoredResult, TicketError> {
         let end = match End::from_completion(completion, self.policy.max_result_bytes) {
             Ok(end) => end,
             Err(e) => return Err(TicketError::Invalid(alloc::boxed::Box::new(ticket), e)),
         };
-        Self::within(txn, |txn| {
-            let RunContext { mut rec, .. } = self.run_context(txn, &ticket, now)?;
-            rec.finish(end.clone(), false, now);
-            self.save_request(txn, &ticket.lineage, &rec)?;
-            self.stored(&*txn, &ticket.lineage, &rec, 0)?
-                .ok_or(TicketError::Stale)
-        })
+        let RunContext { mut rec, .. } = self.run_context(txn, &ticket, now)?;
+        rec.finish(end.clone(), false, now);
+        self.save_request(txn, &ticket.lineage, &rec)?;
+        self.stored(&*txn, &ticket.lineage, &rec, 0)?
+            .ok_or(TicketError::Stale)
     }
 
     /// A page of a stored result's outcomes, from an `outcomeCursor`.
@@ -850,7 +909,7 @@ impl<S: Store> Engine<S> {
     /// `budget` units of work (index entries and outcomes). Returns the work
     /// done; call again while it returns `budget`.
     pub fn sweep_ledger(&self, now: Timestamp, budget: usize) -> Result<usize, StoreError> {
-        self.run_write(|txn| self.sweep_ledger_in(txn, now, budget))
+        self.run_write(|txn| self.sweep_ledger_body(txn, now, budget))
     }
 
     /// [`Engine::sweep_ledger`] inside `txn`, a transaction the caller owns and
@@ -862,72 +921,82 @@ impl<S: Store> Engine<S> {
         now: Timestamp,
         budget: usize,
     ) -> Result<usize, StoreError> {
-        Self::within(txn, |txn| {
-            let end = keys::ledger_expiry_after(now);
-            let due = txn.range(
-                Table::Requests,
-                Bound::Included(b"e".as_slice()),
-                Bound::Excluded(&end),
-                budget,
-            )?;
-            let mut work = 0;
-            for (entry, _) in &due {
-                if work >= budget {
+        Self::within(txn, |txn| self.sweep_ledger_body(txn, now, budget))
+    }
+
+    /// The body of [`Engine::sweep_ledger`] and
+    /// [`Engine::sweep_ledger_in`]: both run it on one [`Txn`], so it is compiled once
+    /// per store.
+    fn sweep_ledger_body<W: WriteTransaction>(
+        &self,
+        txn: &mut Txn<'_, W>,
+        now: Timestamp,
+        budget: usize,
+    ) -> Result<usize, StoreError> {
+        let end = keys::ledger_expiry_after(now);
+        let due = txn.range(
+            Table::Requests,
+            Bound::Included(b"e".as_slice()),
+            Bound::Excluded(&end),
+            budget,
+        )?;
+        let mut work = 0;
+        for (entry, _) in &due {
+            if work >= budget {
+                break;
+            }
+            work += 1;
+            txn.delete(Table::Requests, entry)?;
+            let Some((at, lineage, id)) = keys::split_ledger_expiry(entry) else {
+                continue;
+            };
+            let key = keys::request(&lineage, &id);
+            let Some(mut rec) = txn.load::<ExecutionRequest>(&key)? else {
+                continue;
+            };
+            let deadline = rec.next_deadline(self.policy.result_retention);
+            if deadline > now {
+                txn.put(
+                    Table::Requests,
+                    &keys::ledger_expiry(deadline, &lineage, &id),
+                    &[],
+                )?;
+                continue;
+            }
+            if !matches!(rec.state(), RequestState::Expired) {
+                let room = budget.saturating_sub(work);
+                let outcomes = scan(
+                    &*txn,
+                    Table::Outcomes,
+                    &keys::outcomes(&lineage, &id),
+                    room + 1,
+                )?;
+                let finished = outcomes.len() <= room;
+                for (k, _) in outcomes.iter().take(room) {
+                    txn.delete(Table::Outcomes, k)?;
+                    work += 1;
+                }
+                if !finished {
+                    // Come back for the rest.
+                    txn.put(Table::Requests, entry, &[])?;
                     break;
                 }
-                work += 1;
-                txn.delete(Table::Requests, entry)?;
-                let Some((at, lineage, id)) = keys::split_ledger_expiry(entry) else {
-                    continue;
-                };
-                let key = keys::request(&lineage, &id);
-                let Some(mut rec) = txn.load::<ExecutionRequest>(&key)? else {
-                    continue;
-                };
-                let deadline = rec.next_deadline(self.policy.result_retention);
-                if deadline > now {
-                    txn.put(
-                        Table::Requests,
-                        &keys::ledger_expiry(deadline, &lineage, &id),
-                        &[],
-                    )?;
-                    continue;
-                }
-                if !matches!(rec.state(), RequestState::Expired) {
-                    let room = budget.saturating_sub(work);
-                    let outcomes = scan(
-                        &*txn,
-                        Table::Outcomes,
-                        &keys::outcomes(&lineage, &id),
-                        room + 1,
-                    )?;
-                    let finished = outcomes.len() <= room;
-                    for (k, _) in outcomes.iter().take(room) {
-                        txn.delete(Table::Outcomes, k)?;
-                        work += 1;
-                    }
-                    if !finished {
-                        // Come back for the rest.
-                        txn.put(Table::Requests, entry, &[])?;
-                        break;
-                    }
-                }
-                if now >= rec.grant_end() {
-                    txn.delete(Table::Requests, &keys::grant_request(&rec.grant(), &id))?;
-                    txn.delete(Table::Requests, &key)?;
-                } else {
-                    rec.expire();
-                    txn.save(&key, &rec)?;
-                    txn.put(
-                        Table::Requests,
-                        &keys::ledger_expiry(rec.grant_end(), &lineage, &id),
-                        &[],
-                    )?;
-                }
-                let _ = at;
             }
-            Ok(work)
-        })
+            if now >= rec.grant_end() {
+                txn.delete(Table::Requests, &keys::grant_request(&rec.grant(), &id))?;
+                txn.delete(Table::Requests, &key)?;
+            } else {
+                rec.expire();
+                txn.save(&key, &rec)?;
+                txn.put(
+                    Table::Requests,
+                    &keys::ledger_expiry(rec.grant_end(), &lineage, &id),
+                    &[],
+                )?;
+            }
+            let _ = at;
+        }
+        Ok(work)
     }
 
     /// Ends the runs a host lost: every request still `Running` (a run holds
@@ -950,7 +1019,7 @@ impl<S: Store> Engine<S> {
         now: Timestamp,
         budget: usize,
     ) -> Result<Abandoned, StoreError> {
-        self.run_write(|txn| self.abandon_running_in(txn, from, now, budget))
+        self.run_write(|txn| self.abandon_running_where_body(txn, from, now, budget, every_run))
     }
 
     /// [`Engine::abandon_running`] inside `txn`, a transaction the caller owns and
@@ -963,7 +1032,7 @@ impl<S: Store> Engine<S> {
         now: Timestamp,
         budget: usize,
     ) -> Result<Abandoned, StoreError> {
-        self.abandon_running_where_in(txn, from, now, budget, |_, _| true)
+        self.abandon_running_where_in(txn, from, now, budget, every_run)
     }
 
     /// [`Engine::abandon_running`] for the runs `lost` names only: a host
@@ -978,7 +1047,7 @@ impl<S: Store> Engine<S> {
         budget: usize,
         lost: impl Fn(&GrantId, &RequestId) -> bool,
     ) -> Result<Abandoned, StoreError> {
-        self.run_write(|txn| self.abandon_running_where_in(txn, from, now, budget, &lost))
+        self.run_write(|txn| self.abandon_running_where_body(txn, from, now, budget, &lost))
     }
 
     /// [`Engine::abandon_running_where`] inside `txn`, a transaction the
@@ -991,39 +1060,56 @@ impl<S: Store> Engine<S> {
         budget: usize,
         lost: impl Fn(&GrantId, &RequestId) -> bool,
     ) -> Result<Abandoned, StoreError> {
-        let budget = budget.max(1);
         Self::within(txn, |txn| {
-            let start = from.map_or(Bound::Included(keys::ALL_GRANT_REQUESTS), |c| {
-                Bound::Excluded(c.0.as_slice())
-            });
-            let end = prefix_end(keys::ALL_GRANT_REQUESTS);
-            let end = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
-            let entries = txn.range(Table::Requests, start, end, budget)?;
-            let next = (entries.len() == budget)
-                .then(|| entries.last().map(|(k, _)| AbandonCursor(k.clone())))
-                .flatten();
-            let mut ended = 0;
-            for (key, lineage) in entries {
-                let (Some((grant, id)), Ok(lineage)) = (
-                    keys::split_grant_request(&key),
-                    <[u8; 32]>::try_from(lineage.as_slice()).map(Lineage),
-                ) else {
-                    continue;
-                };
-                if !lost(&grant, &id) {
-                    continue;
-                }
-                if let Some(mut rec) =
-                    txn.load::<ExecutionRequest>(&keys::request(&lineage, &id))?
-                    && rec.grant() == grant
-                    && rec.abandon(now)
-                {
-                    store_request(txn, &lineage, &rec, now)?;
-                    ended += 1;
-                }
-            }
-            Ok(Abandoned { ended, next })
+            self.abandon_running_where_body(txn, from, now, budget, lost)
         })
+    }
+
+    /// The body of [`Engine::abandon_running_where`] and
+    /// [`Engine::abandon_running_where_in`]: both run it on one [`Txn`], so it is compiled once
+    /// per store.
+    #[allow(
+        clippy::unused_self,
+        reason = "a method like every other operation body, called as `self.op_body(…)`"
+    )]
+    fn abandon_running_where_body<W: WriteTransaction>(
+        &self,
+        txn: &mut Txn<'_, W>,
+        from: Option<&AbandonCursor>,
+        now: Timestamp,
+        budget: usize,
+        lost: impl Fn(&GrantId, &RequestId) -> bool,
+    ) -> Result<Abandoned, StoreError> {
+        let budget = budget.max(1);
+        let start = from.map_or(Bound::Included(keys::ALL_GRANT_REQUESTS), |c| {
+            Bound::Excluded(c.0.as_slice())
+        });
+        let end = prefix_end(keys::ALL_GRANT_REQUESTS);
+        let end = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+        let entries = txn.range(Table::Requests, start, end, budget)?;
+        let next = (entries.len() == budget)
+            .then(|| entries.last().map(|(k, _)| AbandonCursor(k.clone())))
+            .flatten();
+        let mut ended = 0;
+        for (key, lineage) in entries {
+            let (Some((grant, id)), Ok(lineage)) = (
+                keys::split_grant_request(&key),
+                <[u8; 32]>::try_from(lineage.as_slice()).map(Lineage),
+            ) else {
+                continue;
+            };
+            if !lost(&grant, &id) {
+                continue;
+            }
+            if let Some(mut rec) = txn.load::<ExecutionRequest>(&keys::request(&lineage, &id))?
+                && rec.grant() == grant
+                && rec.abandon(now)
+            {
+                store_request(txn, &lineage, &rec, now)?;
+                ended += 1;
+            }
+        }
+        Ok(Abandoned { ended, next })
     }
 
     /// A request as stored, for administration and tests.
@@ -1039,4 +1125,11 @@ impl<S: Store> Engine<S> {
         );
         self.read(|txn| txn.load(&keys::request(&lineage, request_id)))
     }
+}
+
+/// What [`Engine::abandon_running`] counts as lost: every run. A function,
+/// not a closure, so that it and [`Engine::abandon_running_in`] share one
+/// compiled body.
+fn every_run(_: &GrantId, _: &RequestId) -> bool {
+    true
 }

@@ -190,7 +190,12 @@ pub const MAX_ATTEMPTS: u32 = 8;
 
 /// A write transaction as one operation body sees it, whoever owns it:
 /// [`Engine::run_write`] wraps the transaction it opened, [`Engine::within`]
-/// the caller's (and the two nest). It remembers the first failure the
+/// the caller's. The two never nest: `op` hands its body the `Txn` of
+/// `run_write` directly and `op_in` the `Txn` of `within`, so over a store
+/// whose own write transaction is what callers pass to `op_in`, each body
+/// is compiled once (`Txn<'_, S::Write>`), not once more for a `Txn` around
+/// a `Txn`, and `op` takes no savepoint it would never roll back to (a
+/// failed `run_write` attempt is discarded whole). It remembers the first failure the
 /// store reported through it, so the operation's answer is that failure
 /// even where the body went on or swallowed it, and whether anything was
 /// written, so a transaction that wrote nothing is not committed.

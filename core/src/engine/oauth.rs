@@ -39,7 +39,7 @@ impl<S: Store> Engine<S> {
         rng: &mut R,
         now: Timestamp,
     ) -> Result<Site, SiteOpError> {
-        self.run_write(|txn| self.create_site_in(txn, config.clone(), rng, now))
+        self.run_write(|txn| self.create_site_body(txn, config.clone(), rng, now))
     }
 
     /// [`Engine::create_site`] inside `txn`, a transaction the caller owns and
@@ -56,15 +56,34 @@ impl<S: Store> Engine<S> {
         rng: &mut R,
         now: Timestamp,
     ) -> Result<Site, SiteOpError> {
-        Self::within(txn, |txn| {
-            let key = keys::site(&config.id);
-            if txn.load::<Site>(key)?.is_some() {
-                return Err(SiteError::AlreadyExists.into());
-            }
-            let site = Site::create(config.clone(), rand::base64url::<16, _>(rng), now)?;
-            txn.save(keys::site(&site.id), &site)?;
-            Ok(site)
-        })
+        Self::within(txn, |txn| self.create_site_body(txn, config, rng, now))
+    }
+
+    /// The body of [`Engine::create_site`] and
+    /// [`Engine::create_site_in`]: both run it on one [`Txn`], so it is compiled once
+    /// per store.
+    #[allow(
+        clippy::needless_pass_by_value,
+        reason = "by value as before; an attempt that may re-run on a conflict clones what it keeps"
+    )]
+    #[allow(
+        clippy::unused_self,
+        reason = "a method like every other operation body, called as `self.op_body(…)`"
+    )]
+    fn create_site_body<W: WriteTransaction, R: CryptoRng + ?Sized>(
+        &self,
+        txn: &mut Txn<'_, W>,
+        config: SiteConfig,
+        rng: &mut R,
+        now: Timestamp,
+    ) -> Result<Site, SiteOpError> {
+        let key = keys::site(&config.id);
+        if txn.load::<Site>(key)?.is_some() {
+            return Err(SiteError::AlreadyExists.into());
+        }
+        let site = Site::create(config.clone(), rand::base64url::<16, _>(rng), now)?;
+        txn.save(keys::site(&site.id), &site)?;
+        Ok(site)
     }
 
     /// Reads a site.
@@ -78,7 +97,7 @@ impl<S: Store> Engine<S> {
         reason = "by value as before; an attempt that may re-run on a conflict clones what it keeps"
     )]
     pub fn update_site(&self, config: SiteConfig) -> Result<Site, SiteOpError> {
-        self.run_write(|txn| self.update_site_in(txn, config.clone()))
+        self.run_write(|txn| self.update_site_body(txn, config.clone()))
     }
 
     /// [`Engine::update_site`] inside `txn`, a transaction the caller owns and
@@ -89,12 +108,27 @@ impl<S: Store> Engine<S> {
         txn: &mut W,
         config: SiteConfig,
     ) -> Result<Site, SiteOpError> {
+        Self::within(txn, |txn| self.update_site_body(txn, config))
+    }
+
+    /// The body of [`Engine::update_site`] and
+    /// [`Engine::update_site_in`]: both run it on one [`Txn`], so it is compiled once
+    /// per store.
+    #[allow(
+        clippy::unused_self,
+        reason = "a method like every other operation body, called as `self.op_body(…)`"
+    )]
+    fn update_site_body<W: WriteTransaction>(
+        &self,
+        txn: &mut Txn<'_, W>,
+        config: SiteConfig,
+    ) -> Result<Site, SiteOpError> {
         Self::modify_site(txn, &config.id.clone(), |site| site.update(config))
     }
 
     /// Turns a site's off switch. Grants are kept either way.
     pub fn set_site_enabled(&self, id: &SiteId, enabled: bool) -> Result<Site, SiteOpError> {
-        self.run_write(|txn| self.set_site_enabled_in(txn, id, enabled))
+        self.run_write(|txn| self.set_site_enabled_body(txn, id, enabled))
     }
 
     /// [`Engine::set_site_enabled`] inside `txn`, a transaction the caller owns and
@@ -103,6 +137,22 @@ impl<S: Store> Engine<S> {
     pub fn set_site_enabled_in<W: WriteTransaction>(
         &self,
         txn: &mut W,
+        id: &SiteId,
+        enabled: bool,
+    ) -> Result<Site, SiteOpError> {
+        Self::within(txn, |txn| self.set_site_enabled_body(txn, id, enabled))
+    }
+
+    /// The body of [`Engine::set_site_enabled`] and
+    /// [`Engine::set_site_enabled_in`]: both run it on one [`Txn`], so it is compiled once
+    /// per store.
+    #[allow(
+        clippy::unused_self,
+        reason = "a method like every other operation body, called as `self.op_body(…)`"
+    )]
+    fn set_site_enabled_body<W: WriteTransaction>(
+        &self,
+        txn: &mut Txn<'_, W>,
         id: &SiteId,
         enabled: bool,
     ) -> Result<Site, SiteOpError> {
@@ -119,7 +169,7 @@ impl<S: Store> Engine<S> {
         id: &SiteId,
         rng: &mut R,
     ) -> Result<Site, SiteOpError> {
-        self.run_write(|txn| self.rotate_site_key_in(txn, id, rng))
+        self.run_write(|txn| self.rotate_site_key_body(txn, id, rng))
     }
 
     /// [`Engine::rotate_site_key`] inside `txn`, a transaction the caller owns and
@@ -128,6 +178,22 @@ impl<S: Store> Engine<S> {
     pub fn rotate_site_key_in<W: WriteTransaction, R: CryptoRng + ?Sized>(
         &self,
         txn: &mut W,
+        id: &SiteId,
+        rng: &mut R,
+    ) -> Result<Site, SiteOpError> {
+        Self::within(txn, |txn| self.rotate_site_key_body(txn, id, rng))
+    }
+
+    /// The body of [`Engine::rotate_site_key`] and
+    /// [`Engine::rotate_site_key_in`]: both run it on one [`Txn`], so it is compiled once
+    /// per store.
+    #[allow(
+        clippy::unused_self,
+        reason = "a method like every other operation body, called as `self.op_body(…)`"
+    )]
+    fn rotate_site_key_body<W: WriteTransaction, R: CryptoRng + ?Sized>(
+        &self,
+        txn: &mut Txn<'_, W>,
         id: &SiteId,
         rng: &mut R,
     ) -> Result<Site, SiteOpError> {
@@ -140,7 +206,7 @@ impl<S: Store> Engine<S> {
 
     /// Revokes every grant of a site in O(1), keeping its resource URL.
     pub fn revoke_site_grants(&self, id: &SiteId) -> Result<Site, SiteOpError> {
-        self.run_write(|txn| self.revoke_site_grants_in(txn, id))
+        self.run_write(|txn| self.revoke_site_grants_body(txn, id))
     }
 
     /// [`Engine::revoke_site_grants`] inside `txn`, a transaction the caller owns and
@@ -151,6 +217,21 @@ impl<S: Store> Engine<S> {
         txn: &mut W,
         id: &SiteId,
     ) -> Result<Site, SiteOpError> {
+        Self::within(txn, |txn| self.revoke_site_grants_body(txn, id))
+    }
+
+    /// The body of [`Engine::revoke_site_grants`] and
+    /// [`Engine::revoke_site_grants_in`]: both run it on one [`Txn`], so it is compiled once
+    /// per store.
+    #[allow(
+        clippy::unused_self,
+        reason = "a method like every other operation body, called as `self.op_body(…)`"
+    )]
+    fn revoke_site_grants_body<W: WriteTransaction>(
+        &self,
+        txn: &mut Txn<'_, W>,
+        id: &SiteId,
+    ) -> Result<Site, SiteOpError> {
         Self::modify_site(txn, id, |site| {
             site.revoke_all_grants();
             Ok(())
@@ -158,16 +239,14 @@ impl<S: Store> Engine<S> {
     }
 
     fn modify_site<W: WriteTransaction>(
-        txn: &mut W,
+        txn: &mut Txn<'_, W>,
         id: &SiteId,
         f: impl FnOnce(&mut Site) -> Result<(), SiteError>,
     ) -> Result<Site, SiteOpError> {
-        Self::within(txn, |txn| {
-            let mut site = load_site(&*txn, id)?;
-            f(&mut site)?;
-            txn.save(keys::site(id), &site)?;
-            Ok(site)
-        })
+        let mut site = load_site(&*txn, id)?;
+        f(&mut site)?;
+        txn.save(keys::site(id), &site)?;
+        Ok(site)
     }
 
     /// RFC 7591 dynamic registration. Stateless: nothing is stored, so
@@ -233,7 +312,7 @@ impl<S: Store> Engine<S> {
         now: Timestamp,
     ) -> Result<AuthorizeAnswer, SiteOpError> {
         self.run_write(|txn| {
-            self.decide_in(
+            self.decide_body(
                 txn,
                 site_id,
                 query,
@@ -265,67 +344,97 @@ impl<S: Store> Engine<S> {
         now: Timestamp,
     ) -> Result<AuthorizeAnswer, SiteOpError> {
         Self::within(txn, |txn| {
-            let site = load_site(&*txn, site_id)?;
-            if let Err(SiteError::Disabled { retry_after_secs }) = site.ensure_enabled() {
-                return Ok(AuthorizeAnswer::Unavailable { retry_after_secs });
-            }
-            let request = match authorize::validate(
-                &site,
-                &self.keyring,
+            self.decide_body(
+                txn,
+                site_id,
                 query,
                 client_document,
-                self.policy.loopback_client_documents,
-            ) {
-                Ok(r) => r,
-                Err(refusal) => return Ok(refusal_answer(&site, refusal)),
-            };
-            if !allow {
-                let url = authorize::error_redirect(
-                    &site,
-                    &request.redirect_uri,
-                    Some(&request.state),
-                    &AuthorizeError::AccessDenied,
-                );
-                return Ok(AuthorizeAnswer::Redirect(url));
-            }
-            let Some((kid, key)) = self.keyring.active_key() else {
-                return Err(SiteOpError::Store(StoreError::new(
-                    crate::store::StoreErrorKind::Other,
-                    "decide",
-                    "keyring has no active key",
-                )));
-            };
-            let code = AuthorizationCode {
-                id: rand::bytes::<16, _>(rng),
-                site: site.id.clone(),
-                epoch: site.epoch,
-                client_id: request.client.id().into(),
-                client_name: request.client.metadata().client_name.clone(),
-                redirect_uri: request.redirect_uri.clone(),
-                challenge: request.challenge,
-                scopes: request.scopes.clone(),
-                resource: request.resource.clone(),
-                subject: subject.into(),
-                expires: now.saturating_add(self.policy.authorization_code_ttl),
-                state: CodeState::Issued,
-            };
-            txn.save(&code.id, &code)?;
-            txn.put(
-                Table::Expiry,
-                &keys::expiry(code.expires, Table::Codes, &code.id),
-                &[],
-            )?;
-            let text = code.code(kid, key);
-            let url = authorize::redirect_with(
-                &request.redirect_uri,
-                [
-                    ("code", text.expose_secret()),
-                    ("state", request.state.as_str()),
-                    ("iss", site.issuer.as_str()),
-                ],
-            );
-            Ok(AuthorizeAnswer::Redirect(url))
+                subject,
+                allow,
+                rng,
+                now,
+            )
         })
+    }
+
+    /// The body of [`Engine::decide`] and
+    /// [`Engine::decide_in`]: both run it on one [`Txn`], so it is compiled once
+    /// per store.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "each argument is one fact the adapter holds; bundling them would only rename them"
+    )]
+    fn decide_body<W: WriteTransaction, R: CryptoRng + ?Sized>(
+        &self,
+        txn: &mut Txn<'_, W>,
+        site_id: &SiteId,
+        query: &str,
+        client_document: Option<&[u8]>,
+        subject: &str,
+        allow: bool,
+        rng: &mut R,
+        now: Timestamp,
+    ) -> Result<AuthorizeAnswer, SiteOpError> {
+        let site = load_site(&*txn, site_id)?;
+        if let Err(SiteError::Disabled { retry_after_secs }) = site.ensure_enabled() {
+            return Ok(AuthorizeAnswer::Unavailable { retry_after_secs });
+        }
+        let request = match authorize::validate(
+            &site,
+            &self.keyring,
+            query,
+            client_document,
+            self.policy.loopback_client_documents,
+        ) {
+            Ok(r) => r,
+            Err(refusal) => return Ok(refusal_answer(&site, refusal)),
+        };
+        if !allow {
+            let url = authorize::error_redirect(
+                &site,
+                &request.redirect_uri,
+                Some(&request.state),
+                &AuthorizeError::AccessDenied,
+            );
+            return Ok(AuthorizeAnswer::Redirect(url));
+        }
+        let Some((kid, key)) = self.keyring.active_key() else {
+            return Err(SiteOpError::Store(StoreError::new(
+                crate::store::StoreErrorKind::Other,
+                "decide",
+                "keyring has no active key",
+            )));
+        };
+        let code = AuthorizationCode {
+            id: rand::bytes::<16, _>(rng),
+            site: site.id.clone(),
+            epoch: site.epoch,
+            client_id: request.client.id().into(),
+            client_name: request.client.metadata().client_name.clone(),
+            redirect_uri: request.redirect_uri.clone(),
+            challenge: request.challenge,
+            scopes: request.scopes.clone(),
+            resource: request.resource.clone(),
+            subject: subject.into(),
+            expires: now.saturating_add(self.policy.authorization_code_ttl),
+            state: CodeState::Issued,
+        };
+        txn.save(&code.id, &code)?;
+        txn.put(
+            Table::Expiry,
+            &keys::expiry(code.expires, Table::Codes, &code.id),
+            &[],
+        )?;
+        let text = code.code(kid, key);
+        let url = authorize::redirect_with(
+            &request.redirect_uri,
+            [
+                ("code", text.expose_secret()),
+                ("state", request.state.as_str()),
+                ("iss", site.issuer.as_str()),
+            ],
+        );
+        Ok(AuthorizeAnswer::Redirect(url))
     }
 
     /// The token endpoint: `body` is the raw `application/x-www-form-urlencoded`
@@ -342,7 +451,7 @@ impl<S: Store> Engine<S> {
         rng: &mut R,
         now: Timestamp,
     ) -> Result<TokenResponse, TokenError> {
-        self.run_write(|txn| self.token_in(txn, site_id, body, authorization, rng, now))
+        self.run_write(|txn| self.token_body(txn, site_id, body, authorization, rng, now))
     }
 
     /// [`Engine::token`] inside `txn`, a transaction the caller owns and
@@ -351,6 +460,23 @@ impl<S: Store> Engine<S> {
     pub fn token_in<W: WriteTransaction, R: CryptoRng + ?Sized>(
         &self,
         txn: &mut W,
+        site_id: &SiteId,
+        body: &str,
+        authorization: HeaderField<'_>,
+        rng: &mut R,
+        now: Timestamp,
+    ) -> Result<TokenResponse, TokenError> {
+        Self::within(txn, |txn| {
+            self.token_body(txn, site_id, body, authorization, rng, now)
+        })
+    }
+
+    /// The body of [`Engine::token`] and
+    /// [`Engine::token_in`]: both run it on one [`Txn`], so it is compiled once
+    /// per store.
+    fn token_body<W: WriteTransaction, R: CryptoRng + ?Sized>(
+        &self,
+        txn: &mut Txn<'_, W>,
         site_id: &SiteId,
         body: &str,
         authorization: HeaderField<'_>,
@@ -368,38 +494,36 @@ impl<S: Store> Engine<S> {
             _ => return Err(TokenError::UnsupportedGrantType),
         };
         let credentials = ClientCredentials::read(&form, authorization)?;
-        Self::within(txn, |txn| {
-            if grant == GrantType::AuthorizationCode {
-                let site = load_site(&*txn, site_id).map_err(|e| match e {
-                    SiteOpError::Store(e) => TokenError::Store(e),
-                    SiteOpError::Site(_) => TokenError::InvalidGrant,
-                })?;
-                if let Err(SiteError::Disabled { retry_after_secs }) = site.ensure_enabled() {
-                    return Err(TokenError::Unavailable { retry_after_secs });
-                }
-                // Client authentication comes first (RFC 6749 §3.2.1).
-                let client_id = self.authenticate_client(&credentials, Some(grant))?;
-                self.exchange_code(txn, &site, &client_id, &form, rng, now)
-            } else {
-                // A refresh needs three facts of its site: read in place,
-                // only the issuer copied out.
-                let (enabled, epoch, issuer) = txn
-                    .view::<Site, _>(site_id.as_str().as_bytes(), |v| {
-                        (v.ensure_enabled(), v.epoch, String::from(v.issuer))
-                    })?
-                    .ok_or(TokenError::InvalidGrant)?;
-                if let Err(SiteError::Disabled { retry_after_secs }) = enabled {
-                    return Err(TokenError::Unavailable { retry_after_secs });
-                }
-                let client_id = self.authenticate_client(&credentials, Some(grant))?;
-                let site = RefreshSite {
-                    id: site_id.as_str(),
-                    epoch,
-                    issuer: &issuer,
-                };
-                self.refresh(txn, &site, &client_id, &form, rng, now)
+        if grant == GrantType::AuthorizationCode {
+            let site = load_site(&*txn, site_id).map_err(|e| match e {
+                SiteOpError::Store(e) => TokenError::Store(e),
+                SiteOpError::Site(_) => TokenError::InvalidGrant,
+            })?;
+            if let Err(SiteError::Disabled { retry_after_secs }) = site.ensure_enabled() {
+                return Err(TokenError::Unavailable { retry_after_secs });
             }
-        })
+            // Client authentication comes first (RFC 6749 §3.2.1).
+            let client_id = self.authenticate_client(&credentials, Some(grant))?;
+            self.exchange_code(txn, &site, &client_id, &form, rng, now)
+        } else {
+            // A refresh needs three facts of its site: read in place,
+            // only the issuer copied out.
+            let (enabled, epoch, issuer) = txn
+                .view::<Site, _>(site_id.as_str().as_bytes(), |v| {
+                    (v.ensure_enabled(), v.epoch, String::from(v.issuer))
+                })?
+                .ok_or(TokenError::InvalidGrant)?;
+            if let Err(SiteError::Disabled { retry_after_secs }) = enabled {
+                return Err(TokenError::Unavailable { retry_after_secs });
+            }
+            let client_id = self.authenticate_client(&credentials, Some(grant))?;
+            let site = RefreshSite {
+                id: site_id.as_str(),
+                epoch,
+                issuer: &issuer,
+            };
+            self.refresh(txn, &site, &client_id, &form, rng, now)
+        }
     }
 
     /// Authenticates the client and, for a registered client, checks that
@@ -712,7 +836,7 @@ impl<S: Store> Engine<S> {
         authorization: HeaderField<'_>,
         now: Timestamp,
     ) -> Result<(), RevokeError> {
-        self.run_write(|txn| self.revoke_token_in(txn, site_id, body, authorization, now))
+        self.run_write(|txn| self.revoke_token_body(txn, site_id, body, authorization, now))
     }
 
     /// [`Engine::revoke_token`] inside `txn`, a transaction the caller owns and
@@ -721,6 +845,22 @@ impl<S: Store> Engine<S> {
     pub fn revoke_token_in<W: WriteTransaction>(
         &self,
         txn: &mut W,
+        site_id: &SiteId,
+        body: &str,
+        authorization: HeaderField<'_>,
+        now: Timestamp,
+    ) -> Result<(), RevokeError> {
+        Self::within(txn, |txn| {
+            self.revoke_token_body(txn, site_id, body, authorization, now)
+        })
+    }
+
+    /// The body of [`Engine::revoke_token`] and
+    /// [`Engine::revoke_token_in`]: both run it on one [`Txn`], so it is compiled once
+    /// per store.
+    fn revoke_token_body<W: WriteTransaction>(
+        &self,
+        txn: &mut Txn<'_, W>,
         site_id: &SiteId,
         body: &str,
         authorization: HeaderField<'_>,
@@ -739,31 +879,29 @@ impl<S: Store> Engine<S> {
                 basic: credentials.via_basic,
             }
         })?;
-        Self::within(txn, |txn| {
-            let site = load_site(&*txn, site_id).map_err(|e| match e {
-                SiteOpError::Store(e) => RevokeError::Store(e),
-                SiteOpError::Site(_) => RevokeError::Malformed,
-            })?;
-            if let Err(SiteError::Disabled { retry_after_secs }) = site.ensure_enabled() {
-                return Err(RevokeError::Unavailable { retry_after_secs });
-            }
-            let grant = if let Some(parts) = RefreshTokenParts::parse(token) {
-                self.authentic_grant(&*txn, &parts)?
-            } else if let Some(id) = self.grant_of_access_token(token, now) {
-                txn.load::<Grant>(id.as_bytes())?
-            } else {
-                None
-            };
-            let Some(mut grant) = grant else {
-                return Ok(());
-            };
-            if grant.client_id == client_id && grant.revoked.is_none() {
-                grant.revoke(RevocationReason::ClientRequest, now);
-                txn.save(grant.id.as_bytes(), &grant)?;
-                super::ledger::cancel_grant_requests(txn, &grant.id, now)?;
-            }
-            Ok(())
-        })
+        let site = load_site(&*txn, site_id).map_err(|e| match e {
+            SiteOpError::Store(e) => RevokeError::Store(e),
+            SiteOpError::Site(_) => RevokeError::Malformed,
+        })?;
+        if let Err(SiteError::Disabled { retry_after_secs }) = site.ensure_enabled() {
+            return Err(RevokeError::Unavailable { retry_after_secs });
+        }
+        let grant = if let Some(parts) = RefreshTokenParts::parse(token) {
+            self.authentic_grant(&*txn, &parts)?
+        } else if let Some(id) = self.grant_of_access_token(token, now) {
+            txn.load::<Grant>(id.as_bytes())?
+        } else {
+            None
+        };
+        let Some(mut grant) = grant else {
+            return Ok(());
+        };
+        if grant.client_id == client_id && grant.revoked.is_none() {
+            grant.revoke(RevocationReason::ClientRequest, now);
+            txn.save(grant.id.as_bytes(), &grant)?;
+            super::ledger::cancel_grant_requests(txn, &grant.id, now)?;
+        }
+        Ok(())
     }
 
     /// The grant an access token belongs to, if the token verifies (any

@@ -4,7 +4,7 @@
 //! [`crate::tab`] for the rules.
 
 use super::ledger::{cut_runs, scan, session_failure};
-use super::{Engine, SiteOpError, keys, load_site};
+use super::{Engine, SiteOpError, Txn, keys, load_site};
 use crate::grant::{Grant, GrantId, GrantStatus};
 use crate::site::{Site, SiteError, SiteId};
 use crate::store::{ReadTransaction, Store, StoreError, Table, WriteTransaction};
@@ -45,7 +45,7 @@ impl<S: Store> Engine<S> {
     )]
     fn move_tab<W: WriteTransaction>(
         &self,
-        txn: &mut W,
+        txn: &mut Txn<'_, W>,
         site_id: &SiteId,
         subject: &str,
         grant: &GrantId,
@@ -54,47 +54,45 @@ impl<S: Store> Engine<S> {
         now: Timestamp,
     ) -> Result<Connected, TabError> {
         hello.validate()?;
-        Self::within(txn, |txn| {
-            let site = self.tab_grant(&*txn, site_id, subject, grant, now)?;
-            let key = keys::tab(grant);
-            let (tab, connected) = match txn.load::<TabConnection>(&key)? {
-                None => {
-                    let tab = TabConnection::new(*grant, site.id.clone(), hello, now);
-                    let c = Connected {
-                        connection: tab.connection,
-                        ended: None,
-                    };
-                    (tab, c)
-                }
-                Some(mut tab) => {
-                    if tab.browser_session != hello.browser_session {
-                        txn.delete(
-                            Table::Tabs,
-                            &keys::with_grant(
-                                keys::session_tabs(&site.id, &tab.browser_session),
-                                grant,
-                            ),
-                        )?;
-                    }
-                    let c = if take_over {
-                        tab.take_over(hello, now)
-                    } else {
-                        tab.connect(hello, now, self.policy.tab_heartbeat_timeout)?
-                    };
-                    (tab, c)
-                }
-            };
-            if let Some(ended) = connected.ended {
-                cut_runs(txn, grant, ended, now)?;
+        let site = self.tab_grant(&*txn, site_id, subject, grant, now)?;
+        let key = keys::tab(grant);
+        let (tab, connected) = match txn.load::<TabConnection>(&key)? {
+            None => {
+                let tab = TabConnection::new(*grant, site.id.clone(), hello, now);
+                let c = Connected {
+                    connection: tab.connection,
+                    ended: None,
+                };
+                (tab, c)
             }
-            txn.put(
-                Table::Tabs,
-                &keys::with_grant(keys::session_tabs(&site.id, &hello.browser_session), grant),
-                &[],
-            )?;
-            txn.save(&key, &tab)?;
-            Ok(connected)
-        })
+            Some(mut tab) => {
+                if tab.browser_session != hello.browser_session {
+                    txn.delete(
+                        Table::Tabs,
+                        &keys::with_grant(
+                            keys::session_tabs(&site.id, &tab.browser_session),
+                            grant,
+                        ),
+                    )?;
+                }
+                let c = if take_over {
+                    tab.take_over(hello, now)
+                } else {
+                    tab.connect(hello, now, self.policy.tab_heartbeat_timeout)?
+                };
+                (tab, c)
+            }
+        };
+        if let Some(ended) = connected.ended {
+            cut_runs(txn, grant, ended, now)?;
+        }
+        txn.put(
+            Table::Tabs,
+            &keys::with_grant(keys::session_tabs(&site.id, &hello.browser_session), grant),
+            &[],
+        )?;
+        txn.save(&key, &tab)?;
+        Ok(connected)
     }
 
     /// A page connects as `grant`'s executor: a first connection, the same
@@ -124,7 +122,9 @@ impl<S: Store> Engine<S> {
         hello: &TabHello,
         now: Timestamp,
     ) -> Result<Connected, TabError> {
-        self.move_tab(txn, site, subject, grant, hello, false, now)
+        Self::within(txn, |txn| {
+            self.move_tab(txn, site, subject, grant, hello, false, now)
+        })
     }
 
     /// "Use this tab": moves `grant`'s connection to this page. Calls
@@ -152,7 +152,9 @@ impl<S: Store> Engine<S> {
         hello: &TabHello,
         now: Timestamp,
     ) -> Result<Connected, TabError> {
-        self.move_tab(txn, site, subject, grant, hello, true, now)
+        Self::within(txn, |txn| {
+            self.move_tab(txn, site, subject, grant, hello, true, now)
+        })
     }
 
     /// A heartbeat (with visibility) from the connected page.
@@ -171,7 +173,7 @@ impl<S: Store> Engine<S> {
         now: Timestamp,
     ) -> Result<(), TabError> {
         self.run_write(|txn| {
-            self.tab_heartbeat_in(
+            self.tab_heartbeat_body(
                 txn,
                 site,
                 subject,
@@ -203,19 +205,49 @@ impl<S: Store> Engine<S> {
         now: Timestamp,
     ) -> Result<(), TabError> {
         Self::within(txn, |txn| {
-            self.tab_grant(&*txn, site, subject, grant, now)?;
-            let key = keys::tab(grant);
-            let mut tab: TabConnection = txn.load(&key)?.ok_or(TabError::NotConnected)?;
-            tab.heartbeat(
+            self.tab_heartbeat_body(
+                txn,
+                site,
+                subject,
+                grant,
                 tab_id,
                 page_instance,
                 visible,
                 now,
-                self.policy.tab_heartbeat_timeout,
-            )?;
-            txn.save(&key, &tab)?;
-            Ok(())
+            )
         })
+    }
+
+    /// The body of [`Engine::tab_heartbeat`] and
+    /// [`Engine::tab_heartbeat_in`]: both run it on one [`Txn`], so it is compiled once
+    /// per store.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "each argument is one fact the adapter holds; bundling them would only rename them"
+    )]
+    fn tab_heartbeat_body<W: WriteTransaction>(
+        &self,
+        txn: &mut Txn<'_, W>,
+        site: &SiteId,
+        subject: &str,
+        grant: &GrantId,
+        tab_id: &str,
+        page_instance: &str,
+        visible: bool,
+        now: Timestamp,
+    ) -> Result<(), TabError> {
+        self.tab_grant(&*txn, site, subject, grant, now)?;
+        let key = keys::tab(grant);
+        let mut tab: TabConnection = txn.load(&key)?.ok_or(TabError::NotConnected)?;
+        tab.heartbeat(
+            tab_id,
+            page_instance,
+            visible,
+            now,
+            self.policy.tab_heartbeat_timeout,
+        )?;
+        txn.save(&key, &tab)?;
+        Ok(())
     }
 
     /// The connected page disconnects: the connection ends (its runs are cut
@@ -230,7 +262,7 @@ impl<S: Store> Engine<S> {
         now: Timestamp,
     ) -> Result<(), TabError> {
         self.run_write(|txn| {
-            self.disconnect_tab_in(txn, site, subject, grant, tab_id, page_instance, now)
+            self.disconnect_tab_body(txn, site, subject, grant, tab_id, page_instance, now)
         })
     }
 
@@ -252,20 +284,44 @@ impl<S: Store> Engine<S> {
         now: Timestamp,
     ) -> Result<(), TabError> {
         Self::within(txn, |txn| {
-            let key = keys::tab(grant);
-            let mut tab: TabConnection = txn.load(&key)?.ok_or(TabError::NotConnected)?;
-            if tab.site != *site {
-                return Err(TabError::Forbidden);
-            }
-            let g: Option<Grant> = txn.load(grant.as_bytes())?;
-            if g.is_none_or(|g| g.subject != subject) {
-                return Err(TabError::Forbidden);
-            }
-            let ended = tab.disconnect(tab_id, page_instance)?;
-            cut_runs(txn, grant, ended, now)?;
-            txn.save(&key, &tab)?;
-            Ok(())
+            self.disconnect_tab_body(txn, site, subject, grant, tab_id, page_instance, now)
         })
+    }
+
+    /// The body of [`Engine::disconnect_tab`] and
+    /// [`Engine::disconnect_tab_in`]: both run it on one [`Txn`], so it is compiled once
+    /// per store.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "each argument is one fact the adapter holds; bundling them would only rename them"
+    )]
+    #[allow(
+        clippy::unused_self,
+        reason = "a method like every other operation body, called as `self.op_body(…)`"
+    )]
+    fn disconnect_tab_body<W: WriteTransaction>(
+        &self,
+        txn: &mut Txn<'_, W>,
+        site: &SiteId,
+        subject: &str,
+        grant: &GrantId,
+        tab_id: &str,
+        page_instance: &str,
+        now: Timestamp,
+    ) -> Result<(), TabError> {
+        let key = keys::tab(grant);
+        let mut tab: TabConnection = txn.load(&key)?.ok_or(TabError::NotConnected)?;
+        if tab.site != *site {
+            return Err(TabError::Forbidden);
+        }
+        let g: Option<Grant> = txn.load(grant.as_bytes())?;
+        if g.is_none_or(|g| g.subject != subject) {
+            return Err(TabError::Forbidden);
+        }
+        let ended = tab.disconnect(tab_id, page_instance)?;
+        cut_runs(txn, grant, ended, now)?;
+        txn.save(&key, &tab)?;
+        Ok(())
     }
 
     /// Sign-out: ends every tab connection of `browser_session` on `site`
@@ -276,7 +332,7 @@ impl<S: Store> Engine<S> {
         browser_session: &str,
         now: Timestamp,
     ) -> Result<usize, StoreError> {
-        self.run_write(|txn| self.reset_session_in(txn, site, browser_session, now))
+        self.run_write(|txn| self.reset_session_body(txn, site, browser_session, now))
     }
 
     /// [`Engine::reset_session`] inside `txn`, a transaction the caller owns and
@@ -290,25 +346,42 @@ impl<S: Store> Engine<S> {
         now: Timestamp,
     ) -> Result<usize, StoreError> {
         Self::within(txn, |txn| {
-            let prefix = keys::session_tabs(site, browser_session);
-            let mut ended = 0;
-            for (index, _) in scan(&*txn, Table::Tabs, &prefix, usize::MAX)? {
-                txn.delete(Table::Tabs, &index)?;
-                let Some(grant) = keys::grant_suffix(&index) else {
-                    continue;
-                };
-                let key = keys::tab(&grant);
-                if let Some(mut tab) = txn.load::<TabConnection>(&key)?
-                    && tab.browser_session == browser_session
-                    && let Some(connection) = tab.end()
-                {
-                    cut_runs(txn, &grant, connection, now)?;
-                    txn.save(&key, &tab)?;
-                    ended += 1;
-                }
-            }
-            Ok(ended)
+            self.reset_session_body(txn, site, browser_session, now)
         })
+    }
+
+    /// The body of [`Engine::reset_session`] and
+    /// [`Engine::reset_session_in`]: both run it on one [`Txn`], so it is compiled once
+    /// per store.
+    #[allow(
+        clippy::unused_self,
+        reason = "a method like every other operation body, called as `self.op_body(…)`"
+    )]
+    fn reset_session_body<W: WriteTransaction>(
+        &self,
+        txn: &mut Txn<'_, W>,
+        site: &SiteId,
+        browser_session: &str,
+        now: Timestamp,
+    ) -> Result<usize, StoreError> {
+        let prefix = keys::session_tabs(site, browser_session);
+        let mut ended = 0;
+        for (index, _) in scan(&*txn, Table::Tabs, &prefix, usize::MAX)? {
+            txn.delete(Table::Tabs, &index)?;
+            let Some(grant) = keys::grant_suffix(&index) else {
+                continue;
+            };
+            let key = keys::tab(&grant);
+            if let Some(mut tab) = txn.load::<TabConnection>(&key)?
+                && tab.browser_session == browser_session
+                && let Some(connection) = tab.end()
+            {
+                cut_runs(txn, &grant, connection, now)?;
+                txn.save(&key, &tab)?;
+                ended += 1;
+            }
+        }
+        Ok(ended)
     }
 
     /// `grant`'s tab connection, if it ever connected.

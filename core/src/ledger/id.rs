@@ -14,7 +14,7 @@ use super::LedgerError;
 /// (RFC 9562 §4: `8-4-4-4-12` hexadecimal digits). Any version is accepted;
 /// upper-case digits are accepted and mean the same id.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct RequestId([u8; 16]);
+pub struct RequestId(#[serde(deserialize_with = "crate::store::codec::byte_array")] [u8; 16]);
 
 impl RequestId {
     /// Parses the canonical text form; anything else is `INVALID_PARAMS`.
@@ -90,7 +90,7 @@ impl fmt::Debug for RequestId {
 /// SHA-256 of the code submitted with a request id. The first accepted call
 /// binds it; another code under the same id is `REPLAY_DETECTED`.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct CodeFingerprint([u8; 32]);
+pub struct CodeFingerprint(#[serde(deserialize_with = "crate::store::codec::byte_array")] [u8; 32]);
 
 impl CodeFingerprint {
     /// The fingerprint of `code`.
@@ -119,7 +119,9 @@ impl fmt::Debug for CodeFingerprint {
 /// SHA-256 over an action's kind, effect and exact arguments. An approval is
 /// bound to it; two actions with the same fingerprint are *identical*.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct ActionFingerprint([u8; 32]);
+pub struct ActionFingerprint(
+    #[serde(deserialize_with = "crate::store::codec::byte_array")] [u8; 32],
+);
 
 impl ActionFingerprint {
     /// The fingerprint of `(kind, effect, arguments)`, each part
@@ -165,7 +167,9 @@ impl fmt::Debug for ActionFingerprint {
 /// for the same user (a scope upgrade) finds — and resumes — the requests of
 /// the grant it replaces.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
-pub(crate) struct Lineage(pub(crate) [u8; 32]);
+pub(crate) struct Lineage(
+    #[serde(deserialize_with = "crate::store::codec::byte_array")] pub(crate) [u8; 32],
+);
 
 impl Lineage {
     pub(crate) fn of(site: &str, subject: &str, client_id: &str) -> Self {

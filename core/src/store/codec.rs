@@ -160,6 +160,39 @@ impl fmt::Display for CodecError {
 #[cfg(feature = "std")]
 impl std::error::Error for CodecError {}
 
+/// Reads a `[u8; N]` field as serde writes one (a tuple of `N` bytes: in
+/// postcard, the `N` bytes themselves; in JSON, an array of `N` numbers),
+/// for `#[serde(deserialize_with = "crate::store::codec::byte_array")]`.
+/// Serde's own `[u8; N]` reader unrolls its `N` element reads; this one
+/// loops, which keeps about 1 KiB of the 16- and 32-byte readers out of a
+/// firmware image. The encoding, and what is accepted, are serde's.
+pub(crate) fn byte_array<'de, D, const N: usize>(deserializer: D) -> Result<[u8; N], D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    struct Bytes<const N: usize>;
+
+    impl<'de, const N: usize> serde::de::Visitor<'de> for Bytes<N> {
+        type Value = [u8; N];
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            write!(f, "an array of length {N}")
+        }
+
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<[u8; N], A::Error> {
+            let mut out = [0u8; N];
+            for (i, byte) in out.iter_mut().enumerate() {
+                *byte = seq
+                    .next_element()?
+                    .ok_or_else(|| serde::de::Error::invalid_length(i, &self))?;
+            }
+            Ok(out)
+        }
+    }
+
+    deserializer.deserialize_tuple(N, Bytes::<N>)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -173,6 +206,38 @@ mod tests {
     impl Record for Sample {
         const TABLE: Table = Table::Meta;
         const VERSION: u8 = 3;
+    }
+
+    #[derive(Debug, PartialEq, serde::Deserialize)]
+    struct Looped(#[serde(deserialize_with = "byte_array")] [u8; 16], u8);
+
+    #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+    struct Unrolled([u8; 16], u8);
+
+    #[test]
+    fn byte_arrays_read_as_serde_reads_them() {
+        let bytes: [u8; 16] = core::array::from_fn(|i| (i * 17) as u8);
+        let wire = postcard::to_allocvec(&Unrolled(bytes, 9)).unwrap();
+        assert_eq!(postcard::from_bytes::<Looped>(&wire), Ok(Looped(bytes, 9)));
+        for cut in 0..wire.len() {
+            assert_eq!(
+                postcard::from_bytes::<Looped>(&wire[..cut]).is_ok(),
+                postcard::from_bytes::<Unrolled>(&wire[..cut]).is_ok(),
+            );
+        }
+        let json = serde_json::to_string(&Unrolled(bytes, 9)).unwrap();
+        assert_eq!(
+            serde_json::from_str::<Looped>(&json).unwrap(),
+            Looped(bytes, 9)
+        );
+        for bad in [
+            "[[1,2],3]",
+            "[[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17],3]",
+            "[[256,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0],3]",
+        ] {
+            assert!(serde_json::from_str::<Looped>(bad).is_err(), "{bad}");
+            assert!(serde_json::from_str::<Unrolled>(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]
