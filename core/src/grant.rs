@@ -407,9 +407,12 @@ impl Grant {
 
     /// Moves to the next generation, tagged by `kid`. The idle lifetime
     /// restarts; the absolute deadline does not move.
-    pub fn rotate(&mut self, requested: ScopeSet, kid: String, now: Timestamp) {
+    pub fn rotate(&mut self, requested: ScopeSet, kid: &str, now: Timestamp) {
         self.generation += 1;
-        self.kid = kid;
+        if self.kid != kid {
+            self.kid.clear();
+            self.kid.push_str(kid);
+        }
         self.last_refreshed = now;
         self.last_rotation = Some(Rotation { at: now, requested });
     }
@@ -660,7 +663,7 @@ mod tests {
         assert_eq!(grant.status(&site, day(31), &p), GrantStatus::Expired);
         // Refreshing every 20 days keeps it alive, but never past day 90.
         for d in [20, 40, 60, 80] {
-            grant.rotate(grant.scopes.clone(), "k1".into(), day(d));
+            grant.rotate(grant.scopes.clone(), "k1", day(d));
         }
         assert_eq!(grant.status(&site, day(89), &p), GrantStatus::Live);
         assert_eq!(grant.status(&site, day(91), &p), GrantStatus::Expired);
@@ -675,7 +678,7 @@ mod tests {
             grant.judge_refresh(1, &scope, t0, None),
             RefreshVerdict::Rotate
         );
-        grant.rotate(scope.clone(), "k1".into(), t0);
+        grant.rotate(scope.clone(), "k1", t0);
         assert_eq!(
             grant.judge_refresh(1, &scope, t0, None),
             RefreshVerdict::Reuse
@@ -693,7 +696,7 @@ mod tests {
             grant.judge_refresh(1, &ScopeSet::new(), t0, w),
             RefreshVerdict::Reuse
         );
-        grant.rotate(scope.clone(), "k1".into(), t0);
+        grant.rotate(scope.clone(), "k1", t0);
         assert_eq!(
             grant.judge_refresh(1, &scope, t0, w),
             RefreshVerdict::Reuse,
