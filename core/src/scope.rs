@@ -89,6 +89,8 @@ impl KnownScope {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ScopeSet(Vec<String>);
 
+crate::store::codec::fields!(ScopeSet(newtype));
+
 impl ScopeSet {
     /// The empty set.
     #[must_use]
