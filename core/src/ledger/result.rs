@@ -169,11 +169,15 @@ impl End {
     pub(crate) fn from_completion(c: &Completion, max_bytes: u32) -> Result<Self, LedgerError> {
         match c {
             Completion::Value(v) => {
-                let text = serde_json::to_string(v).map_err(|_| LedgerError::InvalidResult)?;
+                let mut text = Vec::new();
+                crate::jwt::json::write_value(&mut text, v);
                 if text.len() > max_bytes as usize {
                     return Err(LedgerError::ResultTooLarge { limit: max_bytes });
                 }
-                Ok(Self::Returned(text))
+                // JSON text written from a `Value` is UTF-8.
+                String::from_utf8(text)
+                    .map(Self::Returned)
+                    .map_err(|_| LedgerError::InvalidResult)
             }
             Completion::Error(e) => {
                 if !valid_code(&e.code) || e.message.len() > MAX_MESSAGE_LEN {
