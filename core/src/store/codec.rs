@@ -20,7 +20,7 @@
 //! `postcard`'s answers on every truncation of those bytes.
 //!
 //! Each type says how it is written ([`Encode`]) and read ([`Decode`]) by
-//! naming its fields in order ([`fields!`](crate::store::codec::fields)),
+//! naming its fields in order (the crate-private `fields!` macro),
 //! over one non-generic [`Reader`]: serde's derived readers are generic
 //! visitors, monomorphized per type: they made the probe firmware 5.8 KiB
 //! larger (README, "Embedded").
