@@ -3,6 +3,7 @@
 
 use alloc::borrow::Cow;
 use alloc::string::String;
+use alloc::vec::Vec;
 use core::cmp::Ordering;
 use core::fmt;
 
@@ -11,6 +12,7 @@ use serde::ser::SerializeSeq as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::error::{ErrorCode, WireError};
+use crate::store::codec::{self, Decode, Encode, Malformed, Reader};
 
 /// Most scopes one set may hold.
 pub const MAX_SCOPES: usize = 32;
@@ -198,17 +200,19 @@ impl ScopeSet {
         }
     }
 
-    /// The set of `tokens`, valid and strictly increasing: one allocation.
-    fn from_sorted(tokens: &[Cow<'_, str>]) -> Self {
-        let len = tokens.iter().map(|t| t.len() + 1).sum::<usize>();
-        let mut out = String::with_capacity(len.saturating_sub(1));
-        for t in tokens {
-            if !out.is_empty() {
-                out.push(' ');
-            }
-            out.push_str(t);
+    /// Adds `token` (valid by grammar) at the end when it sorts after
+    /// every token held, which is how decoding meets an encoded set, and
+    /// in its place otherwise.
+    fn push_token(&mut self, token: &str) {
+        let last = self.0.rsplit(' ').next().unwrap_or_default();
+        if self.0.is_empty() {
+            self.0.push_str(token);
+        } else if last < token {
+            self.0.push(' ');
+            self.0.push_str(token);
+        } else {
+            self.put(token);
         }
-        Self(out)
     }
 
     /// Whether `token` is in the set.
@@ -291,9 +295,9 @@ impl Serialize for ScopeSet {
 }
 
 impl<'de> Deserialize<'de> for ScopeSet {
-    /// A sequence of valid tokens, at most [`MAX_SCOPES`] different ones,
-    /// in any order (what [`Serialize`] writes is sorted, and is read
-    /// without a search); repeated tokens collapse, as in [`ScopeSet::parse`].
+    /// A sequence of valid tokens in any order (what [`Serialize`] writes
+    /// is sorted, and is appended without a search); repeated tokens
+    /// collapse, as in [`ScopeSet::parse`].
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         struct Tokens;
         impl<'de> Visitor<'de> for Tokens {
@@ -302,35 +306,50 @@ impl<'de> Deserialize<'de> for ScopeSet {
                 f.write_str("a list of scope tokens")
             }
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<ScopeSet, A::Error> {
-                // Up to MAX_SCOPES tokens gathered first, so the set is
-                // allocated once at its size; a list out of order (not
-                // what `serialize` writes) is sorted by `insert`.
-                let mut tokens: heapless::Vec<Cow<'de, str>, MAX_SCOPES> = heapless::Vec::new();
-                let mut sorted = true;
+                let mut set = ScopeSet::new();
                 while let Some(Token(token)) = seq.next_element()? {
                     if !is_scope_token(&token) {
                         return Err(de::Error::invalid_value(Unexpected::Str(&token), &self));
                     }
-                    sorted &= tokens.last().is_none_or(|last| *last < token);
-                    if let Err(token) = tokens.push(token) {
-                        // Full: only a repeat of a token already held fits.
-                        if !tokens.contains(&token) {
-                            return Err(de::Error::invalid_length(MAX_SCOPES + 1, &self));
-                        }
-                        sorted = false;
-                    }
-                }
-                if sorted {
-                    return Ok(ScopeSet::from_sorted(&tokens));
-                }
-                let mut set = ScopeSet::new();
-                for t in &tokens {
-                    set.put(t);
+                    set.push_token(&token);
                 }
                 Ok(set)
             }
         }
         deserializer.deserialize_seq(Tokens)
+    }
+}
+
+impl Encode for ScopeSet {
+    /// The sorted tokens as a list of strings: the bytes [`Serialize`]
+    /// gives postcard.
+    fn encode(&self, out: &mut Vec<u8>) {
+        codec::write_varint(out, self.len() as u64);
+        for t in self.iter() {
+            t.encode(out);
+        }
+    }
+}
+
+impl Decode<'_> for ScopeSet {
+    /// A list of valid tokens, as [`Deserialize`] reads it; the set is
+    /// allocated once at its size (a first pass over the list measures it).
+    fn decode(r: &mut Reader<'_>) -> Result<Self, Malformed> {
+        let n = r.len()?;
+        let mut measure = r.clone();
+        let mut len = 0usize;
+        for _ in 0..n {
+            let token = measure.str()?;
+            if !is_scope_token(token) {
+                return Err(Malformed);
+            }
+            len = len.saturating_add(token.len() + 1);
+        }
+        let mut set = Self(String::with_capacity(len.saturating_sub(1)));
+        for _ in 0..n {
+            set.push_token(r.str()?);
+        }
+        Ok(set)
     }
 }
 
@@ -499,18 +518,32 @@ mod tests {
         for bad in [r#"[""]"#, r#"["a b"]"#, r#"["é"]"#, r#"["a\"b"]"#] {
             assert!(read(bad).is_err(), "{bad}");
         }
-        let many: Vec<String> = (0..=MAX_SCOPES)
-            .map(|i| alloc::format!("s{i:02}"))
-            .collect();
-        let json = serde_json::to_string(&many).unwrap();
-        assert!(read(&json).is_err());
-        assert_eq!(
-            read(&serde_json::to_string(&many[..MAX_SCOPES]).unwrap())
-                .unwrap()
-                .iter()
-                .count(),
-            MAX_SCOPES
-        );
+    }
+
+    #[test]
+    fn the_record_codec_writes_what_postcard_writes_and_reads_it_back() {
+        for text in ["", "skills:read", "a b c", "skills:write skills:read x:y"] {
+            let set = ScopeSet::parse(text).unwrap();
+            let mut bytes = Vec::new();
+            set.encode(&mut bytes);
+            assert_eq!(bytes, postcard::to_allocvec(&set).unwrap(), "{text:?}");
+            let mut r = Reader::new(&bytes, 1);
+            assert_eq!(ScopeSet::decode(&mut r), Ok(set));
+            assert!(r.is_empty());
+            for cut in 0..bytes.len() {
+                assert_eq!(
+                    ScopeSet::decode(&mut Reader::new(&bytes[..cut], 1)),
+                    Err(Malformed)
+                );
+            }
+        }
+        // Out of order and repeated: read into the canonical set.
+        let tokens = ["b", "a", "b"];
+        let bytes = postcard::to_allocvec(&tokens[..]).unwrap();
+        let read = ScopeSet::decode(&mut Reader::new(&bytes, 1)).unwrap();
+        assert_eq!(read, ScopeSet::parse("a b").unwrap());
+        let bad = postcard::to_allocvec(&["a", "a b"][..]).unwrap();
+        assert_eq!(ScopeSet::decode(&mut Reader::new(&bad, 1)), Err(Malformed));
     }
 
     #[test]
