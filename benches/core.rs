@@ -2,7 +2,8 @@
 //!
 //! * HS256 sign and verify against a bare HMAC-SHA256 over the same bytes
 //!   and against `jsonwebtoken`;
-//! * bearer verification with the grant check against bare verification;
+//! * bearer verification with the grant check against bare verification,
+//!   on the memory store and on redb;
 //! * refresh rotation on the memory store;
 //! * the open-redirect guard against `url` parse + join.
 //!
@@ -32,7 +33,7 @@ use portcullis::pkce::{CodeChallenge, CodeVerifier};
 use portcullis::redirect::SafePath;
 use portcullis::scope::ScopeSet;
 use portcullis::site::{SiteConfig, SiteId};
-use portcullis::store::MemoryStore;
+use portcullis::store::{MemoryStore, RedbStore, Store};
 use portcullis::{Engine, Policy, Timestamp};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -157,11 +158,11 @@ fn jwt(c: &mut Criterion) {
 
 const VERIFIER: &str = "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk";
 
-/// An engine on the memory store with one site, one client and one grant.
-fn engine_with_grant() -> (Engine<MemoryStore>, SiteId, String, String, String) {
+/// An engine on `store` with one site, one client and one grant.
+fn engine_with_grant<S: Store>(store: S) -> (Engine<S>, SiteId, String, String, String) {
     let mut rng = StdRng::seed_from_u64(1);
     let now = Timestamp::from_secs(NOW.unsigned_abs());
-    let engine = Engine::new(MemoryStore::new(), keyring(), Policy::default());
+    let engine = Engine::new(store, keyring(), Policy::default());
     let site = SiteId::parse("bench").unwrap();
     engine
         .create_site(
@@ -220,7 +221,7 @@ fn engine_with_grant() -> (Engine<MemoryStore>, SiteId, String, String, String) 
 }
 
 fn engine(c: &mut Criterion) {
-    let (engine, site, client_id, access, refresh) = engine_with_grant();
+    let (engine, site, client_id, access, refresh) = engine_with_grant(MemoryStore::new());
     let now = Timestamp::from_secs(NOW.unsigned_abs());
     let header = format!("Bearer {access}");
     let required = ScopeSet::parse("skills:read").unwrap();
@@ -268,6 +269,36 @@ fn engine(c: &mut Criterion) {
     g.finish();
 }
 
+/// The bearer check on the durable store: the same token, site and grant on
+/// redb (a file in a temporary directory, read through redb's page cache).
+fn engine_redb(c: &mut Criterion) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = RedbStore::open(dir.path().join("bench.redb")).unwrap();
+    let (engine, site, _, access, _) = engine_with_grant(store);
+    let now = Timestamp::from_secs(NOW.unsigned_abs());
+    let header = format!("Bearer {access}");
+    let required = ScopeSet::parse("skills:read").unwrap();
+    let resource = engine.site(&site).unwrap().resource();
+    let expect = Validation::new(TokenType::AccessToken, resource).issuer(ISS);
+    let mut g = c.benchmark_group("engine_redb");
+    g.bench_function("bare_jwt_verify", |b| {
+        b.iter(|| {
+            engine
+                .keyring()
+                .verify(black_box(&access), &expect, now)
+                .unwrap()
+        });
+    });
+    g.bench_function("verify_bearer_with_grant_check", |b| {
+        b.iter(|| {
+            engine
+                .verify_bearer(&site, HeaderField::one(black_box(&header)), &required, now)
+                .unwrap()
+        });
+    });
+    g.finish();
+}
+
 fn redirect(c: &mut Criterion) {
     let origin = url::Url::parse("https://chat.example.com").unwrap();
     let path = "/inbox/threads/42?f_label=work&sort=recent#latest";
@@ -285,7 +316,7 @@ fn redirect(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, jwt, engine, redirect);
+criterion_group!(benches, jwt, engine, engine_redb, redirect);
 
 /// A ratio the bench reports: `numerator / denominator` of two medians.
 struct Ratio {
@@ -349,6 +380,13 @@ const RATIOS: &[Ratio] = &[
         target: 1.5,
     },
     Ratio {
+        name: "bearer_over_bare_verify_redb",
+        numerator: "engine_redb/verify_bearer_with_grant_check",
+        denominator: "engine_redb/bare_jwt_verify",
+        op: "le",
+        target: 3.0,
+    },
+    Ratio {
         name: "redirect_speedup_over_url",
         numerator: "redirect_guard/url_parse_and_join",
         denominator: "redirect_guard/portcullis_safe_path",
@@ -389,6 +427,8 @@ fn main() {
         "engine_memory/bare_jwt_verify",
         "engine_memory/verify_bearer_with_grant_check",
         "engine_memory/refresh_rotation",
+        "engine_redb/bare_jwt_verify",
+        "engine_redb/verify_bearer_with_grant_check",
         "redirect_guard/portcullis_safe_path",
         "redirect_guard/url_parse_and_join",
     ] {

@@ -22,6 +22,7 @@ LABELS = {
     "verify_owned_over_floor": ("`Keyring::verify` (owned claims) / floor", "hs256"),
     "verify_owned_speedup_over_jsonwebtoken": ("`jsonwebtoken::decode` / `Keyring::verify`", "hs256"),
     "bearer_over_bare_verify_memory": ("`verify_bearer` with grant / bare verify, memory, 1 grant", "engine"),
+    "bearer_over_bare_verify_redb": ("`verify_bearer` with grant / bare verify, redb, 1 grant", "engine"),
     "redirect_speedup_over_url": ("`url` parse + join / `SafePath::new`", "redirect"),
     "bearer_over_bare_verify_memory_1m": ("`verify_bearer` with grant / bare verify, memory, 1 000 000 grants", "scale"),
     "scale_bare_jwt_verify_1m_over_10k": ("bare verify, 1 000 000 / 10 000 grants", "scale"),

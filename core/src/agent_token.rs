@@ -41,6 +41,18 @@ pub struct AgentToken {
     pub revoked: Option<Timestamp>,
 }
 
+crate::store::codec::fields!(AgentToken {
+    jti,
+    site,
+    subject,
+    org_domain,
+    scopes,
+    label,
+    created,
+    expires,
+    revoked,
+});
+
 impl Record for AgentToken {
     const TABLE: Table = Table::AgentTokens;
     const VERSION: u8 = 1;
@@ -51,5 +63,31 @@ impl AgentToken {
     #[must_use]
     pub fn is_live(&self, now: Timestamp) -> bool {
         self.revoked.is_none() && now < self.expires
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The record's encoding and reading are postcard's over its derives.
+    #[test]
+    fn the_record_encoding_is_postcards() {
+        let mut token = AgentToken {
+            jti: "AAAAAAAAAAAAAAAAAAAAAA".into(),
+            site: SiteId::parse("s").unwrap(),
+            subject: "u".into(),
+            org_domain: None,
+            scopes: ScopeSet::parse("skills:read").unwrap(),
+            label: None,
+            created: Timestamp::from_secs(100),
+            expires: Timestamp::from_secs(200),
+            revoked: None,
+        };
+        crate::store::codec::assert_postcard_agrees(&token);
+        token.org_domain = Some("example.com".into());
+        token.label = Some("laptop CLI".into());
+        token.revoked = Some(Timestamp::from_secs(150));
+        crate::store::codec::assert_postcard_agrees(&token);
     }
 }

@@ -17,6 +17,7 @@
 //! was redeemed.
 
 use alloc::string::String;
+use alloc::vec::Vec;
 use core::fmt;
 
 use crate::jwt::b64;
@@ -31,6 +32,7 @@ use crate::pkce::{ChallengeMethod, CodeChallenge, PkceError};
 use crate::scope::ScopeSet;
 use crate::secret::{Digest32, SecretString};
 use crate::site::{Site, SiteId};
+use crate::store::codec;
 use crate::store::{Record, Table};
 use crate::time::Timestamp;
 
@@ -364,6 +366,27 @@ pub enum CodeState {
     Redeemed(GrantId),
 }
 
+impl codec::Encode for CodeState {
+    fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Self::Issued => out.push(0),
+            Self::Redeemed(grant) => {
+                out.push(1);
+                grant.encode(out);
+            }
+        }
+    }
+}
+
+impl codec::Decode<'_> for CodeState {
+    fn decode(r: &mut codec::Reader<'_>) -> Result<Self, codec::Malformed> {
+        match r.variant(2)? {
+            0 => Ok(Self::Issued),
+            _ => codec::Decode::decode(r).map(Self::Redeemed),
+        }
+    }
+}
+
 /// A stored authorization code (without the code itself).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AuthorizationCode {
@@ -393,6 +416,21 @@ pub struct AuthorizationCode {
     /// Issued or redeemed.
     pub state: CodeState,
 }
+
+codec::fields!(AuthorizationCode {
+    id,
+    site,
+    epoch,
+    client_id,
+    client_name,
+    redirect_uri,
+    challenge,
+    scopes,
+    resource,
+    subject,
+    expires,
+    state,
+});
 
 impl Record for AuthorizationCode {
     const TABLE: Table = Table::Codes;
@@ -500,5 +538,36 @@ mod tests {
         );
         assert_eq!(verify_code(&k, &forged), None);
         assert_eq!(verify_code(&k, "pac1.x.y.k1"), None);
+    }
+
+    /// The record's encoding and reading are postcard's over its derives.
+    #[test]
+    fn the_code_encoding_is_postcards() {
+        for (client_name, state) in [
+            (None, CodeState::Issued),
+            (
+                Some("Agent".into()),
+                CodeState::Redeemed(GrantId::from_bytes([0x80; 16])),
+            ),
+        ] {
+            codec::assert_postcard_agrees(&AuthorizationCode {
+                id: [0xff; 16],
+                site: SiteId::parse("s").unwrap(),
+                epoch: 3,
+                client_id: "c".into(),
+                client_name,
+                redirect_uri: "https://c.example/cb".into(),
+                challenge: CodeChallenge::parse(
+                    "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM",
+                    ChallengeMethod::S256,
+                )
+                .unwrap(),
+                scopes: ScopeSet::parse("skills:read skills:write").unwrap(),
+                resource: "https://a.example/mcp/k".into(),
+                subject: "u".into(),
+                expires: Timestamp::from_secs(1_800_000_000),
+                state,
+            });
+        }
     }
 }

@@ -49,6 +49,17 @@ impl<'a> Form<'a> {
             .map(|(_, v)| &**v)
     }
 
+    /// The value of `name` with the input's lifetime: borrowed from the
+    /// input unless percent-decoding changed it (then a copy of the decoded
+    /// value).
+    #[must_use]
+    pub fn get_cow(&self, name: &str) -> Option<Cow<'a, str>> {
+        self.pairs
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+    }
+
     /// Every pair, in input order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
         self.pairs.iter().map(|(n, v)| (&**n, &**v))

@@ -41,13 +41,15 @@ use crate::policy::Policy;
 use crate::scope::ScopeSet;
 use crate::secret::SecretString;
 use crate::site::{Site, SiteId};
-use crate::store::codec::SkippedStrings;
+use crate::store::codec::{self, SkippedStrings};
 use crate::store::{Record, Table, Viewed};
 use crate::time::Timestamp;
 
 /// A grant identifier: 16 random bytes, shown as 22 characters of base64url.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct GrantId(#[serde(deserialize_with = "crate::store::codec::byte_array")] [u8; 16]);
+
+codec::fields!(GrantId(newtype));
 
 impl GrantId {
     /// Wraps raw bytes.
@@ -97,6 +99,13 @@ pub enum RevocationReason {
     ClientRequest,
 }
 
+codec::unit_enum!(RevocationReason {
+    Revoked,
+    RefreshReuse,
+    CodeReplay,
+    ClientRequest,
+});
+
 /// When and why a grant was revoked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Revocation {
@@ -105,6 +114,8 @@ pub struct Revocation {
     /// Why.
     pub reason: RevocationReason,
 }
+
+codec::fields!(Revocation { at, reason });
 
 /// The rotation that produced the current generation, kept for the retry
 /// window.
@@ -115,6 +126,8 @@ pub struct Rotation {
     /// The scope the client asked for in that refresh.
     pub requested: ScopeSet,
 }
+
+codec::fields!(Rotation { at, requested });
 
 /// A stored grant.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -168,6 +181,24 @@ impl fmt::Debug for Grant {
     }
 }
 
+codec::fields!(Grant {
+    id,
+    site,
+    epoch,
+    client_id,
+    client_name,
+    subject,
+    scopes,
+    resource,
+    created,
+    last_refreshed,
+    generation,
+    salt,
+    kid,
+    last_rotation,
+    revoked,
+});
+
 impl Record for Grant {
     const TABLE: Table = Table::Grants;
     const VERSION: u8 = 1;
@@ -181,7 +212,7 @@ impl Viewed for Grant {
 /// bytes, scope lists skipped without allocating. Its fields mirror
 /// [`Grant`]'s in order (postcard is positional; a test holds the two
 /// together). The salt is read past, never kept.
-#[derive(Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub struct GrantView<'a> {
     /// The id.
     pub id: GrantId,
@@ -192,7 +223,6 @@ pub struct GrantView<'a> {
     /// The client it was issued to.
     pub client_id: &'a str,
     /// The client's self-declared (unverified) name.
-    #[serde(borrow)]
     pub client_name: Option<&'a str>,
     /// The user.
     pub subject: &'a str,
@@ -207,7 +237,6 @@ pub struct GrantView<'a> {
     /// The current refresh-token generation.
     pub generation: u32,
     /// The salt: read past, never shown.
-    #[serde(deserialize_with = "crate::store::codec::byte_array")]
     salt: [u8; 16],
     /// The key that tags the current generation's token.
     pub kid: &'a str,
@@ -216,6 +245,24 @@ pub struct GrantView<'a> {
     /// Set once the grant is revoked.
     pub revoked: Option<Revocation>,
 }
+
+codec::fields!(view GrantView {
+    id,
+    site,
+    epoch,
+    client_id,
+    client_name,
+    subject,
+    scopes,
+    resource,
+    created,
+    last_refreshed,
+    generation,
+    salt,
+    kid,
+    last_rotation,
+    revoked,
+});
 
 impl fmt::Debug for GrantView<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -231,12 +278,21 @@ impl fmt::Debug for GrantView<'_> {
 }
 
 /// [`Rotation`] read in place: its time, the requested scopes skipped.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RotationView {
     /// When it happened.
     pub at: Timestamp,
     /// The scope asked for (skipped).
     pub requested: SkippedStrings,
+}
+
+impl codec::Decode<'_> for RotationView {
+    fn decode(r: &mut codec::Reader<'_>) -> Result<Self, codec::Malformed> {
+        Ok(Self {
+            at: codec::Decode::decode(r)?,
+            requested: codec::Decode::decode(r)?,
+        })
+    }
 }
 
 impl GrantView<'_> {
@@ -407,9 +463,12 @@ impl Grant {
 
     /// Moves to the next generation, tagged by `kid`. The idle lifetime
     /// restarts; the absolute deadline does not move.
-    pub fn rotate(&mut self, requested: ScopeSet, kid: String, now: Timestamp) {
+    pub fn rotate(&mut self, requested: ScopeSet, kid: &str, now: Timestamp) {
         self.generation += 1;
-        self.kid = kid;
+        if self.kid != kid {
+            self.kid.clear();
+            self.kid.push_str(kid);
+        }
         self.last_refreshed = now;
         self.last_rotation = Some(Rotation { at: now, requested });
     }
@@ -573,8 +632,8 @@ mod tests {
         grant.generation = 3;
         let policy = Policy::default();
         let check = |grant: &Grant, site: &Site, now: Timestamp| {
-            let bytes = crate::store::codec::encode(grant).unwrap();
-            let v = crate::store::codec::decode_view::<Grant>(&bytes).unwrap();
+            let bytes = codec::encode(grant).unwrap();
+            let v = codec::decode_view::<Grant>(&bytes).unwrap();
             assert_eq!(
                 (v.id, v.site, v.epoch),
                 (grant.id, grant.site.as_str(), grant.epoch)
@@ -660,7 +719,7 @@ mod tests {
         assert_eq!(grant.status(&site, day(31), &p), GrantStatus::Expired);
         // Refreshing every 20 days keeps it alive, but never past day 90.
         for d in [20, 40, 60, 80] {
-            grant.rotate(grant.scopes.clone(), "k1".into(), day(d));
+            grant.rotate(grant.scopes.clone(), "k1", day(d));
         }
         assert_eq!(grant.status(&site, day(89), &p), GrantStatus::Live);
         assert_eq!(grant.status(&site, day(91), &p), GrantStatus::Expired);
@@ -675,7 +734,7 @@ mod tests {
             grant.judge_refresh(1, &scope, t0, None),
             RefreshVerdict::Rotate
         );
-        grant.rotate(scope.clone(), "k1".into(), t0);
+        grant.rotate(scope.clone(), "k1", t0);
         assert_eq!(
             grant.judge_refresh(1, &scope, t0, None),
             RefreshVerdict::Reuse
@@ -693,7 +752,7 @@ mod tests {
             grant.judge_refresh(1, &ScopeSet::new(), t0, w),
             RefreshVerdict::Reuse
         );
-        grant.rotate(scope.clone(), "k1".into(), t0);
+        grant.rotate(scope.clone(), "k1", t0);
         assert_eq!(
             grant.judge_refresh(1, &scope, t0, w),
             RefreshVerdict::Reuse,
@@ -719,5 +778,31 @@ mod tests {
             grant.status(&site, Timestamp::from_secs(1_000), &Policy::default()),
             GrantStatus::Revoked
         );
+    }
+
+    /// The record's encoding and reading are postcard's over its derives.
+    #[test]
+    fn the_record_encoding_is_postcards() {
+        let (_, mut grant, _) = fixture();
+        codec::assert_postcard_agrees(&grant);
+        grant.client_name = Some("Agënt \u{2603}".into());
+        grant.last_rotation = Some(Rotation {
+            at: Timestamp::MAX,
+            requested: ScopeSet::parse("skills:read skills:write").unwrap(),
+        });
+        grant.generation = u32::MAX;
+        grant.epoch = 128;
+        for reason in [
+            RevocationReason::Revoked,
+            RevocationReason::RefreshReuse,
+            RevocationReason::CodeReplay,
+            RevocationReason::ClientRequest,
+        ] {
+            grant.revoked = Some(Revocation {
+                at: Timestamp::from_secs(16_384),
+                reason,
+            });
+            codec::assert_postcard_agrees(&grant);
+        }
     }
 }

@@ -87,6 +87,8 @@ impl ChallengeMethod {
 #[derive(Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CodeChallenge(#[serde(deserialize_with = "crate::store::codec::byte_array")] [u8; 32]);
 
+crate::store::codec::fields!(CodeChallenge(newtype));
+
 impl CodeChallenge {
     /// Parses the `code_challenge` parameter sent with `method`.
     pub fn parse(challenge: &str, method: ChallengeMethod) -> Result<Self, PkceError> {

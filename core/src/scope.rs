@@ -1,13 +1,18 @@
 //! OAuth scopes (RFC 6749 §3.3): a set of scope tokens, order-free and
 //! without duplicates.
 
+use alloc::borrow::Cow;
 use alloc::string::String;
 use alloc::vec::Vec;
+use core::cmp::Ordering;
 use core::fmt;
 
-use serde::{Deserialize, Serialize};
+use serde::de::{self, SeqAccess, Unexpected, Visitor};
+use serde::ser::SerializeSeq as _;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::error::{ErrorCode, WireError};
+use crate::store::codec::{self, Decode, Encode, Malformed, Reader};
 
 /// Most scopes one set may hold.
 pub const MAX_SCOPES: usize = 32;
@@ -86,14 +91,21 @@ impl KnownScope {
 }
 
 /// A set of scope tokens, kept sorted so equal sets compare and encode equal.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct ScopeSet(Vec<String>);
+///
+/// Held as its `scope` parameter form, the sorted tokens joined by single
+/// spaces, in one string: a set costs one allocation however many tokens
+/// it has, and [`ScopeSet::as_param`] is free. It encodes as a sequence of
+/// tokens (what a `Vec<String>` of the sorted tokens encodes to), and
+/// decoding re-checks every token, so a stored set reads back exactly as
+/// it was made.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ScopeSet(String);
 
 impl ScopeSet {
     /// The empty set.
     #[must_use]
     pub const fn new() -> Self {
-        Self(Vec::new())
+        Self(String::new())
     }
 
     /// Parses a space-separated `scope` parameter. Tokens use the RFC 6749
@@ -101,14 +113,10 @@ impl ScopeSet {
     /// repeated tokens collapse; runs of spaces are refused, as the grammar
     /// allows exactly one space between tokens.
     pub fn parse(scope: &str) -> Result<Self, ScopeError> {
-        let mut set = Self::new();
         if scope.is_empty() {
-            return Ok(set);
+            return Ok(Self::new());
         }
-        for token in scope.split(' ') {
-            set.insert(token)?;
-        }
-        Ok(set)
+        Self::from_tokens(scope.split(' '))
     }
 
     /// The set of `tokens`, which cannot fail: each token is valid by
@@ -117,10 +125,11 @@ impl ScopeSet {
     #[must_use]
     pub fn known<const N: usize>(tokens: [KnownScope; N]) -> Self {
         const { assert!(N <= MAX_SCOPES, "too many scopes") };
-        let mut v: Vec<String> = tokens.iter().map(|t| String::from(t.0)).collect();
-        v.sort_unstable();
-        v.dedup();
-        Self(v)
+        let mut set = Self::new();
+        for token in tokens {
+            set.put(token.0);
+        }
+        set
     }
 
     /// Builds a set from tokens.
@@ -137,60 +146,107 @@ impl ScopeSet {
         if !is_scope_token(token) {
             return Err(ScopeError::InvalidToken);
         }
-        if let Err(at) = self.0.binary_search_by(|t| t.as_str().cmp(token)) {
-            if self.0.len() == MAX_SCOPES {
-                return Err(ScopeError::TooMany);
-            }
-            self.0.insert(at, token.into());
-        }
-        Ok(())
+        self.insert_checked(token)
     }
 
     /// Adds a known token: no parsing, as it is valid by construction. Fails
     /// only with [`ScopeError::TooMany`], when the set already holds
     /// [`MAX_SCOPES`] other tokens.
     pub fn insert_known(&mut self, token: KnownScope) -> Result<(), ScopeError> {
-        if let Err(at) = self.0.binary_search_by(|t| t.as_str().cmp(token.0)) {
-            if self.0.len() == MAX_SCOPES {
-                return Err(ScopeError::TooMany);
-            }
-            self.0.insert(at, token.0.into());
+        self.insert_checked(token.0)
+    }
+
+    /// Adds `token`, valid by grammar, unless the set is full.
+    fn insert_checked(&mut self, token: &str) -> Result<(), ScopeError> {
+        if !self.contains(token) && self.len() == MAX_SCOPES {
+            return Err(ScopeError::TooMany);
         }
+        self.put(token);
         Ok(())
+    }
+
+    /// Puts `token` (valid, and with room for it) in its sorted place,
+    /// unless it is there already.
+    fn put(&mut self, token: &str) {
+        let mut at = self.0.len();
+        let mut offset = 0;
+        for t in self.iter() {
+            match t.cmp(token) {
+                Ordering::Less => offset += t.len() + 1,
+                Ordering::Equal => return,
+                Ordering::Greater => {
+                    at = offset;
+                    break;
+                }
+            }
+        }
+        if self.0.is_empty() {
+            self.0.push_str(token);
+        } else if at == self.0.len() {
+            self.0.push(' ');
+            self.0.push_str(token);
+        } else {
+            self.0.insert(at, ' ');
+            self.0.insert_str(at, token);
+        }
+    }
+
+    /// How many tokens the set holds.
+    fn len(&self) -> usize {
+        if self.0.is_empty() {
+            0
+        } else {
+            self.0.bytes().filter(|&b| b == b' ').count() + 1
+        }
+    }
+
+    /// Adds `token` (valid by grammar) at the end when it sorts after
+    /// every token held, which is how decoding meets an encoded set, and
+    /// in its place otherwise.
+    fn push_token(&mut self, token: &str) {
+        let last = self.0.rsplit(' ').next().unwrap_or_default();
+        if self.0.is_empty() {
+            self.0.push_str(token);
+        } else if last < token {
+            self.0.push(' ');
+            self.0.push_str(token);
+        } else {
+            self.put(token);
+        }
     }
 
     /// Whether `token` is in the set.
     #[must_use]
     pub fn contains(&self, token: &str) -> bool {
-        self.0.binary_search_by(|t| t.as_str().cmp(token)).is_ok()
+        self.iter().any(|t| t == token)
     }
 
     /// Whether every token of `self` is in `other`.
     #[must_use]
     pub fn is_subset(&self, other: &Self) -> bool {
-        self.0.iter().all(|t| other.contains(t))
+        self.iter().all(|t| other.contains(t))
     }
 
     /// The tokens of `self` missing from `granted`.
     #[must_use]
     pub fn missing_from(&self, granted: &Self) -> Self {
-        Self(
-            self.0
-                .iter()
-                .filter(|t| !granted.contains(t))
-                .cloned()
-                .collect(),
-        )
+        let mut out = Self::new();
+        for t in self.iter().filter(|t| !granted.contains(t)) {
+            // In order and each once: appending keeps the form.
+            if !out.0.is_empty() {
+                out.0.push(' ');
+            }
+            out.0.push_str(t);
+        }
+        out
     }
 
     /// Union with `other`.
     #[must_use]
     pub fn union(&self, other: &Self) -> Self {
         let mut out = self.clone();
-        for t in &other.0 {
-            if let Err(at) = out.0.binary_search(t) {
-                out.0.insert(at, t.clone());
-            }
+        for t in other.iter() {
+            out.put(t);
         }
         out
     }
@@ -203,37 +259,141 @@ impl ScopeSet {
 
     /// The tokens, sorted.
     pub fn iter(&self) -> impl Iterator<Item = &str> {
-        self.0.iter().map(String::as_str)
+        Tokens(&self.0)
     }
-}
 
-impl ScopeSet {
-    /// The `scope` parameter form ([`fmt::Display`]) in a string sized
-    /// once: the token paths write it into every access token.
+    /// The `scope` parameter form ([`fmt::Display`]), borrowed: what the
+    /// token paths write into every access token.
+    #[must_use]
+    pub fn as_param(&self) -> &str {
+        &self.0
+    }
+
+    /// The `scope` parameter form ([`fmt::Display`]) as an owned string.
     #[must_use]
     pub fn to_param(&self) -> String {
-        let len = self.0.iter().map(String::len).sum::<usize>() + self.0.len().saturating_sub(1);
-        let mut out = String::with_capacity(len);
-        for (i, t) in self.0.iter().enumerate() {
-            if i > 0 {
-                out.push(' ');
-            }
-            out.push_str(t);
-        }
-        out
+        self.0.clone()
     }
 }
 
 impl fmt::Display for ScopeSet {
     /// The `scope` parameter form: tokens separated by single spaces.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, t) in self.0.iter().enumerate() {
-            if i > 0 {
-                f.write_str(" ")?;
-            }
-            f.write_str(t)?;
+        f.write_str(&self.0)
+    }
+}
+
+impl Serialize for ScopeSet {
+    /// A sequence of the sorted tokens, as a `Vec<String>` of them encodes.
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut seq = serializer.serialize_seq(Some(self.len()))?;
+        for t in self.iter() {
+            seq.serialize_element(t)?;
         }
-        Ok(())
+        seq.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for ScopeSet {
+    /// A sequence of valid tokens in any order (what [`Serialize`] writes
+    /// is sorted, and is appended without a search); repeated tokens
+    /// collapse, as in [`ScopeSet::parse`].
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Tokens;
+        impl<'de> Visitor<'de> for Tokens {
+            type Value = ScopeSet;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a list of scope tokens")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<ScopeSet, A::Error> {
+                let mut set = ScopeSet::new();
+                while let Some(Token(token)) = seq.next_element()? {
+                    if !is_scope_token(&token) {
+                        return Err(de::Error::invalid_value(Unexpected::Str(&token), &self));
+                    }
+                    set.push_token(&token);
+                }
+                Ok(set)
+            }
+        }
+        deserializer.deserialize_seq(Tokens)
+    }
+}
+
+impl Encode for ScopeSet {
+    /// The sorted tokens as a list of strings: the bytes [`Serialize`]
+    /// gives postcard.
+    fn encode(&self, out: &mut Vec<u8>) {
+        codec::write_varint(out, self.len() as u64);
+        for t in self.iter() {
+            t.encode(out);
+        }
+    }
+}
+
+impl Decode<'_> for ScopeSet {
+    /// A list of valid tokens, as [`Deserialize`] reads it; the set is
+    /// allocated once at its size (a first pass over the list measures it).
+    fn decode(r: &mut Reader<'_>) -> Result<Self, Malformed> {
+        let n = r.len()?;
+        let mut measure = r.clone();
+        let mut len = 0usize;
+        for _ in 0..n {
+            let token = measure.str()?;
+            if !is_scope_token(token) {
+                return Err(Malformed);
+            }
+            len = len.saturating_add(token.len() + 1);
+        }
+        let mut set = Self(String::with_capacity(len.saturating_sub(1)));
+        for _ in 0..n {
+            set.push_token(r.str()?);
+        }
+        Ok(set)
+    }
+}
+
+/// The tokens of a set's parameter form, split at its single spaces.
+struct Tokens<'a>(&'a str);
+
+impl<'a> Iterator for Tokens<'a> {
+    type Item = &'a str;
+
+    fn next(&mut self) -> Option<&'a str> {
+        if self.0.is_empty() {
+            return None;
+        }
+        // Tokens are a few bytes long: a plain scan beats a memchr call.
+        let (token, rest) = match self.0.bytes().position(|b| b == b' ') {
+            Some(at) => (&self.0[..at], &self.0[at + 1..]),
+            None => (self.0, ""),
+        };
+        self.0 = rest;
+        Some(token)
+    }
+}
+
+/// One token as a decoder holds it: borrowed from the input where it can
+/// be (postcard, JSON without escapes), so decoding a set allocates only
+/// the set.
+struct Token<'de>(Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for Token<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Text;
+        impl<'de> Visitor<'de> for Text {
+            type Value = Token<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a scope token")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Token<'de>, E> {
+                Ok(Token(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Token<'de>, E> {
+                Ok(Token(Cow::Owned(v.into())))
+            }
+        }
+        deserializer.deserialize_str(Text)
     }
 }
 
@@ -272,6 +432,7 @@ impl std::error::Error for ScopeError {}
 mod tests {
     use super::*;
     use alloc::string::ToString;
+    use alloc::vec::Vec;
 
     #[test]
     fn parses_sorts_and_dedupes() {
@@ -327,6 +488,62 @@ mod tests {
             Err(ScopeError::TooMany)
         );
         assert!(!full.contains(SKILLS_READ));
+    }
+
+    #[test]
+    fn encodes_as_the_sorted_token_list_and_reads_back() {
+        for text in ["", "skills:read", "a b c", "skills:write skills:read x:y"] {
+            let set = ScopeSet::parse(text).unwrap();
+            let tokens: Vec<String> = set.iter().map(String::from).collect();
+            let bytes = postcard::to_allocvec(&set).unwrap();
+            assert_eq!(bytes, postcard::to_allocvec(&tokens).unwrap(), "{text:?}");
+            assert_eq!(postcard::from_bytes::<ScopeSet>(&bytes).unwrap(), set);
+            let json = serde_json::to_string(&set).unwrap();
+            assert_eq!(json, serde_json::to_string(&tokens).unwrap(), "{text:?}");
+            assert_eq!(serde_json::from_str::<ScopeSet>(&json).unwrap(), set);
+        }
+    }
+
+    #[test]
+    fn decoding_checks_tokens_and_makes_the_set_canonical() {
+        let read = |json: &str| serde_json::from_str::<ScopeSet>(json);
+        assert_eq!(
+            read(r#"["b","a","b"]"#).unwrap(),
+            ScopeSet::parse("a b").unwrap()
+        );
+        assert_eq!(
+            read(r#"["a\u0062"]"#).unwrap(),
+            ScopeSet::parse("ab").unwrap()
+        );
+        for bad in [r#"[""]"#, r#"["a b"]"#, r#"["é"]"#, r#"["a\"b"]"#] {
+            assert!(read(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_record_codec_writes_what_postcard_writes_and_reads_it_back() {
+        for text in ["", "skills:read", "a b c", "skills:write skills:read x:y"] {
+            let set = ScopeSet::parse(text).unwrap();
+            let mut bytes = Vec::new();
+            set.encode(&mut bytes);
+            assert_eq!(bytes, postcard::to_allocvec(&set).unwrap(), "{text:?}");
+            let mut r = Reader::new(&bytes, 1);
+            assert_eq!(ScopeSet::decode(&mut r), Ok(set));
+            assert!(r.is_empty());
+            for cut in 0..bytes.len() {
+                assert_eq!(
+                    ScopeSet::decode(&mut Reader::new(&bytes[..cut], 1)),
+                    Err(Malformed)
+                );
+            }
+        }
+        // Out of order and repeated: read into the canonical set.
+        let tokens = ["b", "a", "b"];
+        let bytes = postcard::to_allocvec(&tokens[..]).unwrap();
+        let read = ScopeSet::decode(&mut Reader::new(&bytes, 1)).unwrap();
+        assert_eq!(read, ScopeSet::parse("a b").unwrap());
+        let bad = postcard::to_allocvec(&["a", "a b"][..]).unwrap();
+        assert_eq!(ScopeSet::decode(&mut Reader::new(&bad, 1)), Err(Malformed));
     }
 
     #[test]

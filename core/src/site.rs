@@ -33,6 +33,8 @@ pub const MAX_SITE_ID_LEN: usize = 64;
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct SiteId(String);
 
+crate::store::codec::fields!(SiteId(newtype));
+
 impl SiteId {
     /// Checks the grammar.
     pub fn parse(id: &str) -> Result<Self, SiteError> {
@@ -195,6 +197,24 @@ pub struct Site {
     pub created: Timestamp,
 }
 
+crate::store::codec::fields!(Site {
+    id,
+    name,
+    issuer,
+    resource_prefix,
+    public_key,
+    scopes,
+    allowed_origins,
+    consent_url,
+    auto_approval_allowed,
+    retry_after_secs,
+    client_metadata_documents,
+    enabled,
+    epoch,
+    policy_version,
+    created,
+});
+
 impl Record for Site {
     const TABLE: Table = Table::Sites;
     const VERSION: u8 = 1;
@@ -208,7 +228,7 @@ impl Viewed for Site {
 /// borrowed from the stored bytes, the lists skipped without allocating.
 /// Its fields mirror [`Site`]'s in order (postcard is positional; a test
 /// holds the two together).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SiteView<'a> {
     /// The id.
     pub id: &'a str,
@@ -225,7 +245,6 @@ pub struct SiteView<'a> {
     /// Allowed origins (skipped).
     pub allowed_origins: SkippedStrings,
     /// The consent page, if not the built-in one.
-    #[serde(borrow)]
     pub consent_url: Option<&'a str>,
     /// Whether auto-approval may be offered.
     pub auto_approval_allowed: bool,
@@ -242,6 +261,24 @@ pub struct SiteView<'a> {
     /// When the site was created.
     pub created: Timestamp,
 }
+
+crate::store::codec::fields!(view SiteView {
+    id,
+    name,
+    issuer,
+    resource_prefix,
+    public_key,
+    scopes,
+    allowed_origins,
+    consent_url,
+    auto_approval_allowed,
+    retry_after_secs,
+    client_metadata_documents,
+    enabled,
+    epoch,
+    policy_version,
+    created,
+});
 
 impl SiteView<'_> {
     /// [`Site::ensure_enabled`] on the view.
@@ -591,5 +628,21 @@ mod tests {
             Err(SiteError::ConsentUrlNotAllowed)
         );
         assert_eq!(SiteId::parse("a b"), Err(SiteError::InvalidId));
+    }
+
+    /// The record's encoding and reading are postcard's over its derives.
+    #[test]
+    fn the_record_encoding_is_postcards() {
+        let mut s = site();
+        crate::store::codec::assert_postcard_agrees(&s);
+        s.allowed_origins = alloc::vec!["https://a.example".into(), String::new()];
+        s.consent_url = Some("https://a.example/consent".into());
+        s.enabled = false;
+        s.auto_approval_allowed = false;
+        s.retry_after_secs = 300;
+        s.epoch = u32::MAX;
+        s.policy_version = 127;
+        s.scopes = ScopeSet::new();
+        crate::store::codec::assert_postcard_agrees(&s);
     }
 }

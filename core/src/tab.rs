@@ -96,6 +96,20 @@ pub struct TabConnection {
     pub auto_writes: Vec<ActionFingerprint>,
 }
 
+crate::store::codec::fields!(TabConnection {
+    grant,
+    site,
+    browser_session,
+    tab_id,
+    page_instance,
+    connection,
+    connected,
+    last_seen,
+    visible,
+    auto_kinds,
+    auto_writes,
+});
+
 impl Record for TabConnection {
     const TABLE: Table = Table::Tabs;
     const VERSION: u8 = 1;
@@ -459,5 +473,22 @@ mod tests {
         assert_eq!(ids.validate(), Ok(()));
         ids.tab_id = String::new();
         assert_eq!(ids.validate(), Err(TabError::InvalidId));
+    }
+
+    /// The record's encoding and reading are postcard's over its derives.
+    #[test]
+    fn the_record_encoding_is_postcards() {
+        let mut c = conn();
+        crate::store::codec::assert_postcard_agrees(&c);
+        c.connected = false;
+        c.visible = false;
+        c.connection = 200;
+        c.auto_kinds = alloc::vec!["items.list".into(), "items.add".into()];
+        c.auto_writes = alloc::vec![
+            Action::new("items.add", Effect::Write, b"{}")
+                .unwrap()
+                .fingerprint()
+        ];
+        crate::store::codec::assert_postcard_agrees(&c);
     }
 }

@@ -17,6 +17,8 @@ use serde::{Deserialize, Serialize};
 #[serde(transparent)]
 pub struct Timestamp(u64);
 
+crate::store::codec::fields!(Timestamp(newtype));
+
 impl Timestamp {
     /// The Unix epoch.
     pub const EPOCH: Self = Self(0);

@@ -65,10 +65,10 @@ impl<'a> ClientCredentials<'a> {
         if form.get("client_secret").is_some() {
             return Err(refused());
         }
-        let body_id = form.get("client_id");
+        let body_id = form.get_cow("client_id");
         if let Some(header) = authorization {
             let (id, secret) = parse_basic(header).ok_or_else(refused)?;
-            if body_id.is_some_and(|b| b != id) {
+            if body_id.is_some_and(|b| *b != *id) {
                 return Err(refused());
             }
             Ok(Self {
@@ -77,9 +77,8 @@ impl<'a> ClientCredentials<'a> {
                 via_basic: true,
             })
         } else {
-            let id = body_id.ok_or_else(refused)?;
             Ok(Self {
-                client_id: Cow::Owned(id.into()),
+                client_id: body_id.ok_or_else(refused)?,
                 secret: None,
                 via_basic: false,
             })

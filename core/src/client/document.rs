@@ -224,18 +224,18 @@ pub fn validate_document(url: &ClientIdUrl, body: &[u8]) -> Result<Client, Docum
     if body.len() > MAX_DOCUMENT_LEN {
         return Err(DocumentError::TooLarge);
     }
-    let mut members = json::parse_object(body).map_err(|fault| match fault {
+    let members = json::parse_object(body).map_err(|fault| match fault {
         JsonFault::Malformed => DocumentError::Malformed,
         JsonFault::DuplicateMember => DocumentError::DuplicateMember,
     })?;
-    match members.remove("client_id") {
-        Some(serde_json::Value::String(id)) if id == url.url => {}
+    match members.get("client_id") {
+        Some(serde_json::Value::String(id)) if *id == url.url => {}
         _ => return Err(DocumentError::ClientIdMismatch),
     }
     if members.contains_key("client_secret") || members.contains_key("client_secret_expires_at") {
         return Err(DocumentError::ClientSecretPresent);
     }
-    match take(&mut members, "token_endpoint_auth_method") {
+    match take(&members, "token_endpoint_auth_method") {
         None => {}
         Some(serde_json::Value::String(method)) => match method.as_str() {
             "none" => {}
@@ -246,7 +246,7 @@ pub fn validate_document(url: &ClientIdUrl, body: &[u8]) -> Result<Client, Docum
         },
         Some(_) => return Err(DocumentError::UnsupportedAuthMethod),
     }
-    let metadata = metadata_from_members(&mut members, TokenEndpointAuthMethod::None)
+    let metadata = metadata_from_members(&members, TokenEndpointAuthMethod::None)
         .map_err(DocumentError::Metadata)?;
     Ok(Client::Document {
         client_id: url.url.clone(),

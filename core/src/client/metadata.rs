@@ -206,7 +206,7 @@ pub fn parse_registration(json: &[u8]) -> Result<ClientMetadata, RegistrationErr
     if json.len() > MAX_REGISTRATION_LEN {
         return Err(RegistrationError::TooLarge);
     }
-    let mut members = json::parse_object(json).map_err(|fault| match fault {
+    let members = json::parse_object(json).map_err(|fault| match fault {
         JsonFault::Malformed => RegistrationError::Malformed,
         JsonFault::DuplicateMember => RegistrationError::DuplicateMember,
     })?;
@@ -215,20 +215,22 @@ pub fn parse_registration(json: &[u8]) -> Result<ClientMetadata, RegistrationErr
             return Err(RegistrationError::ServerAssigned(assigned));
         }
     }
-    let auth = match take(&mut members, "token_endpoint_auth_method") {
+    let auth = match take(&members, "token_endpoint_auth_method") {
         None => TokenEndpointAuthMethod::ClientSecretBasic,
-        Some(Value::String(name)) => TokenEndpointAuthMethod::from_name(&name)
+        Some(Value::String(name)) => TokenEndpointAuthMethod::from_name(name)
             .ok_or(RegistrationError::UnsupportedAuthMethod)?,
         Some(_) => return Err(RegistrationError::WrongType("token_endpoint_auth_method")),
     };
-    metadata_from_members(&mut members, auth)
+    metadata_from_members(&members, auth)
 }
 
 /// Reads every metadata member except `client_id`, `client_secret` and
 /// `token_endpoint_auth_method` (whose rules differ between registration
-/// requests and metadata documents) out of `members`.
+/// requests and metadata documents) from `members`. Members are looked up,
+/// never removed: a firmware image then needs no code to remove from a
+/// JSON object.
 pub(super) fn metadata_from_members(
-    members: &mut Map<String, Value>,
+    members: &Map<String, Value>,
     token_endpoint_auth_method: TokenEndpointAuthMethod,
 ) -> Result<ClientMetadata, RegistrationError> {
     let redirect_uris = parse_redirect_uris(take(members, "redirect_uris"))?;
@@ -266,24 +268,24 @@ pub(super) fn metadata_from_members(
     })
 }
 
-/// Removes `name`; `null` counts as absent.
-pub(super) fn take(members: &mut Map<String, Value>, name: &str) -> Option<Value> {
-    members.remove(name).filter(|v| !v.is_null())
+/// The member `name`; `null` counts as absent.
+pub(super) fn take<'m>(members: &'m Map<String, Value>, name: &str) -> Option<&'m Value> {
+    members.get(name).filter(|v| !v.is_null())
 }
 
 fn take_string(
-    members: &mut Map<String, Value>,
+    members: &Map<String, Value>,
     name: &'static str,
 ) -> Result<Option<String>, RegistrationError> {
     match take(members, name) {
         None => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s)),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
         Some(_) => Err(RegistrationError::WrongType(name)),
     }
 }
 
 fn take_string_list(
-    members: &mut Map<String, Value>,
+    members: &Map<String, Value>,
     name: &'static str,
 ) -> Result<Option<Vec<String>>, RegistrationError> {
     let Some(value) = take(members, name) else {
@@ -293,16 +295,16 @@ fn take_string_list(
         return Err(RegistrationError::WrongType(name));
     };
     items
-        .into_iter()
+        .iter()
         .map(|item| match item {
-            Value::String(s) => Ok(s),
+            Value::String(s) => Ok(s.clone()),
             _ => Err(RegistrationError::WrongType(name)),
         })
         .collect::<Result<Vec<_>, _>>()
         .map(Some)
 }
 
-fn parse_redirect_uris(value: Option<Value>) -> Result<Vec<RedirectUri>, RegistrationError> {
+fn parse_redirect_uris(value: Option<&Value>) -> Result<Vec<RedirectUri>, RegistrationError> {
     let Some(value) = value else {
         return Err(RegistrationError::MissingRedirectUris);
     };

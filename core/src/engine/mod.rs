@@ -108,6 +108,21 @@ impl<S: Store> Engine<S> {
         &self,
         mut f: impl FnMut(&mut Txn<'_, S::Write<'_>>) -> Result<T, E>,
     ) -> Result<T, E> {
+        let mut out = None;
+        match self.attempt_writes(&mut |txn| out = Some(f(txn))) {
+            Some(failure) => Err(failure.into()),
+            None => out.expect("an attempt that did not fail ran the operation"),
+        }
+    }
+
+    /// The attempts of [`Engine::run_write`], compiled once per store
+    /// rather than once per operation: `f` keeps its own answer, and this
+    /// answers with the store's failure of the last attempt, if it failed
+    /// (then `f` may not have run).
+    fn attempt_writes<'s>(
+        &'s self,
+        f: &mut dyn FnMut(&mut Txn<'_, S::Write<'s>>),
+    ) -> Option<StoreError> {
         let mut attempt = 1;
         loop {
             let mut write = match self.store.begin_write() {
@@ -116,12 +131,12 @@ impl<S: Store> Engine<S> {
                     attempt += 1;
                     continue;
                 }
-                Err(e) => return Err(e.into()),
+                Err(e) => return Some(e),
             };
-            let (out, failure, dirty) = {
+            let (failure, dirty) = {
                 let mut txn = Txn::new(&mut write);
-                let out = f(&mut txn);
-                (out, txn.failure.take(), txn.dirty)
+                f(&mut txn);
+                (txn.failure.take(), txn.dirty)
             };
             if let Some(e) = failure {
                 // The store failed under `f`: its error is the answer (the
@@ -130,7 +145,7 @@ impl<S: Store> Engine<S> {
                     attempt += 1;
                     continue;
                 }
-                return Err(e.into());
+                return Some(e);
             }
             if dirty {
                 match write.commit() {
@@ -139,10 +154,10 @@ impl<S: Store> Engine<S> {
                         attempt += 1;
                         continue;
                     }
-                    Err(e) => return Err(e.into()),
+                    Err(e) => return Some(e),
                 }
             }
-            return out;
+            return None;
         }
     }
 

@@ -503,8 +503,8 @@ impl<S: Store> Engine<S> {
                 return Err(TokenError::Unavailable { retry_after_secs });
             }
             // Client authentication comes first (RFC 6749 §3.2.1).
-            let client_id = self.authenticate_client(&credentials, Some(grant))?;
-            self.exchange_code(txn, &site, &client_id, &form, rng, now)
+            self.authenticate_client(&credentials, Some(grant))?;
+            self.exchange_code(txn, &site, &credentials.client_id, &form, rng, now)
         } else {
             // A refresh needs three facts of its site: read in place,
             // only the issuer copied out.
@@ -516,24 +516,25 @@ impl<S: Store> Engine<S> {
             if let Err(SiteError::Disabled { retry_after_secs }) = enabled {
                 return Err(TokenError::Unavailable { retry_after_secs });
             }
-            let client_id = self.authenticate_client(&credentials, Some(grant))?;
+            self.authenticate_client(&credentials, Some(grant))?;
             let site = RefreshSite {
                 id: site_id.as_str(),
                 epoch,
                 issuer: &issuer,
             };
-            self.refresh(txn, &site, &client_id, &form, rng, now)
+            self.refresh(txn, &site, &credentials.client_id, &form, rng, now)
         }
     }
 
     /// Authenticates the client and, for a registered client, checks that
     /// it registered `grant` (RFC 7591 §2: `grant_types` bounds what a client
-    /// may use; RFC 6749 §5.2 `unauthorized_client`). Returns the client id.
+    /// may use; RFC 6749 §5.2 `unauthorized_client`). On success the
+    /// credentials' `client_id` is the authenticated client.
     fn authenticate_client(
         &self,
         credentials: &ClientCredentials<'_>,
         grant: Option<GrantType>,
-    ) -> Result<String, TokenError> {
+    ) -> Result<(), TokenError> {
         let id = &*credentials.client_id;
         if client::is_document_client_id(id) {
             // Metadata-document clients are public by rule (no shared
@@ -544,7 +545,7 @@ impl<S: Store> Engine<S> {
             if credentials.secret.is_some() {
                 return Err(credentials.refused());
             }
-            return Ok(id.into());
+            return Ok(());
         }
         let secret = credentials.secret.as_deref();
         let allows = if grant == Some(GrantType::AuthorizationCode) {
@@ -566,7 +567,7 @@ impl<S: Store> Engine<S> {
         if !allows {
             return Err(TokenError::UnauthorizedClient);
         }
-        Ok(id.into())
+        Ok(())
     }
 
     /// RFC 6749 §4.1.3 with PKCE (RFC 7636 §4.6) and the replay rule of
@@ -736,7 +737,7 @@ impl<S: Store> Engine<S> {
             }
             RefreshVerdict::Rotate => {
                 let (kid, key) = self.keyring.active_key().ok_or(TokenError::InvalidGrant)?;
-                grant.rotate(requested.clone(), kid.into(), now);
+                grant.rotate(requested.clone(), kid, now);
                 txn.save(grant.id.as_bytes(), &grant)?;
                 let access = self.access_token(site.issuer, &grant, &requested, rng, now)?;
                 Ok(self.token_response(access, grant.refresh_token(key), requested))
@@ -761,8 +762,7 @@ impl<S: Store> Engine<S> {
     /// Signs an RFC 9068 access token (§2.2: `iss`, `sub`, `aud`, `exp`,
     /// `iat`, `jti`, `client_id`, `scope`) for `grant` with `scope`, from
     /// `issuer`. The claims borrow the grant's strings; `jti` and `gid` are
-    /// encoded on the stack; only the scope string and the token are
-    /// allocated.
+    /// encoded on the stack; only the token is allocated.
     fn access_token<R: CryptoRng + ?Sized>(
         &self,
         issuer: &str,
@@ -774,7 +774,6 @@ impl<S: Store> Engine<S> {
         let (mut jti, mut gid) = ([0u8; 22], [0u8; 22]);
         let jti = crate::jwt::b64::encode_16(&rand::bytes::<16, _>(rng), &mut jti);
         let gid = crate::jwt::b64::encode_16(grant.id.as_bytes(), &mut gid);
-        let scope = scope.to_param();
         let claims = ClaimsRef {
             iss: Some(Cow::Borrowed(issuer)),
             sub: Some(Cow::Borrowed(&grant.subject)),
@@ -786,7 +785,7 @@ impl<S: Store> Engine<S> {
             iat: Some(now.as_jwt_secs()),
             jti: Some(Cow::Borrowed(jti)),
             client_id: Some(Cow::Borrowed(&grant.client_id)),
-            scope: Some(Cow::Borrowed(&scope)),
+            scope: Some(Cow::Borrowed(scope.as_param())),
             gid: Some(Cow::Borrowed(gid)),
             ..ClaimsRef::default()
         };
@@ -874,11 +873,11 @@ impl<S: Store> Engine<S> {
             TokenError::InvalidClient { basic } => RevokeError::InvalidClient { basic },
             _ => RevokeError::InvalidClient { basic: false },
         })?;
-        let client_id = self.authenticate_client(&credentials, None).map_err(|_| {
-            RevokeError::InvalidClient {
+        self.authenticate_client(&credentials, None)
+            .map_err(|_| RevokeError::InvalidClient {
                 basic: credentials.via_basic,
-            }
-        })?;
+            })?;
+        let client_id = &*credentials.client_id;
         let site = load_site(&*txn, site_id).map_err(|e| match e {
             SiteOpError::Store(e) => RevokeError::Store(e),
             SiteOpError::Site(_) => RevokeError::Malformed,

@@ -549,8 +549,68 @@ fn simple_escape(b: u8) -> Option<u8> {
     })
 }
 
-/// Where JSON is written: the signer's [`Spill`] buffer, or a vector in
-/// tests.
+/// Writes `value` as compact JSON: byte for byte what `serde_json`'s
+/// serializer writes (`serde_json::to_vec`; a test holds the two together),
+/// on the escapes of [`Sink::string_rest`], so a firmware image needs no
+/// `serde` serializer for `Value`. Object members come in the map's
+/// (sorted) order; a number is written as `serde_json::Number` displays
+/// itself, which is what its serializer writes. Like `serde_json`'s, it
+/// recurses once per level of nesting.
+pub(crate) fn write_value(out: &mut Vec<u8>, value: &Value) {
+    match value {
+        Value::Null => out.raw(b"null"),
+        Value::Bool(true) => out.raw(b"true"),
+        Value::Bool(false) => out.raw(b"false"),
+        Value::Number(n) => {
+            use core::fmt::Write as _;
+            // Writing to a vector cannot fail.
+            let _ = write!(VecWriter(out), "{n}");
+        }
+        Value::String(text) => {
+            out.raw(b"\"");
+            out.string_rest(text);
+        }
+        Value::Array(items) => {
+            out.raw(b"[");
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.raw(b",");
+                }
+                write_value(out, item);
+            }
+            out.raw(b"]");
+        }
+        Value::Object(members) => write_object(out, members),
+    }
+}
+
+/// [`write_value`] of an object.
+pub(crate) fn write_object(out: &mut Vec<u8>, members: &Map<String, Value>) {
+    out.raw(b"{");
+    for (i, (name, item)) in members.iter().enumerate() {
+        if i > 0 {
+            out.raw(b",");
+        }
+        out.raw(b"\"");
+        out.string_rest(name);
+        out.raw(b":");
+        write_value(out, item);
+    }
+    out.raw(b"}");
+}
+
+/// `core::fmt` output appended to a byte vector.
+struct VecWriter<'a>(&'a mut Vec<u8>);
+
+impl core::fmt::Write for VecWriter<'_> {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        self.0.extend_from_slice(s.as_bytes());
+        Ok(())
+    }
+}
+
+/// Where JSON is written: the signer's [`Spill`] buffer, or a vector
+/// ([`write_value`]).
 pub(super) trait Sink {
     /// Appends bytes as they are.
     fn raw(&mut self, bytes: &[u8]);
@@ -769,6 +829,36 @@ mod tests {
                 .map_or(bytes.len(), |i| at + i);
             proptest::prop_assert_eq!(plain_run(&bytes, at), expected);
         }
+
+        /// [`write_value`] writes what `serde_json::to_vec` writes, for any
+        /// value: every number form, strings with control characters,
+        /// quotes and non-ASCII text, nested arrays and objects.
+        #[test]
+        fn values_are_written_as_serde_json_writes_them(value in any_value()) {
+            let mut ours = Vec::new();
+            write_value(&mut ours, &value);
+            proptest::prop_assert_eq!(ours, serde_json::to_vec(&value).unwrap());
+        }
+    }
+
+    fn any_value() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let text = || proptest::string::string_regex("(.|[\\x00-\\x1f\"\\\\\\x7f])*").unwrap();
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<u64>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>().prop_map(Value::from),
+            text().prop_map(Value::String),
+        ];
+        leaf.prop_recursive(4, 64, 8, move |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..8).prop_map(Value::Array),
+                proptest::collection::btree_map(text(), inner, 0..8)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
     }
 
     #[test]

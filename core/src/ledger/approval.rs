@@ -33,6 +33,7 @@ use serde_json::{Value, json};
 use super::{Action, ActionFingerprint, RequestId};
 use crate::error::{ErrorCode, WireError};
 use crate::grant::GrantId;
+use crate::store::codec;
 use crate::time::Timestamp;
 
 /// The policy in force when an approval was asked for or is used.
@@ -45,6 +46,12 @@ pub struct Binding {
     /// The site's policy version.
     pub policy_version: u32,
 }
+
+codec::fields!(Binding {
+    grant,
+    epoch,
+    policy_version
+});
 
 /// An approval waiting for the user.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -64,6 +71,16 @@ pub struct PendingApproval {
     /// When it was asked for.
     pub asked: Timestamp,
 }
+
+codec::fields!(PendingApproval {
+    seq,
+    action,
+    binding,
+    client_id,
+    client_name,
+    offer_auto_approve,
+    asked
+});
 
 /// The user's answer to a prompt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,6 +104,12 @@ pub struct Approved {
     /// The policy in force when the user decided.
     pub binding: Binding,
 }
+
+codec::fields!(Approved {
+    seq,
+    fingerprint,
+    binding
+});
 
 impl PendingApproval {
     /// Applies `decision` under the policy `in_force`. `Ok(Some(_))` is an

@@ -16,6 +16,8 @@ use super::LedgerError;
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct RequestId(#[serde(deserialize_with = "crate::store::codec::byte_array")] [u8; 16]);
 
+crate::store::codec::fields!(RequestId(newtype));
+
 impl RequestId {
     /// Parses the canonical text form; anything else is `INVALID_PARAMS`.
     pub fn parse(text: &str) -> Result<Self, LedgerError> {
@@ -92,6 +94,8 @@ impl fmt::Debug for RequestId {
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct CodeFingerprint(#[serde(deserialize_with = "crate::store::codec::byte_array")] [u8; 32]);
 
+crate::store::codec::fields!(CodeFingerprint(newtype));
+
 impl CodeFingerprint {
     /// The fingerprint of `code`.
     #[must_use]
@@ -122,6 +126,8 @@ impl fmt::Debug for CodeFingerprint {
 pub struct ActionFingerprint(
     #[serde(deserialize_with = "crate::store::codec::byte_array")] [u8; 32],
 );
+
+crate::store::codec::fields!(ActionFingerprint(newtype));
 
 impl ActionFingerprint {
     /// The fingerprint of `(kind, effect, arguments)`, each part

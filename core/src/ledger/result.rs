@@ -9,6 +9,7 @@
 //!   produced: `{"ok": true, "result": {"error": {"code": …, "message": …}}}`.
 
 use alloc::string::String;
+use alloc::vec::Vec;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -16,6 +17,7 @@ use serde_json::{Value, json};
 use super::LedgerError;
 use super::action::valid_code;
 use crate::error::ErrorCode;
+use crate::store::codec::{self, Decode, Encode};
 
 /// Longest business error message, in bytes.
 pub const MAX_MESSAGE_LEN: usize = 2 * 1024;
@@ -28,6 +30,8 @@ pub struct BusinessError {
     /// A human-readable message.
     pub message: String,
 }
+
+codec::fields!(BusinessError { code, message });
 
 impl BusinessError {
     /// A business error; the code grammar is checked when the request
@@ -74,6 +78,14 @@ pub enum Failure {
     /// the same position: `EXPECTATION_FAILED`.
     Diverged,
 }
+
+codec::unit_enum!(Failure {
+    Denied,
+    Revoked,
+    Expired,
+    ConnectionLost,
+    Diverged,
+});
 
 impl Failure {
     /// The failure a grant that is not live means for its undecided
@@ -123,16 +135,49 @@ pub enum End {
     Failed(Failure),
 }
 
+impl Encode for End {
+    fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Self::Returned(text) => {
+                out.push(0);
+                text.encode(out);
+            }
+            Self::Business(e) => {
+                out.push(1);
+                e.encode(out);
+            }
+            Self::Failed(f) => {
+                out.push(2);
+                f.encode(out);
+            }
+        }
+    }
+}
+
+impl Decode<'_> for End {
+    fn decode(r: &mut codec::Reader<'_>) -> Result<Self, codec::Malformed> {
+        match r.variant(3)? {
+            0 => String::decode(r).map(Self::Returned),
+            1 => BusinessError::decode(r).map(Self::Business),
+            _ => Failure::decode(r).map(Self::Failed),
+        }
+    }
+}
+
 impl End {
     /// Validates and encodes a host's completion against `max_bytes`.
     pub(crate) fn from_completion(c: &Completion, max_bytes: u32) -> Result<Self, LedgerError> {
         match c {
             Completion::Value(v) => {
-                let text = serde_json::to_string(v).map_err(|_| LedgerError::InvalidResult)?;
+                let mut text = Vec::new();
+                crate::jwt::json::write_value(&mut text, v);
                 if text.len() > max_bytes as usize {
                     return Err(LedgerError::ResultTooLarge { limit: max_bytes });
                 }
-                Ok(Self::Returned(text))
+                // JSON text written from a `Value` is UTF-8.
+                String::from_utf8(text)
+                    .map(Self::Returned)
+                    .map_err(|_| LedgerError::InvalidResult)
             }
             Completion::Error(e) => {
                 if !valid_code(&e.code) || e.message.len() > MAX_MESSAGE_LEN {

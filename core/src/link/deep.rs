@@ -308,7 +308,8 @@ fn check_compose(draft: &ComposeDraft) -> Result<Vec<u8>, BuildLinkError> {
     if let Some(key) = draft.keys().find(|k| is_credential_param(k)) {
         return Err(BuildLinkError::CredentialParam(key.clone()));
     }
-    let json = serde_json::to_vec(draft).map_err(|_| BuildLinkError::ComposeTooLarge)?;
+    let mut json = Vec::new();
+    crate::jwt::json::write_object(&mut json, draft);
     if json.len() > DeepLink::MAX_COMPOSE_LEN {
         return Err(BuildLinkError::ComposeTooLarge);
     }

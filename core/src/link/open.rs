@@ -304,7 +304,8 @@ impl ComposeEntry {
             key.push_str(id);
         } else {
             const HEX: &[u8; 16] = b"0123456789abcdef";
-            let json = serde_json::to_vec(&draft).unwrap_or_default();
+            let mut json = alloc::vec::Vec::new();
+            crate::jwt::json::write_object(&mut json, &draft);
             for byte in &Sha256::digest(&json)[..8] {
                 key.push(char::from(HEX[usize::from(byte >> 4)]));
                 key.push(char::from(HEX[usize::from(byte & 0xf)]));
