@@ -5,8 +5,9 @@
 //!
 //! * `kid` names the [`Keyring`] key that issued it (it may contain `.`;
 //!   the id is split from the right, and base64url has no `.`);
-//! * `payload` is unpadded base64url of a version byte and the postcard
-//!   encoding of a 128-bit nonce drawn from the host's `CryptoRng`, the
+//! * `payload` is unpadded base64url of a version byte and the encoding
+//!   (postcard's format, by the record codec of [`crate::store::codec`]) of
+//!   a 128-bit nonce drawn from the host's `CryptoRng`, the
 //!   metadata and the issue time;
 //! * `tag` is unpadded base64url of
 //!   `mac_labeled("portcullis/client-id/v1", [kid, payload])`.
@@ -48,7 +49,7 @@ use alloc::vec::Vec;
 use core::fmt;
 
 use rand_core::CryptoRng;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use subtle::ConstantTimeEq;
 
 use super::metadata::{ClientMetadata, GrantType, RegistrationError, TokenEndpointAuthMethod};
@@ -58,6 +59,7 @@ use crate::jwt::b64;
 use crate::jwt::{Keyring, SigningKey};
 use crate::rand;
 use crate::secret::SecretString;
+use crate::store::codec::{self, Decode, Encode, Malformed, Reader};
 use crate::time::Timestamp;
 
 /// Every registered (stateless) client id starts with this.
@@ -91,8 +93,7 @@ pub struct RegisteredClient {
     pub issued_at: Timestamp,
 }
 
-/// The postcard payload of a client id, after the version byte.
-#[derive(Serialize, Deserialize)]
+/// The payload of a client id, after the version byte.
 struct Payload<'a> {
     /// Fresh randomness, so identical metadata never yields the same id.
     nonce: [u8; NONCE_LEN],
@@ -101,13 +102,38 @@ struct Payload<'a> {
     auth: u8,
     /// Bit 0 = `authorization_code`, bit 1 = `refresh_token`.
     grants: u8,
-    #[serde(borrow)]
     redirect_uris: Vec<&'a str>,
     client_name: Option<&'a str>,
     scope: Option<&'a str>,
     client_uri: Option<&'a str>,
     logo_uri: Option<&'a str>,
 }
+
+impl Encode for Payload<'_> {
+    fn encode(&self, out: &mut Vec<u8>) {
+        self.nonce.encode(out);
+        self.issued_at.encode(out);
+        self.auth.encode(out);
+        self.grants.encode(out);
+        self.redirect_uris.encode(out);
+        self.client_name.encode(out);
+        self.scope.encode(out);
+        self.client_uri.encode(out);
+        self.logo_uri.encode(out);
+    }
+}
+
+codec::fields!(view Payload {
+    nonce,
+    issued_at,
+    auth,
+    grants,
+    redirect_uris,
+    client_name,
+    scope,
+    client_uri,
+    logo_uri,
+});
 
 /// Registers a client statelessly: validates `metadata`
 /// ([`ClientMetadata::validate`]), issues a `pc1.` id under the keyring's
@@ -151,8 +177,8 @@ pub fn register<R: CryptoRng + ?Sized>(
         client_uri: metadata.client_uri.as_deref(),
         logo_uri: metadata.logo_uri.as_deref(),
     };
-    let encoded = postcard::to_extend(&payload, alloc::vec![PAYLOAD_VERSION])
-        .map_err(|_| RegistrationError::TooLargeForClientId)?;
+    let mut encoded = alloc::vec![PAYLOAD_VERSION];
+    payload.encode(&mut encoded);
     let id_len = CLIENT_ID_PREFIX.len() + kid.len() + 2 + encoded.len().div_ceil(3) * 4 + TAG_LEN;
     if id_len > MAX_CLIENT_ID_LEN {
         return Err(RegistrationError::TooLargeForClientId);
@@ -372,8 +398,9 @@ fn resolve_parts(client_id: &str, keyring: &Keyring) -> Option<Client> {
     let (&PAYLOAD_VERSION, encoded) = bytes.split_first()? else {
         return None;
     };
-    let (payload, rest) = postcard::take_from_bytes::<Payload<'_>>(encoded).ok()?;
-    if !rest.is_empty() {
+    let mut reader = Reader::new(encoded, PAYLOAD_VERSION);
+    let payload = Payload::decode(&mut reader).ok()?;
+    if !reader.is_empty() {
         return None;
     }
     let metadata = ClientMetadata {
@@ -422,15 +449,23 @@ fn authentic_parts<'a, 'k>(
     bool::from(expected.ct_eq(&tag)).then_some((parts, key))
 }
 
-/// The leading fields of [`Payload`], in its order: postcard writes a
-/// struct as its fields one after another, so a payload's first bytes
-/// decode as this head whatever follows.
-#[derive(Deserialize)]
+/// The leading fields of [`Payload`], in its order: a struct is written as
+/// its fields one after another, so a payload's first bytes decode as this
+/// head whatever follows.
 struct PayloadHead {
-    _nonce: [u8; NONCE_LEN],
-    _issued_at: u64,
     auth: u8,
     grants: u8,
+}
+
+impl Decode<'_> for PayloadHead {
+    fn decode(r: &mut Reader<'_>) -> Result<Self, Malformed> {
+        r.take(NONCE_LEN)?;
+        r.u64()?;
+        Ok(Self {
+            auth: r.byte()?,
+            grants: r.byte()?,
+        })
+    }
 }
 
 /// Characters of the payload that hold its version byte and
@@ -480,7 +515,7 @@ pub(crate) fn authenticate_registered(
     else {
         return Err(ClientError::UnknownClient);
     };
-    let (head, _) = postcard::take_from_bytes::<PayloadHead>(encoded)
+    let head = PayloadHead::decode(&mut Reader::new(encoded, PAYLOAD_VERSION))
         .map_err(|_| ClientError::UnknownClient)?;
     let confidential = match head.auth {
         0 => false,
@@ -754,6 +789,67 @@ mod tests {
             resolve_stateless(&legacy, &k),
             Err(ClientError::UnknownClient)
         );
+    }
+
+    /// Ids issued before the record codec (by postcard over a derived
+    /// `Serialize`) hold the same bytes the codec writes and reads.
+    #[test]
+    fn the_payload_is_postcards_encoding() {
+        #[derive(serde::Serialize, serde::Deserialize, PartialEq, Debug)]
+        struct Mirror<'a> {
+            nonce: [u8; NONCE_LEN],
+            issued_at: u64,
+            auth: u8,
+            grants: u8,
+            #[serde(borrow)]
+            redirect_uris: Vec<&'a str>,
+            client_name: Option<&'a str>,
+            scope: Option<&'a str>,
+            client_uri: Option<&'a str>,
+            logo_uri: Option<&'a str>,
+        }
+        for (name, uris) in [
+            (None, alloc::vec!["https://a.example/cb"]),
+            (
+                Some("Ünïcode agent"),
+                alloc::vec!["http://127.0.0.1/cb", "https://b.example/x?y=1"],
+            ),
+        ] {
+            let mirror = Mirror {
+                nonce: [7; NONCE_LEN],
+                issued_at: 1_790_000_000,
+                auth: 1,
+                grants: 3,
+                redirect_uris: uris.clone(),
+                client_name: name,
+                scope: Some("skills:read"),
+                client_uri: None,
+                logo_uri: Some("https://a.example/logo.png"),
+            };
+            let payload = Payload {
+                nonce: mirror.nonce,
+                issued_at: mirror.issued_at,
+                auth: mirror.auth,
+                grants: mirror.grants,
+                redirect_uris: uris,
+                client_name: mirror.client_name,
+                scope: mirror.scope,
+                client_uri: mirror.client_uri,
+                logo_uri: mirror.logo_uri,
+            };
+            let mut bytes = Vec::new();
+            payload.encode(&mut bytes);
+            assert_eq!(bytes, postcard::to_allocvec(&mirror).unwrap());
+            let read = Payload::decode(&mut Reader::new(&bytes, PAYLOAD_VERSION)).unwrap();
+            assert_eq!(read.redirect_uris, mirror.redirect_uris);
+            assert_eq!(read.client_name, mirror.client_name);
+            assert_eq!(read.logo_uri, mirror.logo_uri);
+            let head = PayloadHead::decode(&mut Reader::new(&bytes, PAYLOAD_VERSION)).unwrap();
+            assert_eq!((head.auth, head.grants), (1, 3));
+            for cut in 0..bytes.len() {
+                assert!(Payload::decode(&mut Reader::new(&bytes[..cut], PAYLOAD_VERSION)).is_err());
+            }
+        }
     }
 
     #[test]

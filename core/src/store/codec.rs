@@ -228,6 +228,19 @@ impl Decode<'_> for bool {
     }
 }
 
+/// One raw byte, as postcard writes a `u8` (not a varint).
+impl Encode for u8 {
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.push(*self);
+    }
+}
+
+impl Decode<'_> for u8 {
+    fn decode(r: &mut Reader<'_>) -> Result<Self, Malformed> {
+        r.byte()
+    }
+}
+
 impl Encode for u32 {
     fn encode(&self, out: &mut Vec<u8>) {
         write_varint(out, u64::from(*self));
@@ -255,6 +268,14 @@ impl Decode<'_> for u64 {
 impl Encode for str {
     fn encode(&self, out: &mut Vec<u8>) {
         write_bytes(out, self.as_bytes());
+    }
+}
+
+/// What the value behind the reference writes (a `&str` in a list or an
+/// `Option` writes as a `String` would).
+impl<T: Encode + ?Sized> Encode for &T {
+    fn encode(&self, out: &mut Vec<u8>) {
+        (**self).encode(out);
     }
 }
 
