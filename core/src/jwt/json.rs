@@ -514,13 +514,98 @@ fn insert(members: &mut Map<String, Value>, name: Cow<'_, str>, value: Value) ->
     members.insert(name.into_owned(), value).is_some()
 }
 
-/// The name of the member at `at` in a compact document (`"name":`, no
-/// escape, no whitespace) and where its value starts; `None` for anything
-/// else. See `ClaimsRef::parse_compact`.
-#[inline]
-pub(super) fn compact_name(text: &str, at: usize) -> Option<(&str, usize)> {
-    let (name, end) = compact_string(text, at)?;
-    (text.as_bytes().get(end) == Some(&b':')).then_some((name, end + 1))
+/// A cursor over a claims document in the compact form the signer writes
+/// (see `ClaimsRef::parse_compact`): members are asked for in the order
+/// they may appear, each at most once, and every method answers `None`
+/// when the document leaves that form.
+pub(super) struct Compact<'a> {
+    text: &'a str,
+    /// Where the next member's name starts (or, once closed, the end).
+    at: usize,
+    /// The closing `}` has been read.
+    closed: bool,
+}
+
+impl<'a> Compact<'a> {
+    /// A cursor after the `{` of `json`; `None` unless it is UTF-8 and
+    /// starts with `{`.
+    pub(super) fn new(json: &'a [u8]) -> Option<Self> {
+        let text = core::str::from_utf8(json).ok()?;
+        match json {
+            [b'{', b'}', ..] => Some(Self {
+                text,
+                at: 2,
+                closed: true,
+            }),
+            [b'{', ..] => Some(Self {
+                text,
+                at: 1,
+                closed: false,
+            }),
+            _ => None,
+        }
+    }
+
+    /// Whether the next member is `name` (its quotes and colon included);
+    /// if so the cursor moves to its value. The name's length is a
+    /// constant, so the comparison is a load or two, not a call.
+    #[inline]
+    fn name<const N: usize>(&mut self, name: &[u8; N]) -> bool {
+        let here = !self.closed
+            && self
+                .text
+                .as_bytes()
+                .get(self.at..)
+                .and_then(<[u8]>::first_chunk::<N>)
+                .is_some_and(|next| next == name);
+        if here {
+            self.at += N;
+        }
+        here
+    }
+
+    /// The `,` or `}` after a value.
+    #[inline]
+    fn separator(&mut self) -> Option<()> {
+        match self.text.as_bytes().get(self.at)? {
+            b',' => {}
+            b'}' => self.closed = true,
+            _ => return None,
+        }
+        self.at += 1;
+        Some(())
+    }
+
+    /// The string value of member `name` if it comes next (`Some(None)` if
+    /// another does).
+    #[inline]
+    pub(super) fn string<const N: usize>(&mut self, name: &[u8; N]) -> Option<Option<&'a str>> {
+        if !self.name(name) {
+            return Some(None);
+        }
+        let (value, next) = compact_string(self.text, self.at)?;
+        self.at = next;
+        self.separator()?;
+        Some(Some(value))
+    }
+
+    /// The integer value of member `name` if it comes next.
+    #[inline]
+    pub(super) fn int<const N: usize>(&mut self, name: &[u8; N]) -> Option<Option<i64>> {
+        if !self.name(name) {
+            return Some(None);
+        }
+        let (value, next) = compact_int(self.text.as_bytes(), self.at)?;
+        self.at = next;
+        self.separator()?;
+        Some(Some(value))
+    }
+
+    /// Whether the document closed with its last member and nothing
+    /// follows.
+    pub(super) fn finished(&self) -> bool {
+        self.closed && self.at == self.text.len()
+    }
 }
 
 /// The string at `at` in a compact document (`"…"` with no escape and no
@@ -528,7 +613,7 @@ pub(super) fn compact_name(text: &str, at: usize) -> Option<(&str, usize)> {
 /// anything else. Both ends sit next to an ASCII quote, so the slice is on
 /// char boundaries of the UTF-8 `text`.
 #[inline]
-pub(super) fn compact_string(text: &str, at: usize) -> Option<(&str, usize)> {
+fn compact_string(text: &str, at: usize) -> Option<(&str, usize)> {
     let bytes = text.as_bytes();
     if bytes.get(at) != Some(&b'"') {
         return None;
@@ -545,7 +630,7 @@ pub(super) fn compact_string(text: &str, at: usize) -> Option<(&str, usize)> {
 /// `None` for anything else, including a number that goes on with a
 /// fraction or an exponent (the caller then finds no `,` or `}` next).
 #[inline]
-pub(super) fn compact_int(bytes: &[u8], mut at: usize) -> Option<(i64, usize)> {
+fn compact_int(bytes: &[u8], mut at: usize) -> Option<(i64, usize)> {
     match *bytes.get(at)? {
         b'0' => return Some((0, at + 1)),
         b'1'..=b'9' => {}
