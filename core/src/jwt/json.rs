@@ -799,50 +799,70 @@ impl Sink for Spill {
         }
     }
 
-    /// Copies the value eight bytes at a time, testing each word for a
-    /// byte that needs an escape as it goes (one pass, no call to
-    /// `memcpy` for a short copy); a value that needs one, or that would
-    /// not fit on the stack, is written again by [`write_escaped`].
+    /// Copies the value in whole words, testing each word for a byte that
+    /// needs an escape as it goes (one pass, no call to `memcpy`): up to
+    /// 16 bytes as two overlapping windows (its first and last four or
+    /// eight), longer ones sixteen bytes a step and then their last
+    /// sixteen. A value that needs an escape, or that would not fit on
+    /// the stack, is written again by [`write_escaped`].
     #[inline]
     fn string_rest(&mut self, s: &str) {
         let bytes = s.as_bytes();
-        let start = self.len;
-        // The value, its closing quote, and a word's slack for the tail.
-        let Some(room) = self.stack.get_mut(start..start + bytes.len() + 8) else {
+        let (start, n) = (self.len, bytes.len());
+        // The value and its closing quote.
+        let Some(room) = self.stack.get_mut(start..=start + n) else {
             return write_escaped(self, s);
         };
         if self.heap.is_some() {
             return write_escaped(self, s);
         }
-        // Leaving at the first word that needs attention also keeps the
-        // loop a loop: with a fixed trip count the compiler turns the copy
-        // back into a call to `memcpy`.
-        for (w, o) in bytes.chunks_exact(8).zip(room.chunks_exact_mut(8)) {
-            let w: &[u8; 8] = w.try_into().unwrap_or(&[0; 8]);
-            if special_bytes(u64::from_le_bytes(*w)) != 0 {
-                return write_escaped(self, s);
+        let word = |w: &[u8; 8]| special_bytes(u64::from_le_bytes(*w));
+        let pair = |w: &[u8; 16]| {
+            let (a, b) = w.split_at(8);
+            let (a, b) = (
+                a.first_chunk().unwrap_or(&[0; 8]),
+                b.first_chunk().unwrap_or(&[0; 8]),
+            );
+            word(a) | word(b)
+        };
+        let special = if let Some(last) = bytes.last_chunk::<16>() {
+            // Leaving at the first step that needs attention also keeps the
+            // loop a loop: with a fixed trip count the compiler turns the
+            // copy back into a call to `memcpy`.
+            for (w, o) in bytes.chunks_exact(16).zip(room.chunks_exact_mut(16)) {
+                let w = w.first_chunk::<16>().unwrap_or(&[0; 16]);
+                if pair(w) != 0 {
+                    return write_escaped(self, s);
+                }
+                o.copy_from_slice(w);
             }
-            o.copy_from_slice(w);
-        }
-        let mut special = 0;
-        // The last few bytes: the value's last eight again (overlapping
-        // what was just copied) when it has that many, else one by one.
-        let len = bytes.len();
-        if let (Some(last), Some(out)) = (
-            bytes.last_chunk::<8>(),
-            len.checked_sub(8).and_then(|at| room.get_mut(at..len)),
-        ) {
-            special |= special_bytes(u64::from_le_bytes(*last));
-            out.copy_from_slice(last);
+            room[n - 16..n].copy_from_slice(last);
+            pair(last)
+        } else if let (Some(first), Some(last)) =
+            (bytes.first_chunk::<8>(), bytes.last_chunk::<8>())
+        {
+            room[..8].copy_from_slice(first);
+            room[n - 8..n].copy_from_slice(last);
+            word(first) | word(last)
+        } else if let (Some(first), Some(last)) =
+            (bytes.first_chunk::<4>(), bytes.last_chunk::<4>())
+        {
+            // Both four-byte windows tested as one word.
+            room[..4].copy_from_slice(first);
+            room[n - 4..n].copy_from_slice(last);
+            let (a, b) = (u32::from_le_bytes(*first), u32::from_le_bytes(*last));
+            special_bytes(u64::from(a) | u64::from(b) << 32)
         } else {
+            let mut special = 0;
             for (i, &b) in bytes.iter().enumerate() {
                 special |= u64::from(needs_escape(b));
                 room[i] = b;
             }
-        }
-        room[len] = b'"';
+            special
+        };
+        room[n] = b'"';
         if special == 0 {
-            self.len = start + bytes.len() + 1;
+            self.len = start + n + 1;
         } else {
             write_escaped(self, s);
         }
