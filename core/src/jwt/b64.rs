@@ -242,15 +242,20 @@ fn eight(x: u64) -> [u8; 8] {
     (pair(x >> 52) | pair(x >> 40) << 16 | pair(x >> 28) << 32 | pair(x >> 16) << 48).to_le_bytes()
 }
 
-/// Encodes `src` into the front of `dst` ([`encoded_len`] bytes). Twelve
-/// bytes become sixteen characters at a time (two big-endian `u64` reads,
-/// six bytes apart, with two bytes of the second to spare, so it runs
-/// while fourteen remain), then six bytes to eight characters once if
-/// eight remain; then whole groups of three bytes, four characters each;
-/// then the tail.
+/// Encodes `src` into the front of `dst` ([`encoded_len`] bytes). On hosts
+/// twelve bytes become sixteen characters at a time (two big-endian `u64`
+/// reads, six bytes apart, with two bytes of the second to spare, so it
+/// runs while fourteen remain); then six bytes to eight characters while
+/// eight remain (once at most on hosts, the whole input on firmware,
+/// which keeps one loop body); then whole groups of three bytes, four
+/// characters each; then the tail.
 pub(crate) fn encode_into(src: &[u8], dst: &mut [u8]) {
     let dst = &mut dst[..encoded_len(src.len())];
+    // Firmware keeps one loop body: it steps six bytes at a time below.
+    #[cfg(feature = "std")]
     let steps = src.len().saturating_sub(2) / 12;
+    #[cfg(not(feature = "std"))]
+    let steps = 0;
     let (wide, _) = dst.split_at_mut(steps * 16);
     for (i, out) in wide.chunks_exact_mut(16).enumerate() {
         let Some(word) = src.get(i * 12..).and_then(<[u8]>::first_chunk::<14>) else {
@@ -264,7 +269,7 @@ pub(crate) fn encode_into(src: &[u8], dst: &mut [u8]) {
         out[8..].copy_from_slice(&eight(lo));
     }
     let (mut read, mut write) = (steps * 12, steps * 16);
-    if let (Some(word), Some(out)) = (
+    while let (Some(word), Some(out)) = (
         src.get(read..).and_then(<[u8]>::first_chunk::<8>),
         dst.get_mut(write..).and_then(<[u8]>::first_chunk_mut::<8>),
     ) {

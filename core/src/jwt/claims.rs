@@ -8,7 +8,9 @@ use core::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::VerifyError;
-use super::json::{self, Number, Reader, Sink, Syntax};
+#[cfg(feature = "std")]
+use super::json;
+use super::json::{Number, Reader, Sink, Syntax};
 use crate::time::Timestamp;
 
 /// The `typ` header a token must carry; one per token purpose, so a token
@@ -391,15 +393,17 @@ impl<'a> ClaimsRef<'a> {
     /// (§4.1), numeric dates non-negative integers in `i64` (§2; no float
     /// is ever parsed). Unknown members are skipped after a grammar check.
     ///
-    /// A document in the compact form the signer writes (see
-    /// [`ClaimsRef::parse_compact`]) is read by a short path that answers
+    /// On hosts, a document in the compact form the signer writes (see
+    /// `ClaimsRef::parse_compact`) is read by a short path that answers
     /// only when the full parser would give the very same claims; any
     /// other document, and every error, is the full parser's.
     pub fn parse(json: &'a [u8]) -> Result<Self, VerifyError> {
-        match Self::parse_compact(json) {
-            Some(claims) => Ok(claims),
-            None => Self::parse_general(json),
+        // Hosts only: firmware keeps its flash for the full parser alone.
+        #[cfg(feature = "std")]
+        if let Some(claims) = Self::parse_compact(json) {
+            return Ok(claims);
         }
+        Self::parse_general(json)
     }
 
     /// The claims of a document in the compact form [`Claims::write_json`]
@@ -415,6 +419,7 @@ impl<'a> ClaimsRef<'a> {
     /// pass with no whitespace skipping, no `Result` per value, each name
     /// recognised by one fixed-size comparison, and each string found by
     /// the word-at-a-time scan.
+    #[cfg(feature = "std")]
     fn parse_compact(json: &'a [u8]) -> Option<Self> {
         let mut r = json::Compact::new(json)?;
         let text = |v: Option<&'a str>| v.map(Cow::Borrowed);

@@ -517,7 +517,8 @@ fn insert(members: &mut Map<String, Value>, name: Cow<'_, str>, value: Value) ->
 /// A cursor over a claims document in the compact form the signer writes
 /// (see `ClaimsRef::parse_compact`): members are asked for in the order
 /// they may appear, each at most once, and every method answers `None`
-/// when the document leaves that form.
+/// when the document leaves that form. Hosts only.
+#[cfg(feature = "std")]
 pub(super) struct Compact<'a> {
     text: &'a str,
     /// Where the next member's name starts (or, once closed, the end).
@@ -526,6 +527,7 @@ pub(super) struct Compact<'a> {
     closed: bool,
 }
 
+#[cfg(feature = "std")]
 impl<'a> Compact<'a> {
     /// A cursor after the `{` of `json`; `None` unless it is UTF-8 and
     /// starts with `{`.
@@ -612,6 +614,7 @@ impl<'a> Compact<'a> {
 /// control character) and the index after its closing quote; `None` for
 /// anything else. Both ends sit next to an ASCII quote, so the slice is on
 /// char boundaries of the UTF-8 `text`.
+#[cfg(feature = "std")]
 #[inline]
 fn compact_string(text: &str, at: usize) -> Option<(&str, usize)> {
     let bytes = text.as_bytes();
@@ -629,6 +632,7 @@ fn compact_string(text: &str, at: usize) -> Option<(&str, usize)> {
 /// leading zero (a lone `0` aside), in `i64`, and the index after them;
 /// `None` for anything else, including a number that goes on with a
 /// fraction or an exponent (the caller then finds no `,` or `}` next).
+#[cfg(feature = "std")]
 #[inline]
 fn compact_int(bytes: &[u8], mut at: usize) -> Option<(i64, usize)> {
     match *bytes.get(at)? {
@@ -804,7 +808,9 @@ impl Sink for Spill {
     /// 16 bytes as two overlapping windows (its first and last four or
     /// eight), longer ones sixteen bytes a step and then their last
     /// sixteen. A value that needs an escape, or that would not fit on
-    /// the stack, is written again by [`write_escaped`].
+    /// the stack, is written again by [`write_escaped`]. Hosts only:
+    /// firmware keeps the smaller pre-scan and copy of the default.
+    #[cfg(feature = "std")]
     #[inline]
     fn string_rest(&mut self, s: &str) {
         let bytes = s.as_bytes();
