@@ -426,19 +426,20 @@ impl<'a> ClaimsRef<'a> {
         // Fields are read in the order they are written here, which is the
         // signer's.
         let claims = Self {
-            iss: text(r.string(b"\"iss\":")?),
-            sub: text(r.string(b"\"sub\":")?),
+            iss: text(r.string(b"\"iss\":").ok()?),
+            sub: text(r.string(b"\"sub\":").ok()?),
             aud: r
-                .string(b"\"aud\":")?
+                .string(b"\"aud\":")
+                .ok()?
                 .map(|a| AudienceRef::One(Cow::Borrowed(a))),
-            exp: r.int(b"\"exp\":")?,
-            nbf: r.int(b"\"nbf\":")?,
-            iat: r.int(b"\"iat\":")?,
-            jti: text(r.string(b"\"jti\":")?),
-            client_id: text(r.string(b"\"client_id\":")?),
-            scope: text(r.string(b"\"scope\":")?),
-            gid: text(r.string(b"\"gid\":")?),
-            org_domain: text(r.string(b"\"org_domain\":")?),
+            exp: r.int(b"\"exp\":").ok()?,
+            nbf: r.int(b"\"nbf\":").ok()?,
+            iat: r.int(b"\"iat\":").ok()?,
+            jti: text(r.string(b"\"jti\":").ok()?),
+            client_id: text(r.string(b"\"client_id\":").ok()?),
+            scope: text(r.string(b"\"scope\":").ok()?),
+            gid: text(r.string(b"\"gid\":").ok()?),
+            org_domain: text(r.string(b"\"org_domain\":").ok()?),
         };
         r.finished().then_some(claims)
     }

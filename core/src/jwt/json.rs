@@ -514,6 +514,12 @@ fn insert(members: &mut Map<String, Value>, name: Cow<'_, str>, value: Value) ->
     members.insert(name.into_owned(), value).is_some()
 }
 
+/// The document left the compact form [`Compact`] reads: the full parser
+/// decides.
+#[cfg(feature = "std")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct NotCompact;
+
 /// A cursor over a claims document in the compact form the signer writes
 /// (see `ClaimsRef::parse_compact`): members are asked for in the order
 /// they may appear, each at most once, and every method answers `None`
@@ -578,29 +584,35 @@ impl<'a> Compact<'a> {
         Some(())
     }
 
-    /// The string value of member `name` if it comes next (`Some(None)` if
+    /// The string value of member `name` if it comes next (`Ok(None)` if
     /// another does).
     #[inline]
-    pub(super) fn string<const N: usize>(&mut self, name: &[u8; N]) -> Option<Option<&'a str>> {
+    pub(super) fn string<const N: usize>(
+        &mut self,
+        name: &[u8; N],
+    ) -> Result<Option<&'a str>, NotCompact> {
         if !self.name(name) {
-            return Some(None);
+            return Ok(None);
         }
-        let (value, next) = compact_string(self.text, self.at)?;
+        let (value, next) = compact_string(self.text, self.at).ok_or(NotCompact)?;
         self.at = next;
-        self.separator()?;
-        Some(Some(value))
+        self.separator().ok_or(NotCompact)?;
+        Ok(Some(value))
     }
 
     /// The integer value of member `name` if it comes next.
     #[inline]
-    pub(super) fn int<const N: usize>(&mut self, name: &[u8; N]) -> Option<Option<i64>> {
+    pub(super) fn int<const N: usize>(
+        &mut self,
+        name: &[u8; N],
+    ) -> Result<Option<i64>, NotCompact> {
         if !self.name(name) {
-            return Some(None);
+            return Ok(None);
         }
-        let (value, next) = compact_int(self.text.as_bytes(), self.at)?;
+        let (value, next) = compact_int(self.text.as_bytes(), self.at).ok_or(NotCompact)?;
         self.at = next;
-        self.separator()?;
-        Some(Some(value))
+        self.separator().ok_or(NotCompact)?;
+        Ok(Some(value))
     }
 
     /// Whether the document closed with its last member and nothing
