@@ -8,6 +8,8 @@ use core::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::VerifyError;
+#[cfg(feature = "std")]
+use super::json;
 use super::json::{Number, Reader, Sink, Syntax};
 use crate::time::Timestamp;
 
@@ -71,59 +73,60 @@ fn write_claims<A: AsRef<str>>(
     dates: [Option<i64>; 3],
     tail: [Option<&str>; 5],
 ) {
-    // Each name is written with the comma before it (left off for the
-    // first member) and, for a string, the value's opening quote: one
-    // write per name.
-    fn key(out: &mut impl Sink, first: &mut bool, name: &[u8]) {
-        out.raw(&name[usize::from(*first)..]);
+    // Each name is a constant segment written with the comma before it
+    // (left off for the first member) and, for a string, the value's
+    // opening quote: one fixed-size write per name, which the compiler
+    // turns into a store or two rather than a call to `memcpy`.
+    #[inline]
+    fn key(out: &mut impl Sink, first: &mut bool, name: &'static [u8]) {
+        if *first {
+            out.raw(&name[1..]);
+        } else {
+            out.raw(name);
+        }
         *first = false;
     }
-    out.raw(b"{");
-    let mut first = true;
-    for (name, v) in [&b",\"iss\":\""[..], b",\"sub\":\""].into_iter().zip(head) {
+    #[inline]
+    fn text(out: &mut impl Sink, first: &mut bool, name: &'static [u8], v: Option<&str>) {
         if let Some(v) = v {
-            key(out, &mut first, name);
+            key(out, first, name);
             out.string_rest(v);
         }
     }
-    if let Some(aud) = aud {
-        match aud {
-            Ok(a) => {
-                key(out, &mut first, b",\"aud\":\"");
-                out.string_rest(a);
-            }
-            Err(all) => {
-                key(out, &mut first, b",\"aud\":[");
-                for (i, a) in all.iter().enumerate() {
-                    out.raw(&b",\""[usize::from(i == 0)..]);
-                    out.string_rest(a.as_ref());
-                }
-                out.raw(b"]");
-            }
-        }
-    }
-    for (name, v) in [&b",\"exp\":"[..], b",\"nbf\":", b",\"iat\":"]
-        .into_iter()
-        .zip(dates)
-    {
+    #[inline]
+    fn date(out: &mut impl Sink, first: &mut bool, name: &'static [u8], v: Option<i64>) {
         if let Some(v) = v {
-            key(out, &mut first, name);
+            key(out, first, name);
             out.int(v);
         }
     }
-    let names = [
-        &b",\"jti\":\""[..],
-        b",\"client_id\":\"",
-        b",\"scope\":\"",
-        b",\"gid\":\"",
-        b",\"org_domain\":\"",
-    ];
-    for (name, v) in names.into_iter().zip(tail) {
-        if let Some(v) = v {
-            key(out, &mut first, name);
-            out.string_rest(v);
+    out.raw(b"{");
+    let first = &mut true;
+    let [iss, sub] = head;
+    text(out, first, b",\"iss\":\"", iss);
+    text(out, first, b",\"sub\":\"", sub);
+    match aud {
+        None => {}
+        Some(Ok(a)) => text(out, first, b",\"aud\":\"", Some(a)),
+        Some(Err(all)) => {
+            key(out, first, b",\"aud\":[");
+            for (i, a) in all.iter().enumerate() {
+                out.raw(if i == 0 { b"\"" } else { b",\"" });
+                out.string_rest(a.as_ref());
+            }
+            out.raw(b"]");
         }
     }
+    let [exp, nbf, iat] = dates;
+    date(out, first, b",\"exp\":", exp);
+    date(out, first, b",\"nbf\":", nbf);
+    date(out, first, b",\"iat\":", iat);
+    let [jti, client_id, scope, gid, org_domain] = tail;
+    text(out, first, b",\"jti\":\"", jti);
+    text(out, first, b",\"client_id\":\"", client_id);
+    text(out, first, b",\"scope\":\"", scope);
+    text(out, first, b",\"gid\":\"", gid);
+    text(out, first, b",\"org_domain\":\"", org_domain);
     out.raw(b"}");
 }
 
@@ -384,12 +387,65 @@ fn malformed(_: Syntax) -> VerifyError {
 }
 
 impl<'a> ClaimsRef<'a> {
-    /// Parses claims JSON strictly, in one pass and without `serde_json`:
-    /// an object (RFC 7519 §7.2 step 10), no member twice (§4: a parser may
-    /// refuse duplicates, and we do), the registered claims of their types
+    /// Parses claims JSON strictly, without `serde_json`: an object
+    /// (RFC 7519 §7.2 step 10), no member twice (§4: a parser may refuse
+    /// duplicates, and we do), the registered claims of their types
     /// (§4.1), numeric dates non-negative integers in `i64` (§2; no float
     /// is ever parsed). Unknown members are skipped after a grammar check.
+    ///
+    /// On hosts, a document in the compact form the signer writes (see
+    /// `ClaimsRef::parse_compact`) is read by a short path that answers
+    /// only when the full parser would give the very same claims; any
+    /// other document, and every error, is the full parser's.
     pub fn parse(json: &'a [u8]) -> Result<Self, VerifyError> {
+        // Hosts only: firmware keeps its flash for the full parser alone.
+        #[cfg(feature = "std")]
+        if let Some(claims) = Self::parse_compact(json) {
+            return Ok(claims);
+        }
+        Self::parse_general(json)
+    }
+
+    /// The claims of a document in the compact form [`Claims::write_json`]
+    /// writes, or `None` for anything else: UTF-8; `{`, members of known
+    /// claims only, in the order the signer writes them (so none twice),
+    /// then `}` and nothing after; no whitespace; string values (and `aud`
+    /// as one string) with no escape and no control character; numeric
+    /// dates as digits with no leading zero that fit `i64`. Every such
+    /// document is valid, and the full parser reads it to the same claims:
+    /// what this path accepts is a subset of what that one accepts, read
+    /// the same way (a property test and the `jwt_claims` fuzz target hold
+    /// [`ClaimsRef::parse`] to the `serde_json` reference). It costs one
+    /// pass with no whitespace skipping, no `Result` per value, each name
+    /// recognised by one fixed-size comparison, and each string found by
+    /// the word-at-a-time scan.
+    #[cfg(feature = "std")]
+    fn parse_compact(json: &'a [u8]) -> Option<Self> {
+        let mut r = json::Compact::new(json)?;
+        let text = |v: Option<&'a str>| v.map(Cow::Borrowed);
+        // Fields are read in the order they are written here, which is the
+        // signer's.
+        let claims = Self {
+            iss: text(r.string(b"\"iss\":").ok()?),
+            sub: text(r.string(b"\"sub\":").ok()?),
+            aud: r
+                .string(b"\"aud\":")
+                .ok()?
+                .map(|a| AudienceRef::One(Cow::Borrowed(a))),
+            exp: r.int(b"\"exp\":").ok()?,
+            nbf: r.int(b"\"nbf\":").ok()?,
+            iat: r.int(b"\"iat\":").ok()?,
+            jti: text(r.string(b"\"jti\":").ok()?),
+            client_id: text(r.string(b"\"client_id\":").ok()?),
+            scope: text(r.string(b"\"scope\":").ok()?),
+            gid: text(r.string(b"\"gid\":").ok()?),
+            org_domain: text(r.string(b"\"org_domain\":").ok()?),
+        };
+        r.finished().then_some(claims)
+    }
+
+    /// The full strict parser, in one pass over any JSON text.
+    fn parse_general(json: &'a [u8]) -> Result<Self, VerifyError> {
         let mut r = Reader::new(json);
         if !r.begin_object() {
             return Err(VerifyError::ClaimsMalformed);
@@ -841,7 +897,7 @@ mod tests {
             };
             let mut ours = Vec::new();
             claims.write_json(&mut ours);
-            let mut spill = super::super::json::Spill::new();
+            let mut spill = json::Spill::new();
             claims.write_json(&mut spill);
             prop_assert_eq!(spill.as_bytes(), &ours[..]);
             prop_assert_eq!(&ours, &serde_json::to_vec(&claims).unwrap_or_default());
@@ -851,6 +907,111 @@ mod tests {
                 prop_assert_eq!(Claims::parse(&ours), Ok(claims));
             }
         }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2048))]
+
+        /// The compact path answers only what the full parser answers:
+        /// whenever it reads a document, the full parser reads the same
+        /// claims from it.
+        #[test]
+        fn the_compact_path_agrees_with_the_full_parser(json in document()) {
+            if let Some(compact) = ClaimsRef::parse_compact(json.as_bytes()) {
+                prop_assert_eq!(Ok(compact), ClaimsRef::parse_general(json.as_bytes()), "{}", json);
+            }
+        }
+
+        /// What the signer writes (plain strings, one audience, dates in
+        /// `i64`) is read by the compact path, to the claims written.
+        #[test]
+        fn the_compact_path_reads_what_the_signer_writes(
+            iss in proptest::option::of("[a-z:/. -]{0,30}"),
+            sub in proptest::option::of("\\PC{0,12}"),
+            aud in proptest::option::of("[a-z0-9:/._-]{0,60}"),
+            exp in proptest::option::of(0i64..),
+            nbf in proptest::option::of(0i64..),
+            iat in proptest::option::of(0i64..10),
+            scope in proptest::option::of("[a-z: ]{0,24}"),
+            jti in proptest::option::of("[A-Za-z0-9_-]{22}"),
+        ) {
+            let claims = Claims {
+                iss,
+                sub,
+                aud: aud.map(Audience::One),
+                exp,
+                nbf,
+                iat,
+                scope,
+                jti,
+                client_id: Some("c".into()),
+                gid: Some("g".into()),
+                org_domain: Some("o.example".into()),
+            };
+            let mut json = Vec::new();
+            claims.write_json(&mut json);
+            let escaped = claims.sub.as_deref().is_some_and(|s| s.chars().any(|c| c < ' ' || c == '"' || c == '\\'));
+            let compact = ClaimsRef::parse_compact(&json).map(ClaimsRef::into_owned);
+            if escaped {
+                prop_assert_eq!(compact, None);
+            } else {
+                prop_assert_eq!(compact, Some(claims));
+            }
+        }
+    }
+
+    /// Anything outside the compact form goes to the full parser, whose
+    /// answer (claims or error) is then the only one.
+    #[test]
+    fn the_compact_path_leaves_everything_else_to_the_full_parser() {
+        for json in [
+            r#"{"exp":01}"#,
+            r#"{"exp":1.0}"#,
+            r#"{"exp":1e3}"#,
+            r#"{"exp":-1}"#,
+            r#"{"exp":9223372036854775808}"#,
+            r#"{"exp":"1"}"#,
+            r#"{"exp":1,"exp":1}"#,
+            r#"{"sub":"a","sub":"a"}"#,
+            r#"{"sub":"a","iss":"b"}"#,
+            r#"{"exp":1,"sub":"a"}"#,
+            r#"{"sub":"a\"b"}"#,
+            r#"{"sub":"a\u0062"}"#,
+            "{\"sub\":\"a\u{1}\"}",
+            r#"{"s\u0075b":"a"}"#,
+            r#"{"x":1}"#,
+            r#"{"sub":"a"} "#,
+            r#"{ "sub":"a"}"#,
+            r#"{"sub" :"a"}"#,
+            r#"{"sub":"a",}"#,
+            r#"{"aud":["a"]}"#,
+            r#"{"sub":1}"#,
+            r#"{"sub":"a"}{}"#,
+            r#"{"sub":"a""#,
+            r"{",
+            "{}x",
+            "",
+        ] {
+            assert_eq!(ClaimsRef::parse_compact(json.as_bytes()), None, "{json}");
+        }
+        assert_eq!(
+            ClaimsRef::parse_compact(&[b'{', b'"', 0xff, b'"', b':', b'1', b'}']),
+            None
+        );
+        assert_eq!(ClaimsRef::parse_compact(b"{}"), Some(ClaimsRef::default()));
+        let read = ClaimsRef::parse_compact(
+            b"{\"sub\":\"\xc3\xa9\",\"aud\":\"a\",\"exp\":0,\"iat\":9223372036854775807}",
+        );
+        assert_eq!(
+            read.map(ClaimsRef::into_owned),
+            Some(Claims {
+                exp: Some(0),
+                sub: Some("\u{e9}".into()),
+                aud: Some("a".into()),
+                iat: Some(i64::MAX),
+                ..Claims::default()
+            })
+        );
     }
 
     fn fault(json: &str) -> VerifyError {

@@ -117,7 +117,7 @@ pub(super) fn with_decoded<R>(
         heap = vec![0; len];
         &mut heap[..]
     };
-    let n = b64::decode_into(segment.as_bytes(), buf).ok_or(VerifyError::Base64(which))?;
+    let n = b64::decode_segment(segment.as_bytes(), buf).ok_or(VerifyError::Base64(which))?;
     f(&buf[..n])
 }
 

@@ -152,26 +152,39 @@ impl<'a> Reader<'a> {
     }
 
     /// A string value, checked for UTF-8 and paired surrogates; borrowed
-    /// unless it has escapes.
+    /// unless it has escapes. The common case, a run of plain bytes up to
+    /// the closing quote, is inline; escapes and errors go through
+    /// [`Reader::string_escaped`].
+    #[inline]
     pub(super) fn string(&mut self) -> Result<Cow<'a, str>, Syntax> {
         self.ws();
-        self.expect(b'"')?;
-        let start = self.at;
-        self.at = plain_run(self.bytes, self.at);
-        match *self.bytes.get(self.at).ok_or(Syntax)? {
-            b'"' => {
-                let end = self.at;
-                self.at += 1;
-                // Both ends sit next to an ASCII quote: char boundaries.
-                let text = match self.text {
-                    Some(text) => text.get(start..end).ok_or(Syntax),
-                    None => core::str::from_utf8(&self.bytes[start..end]).map_err(|_| Syntax),
-                };
-                return text.map(Cow::Borrowed);
-            }
-            b'\\' => {}
-            _ => return Err(Syntax),
+        if self.bytes.get(self.at) != Some(&b'"') {
+            return Err(Syntax);
         }
+        let start = self.at + 1;
+        let end = plain_run(self.bytes, start);
+        if self.bytes.get(end) != Some(&b'"') {
+            return self.string_escaped(start, end);
+        }
+        self.at = end + 1;
+        // Both ends sit next to an ASCII quote: char boundaries.
+        let text = match self.text {
+            Some(text) => text.get(start..end).ok_or(Syntax),
+            None => core::str::from_utf8(&self.bytes[start..end]).map_err(|_| Syntax),
+        };
+        text.map(Cow::Borrowed)
+    }
+
+    /// The rest of a string whose plain run from `start` stopped at `at`
+    /// on something other than its closing quote: an escape (the string
+    /// is copied), a control character or the end of the input (refused).
+    #[cold]
+    #[inline(never)]
+    fn string_escaped(&mut self, start: usize, at: usize) -> Result<Cow<'a, str>, Syntax> {
+        if self.bytes.get(at) != Some(&b'\\') {
+            return Err(Syntax);
+        }
+        self.at = at;
         let mut buf: Vec<u8> = self.bytes[start..self.at].to_vec();
         loop {
             match self.next()? {
@@ -501,24 +514,165 @@ fn insert(members: &mut Map<String, Value>, name: Cow<'_, str>, value: Value) ->
     members.insert(name.into_owned(), value).is_some()
 }
 
+/// The document left the compact form [`Compact`] reads: the full parser
+/// decides.
+#[cfg(feature = "std")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct NotCompact;
+
+/// A cursor over a claims document in the compact form the signer writes
+/// (see `ClaimsRef::parse_compact`): members are asked for in the order
+/// they may appear, each at most once, and every method answers `None`
+/// when the document leaves that form. Hosts only.
+#[cfg(feature = "std")]
+pub(super) struct Compact<'a> {
+    text: &'a str,
+    /// Where the next member's name starts (or, once closed, the end).
+    at: usize,
+    /// The closing `}` has been read.
+    closed: bool,
+}
+
+#[cfg(feature = "std")]
+impl<'a> Compact<'a> {
+    /// A cursor after the `{` of `json`; `None` unless it is UTF-8 and
+    /// starts with `{`.
+    pub(super) fn new(json: &'a [u8]) -> Option<Self> {
+        let text = core::str::from_utf8(json).ok()?;
+        match json {
+            [b'{', b'}', ..] => Some(Self {
+                text,
+                at: 2,
+                closed: true,
+            }),
+            [b'{', ..] => Some(Self {
+                text,
+                at: 1,
+                closed: false,
+            }),
+            _ => None,
+        }
+    }
+
+    /// Whether the next member is `name` (its quotes and colon included);
+    /// if so the cursor moves to its value. The name's length is a
+    /// constant, so the comparison is a load or two, not a call.
+    #[inline]
+    fn name<const N: usize>(&mut self, name: &[u8; N]) -> bool {
+        let here = !self.closed
+            && self
+                .text
+                .as_bytes()
+                .get(self.at..)
+                .and_then(<[u8]>::first_chunk::<N>)
+                .is_some_and(|next| next == name);
+        if here {
+            self.at += N;
+        }
+        here
+    }
+
+    /// The `,` or `}` after a value.
+    #[inline]
+    fn separator(&mut self) -> Option<()> {
+        match self.text.as_bytes().get(self.at)? {
+            b',' => {}
+            b'}' => self.closed = true,
+            _ => return None,
+        }
+        self.at += 1;
+        Some(())
+    }
+
+    /// The string value of member `name` if it comes next (`Ok(None)` if
+    /// another does).
+    #[inline]
+    pub(super) fn string<const N: usize>(
+        &mut self,
+        name: &[u8; N],
+    ) -> Result<Option<&'a str>, NotCompact> {
+        if !self.name(name) {
+            return Ok(None);
+        }
+        let (value, next) = compact_string(self.text, self.at).ok_or(NotCompact)?;
+        self.at = next;
+        self.separator().ok_or(NotCompact)?;
+        Ok(Some(value))
+    }
+
+    /// The integer value of member `name` if it comes next.
+    #[inline]
+    pub(super) fn int<const N: usize>(
+        &mut self,
+        name: &[u8; N],
+    ) -> Result<Option<i64>, NotCompact> {
+        if !self.name(name) {
+            return Ok(None);
+        }
+        let (value, next) = compact_int(self.text.as_bytes(), self.at).ok_or(NotCompact)?;
+        self.at = next;
+        self.separator().ok_or(NotCompact)?;
+        Ok(Some(value))
+    }
+
+    /// Whether the document closed with its last member and nothing
+    /// follows.
+    pub(super) fn finished(&self) -> bool {
+        self.closed && self.at == self.text.len()
+    }
+}
+
+/// The string at `at` in a compact document (`"…"` with no escape and no
+/// control character) and the index after its closing quote; `None` for
+/// anything else. Both ends sit next to an ASCII quote, so the slice is on
+/// char boundaries of the UTF-8 `text`.
+#[cfg(feature = "std")]
+#[inline]
+fn compact_string(text: &str, at: usize) -> Option<(&str, usize)> {
+    let bytes = text.as_bytes();
+    if bytes.get(at) != Some(&b'"') {
+        return None;
+    }
+    let end = plain_run(bytes, at + 1);
+    if bytes.get(end) != Some(&b'"') {
+        return None;
+    }
+    Some((text.get(at + 1..end)?, end + 1))
+}
+
+/// The integer at `at` in a compact document: digits with no sign and no
+/// leading zero (a lone `0` aside), in `i64`, and the index after them;
+/// `None` for anything else, including a number that goes on with a
+/// fraction or an exponent (the caller then finds no `,` or `}` next).
+#[cfg(feature = "std")]
+#[inline]
+fn compact_int(bytes: &[u8], mut at: usize) -> Option<(i64, usize)> {
+    match *bytes.get(at)? {
+        b'0' => return Some((0, at + 1)),
+        b'1'..=b'9' => {}
+        _ => return None,
+    }
+    let mut v: i64 = 0;
+    while let Some(&d) = bytes.get(at) {
+        if !d.is_ascii_digit() {
+            break;
+        }
+        v = v.checked_mul(10)?.checked_add(i64::from(d - b'0'))?;
+        at += 1;
+    }
+    Some((v, at))
+}
+
 /// The end of the run of string bytes from `at` that need no attention: the
 /// index of the first quote, backslash or control character (or the end).
 /// Eight bytes at a time: the classic "has a zero byte" test finds any byte
 /// equal to `"` or `\` or below 0x20 in a word; its lowest set bit is exact
 /// (a borrow only ever flags bytes above a true match), so the first such
 /// byte of a word is found without a byte loop.
+#[inline]
 fn plain_run(bytes: &[u8], mut at: usize) -> usize {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
-    let zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
-    while let Some(chunk) = bytes.get(at..at + 8) {
-        let Ok(word) = <[u8; 8]>::try_from(chunk) else {
-            break;
-        };
-        let x = u64::from_le_bytes(word);
-        let special = zero(x ^ (ONES * u64::from(b'"')))
-            | zero(x ^ (ONES * u64::from(b'\\')))
-            | (x.wrapping_sub(ONES * 0x20) & !x & HIGH);
+    while let Some(word) = bytes.get(at..).and_then(<[u8]>::first_chunk::<8>) {
+        let special = special_bytes(u64::from_le_bytes(*word));
         if special != 0 {
             // Little-endian: byte i of the word is bits 8i..8i+8.
             return at + (special.trailing_zeros() / 8) as usize;
@@ -532,6 +686,23 @@ fn plain_run(bytes: &[u8], mut at: usize) -> usize {
         at += 1;
     }
     at
+}
+
+/// The high bit of each byte of `x` that is a quote, a backslash or a
+/// control character, and possibly of bytes above such a one (a borrow
+/// only ever flags bytes above a true match): zero exactly when no byte of
+/// the word needs attention in a JSON string. The classic "has a zero
+/// byte" test, three times.
+#[inline]
+const fn special_bytes(x: u64) -> u64 {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    const fn zero(v: u64) -> u64 {
+        v.wrapping_sub(ONES) & !v & HIGH
+    }
+    zero(x ^ (ONES * b'"' as u64))
+        | zero(x ^ (ONES * b'\\' as u64))
+        | (x.wrapping_sub(ONES * 0x20) & !x & HIGH)
 }
 
 /// The byte a one-character escape stands for (RFC 8259 §7).
@@ -620,52 +791,43 @@ pub(super) trait Sink {
     /// needs an escape, and most values need none, so they are copied
     /// whole.
     fn string_rest(&mut self, s: &str) {
-        let bytes = s.as_bytes();
-        if any_escape(s) {
-            let mut from = 0;
-            for (i, &b) in bytes.iter().enumerate() {
-                if needs_escape(b) {
-                    self.raw(&bytes[from..i]);
-                    escape(b, |e| self.raw(e));
-                    from = i + 1;
-                }
-            }
-            self.raw(&bytes[from..]);
-        } else {
-            self.raw(bytes);
-        }
-        self.raw(b"\"");
+        write_escaped(self, s);
     }
-    /// Appends an integer, without `core::fmt`: two digits at a time from
-    /// the right into a stack buffer.
+    /// Appends an integer, without `core::fmt` ([`format_int`]).
     fn int(&mut self, v: i64) {
-        const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
-            2021222324252627282930313233343536373839\
-            4041424344454647484950515253545556575859\
-            6061626364656667686970717273747576777879\
-            8081828384858687888990919293949596979899";
         let mut digits = [0u8; 20];
-        let mut at = digits.len();
-        let mut m = v.unsigned_abs();
-        while m >= 100 {
-            let i = (m % 100) as usize * 2;
-            m /= 100;
-            at -= 2;
-            digits[at..at + 2].copy_from_slice(&PAIRS[i..i + 2]);
-        }
-        if m >= 10 {
-            let i = m as usize * 2;
-            at -= 2;
-            digits[at..at + 2].copy_from_slice(&PAIRS[i..i + 2]);
-        } else {
-            at -= 1;
-            digits[at] = b'0' + m as u8;
-        }
-        if v < 0 {
-            self.raw(b"-");
-        }
-        self.raw(&digits[at..]);
+        let n = format_int(v, &mut digits);
+        self.raw(&digits[..n]);
     }
+}
+
+/// Writes `v` in decimal at the front of `out` (20 bytes hold any `i64`)
+/// and returns its length: the length first (from the number's base-10
+/// logarithm), then two digits at a time from the right.
+fn format_int(v: i64, out: &mut [u8; 20]) -> usize {
+    const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+        2021222324252627282930313233343536373839\
+        4041424344454647484950515253545556575859\
+        6061626364656667686970717273747576777879\
+        8081828384858687888990919293949596979899";
+    let sign = usize::from(v < 0);
+    out[0] = b'-';
+    let mut m = v.unsigned_abs();
+    let len = sign + m.checked_ilog10().unwrap_or(0) as usize + 1;
+    let mut at = len;
+    while m >= 100 {
+        let i = (m % 100) as usize * 2;
+        m /= 100;
+        at -= 2;
+        out[at..at + 2].copy_from_slice(&PAIRS[i..i + 2]);
+    }
+    if m >= 10 {
+        let i = m as usize * 2;
+        out[at - 2..at].copy_from_slice(&PAIRS[i..i + 2]);
+    } else {
+        out[at - 1] = b'0' + m as u8;
+    }
+    len
 }
 
 /// Bytes of JSON the signer writes on the stack before spilling to the
@@ -712,6 +874,92 @@ impl Sink for Spill {
             _ => self.spill(bytes),
         }
     }
+
+    /// Copies the value in whole words, testing each word for a byte that
+    /// needs an escape as it goes (one pass, no call to `memcpy`): up to
+    /// 16 bytes as two overlapping windows (its first and last four or
+    /// eight), longer ones sixteen bytes a step and then their last
+    /// sixteen. A value that needs an escape, or that would not fit on
+    /// the stack, is written again by [`write_escaped`]. Hosts only:
+    /// firmware keeps the smaller pre-scan and copy of the default.
+    #[cfg(feature = "std")]
+    #[inline]
+    fn string_rest(&mut self, s: &str) {
+        let bytes = s.as_bytes();
+        let (start, n) = (self.len, bytes.len());
+        // The value and its closing quote.
+        let Some(room) = self.stack.get_mut(start..=start + n) else {
+            return write_escaped(self, s);
+        };
+        if self.heap.is_some() {
+            return write_escaped(self, s);
+        }
+        let word = |w: &[u8; 8]| special_bytes(u64::from_le_bytes(*w));
+        let pair = |w: &[u8; 16]| {
+            let (a, b) = w.split_at(8);
+            let (a, b) = (
+                a.first_chunk().unwrap_or(&[0; 8]),
+                b.first_chunk().unwrap_or(&[0; 8]),
+            );
+            word(a) | word(b)
+        };
+        let special = if let Some(last) = bytes.last_chunk::<16>() {
+            // Leaving at the first step that needs attention also keeps the
+            // loop a loop: with a fixed trip count the compiler turns the
+            // copy back into a call to `memcpy`.
+            for (w, o) in bytes.chunks_exact(16).zip(room.chunks_exact_mut(16)) {
+                let w = w.first_chunk::<16>().unwrap_or(&[0; 16]);
+                if pair(w) != 0 {
+                    return write_escaped(self, s);
+                }
+                o.copy_from_slice(w);
+            }
+            room[n - 16..n].copy_from_slice(last);
+            pair(last)
+        } else if let (Some(first), Some(last)) =
+            (bytes.first_chunk::<8>(), bytes.last_chunk::<8>())
+        {
+            room[..8].copy_from_slice(first);
+            room[n - 8..n].copy_from_slice(last);
+            word(first) | word(last)
+        } else if let (Some(first), Some(last)) =
+            (bytes.first_chunk::<4>(), bytes.last_chunk::<4>())
+        {
+            // Both four-byte windows tested as one word.
+            room[..4].copy_from_slice(first);
+            room[n - 4..n].copy_from_slice(last);
+            let (a, b) = (u32::from_le_bytes(*first), u32::from_le_bytes(*last));
+            special_bytes(u64::from(a) | u64::from(b) << 32)
+        } else {
+            let mut special = 0;
+            for (i, &b) in bytes.iter().enumerate() {
+                special |= u64::from(needs_escape(b));
+                room[i] = b;
+            }
+            special
+        };
+        room[n] = b'"';
+        if special == 0 {
+            self.len = start + n + 1;
+        } else {
+            write_escaped(self, s);
+        }
+    }
+
+    /// Formats the integer straight into the stack buffer when there is
+    /// room for any `i64`.
+    #[inline]
+    fn int(&mut self, v: i64) {
+        let room = self.stack.get_mut(self.len..self.len + 20);
+        match room.and_then(|r| <&mut [u8; 20]>::try_from(r).ok()) {
+            Some(room) if self.heap.is_none() => self.len += format_int(v, room),
+            _ => {
+                let mut digits = [0u8; 20];
+                let n = format_int(v, &mut digits);
+                self.raw(&digits[..n]);
+            }
+        }
+    }
 }
 
 impl Spill {
@@ -733,11 +981,25 @@ impl Sink for Vec<u8> {
     }
 }
 
-/// Whether any byte of `s` needs an escape: the reader's eight-bytes-at-a-
-/// time scan for a quote, backslash or control character, run once over
-/// the whole value.
-fn any_escape(s: &str) -> bool {
-    plain_run(s.as_bytes(), 0) != s.len()
+/// [`Sink::string_rest`] through [`Sink::raw`]: a pre-scan finds whether
+/// any byte needs an escape, and most values need none, so they are copied
+/// whole.
+fn write_escaped(out: &mut (impl Sink + ?Sized), s: &str) {
+    let bytes = s.as_bytes();
+    if plain_run(bytes, 0) == bytes.len() {
+        out.raw(bytes);
+    } else {
+        let mut from = 0;
+        for (i, &b) in bytes.iter().enumerate() {
+            if needs_escape(b) {
+                out.raw(&bytes[from..i]);
+                escape(b, |e| out.raw(e));
+                from = i + 1;
+            }
+        }
+        out.raw(&bytes[from..]);
+    }
+    out.raw(b"\"");
 }
 
 fn needs_escape(b: u8) -> bool {
@@ -768,6 +1030,7 @@ fn escape(b: u8, out: impl FnOnce(&[u8])) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::strategy::Strategy as _;
 
     #[test]
     fn numbers_are_classified_without_floats() {
@@ -867,6 +1130,58 @@ mod tests {
             let mut out = b"\"".to_vec();
             out.string_rest(s);
             assert_eq!(out, serde_json::to_vec(s).unwrap_or_default());
+        }
+    }
+
+    #[test]
+    fn integers_are_written_as_core_fmt_writes_them() {
+        let mut edges = alloc::vec![0, 1, -1, i64::MIN, i64::MAX, i64::MIN + 1];
+        let mut p = 1i64;
+        while let Some(next) = p.checked_mul(10) {
+            edges.extend([p - 1, p, p + 1, -p, -p + 1, -p - 1]);
+            p = next;
+        }
+        edges.extend([p - 1, p, -p]);
+        for v in edges {
+            let mut digits = [0u8; 20];
+            let n = format_int(v, &mut digits);
+            assert_eq!(&digits[..n], alloc::format!("{v}").as_bytes(), "{v}");
+        }
+    }
+
+    proptest::proptest! {
+        /// The stack buffer's word-at-a-time string copy (its tail, its
+        /// fallback to escaping, its edge at the end of the stack) and its
+        /// integers write exactly what the plain `Vec` writer does.
+        #[test]
+        fn spill_writes_what_a_vector_writes(
+            parts in proptest::collection::vec(
+                proptest::prop_oneof![
+                    "[a-z0-9:/._~-]{0,40}".prop_map(Ok),
+                    "[\\x00-\\x7f]{0,20}".prop_map(Ok),
+                    "\\PC{0,12}".prop_map(Ok),
+                    proptest::prelude::any::<i64>().prop_map(Err),
+                ],
+                0..80,
+            ),
+        ) {
+            let mut spill = Spill::new();
+            let mut reference = Vec::new();
+            for part in &parts {
+                match part {
+                    Ok(s) => {
+                        spill.raw(b"\"");
+                        spill.string_rest(s);
+                        reference.raw(b"\"");
+                        reference.string_rest(s);
+                    }
+                    Err(v) => {
+                        spill.int(*v);
+                        reference.int(*v);
+                    }
+                }
+                proptest::prop_assert_eq!(spill.as_bytes(), &reference[..]);
+            }
         }
     }
 

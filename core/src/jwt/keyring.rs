@@ -252,13 +252,14 @@ impl Keyring {
     /// Signs `claims` as a compact JWS with the active key:
     /// `{"alg":"HS256","typ":…,"kid":…}` (RFC 7515 §7.1).
     ///
-    /// The payload JSON is written by hand into a stack buffer (escaping
-    /// only the strings a pre-scan finds need it), which measures it; the
-    /// token is then allocated once at its exact size and filled in one
-    /// pass: the key's precomputed header segment, the payload encoded
-    /// straight from the stack, the MAC from the key's pre-keyed state over
-    /// what was just written, and its encoding. The only allocation is the
-    /// token (claims over 1 KiB of JSON spill to the heap first).
+    /// The payload JSON is written by hand into a stack buffer (each value
+    /// copied a word at a time and escaped only where it must be), which
+    /// measures it; the token is then allocated once at its exact size and
+    /// filled in one pass: the key's precomputed header segment, the
+    /// payload encoded straight from the stack onto the token's end, the
+    /// MAC from the key's pre-keyed state over what was just written, and
+    /// its encoding. The only allocation is the token (claims over 1 KiB of
+    /// JSON spill to the heap first).
     pub fn sign(&self, typ: TokenType, claims: &Claims) -> Result<SecretString, SignError> {
         self.sign_json(typ, |out| claims.write_json(out))
     }
@@ -285,7 +286,7 @@ impl Keyring {
             .active
             .map(|i| &self.entries[i])
             .ok_or(SignError::NoActiveKey)?;
-        let header = entry.headers[typ.index()].as_bytes();
+        let header = entry.headers[typ.index()].as_str();
         let mut json = json::Spill::new();
         write_json(&mut json);
         let json = json.as_bytes();
@@ -295,16 +296,15 @@ impl Keyring {
         if total > MAX_TOKEN_LEN {
             return Err(SignError::TooLong);
         }
-        let mut token = alloc::vec![b'.'; total];
-        token[..header.len()].copy_from_slice(header);
-        b64::encode_into(json, &mut token[payload_at..signed_len]);
-        let signature = entry.key.mac(&token[..signed_len]);
-        b64::encode_into(&signature, &mut token[signed_len + 1..]);
-        // Every byte written is ASCII: the header and the two segments are
-        // base64url, the separators dots.
-        String::from_utf8(token)
-            .map(SecretString::new)
-            .map_err(|_| SignError::TooLong)
+        let mut token = String::with_capacity(total);
+        token.push_str(header);
+        token.push('.');
+        b64::encode_string(json, &mut token);
+        let signature = entry.key.mac(token.as_bytes());
+        token.push('.');
+        b64::encode_string(&signature, &mut token);
+        debug_assert_eq!(token.len(), total);
+        Ok(SecretString::new(token))
     }
 
     /// Verifies `token` fully: structure, header, `kid`, signature, then

@@ -59,11 +59,9 @@ use crate::clock;
 pub(crate) const MAX_MCP_BODY: usize = portcullis_core::ledger::MAX_ENVELOPE_LEN + 16 * 1024;
 
 /// The scope every MCP request needs: listing and describing skills are
-/// reads. Writes are checked per action by the ledger. Built from a
+/// reads. Writes are checked per action by the ledger. Built once from a
 /// compile-time-checked token, so it cannot fall back to "no scope".
-fn required() -> ScopeSet {
-    ScopeSet::known([KnownScope::SKILLS_READ])
-}
+static REQUIRED: LazyLock<ScopeSet> = LazyLock::new(|| ScopeSet::known([KnownScope::SKILLS_READ]));
 
 /// The identity the bearer check verified.
 #[derive(Clone, Debug)]
@@ -110,7 +108,7 @@ fn check(app: &super::App, authorization: HeaderField<'_>) -> Verdict {
     let now = clock::now();
     let first = match app
         .engine
-        .verify_bearer(&app.site, authorization, &required(), now)
+        .verify_bearer(&app.site, authorization, &REQUIRED, now)
     {
         Ok(p) => return Verdict::Accepted(Verified::Grant(p)),
         Err(r) => r,
@@ -121,7 +119,7 @@ fn check(app: &super::App, authorization: HeaderField<'_>) -> Verdict {
     {
         match app
             .engine
-            .verify_agent_token(&app.site, authorization, &required(), now)
+            .verify_agent_token(&app.site, authorization, &REQUIRED, now)
         {
             Ok(_) => return Verdict::Accepted(Verified::AgentToken),
             Err(BearerRejection::Challenge(c2))
@@ -309,6 +307,13 @@ fn raise(challenge: Option<&Challenge>, slot: Option<ScopeSlot>) {
     }
 }
 
+/// The handlers whose work waits (a run in the tab, a downstream server)
+/// await it boxed: rmcp's dispatch future (`Service::handle_request`) is as
+/// large as the largest handler future, and every request, a `ping`
+/// included, builds one, which the direct path then moves into a box of its
+/// own ([`super::mcp_direct`]). Boxed, their state stays out of it (about
+/// 3 KB are left, rmcp's own handlers'); the calls that wait pay one
+/// allocation.
 impl ServerHandler for Tools {
     fn get_info(&self) -> ServerConfig {
         if self.app.gateway.is_active() {
@@ -382,7 +387,7 @@ impl ServerHandler for Tools {
             }
             "execute" => {
                 let answer = match verified {
-                    Verified::Grant(p) => run::execute(&self.app, p, &args).await,
+                    Verified::Grant(p) => Box::pin(run::execute(&self.app, p, &args)).await,
                     Verified::AgentToken => Answer::begin_error(&BeginError::AgentToken, None),
                 };
                 raise(answer.challenge.as_ref(), slot);
@@ -403,7 +408,10 @@ impl ServerHandler for Tools {
                         };
                         // rmcp moves a request's `_meta` into the context.
                         let meta = request.meta.as_ref().or(Some(&context.meta));
-                        gateway::tools::call(&self.app, p, source, tool, meta, arguments).await
+                        Box::pin(gateway::tools::call(
+                            &self.app, p, source, tool, meta, arguments,
+                        ))
+                        .await
                     }
                     Verified::AgentToken => gateway::tools::Reply::refused_agent_token(),
                 };
@@ -419,7 +427,7 @@ impl ServerHandler for Tools {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
-        gateway::resources::list(&self.app.gateway).await
+        Box::pin(gateway::resources::list(&self.app.gateway)).await
     }
 
     async fn list_resource_templates(
@@ -427,7 +435,7 @@ impl ServerHandler for Tools {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
-        gateway::resources::templates(&self.app.gateway).await
+        Box::pin(gateway::resources::templates(&self.app.gateway)).await
     }
 
     async fn read_resource(
@@ -435,8 +443,10 @@ impl ServerHandler for Tools {
         request: ReadResourceRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        Ok(gateway::resources::read(&self.app.gateway, &request.uri)
-            .await?
-            .into())
+        Ok(
+            Box::pin(gateway::resources::read(&self.app.gateway, &request.uri))
+                .await?
+                .into(),
+        )
     }
 }

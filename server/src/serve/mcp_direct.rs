@@ -86,8 +86,8 @@ pub(crate) struct Endpoint {
     peers: Vec<(ProtocolVersion, RunningService<RoleServer, Idle>)>,
 }
 
-/// A `Host` authority: the host lower-cased without IPv6 brackets, and the
-/// port if one was given.
+/// An allowed `Host` authority: the host lower-cased without IPv6
+/// brackets, and the port if one was given.
 #[derive(Debug, PartialEq, Eq)]
 struct Authority {
     host: String,
@@ -98,16 +98,37 @@ impl Authority {
     fn parse(s: &str) -> Option<Self> {
         let a = axum::http::uri::Authority::try_from(s.trim()).ok()?;
         Some(Self {
-            host: a.host().trim_matches(['[', ']']).to_ascii_lowercase(),
+            host: unbracketed(a.host()).to_ascii_lowercase(),
             port: a.port_u16(),
         })
     }
 
-    /// Whether `self`, an allowed entry, admits `host` (an entry without a
-    /// port admits every port).
-    fn admits(&self, host: &Self) -> bool {
-        self.host == host.host && self.port.is_none_or(|p| host.port == Some(p))
+    /// Whether `self`, an allowed entry, admits the request's `host` (as
+    /// [`unbracketed`] gives it, any case) and `port` (an entry without a
+    /// port admits every port). Compared in place: the guard asks on every
+    /// request.
+    fn admits(&self, host: &str, port: Option<u16>) -> bool {
+        self.host.eq_ignore_ascii_case(host) && self.port.is_none_or(|p| port == Some(p))
     }
+}
+
+/// `host` without the brackets of an IPv6 literal, as rmcp normalizes it.
+fn unbracketed(host: &str) -> &str {
+    host.trim_matches(['[', ']'])
+}
+
+/// Whether the request's `Host` is one of `allowed` (every host when
+/// `allowed` is empty), compared as rmcp compares it.
+fn host_allowed(allowed: &[Authority], headers: &HeaderMap) -> bool {
+    let Some(host) = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| axum::http::uri::Authority::try_from(v.trim()).ok())
+    else {
+        return false;
+    };
+    let (name, port) = (unbracketed(host.host()), host.port_u16());
+    allowed.is_empty() || allowed.iter().any(|a| a.admits(name, port))
 }
 
 impl Endpoint {
@@ -137,17 +158,6 @@ impl Endpoint {
             hosts,
             peers,
         }
-    }
-
-    fn host_allowed(&self, headers: &HeaderMap) -> bool {
-        let Some(host) = headers
-            .get(header::HOST)
-            .and_then(|v| v.to_str().ok())
-            .and_then(Authority::parse)
-        else {
-            return false;
-        };
-        self.hosts.is_empty() || self.hosts.iter().any(|a| a.admits(&host))
     }
 
     /// The peer for a request of protocol version `v`, if `v` is direct.
@@ -194,7 +204,7 @@ impl Endpoint {
         };
         let headers = &parts.headers;
         let plain = !headers.contains_key(header::ORIGIN)
-            && self.host_allowed(headers)
+            && host_allowed(&self.hosts, headers)
             && accepts_json_and_sse(headers);
         match plain
             .then(|| direct(self, headers, checked, &bytes))
@@ -325,16 +335,18 @@ const HEADER_MCP_PROTOCOL_VERSION: &str = "mcp-protocol-version";
 fn accepts_json_and_sse(headers: &HeaderMap) -> bool {
     let (mut json, mut sse) = (false, false);
     for value in headers.get_all(header::ACCEPT) {
+        // Visible ASCII only (as `HeaderValue::to_str` has it), then
+        // compared as bytes: no UTF-8 or Unicode-whitespace pass.
         let Ok(value) = value.to_str() else {
             return false;
         };
-        for range in value.split(',') {
-            let range = range.trim();
-            if range.contains([';', '"']) {
+        for range in value.as_bytes().split(|b| *b == b',') {
+            let range = range.trim_ascii();
+            if range.iter().any(|b| matches!(b, b';' | b'"')) {
                 return false;
             }
-            json |= range.eq_ignore_ascii_case("application/json");
-            sse |= range.eq_ignore_ascii_case("text/event-stream");
+            json |= range.eq_ignore_ascii_case(b"application/json");
+            sse |= range.eq_ignore_ascii_case(b"text/event-stream");
         }
     }
     json && sse
@@ -495,15 +507,28 @@ mod tests {
 
     #[test]
     fn hosts_compare_as_rmcp_compares_them() {
-        let allowed = Authority::parse("127.0.0.1:8080").unwrap();
-        assert!(allowed.admits(&Authority::parse("127.0.0.1:8080").unwrap()));
-        assert!(!allowed.admits(&Authority::parse("127.0.0.1:8081").unwrap()));
-        assert!(!allowed.admits(&Authority::parse("127.0.0.1").unwrap()));
-        let any_port = Authority::parse("Example.COM").unwrap();
-        assert!(any_port.admits(&Authority::parse("example.com:443").unwrap()));
-        assert!(!any_port.admits(&Authority::parse("example.com.evil").unwrap()));
-        let v6 = Authority::parse("[::1]:80").unwrap();
-        assert_eq!(v6.host, "::1");
+        let allowed = |entries: &[&str]| {
+            entries
+                .iter()
+                .filter_map(|h| Authority::parse(h))
+                .collect::<Vec<_>>()
+        };
+        let admitted = |entries: &[Authority], host: &'static str| {
+            host_allowed(entries, &headers(&[("host", host)]))
+        };
+        let one = allowed(&["127.0.0.1:8080"]);
+        assert!(admitted(&one, "127.0.0.1:8080"));
+        assert!(!admitted(&one, "127.0.0.1:8081"));
+        assert!(!admitted(&one, "127.0.0.1"));
+        assert!(!host_allowed(&one, &HeaderMap::new()));
+        let any_port = allowed(&["Example.COM"]);
+        assert!(admitted(&any_port, "EXAMPLE.com:443"));
+        assert!(!admitted(&any_port, "example.com.evil"));
+        assert!(!admitted(&any_port, "a b"));
+        let v6 = allowed(&["[::1]:80"]);
+        assert_eq!(v6[0].host, "::1");
+        assert!(admitted(&v6, "[::1]:80"));
+        assert!(admitted(&[], "anything.example"));
         assert!(Authority::parse("a b").is_none());
     }
 }
