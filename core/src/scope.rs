@@ -116,6 +116,19 @@ impl ScopeSet {
         if scope.is_empty() {
             return Ok(Self::new());
         }
+        // Already the parameter form (valid tokens, strictly increasing, at
+        // most MAX_SCOPES), as every scope the core writes is: taken whole.
+        let mut last = "";
+        let mut count = 0;
+        let canonical = !scope.ends_with(' ')
+            && Tokens(scope).all(|t| {
+                let next = is_scope_token(t) && last < t && count < MAX_SCOPES;
+                (last, count) = (t, count + 1);
+                next
+            });
+        if canonical {
+            return Ok(Self(scope.into()));
+        }
         Self::from_tokens(scope.split(' '))
     }
 
@@ -440,6 +453,22 @@ mod tests {
         assert_eq!(s.to_string(), "skills:read skills:write");
         assert!(s.contains(SKILLS_READ));
         assert_eq!(ScopeSet::parse("").unwrap(), ScopeSet::new());
+    }
+
+    proptest::proptest! {
+        /// The whole-string path for a scope already in parameter form
+        /// answers exactly as inserting its tokens one by one would.
+        #[test]
+        fn parsing_takes_the_parameter_form_whole_only_when_it_is_one(
+            scope in "[ab c\\\"]{0,12}",
+        ) {
+            let by_tokens = if scope.is_empty() {
+                Ok(ScopeSet::new())
+            } else {
+                ScopeSet::from_tokens(scope.split(' '))
+            };
+            proptest::prop_assert_eq!(ScopeSet::parse(&scope), by_tokens);
+        }
     }
 
     #[test]
