@@ -15,8 +15,10 @@
 set -eu
 cd "$(dirname "$0")/.."
 MARGIN="${MARGIN:-0.5}"
-# name and the median of the three runs in benches/runs/ (README, Figures).
-HELD="sign_over_floor 2.28 sign_speedup_over_jsonwebtoken 1.77 verify_over_floor 2.85 verify_speedup_over_jsonwebtoken 2.80"
+# name and level pairs ("sign_over_floor 2.28 ..."). Empty: every guarded
+# target is met by the median of the three runs in benches/runs/ (README,
+# Figures), so each ratio is held at its target itself.
+HELD=""
 out="$(mktemp)"
 trap 'rm -f "$out"' EXIT
 

@@ -1525,21 +1525,38 @@ impl Tab {
         self.post("/agents/tab/ack", &json!({"id": id})).await.0
     }
 
-    /// Polls until an approval is pending; returns it.
+    /// Polls until an approval is pending; returns it. Like the page, it
+    /// connects again when a heartbeat names a grant it does not serve yet:
+    /// an agent whose code exchange lands after the tab connected (a user's
+    /// first grant has no live tab to join) is served from the next beat.
     async fn approval(&self) -> Value {
-        self.approval_within(Duration::from_mins(2))
+        self.poll_for_approval(Duration::from_mins(2), true)
             .await
             .expect("no approval arrived")
     }
 
-    /// Polls until an approval is pending or `limit` passes. Heartbeats
-    /// before each poll, as a visible page does, so a slow machine never
-    /// lets the tab's connection lapse while the test waits.
+    /// Polls until an approval is pending or `limit` passes, never
+    /// connecting again: what it sees is served by the connection the tab
+    /// already has (or a grant that joined it).
     async fn approval_within(&self, limit: Duration) -> Option<Value> {
+        self.poll_for_approval(limit, false).await
+    }
+
+    /// Heartbeats before each poll, as a visible page does, so a slow
+    /// machine never lets the tab's connection lapse while the test waits;
+    /// with `reconnect`, a beat that names a grant `not_connected` connects
+    /// again, as `agents.js` does.
+    async fn poll_for_approval(&self, limit: Duration, reconnect: bool) -> Option<Value> {
         let deadline = Instant::now() + limit;
         let mut since = 0;
         while Instant::now() < deadline {
-            self.heartbeat(true).await;
+            let beat = self.heartbeat(true).await;
+            let unserved = beat["grants"]
+                .as_array()
+                .is_some_and(|g| g.iter().any(|g| g["state"] == "not_connected"));
+            if reconnect && unserved {
+                self.connect(true, false).await;
+            }
             let w = self.poll(since).await;
             if let Some(a) = w["approvals"].as_array().and_then(|a| a.first()) {
                 return Some(a.clone());
@@ -2776,11 +2793,20 @@ async fn half_open_connections_neither_starve_others_nor_stay_open() {
     let fresh = t.elapsed();
     assert_eq!(r.status(), StatusCode::OK);
     assert!(fresh < Duration::from_secs(1), "{fresh:?}");
-    // The first one opened is still open, so all of them were held.
+    // The last one opened is still open, so the server held them all
+    // rather than refusing past some count; so is the first, unless this
+    // machine was slow enough that it already met the header timeout.
     assert!(
-        !closed_by_server(&held[0]),
-        "the half-open connections are held"
+        !closed_by_server(&held[HELD - 1]),
+        "the half-open connections are held (opened in {opened:?})"
     );
+    let since_first = started.elapsed();
+    if since_first + Duration::from_secs(1) < TIMEOUT {
+        assert!(
+            !closed_by_server(&held[0]),
+            "the first one is held too ({since_first:?} after it opened)"
+        );
+    }
     eprintln!(
         "held {HELD} half-open connections (opened in {opened:?}); \
          a fresh client got the metadata in {fresh:?}"
@@ -2996,17 +3022,21 @@ async fn malformed_json_at_the_mcp_endpoint_is_a_json_rpc_error() {
         assert_eq!(v["error"]["code"], code, "{body:?}: {v}");
         assert!(v["error"]["message"].is_string());
     }
-    // The body limit still holds.
-    let r = s
+    // The body limit still holds: the server answers 413 without reading
+    // the rest, so the client sees the answer or, when the server closed
+    // before the client finished writing, a broken connection. Never 200.
+    let sent = s
         .http
         .post(&resource)
         .header("content-type", "application/json")
         .header("authorization", format!("Bearer {}", login.access))
         .body(format!("[{}0]", "0,".repeat(1024 * 1024)))
         .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        .await;
+    match sent {
+        Ok(r) => assert_eq!(r.status(), StatusCode::PAYLOAD_TOO_LARGE),
+        Err(e) => assert!(e.is_request() && e.status().is_none(), "{e:?}"),
+    }
     // The bearer check still comes first, and well-formed JSON still works.
     let r = post("null", None).await.unwrap();
     assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
