@@ -3531,6 +3531,38 @@ async fn logs_can_be_json_lines() {
     assert_eq!(v["span"]["id"].as_str().unwrap().len(), 8, "{v}");
 }
 
+/// One load-generating client's requests, built from parts made once, as
+/// a load generator (wrk, oha) does: the client's own work per request is
+/// a copy, the same small cost for both endpoints, not URL and header
+/// parsing that only the ping would pay.
+struct Load {
+    md: reqwest::Url,
+    resource: reqwest::Url,
+    headers: HeaderMap,
+    ping: axum::body::Bytes,
+}
+
+impl Load {
+    fn new(md: &str, resource: &str, token: &str, ping: String) -> Self {
+        use reqwest::header::HeaderValue;
+        let mut headers = HeaderMap::new();
+        for (name, value) in [
+            ("authorization", format!("Bearer {token}")),
+            ("content-type", "application/json".to_owned()),
+            ("accept", "application/json, text/event-stream".to_owned()),
+            ("mcp-protocol-version", "2025-06-18".to_owned()),
+        ] {
+            headers.insert(name, HeaderValue::try_from(value).unwrap());
+        }
+        Self {
+            md: reqwest::Url::parse(md).unwrap(),
+            resource: reqwest::Url::parse(resource).unwrap(),
+            headers,
+            ping: ping.into(),
+        }
+    }
+}
+
 /// The figures of issue 11 items 5 and 6: an authorized MCP `ping` against
 /// the protected-resource metadata endpoint, side by side on loopback (16
 /// concurrent clients, 3 s each, alternated twice), and the stderr bytes
@@ -3567,34 +3599,18 @@ async fn ping_throughput_against_the_metadata_endpoint() {
                     token.clone(),
                 );
                 tasks.push(tokio::spawn(async move {
-                    // Each request is built from parts made once, as a load
-                    // generator (wrk, oha) does: the client's own work per
-                    // request is a copy, the same small cost for both
-                    // endpoints, not header parsing that only the ping pays.
-                    use reqwest::header::{HeaderMap, HeaderValue};
-                    let md = reqwest::Url::parse(&md).unwrap();
-                    let resource = reqwest::Url::parse(&resource).unwrap();
-                    let ping = axum::body::Bytes::from(ping);
-                    let mut headers = HeaderMap::new();
-                    for (name, value) in [
-                        ("authorization", format!("Bearer {token}")),
-                        ("content-type", "application/json".to_owned()),
-                        ("accept", "application/json, text/event-stream".to_owned()),
-                        ("mcp-protocol-version", "2025-06-18".to_owned()),
-                    ] {
-                        headers.insert(name, HeaderValue::try_from(value).unwrap());
-                    }
+                    let load = Load::new(&md, &resource, &token, ping);
                     let mut n = 0u64;
                     while Instant::now() < deadline {
                         let r = if mcp {
-                            http.post(resource.clone())
-                                .headers(headers.clone())
-                                .body(ping.clone())
+                            http.post(load.resource.clone())
+                                .headers(load.headers.clone())
+                                .body(load.ping.clone())
                                 .send()
                                 .await
                                 .unwrap()
                         } else {
-                            http.get(md.clone()).send().await.unwrap()
+                            http.get(load.md.clone()).send().await.unwrap()
                         };
                         assert_eq!(r.status(), StatusCode::OK);
                         let _ = r.bytes().await.unwrap();
