@@ -43,10 +43,7 @@ impl<'a> Form<'a> {
     /// The value of `name`, if present.
     #[must_use]
     pub fn get(&self, name: &str) -> Option<&str> {
-        self.pairs
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| &**v)
+        self.value(name).map(|v| &**v)
     }
 
     /// The value of `name` with the input's lifetime: borrowed from the
@@ -54,10 +51,12 @@ impl<'a> Form<'a> {
     /// value).
     #[must_use]
     pub fn get_cow(&self, name: &str) -> Option<Cow<'a, str>> {
-        self.pairs
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.clone())
+        self.value(name).cloned()
+    }
+
+    /// The stored value of `name`, if the form has one.
+    fn value(&self, name: &str) -> Option<&Cow<'a, str>> {
+        self.pairs.iter().find(|(n, _)| n == name).map(|(_, v)| v)
     }
 
     /// Every pair, in input order.

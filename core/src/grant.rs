@@ -181,24 +181,6 @@ impl fmt::Debug for Grant {
     }
 }
 
-codec::fields!(Grant {
-    id,
-    site,
-    epoch,
-    client_id,
-    client_name,
-    subject,
-    scopes,
-    resource,
-    created,
-    last_refreshed,
-    generation,
-    salt,
-    kid,
-    last_rotation,
-    revoked,
-});
-
 impl Record for Grant {
     const TABLE: Table = Table::Grants;
     const VERSION: u8 = 1;
@@ -246,7 +228,7 @@ pub struct GrantView<'a> {
     pub revoked: Option<Revocation>,
 }
 
-codec::fields!(view GrantView {
+codec::fields!(Grant, view GrantView {
     id,
     site,
     epoch,

@@ -193,15 +193,20 @@ impl ScopeSet {
                 }
             }
         }
-        if self.0.is_empty() {
-            self.0.push_str(token);
-        } else if at == self.0.len() {
-            self.0.push(' ');
-            self.0.push_str(token);
+        if at == self.0.len() {
+            self.append(token);
         } else {
             self.0.insert(at, ' ');
             self.0.insert_str(at, token);
         }
+    }
+
+    /// Appends `token`, which sorts after every token held.
+    fn append(&mut self, token: &str) {
+        if !self.0.is_empty() {
+            self.0.push(' ');
+        }
+        self.0.push_str(token);
     }
 
     /// How many tokens the set holds.
@@ -218,11 +223,8 @@ impl ScopeSet {
     /// in its place otherwise.
     fn push_token(&mut self, token: &str) {
         let last = self.0.rsplit(' ').next().unwrap_or_default();
-        if self.0.is_empty() {
-            self.0.push_str(token);
-        } else if last < token {
-            self.0.push(' ');
-            self.0.push_str(token);
+        if self.0.is_empty() || last < token {
+            self.append(token);
         } else {
             self.put(token);
         }
@@ -246,10 +248,7 @@ impl ScopeSet {
         let mut out = Self::new();
         for t in self.iter().filter(|t| !granted.contains(t)) {
             // In order and each once: appending keeps the form.
-            if !out.0.is_empty() {
-                out.0.push(' ');
-            }
-            out.0.push_str(t);
+            out.append(t);
         }
         out
     }
@@ -312,8 +311,8 @@ impl<'de> Deserialize<'de> for ScopeSet {
     /// is sorted, and is appended without a search); repeated tokens
     /// collapse, as in [`ScopeSet::parse`].
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Tokens;
-        impl<'de> Visitor<'de> for Tokens {
+        struct TokenList;
+        impl<'de> Visitor<'de> for TokenList {
             type Value = ScopeSet;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a list of scope tokens")
@@ -329,7 +328,7 @@ impl<'de> Deserialize<'de> for ScopeSet {
                 Ok(set)
             }
         }
-        deserializer.deserialize_seq(Tokens)
+        deserializer.deserialize_seq(TokenList)
     }
 }
 

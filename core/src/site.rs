@@ -197,24 +197,6 @@ pub struct Site {
     pub created: Timestamp,
 }
 
-crate::store::codec::fields!(Site {
-    id,
-    name,
-    issuer,
-    resource_prefix,
-    public_key,
-    scopes,
-    allowed_origins,
-    consent_url,
-    auto_approval_allowed,
-    retry_after_secs,
-    client_metadata_documents,
-    enabled,
-    epoch,
-    policy_version,
-    created,
-});
-
 impl Record for Site {
     const TABLE: Table = Table::Sites;
     const VERSION: u8 = 1;
@@ -262,7 +244,7 @@ pub struct SiteView<'a> {
     pub created: Timestamp,
 }
 
-crate::store::codec::fields!(view SiteView {
+crate::store::codec::fields!(Site, view SiteView {
     id,
     name,
     issuer,

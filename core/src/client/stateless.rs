@@ -109,21 +109,7 @@ struct Payload<'a> {
     logo_uri: Option<&'a str>,
 }
 
-impl Encode for Payload<'_> {
-    fn encode(&self, out: &mut Vec<u8>) {
-        self.nonce.encode(out);
-        self.issued_at.encode(out);
-        self.auth.encode(out);
-        self.grants.encode(out);
-        self.redirect_uris.encode(out);
-        self.client_name.encode(out);
-        self.scope.encode(out);
-        self.client_uri.encode(out);
-        self.logo_uri.encode(out);
-    }
-}
-
-codec::fields!(view Payload {
+codec::fields!(borrowed Payload {
     nonce,
     issued_at,
     auth,

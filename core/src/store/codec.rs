@@ -359,8 +359,23 @@ impl<'a, T: Decode<'a>> Decode<'a> for Vec<T> {
 /// in declaration order (the wire format is positional: a test against
 /// `postcard` holds the order), or for a newtype (`Name(inner)`) as what it
 /// wraps. `view` implements only [`Decode`], for a borrowed view
-/// `Name<'a>`.
+/// `Name<'a>`; `Record, view View` does both from one list, so a record and
+/// its view cannot disagree on the order; `borrowed` implements both
+/// traits for a struct `Name<'a>` that borrows from what it decodes.
 macro_rules! fields {
+    ($ty:ident, view $view:ident { $($field:ident),+ $(,)? }) => {
+        $crate::store::codec::fields!($ty { $($field),+ });
+        $crate::store::codec::fields!(view $view { $($field),+ });
+    };
+    (borrowed $ty:ident { $($field:ident),+ $(,)? }) => {
+        impl $crate::store::codec::Encode for $ty<'_> {
+            fn encode(&self, out: &mut alloc::vec::Vec<u8>) {
+                $($crate::store::codec::Encode::encode(&self.$field, out);)+
+            }
+        }
+
+        $crate::store::codec::fields!(view $ty { $($field),+ });
+    };
     ($ty:ident { $($field:ident),+ $(,)? }) => {
         impl $crate::store::codec::Encode for $ty {
             fn encode(&self, out: &mut alloc::vec::Vec<u8>) {
