@@ -253,11 +253,16 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(2048))]
 
+        // With `arbitrary-precision`, `serde_json` hands the reference's
+        // visitor each number as a map (see `jwt::json`): it is no
+        // reference there, so these two run without the feature only.
+        #[cfg(not(feature = "arbitrary-precision"))]
         #[test]
         fn agrees_with_the_serde_reader(text in prop_oneof![json_text(), object_text()]) {
             prop_assert_eq!(parse_object(text.as_bytes()), reference::parse_object(text.as_bytes()));
         }
 
+        #[cfg(not(feature = "arbitrary-precision"))]
         #[test]
         fn agrees_with_the_serde_reader_on_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..24)) {
             prop_assert_eq!(parse_object(&bytes), reference::parse_object(&bytes));

@@ -867,7 +867,11 @@ mod tests {
 
         /// The hand parser and `serde_json` (the reference in `oracle`)
         /// accept the same documents with the same claims and refuse the
-        /// rest with the same error.
+        /// rest with the same error. Not with `arbitrary-precision`, where
+        /// `serde_json` hands the reference's visitor each number as a map
+        /// (see `jwt::json`); the hand parser reads no number through
+        /// `serde_json`, so it is the same code either way.
+        #[cfg(not(feature = "arbitrary-precision"))]
         #[test]
         fn hand_parser_agrees_with_serde_json(json in document()) {
             let ours = ClaimsRef::parse(json.as_bytes()).map(ClaimsRef::into_owned);

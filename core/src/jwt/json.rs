@@ -21,6 +21,41 @@
 //! through `serde_json::Number`'s own parser, so each keeps exactly the
 //! value `serde_json` gives it. A property test holds it to
 //! `serde_json::from_slice` and to the `serde` reader it replaced.
+//!
+//! ## Numbers with the `arbitrary-precision` feature
+//!
+//! The crate's `arbitrary-precision` feature (`serde_json`'s
+//! `arbitrary_precision`; the probe firmware turns it on) makes a
+//! `serde_json::Number` the number's own text, once it has passed RFC 8259
+//! §6's grammar: [`parse_value`] computes no `f64` and [`write_value`]
+//! writes a number back as it was read (`serde_json` only spells an
+//! exponent `e` with a sign, `1E2` as `1e+2`), so a firmware image carries
+//! no software float parser or printer. Against the default build:
+//!
+//! - **Written form.** `1.0e+2`, `-0`, `1.50` and `18446744073709551616`
+//!   come back as they were read; the default build writes `100.0`,
+//!   `-0.0`, `1.5` and `1.8446744073709552e+19`. Nothing is rounded, so a
+//!   decimal never comes back one ULP off (the default build without
+//!   `float-roundtrip` may). Integers that fit 64 bits are written the same
+//!   either way.
+//! - **Range.** RFC 8259 §6 lets a parser limit the range it accepts. The
+//!   default build refuses a document with a number beyond `f64`'s range
+//!   (`1e400`), as `serde_json` does; with the feature it is accepted and
+//!   kept. A result stored as text on such a build and read back by a build
+//!   without the feature would read as `null`.
+//! - **Equality.** `Value`s compare numbers by their text (`1.0` is not
+//!   `1.00`). The core never compares numbers to decide anything; its public
+//!   types that hold a `Value` (deep links, completions) derive `PartialEq`.
+//! - **`serde`.** `serde_json` hands a number to a `serde` visitor as a
+//!   one-member map (`$serde_json::private::Number`), so untagged enums,
+//!   `flatten` and hand-written visitors see a map where a number was. The
+//!   core's own `serde` reads take no numbers (the `execute` envelope holds
+//!   strings only; an `aud` claim that is a number is refused either way),
+//!   but Cargo turns the feature on for every crate in the build.
+//!
+//! `cargo test -p portcullis-core --features arbitrary-precision` runs the
+//! crate's tests in that form; the tests that compare against a `serde`
+//! visitor (the replaced readers, kept as references) are left out there.
 
 use alloc::borrow::Cow;
 use alloc::string::String;
@@ -485,7 +520,8 @@ impl Reader<'_> {
                 let start = self.at;
                 self.number()?;
                 // The grammar just checked is ASCII; `serde_json` turns the
-                // text into the same number its deserializer would.
+                // text into the same number its deserializer would (with
+                // `arbitrary-precision`, the text itself; module docs).
                 let text = core::str::from_utf8(&self.bytes[start..self.at]).map_err(|_| Syntax)?;
                 Value::Number(text.parse().map_err(|_| Syntax)?)
             }
@@ -725,8 +761,9 @@ fn simple_escape(b: u8) -> Option<u8> {
 /// on the escapes of [`Sink::string_rest`], so a firmware image needs no
 /// `serde` serializer for `Value`. Object members come in the map's
 /// (sorted) order; a number is written as `serde_json::Number` displays
-/// itself, which is what its serializer writes. Like `serde_json`'s, it
-/// recurses once per level of nesting.
+/// itself, which is what its serializer writes (with `arbitrary-precision`,
+/// its text as read; module docs). Like `serde_json`'s, it recurses once
+/// per level of nesting.
 pub(crate) fn write_value(out: &mut Vec<u8>, value: &Value) {
     match value {
         Value::Null => out.raw(b"null"),
@@ -1046,6 +1083,41 @@ mod tests {
         for bad in ["01", "-", "1.", "1e", ".5", "+1", "-01"] {
             assert_eq!(n(bad), Err(Syntax), "{bad}");
         }
+    }
+
+    /// A number read by [`parse_value`] and written by [`write_value`]:
+    /// its `f64` value in the default build, its own text with
+    /// `arbitrary-precision` (module docs), and an integer that fits 64
+    /// bits the same either way.
+    #[test]
+    fn numbers_are_written_back_as_serde_json_keeps_them() {
+        let round_trip = |text: &str| {
+            parse_value(text.as_bytes(), false).map(|value| {
+                let mut out = Vec::new();
+                write_value(&mut out, &value);
+                String::from_utf8(out).unwrap()
+            })
+        };
+        let forms = "[1.0E+2,-0,1.50,0.1e1,2e-1,18446744073709551616]";
+        #[cfg(not(feature = "arbitrary-precision"))]
+        let (written, huge) = (
+            Ok("[100.0,-0.0,1.5,1.0,0.2,1.8446744073709552e+19]"),
+            Err(&ValueFault::Syntax),
+        );
+        // The text as read; `serde_json` spells each exponent `e` and a sign.
+        #[cfg(feature = "arbitrary-precision")]
+        let (written, huge) = (
+            Ok("[1.0e+2,-0,1.50,0.1e+1,2e-1,18446744073709551616]"),
+            Ok("[1e+400,-1e+400]"),
+        );
+        assert_eq!(round_trip(forms).as_deref(), written);
+        assert_eq!(round_trip("[1e400,-1E400]").as_deref(), huge);
+        let ints = "[0,-1,18446744073709551615,-9223372036854775808]";
+        assert_eq!(round_trip(ints).as_deref(), Ok(ints));
+        // `1.0` and `1.00`: one `f64` by default, two texts with the feature.
+        let one = parse_value(b"1.0", false);
+        let same = parse_value(b"1.00", false);
+        assert_eq!(one == same, cfg!(not(feature = "arbitrary-precision")));
     }
 
     #[test]
