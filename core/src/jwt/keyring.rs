@@ -372,6 +372,26 @@ impl Keyring {
         check: impl FnOnce(&ClaimsRef<'_>) -> Result<(), VerifyError>,
         f: impl FnOnce(VerifiedRef<'_>) -> R,
     ) -> Result<R, VerifyError> {
+        let (entry, compact) = self.signed_by(token, typ)?;
+        compact::with_decoded(compact.payload, Segment::Payload, |json| {
+            let claims = ClaimsRef::parse(json)?;
+            check(&claims)?;
+            Ok(f(VerifiedRef {
+                claims,
+                kid: entry.kid.as_str(),
+            }))
+        })
+    }
+
+    /// The steps of [`Keyring::verify_checked`] before any claim byte is
+    /// read: structure, header and `kid` find the entry, which must still
+    /// verify and whose MAC must match. Not generic, so every form of
+    /// verification shares one copy.
+    fn signed_by<'t>(
+        &self,
+        token: &'t str,
+        typ: TokenType,
+    ) -> Result<(&Entry, Compact<'t>), VerifyError> {
         // A header this keyring writes is recognised byte for byte, and
         // then the dots are where they must be; anything else is split in
         // full and goes through the strict header parser.
@@ -399,14 +419,7 @@ impl Keyring {
             return Err(VerifyError::RetiredKey);
         }
         entry.key.check_signature(&compact)?;
-        compact::with_decoded(compact.payload, Segment::Payload, |json| {
-            let claims = ClaimsRef::parse(json)?;
-            check(&claims)?;
-            Ok(f(VerifiedRef {
-                claims,
-                kid: entry.kid.as_str(),
-            }))
-        })
+        Ok((entry, compact))
     }
 }
 
