@@ -10,7 +10,8 @@
 //!   agent token, `verify_agent_token`) decides; refusals copy the core's
 //!   challenge (`400`/`401`/`403` with `WWW-Authenticate`) or `503` with
 //!   `Retry-After`. The verified [`Verified`] identity goes into the request
-//!   extensions, where the tools read it.
+//!   extensions (with the slot for a scope challenge, one [`Caller`]),
+//!   where the tools read it.
 //! * MCP is served **statelessly** with JSON responses (no `Mcp-Session-Id`:
 //!   every POST carries its own bearer, so no session outlives a token):
 //!   plain requests by [`super::mcp_direct`], which runs [`Tools`] without
@@ -75,6 +76,15 @@ pub(crate) enum Verified {
 /// Where a tool asks for the response to become `403 insufficient_scope`.
 #[derive(Clone, Default)]
 struct ScopeSlot(Arc<Mutex<Option<Challenge>>>);
+
+/// What the guard hands the tools in the request's extensions: who called
+/// and where to raise a scope challenge. One extension, so one insertion
+/// per request.
+#[derive(Clone)]
+struct Caller {
+    verified: Verified,
+    slot: ScopeSlot,
+}
 
 /// The rmcp service for the router.
 pub(crate) fn service(
@@ -158,8 +168,10 @@ pub(crate) async fn guard<F: Future<Output = Response>>(
         Err(r) => return r,
     };
     let slot = ScopeSlot::default();
-    request.extensions_mut().insert(verified);
-    request.extensions_mut().insert(slot.clone());
+    request.extensions_mut().insert(Caller {
+        verified,
+        slot: slot.clone(),
+    });
     let mut response = serve(request).await;
     let challenge = slot.0.lock().unwrap_or_else(PoisonError::into_inner).take();
     if let Some(c) = challenge {
@@ -301,8 +313,8 @@ fn ok(body: Value) -> CallToolResult {
 
 /// Hands a tool's challenge to the guard, which turns the response into
 /// `403 insufficient_scope`.
-fn raise(challenge: Option<&Challenge>, slot: Option<ScopeSlot>) {
-    if let (Some(c), Some(slot)) = (challenge, slot) {
+fn raise(challenge: Option<&Challenge>, slot: &ScopeSlot) {
+    if let Some(c) = challenge {
         *slot.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(c.clone());
     }
 }
@@ -352,18 +364,17 @@ impl ServerHandler for Tools {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        context: RequestContext<RoleServer>,
+        mut context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        // Taken, not cloned: the context is this call's own.
         let parts = context
             .extensions
-            .get::<axum::http::request::Parts>()
+            .get_mut::<axum::http::request::Parts>()
             .ok_or_else(|| ErrorData::internal_error("no request", None))?;
-        let verified = parts
+        let Caller { verified, slot } = parts
             .extensions
-            .get::<Verified>()
-            .cloned()
+            .remove::<Caller>()
             .ok_or_else(|| ErrorData::internal_error("no verified caller", None))?;
-        let slot = parts.extensions.get::<ScopeSlot>().cloned();
         let args = Value::Object(request.arguments.unwrap_or_default());
         let result = match request.name.as_ref() {
             "search_skills" => {
@@ -390,7 +401,7 @@ impl ServerHandler for Tools {
                     Verified::Grant(p) => Box::pin(run::execute(&self.app, p, &args)).await,
                     Verified::AgentToken => Answer::begin_error(&BeginError::AgentToken, None),
                 };
-                raise(answer.challenge.as_ref(), slot);
+                raise(answer.challenge.as_ref(), &slot);
                 structured(&answer)
             }
             name => {
@@ -415,7 +426,7 @@ impl ServerHandler for Tools {
                     }
                     Verified::AgentToken => gateway::tools::Reply::refused_agent_token(),
                 };
-                raise(reply.challenge.as_ref(), slot);
+                raise(reply.challenge.as_ref(), &slot);
                 reply.result
             }
         };
