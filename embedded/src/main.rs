@@ -267,7 +267,7 @@ mod links {
             ExternalLink::parse("https://user@docs.example.org/", &policy).is_err(),
             "external link with credentials refused",
         );
-        // This image links the ASCII-only idna stand-in (idna-ascii/): a
+        // This image links the ASCII-only url stand-in (url-ascii/): a
         // host that needs IDNA processing is refused, in Unicode or in its
         // xn-- form (which the host build accepts), never passed through
         // unchecked. ASCII hosts are lowercased, as checked above.
@@ -278,6 +278,12 @@ mod links {
         check(
             ExternalLink::parse("https://xn--nxasmq6b.example.org/", &policy).is_err(),
             "punycode host refused",
+        );
+        // So is an IPv4 address in any form but dotted decimal (the host
+        // build reads this one as http://127.0.0.1/).
+        check(
+            ExternalLink::parse("http://0x7f.1/", &policy).is_err(),
+            "non-canonical IPv4 host refused",
         );
         say("probe: links ok\n");
     }
