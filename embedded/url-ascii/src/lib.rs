@@ -23,8 +23,9 @@
 //! - a path, query and fragment of RFC 3986 characters that the path, the
 //!   special-query and the fragment percent-encode sets leave alone (no `'`
 //!   in the query, no `#` after the fragment's start), with `.` and `..`
-//!   segments resolved as the standard's path state does and no `%2e` in
-//!   the path.
+//!   segments resolved as the standard's path state does, no `%2e` in the
+//!   path, and no `..` in a path with a Windows drive letter segment (`C:`,
+//!   which `url` keeps where the standard would remove it).
 //!
 //! On such input the standard's steps (scheme and host lowercased, *host
 //! parsing* to a domain or an IPv4 or IPv6 address, the scheme's default
@@ -34,7 +35,8 @@
 //! or internationalised hosts (in Unicode or `xn--` form), IPv4 addresses in
 //! any other form (`0x7f.1`, `127.1`), backslashes, tabs, newlines, spaces
 //! and controls (which `url` strips, trims or rewrites), characters the
-//! percent-encode sets would encode, `%2e` dot segments, empty ports, any
+//! percent-encode sets would encode, `%2e` dot segments, `..` next to a
+//! drive letter, empty ports, any
 //! other scheme (`file`, `mailto`, `javascript`, custom schemes) and
 //! relative references. The rule is the one of the `idna` stand-in: **it
 //! may refuse more than `url`, never answer differently**, so a guard
@@ -221,6 +223,7 @@ impl Url {
         };
         if !all_in(path, PATH | set(b"/"))
             || has_encoded_dot(path)
+            || has_drive_letter_and_double_dot(path)
             || !query.is_none_or(|q| all_in(q, QUERY))
             || !fragment.is_none_or(|f| all_in(f, FRAGMENT))
         {
@@ -566,6 +569,15 @@ fn has_encoded_dot(path: &str) -> bool {
     path.as_bytes()
         .windows(3)
         .any(|w| w[0] == b'%' && w[1] == b'2' && w[2].eq_ignore_ascii_case(&b'e'))
+}
+
+/// Whether `path` has both a `..` segment and a segment that is a Windows
+/// drive letter (`C:`): `url` never removes such a segment when it resolves
+/// `..`, even outside `file` URLs, which this crate leaves to refusal.
+fn has_drive_letter_and_double_dot(path: &str) -> bool {
+    let mut segments = path.split('/');
+    segments.clone().any(|s| s == "..")
+        && segments.any(|s| matches!(s.as_bytes(), [a, b':'] if a.is_ascii_alphabetic()))
 }
 
 /// Appends the path as the standard's *path state* leaves it for a special

@@ -8,6 +8,7 @@
 //! patch): `cargo test --target x86_64-unknown-linux-gnu`.
 
 use proptest::prelude::*;
+use proptest::test_runner::FileFailurePersistence;
 
 /// Everything the core reads of a parsed URL, from either crate.
 #[derive(Debug, PartialEq)]
@@ -121,6 +122,9 @@ fn common_urls_are_accepted_and_equal() {
         "https://mail.example.com/open?app=mail&view=inbox&label=work+%26+play",
         "https://client.example.com/metadata.json",
         "https://example.com/a/./b/../c/.",
+        "http://a/C:/b",
+        "http://a/C:/.",
+        "http://a/Cd/..",
         "https://example.com/a/..",
         "https://example.com/..",
         "https://example.com/a/%20b?x=%2E#%2e",
@@ -194,6 +198,8 @@ fn unusual_urls_are_refused() {
         "https://example.com/a b",
         "https://example.com/%2e/",
         "https://example.com/a/%2E%2e/b",
+        "http://a/C:/..",
+        "http://a/x/c:/a/../..",
         "https://example.com/?a'b",
         "https://example.com/?a b",
         "https://example.com/#a b",
@@ -425,7 +431,13 @@ fn plain() -> impl Strategy<Value = String> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(8192))]
+    #![proptest_config(ProptestConfig {
+        cases: 8192,
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
+            "proptest-regressions/differential.txt",
+        ))),
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn refused_or_equal_on_assembled_urls(s in assembled()) {
