@@ -423,7 +423,11 @@ enum HostIn<'a> {
 /// refuses: empty labels but a trailing one, characters outside [`HOST`],
 /// `xn--` labels, and any IPv4 form but four canonical decimal numbers.
 fn domain_or_ipv4(host: &str) -> Option<HostIn<'_>> {
-    if host.is_empty() || host.starts_with('.') || host.contains("..") || !all_in(host, HOST) {
+    if host.is_empty()
+        || host.starts_with('.')
+        || host.as_bytes().windows(2).any(|w| w == b"..")
+        || !all_in(host, HOST)
+    {
         return None;
     }
     let labels = host.strip_suffix('.').unwrap_or(host);
@@ -497,7 +501,8 @@ fn parse_ipv6(s: &str) -> Option<Ipv6Addr> {
         }
         Some(n)
     };
-    match s.split_once("::") {
+    let double = s.as_bytes().windows(2).position(|w| w == b"::");
+    match double.map(|at| (&s[..at], &s[at + 2..])) {
         None => (fill(s, &mut pieces)? == 8).then_some(())?,
         Some((head, tail)) => {
             let mut after = [0u16; 7];
