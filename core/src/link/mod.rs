@@ -186,7 +186,13 @@ pub fn is_credential_param(name: &str) -> bool {
             return true;
         }
     }
-    CONTAINS.iter().any(|w| norm.contains(w)) || EXACT.contains(&norm.as_str())
+    // A plain byte-window search: `str::contains` would bring the two-way
+    // substring searcher into firmware for these short needles.
+    let bytes = norm.as_bytes();
+    CONTAINS
+        .iter()
+        .any(|w| bytes.windows(w.len()).any(|x| x == w.as_bytes()))
+        || EXACT.contains(&norm.as_str())
 }
 
 /// Whether a value looks like a bearer credential: a JWS/JWE compact
