@@ -44,6 +44,7 @@
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
 
@@ -54,19 +55,20 @@ use axum::http::{HeaderMap, HeaderValue, Method, header};
 use axum::response::Response;
 use rmcp::model::{
     CallToolRequest, CallToolRequestMethod, ClientCapabilities, ClientJsonRpcMessage,
-    ClientRequest, CompleteRequest, CompleteRequestMethod, ConstString, GetExtensions as _,
-    GetMeta as _, GetPromptRequest, GetPromptRequestMethod, Implementation, InitializeRequest,
-    InitializeRequestParams, InitializeResultMethod, JsonRpcRequest, ListPromptsRequest,
-    ListPromptsRequestMethod, ListResourceTemplatesRequest, ListResourceTemplatesRequestMethod,
-    ListResourcesRequest, ListResourcesRequestMethod, ListToolsRequest, ListToolsRequestMethod,
-    PingRequest, PingRequestMethod, ProtocolVersion, ReadResourceRequest,
-    ReadResourceRequestMethod, ServerJsonRpcMessage,
+    ClientRequest, CompleteRequest, CompleteRequestMethod, ConstString, ErrorData,
+    GetExtensions as _, GetMeta as _, GetPromptRequest, GetPromptRequestMethod, Implementation,
+    InitializeRequest, InitializeRequestParams, InitializeResultMethod, JsonRpcRequest,
+    ListPromptsRequest, ListPromptsRequestMethod, ListResourceTemplatesRequest,
+    ListResourceTemplatesRequestMethod, ListResourcesRequest, ListResourcesRequestMethod,
+    ListToolsRequest, ListToolsRequestMethod, PingRequest, PingRequestMethod, ProtocolVersion,
+    ReadResourceRequest, ReadResourceRequestMethod, RequestId, ServerJsonRpcMessage, ServerResult,
 };
 use rmcp::service::{RequestContext, RunningService, serve_directly};
 use rmcp::transport::Transport;
 use rmcp::transport::streamable_http_server::StreamableHttpService;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::{Peer, RoleServer, ServerHandler, Service as _};
+use tokio_util::sync::DropGuard;
 use tracing::Instrument as _;
 
 use super::Shared;
@@ -168,9 +170,12 @@ impl Endpoint {
             .map(|(_, running)| running.peer().clone())
     }
 
-    /// What rmcp answers for `request`.
+    /// What rmcp answers for `request`. Its future is boxed: rmcp's
+    /// handler future is several kilobytes, and unboxed it would size every
+    /// request's future (moved into place by axum per request), the direct
+    /// path's included.
     async fn by_rmcp(&self, request: Request) -> Response {
-        self.rmcp.handle(request).await.map(Body::new)
+        Box::pin(self.rmcp.handle(request)).await.map(Body::new)
     }
 }
 
@@ -210,7 +215,7 @@ impl Endpoint {
             .then(|| direct(self, headers, checked, &bytes))
             .flatten()
         {
-            Some((request, peer)) => self.answer(parts, request, peer).await,
+            Some((request, peer)) => answer(self.start(parts, request, peer)).await,
             None => {
                 self.by_rmcp(Request::from_parts(parts, Body::from(bytes)))
                     .await
@@ -352,16 +357,26 @@ fn accepts_json_and_sse(headers: &HeaderMap) -> bool {
     json && sse
 }
 
+/// A request handed to the handler: its id, the guard that cancels its
+/// token if the client goes away, and the handler's future (boxed).
+struct Handling {
+    id: RequestId,
+    cancel: DropGuard,
+    future: Pin<Box<dyn Future<Output = Result<ServerResult, ErrorData>> + Send>>,
+}
+
 impl Endpoint {
-    /// Runs `request` through the handler, as rmcp's serve loop would: the
-    /// HTTP request's parts in the context's extensions, the request's
-    /// `_meta` as the context's, on a task of its own.
-    async fn answer(
+    /// Starts `request` as rmcp's serve loop would: the HTTP request's parts
+    /// in the context's extensions, the request's `_meta` as the context's.
+    /// Not `async`: the handler's future is built and boxed here, so it
+    /// takes no room in the request's own future (which axum moves into
+    /// place on every request).
+    fn start(
         &self,
         parts: Parts,
         request: JsonRpcRequest<ClientRequest>,
         peer: Peer<RoleServer>,
-    ) -> Response {
+    ) -> Handling {
         let JsonRpcRequest {
             id, mut request, ..
         } = request;
@@ -370,39 +385,50 @@ impl Endpoint {
         std::mem::swap(&mut context.meta, request.get_meta_mut());
         std::mem::swap(&mut context.extensions, request.extensions_mut());
         tracing::debug!(method = request.method(), "mcp request");
-        // Polled here first: most requests (ping, lists, reads) finish
-        // without waiting, and need no task of their own. One that waits
-        // moves to a task (boxed, so the future itself is not copied), where
-        // it runs to its end even if the client goes away; the client's
-        // going away cancels its token (as rmcp does).
         let cancel = context.ct.clone().drop_guard();
         let tools = self.tools.clone();
-        let mut handling = Box::pin(async move { tools.handle_request(request, context).await });
-        let outcome = match std::future::poll_fn(|cx| Poll::Ready(handling.as_mut().poll(cx))).await
-        {
-            Poll::Ready(result) => Ok(result),
-            Poll::Pending => tokio::spawn(handling.instrument(tracing::Span::current())).await,
-        };
-        cancel.disarm();
-        let message = match outcome {
-            Ok(Ok(result)) => ServerJsonRpcMessage::response(result, id),
-            Ok(Err(error)) => {
-                tracing::debug!(code = error.code.0, "mcp request failed");
-                ServerJsonRpcMessage::error(error, Some(id))
-            }
-            Err(_) => return super::respond::internal("the MCP handler failed"),
-        };
-        match serde_json::to_vec(&message) {
-            Ok(body) => {
-                let mut response = Response::new(Body::from(body));
-                response.headers_mut().insert(
-                    header::CONTENT_TYPE,
-                    HeaderValue::from_static("application/json"),
-                );
-                response
-            }
-            Err(_) => super::respond::internal("serializing the MCP response failed"),
+        Handling {
+            id,
+            cancel,
+            future: Box::pin(async move { tools.handle_request(request, context).await }),
         }
+    }
+}
+
+/// Runs a started request to its answer. Polled here first: most requests
+/// (ping, lists, reads) finish without waiting, and need no task of their
+/// own. One that waits moves to a task, where it runs to its end even if
+/// the client goes away; the client's going away cancels its token (as
+/// rmcp does).
+async fn answer(handling: Handling) -> Response {
+    let Handling {
+        id,
+        cancel,
+        mut future,
+    } = handling;
+    let outcome = match std::future::poll_fn(|cx| Poll::Ready(future.as_mut().poll(cx))).await {
+        Poll::Ready(result) => Ok(result),
+        Poll::Pending => tokio::spawn(future.instrument(tracing::Span::current())).await,
+    };
+    cancel.disarm();
+    let message = match outcome {
+        Ok(Ok(result)) => ServerJsonRpcMessage::response(result, id),
+        Ok(Err(error)) => {
+            tracing::debug!(code = error.code.0, "mcp request failed");
+            ServerJsonRpcMessage::error(error, Some(id))
+        }
+        Err(_) => return super::respond::internal("the MCP handler failed"),
+    };
+    match serde_json::to_vec(&message) {
+        Ok(body) => {
+            let mut response = Response::new(Body::from(body));
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            response
+        }
+        Err(_) => super::respond::internal("serializing the MCP response failed"),
     }
 }
 
@@ -530,5 +556,18 @@ mod tests {
         assert!(admitted(&v6, "[::1]:80"));
         assert!(admitted(&[], "anything.example"));
         assert!(Authority::parse("a b").is_none());
+    }
+
+    /// The size of the future of one MCP request: axum moves it at every
+    /// poll site and tokio allocates one per connection, so it stays small.
+    /// rmcp's own future (several KB) is boxed in `Endpoint::by_rmcp`
+    /// rather than inlined here; this guard fails if it comes back.
+    #[test]
+    fn request_future_stays_small() {
+        fn future_size<A, B, C, D, F>(_: fn(A, B, C, D) -> F) -> usize {
+            size_of::<F>()
+        }
+        let size = future_size(endpoint);
+        assert!(size < 4096, "endpoint future grew to {size} bytes");
     }
 }
