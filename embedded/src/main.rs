@@ -481,6 +481,32 @@ mod engine {
     }
 }
 
+/// The interrupt half of the vector table, sized to the board as a device
+/// crate sizes it: the MPS2 AN386's Cortex-M4 has 32 external interrupts
+/// (QEMU's `mps2-an386`). Without a device crate cortex-m-rt reserves the
+/// architecture's 240 vectors, 832 bytes more of flash that no firmware
+/// built for a real part carries. The probe enables none of them, so each
+/// is cortex-m-rt's default handler.
+#[allow(
+    unsafe_code,
+    reason = "the vector table is an unmangled static in a linker section"
+)]
+mod interrupts {
+    unsafe extern "C" {
+        /// cortex-m-rt's default handler (its `link.x` defines the symbol).
+        fn DefaultHandler();
+    }
+
+    /// One vector of the table.
+    #[repr(transparent)]
+    pub(crate) struct Vector(unsafe extern "C" fn());
+
+    /// IRQ 0 to 31, placed by cortex-m-rt's `link.x` after the exceptions.
+    #[unsafe(link_section = ".vector_table.interrupts")]
+    #[unsafe(no_mangle)]
+    pub(crate) static __INTERRUPTS: [Vector; 32] = [const { Vector(DefaultHandler) }; 32];
+}
+
 fn say(text: &str) {
     if let Ok(mut out) = hio::hstdout() {
         let _ = out.write_all(text.as_bytes());

@@ -1,17 +1,8 @@
 //! An in-memory [`Store`] for Portcullis: tests, single-process servers,
 //! firmware, and the reference against which the durable stores are judged.
 //!
-//! With `std`, a table the engine reads by key only (sites, clients,
-//! codes, grants, approvals, meta) is a hash map, one probe whatever its
-//! size, hashed by SipHash-1-3 under a 128-bit key drawn from `std`'s
-//! random source when the store is made, so callers who choose keys (a
-//! request id, a subject) cannot make them collide; a range over it still
-//! answers in key order, by sorting the keys inside (a full pass, for tests
-//! and tools). Every table the engine range-scans, and every table without
-//! `std`, is a `BTreeMap` (ordered keys, as the contract asks). Short keys
-//! sit inline in either map ([`Key`]). All tables sit behind one
-//! reader-writer lock; a read lends the stored value to the caller
-//! (`get_with`) without copying it:
+//! All tables sit behind one reader-writer lock; a read lends the stored
+//! value to the caller (`get_with`) without copying it:
 //!
 //! * a read transaction holds the read lock, so it sees one committed state;
 //! * a write transaction holds the write lock for its whole life, which
@@ -25,18 +16,36 @@
 //! thread would wait forever (the [`Store`] contract forbids it; the engine
 //! never does it).
 //!
-//! ## Two locks, one store
+//! ## Two stores, one transaction code
 //!
-//! | type | lock | feature | for |
-//! |---|---|---|---|
-//! | [`MemoryStore`] | `std::sync::RwLock` | `std` (default) | hosts with threads |
-//! | `SpinMemoryStore` | `spin::RwLock` | `spin` | `no_std` firmware |
+//! | type | lock | tables | feature | for |
+//! |---|---|---|---|---|
+//! | [`MemoryStore`] | `std::sync::RwLock` | hash maps and B-trees | `std` (default) | hosts with threads |
+//! | `SpinMemoryStore` | `spin::RwLock` | sorted vectors | `spin` | `no_std` firmware |
 //!
-//! Both are [`MemoryStoreWith`] over a different [`TableLock`]; the tables,
-//! the undo log and so the behaviour are the same code. Because a write
-//! transaction restores the state while unwinding, a lock poisoned by a
-//! panic still guards consistent data and is used as is (a spin lock does
-//! not poison at all).
+//! Both are [`MemoryStoreWith`] over a different [`TableLock`]; the undo
+//! log and the transactions are the same code over either kind of table.
+//!
+//! [`MemoryStore`] keys each table the engine reads by key only (sites,
+//! clients, codes, grants, approvals, meta) as a hash map, one probe
+//! whatever its size, hashed by SipHash-1-3 under a 128-bit key drawn from
+//! `std`'s random source when the store is made, so callers who choose keys
+//! (a request id, a subject) cannot make them collide; a range over it
+//! still answers in key order, by sorting the keys inside (a full pass, for
+//! tests and tools). Every table the engine range-scans is a `BTreeMap`
+//! (ordered keys, as the contract asks).
+//!
+//! `SpinMemoryStore` keeps every table as one vector of entries sorted by
+//! key: a lookup or a range start is a binary search, and an insert or a
+//! removal moves the entries after it. That is a few hundred bytes of code
+//! where a B-tree costs several KiB of flash (README, "Embedded"), and it
+//! is quick for the hundreds or few thousands of records a device holds; a
+//! write is linear in its table's size, so hosts with large tables use
+//! [`MemoryStore`]. Short keys sit inline in either kind of table ([`Key`]).
+//!
+//! Because a write transaction restores the state while unwinding, a lock
+//! poisoned by a panic still guards consistent data and is used as is (a
+//! spin lock does not poison at all).
 //!
 //! A spin lock waits by spinning. On a single-core microcontroller, use a
 //! `SpinMemoryStore` from one execution context (the main loop or one RTOS
@@ -49,192 +58,53 @@ extern crate alloc;
 #[cfg(feature = "std")]
 extern crate std;
 
-use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 use core::fmt;
 use core::hash::{Hash, Hasher};
 use core::ops::{Bound, Deref, DerefMut};
 
-#[cfg(feature = "std")]
-use hashbrown::{HashMap, hash_map::EntryRef};
 use portcullis_core::store::{
     Entry, ReadTransaction, Savepoint, Store, StoreError, Table, WriteTransaction,
 };
-#[cfg(feature = "std")]
-use siphasher::sip::SipHasher13;
 
-/// Every table of a store. Opaque: reached through a [`MemoryStoreWith`].
-pub struct Tables {
-    maps: [TableMap; Table::ALL.len()],
+#[cfg(feature = "std")]
+mod host;
+#[cfg(feature = "spin")]
+mod sorted;
+
+#[cfg(feature = "std")]
+use host::HostMap;
+
+use sealed::TableMap;
+
+/// Every table of a store, each an `M`. Opaque: reached through a
+/// [`MemoryStoreWith`].
+pub struct Tables<M> {
+    maps: [M; Table::ALL.len()],
 }
 
-impl Tables {
-    /// Empty tables; with `std`, the hashed ones under a fresh random key.
-    fn new() -> Self {
-        #[cfg(feature = "std")]
-        let seed = Seed::from_std();
-        Self {
-            maps: Table::ALL.map(|table| {
-                #[cfg(feature = "std")]
-                if !ordered(table) {
-                    return TableMap::Hashed(HashMap::with_hasher(seed));
-                }
-                let _ = table; // read only with `std`
-                TableMap::Ordered(BTreeMap::new())
-            }),
-        }
-    }
-
+impl<M: TableMap> Tables<M> {
     fn records(&self) -> usize {
         self.maps.iter().map(TableMap::len).sum()
     }
 
-    fn of(&self, table: Table) -> &TableMap {
+    fn of(&self, table: Table) -> &M {
         &self.maps[table.index()]
     }
 
-    fn of_mut(&mut self, table: Table) -> &mut TableMap {
+    fn of_mut(&mut self, table: Table) -> &mut M {
         &mut self.maps[table.index()]
     }
 }
 
-/// Whether the engine range-scans `table`, so the store keeps it ordered.
-///
-/// The engine scans a user's and a site's grants (`GrantIndex`), the sweep's
-/// due entries (`Expiry`), a grant's requests and their outcomes
-/// (`Requests`, `Outcomes`), a user's agent tokens (`AgentTokens`) and a
-/// browser session's tabs (`Tabs`); everything else it reads by key only.
-/// A table the core adds later is kept ordered until it is listed here.
-#[cfg(feature = "std")]
-const fn ordered(table: Table) -> bool {
-    !matches!(
-        table,
-        Table::Meta
-            | Table::Sites
-            | Table::Clients
-            | Table::Codes
-            | Table::Grants
-            | Table::Approvals
-    )
-}
-
-/// The secret key of a store's hashed tables: SipHash-1-3 (the hash of
-/// `std`'s `HashMap`) under 128 random bits drawn when the store is made.
-/// Keys are partly chosen by callers (a request id, a subject), and a
-/// caller who cannot predict the hash cannot make their keys collide and
-/// turn lookups into scans of one long chain.
-#[cfg(feature = "std")]
-#[derive(Clone, Copy)]
-struct Seed {
-    k0: u64,
-    k1: u64,
-}
-
-#[cfg(feature = "std")]
-impl Seed {
-    /// 128 bits from `std`'s own per-process random `SipHash` keys (drawn
-    /// from the operating system), through that keyed hash.
-    fn from_std() -> Self {
-        use core::hash::BuildHasher;
-        let state = std::hash::RandomState::new();
-        Self {
-            k0: state.hash_one(0u8),
-            k1: state.hash_one(1u8),
-        }
-    }
-}
-
-#[cfg(feature = "std")]
-impl core::hash::BuildHasher for Seed {
-    type Hasher = SipHasher13;
-
-    fn build_hasher(&self) -> SipHasher13 {
-        SipHasher13::new_with_keys(self.k0, self.k1)
-    }
-}
-
-/// One table: with `std`, a hash map for a table read by key only (one
-/// probe, about one cache miss, however many records); a B-tree for a
-/// table the engine range-scans, and for every table without `std`.
-enum TableMap {
-    /// Point reads only; a range over it sorts the keys that fall inside.
-    #[cfg(feature = "std")]
-    Hashed(HashMap<Key, Vec<u8>, Seed>),
-    /// Ordered keys.
-    Ordered(BTreeMap<Key, Vec<u8>>),
-}
-
-impl TableMap {
-    fn len(&self) -> usize {
-        match self {
-            #[cfg(feature = "std")]
-            Self::Hashed(map) => map.len(),
-            Self::Ordered(map) => map.len(),
-        }
-    }
-
-    fn get(&self, key: &[u8]) -> Option<&Vec<u8>> {
-        match self {
-            #[cfg(feature = "std")]
-            Self::Hashed(map) => map.get(key),
-            Self::Ordered(map) => map.get(key),
-        }
-    }
-
-    /// Stores `value` under `key`; answers the value it replaced.
-    fn insert(&mut self, key: &[u8], value: Vec<u8>) -> Option<Vec<u8>> {
-        match self {
-            // An update (a rotated grant) keeps the map's key and swaps
-            // the value; only an insert copies the key into the map.
-            #[cfg(feature = "std")]
-            Self::Hashed(map) => match map.entry_ref(key) {
-                EntryRef::Occupied(mut stored) => Some(stored.insert(value)),
-                EntryRef::Vacant(slot) => {
-                    slot.insert_with_key(Key::new(key), value);
-                    None
-                }
-            },
-            // An inline key costs no allocation; the map keeps its own
-            // copy of a key it already holds.
-            Self::Ordered(map) => map.insert(Key::new(key), value),
-        }
-    }
-
-    fn remove(&mut self, key: &[u8]) -> Option<Vec<u8>> {
-        match self {
-            #[cfg(feature = "std")]
-            Self::Hashed(map) => map.remove(key),
-            Self::Ordered(map) => map.remove(key),
-        }
-    }
-
-    fn range(&self, start: Bound<&[u8]>, end: Bound<&[u8]>, limit: usize) -> Vec<Entry> {
-        match self {
-            Self::Ordered(map) => range_of(map, start, end, limit),
-            #[cfg(feature = "std")]
-            Self::Hashed(map) => {
-                // A cold path (the engine never scans these tables): order
-                // the keys inside through the map type ordered tables use.
-                let mut inside = BTreeMap::new();
-                for (k, v) in map {
-                    if core::ops::RangeBounds::contains(&(start, end), &k.as_bytes()) {
-                        inside.insert(k.clone(), v.clone());
-                    }
-                }
-                range_of(&inside, Bound::Unbounded, Bound::Unbounded, limit)
-            }
-        }
-    }
-}
-
-/// The longest key held inside the map's own nodes.
+/// The longest key held inside the table's own storage.
 const INLINE: usize = 38;
 
-/// A key as a table holds it: up to 38 bytes inline, in the B-tree node
-/// itself, longer ones on the heap. Every key the core writes fits inline
-/// except the longer index keys (a grant or code id is 16 bytes, an expiry
-/// entry 26), so a lookup compares the keys of a node without following a
-/// pointer per comparison (over a million grants each pointer is a likely
+/// A key as a table holds it: up to 38 bytes inline, in the B-tree node or
+/// vector slot itself, longer ones on the heap. Every key the core writes
+/// fits inline except the longer index keys (a grant or code id is 16
+/// bytes, an expiry entry 26), so a lookup compares keys without following
+/// a pointer per comparison (over a million grants each pointer is a likely
 /// cache miss), and an undo-log entry costs no allocation. Keys order as
 /// their bytes, whichever form they take.
 #[derive(Clone)]
@@ -313,7 +183,29 @@ impl fmt::Debug for Key {
 }
 
 mod sealed {
+    use alloc::vec::Vec;
+    use core::ops::Bound;
+
+    use portcullis_core::store::{Entry, Table};
+
     pub trait Sealed {}
+
+    /// One table: the few map operations the transactions are made of.
+    pub trait TableMap: Sized {
+        /// One empty map per table.
+        fn empty() -> [Self; Table::ALL.len()];
+        /// The number of records.
+        fn len(&self) -> usize;
+        /// The value under `key`.
+        fn get(&self, key: &[u8]) -> Option<&Vec<u8>>;
+        /// Stores `value` under `key`; answers the value it replaced.
+        fn insert(&mut self, key: &[u8], value: Vec<u8>) -> Option<Vec<u8>>;
+        /// Removes `key`; answers the value it held.
+        fn remove(&mut self, key: &[u8]) -> Option<Vec<u8>>;
+        /// Up to `limit` entries between the bounds, in key order (none
+        /// for an inverted or empty range).
+        fn range(&self, start: Bound<&[u8]>, end: Bound<&[u8]>, limit: usize) -> Vec<Entry>;
+    }
 }
 
 /// The lock a [`MemoryStoreWith`] keeps its tables behind. Sealed: the
@@ -321,17 +213,20 @@ mod sealed {
 pub trait TableLock: sealed::Sealed {
     /// The store's name in `Debug` output.
     const NAME: &'static str;
+    /// The kind of table the store keeps (see the [crate docs](crate)).
+    #[doc(hidden)]
+    type Map: TableMap;
     /// A held read lock.
-    type Read<'a>: Deref<Target = Tables>
+    type Read<'a>: Deref<Target = Tables<Self::Map>>
     where
         Self: 'a;
     /// A held write lock.
-    type Write<'a>: DerefMut<Target = Tables>
+    type Write<'a>: DerefMut<Target = Tables<Self::Map>>
     where
         Self: 'a;
     /// A lock over `tables`.
     #[doc(hidden)]
-    fn new(tables: Tables) -> Self;
+    fn new(tables: Tables<Self::Map>) -> Self;
     /// Waits for the read lock.
     fn read(&self) -> Self::Read<'_>;
     /// Waits for the write lock.
@@ -340,7 +235,7 @@ pub trait TableLock: sealed::Sealed {
 
 /// `std::sync::RwLock`: the lock of [`MemoryStore`].
 #[cfg(feature = "std")]
-pub struct StdRwLock(std::sync::RwLock<Tables>);
+pub struct StdRwLock(std::sync::RwLock<Tables<HostMap>>);
 
 #[cfg(feature = "std")]
 impl sealed::Sealed for StdRwLock {}
@@ -348,10 +243,11 @@ impl sealed::Sealed for StdRwLock {}
 #[cfg(feature = "std")]
 impl TableLock for StdRwLock {
     const NAME: &'static str = "MemoryStore";
-    type Read<'a> = std::sync::RwLockReadGuard<'a, Tables>;
-    type Write<'a> = std::sync::RwLockWriteGuard<'a, Tables>;
+    type Map = HostMap;
+    type Read<'a> = std::sync::RwLockReadGuard<'a, Tables<HostMap>>;
+    type Write<'a> = std::sync::RwLockWriteGuard<'a, Tables<HostMap>>;
 
-    fn new(tables: Tables) -> Self {
+    fn new(tables: Tables<HostMap>) -> Self {
         Self(std::sync::RwLock::new(tables))
     }
 
@@ -369,9 +265,9 @@ impl TableLock for StdRwLock {
 }
 
 /// `spin::RwLock`: the lock of `SpinMemoryStore`, needing neither `std`
-/// nor an operating system.
+/// nor an operating system; its tables are sorted vectors.
 #[cfg(feature = "spin")]
-pub struct SpinRwLock(spin::RwLock<Tables>);
+pub struct SpinRwLock(spin::RwLock<Tables<sorted::SortedMap>>);
 
 #[cfg(feature = "spin")]
 impl sealed::Sealed for SpinRwLock {}
@@ -379,10 +275,11 @@ impl sealed::Sealed for SpinRwLock {}
 #[cfg(feature = "spin")]
 impl TableLock for SpinRwLock {
     const NAME: &'static str = "SpinMemoryStore";
-    type Read<'a> = spin::RwLockReadGuard<'a, Tables>;
-    type Write<'a> = spin::RwLockWriteGuard<'a, Tables>;
+    type Map = sorted::SortedMap;
+    type Read<'a> = spin::RwLockReadGuard<'a, Tables<sorted::SortedMap>>;
+    type Write<'a> = spin::RwLockWriteGuard<'a, Tables<sorted::SortedMap>>;
 
-    fn new(tables: Tables) -> Self {
+    fn new(tables: Tables<sorted::SortedMap>) -> Self {
         Self(spin::RwLock::new(tables))
     }
 
@@ -420,13 +317,15 @@ impl<L: TableLock> fmt::Debug for MemoryStoreWith<L> {
 }
 
 impl<L: TableLock> MemoryStoreWith<L> {
-    /// An empty store. With `std`, its hashed tables are keyed by 128 bits
-    /// from `std`'s random source (the operating system's, through
+    /// An empty store. A [`MemoryStore`]'s hashed tables are keyed by 128
+    /// bits from `std`'s random source (the operating system's, through
     /// `std::hash::RandomState`).
     #[must_use]
     pub fn new() -> Self {
         Self {
-            tables: L::new(Tables::new()),
+            tables: L::new(Tables {
+                maps: L::Map::empty(),
+            }),
         }
     }
 }
@@ -459,25 +358,6 @@ impl<L: TableLock> Store for MemoryStoreWith<L> {
             undo: Vec::new(),
         })
     }
-}
-
-fn range_of(
-    map: &BTreeMap<Key, Vec<u8>>,
-    start: Bound<&[u8]>,
-    end: Bound<&[u8]>,
-    limit: usize,
-) -> Vec<Entry> {
-    if let (Bound::Included(s) | Bound::Excluded(s), Bound::Included(e) | Bound::Excluded(e)) =
-        (start, end)
-        && (s > e || (s == e && !matches!((start, end), (Bound::Included(_), Bound::Included(_)))))
-    {
-        // BTreeMap::range panics on an inverted or empty-exclusive range.
-        return Vec::new();
-    }
-    map.range::<[u8], _>((start, end))
-        .take(limit)
-        .map(|(k, v)| (k.as_bytes().to_vec(), v.clone()))
-        .collect()
 }
 
 /// A read transaction: the read lock, held until dropped.
@@ -616,9 +496,6 @@ impl<L: TableLock> Drop for MemoryWrite<'_, L> {
 mod tests {
     use super::*;
 
-    /// A range's two bounds.
-    type RangeOf<'a> = (Bound<&'a [u8]>, Bound<&'a [u8]>);
-
     /// Inline and heap keys order as their bytes, across the boundary.
     #[test]
     fn keys_order_as_bytes_inline_or_not() {
@@ -641,93 +518,5 @@ mod tests {
                 assert_eq!(a.cmp(b), samples[i].cmp(&samples[j]), "{i} {j}");
             }
         }
-        let mut map = BTreeMap::new();
-        for k in &keys {
-            map.insert(k.clone(), Vec::new());
-        }
-        let got: Vec<Vec<u8>> = range_of(
-            &map,
-            Bound::Included(&[7u8][..]),
-            Bound::Excluded(&[8u8][..]),
-            10,
-        )
-        .into_iter()
-        .map(|(k, _)| k)
-        .collect();
-        assert_eq!(got, samples[2..5].to_vec());
-    }
-
-    /// A hashed table answers every range as the ordered one does: the
-    /// same entries, in key order, cut at the limit.
-    #[cfg(feature = "std")]
-    #[test]
-    fn hashed_ranges_agree_with_ordered_ones() {
-        let mut tables = Tables::new();
-        assert!(matches!(tables.of(Table::Grants), TableMap::Hashed(_)));
-        assert!(matches!(tables.of(Table::GrantIndex), TableMap::Ordered(_)));
-        let mut ordered = core::mem::replace(
-            tables.of_mut(Table::GrantIndex),
-            TableMap::Ordered(BTreeMap::new()),
-        );
-        let hashed = tables.of_mut(Table::Grants);
-        for i in 0u16..300 {
-            let n = i * 7 % 300;
-            let key = n.to_be_bytes();
-            let mut key = key.to_vec();
-            if i % 3 == 0 {
-                key.extend_from_slice(&[9; INLINE]);
-            }
-            let value = n.to_le_bytes().to_vec();
-            assert_eq!(hashed.insert(&key, value.clone()), None);
-            assert_eq!(ordered.insert(&key, value), None);
-        }
-        let at = |n: u16| n.to_be_bytes();
-        let (a, b) = (at(40), at(200));
-        let bounds: [RangeOf<'_>; 7] = [
-            (Bound::Unbounded, Bound::Unbounded),
-            (Bound::Included(&a), Bound::Excluded(&b)),
-            (Bound::Excluded(&a), Bound::Included(&b)),
-            (Bound::Included(&b), Bound::Excluded(&a)),
-            (Bound::Excluded(&a), Bound::Excluded(&a)),
-            (Bound::Included(&a), Bound::Included(&a)),
-            (Bound::Unbounded, Bound::Excluded(&a)),
-        ];
-        for (start, end) in bounds {
-            for limit in [0, 1, 5, 100, usize::MAX] {
-                let want = ordered.range(start, end, limit);
-                assert_eq!(
-                    hashed.range(start, end, limit),
-                    want,
-                    "{start:?} {end:?} {limit}"
-                );
-            }
-        }
-        assert_eq!(hashed.remove(&at(40)), Some(40u16.to_le_bytes().to_vec()));
-        assert_eq!(hashed.get(&at(40)), None);
-        assert_eq!(
-            hashed.insert(&at(41), Vec::new()),
-            Some(41u16.to_le_bytes().to_vec())
-        );
-        assert_eq!(hashed.get(&at(41)), Some(&Vec::new()));
-        assert_eq!(hashed.len(), 299);
-    }
-
-    /// Every store draws its own hash key, and a key hashes as its bytes
-    /// do (so a map of keys is searched by bytes), inline or not.
-    #[cfg(feature = "std")]
-    #[test]
-    fn each_store_keys_its_hash() {
-        use core::hash::BuildHasher;
-        let (a, b) = (Seed::from_std(), Seed::from_std());
-        assert_ne!((a.k0, a.k1), (b.k0, b.k1));
-        assert_ne!(a.k0, a.k1);
-        assert_ne!(
-            a.hash_one(b"grant".as_slice()),
-            b.hash_one(b"grant".as_slice())
-        );
-        let key = Key::new(b"grant");
-        assert_eq!(a.hash_one(&key), a.hash_one(b"grant".as_slice()));
-        let long = [3u8; INLINE + 4];
-        assert_eq!(a.hash_one(Key::new(&long)), a.hash_one(long.as_slice()));
     }
 }
