@@ -2,7 +2,6 @@
 //! sorted by key (crate docs, "Two stores, one transaction code").
 
 use alloc::vec::Vec;
-use core::cmp::Ordering;
 use core::ops::Bound;
 
 use portcullis_core::store::{Entry, Table};
@@ -19,21 +18,10 @@ impl SortedMap {
         self.0.binary_search_by(|(k, _)| k.as_bytes().cmp(key))
     }
 
-    /// The index of the first entry after everything `bound` leaves out
-    /// below it (as a start), or after everything it takes in (as an end:
-    /// `take_equal` says whether an equal key is inside).
-    fn cut(&self, bound: Bound<&[u8]>, take_equal: bool) -> usize {
-        match bound {
-            Bound::Unbounded if take_equal => self.0.len(),
-            Bound::Unbounded => 0,
-            Bound::Included(at) | Bound::Excluded(at) => {
-                self.0.partition_point(|(k, _)| match k.as_bytes().cmp(at) {
-                    Ordering::Less => true,
-                    Ordering::Equal => take_equal,
-                    Ordering::Greater => false,
-                })
-            }
-        }
+    /// How many entries sort before `key`, or up to and including it.
+    fn count_below(&self, key: &[u8], including: bool) -> usize {
+        self.0
+            .partition_point(|(k, _)| k.as_bytes() < key || (including && k.as_bytes() == key))
     }
 }
 
@@ -65,11 +53,16 @@ impl TableMap for SortedMap {
     }
 
     fn range(&self, start: Bound<&[u8]>, end: Bound<&[u8]>, limit: usize) -> Vec<Entry> {
-        // A start bound skips the keys below it, and an excluded start the
-        // equal key too; an end bound keeps the keys below it, and an
-        // included end the equal key too.
-        let from = self.cut(start, matches!(start, Bound::Excluded(_)));
-        let to = self.cut(end, !matches!(end, Bound::Excluded(_)));
+        let from = match start {
+            Bound::Unbounded => 0,
+            Bound::Included(key) => self.count_below(key, false),
+            Bound::Excluded(key) => self.count_below(key, true),
+        };
+        let to = match end {
+            Bound::Unbounded => self.0.len(),
+            Bound::Included(key) => self.count_below(key, true),
+            Bound::Excluded(key) => self.count_below(key, false),
+        };
         self.0
             .get(from..to)
             .unwrap_or_default()
