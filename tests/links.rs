@@ -510,7 +510,7 @@ fn deep_link() -> impl Strategy<Value = DeepLink> {
                 app,
                 view,
                 to,
-                params,
+                params: params.into_iter().collect(),
                 compose,
             },
         )

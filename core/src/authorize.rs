@@ -20,6 +20,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
 
+use crate::describe::Describe;
 use crate::jwt::b64;
 use serde::{Deserialize, Serialize};
 
@@ -131,10 +132,10 @@ pub enum AuthorizeError {
     ClientDocument(client::DocumentError),
 }
 
-impl fmt::Display for AuthorizeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl Describe for AuthorizeError {
+    fn describe<W: fmt::Write>(&self, f: &mut W) -> fmt::Result {
         match self {
-            Self::MalformedQuery(e) => write!(f, "{e}"),
+            Self::MalformedQuery(e) => e.describe(f),
             Self::MissingClientId => f.write_str("client_id is required"),
             Self::UnknownClient => f.write_str("the client is not known"),
             Self::MissingRedirectUri => f.write_str("redirect_uri is required"),
@@ -143,14 +144,20 @@ impl fmt::Display for AuthorizeError {
             }
             Self::UnsupportedResponseType => f.write_str("response_type must be code"),
             Self::InvalidState => f.write_str("state must be 1-1024 characters"),
-            Self::Pkce(e) => write!(f, "{e}"),
+            Self::Pkce(e) => e.describe(f),
             Self::MissingChallenge => f.write_str("code_challenge is required"),
             Self::MissingResource => f.write_str("resource is required"),
             Self::InvalidResource => f.write_str("resource is not served here"),
             Self::InvalidScope => f.write_str("scope asks for something this site does not offer"),
             Self::AccessDenied => f.write_str("the user denied the request"),
-            Self::ClientDocument(e) => write!(f, "{e}"),
+            Self::ClientDocument(e) => e.describe(f),
         }
+    }
+}
+
+impl fmt::Display for AuthorizeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.describe(f)
     }
 }
 
@@ -316,7 +323,7 @@ pub(crate) fn error_redirect(
     error: &AuthorizeError,
 ) -> String {
     let code = error.code().as_str();
-    let description = alloc::format!("{error}");
+    let description = error.description();
     match state {
         Some(state) => redirect_with(
             redirect_uri,

@@ -13,6 +13,7 @@
 use alloc::string::String;
 use core::fmt;
 
+use crate::describe::Describe;
 use crate::error::{ErrorCode, WireError};
 use crate::header::{HeaderError, HeaderField};
 use crate::scope::ScopeSet;
@@ -105,14 +106,20 @@ pub enum BearerError {
     Repeated,
 }
 
-impl fmt::Display for BearerError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl Describe for BearerError {
+    fn describe<W: fmt::Write>(&self, f: &mut W) -> fmt::Result {
         f.write_str(match self {
             Self::Malformed => "Authorization header is not a bearer token",
             Self::WrongScheme => "Authorization scheme must be Bearer",
             Self::TokenInQuery => "access tokens are accepted only in the Authorization header",
             Self::Repeated => "the Authorization header was sent more than once",
         })
+    }
+}
+
+impl fmt::Display for BearerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.describe(f)
     }
 }
 
@@ -198,7 +205,7 @@ impl Challenge {
         let mut v = String::from("Bearer ");
         param(&mut v, "error", "insufficient_scope");
         v.push_str(", ");
-        param(&mut v, "scope", &alloc::format!("{needed}"));
+        param(&mut v, "scope", needed.as_param());
         v.push_str(", ");
         param(&mut v, "resource_metadata", resource_metadata);
         Self {

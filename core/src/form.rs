@@ -13,6 +13,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
 
+use crate::describe::Describe;
 use crate::error::{ErrorCode, WireError};
 
 /// Decoded `name=value` pairs, in input order, each name at most once.
@@ -152,14 +153,20 @@ pub enum FormError {
     InvalidUtf8,
 }
 
-impl fmt::Display for FormError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl Describe for FormError {
+    fn describe<W: fmt::Write>(&self, f: &mut W) -> fmt::Result {
         f.write_str(match self {
             Self::TooLong => "request parameters are too long",
             Self::Repeated => "a request parameter is repeated",
             Self::BadEscape => "a request parameter has a malformed percent escape",
             Self::InvalidUtf8 => "a request parameter is not UTF-8",
         })
+    }
+}
+
+impl fmt::Display for FormError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.describe(f)
     }
 }
 

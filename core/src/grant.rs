@@ -458,15 +458,15 @@ impl Grant {
     /// The refresh token of the current generation.
     #[must_use]
     pub fn refresh_token(&self, key: &SigningKey) -> SecretString {
-        use core::fmt::Write as _;
         let tag = self.tag(key, self.generation);
         // prt1. + id (22) + . + generation (at most 10 digits) + . + tag
         // (43) + . + kid: one allocation.
         let mut t = String::with_capacity(5 + 22 + 1 + 10 + 1 + 43 + 1 + self.kid.len());
         t.push_str("prt1.");
         t.push_str(b64::encode_16(self.id.as_bytes(), &mut [0; 22]));
-        // Writing a number into a String cannot fail.
-        let _ = write!(t, ".{}.", self.generation);
+        t.push('.');
+        t.push_str(itoa::Buffer::new().format(self.generation));
+        t.push('.');
         b64::encode_string(&tag, &mut t);
         t.push('.');
         t.push_str(&self.kid);

@@ -24,6 +24,7 @@
 
 use core::fmt;
 
+use crate::describe::Describe;
 use crate::error::{ErrorCode, WireError};
 
 /// Every value one request carried for a single-valued header field.
@@ -149,12 +150,18 @@ pub enum HeaderError {
     NotVisibleAscii,
 }
 
-impl fmt::Display for HeaderError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl Describe for HeaderError {
+    fn describe<W: fmt::Write>(&self, f: &mut W) -> fmt::Result {
         f.write_str(match self {
             Self::Repeated => "was sent more than once",
             Self::NotVisibleAscii => "is not visible ASCII",
         })
+    }
+}
+
+impl fmt::Display for HeaderError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.describe(f)
     }
 }
 

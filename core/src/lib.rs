@@ -88,6 +88,7 @@ pub mod agent_token;
 pub mod authorize;
 pub mod bearer;
 pub mod client;
+mod describe;
 pub mod engine;
 pub mod error;
 pub mod form;

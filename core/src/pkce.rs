@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
+use crate::describe::Describe;
 use crate::error::{ErrorCode, WireError};
 use crate::jwt::b64;
 
@@ -153,8 +154,8 @@ pub enum PkceError {
     ChallengeMalformed,
 }
 
-impl fmt::Display for PkceError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl Describe for PkceError {
+    fn describe<W: fmt::Write>(&self, f: &mut W) -> fmt::Result {
         f.write_str(match self {
             Self::VerifierTooShort => "code_verifier is shorter than 43 characters",
             Self::VerifierTooLong => "code_verifier is longer than 128 characters",
@@ -164,6 +165,12 @@ impl fmt::Display for PkceError {
             Self::UnknownMethod => "code_challenge_method must be S256",
             Self::ChallengeMalformed => "code_challenge must be 43 characters of base64url",
         })
+    }
+}
+
+impl fmt::Display for PkceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.describe(f)
     }
 }
 

@@ -18,6 +18,7 @@ use super::json::{self, JsonFault};
 use super::metadata::{RegistrationError, TokenEndpointAuthMethod, metadata_from_members, take};
 use super::redirect_uri::{Authority, TextFault, check_uri_text, split_scheme};
 use super::stateless::Client;
+use crate::describe::Describe;
 use crate::error::{ErrorCode, WireError};
 
 /// Longest accepted client-ID URL, in bytes.
@@ -300,8 +301,8 @@ pub enum DocumentError {
     Metadata(RegistrationError),
 }
 
-impl fmt::Display for DocumentError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl Describe for DocumentError {
+    fn describe<W: fmt::Write>(&self, f: &mut W) -> fmt::Result {
         let text = match self {
             Self::UrlTooLong => "client id URL is longer than 2048 bytes",
             Self::UrlCharacter => "client id URL has disallowed characters",
@@ -325,9 +326,18 @@ impl fmt::Display for DocumentError {
             Self::UnsupportedAuthMethod => {
                 "client metadata document token_endpoint_auth_method must be none"
             }
-            Self::Metadata(e) => return write!(f, "client metadata document: {e}"),
+            Self::Metadata(e) => {
+                f.write_str("client metadata document: ")?;
+                return e.describe(f);
+            }
         };
         f.write_str(text)
+    }
+}
+
+impl fmt::Display for DocumentError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.describe(f)
     }
 }
 

@@ -11,6 +11,7 @@ use super::json::{self, JsonFault};
 use super::redirect_uri::{
     Authority, RedirectUri, RedirectUriError, check_uri_text, is_serialized_form, split_scheme,
 };
+use crate::describe::{Describe, write_decimal, write_pieces};
 use crate::error::{ErrorCode, WireError};
 use crate::redirect::is_invisible;
 
@@ -485,18 +486,23 @@ pub enum RegistrationError {
     NoActiveKey,
 }
 
-impl fmt::Display for RegistrationError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl Describe for RegistrationError {
+    fn describe<W: fmt::Write>(&self, f: &mut W) -> fmt::Result {
         match self {
             Self::TooLarge => f.write_str("registration request is larger than 16384 bytes"),
             Self::Malformed => f.write_str("registration request is not a JSON object"),
             Self::DuplicateMember => f.write_str("registration request repeats a member"),
-            Self::ServerAssigned(m) => write!(f, "{m} is assigned by the server"),
-            Self::WrongType(m) => write!(f, "{m} has the wrong JSON type"),
+            Self::ServerAssigned(m) => write_pieces(f, &[m, " is assigned by the server"]),
+            Self::WrongType(m) => write_pieces(f, &[m, " has the wrong JSON type"]),
             Self::MissingRedirectUris => f.write_str("redirect_uris must list at least one URI"),
             Self::TooManyRedirectUris => f.write_str("redirect_uris lists more than 10 URIs"),
-            Self::RedirectUri { index, reason } => write!(f, "redirect_uris[{index}]: {reason}"),
-            Self::DuplicateValue(m) => write!(f, "{m} repeats a value"),
+            Self::RedirectUri { index, reason } => {
+                f.write_str("redirect_uris[")?;
+                write_decimal(f, *index)?;
+                f.write_str("]: ")?;
+                reason.describe(f)
+            }
+            Self::DuplicateValue(m) => write_pieces(f, &[m, " repeats a value"]),
             Self::ClientName => f.write_str(
                 "client_name must be 1-200 characters without control or invisible characters",
             ),
@@ -511,12 +517,18 @@ impl fmt::Display for RegistrationError {
                 "grant_types must include authorization_code and response_types must be code",
             ),
             Self::Scope => f.write_str("scope is not a valid space-separated scope list"),
-            Self::InvalidUri(m) => write!(f, "{m} must be an https URL"),
+            Self::InvalidUri(m) => write_pieces(f, &[m, " must be an https URL"]),
             Self::TooLargeForClientId => {
                 f.write_str("client metadata is too large for a client id of 4096 bytes")
             }
             Self::NoActiveKey => f.write_str("no active key to issue client ids with"),
         }
+    }
+}
+
+impl fmt::Display for RegistrationError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.describe(f)
     }
 }
 

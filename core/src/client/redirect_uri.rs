@@ -6,6 +6,7 @@ use core::fmt;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use url::Url;
 
+use crate::describe::Describe;
 use crate::error::{ErrorCode, WireError};
 
 /// The hosts that make a URI a loopback URI, written exactly like this.
@@ -236,8 +237,8 @@ pub enum RedirectUriError {
     Port,
 }
 
-impl fmt::Display for RedirectUriError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl Describe for RedirectUriError {
+    fn describe<W: fmt::Write>(&self, f: &mut W) -> fmt::Result {
         f.write_str(match self {
             Self::Empty => "redirect URI is empty",
             Self::TooLong => "redirect URI is longer than 2048 bytes",
@@ -256,6 +257,12 @@ impl fmt::Display for RedirectUriError {
             Self::NotCanonical => "redirect URI is not in canonical form",
             Self::Port => "redirect URI port must be 1-65535",
         })
+    }
+}
+
+impl fmt::Display for RedirectUriError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.describe(f)
     }
 }
 

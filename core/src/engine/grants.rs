@@ -8,6 +8,7 @@ use core::ops::Bound;
 
 use super::{Engine, SiteOpError, Txn, keys, load_site};
 use crate::bearer::{self, BearerError, Challenge};
+use crate::describe::Describe as _;
 use crate::error::{ErrorCode, WireError};
 use crate::grant::{Grant, GrantId, GrantStatus, RevocationReason};
 use crate::header::HeaderField;
@@ -221,10 +222,10 @@ impl<S: Store> Engine<S> {
                     let md = metadata::resource_metadata_url(site.resource_prefix, site.public_key);
                     return Err(BearerRejection::Challenge(Challenge::invalid_request(
                         &md,
-                        &alloc::format!("{e}"),
+                        &e.description(),
                     )));
                 }
-                Err(e) => return Err(invalid(&alloc::format!("{e}"))),
+                Err(e) => return Err(invalid(&e.description())),
             };
             let expect = Expect {
                 typ,
@@ -238,8 +239,8 @@ impl<S: Store> Engine<S> {
                 .map_err(|e| match bearer::parse_authorization(authorization) {
                     // The characters were left to the decoder: name a header
                     // fault as the header's.
-                    Err(header) => invalid(&alloc::format!("{header}")),
-                    Ok(_) => invalid(&alloc::format!("{e}")),
+                    Err(header) => invalid(&header.description()),
+                    Ok(_) => invalid(&e.description()),
                 })?;
             then(&site, claims)
         })?

@@ -16,6 +16,7 @@ use core::ops::Bound;
 use super::{Engine, SiteOpError, Txn, keys, load_site};
 use crate::approval::Binding;
 use crate::bearer::Challenge;
+use crate::describe::Describe as _;
 use crate::engine::Principal;
 use crate::grant::{Grant, GrantId, GrantStatus};
 use crate::ledger::{
@@ -220,9 +221,11 @@ fn reconnect_link(site: &Site) -> ReconnectLink {
     ReconnectLink {
         site: site.id.clone(),
         url: site.consent_url.clone().or_else(|| {
-            site.allowed_origins
-                .first()
-                .map(|o| alloc::format!("{}/", o.trim_end_matches('/')))
+            site.allowed_origins.first().map(|origin| {
+                let mut url = alloc::string::String::from(origin.trim_end_matches('/'));
+                url.push('/');
+                url
+            })
         }),
     }
 }
@@ -297,7 +300,11 @@ impl<S: Store> Engine<S> {
         let mut outcomes = Vec::with_capacity(entries.len());
         for (_, bytes) in entries {
             outcomes.push(crate::store::codec::decode::<Outcome>(&bytes).map_err(|e| {
-                StoreError::new(crate::store::StoreErrorKind::Corrupt, "outcomes", e)
+                StoreError::described(
+                    crate::store::StoreErrorKind::Corrupt,
+                    "outcomes",
+                    e.description(),
+                )
             })?);
         }
         let reached = from.saturating_add(outcomes.len() as u32);

@@ -290,10 +290,10 @@ impl<W: WriteTransaction> WriteTransaction for Txn<'_, W> {
     /// Refused: an operation never commits the transaction it runs in; the
     /// transaction's owner does.
     fn commit(self) -> Result<(), StoreError> {
-        Err(StoreError::new(
+        Err(StoreError::described(
             StoreErrorKind::Other,
             "commit",
-            "an operation cannot commit the transaction it runs in; its owner does",
+            "an operation cannot commit the transaction it runs in; its owner does".into(),
         ))
     }
 }

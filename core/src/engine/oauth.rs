@@ -399,10 +399,10 @@ impl<S: Store> Engine<S> {
             return Ok(AuthorizeAnswer::Redirect(url));
         }
         let Some((kid, key)) = self.keyring.active_key() else {
-            return Err(SiteOpError::Store(StoreError::new(
+            return Err(SiteOpError::Store(StoreError::described(
                 crate::store::StoreErrorKind::Other,
                 "decide",
-                "keyring has no active key",
+                "keyring has no active key".into(),
             )));
         };
         let code = AuthorizationCode {

@@ -3,6 +3,7 @@
 use core::fmt;
 
 use super::claims::NumericDateFault;
+use crate::describe::{Describe, write_pieces};
 use crate::error::{ErrorCode, WireError};
 
 /// One of the three segments of a compact JWS.
@@ -85,15 +86,14 @@ pub enum VerifyError {
     IssuerMismatch,
 }
 
-impl fmt::Display for VerifyError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl Describe for VerifyError {
+    fn describe<W: fmt::Write>(&self, f: &mut W) -> fmt::Result {
         match self {
             Self::TooLong => f.write_str("token is longer than 8192 bytes"),
             Self::SegmentCount => f.write_str("token does not have exactly three segments"),
-            Self::Base64(s) => write!(
+            Self::Base64(s) => write_pieces(
                 f,
-                "token {} is not canonical unpadded base64url",
-                s.as_str()
+                &["token ", s.as_str(), " is not canonical unpadded base64url"],
             ),
             Self::HeaderMalformed => f.write_str("token header is not a JSON object"),
             Self::DuplicateHeaderMember => f.write_str("token header repeats a member"),
@@ -108,7 +108,7 @@ impl fmt::Display for VerifyError {
             Self::ClaimsMalformed => f.write_str("token claims are not a valid JSON object"),
             Self::DuplicateClaim => f.write_str("token claims repeat a member"),
             Self::InvalidNumericDate { claim, fault } => {
-                write!(f, "token claim {claim} {}", fault.as_str())
+                write_pieces(f, &["token claim ", claim, " ", fault.as_str()])
             }
             Self::MissingExpiry => f.write_str("token has no exp"),
             Self::Expired => f.write_str("token has expired"),
@@ -118,6 +118,12 @@ impl fmt::Display for VerifyError {
             Self::AudienceMismatch => f.write_str("token aud does not match"),
             Self::IssuerMismatch => f.write_str("token iss does not match"),
         }
+    }
+}
+
+impl fmt::Display for VerifyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.describe(f)
     }
 }
 

@@ -769,6 +769,11 @@ pub(crate) fn write_value(out: &mut Vec<u8>, value: &Value) {
         Value::Null => out.raw(b"null"),
         Value::Bool(true) => out.raw(b"true"),
         Value::Bool(false) => out.raw(b"false"),
+        // With `arbitrary-precision` the number is its own text (module
+        // docs), written as it is.
+        #[cfg(feature = "arbitrary-precision")]
+        Value::Number(n) => out.raw(n.as_str().as_bytes()),
+        #[cfg(not(feature = "arbitrary-precision"))]
         Value::Number(n) => {
             use core::fmt::Write as _;
             // Writing to a vector cannot fail.
@@ -808,8 +813,10 @@ pub(crate) fn write_object(out: &mut Vec<u8>, members: &Map<String, Value>) {
 }
 
 /// `core::fmt` output appended to a byte vector.
+#[cfg(not(feature = "arbitrary-precision"))]
 struct VecWriter<'a>(&'a mut Vec<u8>);
 
+#[cfg(not(feature = "arbitrary-precision"))]
 impl core::fmt::Write for VecWriter<'_> {
     fn write_str(&mut self, s: &str) -> core::fmt::Result {
         self.0.extend_from_slice(s.as_bytes());

@@ -1,6 +1,5 @@
 //! [`DeepLink`]: building and parsing the open-route link.
 
-use alloc::collections::BTreeMap;
 use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
@@ -8,7 +7,7 @@ use core::fmt;
 use serde_json::Value;
 
 use super::{
-    DecodeError, LinkConfig, RESERVED_PARAMS, decode_component, is_credential_param,
+    DecodeError, LinkConfig, LinkParams, RESERVED_PARAMS, decode_component, is_credential_param,
     looks_like_jwt, push_pair,
 };
 use crate::error::{ErrorCode, WireError};
@@ -55,7 +54,7 @@ pub struct DeepLink {
     /// open-redirect guard.
     pub to: Option<String>,
     /// Record ids, filters (`f_*`) and other parameters, one value per name.
-    pub params: BTreeMap<String, String>,
+    pub params: LinkParams,
     /// A draft to open (`compose=`, base64url JSON).
     pub compose: Option<ComposeDraft>,
 }
@@ -199,7 +198,7 @@ pub(super) struct Fields {
     pub(super) app: Option<String>,
     pub(super) view: Option<String>,
     pub(super) to: Option<String>,
-    pub(super) params: BTreeMap<String, String>,
+    pub(super) params: LinkParams,
     pub(super) compose: Option<ComposeDraft>,
 }
 
@@ -212,7 +211,7 @@ impl Fields {
             app: None,
             view: None,
             to: None,
-            params: BTreeMap::new(),
+            params: LinkParams::new(),
             compose: None,
         };
         let mut seen_compose = false;

@@ -21,6 +21,7 @@
 mod deep;
 mod external;
 mod open;
+mod params;
 
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -31,6 +32,7 @@ pub use external::{ExternalLink, ExternalLinkError, ExternalLinkPolicy};
 pub use open::{
     ComposeEntry, NavigateCommand, OpenAnswer, OpenError, OpenRedirect, OpenRoute, RedirectSource,
 };
+pub use params::{LinkParams, LinkParamsIter};
 
 use crate::error::{ErrorCode, WireError};
 use crate::redirect::SafePath;

@@ -1,6 +1,5 @@
 //! [`OpenRoute`]: the answer to a request for the open path.
 
-use alloc::collections::BTreeMap;
 use alloc::string::String;
 use core::fmt;
 
@@ -8,7 +7,7 @@ use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 
 use super::deep::{ComposeDraft, Fields, ParseLinkError};
-use super::{encode_into, push_pair};
+use super::{LinkParams, encode_into, push_pair};
 use crate::error::{ErrorCode, WireError};
 use crate::redirect::{SafePath, UnsafePathError};
 
@@ -182,7 +181,7 @@ fn ascii_location(target: &str) -> String {
 }
 
 /// Appends the `f_*` parameters to the target's query, before any fragment.
-fn forward_filters(location: &mut String, params: &BTreeMap<String, String>) {
+fn forward_filters(location: &mut String, params: &LinkParams) {
     let mut filters = params
         .iter()
         .filter(|(name, _)| name.starts_with(OpenRoute::FILTER_PREFIX))
@@ -255,7 +254,7 @@ pub struct NavigateCommand {
     /// The view to focus.
     pub view: Option<String>,
     /// Every non-reserved parameter, filters included.
-    pub params: BTreeMap<String, String>,
+    pub params: LinkParams,
     /// The decoded compose draft and the key to store it under.
     pub compose: Option<ComposeEntry>,
 }
@@ -271,7 +270,7 @@ impl NavigateCommand {
     pub fn payload(&self) -> Value {
         let mut map = serde_json::Map::new();
         for (name, value) in &self.params {
-            map.insert(name.clone(), Value::String(value.clone()));
+            map.insert(name.into(), Value::String(value.into()));
         }
         if let Some(view) = &self.view {
             map.insert("view".into(), Value::String(view.clone()));

@@ -31,6 +31,8 @@ use core::fmt;
 
 use super::Table;
 
+use crate::describe::{Describe, write_decimal};
+
 /// A value stored in one table, with its schema version.
 pub trait Record: Encode + for<'a> Decode<'a> {
     /// The table records of this type live in.
@@ -533,17 +535,26 @@ pub enum CodecError {
     Encode,
 }
 
-impl fmt::Display for CodecError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl Describe for CodecError {
+    fn describe<W: fmt::Write>(&self, f: &mut W) -> fmt::Result {
         match self {
             Self::Empty => f.write_str("record is empty"),
             Self::Version { found, expected } => {
-                write!(f, "record schema version {found}, expected {expected}")
+                f.write_str("record schema version ")?;
+                write_decimal(f, *found)?;
+                f.write_str(", expected ")?;
+                write_decimal(f, *expected)
             }
             Self::Decode => f.write_str("record body is malformed"),
             Self::TrailingBytes => f.write_str("record has trailing bytes"),
             Self::Encode => f.write_str("record could not be encoded"),
         }
+    }
+}
+
+impl fmt::Display for CodecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.describe(f)
     }
 }
 

@@ -81,6 +81,7 @@ use core::ops::Bound;
 pub use codec::{CodecError, Record, Viewed};
 pub use table::Table;
 
+use crate::describe::Describe as _;
 use crate::error::{ErrorCode, WireError};
 
 /// One entry returned by a range scan.
@@ -304,8 +305,18 @@ impl StoreError {
         }
     }
 
+    /// [`StoreError::new`] for the core's own failures, whose detail is
+    /// already text: it does not go through `core::fmt` (`crate::describe`).
+    pub(crate) fn described(kind: StoreErrorKind, context: &'static str, detail: String) -> Self {
+        Self {
+            kind,
+            context,
+            detail,
+        }
+    }
+
     fn corrupt(table: Table, e: CodecError) -> Self {
-        Self::new(StoreErrorKind::Corrupt, table.name(), e)
+        Self::described(StoreErrorKind::Corrupt, table.name(), e.description())
     }
 
     /// The kind of failure.
