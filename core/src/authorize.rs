@@ -20,7 +20,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
 
-use crate::describe::Describe;
+use crate::describe::{Describe, display_by_describe};
 use crate::jwt::b64;
 use serde::{Deserialize, Serialize};
 
@@ -155,11 +155,7 @@ impl Describe for AuthorizeError {
     }
 }
 
-impl fmt::Display for AuthorizeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.describe(f)
-    }
-}
+display_by_describe!(AuthorizeError);
 
 impl WireError for AuthorizeError {
     fn code(&self) -> ErrorCode {

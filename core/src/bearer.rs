@@ -13,7 +13,7 @@
 use alloc::string::String;
 use core::fmt;
 
-use crate::describe::Describe;
+use crate::describe::{Describe, display_by_describe};
 use crate::error::{ErrorCode, WireError};
 use crate::header::{HeaderError, HeaderField};
 use crate::scope::ScopeSet;
@@ -117,11 +117,7 @@ impl Describe for BearerError {
     }
 }
 
-impl fmt::Display for BearerError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.describe(f)
-    }
-}
+display_by_describe!(BearerError);
 
 impl WireError for BearerError {
     fn code(&self) -> ErrorCode {

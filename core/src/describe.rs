@@ -30,6 +30,19 @@ pub(crate) trait Describe {
     }
 }
 
+/// `impl Display for $error` as its [`Describe::describe`], so the text
+/// lives in one place.
+macro_rules! display_by_describe {
+    ($error:ty) => {
+        impl core::fmt::Display for $error {
+            fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+                $crate::describe::Describe::describe(self, f)
+            }
+        }
+    };
+}
+pub(crate) use display_by_describe;
+
 /// Writes `pieces` one after another.
 pub(crate) fn write_pieces<W: fmt::Write>(out: &mut W, pieces: &[&str]) -> fmt::Result {
     pieces.iter().try_for_each(|piece| out.write_str(piece))

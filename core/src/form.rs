@@ -13,7 +13,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
 
-use crate::describe::Describe;
+use crate::describe::{Describe, display_by_describe};
 use crate::error::{ErrorCode, WireError};
 
 /// Decoded `name=value` pairs, in input order, each name at most once.
@@ -164,11 +164,7 @@ impl Describe for FormError {
     }
 }
 
-impl fmt::Display for FormError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.describe(f)
-    }
-}
+display_by_describe!(FormError);
 
 impl WireError for FormError {
     fn code(&self) -> ErrorCode {

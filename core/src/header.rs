@@ -24,7 +24,7 @@
 
 use core::fmt;
 
-use crate::describe::Describe;
+use crate::describe::{Describe, display_by_describe};
 use crate::error::{ErrorCode, WireError};
 
 /// Every value one request carried for a single-valued header field.
@@ -159,11 +159,7 @@ impl Describe for HeaderError {
     }
 }
 
-impl fmt::Display for HeaderError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.describe(f)
-    }
-}
+display_by_describe!(HeaderError);
 
 impl WireError for HeaderError {
     fn code(&self) -> ErrorCode {

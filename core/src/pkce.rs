@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::describe::Describe;
+use crate::describe::{Describe, display_by_describe};
 use crate::error::{ErrorCode, WireError};
 use crate::jwt::b64;
 
@@ -168,11 +168,7 @@ impl Describe for PkceError {
     }
 }
 
-impl fmt::Display for PkceError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.describe(f)
-    }
-}
+display_by_describe!(PkceError);
 
 impl WireError for PkceError {
     fn code(&self) -> ErrorCode {

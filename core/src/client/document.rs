@@ -18,7 +18,7 @@ use super::json::{self, JsonFault};
 use super::metadata::{RegistrationError, TokenEndpointAuthMethod, metadata_from_members, take};
 use super::redirect_uri::{Authority, TextFault, check_uri_text, split_scheme};
 use super::stateless::Client;
-use crate::describe::Describe;
+use crate::describe::{Describe, display_by_describe};
 use crate::error::{ErrorCode, WireError};
 
 /// Longest accepted client-ID URL, in bytes.
@@ -335,11 +335,7 @@ impl Describe for DocumentError {
     }
 }
 
-impl fmt::Display for DocumentError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.describe(f)
-    }
-}
+display_by_describe!(DocumentError);
 
 impl WireError for DocumentError {
     /// URL problems make the client unknown (`invalid_client`); document

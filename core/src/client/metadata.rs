@@ -11,7 +11,7 @@ use super::json::{self, JsonFault};
 use super::redirect_uri::{
     Authority, RedirectUri, RedirectUriError, check_uri_text, is_serialized_form, split_scheme,
 };
-use crate::describe::{Describe, write_decimal, write_pieces};
+use crate::describe::{Describe, display_by_describe, write_decimal, write_pieces};
 use crate::error::{ErrorCode, WireError};
 use crate::redirect::is_invisible;
 
@@ -526,11 +526,7 @@ impl Describe for RegistrationError {
     }
 }
 
-impl fmt::Display for RegistrationError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.describe(f)
-    }
-}
+display_by_describe!(RegistrationError);
 
 impl WireError for RegistrationError {
     fn code(&self) -> ErrorCode {

@@ -6,7 +6,7 @@ use core::fmt;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use url::Url;
 
-use crate::describe::Describe;
+use crate::describe::{Describe, display_by_describe};
 use crate::error::{ErrorCode, WireError};
 
 /// The hosts that make a URI a loopback URI, written exactly like this.
@@ -260,11 +260,7 @@ impl Describe for RedirectUriError {
     }
 }
 
-impl fmt::Display for RedirectUriError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.describe(f)
-    }
-}
+display_by_describe!(RedirectUriError);
 
 impl WireError for RedirectUriError {
     fn code(&self) -> ErrorCode {

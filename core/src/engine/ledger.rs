@@ -16,7 +16,6 @@ use core::ops::Bound;
 use super::{Engine, SiteOpError, Txn, keys, load_site};
 use crate::approval::Binding;
 use crate::bearer::Challenge;
-use crate::describe::Describe as _;
 use crate::engine::Principal;
 use crate::grant::{Grant, GrantId, GrantStatus};
 use crate::ledger::{
@@ -299,13 +298,10 @@ impl<S: Store> Engine<S> {
         )?;
         let mut outcomes = Vec::with_capacity(entries.len());
         for (_, bytes) in entries {
-            outcomes.push(crate::store::codec::decode::<Outcome>(&bytes).map_err(|e| {
-                StoreError::described(
-                    crate::store::StoreErrorKind::Corrupt,
-                    "outcomes",
-                    e.description(),
-                )
-            })?);
+            outcomes.push(
+                crate::store::codec::decode::<Outcome>(&bytes)
+                    .map_err(|e| StoreError::corrupt(Table::Outcomes, e))?,
+            );
         }
         let reached = from.saturating_add(outcomes.len() as u32);
         let next = if reached < rec.outcomes() && !outcomes.is_empty() {

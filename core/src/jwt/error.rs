@@ -3,7 +3,7 @@
 use core::fmt;
 
 use super::claims::NumericDateFault;
-use crate::describe::{Describe, write_pieces};
+use crate::describe::{Describe, display_by_describe, write_pieces};
 use crate::error::{ErrorCode, WireError};
 
 /// One of the three segments of a compact JWS.
@@ -121,11 +121,7 @@ impl Describe for VerifyError {
     }
 }
 
-impl fmt::Display for VerifyError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.describe(f)
-    }
-}
+display_by_describe!(VerifyError);
 
 impl WireError for VerifyError {
     fn code(&self) -> ErrorCode {

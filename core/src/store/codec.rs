@@ -31,7 +31,7 @@ use core::fmt;
 
 use super::Table;
 
-use crate::describe::{Describe, write_decimal};
+use crate::describe::{Describe, display_by_describe, write_decimal};
 
 /// A value stored in one table, with its schema version.
 pub trait Record: Encode + for<'a> Decode<'a> {
@@ -552,11 +552,7 @@ impl Describe for CodecError {
     }
 }
 
-impl fmt::Display for CodecError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.describe(f)
-    }
-}
+display_by_describe!(CodecError);
 
 #[cfg(feature = "std")]
 impl std::error::Error for CodecError {}

@@ -315,7 +315,8 @@ impl StoreError {
         }
     }
 
-    fn corrupt(table: Table, e: CodecError) -> Self {
+    /// A record of `table` that could not be encoded or decoded.
+    pub(crate) fn corrupt(table: Table, e: CodecError) -> Self {
         Self::described(StoreErrorKind::Corrupt, table.name(), e.description())
     }
 
