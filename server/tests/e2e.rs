@@ -3149,16 +3149,12 @@ async fn measure_half_open_connections() {
     let _ = child.wait();
 }
 
-#[tokio::test]
-async fn a_stalled_request_body_fails_after_the_body_timeout() {
+/// Sends `head` and the start of a body it promises to finish, then waits
+/// for the answer's head: what came, and after how long.
+fn stalled_body_answer(port: u16, head: &str) -> (String, Duration) {
     use std::io::Read as _;
-    let s = Server::start(&["--body-timeout-secs", "1"]).await;
-    let mut c = std::net::TcpStream::connect(("127.0.0.1", s.port)).unwrap();
-    c.write_all(
-        b"POST /token HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-www-form-urlencoded\r\n\
-          Content-Length: 100\r\n\r\ngrant_type=",
-    )
-    .unwrap();
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    c.write_all(head.as_bytes()).unwrap();
     let sent = Instant::now();
     c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let mut answer = Vec::new();
@@ -3169,16 +3165,47 @@ async fn a_stalled_request_body_fails_after_the_body_timeout() {
             break;
         }
     }
-    let waited = sent.elapsed();
-    let answer = String::from_utf8_lossy(&answer);
-    assert!(
-        answer.starts_with("HTTP/1.1 4"),
-        "a 4xx once the body stalled: {answer:?}"
-    );
-    assert!(
-        waited >= Duration::from_millis(800) && waited < Duration::from_secs(4),
-        "{waited:?}"
-    );
+    (
+        String::from_utf8_lossy(&answer).into_owned(),
+        sent.elapsed(),
+    )
+}
+
+/// A body that stops arriving fails once it has sent nothing for
+/// `--body-timeout-secs`: on a form route and on the MCP endpoint (whose
+/// bearer check passes first), each with a `400`.
+#[tokio::test]
+async fn a_stalled_request_body_fails_after_the_body_timeout() {
+    let s = Server::start(&["--body-timeout-secs", "1"]).await;
+    let login = s.login("alice", "skills:read").await;
+    let resource = s.resource().await;
+    let path = &resource[resource.find("/mcp/").unwrap()..];
+    let heads = [
+        "POST /token HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-www-form-urlencoded\r\n\
+         Content-Length: 100\r\n\r\ngrant_type="
+            .to_owned(),
+        format!(
+            "POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: Bearer {}\r\n\
+             Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
+             Content-Length: 100\r\n\r\n{{\"jsonrpc\":",
+            s.port, login.access
+        ),
+    ];
+    for head in heads {
+        let port = s.port;
+        let (answer, waited) =
+            tokio::task::spawn_blocking(move || stalled_body_answer(port, &head))
+                .await
+                .unwrap();
+        assert!(
+            answer.starts_with("HTTP/1.1 400"),
+            "a 400 once the body stalled: {answer:?}"
+        );
+        assert!(
+            waited >= Duration::from_millis(800) && waited < Duration::from_secs(4),
+            "{waited:?}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -13,22 +13,24 @@
 //!
 //! Only `POST`s with a JSON `Content-Type` are checked (the endpoint calls
 //! [`strict`] after the bearer check); anything else goes on to rmcp, which answers `405`/`415` as the transport spec says. The body
-//! limit is the MCP endpoint's ([`super::mcp::MAX_MCP_BODY`], set by the
-//! router's `DefaultBodyLimit`): a larger body is `413`.
+//! limit is the MCP endpoint's ([`super::mcp::MAX_MCP_BODY`], applied as
+//! the body is read): a larger body is `413`, a body that fails to arrive
+//! (the client went away, or [`super::body_timeout`] ran out) `400`.
 
 use std::borrow::Cow;
 use std::collections::HashSet;
 use std::fmt;
 
-use axum::RequestExt as _;
 use axum::body::Bytes;
-use axum::extract::{FromRequest as _, Request};
+use axum::extract::Request;
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use http_body_util::{BodyExt as _, LengthLimitError, Limited};
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::json;
 
+use super::mcp::MAX_MCP_BODY;
 use super::mcp_direct::known_method;
 
 /// JSON-RPC 2.0 §5.1: invalid JSON was received.
@@ -37,15 +39,30 @@ const PARSE_ERROR: i64 = -32700;
 const INVALID_REQUEST: i64 = -32600;
 
 /// The check of a `POST` with a JSON `Content-Type` (the caller, the MCP
-/// endpoint, passes anything else on): its parts, its body within the
-/// route's limit, and what the check learnt of the body; or the refusal.
-/// The body alone goes through the limit (no copy of the parts), and the
-/// limit's `413` is the `Bytes` extractor's.
+/// endpoint, passes anything else on): its parts, its body within
+/// [`MAX_MCP_BODY`], and what the check learnt of the body; or the refusal.
+/// The body is read through the limit where it lies (no boxed body, no
+/// copy of the parts).
 pub(crate) async fn strict(request: Request) -> Result<(Parts, Bytes, Checked), Response> {
-    let (parts, body) = request.with_limited_body().into_parts();
-    let bytes = Bytes::from_request(Request::new(body), &())
-        .await
-        .map_err(IntoResponse::into_response)?;
+    let (parts, body) = request.into_parts();
+    let bytes = match Limited::new(body, MAX_MCP_BODY).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) if e.is::<LengthLimitError>() => {
+            return Err((
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "the MCP request body is too large\n",
+            )
+                .into_response());
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, "mcp: the request body failed");
+            return Err((
+                StatusCode::BAD_REQUEST,
+                "the request body could not be read\n",
+            )
+                .into_response());
+        }
+    };
     match check(&bytes) {
         Ok(checked) => Ok((parts, bytes, checked)),
         Err((code, message)) => {

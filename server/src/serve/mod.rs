@@ -29,6 +29,7 @@
 //! the Agents page print the one URL.
 
 mod answer;
+mod body_timeout;
 mod browser;
 mod documents;
 mod gateway;
@@ -66,7 +67,7 @@ use portcullis_core::store::StoreError;
 use portcullis_core::{Engine, Policy};
 use portcullis_store_redb::GroupCommitter;
 use tower_http::set_header::SetResponseHeaderLayer;
-use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutLayer};
+use tower_http::timeout::TimeoutLayer;
 
 use crate::cli::{ConnLimits, ServeArgs};
 use crate::db::Db;
@@ -397,8 +398,8 @@ const HSTS: &str = "max-age=31536000";
 /// The router, with the layers every response passes (outermost last):
 ///
 /// * the request timeout (tower-http `TimeoutLayer`, `408`) and the
-///   body-read timeout (`RequestBodyTimeoutLayer`: a body that sends
-///   nothing for `--body-timeout-secs` fails);
+///   body's idle timeout ([`body_timeout`]: a body that sends nothing for
+///   `--body-timeout-secs` fails);
 /// * request logging ([`trace`]);
 /// * the response headers every answer carries: `X-Content-Type-Options:
 ///   nosniff`, `Cache-Control: no-store` unless the handler chose its own
@@ -407,10 +408,11 @@ const HSTS: &str = "max-age=31536000";
 fn router(app: Shared, mcp_hosts: Vec<String>, limits: ConnLimits) -> Router {
     let secure = app.secure;
     let endpoint = Arc::new(mcp_direct::Endpoint::new(&app, mcp_hosts));
+    // The MCP body's limit is applied where the body is read
+    // (`jsonrpc::strict`), not by a layer that every request would clone.
     let mcp = Router::new()
         .route("/mcp/{key}", any(mcp_direct::endpoint))
-        .with_state(endpoint)
-        .route_layer(DefaultBodyLimit::max(mcp::MAX_MCP_BODY));
+        .with_state(endpoint);
     let router = Router::new()
         .route(
             "/.well-known/oauth-authorization-server",
@@ -446,9 +448,9 @@ fn router(app: Shared, mcp_hosts: Vec<String>, limits: ConnLimits) -> Router {
             StatusCode::REQUEST_TIMEOUT,
             Duration::from_secs(limits.request_timeout_secs),
         ))
-        .layer(RequestBodyTimeoutLayer::new(Duration::from_secs(
-            limits.body_timeout_secs,
-        )))
+        .layer(body_timeout::BodyIdleTimeoutLayer::new(
+            Duration::from_secs(limits.body_timeout_secs),
+        ))
         .layer(axum::middleware::from_fn(trace::requests))
         .layer(SetResponseHeaderLayer::if_not_present(
             header::CACHE_CONTROL,
