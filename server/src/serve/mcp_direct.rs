@@ -89,19 +89,23 @@ pub(crate) struct Endpoint {
 }
 
 /// An allowed `Host` authority: the host lower-cased without IPv6
-/// brackets, and the port if one was given.
+/// brackets, and the port if one was given; and the text it was parsed
+/// from, which a request's `Host` usually repeats.
 #[derive(Debug, PartialEq, Eq)]
 struct Authority {
     host: String,
     port: Option<u16>,
+    text: String,
 }
 
 impl Authority {
     fn parse(s: &str) -> Option<Self> {
-        let a = axum::http::uri::Authority::try_from(s.trim()).ok()?;
+        let text = s.trim();
+        let a = axum::http::uri::Authority::try_from(text).ok()?;
         Some(Self {
             host: unbracketed(a.host()).to_ascii_lowercase(),
             port: a.port_u16(),
+            text: text.to_owned(),
         })
     }
 
@@ -120,13 +124,22 @@ fn unbracketed(host: &str) -> &str {
 }
 
 /// Whether the request's `Host` is one of `allowed` (every host when
-/// `allowed` is empty), compared as rmcp compares it.
+/// `allowed` is empty), compared as rmcp compares it. A `Host` that spells
+/// an allowed entry's text (in any case) parses as that entry does, so it
+/// is admitted without being parsed (which copies it); any other is
+/// parsed and compared.
 fn host_allowed(allowed: &[Authority], headers: &HeaderMap) -> bool {
-    let Some(host) = headers
+    let Some(text) = headers
         .get(header::HOST)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| axum::http::uri::Authority::try_from(v.trim()).ok())
+        .map(str::trim)
     else {
+        return false;
+    };
+    if allowed.iter().any(|a| a.text.eq_ignore_ascii_case(text)) {
+        return true;
+    }
+    let Ok(host) = axum::http::uri::Authority::try_from(text) else {
         return false;
     };
     let (name, port) = (unbracketed(host.host()), host.port_u16());
@@ -551,6 +564,15 @@ mod tests {
         assert!(admitted(&any_port, "EXAMPLE.com:443"));
         assert!(!admitted(&any_port, "example.com.evil"));
         assert!(!admitted(&any_port, "a b"));
+        // Spelled as an entry, in another case, or with another spelling
+        // of the same authority: the same answers as a parse gives.
+        let spelled = allowed(&["LocalHost:8080", "[::1]"]);
+        assert!(admitted(&spelled, "localhost:8080"));
+        assert!(admitted(&spelled, "LOCALHOST:8080"));
+        assert!(!admitted(&spelled, "localhost:8081"));
+        assert!(admitted(&spelled, "[::1]"));
+        assert!(!admitted(&spelled, "[::2]"));
+        assert!(admitted(&spelled, " [::1]:443 "));
         let v6 = allowed(&["[::1]:80"]);
         assert_eq!(v6[0].host, "::1");
         assert!(admitted(&v6, "[::1]:80"));
