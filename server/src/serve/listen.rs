@@ -24,8 +24,9 @@
 //!   connection opens and again after each response, and bytes dribbled in
 //!   do not restart it.
 //!
-//! Request bodies and whole requests are bounded by tower-http layers in
-//! the router ([`super::router`]).
+//! Request bodies and whole requests are bounded by layers in the router
+//! ([`super::router`]): the body's idle timeout
+//! ([`super::body_timeout`]) and tower-http's request timeout.
 
 use std::collections::BTreeMap;
 use std::future::Future;
