@@ -309,7 +309,8 @@ pub(crate) fn encode_16<'b>(bytes: &[u8; 16], buf: &'b mut [u8; 22]) -> &'b str 
 /// capacity (vector instructions picked at run time; no UTF-8 check of
 /// what it wrote, as it writes only the alphabet): the signer builds its
 /// token this way, with no copy and no check of the whole token. Firmware
-/// uses [`encode_string_blocks`].
+/// appends block by block in safe Rust (`encode_string_blocks`, built only
+/// without `std` and in tests).
 pub(crate) fn encode_string(src: &[u8], out: &mut String) {
     #[cfg(feature = "std")]
     base64_simd::URL_SAFE_NO_PAD.encode_append(src, out);
