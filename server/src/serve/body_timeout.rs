@@ -1,7 +1,8 @@
 //! The request body's idle timeout: a body that has sent nothing for
 //! `--body-timeout-secs` while a handler waits for it fails (the handler's
 //! extractor answers `4xx`), so a client cannot hold a request open by
-//! dribbling its body.
+//! stalling its body. (A body dribbled a byte at a time resets it; the
+//! router's whole-request timeout bounds that.)
 //!
 //! The bound is tower-http's `RequestBodyTimeoutLayer`'s; what differs is
 //! when the timer exists. That layer arms a timer before every poll of a
@@ -20,6 +21,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use axum::BoxError;
 use axum::body::HttpBody;
 use axum::http::Request;
 use http_body::{Frame, SizeHint};
@@ -99,10 +101,10 @@ impl<B> IdleTimeoutBody<B> {
 impl<B> HttpBody for IdleTimeoutBody<B>
 where
     B: HttpBody + Unpin,
-    B::Error: Into<Box<dyn Error + Send + Sync>>,
+    B::Error: Into<BoxError>,
 {
     type Data = B::Data;
-    type Error = Box<dyn Error + Send + Sync>;
+    type Error = BoxError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
