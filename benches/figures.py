@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """Turns the `TIME`/`RATIO`/`RATE` lines of `cargo bench --bench core` into
-the README's figures table and an SVG chart (issue 12 item 6).
+the figures table in docs/figures.md and an SVG chart (issue 12 item 6).
 
     cargo bench --bench core | tee /tmp/bench.txt
     cargo bench --bench scale | tee /tmp/scale.txt
-    python3 benches/figures.py /tmp/bench.txt /tmp/scale.txt --readme README.md --svg benches/figures.svg
+    python3 benches/figures.py /tmp/bench.txt /tmp/scale.txt --readme docs/figures.md --svg benches/figures.svg
 
 Several runs may be passed (files or `-` for stdin); each ratio's median
-over the runs is shown, and every run's value beside it. The README table
+over the runs is shown, and every run's value beside it. The table
 is written between `<!-- figures:begin -->` and `<!-- figures:end -->`.
 """
 import argparse

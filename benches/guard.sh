@@ -8,7 +8,7 @@
 #   MARGIN=0.25 benches/guard.sh   # default 0.5: see the loop at the end
 #
 # Each guarded ratio is held at its issue target or, while the target is not
-# met yet, at the figure measured when the README's table was made (HELD
+# met yet, at the figure measured when the figures table was made (HELD
 # below; raise the bar as the code improves, never lower it): a `le` bound b
 # fails above b*(1+MARGIN), a `ge` bound below b/(1+MARGIN). Every line says
 # whether the target itself is met. `info` ratios are printed, never enforced.
@@ -16,8 +16,8 @@ set -eu
 cd "$(dirname "$0")/.."
 MARGIN="${MARGIN:-0.5}"
 # name and level pairs ("sign_over_floor 2.28 ..."). Empty: every guarded
-# target is met by the median of the three runs in benches/runs/ (README,
-# Figures), so each ratio is held at its target itself.
+# target is met by the median of the three runs in benches/runs/
+# (docs/figures.md), so each ratio is held at its target itself.
 HELD=""
 out="$(mktemp)"
 trap 'rm -f "$out"' EXIT
