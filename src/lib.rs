@@ -24,3 +24,13 @@ pub mod store {
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+/// The examples of docs/core.md, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/core.md")]
+struct CoreDocDoctests;
+
+/// The examples of docs/agent.md, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/agent.md")]
+struct AgentDocDoctests;
