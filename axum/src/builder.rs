@@ -1,0 +1,384 @@
+//! [`Builder`]: the site, its scopes and the host's hooks, put together
+//! once at start.
+
+use std::fmt;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use portcullis_core::engine::SiteOpError;
+use portcullis_core::scope::ScopeSet;
+use portcullis_core::site::{Site, SiteConfig, SiteError, SiteId};
+use portcullis_core::{Engine, Policy};
+
+use crate::csrf::Csrf;
+use crate::documents::Documents;
+use crate::host::Host;
+use crate::store::{HostStore, Writer};
+use crate::{Inner, Keyring, Portcullis, SiteFacts, run, sweep};
+
+/// Why [`Builder::build`] failed.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// A setting is malformed (the text says which).
+    Config(String),
+    /// The site could not be created or read.
+    Site(SiteOpError),
+    /// This process could not start as a server executor.
+    Executor(portcullis_core::executor::ExecutorError),
+    /// A blocking task failed.
+    Join,
+}
+
+impl fmt::Display for BuildError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Config(why) => f.write_str(why),
+            Self::Site(e) => write!(f, "the site: {e}"),
+            Self::Executor(e) => write!(f, "the server executor: {e}"),
+            Self::Join => f.write_str("a blocking task failed"),
+        }
+    }
+}
+
+impl std::error::Error for BuildError {}
+
+/// Puts a [`Portcullis`] together: [`Portcullis::builder`].
+#[must_use]
+pub struct Builder<S: HostStore> {
+    store: Arc<S>,
+    keyring: Keyring,
+    policy: Policy,
+    public_url: Option<String>,
+    site_id: String,
+    site_name: String,
+    mcp_path: String,
+    approvals_path: String,
+    scopes: Vec<(String, String)>,
+    endpoint_scopes: Vec<String>,
+    allowed_origins: Vec<String>,
+    auto_approval: bool,
+    client_documents: bool,
+    dev_loopback_documents: bool,
+    approval_wait: Duration,
+}
+
+impl<S: HostStore> fmt::Debug for Builder<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Builder")
+            .field("site_id", &self.site_id)
+            .field("public_url", &self.public_url)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: HostStore> Builder<S> {
+    pub(crate) fn new(store: S, keyring: Keyring) -> Self {
+        Self {
+            store: Arc::new(store),
+            keyring,
+            policy: Policy::default(),
+            public_url: None,
+            site_id: "default".into(),
+            site_name: "this app".into(),
+            mcp_path: "/mcp".into(),
+            approvals_path: "/agent-approvals".into(),
+            scopes: Vec::new(),
+            endpoint_scopes: Vec::new(),
+            allowed_origins: Vec::new(),
+            auto_approval: true,
+            client_documents: true,
+            dev_loopback_documents: false,
+            approval_wait: Duration::from_secs(20),
+        }
+    }
+
+    /// The app's public origin (`https://notes.example`; `http://` only for
+    /// loopback development): the issuer of its tokens, and where the
+    /// routes are served. Required.
+    pub fn public_url(mut self, url: impl Into<String>) -> Self {
+        self.public_url = Some(url.into());
+        self
+    }
+
+    /// The site's id (1–64 of `A-Z a-z 0-9 - _`, stable: it keys every
+    /// record) and the name the consent screen shows.
+    pub fn site(mut self, id: impl Into<String>, name: impl Into<String>) -> Self {
+        self.site_id = id.into();
+        self.site_name = name.into();
+        self
+    }
+
+    /// Declares a scope an agent may be granted, and what it lets the agent
+    /// do (shown on the consent screen). Declare every scope your tools and
+    /// actions require; an undeclared one can never be granted.
+    pub fn scope(mut self, scope: impl Into<String>, description: impl Into<String>) -> Self {
+        self.scopes.push((scope.into(), description.into()));
+        self
+    }
+
+    /// A scope every MCP request needs, checked by [`Portcullis::protect`]
+    /// before your service sees the request; the first `401` challenge
+    /// names these, so a client asks for them at its first consent. By
+    /// default none: any valid token passes, and your tools demand their
+    /// scopes ([`crate::Agent::require`], [`Portcullis::run_once`]).
+    pub fn endpoint_scope(mut self, scope: impl Into<String>) -> Self {
+        self.endpoint_scopes.push(scope.into());
+        self
+    }
+
+    /// Where the MCP endpoint lives (default `/mcp`): the MCP URL is
+    /// `<public url><path>/<site key>`.
+    pub fn mcp_path(mut self, path: impl Into<String>) -> Self {
+        self.mcp_path = path.into();
+        self
+    }
+
+    /// Where the approvals page lives (default `/agent-approvals`).
+    pub fn approvals_path(mut self, path: impl Into<String>) -> Self {
+        self.approvals_path = path.into();
+        self
+    }
+
+    /// Another origin whose pages may post the forms and call the MCP
+    /// endpoint from a browser (the public URL's origin always may).
+    pub fn allowed_origin(mut self, origin: impl Into<String>) -> Self {
+        self.allowed_origins.push(origin.into());
+        self
+    }
+
+    /// Whether a person may answer an approval with "always allow this
+    /// kind" for one agent (default yes; identical writes still ask).
+    pub fn auto_approval(mut self, allowed: bool) -> Self {
+        self.auto_approval = allowed;
+        self
+    }
+
+    /// Whether clients may identify themselves by a client ID metadata
+    /// document URL (default yes; fetched under the rules of the crate's
+    /// fetcher: https, no private addresses, no redirects, 5 KB).
+    pub fn client_metadata_documents(mut self, allowed: bool) -> Self {
+        self.client_documents = allowed;
+        self
+    }
+
+    /// DEVELOPMENT ONLY: also fetch client ID metadata documents over plain
+    /// http from loopback, and over https from names that resolve to
+    /// loopback.
+    pub fn dev_loopback_client_documents(mut self, allowed: bool) -> Self {
+        self.dev_loopback_documents = allowed;
+        self.policy.loopback_client_documents = allowed;
+        self
+    }
+
+    /// Every lifetime and limit (default [`Policy::default`]).
+    pub fn policy(mut self, policy: Policy) -> Self {
+        let loopback = self.dev_loopback_documents;
+        self.policy = policy;
+        self.policy.loopback_client_documents |= loopback;
+        self
+    }
+
+    /// How long [`Portcullis::run_once`] waits for a person's decision
+    /// before it answers `approval_pending` (default 20 s; the agent calls
+    /// again with the same request id).
+    pub fn approval_wait(mut self, wait: Duration) -> Self {
+        self.approval_wait = wait;
+        self
+    }
+
+    /// Creates the site on first run (or brings its settings up to date),
+    /// registers this process as a server executor, ends the runs a
+    /// previous process left behind on a single-process store, and starts
+    /// the periodic sweeps (expired codes, grants, results; lost runs). Must
+    /// be called inside a tokio runtime.
+    pub async fn build(self, host: impl Host) -> Result<Portcullis<S>, BuildError> {
+        let origin = origin_of(self.public_url.as_deref())?;
+        let mcp_path = route_path(&self.mcp_path, "mcp_path")?;
+        let approvals_path = route_path(&self.approvals_path, "approvals_path")?;
+        let site_id = SiteId::parse(&self.site_id)
+            .map_err(|e| BuildError::Config(format!("site id: {e}")))?;
+        let mut scopes = ScopeSet::new();
+        for (scope, _) in &self.scopes {
+            scopes
+                .insert(scope)
+                .map_err(|e| BuildError::Config(format!("scope {scope:?}: {e}")))?;
+        }
+        if scopes.is_empty() {
+            return Err(BuildError::Config(
+                "declare at least one scope (Builder::scope)".into(),
+            ));
+        }
+        let endpoint_scopes =
+            ScopeSet::from_tokens(self.endpoint_scopes.iter().map(String::as_str))
+                .map_err(|e| BuildError::Config(format!("endpoint scope: {e}")))?;
+        if !endpoint_scopes.is_subset(&scopes) {
+            return Err(BuildError::Config(
+                "an endpoint scope is not a declared scope".into(),
+            ));
+        }
+        let mut config = SiteConfig::new(
+            site_id.clone(),
+            &self.site_name,
+            &origin,
+            &format!("{origin}{mcp_path}/"),
+        );
+        config.scopes = scopes;
+        config.allowed_origins = std::iter::once(origin.clone())
+            .chain(self.allowed_origins.iter().cloned())
+            .collect();
+        config.auto_approval_allowed = self.auto_approval;
+        config.client_metadata_documents = self.client_documents;
+        let csrf_key = self
+            .keyring
+            .active_key()
+            .map(|(_, key)| Csrf::derived_from(key))
+            .ok_or_else(|| BuildError::Config("the keyring has no active key".into()))?;
+        let documents = Documents::new(self.dev_loopback_documents).map_err(BuildError::Config)?;
+        let engine = Engine::new(Arc::clone(&self.store), self.keyring, self.policy);
+        let (engine, site, executor) = tokio::task::spawn_blocking(move || {
+            let site = ensure_site(&engine, &config)?;
+            let now = crate::now();
+            if engine.store().is_local() {
+                sweep::end_runs_left_running(&engine)?;
+            }
+            let executor = engine
+                .start_executor(&site.id, now)
+                .map_err(BuildError::Executor)?;
+            Ok::<_, BuildError>((engine, site, executor))
+        })
+        .await
+        .map_err(|_| BuildError::Join)??;
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let portcullis = Portcullis {
+            inner: Arc::new(Inner {
+                writer: Writer::for_store(engine.store()),
+                engine,
+                site_id,
+                site: RwLock::new(Arc::new(SiteFacts::of(site))),
+                host: Box::new(host),
+                csrf: csrf_key,
+                documents,
+                scopes: self.scopes,
+                endpoint_scopes,
+                origin,
+                mcp_path,
+                approvals_path,
+                executor,
+                events: run::Events::default(),
+                approval_wait: self.approval_wait,
+                _stop: stop,
+            }),
+        };
+        sweep::start(&portcullis, stopped);
+        Ok(portcullis)
+    }
+}
+
+/// The origin of `url`: scheme, host and port, no path, no trailing slash.
+fn origin_of(url: Option<&str>) -> Result<String, BuildError> {
+    let url = url.ok_or_else(|| BuildError::Config("public_url is required".into()))?;
+    let url = url.trim_end_matches('/');
+    let rest = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"))
+        .ok_or_else(|| {
+            BuildError::Config("public_url must start with https:// or http://".into())
+        })?;
+    if rest.is_empty() || rest.contains(['/', '?', '#', '@']) {
+        return Err(BuildError::Config(
+            "public_url must be an origin (scheme, host and port only)".into(),
+        ));
+    }
+    Ok(url.to_owned())
+}
+
+/// A route path: starts with `/`, no trailing `/`, no query, no `{`.
+fn route_path(path: &str, what: &str) -> Result<String, BuildError> {
+    let ok = path.starts_with('/')
+        && path.len() > 1
+        && !path.ends_with('/')
+        && path
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/-_.".contains(&b));
+    if ok {
+        Ok(path.to_owned())
+    } else {
+        Err(BuildError::Config(format!(
+            "{what} must be a path like /mcp (letters, digits, - _ . and /)"
+        )))
+    }
+}
+
+/// The site as configured: created on first run; when its settings
+/// changed since, updated (its key, epoch and grants stay). Instances of a
+/// fleet starting together may race: the loser reads what the winner wrote
+/// and tries again.
+fn ensure_site<S: HostStore>(
+    engine: &Engine<Arc<S>>,
+    config: &SiteConfig,
+) -> Result<Site, BuildError> {
+    let mut attempt = 0;
+    loop {
+        let answer = match engine.site(&config.id) {
+            Ok(site) if same_settings(&site, config) => Ok(site),
+            Ok(site) => {
+                let mut config = config.clone();
+                config.retry_after_secs = site.retry_after_secs;
+                config.consent_url.clone_from(&site.consent_url);
+                tracing::info!(site = %site.id, "site settings changed: updating the site");
+                engine.update_site(config)
+            }
+            Err(SiteOpError::Site(SiteError::NotFound)) => {
+                engine.create_site(config.clone(), &mut rand::rng(), crate::now())
+            }
+            Err(e) => Err(e),
+        };
+        match answer {
+            Err(e) if !engine.store().is_local() && attempt < 3 => {
+                attempt += 1;
+                tracing::debug!(error = %e, "the site raced another instance; again");
+            }
+            done => return done.map_err(BuildError::Site),
+        }
+    }
+}
+
+fn same_settings(site: &Site, config: &SiteConfig) -> bool {
+    site.name == config.name
+        && site.issuer == config.issuer
+        && site.resource_prefix == config.resource_prefix
+        && site.scopes == config.scopes
+        && site.allowed_origins == config.allowed_origins
+        && site.auto_approval_allowed == config.auto_approval_allowed
+        && site.client_metadata_documents == config.client_metadata_documents
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_public_url_is_an_origin() {
+        assert_eq!(
+            origin_of(Some("https://a.example/")).unwrap(),
+            "https://a.example"
+        );
+        for bad in [
+            None,
+            Some("a.example"),
+            Some("https://a.example/x"),
+            Some("https://u@a.example"),
+        ] {
+            assert!(origin_of(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn route_paths_are_plain() {
+        assert_eq!(route_path("/mcp", "p").unwrap(), "/mcp");
+        for bad in ["mcp", "/", "/mcp/", "/{x}", "/a?b"] {
+            assert!(route_path(bad, "p").is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,358 @@
+//! [`Portcullis::protect`]: the bearer check in front of an MCP service,
+//! and [`Agent`], the verified caller a tool reads from the request.
+//!
+//! In order, before the service sees a request:
+//!
+//! 1. a browser's `Origin`, when sent, must be one of the site's allowed
+//!    origins (the MCP transport rules ask servers to validate it, against
+//!    DNS rebinding; MCP 2025-11-25, "Transports", security warning);
+//! 2. the path's last segment must be the site's current key (else `404`:
+//!    a rotated key moves the MCP URL);
+//! 3. a token in the query is refused (RFC 6750 §2.3 is not offered:
+//!    URLs end up in logs);
+//! 4. the core's bearer check decides (an access token of a live grant,
+//!    or a minted agent token), with the [endpoint
+//!    scopes](crate::Builder::endpoint_scope): a refusal is the core's
+//!    challenge (`401`/`403` with `WWW-Authenticate: Bearer
+//!    resource_metadata=…`, RFC 9728 §5.1) or `503` with `Retry-After`
+//!    while the site is switched off.
+//!
+//! The verified [`Agent`] goes into the request's extensions. A tool that
+//! finds the token lacks a scope ([`Agent::require`], or `run_once`) marks
+//! the agent, and the guard turns the service's response into `403
+//! insufficient_scope` naming the scopes to ask for (RFC 6750 §3.1), which
+//! is how the MCP authorization spec has a client step up.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+
+use axum::body::Body;
+use axum::http::request::Parts;
+use axum::http::{HeaderValue, Request, StatusCode, header};
+use axum::response::{IntoResponse as _, Response};
+use portcullis_core::bearer::{self, Challenge};
+use portcullis_core::engine::{AgentPrincipal, BearerRejection, Principal};
+use portcullis_core::error::{ErrorCode, WireError as _};
+use portcullis_core::http::HttpResponse;
+use portcullis_core::scope::ScopeSet;
+
+use crate::respond::{self, HeaderValues};
+use crate::store::HostStore;
+use crate::{Portcullis, SiteFacts};
+
+/// Who an MCP request acts for.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum Identity {
+    /// An OAuth access token of a grant: the user's consent to one client.
+    Grant(Principal),
+    /// A minted agent token (for clients that cannot do OAuth). It has no
+    /// grant, so it cannot run ledger actions.
+    Minted(AgentPrincipal),
+}
+
+/// The verified caller of an MCP request, in the request's extensions
+/// (`parts.extensions.get::<Agent>()`; with the `rmcp` feature, a tool
+/// takes it as an argument). Cheap to clone; clones share the scope
+/// challenge.
+#[derive(Clone, Debug)]
+pub struct Agent {
+    inner: Arc<AgentInner>,
+}
+
+#[derive(Debug)]
+struct AgentInner {
+    identity: Identity,
+    /// Where the site's RFC 9728 document is: every challenge names it.
+    resource_metadata: Arc<SiteFacts>,
+    /// A challenge raised by a tool, for the guard to answer with.
+    challenge: Mutex<Option<Challenge>>,
+}
+
+/// A tool needed a scope the token lacks: the response becomes `403
+/// insufficient_scope` and the client steps up (asks the user for it) and
+/// calls again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScopeRequired {
+    /// The scopes to ask for: those needed and those held.
+    pub ask: ScopeSet,
+}
+
+impl std::fmt::Display for ScopeRequired {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "this call needs a scope the token lacks; ask the user for: {}",
+            self.ask.as_param()
+        )
+    }
+}
+
+impl std::error::Error for ScopeRequired {}
+
+impl Agent {
+    pub(crate) fn new(identity: Identity, facts: Arc<SiteFacts>) -> Self {
+        Self {
+            inner: Arc::new(AgentInner {
+                identity,
+                resource_metadata: facts,
+                challenge: Mutex::new(None),
+            }),
+        }
+    }
+
+    /// The agent of a request `protect` let through, from its parts.
+    #[must_use]
+    pub fn of(parts: &Parts) -> Option<&Self> {
+        parts.extensions.get()
+    }
+
+    /// Who it acts for.
+    #[must_use]
+    pub fn identity(&self) -> &Identity {
+        &self.inner.identity
+    }
+
+    /// The grant's principal, for an OAuth access token.
+    #[must_use]
+    pub fn principal(&self) -> Option<&Principal> {
+        match &self.inner.identity {
+            Identity::Grant(p) => Some(p),
+            Identity::Minted(_) => None,
+        }
+    }
+
+    /// The user it acts for (the grant's subject, your [`crate::SignedIn::subject`]).
+    #[must_use]
+    pub fn subject(&self) -> &str {
+        match &self.inner.identity {
+            Identity::Grant(p) => &p.subject,
+            Identity::Minted(m) => &m.subject,
+        }
+    }
+
+    /// The scopes its token carries.
+    #[must_use]
+    pub fn scopes(&self) -> &ScopeSet {
+        match &self.inner.identity {
+            Identity::Grant(p) => &p.scopes,
+            Identity::Minted(m) => &m.scopes,
+        }
+    }
+
+    /// Checks the token carries `scope`; when it does not, the response to
+    /// this request becomes `403 insufficient_scope` asking for it (and the
+    /// scopes held), whatever the tool then answers.
+    pub fn require(&self, scope: &str) -> Result<(), ScopeRequired> {
+        if self.scopes().contains(scope) {
+            return Ok(());
+        }
+        let mut needed = ScopeSet::new();
+        if needed.insert(scope).is_err() {
+            // Not a scope token at all: nothing can grant it.
+            return Err(ScopeRequired {
+                ask: self.scopes().clone(),
+            });
+        }
+        let ask = needed.union(self.scopes());
+        self.raise(Challenge::insufficient_scope(
+            &self.inner.resource_metadata.resource_metadata,
+            &ask,
+        ));
+        Err(ScopeRequired { ask })
+    }
+
+    /// Has the guard answer with `challenge` (the core's, from a refused
+    /// ledger call).
+    pub(crate) fn raise(&self, challenge: Challenge) {
+        *self
+            .inner
+            .challenge
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(challenge);
+    }
+
+    fn take_challenge(&self) -> Option<Challenge> {
+        self.inner
+            .challenge
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+}
+
+/// A service behind the bearer check: [`Portcullis::protect`].
+pub struct Protect<S: HostStore, Svc> {
+    portcullis: Portcullis<S>,
+    inner: Svc,
+}
+
+impl<S: HostStore, Svc: Clone> Clone for Protect<S, Svc> {
+    fn clone(&self) -> Self {
+        Self {
+            portcullis: self.portcullis.clone(),
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<S: HostStore, Svc> std::fmt::Debug for Protect<S, Svc> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Protect")
+    }
+}
+
+impl<S: HostStore> Portcullis<S> {
+    /// `service` (rmcp's `StreamableHttpService`, or any HTTP service)
+    /// behind the bearer check (see the [module docs](self)); mount it at
+    /// [`Portcullis::mcp_route`]. Its requests carry the verified [`Agent`].
+    pub fn protect<Svc>(&self, service: Svc) -> Protect<S, Svc> {
+        Protect {
+            portcullis: self.clone(),
+            inner: service,
+        }
+    }
+
+    /// The checks of [`Portcullis::protect`] for a request's `parts`, for a
+    /// host that serves MCP its own way: the verified agent, or the refusal
+    /// to answer with. Once the service answered, pass the response through
+    /// [`Portcullis::finish`].
+    pub async fn authenticate(&self, parts: &Parts) -> Result<Agent, Response> {
+        let facts = self.facts();
+        if let Some(origin) = parts.headers.get(header::ORIGIN)
+            && !facts
+                .site
+                .allowed_origins
+                .iter()
+                .any(|o| o.as_bytes().eq_ignore_ascii_case(origin.as_bytes()))
+        {
+            tracing::debug!("MCP request from a foreign origin refused");
+            return Err((StatusCode::FORBIDDEN, "origin not allowed\n").into_response());
+        }
+        let key = parts.uri.path().trim_end_matches('/').rsplit('/').next();
+        if key != Some(facts.site.public_key.as_str()) {
+            return Err((StatusCode::NOT_FOUND, "no such MCP endpoint\n").into_response());
+        }
+        if let Err(e) = bearer::refuse_query_token(parts.uri.query()) {
+            return Err(respond::core(HttpResponse::oauth_error(
+                e.code(),
+                &e.to_string(),
+            )));
+        }
+        // Every value: the core refuses a repeated field (400 invalid_request).
+        let authorization = HeaderValues::of(&parts.headers, header::AUTHORIZATION);
+        let verdict = self.read(move |p| p.check(authorization.field())).await?;
+        match verdict {
+            Ok(identity) => Ok(Agent::new(identity, facts)),
+            Err(rejection) => Err(refused(rejection)),
+        }
+    }
+
+    /// The response to an authenticated request, as the client gets it:
+    /// `403 insufficient_scope` with its challenge if a tool found a scope
+    /// missing, else `response` unchanged.
+    #[must_use]
+    pub fn finish(agent: &Agent, mut response: Response) -> Response {
+        if let Some(c) = agent.take_challenge() {
+            tracing::debug!(status = c.status, "scope missing: step-up challenge");
+            if let Ok(v) = HeaderValue::try_from(c.www_authenticate) {
+                *response.status_mut() =
+                    StatusCode::from_u16(c.status).unwrap_or(StatusCode::FORBIDDEN);
+                response.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+            }
+        }
+        response
+    }
+
+    /// The bearer check: one read transaction for an access token, a second
+    /// only for what may be a minted agent token.
+    fn check(
+        &self,
+        authorization: portcullis_core::header::HeaderField<'_>,
+    ) -> Result<Identity, BearerRejection> {
+        let (engine, site, required) = (
+            &self.inner.engine,
+            &self.inner.site_id,
+            &self.inner.endpoint_scopes,
+        );
+        let now = crate::now();
+        let first = match engine.verify_bearer(site, authorization, required, now) {
+            Ok(p) => return Ok(Identity::Grant(p)),
+            Err(r) => r,
+        };
+        if let BearerRejection::Challenge(c) = &first
+            && c.error == Some(ErrorCode::InvalidToken)
+        {
+            match engine.verify_agent_token(site, authorization, required, now) {
+                Ok(m) => return Ok(Identity::Minted(m)),
+                Err(BearerRejection::Challenge(c2))
+                    if c2.error == Some(ErrorCode::InsufficientScope) =>
+                {
+                    return Err(BearerRejection::Challenge(c2));
+                }
+                Err(_) => {}
+            }
+        }
+        Err(first)
+    }
+}
+
+/// A refused bearer check as its answer.
+fn refused(rejection: BearerRejection) -> Response {
+    let error = match &rejection {
+        BearerRejection::Challenge(c) => c.error.map_or("none", ErrorCode::as_str),
+        other => other.code().as_str(),
+    };
+    tracing::debug!(status = rejection.http_status(), error, "bearer refused");
+    match rejection {
+        BearerRejection::Challenge(_) | BearerRejection::Unavailable { .. } => {
+            respond::core(rejection.to_response())
+        }
+        BearerRejection::UnknownSite => (StatusCode::NOT_FOUND, "no such site\n").into_response(),
+        other => respond::internal(&other.to_string()),
+    }
+}
+
+impl<S, Svc, B> tower::Service<Request<Body>> for Protect<S, Svc>
+where
+    S: HostStore,
+    Svc: tower::Service<Request<Body>, Response = axum::http::Response<B>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    Svc::Future: Send + 'static,
+    B: http_body::Body<Data = axum::body::Bytes> + Send + 'static,
+    B::Error: Into<axum::BoxError>,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<Body>) -> Self::Future {
+        // The clone that was driven ready serves this request; the fresh
+        // clone stays behind for the next (the usual tower pattern).
+        let fresh = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, fresh);
+        let portcullis = self.portcullis.clone();
+        Box::pin(async move {
+            let (mut parts, body) = request.into_parts();
+            let agent = match portcullis.authenticate(&parts).await {
+                Ok(agent) => agent,
+                Err(refusal) => return Ok(refusal),
+            };
+            parts.extensions.insert(agent.clone());
+            let response = match inner.call(Request::from_parts(parts, body)).await {
+                Ok(r) => r.map(Body::new),
+                Err(never) => match never {},
+            };
+            Ok(Portcullis::<S>::finish(&agent, response))
+        })
+    }
+}

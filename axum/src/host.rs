@@ -1,0 +1,154 @@
+//! What the host supplies: who is signed in, where a signed-out user signs
+//! in, and (optionally) how the consent screen looks. Everything else —
+//! the OAuth routes, the bearer check, the ledger — is this crate's.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use axum::http::request::Parts;
+use axum::response::Response;
+use portcullis_core::authorize::ConsentScreen;
+
+use crate::{pages, respond};
+
+/// The user a request is signed in as, in the host's own terms.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SignedIn {
+    /// The user's stable id: it becomes the grant's subject (the `sub` of
+    /// every token the user's agents get). 1–255 printable characters.
+    pub subject: String,
+    /// The host's session id, if it has one. The forms this crate renders
+    /// for the user (consent, approvals) carry a CSRF token bound to the
+    /// subject and, when given, to this session, so a token read from one
+    /// session cannot be replayed from another.
+    pub session: Option<String>,
+}
+
+impl SignedIn {
+    /// `subject`, with no session binding.
+    pub fn new(subject: impl Into<String>) -> Self {
+        Self {
+            subject: subject.into(),
+            session: None,
+        }
+    }
+
+    /// Binds the forms' CSRF tokens to the host's `session` id too.
+    #[must_use]
+    pub fn in_session(mut self, session: impl Into<String>) -> Self {
+        self.session = Some(session.into());
+        self
+    }
+}
+
+/// The session id is a credential: never printed.
+impl std::fmt::Debug for SignedIn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SignedIn")
+            .field("subject", &self.subject)
+            .field("session", &self.session.as_ref().map(|_| "…"))
+            .finish()
+    }
+}
+
+/// What a consent screen shows and where its decision goes. The host's own
+/// page (if it renders one) must post back to [`ConsentPage::action`] a form
+/// with `intent` = `allow` or `deny` and `csrf` = [`ConsentPage::csrf`].
+#[derive(Debug)]
+pub struct ConsentPage<'a> {
+    /// What the core says the user is consenting to: the client (its name
+    /// unverified), where it will be sent back to, the scopes, and whether
+    /// it only accepts answers on this computer (show that as a warning).
+    pub screen: &'a ConsentScreen,
+    /// Who is consenting.
+    pub user: &'a SignedIn,
+    /// The form's `action`: the authorization URL as it was requested, so
+    /// the decision re-submits (and the core re-checks) the whole request.
+    pub action: &'a str,
+    /// The CSRF token for the form's `csrf` field.
+    pub csrf: &'a str,
+    /// The site's scopes and what each lets an agent do, as the host
+    /// declared them.
+    pub scope_descriptions: &'a [(String, String)],
+}
+
+impl ConsentPage<'_> {
+    /// What `scope` lets an agent do, as the host described it (empty when
+    /// it did not).
+    #[must_use]
+    pub fn describe_scope(&self, scope: &str) -> &str {
+        self.scope_descriptions
+            .iter()
+            .find(|(s, _)| s == scope)
+            .map_or("", |(_, d)| d.as_str())
+    }
+}
+
+/// The host's side of the authorization server.
+///
+/// ```
+/// use axum::http::request::Parts;
+/// use axum::response::Response;
+/// use portcullis_axum::{Host, SignedIn, see_other};
+///
+/// struct MyApp;
+///
+/// impl Host for MyApp {
+///     async fn signed_in(&self, parts: &Parts) -> Option<SignedIn> {
+///         // The app's own session: a cookie it issued at its sign-in.
+///         let user = parts.headers.get("x-demo-user")?.to_str().ok()?;
+///         Some(SignedIn::new(user))
+///     }
+///
+///     fn sign_in(&self, return_to: &str) -> Response {
+///         see_other(&format!("/login?next={}", portcullis_axum::url_encode(return_to)))
+///     }
+/// }
+/// ```
+pub trait Host: Send + Sync + 'static {
+    /// The user this request is signed in as, from the host's own session
+    /// (a cookie it issued, a header its proxy sets); `None` when nobody
+    /// is signed in. Called on the authorization and approval pages only,
+    /// never on the MCP endpoint (agents carry bearer tokens).
+    fn signed_in(&self, parts: &Parts) -> impl Future<Output = Option<SignedIn>> + Send;
+
+    /// The answer to a signed-out user on a page that needs one: usually a
+    /// redirect to the host's sign-in page, which sends the user back to
+    /// `return_to` afterwards. `return_to` is a path and query of this site
+    /// (the whole authorization request, so nothing of it is lost); check
+    /// it is one before redirecting to it
+    /// ([`portcullis_core::redirect::SafePath`] does).
+    fn sign_in(&self, return_to: &str) -> Response;
+
+    /// The consent screen. The default is this crate's page
+    /// ([`pages::consent`]); a host with its own look renders `page`
+    /// itself, keeping the form's fields.
+    fn consent(&self, page: &ConsentPage<'_>) -> Response {
+        respond::html(axum::http::StatusCode::OK, pages::consent(page))
+    }
+}
+
+/// A boxed future borrowing `'a`.
+pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// [`Host`] as an object, so the crate's types are generic over the store
+/// only.
+pub(crate) trait DynHost: Send + Sync + 'static {
+    fn signed_in<'a>(&'a self, parts: &'a Parts) -> BoxFuture<'a, Option<SignedIn>>;
+    fn sign_in(&self, return_to: &str) -> Response;
+    fn consent(&self, page: &ConsentPage<'_>) -> Response;
+}
+
+impl<H: Host> DynHost for H {
+    fn signed_in<'a>(&'a self, parts: &'a Parts) -> BoxFuture<'a, Option<SignedIn>> {
+        Box::pin(Host::signed_in(self, parts))
+    }
+
+    fn sign_in(&self, return_to: &str) -> Response {
+        Host::sign_in(self, return_to)
+    }
+
+    fn consent(&self, page: &ConsentPage<'_>) -> Response {
+        Host::consent(self, page)
+    }
+}

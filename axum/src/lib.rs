@@ -1,0 +1,261 @@
+//! # portcullis-axum
+//!
+//! Agent access for an axum app. A signed-in user of your app connects an
+//! external AI agent (an MCP client) to it; this crate is everything between
+//! the two that is not your app:
+//!
+//! * [`Portcullis::routes`]: the OAuth 2.1 authorization server an MCP
+//!   client discovers and uses by itself — RFC 8414 and RFC 9728 metadata,
+//!   dynamic registration (RFC 7591, stateless) and client ID metadata
+//!   documents, `/authorize` with PKCE and a consent screen (CSRF and
+//!   `Origin` checked), `/token` with refresh rotation and reuse detection,
+//!   `/revoke` — and the approvals page where a person approves an agent's
+//!   write;
+//! * [`Portcullis::protect`]: a tower layer in front of your MCP service
+//!   (rmcp's `StreamableHttpService`, or any HTTP service): the bearer
+//!   check, `401`/`403` challenges that tell a client how to sign in and
+//!   step up, and the verified [`Agent`] in the request's extensions;
+//! * [`Portcullis::run_once`]: the execution ledger around one action your
+//!   server performs for an agent: it runs **at most once** per request id
+//!   under retries, races, crashes and restarts, asks the person first when
+//!   it writes (the approval bound to the exact arguments and used once),
+//!   and answers a repeated call with the stored result.
+//!
+//! What you supply is a [`Host`]: who is signed in on a request, where a
+//! signed-out user signs in, and, if you like, your own consent screen.
+//!
+//! ```no_run
+//! # use axum::http::request::Parts;
+//! # use axum::response::Response;
+//! # struct App;
+//! # impl portcullis_axum::Host for App {
+//! #     async fn signed_in(&self, _: &Parts) -> Option<portcullis_axum::SignedIn> { None }
+//! #     fn sign_in(&self, _: &str) -> Response { portcullis_axum::see_other("/login") }
+//! # }
+//! # async fn run(mcp: axum::routing::MethodRouter) -> Result<(), Box<dyn std::error::Error>> {
+//! use portcullis_axum::{Portcullis, Keyring};
+//!
+//! let store = portcullis_store_redb::RedbStore::open("agents.redb")?;
+//! let keyring = portcullis_axum::keys::load_or_create("agents.keys")?;
+//! let portcullis = Portcullis::builder(store, keyring)
+//!     .public_url("https://notes.example")
+//!     .site("notes", "Notes")
+//!     .scope("notes:read", "read your notes")
+//!     .scope("notes:write", "add notes (each one asks you first)")
+//!     .build(App)
+//!     .await?;
+//! let app = axum::Router::new()
+//!     .merge(portcullis.routes())
+//!     .route_service(portcullis.mcp_route(), portcullis.protect(mcp));
+//! # let _ = app; Ok(()) }
+//! ```
+//!
+//! ## The async rule
+//!
+//! Engine operations do store I/O. Every one this crate makes runs on
+//! tokio's blocking pool (or, for the writes of a single-process store, in a
+//! group commit there); see [`store`] for the details, and do the same in
+//! your own calls to the [`Engine`].
+
+mod approvals;
+mod builder;
+mod csrf;
+mod documents;
+mod guard;
+mod host;
+pub mod keys;
+mod oauth;
+pub mod pages;
+mod respond;
+#[cfg(feature = "rmcp")]
+pub mod rmcp;
+mod run;
+pub mod store;
+mod sweep;
+
+use std::sync::{Arc, RwLock};
+
+use portcullis_core::Engine;
+use portcullis_core::executor::ExecutorId;
+use portcullis_core::scope::ScopeSet;
+use portcullis_core::site::{Site, SiteId};
+
+pub use builder::{BuildError, Builder};
+pub use guard::{Agent, Identity, Protect, ScopeRequired};
+pub use host::{ConsentPage, Host, SignedIn};
+pub use portcullis_core::Policy;
+pub use portcullis_core::jwt::Keyring;
+pub use portcullis_core::ledger::{Action, BusinessError, Effect, RequestId};
+pub use respond::{html, see_other};
+pub use run::{Outcome, Pending, Ran, Refused};
+pub use store::HostStore;
+
+use crate::csrf::Csrf;
+use crate::documents::Documents;
+use crate::host::DynHost;
+use crate::store::Writer;
+
+/// The agent access of one site of your app: cheap to clone (one `Arc`).
+pub struct Portcullis<S: HostStore> {
+    inner: Arc<Inner<S>>,
+}
+
+impl<S: HostStore> Clone for Portcullis<S> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<S: HostStore> std::fmt::Debug for Portcullis<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Portcullis")
+            .field("site", &self.inner.site_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What every route, the guard and `run_once` share.
+pub(crate) struct Inner<S: HostStore> {
+    engine: Engine<Arc<S>>,
+    writer: Writer<S>,
+    site_id: SiteId,
+    /// What the routes and the guard need of the site, re-read by
+    /// [`Portcullis::reload_site`].
+    site: RwLock<Arc<SiteFacts>>,
+    host: Box<dyn DynHost>,
+    csrf: Csrf,
+    documents: Documents,
+    /// The site's scopes and what each lets an agent do.
+    scopes: Vec<(String, String)>,
+    /// The scopes every MCP request needs (the first challenge names them).
+    endpoint_scopes: ScopeSet,
+    /// The public origin, no trailing slash.
+    origin: String,
+    /// The path of the MCP endpoint, without the site key (`/mcp`).
+    mcp_path: String,
+    /// The path of the approvals page.
+    approvals_path: String,
+    /// This process as the server executor of `run_once`.
+    executor: ExecutorId,
+    /// Wakes `run_once` callers waiting on a request.
+    events: run::Events,
+    /// How long `run_once` waits for a person's decision before answering
+    /// `approval_pending`.
+    approval_wait: std::time::Duration,
+    /// Ends the sweeps when the last handle goes.
+    _stop: tokio::sync::watch::Sender<bool>,
+}
+
+/// The site as the routes and the guard use it.
+#[derive(Debug)]
+pub(crate) struct SiteFacts {
+    /// The stored site.
+    pub(crate) site: Site,
+    /// Its MCP URL (`resource_prefix + public_key`).
+    pub(crate) resource: String,
+    /// Where its RFC 9728 document is served (absolute URL).
+    pub(crate) resource_metadata: String,
+}
+
+impl SiteFacts {
+    pub(crate) fn of(site: Site) -> Self {
+        Self {
+            resource: site.resource(),
+            resource_metadata: portcullis_core::metadata::protected_resource_metadata_url(&site),
+            site,
+        }
+    }
+}
+
+impl<S: HostStore> Portcullis<S> {
+    /// A builder over `store`, signing tokens with `keyring` (see [`keys`]
+    /// for a key file).
+    pub fn builder(store: S, keyring: Keyring) -> Builder<S> {
+        Builder::new(store, keyring)
+    }
+
+    /// The engine, for what this crate does not wrap (administration,
+    /// listings). Its operations block: call them on the blocking pool.
+    #[must_use]
+    pub fn engine(&self) -> &Engine<Arc<S>> {
+        &self.inner.engine
+    }
+
+    /// The site's id.
+    #[must_use]
+    pub fn site_id(&self) -> &SiteId {
+        &self.inner.site_id
+    }
+
+    /// The MCP URL agents are given: `<public url><mcp path>/<site key>`.
+    /// Rotating the site key moves it.
+    #[must_use]
+    pub fn mcp_url(&self) -> String {
+        self.facts().resource.clone()
+    }
+
+    /// The route pattern to mount the protected MCP service at
+    /// (`/mcp/{key}`): the guard answers 404 unless `{key}` is the site's
+    /// current key.
+    #[must_use]
+    pub fn mcp_route(&self) -> String {
+        format!("{}/{{key}}", self.inner.mcp_path)
+    }
+
+    /// The URL of the approvals page.
+    #[must_use]
+    pub fn approvals_url(&self) -> String {
+        format!("{}{}", self.inner.origin, self.inner.approvals_path)
+    }
+
+    /// Reads the site again: call it when another process changed it (an
+    /// admin command rotated its key or turned it off; on PostgreSQL, when
+    /// its notification arrives). Blocking: call it on the blocking pool.
+    pub fn reload_site(&self) -> Result<(), portcullis_core::engine::SiteOpError> {
+        let site = self.inner.engine.site(&self.inner.site_id)?;
+        let mut facts = self
+            .inner
+            .site
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if facts.site != site {
+            *facts = Arc::new(SiteFacts::of(site));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn facts(&self) -> Arc<SiteFacts> {
+        Arc::clone(
+            &self
+                .inner
+                .site
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
+}
+
+/// Percent-encodes `s` for a query parameter value (a sign-in page's
+/// `next`, for instance).
+#[must_use]
+pub fn url_encode(s: &str) -> String {
+    url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}
+
+/// The clock every operation is given: this crate reads it, the core never
+/// does.
+pub(crate) fn now() -> portcullis_core::Timestamp {
+    portcullis_core::TimestampMs::from_millis(now_ms_u64()).timestamp()
+}
+
+pub(crate) fn now_ms() -> portcullis_core::TimestampMs {
+    portcullis_core::TimestampMs::from_millis(now_ms_u64())
+}
+
+fn now_ms_u64() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}

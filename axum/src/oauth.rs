@@ -1,0 +1,513 @@
+//! The authorization server's routes: the metadata documents (RFC 8414,
+//! RFC 9728), registration (RFC 7591), the authorization endpoint (sign-in
+//! through the host, consent, decision), token (RFC 6749 §3.2) and
+//! revocation (RFC 7009). Every route hands the raw request parts to the
+//! core and copies its answer; decided here are only transport matters
+//! (which page, the CSRF and `Origin` checks, the document fetch).
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, RawQuery, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse as _, Response};
+use axum::routing::{get, post};
+use portcullis_core::authorize::AuthorizeAnswer;
+use portcullis_core::engine::SiteOpError;
+use portcullis_core::error::{ErrorCode, WireError as _};
+use portcullis_core::form::Form;
+use portcullis_core::http::HttpResponse;
+use portcullis_core::metadata::{AuthorizationServerMetadata, ProtectedResourceMetadata};
+use portcullis_core::store::StoreErrorKind;
+
+use crate::csrf::{self, Purpose};
+use crate::host::ConsentPage;
+use crate::respond::{self, HeaderValues};
+use crate::store::HostStore;
+use crate::{Portcullis, pages};
+
+/// Largest request body on these routes (the token endpoint's limit;
+/// registration documents and forms are smaller).
+pub(crate) const BODY_LIMIT: usize = portcullis_core::token::MAX_BODY_LEN;
+
+impl<S: HostStore> Portcullis<S> {
+    /// The routes of the authorization server and the approvals page, to
+    /// merge into your router:
+    ///
+    /// | route | what |
+    /// |---|---|
+    /// | `GET /.well-known/oauth-authorization-server` | RFC 8414 §3 |
+    /// | `GET /.well-known/oauth-protected-resource<mcp path>/{key}` | RFC 9728 §3.1, at the resource's own path-suffixed URL |
+    /// | `POST /register` | RFC 7591 §3 (stateless: nothing stored) |
+    /// | `GET, POST /authorize` | sign-in (the host's), consent, decision |
+    /// | `POST /token`, `POST /revoke` | RFC 6749 §3.2, RFC 7009 §2 |
+    /// | `GET, POST <approvals path>` | the approvals page, and its decision form |
+    /// | `GET <approvals path>/pending`, `POST <approvals path>/decide` | the same as JSON |
+    ///
+    /// Every answer carries `Cache-Control: no-store` (unless the route set
+    /// its own) and `X-Content-Type-Options: nosniff`.
+    pub fn routes(&self) -> Router {
+        let approvals = self.inner.approvals_path.clone();
+        Router::new()
+            .route(
+                "/.well-known/oauth-authorization-server",
+                get(authorization_server_metadata::<S>),
+            )
+            .route(
+                &format!(
+                    "/.well-known/oauth-protected-resource{}/{{key}}",
+                    self.inner.mcp_path
+                ),
+                get(protected_resource_metadata::<S>),
+            )
+            .route("/register", post(register::<S>))
+            .route("/authorize", get(authorize::<S>).post(decide::<S>))
+            .route("/token", post(token::<S>))
+            .route("/revoke", post(revoke::<S>))
+            .route(
+                &approvals,
+                get(crate::approvals::page::<S>).post(crate::approvals::decide_form::<S>),
+            )
+            .route(
+                &format!("{approvals}/pending"),
+                get(crate::approvals::pending_json::<S>),
+            )
+            .route(
+                &format!("{approvals}/decide"),
+                post(crate::approvals::decide_json::<S>),
+            )
+            .layer(DefaultBodyLimit::max(BODY_LIMIT))
+            .layer(axum::middleware::map_response(common_headers))
+            .with_state(self.clone())
+    }
+
+    /// Runs the read `f` where it is cheapest: inline on a local store,
+    /// where a read transaction of an in-process file takes microseconds;
+    /// on the blocking pool on a shared one, where it is a network round
+    /// trip.
+    pub(crate) async fn read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Self) -> T + Send + 'static,
+    ) -> Result<T, Response> {
+        if self.inner.engine.store().is_local() {
+            Ok(f(self))
+        } else {
+            self.blocking(f).await
+        }
+    }
+
+    /// Runs `f` on the blocking pool.
+    pub(crate) async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Self) -> T + Send + 'static,
+    ) -> Result<T, Response> {
+        let me = self.clone();
+        tokio::task::spawn_blocking(move || f(&me))
+            .await
+            .map_err(|_| respond::internal("a blocking task failed"))
+    }
+
+    /// Applies the write `f` through the writer on the blocking pool (see
+    /// [`crate::store`]); its answer comes back once it is durable. A store
+    /// that failed answers with its error through `E`.
+    pub(crate) async fn write<T, E, F>(&self, f: F) -> Result<Result<T, E>, Response>
+    where
+        T: Send + 'static,
+        E: From<portcullis_core::store::StoreError> + Send + 'static,
+        F: for<'t, 'b, 'w> Fn(
+                &Self,
+                &mut crate::store::Txn<'t, 'b, <S as portcullis_core::store::Store>::Write<'w>>,
+            ) -> Result<T, E>
+            + Send
+            + Sync
+            + 'static,
+    {
+        let me = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let store = std::sync::Arc::clone(me.inner.engine.store());
+            let inner = me.clone();
+            me.inner
+                .writer
+                .commit(&store, move |txn| f(&inner, txn))
+                .unwrap_or_else(|e| Err(E::from(e)))
+        })
+        .await
+        .map_err(|_| respond::internal("a blocking task failed"))
+    }
+}
+
+/// `no-store` unless the route chose its caching, `nosniff` always.
+async fn common_headers(mut response: Response) -> Response {
+    let h = response.headers_mut();
+    if !h.contains_key(header::CACHE_CONTROL) {
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    response
+}
+
+/// A store failure as an answer: `503` with `Retry-After` when the store
+/// cannot be reached now, else `500`.
+pub(crate) fn store_failure(e: &SiteOpError) -> Response {
+    match e {
+        SiteOpError::Store(s) if s.kind() == StoreErrorKind::Unavailable => {
+            respond::unavailable(&s.to_string())
+        }
+        e => respond::internal(&e.to_string()),
+    }
+}
+
+/// RFC 8414 §3: the authorization server's metadata.
+async fn authorization_server_metadata<S: HostStore>(State(p): State<Portcullis<S>>) -> Response {
+    let site = &p.facts().site;
+    respond::json(
+        StatusCode::OK,
+        AuthorizationServerMetadata::for_site(site).to_json(),
+    )
+}
+
+/// RFC 9728 §3.1, at the resource's own path-suffixed URL only: §3.3 has
+/// the client check that `resource` equals the URL it used, so no other URL
+/// serves this document.
+async fn protected_resource_metadata<S: HostStore>(
+    State(p): State<Portcullis<S>>,
+    Path(key): Path<String>,
+) -> Response {
+    let facts = p.facts();
+    if key == facts.site.public_key {
+        respond::json(
+            StatusCode::OK,
+            ProtectedResourceMetadata::for_site(&facts.site).to_json(),
+        )
+    } else {
+        (StatusCode::NOT_FOUND, "no such resource\n").into_response()
+    }
+}
+
+/// RFC 7591 §3: 201 with the §3.2.1 body, or 400 with the §3.2.2 error.
+/// Stateless (the client id carries its metadata under a MAC): nothing is
+/// stored, so anonymous registrations cannot grow the store.
+async fn register<S: HostStore>(State(p): State<Portcullis<S>>, body: Bytes) -> Response {
+    let answer = p
+        .read(move |p| {
+            p.inner
+                .engine
+                .register_client(&body, &mut rand::rng(), crate::now())
+        })
+        .await;
+    match answer {
+        Ok(Ok(registered)) => respond::core(registered.to_response()),
+        Ok(Err(e)) => {
+            tracing::debug!(error = e.code().as_str(), "registration refused");
+            respond::core(HttpResponse::error(&e, None))
+        }
+        Err(r) => r,
+    }
+}
+
+/// The authorization URL a form on the page posts back to: this path and
+/// the query exactly as received, so the decision re-submits it.
+fn self_url(query: &str) -> String {
+    format!("/authorize?{query}")
+}
+
+/// `GET /authorize`: the core validates the request; a valid one shows the
+/// consent screen, or (signed out) whatever the host answers to send the
+/// user to its sign-in, with this URL to come back to.
+async fn authorize<S: HostStore>(
+    State(p): State<Portcullis<S>>,
+    parts: Parts,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let query = query.unwrap_or_default();
+    let q = query.clone();
+    let answer = match with_document(&p, move |p, document| {
+        p.inner.engine.authorize(&p.inner.site_id, &q, document)
+    })
+    .await
+    {
+        Ok(a) => a,
+        Err(r) => return r,
+    };
+    let AuthorizeAnswer::Consent(screen) = answer else {
+        return answer_page(answer);
+    };
+    let action = self_url(&query);
+    let Some(user) = p.inner.host.signed_in(&parts).await else {
+        return p.inner.host.sign_in(&action);
+    };
+    let csrf = p.inner.csrf.issue(Purpose::Consent, &user, crate::now());
+    p.inner.host.consent(&ConsentPage {
+        screen: &screen,
+        user: &user,
+        action: &action,
+        csrf: &csrf,
+        scope_descriptions: &p.inner.scopes,
+    })
+}
+
+/// Every answer but the consent screen.
+fn answer_page(answer: AuthorizeAnswer) -> Response {
+    match answer {
+        AuthorizeAnswer::Redirect(url) => respond::core(HttpResponse::redirect(url)),
+        AuthorizeAnswer::ShowError(e) => {
+            tracing::debug!(
+                error = e.code().as_str(),
+                "authorization request shown an error"
+            );
+            respond::html(
+                StatusCode::BAD_REQUEST,
+                pages::error("This connection request cannot be used", &e.to_string()),
+            )
+        }
+        AuthorizeAnswer::FetchClientDocument(_) => {
+            respond::internal("the client's metadata document was asked for twice")
+        }
+        AuthorizeAnswer::Unavailable { retry_after_secs } => {
+            let mut r = respond::html(
+                StatusCode::SERVICE_UNAVAILABLE,
+                pages::error(
+                    "Agents are switched off",
+                    "External agents are temporarily switched off for this site. Try again later.",
+                ),
+            );
+            if let Ok(v) = HeaderValue::try_from(retry_after_secs.to_string()) {
+                r.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+            r
+        }
+        AuthorizeAnswer::Consent(_) => respond::internal("unexpected consent answer"),
+    }
+}
+
+/// 400 for a malformed form.
+pub(crate) fn bad_form() -> Response {
+    respond::html(
+        StatusCode::BAD_REQUEST,
+        pages::error("Bad request", "The form could not be read."),
+    )
+}
+
+/// 403 for a cross-site form post.
+pub(crate) fn cross_site() -> Response {
+    respond::html(
+        StatusCode::FORBIDDEN,
+        pages::error("Forbidden", "Cross-site form posts are refused."),
+    )
+}
+
+/// 403 for a missing or wrong CSRF token.
+pub(crate) fn bad_csrf() -> Response {
+    respond::html(
+        StatusCode::FORBIDDEN,
+        pages::error(
+            "Forbidden",
+            "The form has expired or did not come from this site. Reload the page and try again.",
+        ),
+    )
+}
+
+/// A form body as UTF-8 text.
+pub(crate) fn form_text(body: &Bytes) -> Option<&str> {
+    std::str::from_utf8(body).ok()
+}
+
+/// `POST /authorize`: the consent decision (`intent=allow|deny`, with the
+/// form's CSRF token), from a page of this origin. The query of the URL is
+/// the original authorization request, validated again by the core.
+async fn decide<S: HostStore>(
+    State(p): State<Portcullis<S>>,
+    parts: Parts,
+    RawQuery(query): RawQuery,
+    body: Bytes,
+) -> Response {
+    let query = query.unwrap_or_default();
+    let Some(form) = form_text(&body).and_then(|b| Form::parse(b, BODY_LIMIT).ok()) else {
+        return bad_form();
+    };
+    if !csrf::same_origin(&parts.headers, &p.inner.origin) {
+        return cross_site();
+    }
+    let allow = match form.get("intent") {
+        Some("allow") => true,
+        Some("deny") => false,
+        _ => return bad_form(),
+    };
+    let Some(user) = p.inner.host.signed_in(&parts).await else {
+        return p.inner.host.sign_in(&self_url(&query));
+    };
+    let now = crate::now();
+    if !p.inner.csrf.check(
+        Purpose::Consent,
+        &user,
+        form.get("csrf").unwrap_or_default(),
+        now,
+    ) {
+        return bad_csrf();
+    }
+    let subject = user.subject;
+    let answer = with_document(&p, move |p, document| {
+        p.inner.engine.decide(
+            &p.inner.site_id,
+            &query,
+            document,
+            &subject,
+            allow,
+            &mut rand::rng(),
+            crate::now(),
+        )
+    })
+    .await;
+    match answer {
+        Ok(a) => {
+            tracing::debug!(allow, "consent decided");
+            answer_page(a)
+        }
+        Err(r) => r,
+    }
+}
+
+/// What a user is shown for any failed document fetch: the same page
+/// whatever failed, so the authorization endpoint tells nobody what is
+/// listening where (the log keeps the cause).
+const FETCH_FAILED: &str = "The client's metadata document could not be fetched and checked. \
+    The client's URL must serve it over https, from a public address, without redirects.";
+
+/// Runs `op` (the core's `authorize` or `decide`) and, when the core asks
+/// for the client's metadata document, fetches it ([`crate::documents`])
+/// and runs `op` again with it. The document is cached only once the core
+/// accepted it; a refused one is dropped from the cache. A failed fetch is
+/// shown to the user (never redirected) and nothing is cached.
+async fn with_document<S, F>(p: &Portcullis<S>, op: F) -> Result<AuthorizeAnswer, Response>
+where
+    S: HostStore,
+    F: Fn(&Portcullis<S>, Option<&[u8]>) -> Result<AuthorizeAnswer, SiteOpError>
+        + Send
+        + Sync
+        + 'static,
+{
+    let op = std::sync::Arc::new(op);
+    let first = std::sync::Arc::clone(&op);
+    let answer = match p.blocking(move |p| first(p, None)).await? {
+        Ok(a) => a,
+        Err(e) => return Err(store_failure(&e)),
+    };
+    let AuthorizeAnswer::FetchClientDocument(request) = answer else {
+        return Ok(answer);
+    };
+    let fetched = match p.inner.documents.get(&request).await {
+        Ok(f) => f,
+        Err(e) => {
+            tracing::info!(error = e.code(), detail = %e, "client metadata document not fetched");
+            return Err(respond::html(
+                StatusCode::BAD_REQUEST,
+                pages::error("This client cannot be used", FETCH_FAILED),
+            ));
+        }
+    };
+    let body = std::sync::Arc::clone(&fetched.body);
+    let answer = match p.blocking(move |p| op(p, Some(&body))).await? {
+        Ok(a) => a,
+        Err(e) => return Err(store_failure(&e)),
+    };
+    match &answer {
+        AuthorizeAnswer::ShowError(_) | AuthorizeAnswer::FetchClientDocument(_) => {
+            p.inner.documents.forget(&request.url);
+        }
+        _ => p.inner.documents.keep(&request.url, &fetched),
+    }
+    tracing::debug!(
+        cached = p.inner.documents.len(),
+        "client metadata document used"
+    );
+    Ok(answer)
+}
+
+/// The parts of a form POST the core reads: every `Authorization` value
+/// (the core refuses a repeated or non-text one) and the body as text. A
+/// body that is not UTF-8 is answered `invalid_request` here, before the
+/// core sees it.
+#[expect(
+    clippy::result_large_err,
+    reason = "the refusal is the response itself, sent at once; boxing it buys nothing"
+)]
+fn form_request(headers: &HeaderMap, body: &Bytes) -> Result<(HeaderValues, String), Response> {
+    let refuse = |why| respond::core(HttpResponse::oauth_error(ErrorCode::InvalidRequest, why));
+    let authorization = HeaderValues::of(headers, header::AUTHORIZATION);
+    let body =
+        String::from_utf8(body.to_vec()).map_err(|_| refuse("the request body is not UTF-8"))?;
+    Ok((authorization, body))
+}
+
+/// `POST /token`: the core's answer, copied.
+async fn token<S: HostStore>(
+    State(p): State<Portcullis<S>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let (authorization, body) = match form_request(&headers, &body) {
+        Ok(parts) => parts,
+        Err(r) => return r,
+    };
+    let answer = p
+        .write(move |p, txn| {
+            p.inner.engine.token_in(
+                txn,
+                &p.inner.site_id,
+                &body,
+                authorization.field(),
+                &mut rand::rng(),
+                crate::now(),
+            )
+        })
+        .await;
+    match answer {
+        Ok(Ok(tokens)) => {
+            tracing::debug!("tokens issued");
+            respond::core(tokens.to_response())
+        }
+        Ok(Err(e)) => {
+            tracing::debug!(error = e.code().as_str(), "token request refused");
+            respond::core(e.to_response())
+        }
+        Err(r) => r,
+    }
+}
+
+/// `POST /revoke` (RFC 7009): 200 with an empty body on success, also for
+/// unknown tokens (§2.2).
+async fn revoke<S: HostStore>(
+    State(p): State<Portcullis<S>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let (authorization, body) = match form_request(&headers, &body) {
+        Ok(parts) => parts,
+        Err(r) => return r,
+    };
+    let answer = p
+        .write(move |p, txn| {
+            p.inner.engine.revoke_token_in(
+                txn,
+                &p.inner.site_id,
+                &body,
+                authorization.field(),
+                crate::now(),
+            )
+        })
+        .await;
+    match answer {
+        Ok(Ok(())) => {
+            tracing::debug!("revocation accepted");
+            StatusCode::OK.into_response()
+        }
+        Ok(Err(e)) => {
+            tracing::debug!(error = e.code().as_str(), "revocation refused");
+            respond::core(e.to_response())
+        }
+        Err(r) => r,
+    }
+}

@@ -1,0 +1,286 @@
+//! How this crate reaches the store without blocking the async runtime.
+//!
+//! **The rule a host must keep too:** an engine operation does store I/O
+//! (a redb commit is an fsync; a PostgreSQL statement is a network round
+//! trip), so it never runs on a runtime worker. Every write here goes to
+//! tokio's blocking pool; reads do too, except on a [local](HostStore::is_local)
+//! store, where a read transaction of an in-process file costs a few
+//! microseconds, less than the hand-off to the pool and back. A host that
+//! calls the [`Engine`](portcullis_core::Engine) itself should do the same:
+//! `tokio::task::spawn_blocking(move || engine.op(…))`.
+//!
+//! Writes go through a [`Writer`] chosen by the store:
+//!
+//! * **local** (memory, redb): a [`GroupCommitter`] gathers the operations
+//!   of concurrent requests into one durable commit and answers each only
+//!   once that commit returned;
+//! * **shared** (PostgreSQL): one transaction per operation on its own
+//!   pooled connection (PostgreSQL already shares a WAL flush among
+//!   concurrent commits); a serialization failure runs the operation again
+//!   on a fresh transaction, up to
+//!   [`MAX_ATTEMPTS`](portcullis_core::engine::MAX_ATTEMPTS) times, as the
+//!   engine's own `op(…)` forms do. An operation is therefore re-runnable:
+//!   a `Fn`, every effect through the transaction.
+
+use std::cell::Cell;
+use std::ops::Bound;
+use std::sync::Arc;
+
+use portcullis_core::engine::MAX_ATTEMPTS;
+use portcullis_core::store::{
+    Entry, ReadTransaction, Savepoint, Store, StoreError, StoreErrorKind, Table, WriteTransaction,
+};
+use portcullis_store_redb::{BatchWrite, GroupCommitter, RedbStore};
+
+/// A store this crate can serve from: any [`Store`] that can be shared
+/// between threads, and says whether it lives in this process alone.
+pub trait HostStore: Store + Send + Sync + 'static {
+    /// Whether this process is the store's only user (an in-memory store,
+    /// a redb file, which redb locks to one process). A local store gets
+    /// group commit, reads on the runtime (they never wait on another
+    /// process) and, at start, the end of every run a previous process left
+    /// running. A shared store (PostgreSQL) gets none of these.
+    fn is_local(&self) -> bool;
+}
+
+impl HostStore for RedbStore {
+    fn is_local(&self) -> bool {
+        true
+    }
+}
+
+#[cfg(feature = "memory")]
+impl HostStore for portcullis_store_memory::MemoryStore {
+    fn is_local(&self) -> bool {
+        true
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl HostStore for portcullis_store_postgres::PostgresStore {
+    fn is_local(&self) -> bool {
+        false
+    }
+}
+
+impl<T: HostStore> HostStore for Arc<T> {
+    fn is_local(&self) -> bool {
+        (**self).is_local()
+    }
+}
+
+/// Where writes go (see the [module docs](self)).
+pub(crate) enum Writer<S: HostStore> {
+    /// A local store: batched.
+    Group(GroupCommitter<S>),
+    /// A shared store: one retried transaction per operation.
+    Direct,
+}
+
+impl<S: HostStore> Writer<S> {
+    /// The writer `store` calls for.
+    pub(crate) fn for_store(store: &Arc<S>) -> Self {
+        if store.is_local() {
+            Self::Group(GroupCommitter::new(Arc::clone(store)))
+        } else {
+            Self::Direct
+        }
+    }
+
+    /// Applies `op` on this (blocking) thread: to a shared batch, or to a
+    /// transaction of its own run again after a conflict. `Err` only when
+    /// the transaction could not be opened or committed (nothing of `op`
+    /// was applied).
+    pub(crate) fn commit<T, F>(&self, store: &S, op: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: for<'t, 'b, 'w> Fn(&mut Txn<'t, 'b, S::Write<'w>>) -> T + Send + Sync + 'static,
+    {
+        match self {
+            Self::Group(committer) => committer.run(move |txn| op(&mut Txn::Batch(txn))),
+            Self::Direct => run_direct(store, op),
+        }
+    }
+
+    /// Applies `op`, which consumes what only the core may duplicate for a
+    /// second attempt (an [`ExecutionTicket`](portcullis_core::ledger::ExecutionTicket)):
+    /// with group commit it gets the shared batch (`Some`) and applies an
+    /// engine `op_in` form; on a shared store it gets `None` and calls the
+    /// engine's own `op` form, which retries a conflict itself.
+    pub(crate) fn commit_once<T, F>(&self, op: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: for<'t, 'b, 'w> FnOnce(Option<&mut Txn<'t, 'b, S::Write<'w>>>) -> T + Send + 'static,
+    {
+        match self {
+            Self::Group(committer) => committer.run(move |txn| op(Some(&mut Txn::Batch(txn)))),
+            Self::Direct => Ok(op(None)),
+        }
+    }
+}
+
+/// The write transaction an operation is applied to.
+pub(crate) enum Txn<'t, 'b, W> {
+    /// One operation of a batch.
+    Batch(&'t mut BatchWrite<'b, W>),
+    /// A transaction of this operation alone.
+    Direct(Direct<'t, W>),
+}
+
+/// A transaction of one operation, with what the retry loop needs to know:
+/// whether the store reported a conflict, and whether anything was written.
+pub(crate) struct Direct<'t, W> {
+    txn: &'t mut W,
+    conflict: Cell<bool>,
+    wrote: bool,
+}
+
+impl<W> Direct<'_, W> {
+    fn saw<T>(&self, r: Result<T, StoreError>) -> Result<T, StoreError> {
+        if let Err(e) = &r
+            && e.kind() == StoreErrorKind::Conflict
+        {
+            self.conflict.set(true);
+        }
+        r
+    }
+}
+
+impl<W: WriteTransaction> ReadTransaction for Txn<'_, '_, W> {
+    fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        match self {
+            Self::Batch(t) => t.get(table, key),
+            Self::Direct(d) => d.saw(d.txn.get(table, key)),
+        }
+    }
+
+    fn get_with<T>(
+        &self,
+        table: Table,
+        key: &[u8],
+        f: impl FnOnce(&[u8]) -> T,
+    ) -> Result<Option<T>, StoreError> {
+        match self {
+            Self::Batch(t) => t.get_with(table, key, f),
+            Self::Direct(d) => d.saw(d.txn.get_with(table, key, f)),
+        }
+    }
+
+    fn range(
+        &self,
+        table: Table,
+        start: Bound<&[u8]>,
+        end: Bound<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<Entry>, StoreError> {
+        match self {
+            Self::Batch(t) => t.range(table, start, end, limit),
+            Self::Direct(d) => d.saw(d.txn.range(table, start, end, limit)),
+        }
+    }
+}
+
+impl<W: WriteTransaction> WriteTransaction for Txn<'_, '_, W> {
+    fn put(&mut self, table: Table, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
+        match self {
+            Self::Batch(t) => t.put(table, key, value),
+            Self::Direct(d) => {
+                d.wrote = true;
+                let r = d.txn.put(table, key, value);
+                d.saw(r)
+            }
+        }
+    }
+
+    fn delete(&mut self, table: Table, key: &[u8]) -> Result<bool, StoreError> {
+        match self {
+            Self::Batch(t) => t.delete(table, key),
+            Self::Direct(d) => {
+                d.wrote = true;
+                let r = d.txn.delete(table, key);
+                d.saw(r)
+            }
+        }
+    }
+
+    fn savepoint(&mut self) -> Result<Savepoint, StoreError> {
+        match self {
+            Self::Batch(t) => t.savepoint(),
+            Self::Direct(d) => {
+                let r = d.txn.savepoint();
+                d.saw(r)
+            }
+        }
+    }
+
+    fn rollback_to(&mut self, savepoint: Savepoint) -> Result<(), StoreError> {
+        match self {
+            Self::Batch(t) => t.rollback_to(savepoint),
+            Self::Direct(d) => {
+                let r = d.txn.rollback_to(savepoint);
+                d.saw(r)
+            }
+        }
+    }
+
+    /// Refused: the [`Writer`] commits.
+    fn commit(self) -> Result<(), StoreError> {
+        Err(StoreError::new(
+            StoreErrorKind::Other,
+            "commit",
+            "a request's operation cannot commit; the writer does",
+        ))
+    }
+}
+
+/// Runs `op` on its own transaction of `store`, commits what it wrote, and
+/// runs it again on a fresh one when the store reported a conflict. `Err`
+/// only when the transaction could not be opened or committed; a conflict
+/// left after the last attempt is `op`'s own answer (the store error it
+/// carries).
+fn run_direct<S: Store, T>(
+    store: &S,
+    op: impl for<'t, 'b, 'w> Fn(&mut Txn<'t, 'b, S::Write<'w>>) -> T,
+) -> Result<T, StoreError> {
+    let mut attempt = 1;
+    loop {
+        let mut txn = match store.begin_write() {
+            Ok(t) => t,
+            Err(e) if e.kind() == StoreErrorKind::Conflict && attempt < MAX_ATTEMPTS => {
+                attempt += 1;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let (out, conflict, wrote) = {
+            let mut view = Txn::Direct(Direct {
+                txn: &mut txn,
+                conflict: Cell::new(false),
+                wrote: false,
+            });
+            let out = op(&mut view);
+            let Txn::Direct(d) = view else {
+                unreachable!("built as Direct above")
+            };
+            (out, d.conflict.get(), d.wrote)
+        };
+        if conflict {
+            if attempt < MAX_ATTEMPTS {
+                attempt += 1;
+                continue;
+            }
+            return Ok(out);
+        }
+        if wrote {
+            match txn.commit() {
+                Ok(()) => {}
+                Err(e) if e.kind() == StoreErrorKind::Conflict && attempt < MAX_ATTEMPTS => {
+                    attempt += 1;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        return Ok(out);
+    }
+}

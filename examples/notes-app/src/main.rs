@@ -1,0 +1,129 @@
+//! Notes: an axum app with its own sign-in and an MCP server (rmcp) whose
+//! agents connect through Portcullis. `app.rs` is the app as it was; this
+//! file is the whole integration (see README.md for the line count).
+//!
+//! `cargo run -p notes-app`, then give an MCP client the printed MCP URL.
+
+mod app;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use app::{App, NewNote};
+use axum::http::request::Parts;
+use axum::response::Response;
+use portcullis_axum::rmcp::CallId;
+use portcullis_axum::{Action, Agent, Host, Portcullis, SignedIn, see_other, url_encode};
+use portcullis_store_redb::RedbStore;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{CallToolResult, ServerCapabilities, ServerConfig};
+use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{ErrorData, ServerHandler, tool, tool_handler, tool_router};
+use serde_json::json;
+
+/// Who is signed in: the app's own session; signed out: its own sign-in.
+impl Host for App {
+    async fn signed_in(&self, parts: &Parts) -> Option<SignedIn> {
+        let (session, user) = self.session_user(&parts.headers)?;
+        Some(SignedIn::new(user).in_session(session))
+    }
+
+    fn sign_in(&self, return_to: &str) -> Response {
+        see_other(&format!("/login?next={}", url_encode(return_to)))
+    }
+}
+
+/// The MCP server: one read tool, one write tool the server performs.
+#[derive(Clone)]
+struct NotesMcp {
+    app: App,
+    portcullis: Portcullis<RedbStore>,
+}
+
+#[tool_router]
+impl NotesMcp {
+    #[tool(description = "List your notes.", annotations(read_only_hint = true))]
+    async fn list_notes(&self, agent: Agent) -> Result<CallToolResult, ErrorData> {
+        agent.require("notes:read")?;
+        let notes = self.app.notes(agent.subject());
+        Ok(CallToolResult::structured(json!({ "notes": notes })))
+    }
+
+    #[tool(
+        description = "Add a note. The user approves each one; on approval_pending, \
+        call again with the same _meta[\"portcullis/requestId\"]."
+    )]
+    async fn add_note(
+        &self,
+        agent: Agent,
+        id: CallId,
+        Parameters(note): Parameters<NewNote>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let arguments = serde_json::to_vec(&note)
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        let action = Action::write("add_note", "notes:write", &arguments)
+            .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
+        let (app, user) = (self.app.clone(), agent.subject().to_owned());
+        let ran = self
+            .portcullis
+            .run_once(&agent, id.0, action, move || async move {
+                Ok(app.add_note(&user, note))
+            });
+        Ok(ran.await.into())
+    }
+}
+
+#[tool_handler]
+impl ServerHandler for NotesMcp {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(app::setting("RUST_LOG", "info"))
+        .init();
+    let (listener, public_url) = app::listen().await?;
+    let db = app::setting("NOTES_DB", "notes.redb");
+    let app = App::default();
+
+    let mut policy = portcullis_axum::Policy::default();
+    policy.access_token_ttl =
+        Duration::from_secs(app::setting("NOTES_TOKEN_TTL_SECS", "300").parse()?);
+    let portcullis = Portcullis::builder(
+        RedbStore::open(&db)?,
+        portcullis_axum::keys::load_or_create(format!("{db}.keys"))?,
+    )
+    .public_url(&public_url)
+    .site("notes", "Notes")
+    .scope("notes:read", "read your notes")
+    .scope("notes:write", "add notes (you approve each one)")
+    .endpoint_scope("notes:read")
+    .policy(policy)
+    .build(app.clone())
+    .await?;
+
+    let tools = NotesMcp {
+        app: app.clone(),
+        portcullis: portcullis.clone(),
+    };
+    let config = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(false)
+        .with_json_response(true)
+        .with_allowed_hosts(Vec::<String>::new());
+    let mcp = StreamableHttpService::new(
+        move || Ok(tools.clone()),
+        Arc::new(NeverSessionManager::default()),
+        config,
+    );
+    let router = app
+        .router()
+        .merge(portcullis.routes())
+        .route_service(&portcullis.mcp_route(), portcullis.protect(mcp));
+    app::serve(listener, router, &portcullis.mcp_url()).await?;
+    Ok(())
+}
