@@ -11,7 +11,7 @@ use portcullis::agent_loop::{
 use portcullis::approval::ApprovalDecision;
 use portcullis::engine::Principal;
 use portcullis::ledger::{BeginError, Caller, Effect, ExecuteParams, RequestId};
-use portcullis::scope::ScopeSet;
+use portcullis::scope::{SKILLS_READ, SKILLS_WRITE, ScopeSet};
 use portcullis::store::MemoryStore;
 use portcullis::token::TokenResponse;
 use portcullis::{ErrorCode, WireError};
@@ -33,8 +33,12 @@ fn program(writes: &[bool]) -> Vec<Step> {
         .iter()
         .zip(KINDS)
         .map(|(&write, kind)| {
-            let effect = if write { Effect::Write } else { Effect::Read };
-            (kind, effect, "{}")
+            let (effect, scope) = if write {
+                (Effect::Write, SKILLS_WRITE)
+            } else {
+                (Effect::Read, SKILLS_READ)
+            };
+            (kind, effect, scope, "{}")
         })
         .collect()
 }
@@ -60,8 +64,8 @@ impl World {
 
     fn needed(&self) -> ScopeSet {
         let mut needed = ScopeSet::new();
-        for (_, effect, _) in &self.program {
-            needed.insert(effect.required_scope().as_str()).unwrap();
+        for (_, _, scope, _) in &self.program {
+            needed.insert(scope).unwrap();
         }
         needed
     }

@@ -14,6 +14,7 @@ use portcullis::ledger::{
     Action, ActionVerdict, BeginAnswer, BeginError, Caller, Completion, Effect, End, ExecuteParams,
     Failure, OutcomesError, RateLimit, Report, RequestId, RequestState, StoredResult, TicketError,
 };
+use portcullis::scope::{SKILLS_READ, SKILLS_WRITE};
 use portcullis::store::{ReadTransaction, Store, Table, WriteTransaction};
 use portcullis::tab::{Dispatch, TabError, TabHello};
 use portcullis::token::TokenResponse;
@@ -25,11 +26,11 @@ use crate::on_every_store;
 
 const HOUR: u64 = 3_600;
 
-/// One step of a program: `(kind, effect, arguments)`.
-pub(crate) type Step = (&'static str, Effect, &'static str);
+/// One step of a program: `(kind, effect, scope, arguments)`.
+pub(crate) type Step = (&'static str, Effect, &'static str, &'static str);
 
-const READ: Step = ("items.list", Effect::Read, "{}");
-const WRITE: Step = ("cart.add", Effect::Write, r#"{"sku":1}"#);
+const READ: Step = ("items.list", Effect::Read, SKILLS_READ, "{}");
+const WRITE: Step = ("cart.add", Effect::Write, SKILLS_WRITE, r#"{"sku":1}"#);
 
 /// The simulated page: counts real executions per `kind:arguments`.
 #[derive(Default)]
@@ -38,7 +39,7 @@ pub(crate) struct Page {
 }
 
 impl Page {
-    pub(crate) fn count(&self, (kind, _, args): Step) -> u32 {
+    pub(crate) fn count(&self, (kind, _, _, args): Step) -> u32 {
         self.ran
             .get(&format!("{kind}:{args}"))
             .copied()
@@ -66,8 +67,8 @@ pub(crate) fn params(n: u32, code: &str) -> ExecuteParams {
     ExecuteParams::new(&id(n), code.into(), None).unwrap()
 }
 
-fn action((kind, effect, args): Step) -> Action {
-    Action::new(kind, effect, args.as_bytes()).unwrap()
+pub(crate) fn action((kind, effect, scope, args): Step) -> Action {
+    Action::new(kind, effect, scope, args.as_bytes()).unwrap()
 }
 
 pub(crate) fn hello(tab: &str, page: &str) -> TabHello {
@@ -199,7 +200,7 @@ impl<S: Store> Ledger<S> {
         for &step in program {
             match self.w.engine.authorize_action(ticket, &action(step), now) {
                 Ok(ActionVerdict::Run(t)) => {
-                    let key = format!("{}:{}", step.0, step.2);
+                    let key = format!("{}:{}", step.0, step.3);
                     *self.page.ran.entry(key.clone()).or_default() += 1;
                     ticket = match self.w.engine.record_outcome(t, Report::ok(key), now) {
                         Ok(t) => t,
@@ -353,7 +354,7 @@ fn a_denied_write_is_permission_denied<S: Store>(store: &S) {
 }
 
 fn a_missing_scope_parks_and_the_upgraded_grant_resumes<S: Store>(store: &S) {
-    const AFTER: Step = ("items.count", Effect::Read, "{}");
+    const AFTER: Step = ("items.count", Effect::Read, SKILLS_READ, "{}");
     let mut l = Ledger::new(store);
     // A read-only login, with its own connected tab.
     let q = l.w.query(&[("scope", "skills:read")], &[]);
@@ -494,9 +495,9 @@ fn a_new_grant_joins_the_users_live_tab_and_scope_comes_before_the_tab<S: Store>
 }
 
 fn an_auto_approved_kind_still_asks_for_an_identical_write<S: Store>(store: &S) {
-    const W1: Step = ("cart.add", Effect::Write, r#"{"sku":1}"#);
-    const W2: Step = ("cart.add", Effect::Write, r#"{"sku":2}"#);
-    const UNKNOWN: Step = ("cart.add", Effect::Unknown, r#"{"sku":3}"#);
+    const W1: Step = ("cart.add", Effect::Write, SKILLS_WRITE, r#"{"sku":1}"#);
+    const W2: Step = ("cart.add", Effect::Write, SKILLS_WRITE, r#"{"sku":2}"#);
+    const UNKNOWN: Step = ("cart.add", Effect::Unknown, SKILLS_WRITE, r#"{"sku":3}"#);
     let mut l = Ledger::new(store);
     let prompt = approval(l.execute(1, "a()", &[W1]));
     assert!(prompt.offer_auto_approve);
@@ -516,8 +517,8 @@ fn an_auto_approved_kind_still_asks_for_an_identical_write<S: Store>(store: &S) 
 }
 
 fn in_page_callers_are_never_auto_approved<S: Store>(store: &S) {
-    const W1: Step = ("cart.add", Effect::Write, r#"{"sku":1}"#);
-    const W2: Step = ("cart.add", Effect::Write, r#"{"sku":2}"#);
+    const W1: Step = ("cart.add", Effect::Write, SKILLS_WRITE, r#"{"sku":1}"#);
+    const W2: Step = ("cart.add", Effect::Write, SKILLS_WRITE, r#"{"sku":2}"#);
     let mut l = Ledger::new(store);
     let prompt = approval(l.execute(1, "a()", &[W1]));
     l.decide(&prompt, ApprovalDecision::AutoApproveKind);
@@ -534,7 +535,7 @@ fn in_page_callers_are_never_auto_approved<S: Store>(store: &S) {
 /// Auto-approves `cart.add` and checks the next distinct write runs unasked.
 fn arm_auto_approval<S: Store>(l: &mut Ledger<S>, n: u32) {
     let args: &'static str = Box::leak(format!(r#"{{"sku":{n}}}"#).into_boxed_str());
-    let step: Step = ("cart.add", Effect::Write, args);
+    let step: Step = ("cart.add", Effect::Write, SKILLS_WRITE, args);
     let prompt = approval(l.execute(n, &format!("arm{n}"), &[step]));
     l.decide(&prompt, ApprovalDecision::AutoApproveKind);
     result(l.execute(n, &format!("arm{n}"), &[step]));
@@ -546,7 +547,7 @@ fn asks(l: &mut Ledger<impl Store>, n: u32) -> bool {
         l.execute(
             n,
             &format!("probe{n}"),
-            &[("cart.add", Effect::Write, args)]
+            &[("cart.add", Effect::Write, SKILLS_WRITE, args)]
         ),
         Exec::Approval(_)
     )
@@ -746,7 +747,7 @@ fn a_thousand_outcomes_page_with_a_stable_unforgeable_cursor<S: Store>(store: &S
     let program: Vec<Step> = (0..1_000)
         .map(|i| {
             let args: &'static str = Box::leak(format!("{{\"i\":{i}}}").into_boxed_str());
-            ("items.get", Effect::Read, args)
+            ("items.get", Effect::Read, SKILLS_READ, args)
         })
         .collect();
     let first = result(l.execute(1, "many()", &program));
@@ -849,7 +850,7 @@ fn take_over_marks_the_old_tabs_call_unknown_tail<S: Store>(store: &S) {
 }
 
 fn no_live_tab_and_hidden_tabs<S: Store>(store: &S) {
-    const CLICK: Step = ("button.click", Effect::Read, "{}");
+    const CLICK: Step = ("button.click", Effect::Read, SKILLS_READ, "{}");
     let mut l = Ledger::new(store);
     l.w.engine
         .tab_heartbeat(
@@ -898,7 +899,7 @@ fn no_live_tab_and_hidden_tabs<S: Store>(store: &S) {
 }
 
 fn a_resumed_run_that_diverges_is_expectation_failed<S: Store>(store: &S) {
-    const OTHER: Step = ("items.list", Effect::Read, r#"{"page":2}"#);
+    const OTHER: Step = ("items.list", Effect::Read, SKILLS_READ, r#"{"page":2}"#);
     let mut l = Ledger::new(store);
     let prompt = approval(l.execute(1, "buy()", &[READ, WRITE]));
     l.decide(&prompt, ApprovalDecision::Once);
@@ -1015,7 +1016,7 @@ fn a_restart_keeps_what_an_approval_shows_and_ends_the_lost_runs<S: Store>(store
     let mut l = Ledger::new(store);
     // A write waits for the user; the prompt carries its exact arguments.
     let asked = approval(l.execute(1, "buy()", &[WRITE]));
-    assert_eq!(asked.arguments.as_deref(), Some(WRITE.2.as_bytes()));
+    assert_eq!(asked.arguments.as_deref(), Some(WRITE.3.as_bytes()));
     assert!(asked.can_approve());
     // Two runs are in flight when the host dies: one mid-action, one
     // between actions. Their tickets are lost with it.
@@ -1091,7 +1092,7 @@ fn an_approval_whose_stored_arguments_were_altered_can_only_be_denied<S: Store>(
         )
         .unwrap()
     };
-    let shown = WRITE.2.as_bytes();
+    let shown = WRITE.3.as_bytes();
     let (key, mut value) = records
         .into_iter()
         .find(|(_, v)| v.windows(shown.len()).any(|w| w == shown))

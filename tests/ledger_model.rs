@@ -7,6 +7,7 @@ use std::collections::HashMap;
 
 use portcullis::approval::{ApprovalDecision, ApprovalPrompt};
 use portcullis::ledger::{BeginError, Caller, Effect, End, Failure};
+use portcullis::scope::{SKILLS_READ, SKILLS_WRITE};
 use portcullis::store::Store;
 use proptest::prelude::*;
 
@@ -45,10 +46,10 @@ fn op() -> impl Strategy<Value = Op> {
 /// the page's counters tell whether any ran twice.
 fn program(n: u32, code: u8) -> Vec<Step> {
     let read: &'static str = Box::leak(format!("{{\"r\":{n}}}").into_boxed_str());
-    let mut p = vec![("items.get", Effect::Read, read)];
+    let mut p = vec![("items.get", Effect::Read, SKILLS_READ, read)];
     if code == 1 {
         let write: &'static str = Box::leak(format!("{{\"w\":{n}}}").into_boxed_str());
-        p.push(("cart.add", Effect::Write, write));
+        p.push(("cart.add", Effect::Write, SKILLS_WRITE, write));
     }
     p
 }

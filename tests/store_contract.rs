@@ -786,8 +786,9 @@ mod crash {
                 Arc::clone(&principal),
             );
             callers.push(std::thread::spawn(move || {
-                let action =
-                    Arc::new(Action::new(ACTION.0, ACTION.1, ACTION.2.as_bytes()).unwrap());
+                let action = Arc::new(
+                    Action::new(ACTION.0, ACTION.1, "skills:read", ACTION.2.as_bytes()).unwrap(),
+                );
                 for n in first.. {
                     let (e, p) = (Arc::clone(&engine), Arc::clone(&principal));
                     let begun = c

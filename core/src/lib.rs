@@ -44,6 +44,7 @@
 //! | [`ledger`] | the execution ledger: request ids, replay, outcomes, results, retention, rate limits |
 //! | [`approval`] | approvals of write actions and what they are bound to |
 //! | [`tab`] | the connected tab: liveness, reload, take-over, sign-out |
+//! | [`executor`] | server executors: numbered leases for runs with no tab |
 //!
 //! ## Driving the core
 //!
@@ -91,6 +92,7 @@ pub mod client;
 mod describe;
 pub mod engine;
 pub mod error;
+pub mod executor;
 pub mod form;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]

@@ -27,7 +27,7 @@ pub const SKILLS_WRITE: &str = "skills:write";
 /// Whether `token` is a scope token: 1 to [`MAX_SCOPE_LEN`] bytes of the
 /// RFC 6749 §3.3 `scope-token` character set (printable ASCII except space,
 /// `"` and `\`).
-const fn is_scope_token(token: &str) -> bool {
+pub(crate) const fn is_scope_token(token: &str) -> bool {
     let bytes = token.as_bytes();
     if bytes.is_empty() || bytes.len() > MAX_SCOPE_LEN {
         return false;
@@ -143,6 +143,13 @@ impl ScopeSet {
             set.put(token.0);
         }
         set
+    }
+
+    /// The set of one `token`, which the caller has checked
+    /// ([`is_scope_token`]): an action's scope, valid by construction.
+    pub(crate) fn single(token: &str) -> Self {
+        debug_assert!(is_scope_token(token));
+        Self(token.into())
     }
 
     /// Builds a set from tokens.

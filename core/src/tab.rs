@@ -19,6 +19,10 @@
 //! one number, so when the connection moves, the runs dispatched to the old
 //! page are cut off (they end with `unknownTail`), and auto-approvals, which
 //! live in the connection, end with it.
+//!
+//! The tab is one of two executors (see [`crate::ledger::Executor`]): a host
+//! that performs an action on its own server runs it with no tab at all
+//! ([`crate::executor`]).
 
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -27,6 +31,7 @@ use core::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::approval;
 use crate::error::{ErrorCode, WireError};
 use crate::grant::GrantId;
 use crate::ledger::ActionFingerprint;
@@ -34,13 +39,10 @@ use crate::site::SiteId;
 use crate::store::{Record, Table};
 use crate::time::Timestamp;
 
+pub use crate::approval::{MAX_AUTO_KINDS, MAX_AUTO_WRITES};
+
 /// Longest tab id, page-instance id or browser-session id.
 pub const MAX_TAB_ID_LEN: usize = 128;
-/// Most action kinds auto-approved on one connection.
-pub const MAX_AUTO_KINDS: usize = 64;
-/// Most distinct auto-approved writes remembered on one connection; past
-/// it, every write asks again (failing safe).
-pub const MAX_AUTO_WRITES: usize = 1_024;
 
 /// What a page says when it connects or takes over.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -270,25 +272,23 @@ impl TabConnection {
     /// kind is auto-approved and no identical write ran under it.
     #[must_use]
     pub fn auto_approves(&self, kind: &str, fingerprint: &ActionFingerprint) -> bool {
-        self.auto_kinds.iter().any(|k| k == kind)
-            && self.auto_writes.len() < MAX_AUTO_WRITES
-            && !self.auto_writes.contains(fingerprint)
+        approval::auto_approves(&self.auto_kinds, &self.auto_writes, kind, fingerprint)
     }
 
     /// Remembers a write that ran (or was approved) under auto-approval.
     pub fn remember_write(&mut self, fingerprint: ActionFingerprint) {
-        if !self.auto_writes.contains(&fingerprint) && self.auto_writes.len() < MAX_AUTO_WRITES {
-            self.auto_writes.push(fingerprint);
-        }
+        approval::remember_write(&mut self.auto_writes, fingerprint);
     }
 
     /// Auto-approves `kind` on this connection; the approved write itself
     /// counts as run, so an identical one asks again.
     pub fn allow_kind(&mut self, kind: &str, fingerprint: ActionFingerprint) {
-        if !self.auto_kinds.iter().any(|k| k == kind) && self.auto_kinds.len() < MAX_AUTO_KINDS {
-            self.auto_kinds.push(kind.into());
-        }
-        self.remember_write(fingerprint);
+        approval::allow_kind(
+            &mut self.auto_kinds,
+            &mut self.auto_writes,
+            kind,
+            fingerprint,
+        );
     }
 }
 
@@ -359,7 +359,7 @@ impl std::error::Error for TabError {}
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::{Action, Effect};
+    use crate::ledger::Action;
 
     const T: Duration = Duration::from_secs(45);
 
@@ -452,10 +452,10 @@ mod tests {
     #[test]
     fn auto_approval_skips_identical_writes_and_ends_with_the_connection() {
         let mut c = conn();
-        let a = Action::new("cart.add", Effect::Write, b"1")
+        let a = Action::write("cart.add", "cart:write", b"1")
             .unwrap()
             .fingerprint();
-        let b = Action::new("cart.add", Effect::Write, b"2")
+        let b = Action::write("cart.add", "cart:write", b"2")
             .unwrap()
             .fingerprint();
         assert!(!c.auto_approves("cart.add", &b));
@@ -485,7 +485,7 @@ mod tests {
         c.connection = 200;
         c.auto_kinds = alloc::vec!["items.list".into(), "items.add".into()];
         c.auto_writes = alloc::vec![
-            Action::new("items.add", Effect::Write, b"{}")
+            Action::write("items.add", "items:write", b"{}")
                 .unwrap()
                 .fingerprint()
         ];

@@ -436,8 +436,8 @@ mod engine {
         else {
             fail("execute begin")
         };
-        let action =
-            Action::new("items.list", Effect::Read, b"{}").unwrap_or_else(|_| fail("action"));
+        let action = Action::new("items.list", Effect::Read, "skills:read", b"{}")
+            .unwrap_or_else(|_| fail("action"));
         let Ok(ActionVerdict::Run(running)) = engine.authorize_action(ticket, &action, clock.now())
         else {
             fail("authorize action")

@@ -3,16 +3,24 @@
 //! form) inside the caller's. See [`crate::approval`] for the rules.
 
 use alloc::vec::Vec;
+use core::ops::Bound;
 
 use super::ledger::{binding, undecided_of};
 use super::{Engine, SiteOpError, Txn, keys, load_site};
-use crate::approval::{ApprovalDecision, ApprovalError, ApprovalPrompt, ApprovalRef};
+use crate::approval::{
+    ApprovalDecision, ApprovalError, ApprovalPrompt, ApprovalRef, GrantAutoApproval,
+};
 use crate::grant::{Grant, GrantId, GrantStatus};
-use crate::ledger::{End, ExecutionRequest, Failure, Lineage, RequestState};
+use crate::ledger::{End, ExecutionRequest, Executor, Failure, Lineage, RequestState};
 use crate::site::SiteId;
-use crate::store::{ReadTransaction, Store, WriteTransaction};
+use crate::store::{ReadTransaction, Store, Table, WriteTransaction, prefix_end};
 use crate::tab::TabConnection;
 use crate::time::Timestamp;
+
+/// Most of a user's grants [`Engine::pending_approvals_of`] looks at.
+pub const MAX_GRANTS_LISTED: usize = 256;
+/// Most prompts [`Engine::pending_approvals_of`] answers.
+pub const MAX_PROMPTS_LISTED: usize = 256;
 
 impl<S: Store> Engine<S> {
     /// The approvals waiting for `subject` on `grant`, for the tab's dialogs.
@@ -27,13 +35,48 @@ impl<S: Store> Engine<S> {
                 .load(grant.as_bytes())?
                 .filter(|g: &Grant| g.site == *site && g.subject == subject)
                 .ok_or(ApprovalError::Forbidden)?;
-            let lineage = Lineage::of(site.as_str(), &g.subject, &g.client_id);
             let mut out = Vec::new();
-            for (_, _, id) in undecided_of(txn, grant)? {
-                if let Some(rec) = txn.load::<ExecutionRequest>(&keys::request(&lineage, &id))?
-                    && let RequestState::AwaitingApproval(p) = rec.state()
+            prompts_of(txn, &g, usize::MAX, &mut out)?;
+            Ok(out)
+        })
+    }
+
+    /// Every approval waiting for the signed-in `subject` on `site`, across
+    /// their live grants (tab and server runs alike), for a host's approvals
+    /// page: each prompt names its grant, client and scope. Bounded: the
+    /// first [`MAX_GRANTS_LISTED`] of the user's grants (by id) are looked
+    /// at and at most [`MAX_PROMPTS_LISTED`] prompts answered. A grant that
+    /// is no longer live is skipped: its approvals can only be voided.
+    pub fn pending_approvals_of(
+        &self,
+        site: &SiteId,
+        subject: &str,
+        now: Timestamp,
+    ) -> Result<Vec<ApprovalPrompt>, ApprovalError> {
+        self.read(|txn| {
+            let s = load_site(txn, site).map_err(|e| match e {
+                SiteOpError::Store(e) => ApprovalError::Store(e),
+                SiteOpError::Site(_) => ApprovalError::Forbidden,
+            })?;
+            let prefix = keys::user_grants(site, subject);
+            let end = prefix_end(&prefix);
+            let end = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+            let grants = txn.range(
+                Table::GrantIndex,
+                Bound::Included(&prefix),
+                end,
+                MAX_GRANTS_LISTED,
+            )?;
+            let mut out = Vec::new();
+            for (index, _) in grants {
+                let Some(id) = keys::grant_suffix(&index) else {
+                    continue;
+                };
+                if let Some(g) = txn.load::<Grant>(id.as_bytes())?
+                    && g.subject == subject
+                    && g.status(&s, now, &self.policy) == GrantStatus::Live
                 {
-                    out.push(p.prompt(rec.id()));
+                    prompts_of(txn, &g, MAX_PROMPTS_LISTED, &mut out)?;
                 }
             }
             Ok(out)
@@ -123,12 +166,28 @@ impl<S: Store> Engine<S> {
                 Ok(())
             }
             Ok(Some(approved)) => {
-                if decision == ApprovalDecision::AutoApproveKind
-                    && let Some(mut tab) = txn.load::<TabConnection>(&keys::tab(&grant.id))?
-                    && tab.connected
-                {
-                    tab.allow_kind(pending.action.kind(), approved.fingerprint);
-                    txn.save(&keys::tab(&grant.id), &tab)?;
+                if decision == ApprovalDecision::AutoApproveKind {
+                    let kind = pending.action.kind();
+                    match rec.executor() {
+                        Executor::Tab => {
+                            if let Some(mut tab) =
+                                txn.load::<TabConnection>(&keys::tab(&grant.id))?
+                                && tab.connected
+                            {
+                                tab.allow_kind(kind, approved.fingerprint);
+                                txn.save(&keys::tab(&grant.id), &tab)?;
+                            }
+                        }
+                        Executor::Server => {
+                            // No tab: the grant's server runs keep it.
+                            let key = keys::grant_auto_approval(&grant.id);
+                            let mut auto = txn
+                                .load::<GrantAutoApproval>(&key)?
+                                .unwrap_or_else(|| GrantAutoApproval::new(grant.id));
+                            auto.allow_kind(kind, approved.fingerprint);
+                            txn.save(&key, &auto)?;
+                        }
+                    }
                 }
                 rec.approve(approved);
                 self.save_request(txn, &lineage, &rec)?;
@@ -136,4 +195,26 @@ impl<S: Store> Engine<S> {
             }
         }
     }
+}
+
+/// Appends the prompts waiting on grant `g`'s requests to `out`, until it
+/// holds `most`.
+fn prompts_of<R: ReadTransaction>(
+    txn: &R,
+    g: &Grant,
+    most: usize,
+    out: &mut Vec<ApprovalPrompt>,
+) -> Result<(), ApprovalError> {
+    let lineage = Lineage::of(g.site.as_str(), &g.subject, &g.client_id);
+    for (_, _, id) in undecided_of(txn, &g.id)? {
+        if out.len() >= most {
+            break;
+        }
+        if let Some(rec) = txn.load::<ExecutionRequest>(&keys::request(&lineage, &id))?
+            && let RequestState::AwaitingApproval(p) = rec.state()
+        {
+            out.push(p.prompt(rec.id()));
+        }
+    }
+    Ok(())
 }

@@ -616,6 +616,8 @@ impl<S: Store> Engine<S> {
                     Table::GrantIndex,
                     &keys::with_grant(keys::site_grants(&grant.site), &grant.id),
                 )?;
+                // The auto-approvals of its server runs end with it.
+                txn.delete(Table::Approvals, &keys::grant_auto_approval(&grant.id))?;
             }
         }
         Ok(due.len())

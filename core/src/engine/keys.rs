@@ -182,6 +182,78 @@ pub(crate) fn tab(grant: &GrantId) -> Vec<u8> {
     k
 }
 
+/// `Tabs`: `x | site | executor`, a server executor's lease. Numbers are
+/// big-endian, so a site's leases are in number order.
+pub(crate) fn executor_lease(site: &SiteId, id: u32) -> Vec<u8> {
+    let mut k = executor_leases(site);
+    k.extend_from_slice(&id.to_be_bytes());
+    k
+}
+
+/// `Tabs`: `x | site`, the prefix of a site's executor leases.
+pub(crate) fn executor_leases(site: &SiteId) -> Vec<u8> {
+    let mut k = Vec::with_capacity(7 + site.as_str().len());
+    k.extend_from_slice(ALL_EXECUTOR_LEASES);
+    push_str(&mut k, site.as_str());
+    k
+}
+
+/// `Tabs`: the prefix of every site's executor leases.
+pub(crate) const ALL_EXECUTOR_LEASES: &[u8] = b"x";
+
+/// `Tabs`: `n | site` → the last executor number allocated on the site
+/// (`u32`, big-endian): numbers are never reused.
+pub(crate) fn executor_counter(site: &SiteId) -> Vec<u8> {
+    let mut k = Vec::with_capacity(3 + site.as_str().len());
+    k.push(b'n');
+    push_str(&mut k, site.as_str());
+    k
+}
+
+/// `Requests`: `d | executor | grant | request id` → lineage, a running
+/// server request dispatched to that executor number. The site is not in
+/// the key (the request's grant names it): numbers of different sites
+/// share a prefix, and readers check the grant's site.
+pub(crate) fn server_run(executor: u32, grant: &GrantId, id: &RequestId) -> Vec<u8> {
+    let mut k = server_runs(executor);
+    k.extend_from_slice(grant.as_bytes());
+    k.extend_from_slice(id.as_bytes());
+    k
+}
+
+/// `Requests`: `d | executor`, the prefix of the running server requests
+/// dispatched to that executor number (on any site).
+pub(crate) fn server_runs(executor: u32) -> Vec<u8> {
+    let mut k = Vec::with_capacity(37);
+    k.extend_from_slice(ALL_SERVER_RUNS);
+    k.extend_from_slice(&executor.to_be_bytes());
+    k
+}
+
+/// `Requests`: the prefix of every running server request.
+pub(crate) const ALL_SERVER_RUNS: &[u8] = b"d";
+
+/// Splits a [`server_run`] key.
+pub(crate) fn split_server_run(key: &[u8]) -> Option<(u32, GrantId, RequestId)> {
+    let rest = key.strip_prefix(ALL_SERVER_RUNS)?;
+    let (executor, rest) = rest.split_first_chunk::<4>()?;
+    let (grant, rest) = rest.split_first_chunk::<16>()?;
+    let id: [u8; 16] = rest.try_into().ok()?;
+    Some((
+        u32::from_be_bytes(*executor),
+        GrantId::from_bytes(*grant),
+        RequestId::from_bytes(id),
+    ))
+}
+
+/// `Approvals`: `a | grant`, the auto-approvals of the grant's server runs.
+pub(crate) fn grant_auto_approval(grant: &GrantId) -> Vec<u8> {
+    let mut k = Vec::with_capacity(17);
+    k.push(b'a');
+    k.extend_from_slice(grant.as_bytes());
+    k
+}
+
 /// `Tabs`: `s | site | browser session`, the prefix of a session's tabs.
 pub(crate) fn session_tabs(site: &SiteId, session: &str) -> Vec<u8> {
     let mut k = Vec::with_capacity(5 + site.as_str().len() + session.len() + 16);
@@ -223,6 +295,15 @@ mod tests {
             split_ledger_expiry(&ledger_expiry(at, &lineage, &request_id())),
             Some((at, lineage, request_id()))
         );
+        assert_eq!(
+            split_server_run(&server_run(u32::MAX, &grant(), &request_id())),
+            Some((u32::MAX, grant(), request_id()))
+        );
+        assert!(server_run(7, &grant(), &request_id()).starts_with(&server_runs(7)));
+        assert!(executor_lease(&site, 7).starts_with(&executor_leases(&site)));
+        // A site's leases never share a prefix with another site's.
+        let other = SiteId::parse("demo2").unwrap_or_else(|_| unreachable!());
+        assert!(!executor_lease(&other, 7).starts_with(&executor_leases(&site)));
         let key = expiry(at, Table::Grants, grant().as_bytes());
         assert_eq!(
             split_expiry(&key),
@@ -242,6 +323,9 @@ mod tests {
         assert_eq!(split_grant_request(&rate(&grant())), None);
         assert_eq!(grant_suffix(&[1; 15]), None);
         assert_eq!(split_ledger_expiry(b"e"), None);
+        let run = server_run(1, &grant(), &request_id());
+        assert_eq!(split_server_run(&run[..run.len() - 1]), None);
+        assert_eq!(split_server_run(&key), None);
         assert_eq!(split_expiry(&[0; 8]), None);
     }
 }

@@ -1,8 +1,9 @@
-//! The execution-ledger operations (`begin`, the ticket operations, the
-//! ledger sweep and start-up recovery): each in one store transaction of
-//! its own, or (the `_in` forms) inside the caller's. See [`crate::ledger`]
-//! for the rules they implement; approvals live in `approvals.rs`, the
-//! connected tab in `tab.rs`, and the helpers they share here.
+//! The execution-ledger operations (`begin` on either executor, the ticket
+//! operations, the ledger sweep and start-up recovery): each in one store
+//! transaction of its own, or (the `_in` forms) inside the caller's. See
+//! [`crate::ledger`] for the rules they implement; approvals live in
+//! `approvals.rs`, the connected tab in `tab.rs`, the server executors'
+//! leases in `executor.rs`, and the helpers they share here.
 //!
 //! The decision tables of a repeated `begin` and of `authorize_action` are
 //! the record's ([`ExecutionRequest::begin`], [`ExecutionRequest::authorize`]):
@@ -14,14 +15,15 @@ use alloc::vec::Vec;
 use core::ops::Bound;
 
 use super::{Engine, SiteOpError, Txn, keys, load_site};
-use crate::approval::Binding;
+use crate::approval::{Binding, GrantAutoApproval};
 use crate::bearer::Challenge;
 use crate::engine::Principal;
+use crate::executor::{ExecutorId, ExecutorLease};
 use crate::grant::{Grant, GrantId, GrantStatus};
 use crate::ledger::{
     self, Action, ActionStep, ActionVerdict, BeginAnswer, BeginError, BeginStep, Caller,
-    Completion, End, ExecuteParams, ExecutionRequest, ExecutionTicket, Failure, Lineage,
-    NextAction, Outcome, OutcomePage, OutcomesError, Owner, ReconnectLink, Repeat, Report,
+    Completion, Effect, End, ExecuteParams, ExecutionRequest, ExecutionTicket, Executor, Failure,
+    Lineage, NextAction, Outcome, OutcomePage, OutcomesError, Owner, ReconnectLink, Repeat, Report,
     RequestId, RequestState, StoredResult, TicketError,
 };
 use crate::metadata;
@@ -38,12 +40,46 @@ pub(super) fn session_failure(status: Option<GrantStatus>) -> Failure {
     Failure::of_session(status)
 }
 
-/// The connection a tab would dispatch a call to now, if any.
-fn connection_of(dispatch: Dispatch) -> Option<u32> {
-    match dispatch {
-        Dispatch::To(connection) => Some(connection),
+/// The connection `grant`'s tab would dispatch a call to now, if one is
+/// live.
+fn live_tab<R: ReadTransaction>(
+    txn: &R,
+    grant: &GrantId,
+    now: Timestamp,
+    timeout: core::time::Duration,
+) -> Result<Option<u32>, StoreError> {
+    let tab: Option<TabConnection> = txn.load(&keys::tab(grant))?;
+    Ok(match tab.map(|t| t.dispatch(false, now, timeout)) {
+        Some(Dispatch::To(connection)) => Some(connection),
         _ => None,
-    }
+    })
+}
+
+/// Whether the lease of executor `id` on `site` is live.
+pub(super) fn lease_live<R: ReadTransaction>(
+    txn: &R,
+    site: &crate::site::SiteId,
+    id: u32,
+    now: Timestamp,
+    timeout: core::time::Duration,
+) -> Result<bool, StoreError> {
+    let lease: Option<ExecutorLease> = txn.load(&keys::executor_lease(site, id))?;
+    Ok(lease.is_some_and(|l| l.is_live(now, timeout)))
+}
+
+/// The key of a server request's entry among its executor's running
+/// requests (`None` for a tab request).
+pub(super) fn server_run_key(rec: &ExecutionRequest) -> Option<Vec<u8>> {
+    (rec.executor() == Executor::Server)
+        .then(|| keys::server_run(rec.connection(), &rec.grant(), &rec.id()))
+}
+
+/// Where a `begin` runs its call: on the user's tab (submitted by whom), or
+/// on a server executor.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum RunOn {
+    Tab(Caller),
+    Server(ExecutorId),
 }
 
 fn prefix_bounds(prefix: &[u8]) -> (Bound<&[u8]>, Option<Vec<u8>>) {
@@ -85,8 +121,9 @@ pub(super) fn undecided_of<R: ReadTransaction>(
 }
 
 /// Saves a request and keeps its indexes: the grant index while undecided,
-/// and an expiry entry at `look_at` (a hint: the sweep recomputes the real
-/// deadline and re-files the entry if it is later).
+/// for a server request its executor's index while running, and an expiry
+/// entry at `look_at` (a hint: the sweep recomputes the real deadline and
+/// re-files the entry if it is later).
 pub(super) fn store_request<W: WriteTransaction>(
     txn: &mut Txn<'_, W>,
     lineage: &Lineage,
@@ -99,6 +136,15 @@ pub(super) fn store_request<W: WriteTransaction>(
     } else {
         txn.delete(Table::Requests, &index)?;
     }
+    if let Some(run) = server_run_key(rec) {
+        // A request leaves `Running` and its dispatch changes only while
+        // it is not running: the entry exists exactly while it runs.
+        if *rec.state() == RequestState::Running {
+            txn.put(Table::Requests, &run, &lineage.0)?;
+        } else {
+            txn.delete(Table::Requests, &run)?;
+        }
+    }
     txn.put(
         Table::Requests,
         &keys::ledger_expiry(look_at, lineage, &rec.id()),
@@ -108,8 +154,9 @@ pub(super) fn store_request<W: WriteTransaction>(
 }
 
 /// Ends every undecided request of `grant` (`SESSION_REVOKED`; running calls
-/// with `unknownTail`) and its tab connection, in the caller's transaction.
-/// Every path that revokes a grant calls this in the same transaction.
+/// with `unknownTail`), its tab connection and the auto-approvals of its
+/// server runs, in the caller's transaction. Every path that revokes a
+/// grant calls this in the same transaction.
 pub(crate) fn cancel_grant_requests<W: WriteTransaction>(
     txn: &mut Txn<'_, W>,
     grant: &GrantId,
@@ -132,10 +179,11 @@ pub(crate) fn cancel_grant_requests<W: WriteTransaction>(
         txn.save(&keys::tab(grant), &tab)?;
     }
     txn.delete(Table::Requests, &keys::rate(grant))?;
+    txn.delete(Table::Approvals, &keys::grant_auto_approval(grant))?;
     Ok(())
 }
 
-/// Cuts off the running requests of `grant` dispatched to `connection`.
+/// Cuts off the running tab requests of `grant` dispatched to `connection`.
 pub(super) fn cut_runs<W: WriteTransaction>(
     txn: &mut Txn<'_, W>,
     grant: &GrantId,
@@ -146,6 +194,7 @@ pub(super) fn cut_runs<W: WriteTransaction>(
         if let Some(mut rec) = txn.load::<ExecutionRequest>(&keys::request(&lineage, &id))?
             && rec.grant() == *grant
             && *rec.state() == RequestState::Running
+            && rec.executor() == Executor::Tab
             && rec.connection() == connection
         {
             rec.cancel(Failure::ConnectionLost, now);
@@ -216,6 +265,15 @@ fn insufficient_scope(site: &Site, ask: &ScopeSet) -> BeginError {
     BeginError::InsufficientScope(Challenge::insufficient_scope(&md, ask))
 }
 
+/// Why a call has nowhere to run: no live tab (with the reconnect link),
+/// or no live lease for the calling server executor.
+fn nowhere_to_run(executor: Executor, site: &Site) -> BeginError {
+    match executor {
+        Executor::Tab => BeginError::NoLiveTab(reconnect_link(site)),
+        Executor::Server => BeginError::ExecutorNotLive,
+    }
+}
+
 fn reconnect_link(site: &Site) -> ReconnectLink {
     ReconnectLink {
         site: site.id.clone(),
@@ -237,9 +295,10 @@ pub(super) fn binding(site: &Site, grant: &Grant) -> Binding {
     }
 }
 
-/// Where [`Engine::abandon_running`] stopped: hand it back to go on.
+/// Where [`Engine::abandon_running`] or [`Engine::end_lost_runs`] stopped:
+/// hand it back to the same operation to go on.
 #[derive(Clone, PartialEq, Eq)]
-pub struct AbandonCursor(Vec<u8>);
+pub struct AbandonCursor(pub(super) Vec<u8>);
 
 impl core::fmt::Debug for AbandonCursor {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
@@ -247,7 +306,8 @@ impl core::fmt::Debug for AbandonCursor {
     }
 }
 
-/// What one [`Engine::abandon_running`] call did.
+/// What one [`Engine::abandon_running`] or [`Engine::end_lost_runs`] call
+/// did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[must_use]
 pub struct Abandoned {
@@ -263,7 +323,8 @@ struct RunContext {
     rec: ExecutionRequest,
     site: Site,
     grant: Grant,
-    tab: TabConnection,
+    /// The run's tab connection; `None` for a server run.
+    tab: Option<TabConnection>,
 }
 
 impl<S: Store> Engine<S> {
@@ -355,16 +416,20 @@ impl<S: Store> Engine<S> {
     }
 
     /// `execute`: admits a call with a request id, or tells the caller where
-    /// that request stands. `principal` comes from [`Engine::verify_bearer`];
-    /// the grant is checked again here. `now` is in milliseconds for the
-    /// rate limiter; everything else uses its whole second.
+    /// that request stands. The call runs in the user's connected tab
+    /// ([`Executor::Tab`]); see [`Engine::begin_server`] for a call the
+    /// host performs on its server. `principal` comes from
+    /// [`Engine::verify_bearer`]; the grant is checked again here. `now` is
+    /// in milliseconds for the rate limiter; everything else uses its whole
+    /// second.
     ///
-    /// Order of checks: site switch, session, rate limit, then the request id
-    /// (replay, stored result, pending state), then — for new or resumed
-    /// work — the scopes the call needs (see [`Engine::begin_needing`]), the
-    /// undecided limit and the live tab. Only an admitted run, a state change
-    /// the check itself causes (a cut-off run, an adoption) and the rate
-    /// limiter write anything.
+    /// Order of checks: site switch, the scopes the host says the call
+    /// needs are ones the site declares (see [`Engine::begin_needing`]),
+    /// session, rate limit, then the request id (replay, stored result,
+    /// pending state), then — for new or resumed work — the scopes the call
+    /// needs, the undecided limit and the live tab. Only an admitted run, a
+    /// state change the check itself causes (a cut-off run, an adoption) and
+    /// the rate limiter write anything.
     pub fn begin(
         &self,
         principal: &Principal,
@@ -373,7 +438,14 @@ impl<S: Store> Engine<S> {
         now: TimestampMs,
     ) -> Result<BeginAnswer, BeginError> {
         self.run_write(|txn| {
-            self.begin_needing_body(txn, principal, params, &ScopeSet::default(), caller, now)
+            self.begin_body(
+                txn,
+                principal,
+                params,
+                &ScopeSet::default(),
+                RunOn::Tab(caller),
+                now,
+            )
         })
     }
 
@@ -392,14 +464,20 @@ impl<S: Store> Engine<S> {
     }
 
     /// [`Engine::begin`] for a call whose actions the adapter already knows
-    /// need `needed` (the union of their effects' scopes, from
-    /// [`Effect::required_scope`](crate::ledger::Effect::required_scope)).
+    /// need `needed` (the union of their scopes, [`Action::scope`]).
     /// The scope check then comes **before** the tab check: a token without
     /// `needed` answers `403 insufficient_scope` (RFC 6750 §3.1; the MCP
-    /// authorization spec's step-up) whether or not a tab is connected, and nothing about the request is stored, so the
-    /// same `requestId` is judged afresh with the wider token. An existing
-    /// request that has not finished is checked the same way before it
-    /// resumes; a finished one answers its stored result as before.
+    /// authorization spec's step-up) whether or not a tab is connected, and
+    /// nothing about the request is stored, so the same `requestId` is
+    /// judged afresh with the wider token. An existing request that has not
+    /// finished is checked the same way before it resumes; a finished one
+    /// answers its stored result as before.
+    ///
+    /// `needed` must be a subset of the site's scopes
+    /// ([`crate::site::SiteConfig::scopes`]): a scope the site does not
+    /// declare can never be granted, so asking for it is the host's
+    /// mistake, answered [`BeginError::UndeclaredScope`] (`server_error`,
+    /// HTTP 500) before anything is written.
     pub fn begin_needing(
         &self,
         principal: &Principal,
@@ -408,7 +486,9 @@ impl<S: Store> Engine<S> {
         caller: Caller,
         now: TimestampMs,
     ) -> Result<BeginAnswer, BeginError> {
-        self.run_write(|txn| self.begin_needing_body(txn, principal, params, needed, caller, now))
+        self.run_write(|txn| {
+            self.begin_body(txn, principal, params, needed, RunOn::Tab(caller), now)
+        })
     }
 
     /// [`Engine::begin_needing`] inside `txn`, a transaction the caller owns
@@ -424,33 +504,74 @@ impl<S: Store> Engine<S> {
         now: TimestampMs,
     ) -> Result<BeginAnswer, BeginError> {
         Self::within(txn, |txn| {
-            self.begin_needing_body(txn, principal, params, needed, caller, now)
+            self.begin_body(txn, principal, params, needed, RunOn::Tab(caller), now)
         })
     }
 
-    /// The body of [`Engine::begin_needing`] and
-    /// [`Engine::begin_needing_in`]: both run it on one [`Txn`], so it is compiled once
-    /// per store.
-    fn begin_needing_body<W: WriteTransaction>(
+    /// [`Engine::begin_needing`] for a call the host performs **on its
+    /// server** ([`Executor::Server`]): no tab is consulted at all. The
+    /// host's code decides, per call, which of its tools run here and which
+    /// in the user's tab (see [`crate::executor`]).
+    ///
+    /// `executor` is the calling instance's number
+    /// ([`Engine::start_executor`]); its lease must be live, or the call is
+    /// refused with [`BeginError::ExecutorNotLive`] (renew it first). A new
+    /// run is dispatched to it. On a repeat, a running request is
+    /// `execution_pending` while the lease of the executor it was dispatched
+    /// to is live — whichever instance receives the repeat — and is cut off
+    /// otherwise ([`Failure::ExecutorLost`], `unknownTail`; its stored result
+    /// answered); a parked or approved request resumes on `executor`. A
+    /// request begun on the tab is another call: `REPLAY_DETECTED`. The
+    /// caller is an external client ([`Caller::Client`]); everything else
+    /// (scopes, the undecided limit, replay, results) is as in
+    /// [`Engine::begin_needing`].
+    pub fn begin_server(
+        &self,
+        principal: &Principal,
+        params: &ExecuteParams,
+        needed: &ScopeSet,
+        executor: ExecutorId,
+        now: TimestampMs,
+    ) -> Result<BeginAnswer, BeginError> {
+        self.run_write(|txn| {
+            self.begin_body(txn, principal, params, needed, RunOn::Server(executor), now)
+        })
+    }
+
+    /// [`Engine::begin_server`] inside `txn`, a transaction the caller owns
+    /// and commits: see [operations in a shared
+    /// transaction](crate::store#operations-in-a-shared-transaction).
+    pub fn begin_server_in<W: WriteTransaction>(
+        &self,
+        txn: &mut W,
+        principal: &Principal,
+        params: &ExecuteParams,
+        needed: &ScopeSet,
+        executor: ExecutorId,
+        now: TimestampMs,
+    ) -> Result<BeginAnswer, BeginError> {
+        Self::within(txn, |txn| {
+            self.begin_body(txn, principal, params, needed, RunOn::Server(executor), now)
+        })
+    }
+
+    /// The body of every `begin` form, on either executor: they all run it
+    /// on one [`Txn`], so it is compiled once per store.
+    fn begin_body<W: WriteTransaction>(
         &self,
         txn: &mut Txn<'_, W>,
         principal: &Principal,
         params: &ExecuteParams,
         needed: &ScopeSet,
-        caller: Caller,
+        on: RunOn,
         now: TimestampMs,
     ) -> Result<BeginAnswer, BeginError> {
         let from = params.outcome_cursor.as_deref();
         let now_s = now.timestamp();
-        let (site, grant) = self.admit_caller(txn, principal, now)?;
+        let (site, grant) = self.admit_caller(txn, principal, needed, now)?;
         let lineage = Lineage::of(site.id.as_str(), &grant.subject, &grant.client_id);
         let key = keys::request(&lineage, &params.request_id);
-        let tab: Option<TabConnection> = txn.load(&keys::tab(&grant.id))?;
-        let timeout = self.policy.tab_heartbeat_timeout;
-        let dispatch = |tab: &Option<TabConnection>| match tab {
-            Some(t) => t.dispatch(false, now_s, timeout),
-            None => Dispatch::NoLiveTab,
-        };
+        let (executor, dispatch_to) = self.dispatch_to(&*txn, on, &site, &grant.id, now_s)?;
         let ticket = |rec: &ExecutionRequest| ExecutionTicket {
             lineage,
             request_id: rec.id(),
@@ -477,22 +598,23 @@ impl<S: Store> Engine<S> {
             if undecided.len() >= limit as usize {
                 return Err(BeginError::TooManyUndecided { limit });
             }
-            let Dispatch::To(connection) = dispatch(&tab) else {
-                return Err(BeginError::NoLiveTab(reconnect_link(&site)));
+            let Some(connection) = dispatch_to else {
+                return Err(nowhere_to_run(executor, &site));
             };
             let rec = ExecutionRequest::new(
                 params.request_id,
                 params.fingerprint(),
                 grant.id,
                 grant.absolute_deadline(&self.policy),
-                caller == Caller::InPage,
+                on == RunOn::Tab(Caller::InPage),
+                executor,
                 connection,
                 now_s,
             );
             self.save_request(txn, &lineage, &rec)?;
             return Ok(BeginAnswer::Run(ticket(&rec)));
         };
-        if !rec.is_for(&params.fingerprint()) {
+        if !rec.is_for(&params.fingerprint(), executor) {
             return Err(BeginError::ReplayDetected);
         }
         let from = match from {
@@ -504,18 +626,15 @@ impl<S: Store> Engine<S> {
             None
         } else {
             let (_, status) = self.grant_status(&*txn, &site, &rec.grant(), now_s)?;
-            let owner_tab: Option<TabConnection> = txn.load(&keys::tab(&rec.grant()))?;
-            Some(Owner {
-                status,
-                live_connection: connection_of(dispatch(&owner_tab)),
-            })
+            Some(Owner { status })
         };
         let begun = rec.begin(&Repeat {
             grant: grant.id,
             grant_end: grant.absolute_deadline(&self.policy),
             binding: binding(&site, &grant),
             owner,
-            live_connection: connection_of(dispatch(&tab)),
+            run_reachable: self.run_reachable(&*txn, &rec, &site, now_s)?,
+            dispatch_to,
             scopes: &principal.scopes,
             needed,
             retention: self.policy.result_retention,
@@ -536,18 +655,81 @@ impl<S: Store> Engine<S> {
             BeginStep::Pending => Ok(BeginAnswer::ExecutionPending(rec.id())),
             BeginStep::ApprovalPending(prompt) => Ok(BeginAnswer::ApprovalPending(prompt)),
             BeginStep::MissingScope(ask) => Err(insufficient_scope(&site, &ask)),
-            BeginStep::NoLiveTab => Err(BeginError::NoLiveTab(reconnect_link(&site))),
+            BeginStep::NoLiveTab | BeginStep::ExecutorNotLive => {
+                Err(nowhere_to_run(executor, &site))
+            }
             BeginStep::Run => Ok(BeginAnswer::Run(ticket(&rec))),
         }
     }
 
+    /// The executor a call on `on` runs on, and where a new run of it would
+    /// be dispatched now: the live connection of `grant`'s tab, or the
+    /// calling executor while its lease is live.
+    fn dispatch_to<R: ReadTransaction>(
+        &self,
+        txn: &R,
+        on: RunOn,
+        site: &Site,
+        grant: &GrantId,
+        now: Timestamp,
+    ) -> Result<(Executor, Option<u32>), StoreError> {
+        Ok(match on {
+            RunOn::Tab(_) => (
+                Executor::Tab,
+                live_tab(txn, grant, now, self.policy.tab_heartbeat_timeout)?,
+            ),
+            RunOn::Server(id) => (
+                Executor::Server,
+                lease_live(
+                    txn,
+                    &site.id,
+                    id.get(),
+                    now,
+                    self.policy.executor_lease_timeout,
+                )?
+                .then_some(id.get()),
+            ),
+        })
+    }
+
+    /// Whether the executor `rec`'s run in progress was dispatched to still
+    /// holds it: the owning grant's tab on that very connection, or that
+    /// executor's live lease. `false` when no run is in progress.
+    fn run_reachable<R: ReadTransaction>(
+        &self,
+        txn: &R,
+        rec: &ExecutionRequest,
+        site: &Site,
+        now: Timestamp,
+    ) -> Result<bool, StoreError> {
+        if *rec.state() != RequestState::Running {
+            return Ok(false);
+        }
+        Ok(match rec.executor() {
+            Executor::Tab => {
+                live_tab(txn, &rec.grant(), now, self.policy.tab_heartbeat_timeout)?
+                    == Some(rec.connection())
+            }
+            Executor::Server => lease_live(
+                txn,
+                &site.id,
+                rec.connection(),
+                now,
+                self.policy.executor_lease_timeout,
+            )?,
+        })
+    }
+
     /// The checks of every `begin` before its request is looked at, in
-    /// order: the site's switch, the caller's grant, and the rate limit,
-    /// whose state moves on for a call it lets through.
+    /// order: the site's switch, that the site declares every scope the
+    /// host says the call needs (a host's mistake otherwise, refused
+    /// before anything is written), the caller's grant, and the rate
+    /// limit, whose state moves on for a call it lets through.
     fn admit_caller<W: WriteTransaction>(
         &self,
         txn: &mut Txn<'_, W>,
         principal: &Principal,
+        needed: &ScopeSet,
         now: TimestampMs,
     ) -> Result<(Site, Grant), BeginError> {
         let site = load_site(&*txn, &principal.site).map_err(|e| match e {
@@ -556,6 +738,11 @@ impl<S: Store> Engine<S> {
         })?;
         if let Err(SiteError::Disabled { retry_after_secs }) = site.ensure_enabled() {
             return Err(BeginError::Unavailable { retry_after_secs });
+        }
+        if !needed.is_subset(&site.scopes) {
+            return Err(BeginError::UndeclaredScope(
+                needed.missing_from(&site.scopes),
+            ));
         }
         let (grant, status) = self.grant_status(&*txn, &site, &principal.grant, now.timestamp())?;
         let grant = match (grant, status) {
@@ -576,11 +763,16 @@ impl<S: Store> Engine<S> {
     }
 
     /// Loads what a ticket operation needs, or ends the request if its
-    /// grant is no longer live or its tab connection moved.
+    /// grant is no longer live or, for a tab run, its tab connection moved
+    /// (a server run's ticket holder is its executor: no tab is looked at).
+    /// With the `action` a run asks for, first checks that the run may ask
+    /// for it at all ([`ExecutionRequest::admits`]): a refusal hands the
+    /// ticket back and changes nothing.
     fn run_context<W: WriteTransaction>(
         &self,
         txn: &mut Txn<'_, W>,
         ticket: &ExecutionTicket,
+        action: Option<&Action>,
         now: Timestamp,
     ) -> Result<RunContext, TicketError> {
         let key = keys::request(&ticket.lineage, &ticket.request_id);
@@ -597,6 +789,12 @@ impl<S: Store> Engine<S> {
             SiteOpError::Store(e) => TicketError::Store(e),
             SiteOpError::Site(_) => TicketError::Stale,
         })?;
+        if let Some(Err(e)) = action.map(|a| rec.admits(a, &site.scopes)) {
+            return Err(TicketError::Invalid(
+                alloc::boxed::Box::new(ticket.duplicate()),
+                e,
+            ));
+        }
         let (grant, status) = self.grant_status(&*txn, &site, &rec.grant(), now)?;
         let grant = match (grant, status) {
             (Some(g), Some(GrantStatus::Live)) => g,
@@ -607,16 +805,22 @@ impl<S: Store> Engine<S> {
                 return Err(TicketError::Ended(why));
             }
         };
-        let tab = txn
-            .load::<TabConnection>(&keys::tab(&grant.id))?
-            .filter(|t| {
-                t.dispatch(false, now, self.policy.tab_heartbeat_timeout)
-                    == Dispatch::To(rec.connection())
-            });
-        let Some(tab) = tab else {
-            rec.cancel(Failure::ConnectionLost, now);
-            self.save_request(txn, &ticket.lineage, &rec)?;
-            return Err(TicketError::Ended(Failure::ConnectionLost));
+        let tab = match rec.executor() {
+            Executor::Server => None,
+            Executor::Tab => {
+                let tab = txn
+                    .load::<TabConnection>(&keys::tab(&grant.id))?
+                    .filter(|t| {
+                        t.dispatch(false, now, self.policy.tab_heartbeat_timeout)
+                            == Dispatch::To(rec.connection())
+                    });
+                if tab.is_none() {
+                    rec.cancel(Failure::ConnectionLost, now);
+                    self.save_request(txn, &ticket.lineage, &rec)?;
+                    return Err(TicketError::Ended(Failure::ConnectionLost));
+                }
+                tab
+            }
         };
         Ok(RunContext {
             key,
@@ -628,9 +832,16 @@ impl<S: Store> Engine<S> {
     }
 
     /// Authorizes the next action of a run (see [`ActionVerdict`]): replays
-    /// a recorded one, checks its scope (reads need `skills:read`, writes and
-    /// unknown effects `skills:write`), the tab's visibility for actions that
-    /// drive page controls, and the approval of writes and unknown effects.
+    /// a recorded one, checks the scope it names ([`Action::scope`]), the
+    /// tab's visibility for actions that drive page controls, and the
+    /// approval of writes and unknown effects.
+    ///
+    /// An action the run can never perform is the host's mistake, refused
+    /// before anything else with the ticket handed back and nothing
+    /// changed ([`TicketError::Invalid`]): a scope the site does not
+    /// declare ([`crate::ledger::LedgerError::UndeclaredScope`],
+    /// `server_error`), or, on a server run, an action that drives page
+    /// controls ([`crate::ledger::LedgerError::InvalidAction`]).
     #[allow(
         clippy::needless_pass_by_value,
         reason = "the ticket is consumed by contract; each attempt works on a duplicate, in case a conflict re-runs it"
@@ -683,8 +894,8 @@ impl<S: Store> Engine<S> {
             mut rec,
             site,
             grant,
-            mut tab,
-        } = self.run_context(txn, &ticket, now)?;
+            tab,
+        } = self.run_context(txn, &ticket, Some(action), now)?;
         let lineage = ticket.lineage;
         let seq = ticket.next_action;
         let fingerprint = action.fingerprint();
@@ -693,13 +904,26 @@ impl<S: Store> Engine<S> {
         } else {
             None
         };
+        // The executor's auto-approvals: the tab connection's, or for a
+        // server run the grant's, read only for a write (the one effect
+        // they can cover).
+        let mut auto = if tab.is_none() && action.effect() == Effect::Write {
+            txn.load::<GrantAutoApproval>(&keys::grant_auto_approval(&grant.id))?
+        } else {
+            None
+        };
+        let auto_approves = match (&tab, &auto) {
+            (Some(t), _) => t.auto_approves(action.kind(), &fingerprint),
+            (None, Some(a)) => a.auto_approves(action.kind(), &fingerprint),
+            (None, None) => false,
+        };
         let step = rec.authorize(
             &NextAction {
                 seq,
                 action,
                 scopes: &ticket.scopes,
-                tab_visible: tab.visible,
-                tab_auto_approves: tab.auto_approves(action.kind(), &fingerprint),
+                tab_visible: tab.as_ref().is_none_or(|t| t.visible),
+                auto_approves,
                 site_allows_auto: site.auto_approval_allowed,
                 binding: binding(&site, &grant),
                 client_id: &ticket.client_id,
@@ -735,8 +959,13 @@ impl<S: Store> Engine<S> {
             }
             ActionStep::Run { auto_approved } => {
                 if auto_approved {
-                    tab.remember_write(fingerprint);
-                    txn.save(&keys::tab(&grant.id), &tab)?;
+                    if let Some(mut tab) = tab {
+                        tab.remember_write(fingerprint);
+                        txn.save(&keys::tab(&grant.id), &tab)?;
+                    } else if let Some(auto) = auto.as_mut() {
+                        auto.remember_write(fingerprint);
+                        txn.save(&keys::grant_auto_approval(&grant.id), &*auto)?;
+                    }
                 }
                 txn.save(&key, &rec)?;
                 ticket.next_action += 1;
@@ -797,7 +1026,7 @@ impl<S: Store> Engine<S> {
             return Err(TicketError::Invalid(alloc::boxed::Box::new(ticket), e));
         }
         {
-            let RunContext { key, mut rec, .. } = self.run_context(txn, &ticket, now)?;
+            let RunContext { key, mut rec, .. } = self.run_context(txn, &ticket, None, now)?;
             let Some(done) = rec.confirm() else {
                 return Err(TicketError::OutOfOrder(alloc::boxed::Box::new(
                     ticket.duplicate(),
@@ -863,7 +1092,7 @@ impl<S: Store> Engine<S> {
             Ok(end) => end,
             Err(e) => return Err(TicketError::Invalid(alloc::boxed::Box::new(ticket), e)),
         };
-        let RunContext { mut rec, .. } = self.run_context(txn, &ticket, now)?;
+        let RunContext { mut rec, .. } = self.run_context(txn, &ticket, None, now)?;
         rec.finish(end.clone(), false, now);
         self.save_request(txn, &ticket.lineage, &rec)?;
         self.stored(&*txn, &ticket.lineage, &rec, 0)?
@@ -987,6 +1216,9 @@ impl<S: Store> Engine<S> {
             }
             if now >= rec.grant_end() {
                 txn.delete(Table::Requests, &keys::grant_request(&rec.grant(), &id))?;
+                if let Some(run) = server_run_key(&rec) {
+                    txn.delete(Table::Requests, &run)?;
+                }
                 txn.delete(Table::Requests, &key)?;
             } else {
                 rec.expire();
@@ -1002,15 +1234,18 @@ impl<S: Store> Engine<S> {
         Ok(work)
     }
 
-    /// Ends the runs a host lost: every request still `Running` (a run holds
-    /// an [`ExecutionTicket`], which lives only in the host's memory and
-    /// cannot be persisted) ends exactly as a run cut off by a tab take-over
-    /// does: `CONNECTION_LOST` with `unknownTail`, since its effects may have
-    /// happened. Pending approvals and parked requests are left alone.
+    /// Ends the runs a host lost: every request still `Running`, on either
+    /// executor (a run holds an [`ExecutionTicket`], which lives only in the
+    /// host's memory and cannot be persisted), ends exactly as a run cut off
+    /// where it ran does: `CONNECTION_LOST` for a tab run, `ExecutorLost`
+    /// for a server run (the same wire code, `ACTION_UNAVAILABLE`), with
+    /// `unknownTail`, since its effects may have happened. Pending approvals
+    /// and parked requests are left alone.
     ///
     /// Call it when a host starts, before it serves, and only when no other
     /// host holds tickets on this store (a single-process server); a fleet
-    /// sharing a store would end each other's live runs.
+    /// sharing a store would end each other's live runs (a fleet ends its
+    /// lost server runs by their leases instead: [`Engine::end_lost_runs`]).
     ///
     /// Looks at up to `budget` undecided requests per call, all or nothing
     /// in one transaction, from `from` (the cursor the previous call

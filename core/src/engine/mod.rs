@@ -10,7 +10,10 @@
 //!   each takes the raw request parts an adapter has (query, body,
 //!   `Authorization` header) and answers with a typed value that maps to a
 //!   complete HTTP response;
-//! * **grant management** — listing, revoking and sweeping.
+//! * **grant management** — listing, revoking and sweeping;
+//! * **the execution ledger** — `begin` on the tab or on the server, the
+//!   ticket operations, approvals, tab connections and server executors'
+//!   leases (see [`crate::ledger`] and [`crate::executor`]).
 //!
 //! Every operation that changes state comes in two forms: `op(…)` runs in
 //! one write transaction of its own and commits it, retrying on a store
@@ -33,6 +36,7 @@
 
 mod agent;
 mod approvals;
+mod executor;
 mod grants;
 mod keys;
 mod ledger;
@@ -51,6 +55,7 @@ use crate::store::{
 };
 
 pub use agent::{AgentPrincipal, AgentTokenRequest, MintError};
+pub use approvals::{MAX_GRANTS_LISTED, MAX_PROMPTS_LISTED};
 pub use grants::{BearerRejection, GrantPage, GrantSummary, Principal};
 pub use ledger::{AbandonCursor, Abandoned};
 pub use oauth::RevokeError;

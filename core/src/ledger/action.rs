@@ -1,15 +1,19 @@
 //! Actions inside a run and their confirmed outcomes.
 //!
-//! An [`Action`] is what the running code asks the page to do: a kind (the
-//! skill or control it names), an [`Effect`], whether it drives page
-//! controls, its exact arguments and their [`ActionFingerprint`]. An
-//! [`Outcome`] is the confirmed record of one action that ran, numbered in
-//! the order the actions were authorized.
+//! An [`Action`] is what the running code asks its executor to do: a kind
+//! (the skill or control it names), an [`Effect`], **the scope it needs**
+//! (named by the host: scopes are the site's, see
+//! [`crate::site::SiteConfig::scopes`]), whether it drives page controls,
+//! its exact arguments and their [`ActionFingerprint`]. An [`Outcome`] is
+//! the confirmed record of one action that ran, numbered in the order the
+//! actions were authorized.
 //!
 //! The arguments travel with the action into a pending approval, so what
 //! the user is shown survives a restart; they are handed out only when they
 //! still hash to the fingerprint the approval is bound to
-//! ([`Action::arguments`]).
+//! ([`Action::arguments`]). The fingerprint covers kind, effect and
+//! arguments, not the scope, as it always has: outcomes recorded before
+//! actions named their scope still replay.
 
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -19,7 +23,7 @@ use serde_json::{Value, json};
 
 use super::LedgerError;
 use super::id::ActionFingerprint;
-use crate::scope::KnownScope;
+use crate::scope::{SKILLS_READ, SKILLS_WRITE, is_scope_token};
 use crate::store::codec::{self, Decode, Encode};
 use crate::store::{Record, Table};
 
@@ -33,13 +37,14 @@ pub const MAX_CODE_LEN: usize = 64;
 /// ([`super::MAX_CODE_LEN`]) they come from.
 pub const MAX_ARGUMENTS_LEN: usize = super::envelope::MAX_CODE_LEN;
 
-/// What an action may do to the world.
+/// What an action may do to the world. The scope it needs is the action's
+/// own ([`Action::scope`]), whatever its effect.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Effect {
-    /// Observes only. Needs `skills:read`; never asks for approval.
+    /// Observes only. Never asks for approval.
     Read,
-    /// Changes something. Needs `skills:write` and an approval, unless the
-    /// user auto-approved its kind for the connected tab.
+    /// Changes something. Needs an approval, unless the user auto-approved
+    /// its kind (for the connected tab, or for the grant's server runs).
     Write,
     /// Not declared. Treated like a write that can never be auto-approved.
     Unknown,
@@ -62,19 +67,20 @@ impl Effect {
         }
     }
 
-    /// The scope an action with this effect needs.
-    #[must_use]
-    pub const fn required_scope(self) -> KnownScope {
-        match self {
-            Self::Read => KnownScope::SKILLS_READ,
-            Self::Write | Self::Unknown => KnownScope::SKILLS_WRITE,
-        }
-    }
-
     /// Whether a human must approve it (writes and unknown effects).
     #[must_use]
     pub const fn needs_approval(self) -> bool {
         !matches!(self, Self::Read)
+    }
+
+    /// The scope an action of this effect needed before actions named
+    /// their own: `skills:read` for reads, `skills:write` for the rest.
+    /// Only an action read from a record of that time gets it.
+    const fn implied_scope(self) -> &'static str {
+        match self {
+            Self::Read => SKILLS_READ,
+            Self::Write | Self::Unknown => SKILLS_WRITE,
+        }
     }
 }
 
@@ -83,6 +89,10 @@ impl Effect {
 pub struct Action {
     kind: String,
     effect: Effect,
+    /// The scope the action needs: a scope token (checked when made and
+    /// when read back).
+    #[serde(deserialize_with = "scope_token")]
+    scope: String,
     drives_page: bool,
     fingerprint: ActionFingerprint,
     /// The exact arguments; `None` only in a record written before they
@@ -90,10 +100,25 @@ pub struct Action {
     arguments: Option<Vec<u8>>,
 }
 
+/// A scope token, as `serde` reads one: the reading the record codec's
+/// must agree with.
+fn scope_token<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let scope = String::deserialize(d)?;
+    if is_scope_token(&scope) {
+        Ok(scope)
+    } else {
+        Err(serde::de::Error::invalid_value(
+            serde::de::Unexpected::Str(&scope),
+            &"a scope token",
+        ))
+    }
+}
+
 impl Encode for Action {
     fn encode(&self, out: &mut Vec<u8>) {
         self.kind.encode(out);
         self.effect.encode(out);
+        self.scope.encode(out);
         self.drives_page.encode(out);
         self.fingerprint.encode(out);
         match &self.arguments {
@@ -107,12 +132,26 @@ impl Encode for Action {
 }
 
 /// An action lives only in an [`super::ExecutionRequest`]: the reader's
-/// version is that record's, and version 1 had no `arguments`.
+/// version is that record's. Version 1 had no `arguments`; versions 1 and 2
+/// had no `scope`, and such an action gets the scope its effect implied
+/// then (`skills:read` for reads, `skills:write` for the rest).
 impl Decode<'_> for Action {
     fn decode(r: &mut codec::Reader<'_>) -> Result<Self, codec::Malformed> {
+        let kind = String::decode(r)?;
+        let effect = Effect::decode(r)?;
+        let scope = if r.version() < 3 {
+            effect.implied_scope().into()
+        } else {
+            let scope = r.str()?;
+            if !is_scope_token(scope) {
+                return Err(codec::Malformed);
+            }
+            scope.into()
+        };
         Ok(Self {
-            kind: String::decode(r)?,
-            effect: Effect::decode(r)?,
+            kind,
+            effect,
+            scope,
             drives_page: bool::decode(r)?,
             fingerprint: ActionFingerprint::decode(r)?,
             arguments: match r.version() {
@@ -128,14 +167,24 @@ impl Decode<'_> for Action {
 }
 
 impl Action {
-    /// An action of `kind` with `effect`, fingerprinted over its exact
-    /// `arguments` (the bytes the page will receive), which it keeps. The
-    /// kind is 1–128 printable ASCII characters and the arguments at most
-    /// [`MAX_ARGUMENTS_LEN`] bytes; anything else is `INVALID_PARAMS`.
-    pub fn new(kind: &str, effect: Effect, arguments: &[u8]) -> Result<Self, LedgerError> {
+    /// An action of `kind` with `effect` that needs `scope`, fingerprinted
+    /// over its exact `arguments` (the bytes the executor will receive),
+    /// which it keeps. The kind is 1–128 printable ASCII characters, the
+    /// scope a scope token (RFC 6749 §3.3's `scope-token`, as in a
+    /// [`crate::scope::ScopeSet`]) and the arguments at most
+    /// [`MAX_ARGUMENTS_LEN`] bytes; anything else is
+    /// [`LedgerError::InvalidAction`] (`INVALID_PARAMS`). Whether the site
+    /// declares the scope is checked when a run asks for the action.
+    pub fn new(
+        kind: &str,
+        effect: Effect,
+        scope: &str,
+        arguments: &[u8],
+    ) -> Result<Self, LedgerError> {
         if kind.is_empty()
             || kind.len() > MAX_KIND_LEN
             || !kind.bytes().all(|b| b.is_ascii_graphic())
+            || !is_scope_token(scope)
             || arguments.len() > MAX_ARGUMENTS_LEN
         {
             return Err(LedgerError::InvalidAction);
@@ -143,14 +192,30 @@ impl Action {
         Ok(Self {
             kind: kind.into(),
             effect,
+            scope: scope.into(),
             drives_page: false,
             fingerprint: ActionFingerprint::of(kind, effect.as_str(), arguments),
             arguments: Some(arguments.to_vec()),
         })
     }
 
-    /// An action as a schema-1 record held it: no arguments (what the
-    /// test of the upgrade path expects).
+    /// [`Action::new`] with [`Effect::Read`].
+    pub fn read(kind: &str, scope: &str, arguments: &[u8]) -> Result<Self, LedgerError> {
+        Self::new(kind, Effect::Read, scope, arguments)
+    }
+
+    /// [`Action::new`] with [`Effect::Write`].
+    pub fn write(kind: &str, scope: &str, arguments: &[u8]) -> Result<Self, LedgerError> {
+        Self::new(kind, Effect::Write, scope, arguments)
+    }
+
+    /// [`Action::new`] with [`Effect::Unknown`].
+    pub fn unknown(kind: &str, scope: &str, arguments: &[u8]) -> Result<Self, LedgerError> {
+        Self::new(kind, Effect::Unknown, scope, arguments)
+    }
+
+    /// An action as a schema-1 record held it: no arguments, and the scope
+    /// its effect implied (what the test of the upgrade path expects).
     #[cfg(test)]
     pub(crate) fn without_arguments(
         kind: String,
@@ -161,14 +226,36 @@ impl Action {
         Self {
             kind,
             effect,
+            scope: effect.implied_scope().into(),
             drives_page,
             fingerprint,
             arguments: None,
         }
     }
 
+    /// An action as a schema-2 record held it: the scope its effect
+    /// implied.
+    #[cfg(test)]
+    pub(crate) fn with_implied_scope(
+        kind: String,
+        effect: Effect,
+        drives_page: bool,
+        fingerprint: ActionFingerprint,
+        arguments: Option<Vec<u8>>,
+    ) -> Self {
+        Self {
+            kind,
+            effect,
+            scope: effect.implied_scope().into(),
+            drives_page,
+            fingerprint,
+            arguments,
+        }
+    }
+
     /// Marks the action as driving page controls: it needs the connected
-    /// tab to be visible (`tab_not_visible` otherwise).
+    /// tab to be visible (`tab_not_visible` otherwise), and a server run
+    /// may not ask for it.
     #[must_use]
     pub fn driving_page(mut self) -> Self {
         self.drives_page = true;
@@ -185,6 +272,12 @@ impl Action {
     #[must_use]
     pub fn effect(&self) -> Effect {
         self.effect
+    }
+
+    /// The scope the action needs.
+    #[must_use]
+    pub fn scope(&self) -> &str {
+        &self.scope
     }
 
     /// Whether it drives page controls.
@@ -346,43 +439,54 @@ impl Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scope::{SKILLS_READ, SKILLS_WRITE};
 
     #[test]
-    fn scopes_and_approval_follow_the_effect() {
-        assert_eq!(Effect::Read.required_scope().as_str(), SKILLS_READ);
-        assert_eq!(Effect::Write.required_scope().as_str(), SKILLS_WRITE);
-        assert_eq!(Effect::Unknown.required_scope().as_str(), SKILLS_WRITE);
+    fn approval_follows_the_effect_and_the_scope_is_the_actions() {
         assert!(!Effect::Read.needs_approval());
         assert!(Effect::Write.needs_approval() && Effect::Unknown.needs_approval());
+        let a = Action::read("notes.list", "notes:read", b"{}").unwrap();
+        assert_eq!((a.effect(), a.scope()), (Effect::Read, "notes:read"));
+        let w = Action::write("notes.add", "notes:read", b"{}").unwrap();
+        assert_eq!((w.effect(), w.scope()), (Effect::Write, "notes:read"));
+        let u = Action::unknown("x", "anything", b"").unwrap();
+        assert_eq!((u.effect(), u.scope()), (Effect::Unknown, "anything"));
+        // What records of before gave an action.
+        assert_eq!(Effect::Read.implied_scope(), SKILLS_READ);
+        assert_eq!(Effect::Write.implied_scope(), SKILLS_WRITE);
+        assert_eq!(Effect::Unknown.implied_scope(), SKILLS_WRITE);
     }
 
     #[test]
     fn actions_are_validated_and_fingerprinted() {
-        let a = Action::new("cart.add", Effect::Write, br#"{"sku":1}"#).unwrap();
-        let b = Action::new("cart.add", Effect::Write, br#"{"sku":2}"#).unwrap();
-        let c = Action::new("cart.add", Effect::Unknown, br#"{"sku":1}"#).unwrap();
+        let a = Action::write("cart.add", "s", br#"{"sku":1}"#).unwrap();
+        let b = Action::write("cart.add", "s", br#"{"sku":2}"#).unwrap();
+        let c = Action::unknown("cart.add", "s", br#"{"sku":1}"#).unwrap();
         assert_ne!(a.fingerprint(), b.fingerprint());
         assert_ne!(a.fingerprint(), c.fingerprint());
+        // The scope is not part of the fingerprint: outcomes recorded
+        // before actions named it still replay.
+        let other_scope = Action::write("cart.add", "t", br#"{"sku":1}"#).unwrap();
+        assert_eq!(a.fingerprint(), other_scope.fingerprint());
         assert!(!a.drives_page() && a.clone().driving_page().drives_page());
         for bad in ["", "a b", "é", &"x".repeat(129)] {
-            assert_eq!(
-                Action::new(bad, Effect::Read, b""),
-                Err(LedgerError::InvalidAction)
-            );
+            assert_eq!(Action::read(bad, "s", b""), Err(LedgerError::InvalidAction));
         }
+        for bad in ["", "a b", "a\"b", "é", &"x".repeat(65)] {
+            assert_eq!(Action::read("k", bad, b""), Err(LedgerError::InvalidAction));
+        }
+        assert!(Action::read("k", &"x".repeat(64), b"").is_ok());
         let most = alloc::vec![b'1'; MAX_ARGUMENTS_LEN];
-        assert!(Action::new("k", Effect::Write, &most).is_ok());
+        assert!(Action::write("k", "s", &most).is_ok());
         let more = alloc::vec![b'1'; MAX_ARGUMENTS_LEN + 1];
         assert_eq!(
-            Action::new("k", Effect::Write, &more),
+            Action::write("k", "s", &more),
             Err(LedgerError::InvalidAction)
         );
     }
 
     #[test]
     fn arguments_are_handed_out_only_while_they_match_the_fingerprint() {
-        let a = Action::new("cart.add", Effect::Write, br#"{"sku":1}"#).unwrap();
+        let a = Action::write("cart.add", "s", br#"{"sku":1}"#).unwrap();
         assert_eq!(a.arguments(), Some(br#"{"sku":1}"#.as_slice()));
         // Never kept (an old record): nothing to show.
         let old = Action::without_arguments(a.kind.clone(), a.effect, false, a.fingerprint);
@@ -414,7 +518,7 @@ mod tests {
     /// The record's encoding and reading are postcard's over its derives.
     #[test]
     fn the_outcome_encoding_is_postcards() {
-        let fingerprint = Action::new("k", Effect::Read, b"").unwrap().fingerprint();
+        let fingerprint = Action::read("k", "s", b"").unwrap().fingerprint();
         for (effect, status) in [
             (Effect::Read, OutcomeStatus::Ok),
             (Effect::Write, OutcomeStatus::Failed("E_BUSY".into())),

@@ -2,15 +2,17 @@
 //! user's decision, and when an approval is void.
 //!
 //! A write (or an action of unknown effect) waits for the user unless its
-//! kind is auto-approved for the connected tab. The pending approval is bound
+//! kind is auto-approved: for the connected tab (a tab run), or for the
+//! grant (a server run, [`GrantAutoApproval`]). The pending approval is bound
 //! to **the request, the position and exact fingerprint of the action, the
 //! grant and the policy in force** ([`Binding`]: grant id, the grant's epoch
 //! and the site's `policy_version`). The user may:
 //!
 //! * approve it **once** ([`ApprovalDecision::Once`]);
 //! * approve it and **auto-approve its kind** for the current tab connection
-//!   and client ([`ApprovalDecision::AutoApproveKind`]) — never offered for
-//!   unknown effects, in-page callers or sites that forbid it;
+//!   and client, or for a server run for the grant
+//!   ([`ApprovalDecision::AutoApproveKind`]) — never offered for unknown
+//!   effects, in-page callers or sites that forbid it;
 //! * **deny** it ([`ApprovalDecision::Deny`]): the request ends with
 //!   `PERMISSION_DENIED`.
 //!
@@ -21,7 +23,10 @@
 //! ([`crate::ledger::Action::arguments`]); when it cannot be shown, only
 //! [`ApprovalDecision::Deny`] is accepted ([`ApprovalPrompt::can_approve`]). Identical repeated writes ask
 //! again even when their kind is auto-approved: auto-approval covers each
-//! distinct write once per connection (see [`crate::tab`]).
+//! distinct write once per connection (see [`crate::tab`]) or per grant
+//! (server runs). Both keep their auto-approvals through the same rules
+//! (the crate-private `auto_approves`, `remember_write` and `allow_kind`
+//! here), with the same bounds ([`MAX_AUTO_KINDS`], [`MAX_AUTO_WRITES`]).
 
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -33,8 +38,117 @@ use serde_json::{Value, json};
 use super::{Action, ActionFingerprint, RequestId};
 use crate::error::{ErrorCode, WireError};
 use crate::grant::GrantId;
-use crate::store::codec;
+use crate::store::{Record, Table, codec};
 use crate::time::Timestamp;
+
+/// Most action kinds auto-approved on one tab connection, or for one
+/// grant's server runs.
+pub const MAX_AUTO_KINDS: usize = 64;
+/// Most distinct auto-approved writes remembered on one tab connection, or
+/// for one grant's server runs; past it, every write asks again (failing
+/// safe).
+pub const MAX_AUTO_WRITES: usize = 1_024;
+
+/// Whether auto-approvals (`kinds`, and the `writes` already run under
+/// them) let a write of `kind` with `fingerprint` run without asking: its
+/// kind is auto-approved, and no identical write ran under it (identical
+/// repeated writes always ask again). The one rule for a tab connection and
+/// a grant's server runs.
+pub(crate) fn auto_approves(
+    kinds: &[String],
+    writes: &[ActionFingerprint],
+    kind: &str,
+    fingerprint: &ActionFingerprint,
+) -> bool {
+    kinds.iter().any(|k| k == kind)
+        && writes.len() < MAX_AUTO_WRITES
+        && !writes.contains(fingerprint)
+}
+
+/// Remembers a write that ran (or was approved) under auto-approval.
+pub(crate) fn remember_write(writes: &mut Vec<ActionFingerprint>, fingerprint: ActionFingerprint) {
+    if !writes.contains(&fingerprint) && writes.len() < MAX_AUTO_WRITES {
+        writes.push(fingerprint);
+    }
+}
+
+/// Auto-approves `kind`; the approved write itself counts as run, so an
+/// identical one asks again.
+pub(crate) fn allow_kind(
+    kinds: &mut Vec<String>,
+    writes: &mut Vec<ActionFingerprint>,
+    kind: &str,
+    fingerprint: ActionFingerprint,
+) {
+    if !kinds.iter().any(|k| k == kind) && kinds.len() < MAX_AUTO_KINDS {
+        kinds.push(kind.into());
+    }
+    remember_write(writes, fingerprint);
+}
+
+/// The auto-approvals of one grant's **server** runs: the kinds the user
+/// chose "always allow" for on a server run's prompt, and the writes
+/// already run under them. A server run has no tab connection to hold
+/// them, so they live per grant, under the same rules and bounds as a
+/// tab's ([`crate::tab::TabConnection::auto_approves`]). Written by
+/// [`crate::Engine::decide_approval`]; deleted when the grant is revoked
+/// and when the expired grant is swept, and never read for another grant:
+/// they end with the grant.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GrantAutoApproval {
+    /// The grant.
+    pub grant: GrantId,
+    /// Action kinds auto-approved for its server runs.
+    pub auto_kinds: Vec<String>,
+    /// Writes already run under auto-approval: identical repeats ask again.
+    pub auto_writes: Vec<ActionFingerprint>,
+}
+
+codec::fields!(GrantAutoApproval {
+    grant,
+    auto_kinds,
+    auto_writes
+});
+
+impl Record for GrantAutoApproval {
+    const TABLE: Table = Table::Approvals;
+    const VERSION: u8 = 1;
+}
+
+impl GrantAutoApproval {
+    /// None yet, for `grant`.
+    #[must_use]
+    pub fn new(grant: GrantId) -> Self {
+        Self {
+            grant,
+            auto_kinds: Vec::new(),
+            auto_writes: Vec::new(),
+        }
+    }
+
+    /// Whether a write of `kind` with `fingerprint` runs without asking: its
+    /// kind is auto-approved and no identical write ran under it.
+    #[must_use]
+    pub fn auto_approves(&self, kind: &str, fingerprint: &ActionFingerprint) -> bool {
+        auto_approves(&self.auto_kinds, &self.auto_writes, kind, fingerprint)
+    }
+
+    /// Remembers a write that ran under auto-approval.
+    pub fn remember_write(&mut self, fingerprint: ActionFingerprint) {
+        remember_write(&mut self.auto_writes, fingerprint);
+    }
+
+    /// Auto-approves `kind`; the approved write itself counts as run, so an
+    /// identical one asks again.
+    pub fn allow_kind(&mut self, kind: &str, fingerprint: ActionFingerprint) {
+        allow_kind(
+            &mut self.auto_kinds,
+            &mut self.auto_writes,
+            kind,
+            fingerprint,
+        );
+    }
+}
 
 /// The policy in force when an approval was asked for or is used.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -88,7 +202,8 @@ pub enum ApprovalDecision {
     /// Run this one action, once.
     Once,
     /// Run it, and auto-approve further (non-identical) writes of its kind
-    /// for the current tab connection and client.
+    /// for the current tab connection and client; for a server run, for
+    /// the grant's server runs ([`GrantAutoApproval`]).
     AutoApproveKind,
     /// Do not run it: the request ends with `PERMISSION_DENIED`.
     Deny,
@@ -147,6 +262,7 @@ impl PendingApproval {
             seq: self.seq,
             kind: self.action.kind().into(),
             effect: self.action.effect(),
+            scope: self.action.scope().into(),
             fingerprint: self.action.fingerprint(),
             client_id: self.client_id.clone(),
             client_name: self.client_name.clone(),
@@ -179,6 +295,8 @@ pub struct ApprovalPrompt {
     pub kind: String,
     /// The action's effect.
     pub effect: crate::ledger::Effect,
+    /// The scope the action needs (the host's name for what it may do).
+    pub scope: String,
     /// The exact action.
     pub fingerprint: ActionFingerprint,
     /// The requesting client.
@@ -215,12 +333,15 @@ impl ApprovalPrompt {
         }
     }
 
-    /// The JSON form a client sees with `approval_pending`.
+    /// The JSON form a client sees with `approval_pending`, and an approval
+    /// page may show: `{"kind", "effect", "scope", "seq", "client": {"id",
+    /// "name", "verified": false}}`.
     #[must_use]
     pub fn to_json(&self) -> Value {
         json!({
             "kind": self.kind,
             "effect": self.effect.as_str(),
+            "scope": self.scope,
             "seq": self.seq,
             "client": {
                 "id": self.client_id,
@@ -301,12 +422,11 @@ impl std::error::Error for ApprovalError {}
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::Effect;
 
     fn pending(offer: bool) -> PendingApproval {
         PendingApproval {
             seq: 2,
-            action: Action::new("cart.add", Effect::Write, b"{}").unwrap(),
+            action: Action::write("cart.add", "cart:write", b"{}").unwrap(),
             binding: Binding {
                 grant: GrantId::from_bytes([1; 16]),
                 epoch: 0,
@@ -329,7 +449,7 @@ mod tests {
         let fp = p.action.fingerprint();
         assert!(approved.covers(2, &fp, &p.binding));
         assert!(!approved.covers(3, &fp, &p.binding));
-        let other = Action::new("cart.add", Effect::Write, b"{ }")
+        let other = Action::write("cart.add", "cart:write", b"{ }")
             .unwrap()
             .fingerprint();
         assert!(!approved.covers(2, &other, &p.binding));
@@ -357,6 +477,8 @@ mod tests {
         );
         let prompt = pending(true).prompt(RequestId::from_bytes([9; 16]));
         assert_eq!(prompt.to_json()["client"]["name"], "Agent");
+        assert_eq!(prompt.to_json()["scope"], "cart:write");
+        assert_eq!(prompt.scope, "cart:write");
         assert_eq!(prompt.reference().seq, 2);
         assert_eq!(prompt.arguments.as_deref(), Some(b"{}".as_slice()));
         assert!(prompt.can_approve() && prompt.offer_auto_approve);
@@ -386,5 +508,65 @@ mod tests {
             p.decide(ApprovalDecision::Deny, &changed),
             Err(ApprovalError::Void)
         );
+    }
+
+    #[test]
+    fn a_grants_auto_approval_skips_identical_writes_within_its_bounds() {
+        let fp = |n: u32| {
+            Action::write("notes.add", "notes:write", alloc::format!("{n}").as_bytes())
+                .unwrap()
+                .fingerprint()
+        };
+        let mut a = GrantAutoApproval::new(GrantId::from_bytes([1; 16]));
+        assert!(!a.auto_approves("notes.add", &fp(1)));
+        a.allow_kind("notes.add", fp(1));
+        assert!(
+            !a.auto_approves("notes.add", &fp(1)),
+            "identical repeat asks"
+        );
+        assert!(a.auto_approves("notes.add", &fp(2)));
+        assert!(
+            !a.auto_approves("notes.delete", &fp(2)),
+            "another kind asks"
+        );
+        a.remember_write(fp(2));
+        a.remember_write(fp(2));
+        assert_eq!(a.auto_writes.len(), 2);
+        assert!(!a.auto_approves("notes.add", &fp(2)));
+        a.allow_kind("notes.add", fp(3));
+        assert_eq!(a.auto_kinds, alloc::vec![String::from("notes.add")]);
+        // Bounded: past the limit every write asks again.
+        for n in 4.. {
+            if a.auto_writes.len() == MAX_AUTO_WRITES {
+                break;
+            }
+            a.remember_write(fp(n));
+        }
+        a.remember_write(fp(100_000));
+        assert_eq!(a.auto_writes.len(), MAX_AUTO_WRITES);
+        assert!(!a.auto_approves("notes.add", &fp(100_001)), "fails safe");
+        let mut kinds = GrantAutoApproval::new(GrantId::from_bytes([1; 16]));
+        for n in 0..=MAX_AUTO_KINDS {
+            kinds.allow_kind(&alloc::format!("k{n}"), fp(0));
+        }
+        assert_eq!(kinds.auto_kinds.len(), MAX_AUTO_KINDS);
+    }
+
+    /// The record's encoding and reading are postcard's over its derives.
+    #[test]
+    fn the_grant_auto_approval_encoding_is_postcards() {
+        let mut a = GrantAutoApproval::new(GrantId::from_bytes([3; 16]));
+        codec::assert_postcard_agrees(&a);
+        a.allow_kind(
+            "notes.add",
+            Action::write("notes.add", "s", b"1").unwrap().fingerprint(),
+        );
+        a.allow_kind(
+            "notes.edit",
+            Action::write("notes.edit", "s", b"2")
+                .unwrap()
+                .fingerprint(),
+        );
+        codec::assert_postcard_agrees(&a);
     }
 }

@@ -122,8 +122,8 @@ pub use envelope::{ExecuteParams, MAX_CODE_LEN, MAX_ENVELOPE_LEN};
 pub(crate) use id::Lineage;
 pub use id::{ActionFingerprint, CodeFingerprint, RequestId};
 pub use request::{
-    ActionStep, BeginStep, Begun, ExecutionRequest, InFlight, NextAction, Owner, Park, Repeat,
-    RequestState,
+    ActionStep, BeginStep, Begun, ExecutionRequest, Executor, InFlight, NextAction, Owner, Park,
+    Repeat, RequestState,
 };
 pub use result::{BusinessError, Completion, End, Failure, MAX_MESSAGE_LEN};
 
@@ -141,7 +141,9 @@ use approval::ApprovalPrompt;
 /// Outcomes per page.
 pub const OUTCOME_PAGE: usize = 100;
 
-/// Invalid input to the ledger: every variant is `INVALID_PARAMS`.
+/// Invalid input to the ledger: every variant is `INVALID_PARAMS`, except
+/// [`LedgerError::UndeclaredScope`], the host's own mistake
+/// (`server_error`).
 #[non_exhaustive]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LedgerError {
@@ -149,8 +151,15 @@ pub enum LedgerError {
     InvalidRequestId,
     /// The `execute` envelope is malformed.
     MalformedEnvelope(&'static str),
-    /// An action kind is malformed, or its arguments are too long.
+    /// An action's kind or scope is malformed, or its arguments are too
+    /// long; or a server run asked for an action that drives page controls
+    /// (a server has no page).
     InvalidAction,
+    /// An action names a scope its site does not declare
+    /// ([`crate::site::SiteConfig::scopes`]): no token can ever carry it, so
+    /// the host named it by mistake. `server_error` (500): the caller cannot
+    /// fix it.
+    UndeclaredScope,
     /// An outcome report is malformed or too large.
     InvalidReport,
     /// A result is not valid JSON, or a business error code is malformed.
@@ -170,8 +179,12 @@ impl fmt::Display for LedgerError {
             Self::InvalidRequestId => f.write_str("requestId must be a UUID in canonical form"),
             Self::MalformedEnvelope(why) => f.write_str(why),
             Self::InvalidAction => f.write_str(
-                "action kind must be 1-128 printable characters, its arguments at most 96 KiB",
+                "action kind must be 1-128 printable characters, its scope a scope token and \
+                 its arguments at most 96 KiB; a server run cannot drive page controls",
             ),
+            Self::UndeclaredScope => {
+                f.write_str("the action needs a scope this site does not declare")
+            }
             Self::InvalidReport => f.write_str("outcome report is malformed or too large"),
             Self::InvalidResult => f.write_str("result is malformed"),
             Self::ResultTooLarge { limit } => write!(f, "result is larger than {limit} bytes"),
@@ -182,7 +195,10 @@ impl fmt::Display for LedgerError {
 
 impl WireError for LedgerError {
     fn code(&self) -> ErrorCode {
-        ErrorCode::InvalidParams
+        match self {
+            Self::UndeclaredScope => ErrorCode::ServerError,
+            _ => ErrorCode::InvalidParams,
+        }
     }
 }
 
@@ -202,7 +218,7 @@ pub enum Caller {
 /// [`crate::Engine::authorize_action`], [`crate::Engine::record_outcome`] and
 /// finally [`crate::Engine::complete`]. Only the latest run's ticket is
 /// valid; dropping it leaves the request `execution_pending` until its tab
-/// connection ends.
+/// connection ends (a tab run) or its executor's lease does (a server run).
 #[must_use = "a ticket must be handed back to authorize actions and complete the request"]
 #[derive(Debug, PartialEq, Eq)]
 pub struct ExecutionTicket {
@@ -249,7 +265,9 @@ impl ExecutionTicket {
         self.next_action
     }
 
-    /// The tab connection to dispatch the run's actions to.
+    /// The tab connection to dispatch the run's actions to; for a server
+    /// run, the number of the executor it was dispatched to
+    /// ([`crate::executor::ExecutorId::get`]).
     #[must_use]
     pub fn connection(&self) -> u32 {
         self.connection
@@ -391,6 +409,16 @@ pub enum BeginError {
     },
     /// No connected tab: `no_live_tab`, with the reconnect link.
     NoLiveTab(ReconnectLink),
+    /// [`crate::Engine::begin_server`] on behalf of an executor whose lease
+    /// is not live (it lapsed, was swept or stopped): renew it
+    /// ([`crate::Engine::renew_executor`]) before running calls on it.
+    /// `ACTION_UNAVAILABLE` (503); nothing was stored, and the same id is
+    /// judged afresh.
+    ExecutorNotLive,
+    /// The host said the call needs scopes its site does not declare (these):
+    /// no token can ever carry them, so it is the server's mistake, not the
+    /// client's. `server_error` (500), checked before anything is written.
+    UndeclaredScope(ScopeSet),
     /// The site is switched off: 503 `temporarily_unavailable`.
     Unavailable {
         /// Seconds for `Retry-After`.
@@ -434,6 +462,12 @@ impl fmt::Display for BeginError {
                 write!(f, "{limit} requests are still undecided; finish some first")
             }
             Self::NoLiveTab(_) => f.write_str("no connected tab; reconnect one"),
+            Self::ExecutorNotLive => {
+                f.write_str("this server instance cannot run calls now; retry later")
+            }
+            Self::UndeclaredScope(_) => {
+                f.write_str("the call needs a scope this site does not declare")
+            }
             Self::Unavailable { .. } => {
                 f.write_str("external agents are switched off for this site")
             }
@@ -456,10 +490,12 @@ impl WireError for BeginError {
             Self::SessionRevoked => ErrorCode::SessionRevoked,
             Self::SessionExpired => ErrorCode::SessionExpired,
             Self::RateLimited { .. } => ErrorCode::RateLimited,
-            Self::TooManyUndecided { .. } | Self::AgentToken => ErrorCode::ActionUnavailable,
+            Self::TooManyUndecided { .. } | Self::AgentToken | Self::ExecutorNotLive => {
+                ErrorCode::ActionUnavailable
+            }
             Self::NoLiveTab(_) => ErrorCode::NoLiveTab,
             Self::Unavailable { .. } => ErrorCode::TemporarilyUnavailable,
-            Self::Store(_) => ErrorCode::ServerError,
+            Self::UndeclaredScope(_) | Self::Store(_) => ErrorCode::ServerError,
         }
     }
 
@@ -542,7 +578,8 @@ pub enum TicketError {
     /// Invalid input; the ticket is handed back unchanged.
     Invalid(Box<ExecutionTicket>, LedgerError),
     /// The store failed; nothing changed, and the ticket is lost: the
-    /// request ends when its tab connection does.
+    /// request ends when its tab connection does (a tab run), or when its
+    /// executor stops or its lease lapses (a server run).
     Store(StoreError),
 }
 

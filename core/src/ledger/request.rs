@@ -15,12 +15,18 @@
 //!
 //! `Running`, `AwaitingApproval` and `Parked` are *undecided*: they never
 //! expire by retention and count against the per-connection limit.
+//!
+//! A request runs on one [`Executor`], the one its first call named: the
+//! user's connected tab or the host's server. The same decision tables serve
+//! both; the facts the engine hands them ([`Repeat`], [`NextAction`]) are
+//! read from the tab connection or from the executor leases.
 
 use alloc::string::String;
 use alloc::vec::Vec;
 
 use serde::{Deserialize, Serialize};
 
+use super::LedgerError;
 use super::action::{Action, Effect, Outcome};
 use super::approval::{ApprovalPrompt, Approved, Binding, PendingApproval};
 use super::id::{ActionFingerprint, CodeFingerprint, RequestId};
@@ -30,6 +36,57 @@ use crate::scope::ScopeSet;
 use crate::store::codec::{self, Decode, Encode, decode_body};
 use crate::store::{CodecError, Record, Table};
 use crate::time::Timestamp;
+
+/// Where a request's runs execute. The host chooses per call — its own code
+/// knows which of its tools run where — and the request keeps the choice:
+/// a later call with the same id on the other executor is another call
+/// (`REPLAY_DETECTED`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Executor {
+    /// The user's connected browser tab ([`crate::tab`]): a run is
+    /// dispatched to the grant's live tab connection and cut off when that
+    /// connection ends. [`crate::Engine::begin`] and
+    /// [`crate::Engine::begin_needing`].
+    Tab,
+    /// The host's own server ([`crate::executor`]): a run is dispatched to
+    /// the executor (a server instance with a lease) that began it, and cut
+    /// off when that executor stops or its lease lapses.
+    /// [`crate::Engine::begin_server`].
+    Server,
+}
+
+impl Executor {
+    /// The failure a run cut off where it ran ends with:
+    /// [`Failure::ConnectionLost`] on a tab, [`Failure::ExecutorLost`] on
+    /// the server.
+    #[must_use]
+    pub const fn lost(self) -> Failure {
+        match self {
+            Self::Tab => Failure::ConnectionLost,
+            Self::Server => Failure::ExecutorLost,
+        }
+    }
+}
+
+impl Encode for Executor {
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.push(*self as u8);
+    }
+}
+
+/// An executor lives only in an [`ExecutionRequest`]: the reader's version
+/// is that record's, and records before version 3 ran on the tab only.
+impl Decode<'_> for Executor {
+    fn decode(r: &mut codec::Reader<'_>) -> Result<Self, codec::Malformed> {
+        if r.version() < 3 {
+            return Ok(Self::Tab);
+        }
+        match r.variant(2)? {
+            0 => Ok(Self::Tab),
+            _ => Ok(Self::Server),
+        }
+    }
+}
 
 /// Why a run stopped without ending the request; the next `begin` with the
 /// same request id resumes it.
@@ -175,9 +232,13 @@ pub struct ExecutionRequest {
     created: Timestamp,
     /// Submitted by an in-page caller (never auto-approved).
     in_page: bool,
+    /// Where its runs execute (schema version 3; older records ran on the
+    /// tab).
+    executor: Executor,
     /// Runs started so far; a ticket is valid only for the latest.
     run: u32,
-    /// The tab connection the latest run was dispatched to.
+    /// Where the latest run was dispatched: the tab connection, or the
+    /// number of the server executor.
     connection: u32,
     /// Confirmed outcomes (the next outcome's position).
     outcomes: u32,
@@ -196,6 +257,7 @@ codec::fields!(ExecutionRequest {
     grant_end,
     created,
     in_page,
+    executor,
     run,
     connection,
     outcomes,
@@ -204,26 +266,32 @@ codec::fields!(ExecutionRequest {
     state,
 });
 
-/// Version 2 keeps an action's arguments in a pending approval; version 1
-/// records (the same layout without them: the [`Action`] reader asks the
-/// version) are read with none ([`crate::ledger::Action::arguments`] is
-/// `None`: such an approval can only be denied).
+/// Version 3 keeps the request's [`Executor`] and the scope of the action a
+/// pending approval is for. Older records have the same layout without
+/// them (the [`Executor`] and [`Action`] readers ask the version): they ran
+/// on the tab, and their action gets the scope its effect implied then
+/// (`skills:read` for reads, `skills:write` for the rest). Version 2 kept
+/// the action's arguments; version 1 records are read with none
+/// ([`crate::ledger::Action::arguments`] is `None`: such an approval can
+/// only be denied).
 impl Record for ExecutionRequest {
     const TABLE: Table = Table::Requests;
-    const VERSION: u8 = 2;
+    const VERSION: u8 = 3;
 
     fn upgrade(version: u8, body: &[u8]) -> Option<Result<Self, CodecError>> {
-        (version == 1).then(|| decode_body(version, body))
+        matches!(version, 1 | 2).then(|| decode_body(version, body))
     }
 }
 
-/// The layout of schema version 1 as its `serde` derives wrote it, for the
-/// test that reads such a record: the same record, without the arguments
-/// of the action a pending approval is for. Field and variant order are the
-/// wire format: never reorder.
+/// The layouts of schema versions 1 and 2 as their `serde` derives wrote
+/// them, for the tests that read such records: the same record without the
+/// request's executor and the action's scope (and, in version 1, without
+/// the action's arguments). Field and variant order are the wire format:
+/// never reorder.
 #[cfg(test)]
-mod v1 {
+mod old {
     use alloc::string::String;
+    use alloc::vec::Vec;
 
     use serde::{Deserialize, Serialize};
 
@@ -233,18 +301,29 @@ mod v1 {
     use crate::ledger::{ActionFingerprint, CodeFingerprint, Effect, End, InFlight};
     use crate::time::Timestamp;
 
+    /// An action of version 1: no arguments.
     #[derive(Serialize, Deserialize)]
-    pub(super) struct Action {
+    pub(super) struct ActionV1 {
         pub(super) kind: String,
         pub(super) effect: Effect,
         pub(super) drives_page: bool,
         pub(super) fingerprint: ActionFingerprint,
     }
 
+    /// An action of version 2: no scope.
     #[derive(Serialize, Deserialize)]
-    pub(super) struct PendingApproval {
+    pub(super) struct ActionV2 {
+        pub(super) kind: String,
+        pub(super) effect: Effect,
+        pub(super) drives_page: bool,
+        pub(super) fingerprint: ActionFingerprint,
+        pub(super) arguments: Option<Vec<u8>>,
+    }
+
+    #[derive(Serialize, Deserialize)]
+    pub(super) struct PendingApproval<A> {
         pub(super) seq: u32,
-        pub(super) action: Action,
+        pub(super) action: A,
         pub(super) binding: Binding,
         pub(super) client_id: String,
         pub(super) client_name: Option<String>,
@@ -253,9 +332,9 @@ mod v1 {
     }
 
     #[derive(Serialize, Deserialize)]
-    pub(super) enum RequestState {
+    pub(super) enum RequestState<A> {
         Running,
-        AwaitingApproval(PendingApproval),
+        AwaitingApproval(PendingApproval<A>),
         Parked(Park),
         Done {
             at: Timestamp,
@@ -266,7 +345,7 @@ mod v1 {
     }
 
     #[derive(Serialize, Deserialize)]
-    pub(super) struct ExecutionRequest {
+    pub(super) struct ExecutionRequest<A> {
         pub(super) id: RequestId,
         pub(super) fingerprint: CodeFingerprint,
         pub(super) grant: GrantId,
@@ -278,24 +357,35 @@ mod v1 {
         pub(super) outcomes: u32,
         pub(super) in_flight: Option<InFlight>,
         pub(super) approved: Option<Approved>,
-        pub(super) state: RequestState,
+        pub(super) state: RequestState<A>,
     }
 }
 
 #[cfg(test)]
-impl From<v1::ExecutionRequest> for ExecutionRequest {
-    fn from(old: v1::ExecutionRequest) -> Self {
+impl From<old::ActionV1> for Action {
+    fn from(a: old::ActionV1) -> Self {
+        Action::without_arguments(a.kind, a.effect, a.drives_page, a.fingerprint)
+    }
+}
+
+#[cfg(test)]
+impl From<old::ActionV2> for Action {
+    fn from(a: old::ActionV2) -> Self {
+        Action::with_implied_scope(a.kind, a.effect, a.drives_page, a.fingerprint, a.arguments)
+    }
+}
+
+/// What an old record reads as: on the tab, its action with the scope its
+/// effect implied.
+#[cfg(test)]
+impl<A: Into<Action>> From<old::ExecutionRequest<A>> for ExecutionRequest {
+    fn from(old: old::ExecutionRequest<A>) -> Self {
         let state = match old.state {
-            v1::RequestState::Running => RequestState::Running,
-            v1::RequestState::AwaitingApproval(p) => {
+            old::RequestState::Running => RequestState::Running,
+            old::RequestState::AwaitingApproval(p) => {
                 RequestState::AwaitingApproval(PendingApproval {
                     seq: p.seq,
-                    action: Action::without_arguments(
-                        p.action.kind,
-                        p.action.effect,
-                        p.action.drives_page,
-                        p.action.fingerprint,
-                    ),
+                    action: p.action.into(),
                     binding: p.binding,
                     client_id: p.client_id,
                     client_name: p.client_name,
@@ -303,8 +393,8 @@ impl From<v1::ExecutionRequest> for ExecutionRequest {
                     asked: p.asked,
                 })
             }
-            v1::RequestState::Parked(why) => RequestState::Parked(why),
-            v1::RequestState::Done {
+            old::RequestState::Parked(why) => RequestState::Parked(why),
+            old::RequestState::Done {
                 at,
                 end,
                 unknown_tail,
@@ -313,7 +403,7 @@ impl From<v1::ExecutionRequest> for ExecutionRequest {
                 end,
                 unknown_tail,
             },
-            v1::RequestState::Expired => RequestState::Expired,
+            old::RequestState::Expired => RequestState::Expired,
         };
         Self {
             id: old.id,
@@ -322,6 +412,7 @@ impl From<v1::ExecutionRequest> for ExecutionRequest {
             grant_end: old.grant_end,
             created: old.created,
             in_page: old.in_page,
+            executor: Executor::Tab,
             run: old.run,
             connection: old.connection,
             outcomes: old.outcomes,
@@ -333,14 +424,21 @@ impl From<v1::ExecutionRequest> for ExecutionRequest {
 }
 
 impl ExecutionRequest {
-    /// A new request whose first run starts now on `connection`.
+    /// A new request whose first run starts now on `executor`, dispatched
+    /// to `connection` (the tab connection, or the server executor's
+    /// number).
     #[must_use]
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "each argument is one fact of the first call; bundling them would only rename them"
+    )]
     pub fn new(
         id: RequestId,
         fingerprint: CodeFingerprint,
         grant: GrantId,
         grant_end: Timestamp,
         in_page: bool,
+        executor: Executor,
         connection: u32,
         now: Timestamp,
     ) -> Self {
@@ -351,6 +449,7 @@ impl ExecutionRequest {
             grant_end,
             created: now,
             in_page,
+            executor,
             run: 1,
             connection,
             outcomes: 0,
@@ -396,7 +495,14 @@ impl ExecutionRequest {
         self.run
     }
 
-    /// The tab connection the latest run was dispatched to.
+    /// Where its runs execute.
+    #[must_use]
+    pub fn executor(&self) -> Executor {
+        self.executor
+    }
+
+    /// Where the latest run was dispatched: the tab connection, or the
+    /// number of the server executor.
     #[must_use]
     pub fn connection(&self) -> u32 {
         self.connection
@@ -445,7 +551,8 @@ impl ExecutionRequest {
         self.retained_until(retention).unwrap_or(self.grant_end)
     }
 
-    /// Starts another run of a parked request on `connection`.
+    /// Starts another run of a parked request on `connection` (of the
+    /// request's executor).
     pub fn resume(&mut self, connection: u32) {
         debug_assert!(matches!(self.state, RequestState::Parked(_)));
         self.run += 1;
@@ -505,13 +612,14 @@ impl ExecutionRequest {
 
     /// The host that held this request's run lost it (it stopped: the
     /// ticket lived only in its memory). A running request ends exactly as a
-    /// run cut off where it ran does (`CONNECTION_LOST`, `unknownTail`);
-    /// every other state is left alone. Returns whether it ended.
+    /// run cut off where it ran does ([`Executor::lost`]: `ConnectionLost`
+    /// on a tab, `ExecutorLost` on the server; `unknownTail`); every other
+    /// state is left alone. Returns whether it ended.
     pub fn abandon(&mut self, now: Timestamp) -> bool {
         if self.state != RequestState::Running {
             return false;
         }
-        self.cancel(Failure::ConnectionLost, now);
+        self.cancel(self.executor.lost(), now);
         true
     }
 
@@ -541,14 +649,16 @@ impl ExecutionRequest {
 pub struct Owner {
     /// Its status now; `None` when it is gone.
     pub status: Option<GrantStatus>,
-    /// The connection its tab would dispatch to now, if one is live.
-    pub live_connection: Option<u32>,
 }
 
 /// What [`ExecutionRequest::begin`] is told about the call that repeats a
 /// request id. The engine has already checked the site, the caller's grant,
-/// the rate limit and that the code is the same
-/// ([`ExecutionRequest::is_for`]).
+/// the rate limit and that the call is the same: the same code, on the
+/// same executor ([`ExecutionRequest::is_for`]).
+///
+/// Where runs can go is two facts, read alike for both executors:
+/// whether the run in progress can still report (`run_reachable`), and
+/// where a new run would go (`dispatch_to`).
 #[derive(Clone, Copy, Debug)]
 pub struct Repeat<'a> {
     /// The caller's grant.
@@ -560,8 +670,15 @@ pub struct Repeat<'a> {
     /// The owner, when the request belongs to another grant of the lineage;
     /// `None` when the caller's grant owns it.
     pub owner: Option<Owner>,
-    /// The connection the caller's tab would dispatch to now, if live.
-    pub live_connection: Option<u32>,
+    /// Whether the executor the request's latest run was dispatched to
+    /// still holds it: on a tab, the owning grant's tab would dispatch to
+    /// that very connection now; on the server, that executor's lease is
+    /// live. Read only while the request is `Running`.
+    pub run_reachable: bool,
+    /// Where a new run of this call would be dispatched now: the caller's
+    /// tab's live connection, or the caller's own executor while its lease
+    /// is live; `None` when there is none.
+    pub dispatch_to: Option<u32>,
     /// The scopes the caller's token carries.
     pub scopes: &'a ScopeSet,
     /// The scopes the adapter knows the call needs.
@@ -587,9 +704,12 @@ pub enum BeginStep {
     /// The token lacks scopes the request needs; the set to ask for (what
     /// it needs and what the token holds, RFC 6750 §3.1).
     MissingScope(ScopeSet),
-    /// It could resume, but no tab is live: `NO_LIVE_TAB`.
+    /// It could resume on a tab, but no tab is live: `NO_LIVE_TAB`.
     NoLiveTab,
-    /// A new run started on the caller's live connection: hand out a ticket.
+    /// It could resume on the server, but the caller's executor has no live
+    /// lease: `ACTION_UNAVAILABLE`.
+    ExecutorNotLive,
+    /// A new run started where the call dispatches to: hand out a ticket.
     Run,
 }
 
@@ -610,7 +730,9 @@ pub struct Begun {
 
 /// What [`ExecutionRequest::authorize`] is told about the next action of
 /// a run. The engine has already checked that the ticket is the current
-/// run's, the grant live and the tab connection the run's.
+/// run's, that the run may ask for the action at all
+/// ([`ExecutionRequest::admits`]), the grant live and, for a tab run, the
+/// tab connection the run's.
 #[derive(Clone, Copy, Debug)]
 pub struct NextAction<'a> {
     /// The action's position (the ticket's next action).
@@ -619,11 +741,14 @@ pub struct NextAction<'a> {
     pub action: &'a Action,
     /// The scopes the caller's token carries.
     pub scopes: &'a ScopeSet,
-    /// Whether the connected tab is visible.
+    /// Whether the connected tab is visible (a server run has no page:
+    /// `true`).
     pub tab_visible: bool,
-    /// Whether the connected tab auto-approves this exact action.
-    pub tab_auto_approves: bool,
-    /// Whether the site lets a tab auto-approve writes.
+    /// Whether the executor's auto-approvals cover this exact action: the
+    /// connected tab's, or for a server run the grant's
+    /// ([`crate::approval::GrantAutoApproval`]).
+    pub auto_approves: bool,
+    /// Whether the site lets users auto-approve writes.
     pub site_allows_auto: bool,
     /// The approval binding in force.
     pub binding: Binding,
@@ -654,20 +779,36 @@ pub enum ActionStep {
     TabHidden,
     /// The user must decide: the request awaits approval.
     ApprovalPending(ApprovalPrompt),
-    /// The action may run now; `auto_approved` when the tab's auto-approval
-    /// let it, which the tab must remember.
+    /// The action may run now; `auto_approved` when the executor's
+    /// auto-approval let it, which must remember the write.
     Run {
-        /// The tab's auto-approval was used.
+        /// The executor's auto-approval was used.
         auto_approved: bool,
     },
 }
 
 impl ExecutionRequest {
-    /// Whether a call with code `fingerprint` is the call that made this
-    /// request; any other is a replay of its id (`REPLAY_DETECTED`).
+    /// Whether a call with code `fingerprint` on `executor` is the call
+    /// that made this request; any other — other code, or the same code on
+    /// the other executor — is a replay of its id (`REPLAY_DETECTED`).
     #[must_use]
-    pub fn is_for(&self, fingerprint: &CodeFingerprint) -> bool {
-        self.fingerprint == *fingerprint
+    pub fn is_for(&self, fingerprint: &CodeFingerprint, executor: Executor) -> bool {
+        self.fingerprint == *fingerprint && self.executor == executor
+    }
+
+    /// Whether a run of this request may ask for `action` at all, checked
+    /// before anything else is looked at or written: its scope must be one
+    /// the site declares (`declared`) — no token can ever carry another, so
+    /// the host named it by mistake ([`LedgerError::UndeclaredScope`]) —
+    /// and a server run has no page to drive ([`LedgerError::InvalidAction`]).
+    pub fn admits(&self, action: &Action, declared: &ScopeSet) -> Result<(), LedgerError> {
+        if !declared.contains(action.scope()) {
+            return Err(LedgerError::UndeclaredScope);
+        }
+        if self.executor == Executor::Server && action.drives_page() {
+            return Err(LedgerError::InvalidAction);
+        }
+        Ok(())
     }
 
     /// The decision table of a `begin` that repeats this request's id.
@@ -675,14 +816,15 @@ impl ExecutionRequest {
     /// First the owner, if another grant of the lineage owns it: gone or
     /// revoked ends an undecided request and answers `RESULT_EXPIRED`;
     /// expired ends an undecided request and serves the result; live leaves
-    /// a run on the owner's live connection pending, cuts a run elsewhere
-    /// off, and moves any other undecided request to the caller's grant.
-    /// Then the state: a result is served while retained; a run on the
-    /// caller's live connection is pending and any other is cut off (its
-    /// result served); an approval under the binding in force is asked
-    /// again, one under another binding is void; a request parked for a
-    /// scope needs it. Last, a resumable request needs `needed` and a live
-    /// tab, and starts a new run there.
+    /// a run whose executor still holds it pending, cuts any other run off,
+    /// and moves any other undecided request to the caller's grant.
+    /// Then the state: a result is served while retained; a run whose
+    /// executor still holds it is pending, and any other is cut off
+    /// ([`Executor::lost`], `unknownTail`; its result served); an approval
+    /// under the binding in force is asked again, one under another binding
+    /// is void; a request parked for a scope needs it. Last, a resumable
+    /// request needs `needed` and somewhere to go (a live tab, or the
+    /// caller's live executor), and starts a new run there.
     pub fn begin(&mut self, call: &Repeat<'_>) -> Begun {
         let mut changed = false;
         let mut left = None;
@@ -701,14 +843,14 @@ impl ExecutionRequest {
                     };
                 }
             } else if self.state == RequestState::Running {
-                if owner.live_connection == Some(self.connection) {
+                if call.run_reachable {
                     return Begun {
                         step: BeginStep::Pending,
                         changed,
                         left,
                     };
                 }
-                self.cancel(Failure::ConnectionLost, call.now);
+                self.cancel(self.executor.lost(), call.now);
                 changed = true;
             } else if self.is_undecided() {
                 left = Some(self.grant);
@@ -735,10 +877,10 @@ impl ExecutionRequest {
             }
             RequestState::Expired => return done(BeginStep::ResultExpired, changed),
             RequestState::Running => {
-                if call.live_connection == Some(self.connection) {
+                if call.run_reachable {
                     return done(BeginStep::Pending, changed);
                 }
-                self.cancel(Failure::ConnectionLost, call.now);
+                self.cancel(self.executor.lost(), call.now);
                 return done(BeginStep::Stored, true);
             }
             RequestState::AwaitingApproval(pending) => {
@@ -762,10 +904,14 @@ impl ExecutionRequest {
                 changed,
             );
         }
-        let Some(connection) = call.live_connection else {
-            return done(BeginStep::NoLiveTab, changed);
+        let Some(to) = call.dispatch_to else {
+            let step = match self.executor {
+                Executor::Tab => BeginStep::NoLiveTab,
+                Executor::Server => BeginStep::ExecutorNotLive,
+            };
+            return done(step, changed);
         };
-        self.resume(connection);
+        self.resume(to);
         done(BeginStep::Run, true)
     }
 
@@ -774,12 +920,12 @@ impl ExecutionRequest {
     /// replays its outcome if the action is the same and ends the request
     /// (`EXPECTATION_FAILED`) if not (`recorded` is the outcome stored at
     /// `next.seq`, looked up only when the position is below
-    /// [`ExecutionRequest::outcomes`]); then the scope the action's effect
-    /// needs, a visible tab for actions that drive page controls, and for
-    /// writes and unknown effects an approval: one given for exactly this
-    /// action under the binding in force (used up), the tab's auto-approval
-    /// (writes only, never for in-page callers or sites that forbid it),
-    /// or else the user is asked.
+    /// [`ExecutionRequest::outcomes`]); then the scope the action names
+    /// ([`Action::scope`]), a visible tab for actions that drive page
+    /// controls, and for writes and unknown effects an approval: one given
+    /// for exactly this action under the binding in force (used up), the
+    /// executor's auto-approval (writes only, never for in-page callers or
+    /// sites that forbid it), or else the user is asked.
     pub fn authorize(&mut self, next: &NextAction<'_>, recorded: Option<Outcome>) -> ActionStep {
         if self.in_flight.is_some() {
             return ActionStep::OutOfOrder;
@@ -795,9 +941,8 @@ impl ExecutionRequest {
                 }
             };
         }
-        let needed = action.effect().required_scope();
-        if !next.scopes.contains(needed.as_str()) {
-            let needed = ScopeSet::known([needed]);
+        if !next.scopes.contains(action.scope()) {
+            let needed = ScopeSet::single(action.scope());
             self.park(Park::Scope(needed.clone()));
             return ActionStep::MissingScope(needed);
         }
@@ -814,7 +959,7 @@ impl ExecutionRequest {
                 .is_some_and(|a| a.covers(next.seq, &fingerprint, &next.binding))
             {
                 self.approved = None;
-            } else if may_auto && next.tab_auto_approves {
+            } else if may_auto && next.auto_approves {
                 auto_approved = true;
             } else {
                 self.approved = None;
@@ -854,23 +999,29 @@ impl ExecutionRequest {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scope::KnownScope;
+    use crate::error::WireError as _;
+    use crate::scope::{KnownScope, SKILLS_READ, SKILLS_WRITE};
     use core::time::Duration;
 
     fn request() -> ExecutionRequest {
+        request_on(Executor::Tab)
+    }
+
+    fn request_on(executor: Executor) -> ExecutionRequest {
         ExecutionRequest::new(
             RequestId::from_bytes([1; 16]),
             CodeFingerprint::of(b"code"),
             GrantId::from_bytes([2; 16]),
             Timestamp::from_secs(1_000_000),
             false,
+            executor,
             1,
             Timestamp::from_secs(100),
         )
     }
 
     fn write() -> Action {
-        Action::new("w", Effect::Write, b"1").unwrap()
+        Action::write("w", SKILLS_WRITE, b"1").unwrap()
     }
 
     #[test]
@@ -985,7 +1136,7 @@ mod tests {
 
     #[test]
     fn a_version_1_record_reads_with_arguments_that_cannot_be_shown() {
-        let old = v1::ExecutionRequest {
+        let old = old::ExecutionRequest {
             id: RequestId::from_bytes([1; 16]),
             fingerprint: CodeFingerprint::of(b"code"),
             grant: GrantId::from_bytes([2; 16]),
@@ -997,9 +1148,9 @@ mod tests {
             outcomes: 0,
             in_flight: None,
             approved: None,
-            state: v1::RequestState::AwaitingApproval(v1::PendingApproval {
+            state: old::RequestState::AwaitingApproval(old::PendingApproval {
                 seq: 0,
-                action: v1::Action {
+                action: old::ActionV1 {
                     kind: "w".into(),
                     effect: Effect::Write,
                     drives_page: false,
@@ -1024,6 +1175,8 @@ mod tests {
         };
         assert_eq!(p.action.fingerprint(), write().fingerprint());
         assert_eq!(p.action.arguments(), None);
+        assert_eq!(p.action.scope(), SKILLS_WRITE, "what its effect implied");
+        assert_eq!(rec.executor(), Executor::Tab);
         let prompt = p.prompt(rec.id);
         assert!(!prompt.can_approve());
         // Written back in the current version, with what it has.
@@ -1089,13 +1242,21 @@ mod tests {
         s
     }
 
-    fn repeat<'a>(held: &'a ScopeSet, none: &'a ScopeSet, live: Option<u32>) -> Repeat<'a> {
+    /// A repeated call whose run in progress (if any) is `reachable` and
+    /// whose new run would go to `to`.
+    fn repeat<'a>(
+        held: &'a ScopeSet,
+        none: &'a ScopeSet,
+        reachable: bool,
+        to: Option<u32>,
+    ) -> Repeat<'a> {
         Repeat {
             grant: GrantId::from_bytes([2; 16]),
             grant_end: Timestamp::from_secs(1_000_000),
             binding: binding(GrantId::from_bytes([2; 16]), 0),
             owner: None,
-            live_connection: live,
+            run_reachable: reachable,
+            dispatch_to: to,
             scopes: held,
             needed: none,
             retention: Duration::from_hours(24),
@@ -1109,7 +1270,7 @@ mod tests {
             action,
             scopes: held,
             tab_visible: true,
-            tab_auto_approves: false,
+            auto_approves: false,
             site_allows_auto: true,
             binding: binding(GrantId::from_bytes([2; 16]), 0),
             client_id: "c",
@@ -1122,21 +1283,22 @@ mod tests {
     fn a_repeated_begin_serves_results_while_retained_and_keeps_live_runs_pending() {
         let (held, none) = (ScopeSet::new(), ScopeSet::new());
         let mut r = request();
-        let live = r.begin(&repeat(&held, &none, Some(1)));
+        let live = r.begin(&repeat(&held, &none, true, Some(1)));
         assert_eq!((live.step, live.changed), (BeginStep::Pending, false));
         // Its tab moved on: the run is cut off and its result served.
-        let cut = r.begin(&repeat(&held, &none, Some(2)));
+        let cut = r.begin(&repeat(&held, &none, false, Some(2)));
         assert_eq!((cut.step, cut.changed), (BeginStep::Stored, true));
         assert!(matches!(
             r.state(),
             RequestState::Done {
                 unknown_tail: true,
+                end: End::Failed(Failure::ConnectionLost),
                 ..
             }
         ));
-        let again = r.begin(&repeat(&held, &none, None));
+        let again = r.begin(&repeat(&held, &none, false, None));
         assert_eq!((again.step, again.changed), (BeginStep::Stored, false));
-        let mut late = repeat(&held, &none, None);
+        let mut late = repeat(&held, &none, false, None);
         late.now = Timestamp::from_secs(200 + 86_400);
         assert_eq!(r.begin(&late).step, BeginStep::ResultExpired);
         r.expire();
@@ -1150,16 +1312,16 @@ mod tests {
         let both = scopes(&[KnownScope::SKILLS_READ, KnownScope::SKILLS_WRITE]);
         let mut r = request();
         r.park(Park::Scope(scopes(&[KnownScope::SKILLS_WRITE])));
-        let refused = r.begin(&repeat(&read, &none, Some(3)));
+        let refused = r.begin(&repeat(&read, &none, false, Some(3)));
         assert_eq!(refused.step, BeginStep::MissingScope(both.clone()));
         assert!(!refused.changed, "a refusal writes nothing");
-        let no_tab = r.begin(&repeat(&both, &none, None));
+        let no_tab = r.begin(&repeat(&both, &none, false, None));
         assert_eq!((no_tab.step, no_tab.changed), (BeginStep::NoLiveTab, false));
         // What the adapter knows the call needs counts too.
         r.park(Park::TabHidden);
-        let wider = r.begin(&repeat(&read, &both, Some(3)));
+        let wider = r.begin(&repeat(&read, &both, false, Some(3)));
         assert_eq!(wider.step, BeginStep::MissingScope(both.clone()));
-        let run = r.begin(&repeat(&both, &none, Some(3)));
+        let run = r.begin(&repeat(&both, &none, false, Some(3)));
         assert_eq!((run.step, run.changed), (BeginStep::Run, true));
         assert_eq!((r.run(), r.connection()), (2, 3));
     }
@@ -1177,16 +1339,16 @@ mod tests {
             offer_auto_approve: false,
             asked: Timestamp::from_secs(100),
         });
-        let same = r.begin(&repeat(&held, &none, Some(1)));
+        let same = r.begin(&repeat(&held, &none, false, Some(1)));
         assert!(matches!(same.step, BeginStep::ApprovalPending(p) if p.seq == 0));
-        let mut newer = repeat(&held, &none, None);
+        let mut newer = repeat(&held, &none, false, None);
         newer.binding = binding(r.grant(), 1);
         let refused = r.begin(&newer);
         assert_eq!(
             (refused.step, refused.changed),
             (BeginStep::NoLiveTab, false)
         );
-        newer.live_connection = Some(1);
+        newer.dispatch_to = Some(1);
         assert_eq!(r.begin(&newer).step, BeginStep::Run);
         assert_eq!(r.approved, None);
     }
@@ -1195,27 +1357,24 @@ mod tests {
     fn a_request_of_an_older_grant_is_adopted_pending_cut_off_or_gone() {
         let (held, none) = (ScopeSet::new(), ScopeSet::new());
         let old = GrantId::from_bytes([9; 16]);
-        let owned_by = |status, live_connection| {
-            let mut call = repeat(&held, &none, Some(5));
-            call.owner = Some(Owner {
-                status,
-                live_connection,
-            });
+        let owned_by = |status, reachable| {
+            let mut call = repeat(&held, &none, reachable, Some(5));
+            call.owner = Some(Owner { status });
             call
         };
         let mut r = request();
         r.grant = old;
         assert_eq!(
-            r.begin(&owned_by(Some(GrantStatus::Live), Some(1))).step,
+            r.begin(&owned_by(Some(GrantStatus::Live), true)).step,
             BeginStep::Pending
         );
-        let cut = r.begin(&owned_by(Some(GrantStatus::Live), Some(2)));
+        let cut = r.begin(&owned_by(Some(GrantStatus::Live), false));
         assert_eq!((cut.step, cut.left), (BeginStep::Stored, None));
 
         let mut r = request();
         r.grant = old;
         r.park(Park::Resume);
-        let adopted = r.begin(&owned_by(Some(GrantStatus::Live), None));
+        let adopted = r.begin(&owned_by(Some(GrantStatus::Live), false));
         assert_eq!(
             (adopted.step, adopted.changed, adopted.left),
             (BeginStep::Run, true, Some(old))
@@ -1238,7 +1397,7 @@ mod tests {
             let mut r = request();
             r.grant = old;
             r.park(Park::TabHidden);
-            let gone = r.begin(&owned_by(status, None));
+            let gone = r.begin(&owned_by(status, false));
             assert_eq!((gone.step, gone.changed), (step, true));
             assert!(
                 matches!(r.state(), RequestState::Done { end: End::Failed(f), .. } if *f == end)
@@ -1249,7 +1408,7 @@ mod tests {
     #[test]
     fn the_next_action_replays_what_is_recorded_and_ends_on_a_divergence() {
         let held = scopes(&[KnownScope::SKILLS_READ]);
-        let read = Action::new("r", Effect::Read, b"1").unwrap();
+        let read = Action::read("r", SKILLS_READ, b"1").unwrap();
         let mut r = request();
         assert_eq!(
             r.authorize(&next(&read, &held, 0), None),
@@ -1274,7 +1433,7 @@ mod tests {
             r.authorize(&next(&read, &held, 0), Some(outcome.clone())),
             ActionStep::Replay(outcome.clone())
         );
-        let other = Action::new("r", Effect::Read, b"2").unwrap();
+        let other = Action::read("r", SKILLS_READ, b"2").unwrap();
         assert_eq!(
             r.authorize(&next(&other, &held, 0), Some(outcome)),
             ActionStep::Diverged
@@ -1299,7 +1458,7 @@ mod tests {
             ActionStep::MissingScope(scopes(&[KnownScope::SKILLS_WRITE]))
         );
         r.resume(1);
-        let page = Action::new("click", Effect::Read, b"1")
+        let page = Action::read("click", SKILLS_READ, b"1")
             .unwrap()
             .driving_page();
         let mut hidden = next(&page, &both, 0);
@@ -1332,7 +1491,7 @@ mod tests {
         r.void_approval();
         r.resume(1);
         let mut auto = next(&w, &both, 1);
-        auto.tab_auto_approves = true;
+        auto.auto_approves = true;
         assert_eq!(
             r.authorize(&auto, None),
             ActionStep::Run {
@@ -1360,7 +1519,7 @@ mod tests {
         };
         let pending = |client_name: Option<String>, arguments: &[u8]| PendingApproval {
             seq: 2,
-            action: Action::new("cart.add", Effect::Unknown, arguments).unwrap(),
+            action: Action::unknown("cart.add", "notes:write", arguments).unwrap(),
             binding,
             client_id: "c".into(),
             client_name,
@@ -1398,6 +1557,7 @@ mod tests {
             End::Failed(Failure::Expired),
             End::Failed(Failure::ConnectionLost),
             End::Failed(Failure::Diverged),
+            End::Failed(Failure::ExecutorLost),
         ] {
             let mut done = r.clone();
             done.finish(end, true, Timestamp::from_secs(u64::from(u32::MAX) + 1));
@@ -1405,5 +1565,243 @@ mod tests {
         }
         r.expire();
         agrees(&r);
+        let mut server = request_on(Executor::Server);
+        agrees(&server);
+        server.ask(pending(Some("Agent".into()), b"{}"));
+        agrees(&server);
+    }
+
+    #[test]
+    fn a_version_2_record_reads_on_the_tab_with_the_scope_its_effect_implied() {
+        for (effect, implied) in [
+            (Effect::Read, SKILLS_READ),
+            (Effect::Write, SKILLS_WRITE),
+            (Effect::Unknown, SKILLS_WRITE),
+        ] {
+            let action = Action::new("k", effect, "notes:write", b"{}").unwrap();
+            let old = old::ExecutionRequest {
+                id: RequestId::from_bytes([1; 16]),
+                fingerprint: CodeFingerprint::of(b"code"),
+                grant: GrantId::from_bytes([2; 16]),
+                grant_end: Timestamp::from_secs(1_000_000),
+                created: Timestamp::from_secs(100),
+                in_page: false,
+                run: 2,
+                connection: 7,
+                outcomes: 1,
+                in_flight: None,
+                approved: None,
+                state: old::RequestState::AwaitingApproval(old::PendingApproval {
+                    seq: 1,
+                    action: old::ActionV2 {
+                        kind: "k".into(),
+                        effect,
+                        drives_page: true,
+                        fingerprint: action.fingerprint(),
+                        arguments: Some(b"{}".to_vec()),
+                    },
+                    binding: binding(GrantId::from_bytes([2; 16]), 4),
+                    client_id: "c".into(),
+                    client_name: Some("Agent".into()),
+                    offer_auto_approve: true,
+                    asked: Timestamp::from_secs(100),
+                }),
+            };
+            let bytes = postcard::to_extend(&old, alloc::vec![2u8]).unwrap();
+            let rec: ExecutionRequest = codec::decode(&bytes).unwrap();
+            assert_eq!(rec, ExecutionRequest::from(old));
+            assert_eq!(
+                (rec.executor(), rec.connection(), rec.run()),
+                (Executor::Tab, 7, 2)
+            );
+            let RequestState::AwaitingApproval(p) = &rec.state else {
+                panic!("still awaiting approval")
+            };
+            assert_eq!(p.action.scope(), implied);
+            assert!(p.action.drives_page());
+            // The arguments still show: the fingerprint never covered the scope.
+            assert_eq!(p.action.arguments(), Some(b"{}".as_slice()));
+            assert!(p.prompt(rec.id).can_approve());
+            // Written back in the current version, it reads back the same.
+            let again = codec::encode(&rec).unwrap();
+            assert_eq!(again[0], ExecutionRequest::VERSION);
+            assert_eq!(codec::decode::<ExecutionRequest>(&again).as_ref(), Ok(&rec));
+        }
+        // A version this build never wrote is refused, not guessed at.
+        let mut future = codec::encode(&request()).unwrap();
+        future[0] = ExecutionRequest::VERSION + 1;
+        assert!(codec::decode::<ExecutionRequest>(&future).is_err());
+    }
+
+    #[test]
+    fn a_current_record_keeps_its_executor_and_refuses_a_malformed_scope() {
+        let mut r = request_on(Executor::Server);
+        r.ask(PendingApproval {
+            seq: 0,
+            action: Action::write("notes.add", "notes:write", b"{}").unwrap(),
+            binding: binding(r.grant(), 0),
+            client_id: "c".into(),
+            client_name: None,
+            offer_auto_approve: true,
+            asked: Timestamp::from_secs(100),
+        });
+        let bytes = codec::encode(&r).unwrap();
+        let back: ExecutionRequest = codec::decode(&bytes).unwrap();
+        assert_eq!(back, r);
+        assert_eq!(back.executor(), Executor::Server);
+        // The scope is re-checked on reading: a record altered to hold a
+        // scope that is no scope token does not read.
+        let at = bytes
+            .windows(b"notes:write".len())
+            .position(|w| w == b"notes:write")
+            .unwrap();
+        let mut altered = bytes.clone();
+        altered[at + 5] = b' ';
+        assert!(codec::decode::<ExecutionRequest>(&altered).is_err());
+    }
+
+    #[test]
+    fn a_call_on_the_other_executor_is_another_call() {
+        let code = CodeFingerprint::of(b"code");
+        let tab = request();
+        assert!(tab.is_for(&code, Executor::Tab));
+        assert!(!tab.is_for(&code, Executor::Server));
+        assert!(!tab.is_for(&CodeFingerprint::of(b"other"), Executor::Tab));
+        let server = request_on(Executor::Server);
+        assert!(server.is_for(&code, Executor::Server));
+        assert!(!server.is_for(&code, Executor::Tab));
+    }
+
+    #[test]
+    fn a_server_run_is_pending_while_its_executor_holds_it_and_cut_off_with_executor_lost() {
+        let (held, none) = (ScopeSet::new(), ScopeSet::new());
+        let mut r = request_on(Executor::Server);
+        // Another instance repeats the call while the first holds its lease.
+        let live = r.begin(&repeat(&held, &none, true, Some(9)));
+        assert_eq!((live.step, live.changed), (BeginStep::Pending, false));
+        assert_eq!(r.connection(), 1, "still dispatched to the first");
+        // The first one's lease lapsed: cut off, effects may have happened.
+        let cut = r.begin(&repeat(&held, &none, false, Some(9)));
+        assert_eq!((cut.step, cut.changed), (BeginStep::Stored, true));
+        assert!(matches!(
+            r.state(),
+            RequestState::Done {
+                unknown_tail: true,
+                end: End::Failed(Failure::ExecutorLost),
+                ..
+            }
+        ));
+        assert_eq!(Failure::ExecutorLost.code(), Failure::ConnectionLost.code());
+        // Start-up recovery ends a server run the same way.
+        let mut lost = request_on(Executor::Server);
+        assert!(lost.abandon(Timestamp::from_secs(300)));
+        assert!(matches!(
+            lost.state(),
+            RequestState::Done {
+                unknown_tail: true,
+                end: End::Failed(Failure::ExecutorLost),
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_parked_server_request_resumes_on_the_callers_live_executor() {
+        let (held, none) = (ScopeSet::new(), ScopeSet::new());
+        let mut r = request_on(Executor::Server);
+        r.park(Park::Resume);
+        let nowhere = r.begin(&repeat(&held, &none, false, None));
+        assert_eq!(
+            (nowhere.step, nowhere.changed),
+            (BeginStep::ExecutorNotLive, false)
+        );
+        let run = r.begin(&repeat(&held, &none, false, Some(9)));
+        assert_eq!((run.step, run.changed), (BeginStep::Run, true));
+        assert_eq!((r.run(), r.connection()), (2, 9));
+        // Owned by an older live grant of the lineage: the same rules.
+        let mut r = request_on(Executor::Server);
+        r.grant = GrantId::from_bytes([9; 16]);
+        let mut call = repeat(&held, &none, true, Some(9));
+        call.owner = Some(Owner {
+            status: Some(GrantStatus::Live),
+        });
+        assert_eq!(r.begin(&call).step, BeginStep::Pending);
+        call.run_reachable = false;
+        let cut = r.begin(&call);
+        assert_eq!((cut.step, cut.changed), (BeginStep::Stored, true));
+        assert!(matches!(
+            r.state(),
+            RequestState::Done {
+                end: End::Failed(Failure::ExecutorLost),
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_run_may_ask_only_for_declared_scopes_and_a_server_for_no_page() {
+        let declared = ScopeSet::parse("notes:read notes:write").unwrap();
+        let read = Action::read("notes.list", "notes:read", b"{}").unwrap();
+        let stray = Action::read("notes.list", "skills:read", b"{}").unwrap();
+        let click = Action::read("note.show", "notes:read", b"{}")
+            .unwrap()
+            .driving_page();
+        let tab = request();
+        let server = request_on(Executor::Server);
+        for r in [&tab, &server] {
+            assert_eq!(r.admits(&read, &declared), Ok(()));
+            assert_eq!(
+                r.admits(&stray, &declared),
+                Err(LedgerError::UndeclaredScope)
+            );
+        }
+        assert_eq!(tab.admits(&click, &declared), Ok(()));
+        assert_eq!(
+            server.admits(&click, &declared),
+            Err(LedgerError::InvalidAction)
+        );
+        assert_eq!(LedgerError::UndeclaredScope.code().as_str(), "server_error");
+    }
+
+    #[test]
+    fn the_next_action_needs_the_scope_it_names_whatever_its_effect() {
+        let notes_read = ScopeSet::parse("notes:read").unwrap();
+        let both = ScopeSet::parse("notes:read notes:write").unwrap();
+        // A read the host puts under its write scope.
+        let export = Action::read("notes.export", "notes:write", b"{}").unwrap();
+        let mut r = request_on(Executor::Server);
+        assert_eq!(
+            r.authorize(&next(&export, &notes_read, 0), None),
+            ActionStep::MissingScope(ScopeSet::parse("notes:write").unwrap())
+        );
+        assert_eq!(
+            r.state(),
+            &RequestState::Parked(Park::Scope(ScopeSet::parse("notes:write").unwrap()))
+        );
+        r.resume(1);
+        assert_eq!(
+            r.authorize(&next(&export, &both, 0), None),
+            ActionStep::Run {
+                auto_approved: false
+            }
+        );
+        r.confirm();
+        // A server write asks, and auto-approval (the grant's) covers it.
+        let add = Action::write("notes.add", "notes:write", b"{}").unwrap();
+        let ActionStep::ApprovalPending(prompt) = r.authorize(&next(&add, &both, 1), None) else {
+            panic!("a write asks")
+        };
+        assert!(prompt.offer_auto_approve);
+        assert_eq!(prompt.scope, "notes:write");
+        r.void_approval();
+        r.resume(1);
+        let mut auto = next(&add, &both, 1);
+        auto.auto_approves = true;
+        assert_eq!(
+            r.authorize(&auto, None),
+            ActionStep::Run {
+                auto_approved: true
+            }
+        );
     }
 }

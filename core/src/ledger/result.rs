@@ -77,6 +77,10 @@ pub enum Failure {
     /// A resumed run asked for a different action than the one recorded at
     /// the same position: `EXPECTATION_FAILED`.
     Diverged,
+    /// The server instance a server run was dispatched to stopped, or its
+    /// executor lease lapsed, while the call ran there:
+    /// `ACTION_UNAVAILABLE`, like [`Failure::ConnectionLost`].
+    ExecutorLost,
 }
 
 codec::unit_enum!(Failure {
@@ -85,6 +89,7 @@ codec::unit_enum!(Failure {
     Expired,
     ConnectionLost,
     Diverged,
+    ExecutorLost,
 });
 
 impl Failure {
@@ -106,7 +111,7 @@ impl Failure {
             Self::Denied => ErrorCode::PermissionDenied,
             Self::Revoked => ErrorCode::SessionRevoked,
             Self::Expired => ErrorCode::SessionExpired,
-            Self::ConnectionLost => ErrorCode::ActionUnavailable,
+            Self::ConnectionLost | Self::ExecutorLost => ErrorCode::ActionUnavailable,
             Self::Diverged => ErrorCode::ExpectationFailed,
         }
     }
@@ -120,6 +125,9 @@ impl Failure {
             Self::Expired => "the session expired; the call was cancelled",
             Self::ConnectionLost => "the connected tab changed while the call ran",
             Self::Diverged => "the resumed code asked for a different action than it did before",
+            Self::ExecutorLost => {
+                "the server instance that ran the call stopped or lost its lease while the call ran"
+            }
         }
     }
 }

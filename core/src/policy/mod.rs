@@ -46,6 +46,10 @@ pub struct Policy {
     /// A connected tab that has sent no heartbeat for this long is no longer
     /// live. Default 45 s.
     pub tab_heartbeat_timeout: Duration,
+    /// A server executor whose lease was not renewed for this long is no
+    /// longer live: its runs are cut off ([`crate::executor`]). Default
+    /// 30 s; a host renews well within it.
+    pub executor_lease_timeout: Duration,
     /// **Development only.** Also accept client-ID metadata-document URLs
     /// over plain `http` to a loopback host (see
     /// [`crate::client::parse_client_id_url_with`]), so a test can serve the
@@ -67,6 +71,7 @@ impl Default for Policy {
             jwt_leeway: Duration::from_secs(5),
             execute_rate: RateLimit::new(100, 32),
             tab_heartbeat_timeout: Duration::from_secs(45),
+            executor_lease_timeout: Duration::from_secs(30),
             loopback_client_documents: false,
         }
     }
@@ -89,6 +94,7 @@ mod tests {
         assert_eq!(p.refresh_retry_window, None);
         assert_eq!(p.execute_rate, RateLimit::new(100, 32));
         assert_eq!(p.tab_heartbeat_timeout.as_secs(), 45);
+        assert_eq!(p.executor_lease_timeout.as_secs(), 30);
         assert!(!p.loopback_client_documents);
     }
 }

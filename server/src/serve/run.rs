@@ -74,10 +74,7 @@ pub(crate) async fn execute(app: &Shared, principal: Principal, arguments: &Valu
     // `Engine::begin_needing`).
     let mut needed = ScopeSet::default();
     for step in &steps {
-        if needed
-            .insert_known(step.skill.effect.required_scope())
-            .is_err()
-        {
+        if needed.insert(step.skill.scope).is_err() {
             return internal(Some(id));
         }
     }

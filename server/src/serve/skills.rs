@@ -20,6 +20,7 @@
 
 use portcullis_core::error::ErrorCode;
 use portcullis_core::ledger::{Action, Effect};
+use portcullis_core::scope::{SKILLS_READ, SKILLS_WRITE};
 use serde_json::{Map, Value, json};
 
 /// Most steps in one `execute`.
@@ -38,6 +39,9 @@ pub(crate) struct Skill {
     pub(crate) description: &'static str,
     /// What it may change.
     pub(crate) effect: Effect,
+    /// The scope it needs (the demo's: `skills:read` to read, `skills:write`
+    /// to change anything).
+    pub(crate) scope: &'static str,
     /// Whether it drives page controls (needs the tab visible).
     pub(crate) drives_page: bool,
     /// Its arguments: `(name, max bytes)`, all required strings.
@@ -50,6 +54,7 @@ pub(crate) const SKILLS: &[Skill] = &[
         name: "list_notes",
         description: "List the signed-in user's notes (id, title, body).",
         effect: Effect::Read,
+        scope: SKILLS_READ,
         drives_page: false,
         args: &[],
     },
@@ -57,6 +62,7 @@ pub(crate) const SKILLS: &[Skill] = &[
         name: "create_note",
         description: "Create a note with a title and a body. The user approves each one.",
         effect: Effect::Write,
+        scope: SKILLS_WRITE,
         drives_page: false,
         args: &[("title", MAX_TITLE_LEN), ("body", MAX_BODY_LEN)],
     },
@@ -65,6 +71,7 @@ pub(crate) const SKILLS: &[Skill] = &[
         description: "Scroll to a note in the user's open tab and highlight it. \
                       Changes only what the page shows; needs the tab visible.",
         effect: Effect::Read,
+        scope: SKILLS_READ,
         drives_page: true,
         args: &[("id", 64)],
     },
@@ -157,8 +164,8 @@ impl Step {
     /// The ledger action this step asks for.
     pub(crate) fn action(&self) -> Result<Action, String> {
         let bytes = serde_json::to_vec(&self.args).map_err(|e| e.to_string())?;
-        let action =
-            Action::new(self.skill.name, self.skill.effect, &bytes).map_err(|e| e.to_string())?;
+        let action = Action::new(self.skill.name, self.skill.effect, self.skill.scope, &bytes)
+            .map_err(|e| e.to_string())?;
         Ok(if self.skill.drives_page {
             action.driving_page()
         } else {

@@ -70,6 +70,15 @@ pub(crate) fn rewrite_descriptor(map: &UriMap, source: &SourceId, tool: &Tool) -
     serde_json::from_value(map.rewrite_tool(source, v)).ok()
 }
 
+/// The scope a downstream tool's call needs: the demo's `skills:read` for
+/// a read-only tool, `skills:write` for anything else.
+fn scope_of(effect: Effect) -> &'static str {
+    match effect {
+        Effect::Read => portcullis_core::scope::SKILLS_READ,
+        Effect::Write | Effect::Unknown => portcullis_core::scope::SKILLS_WRITE,
+    }
+}
+
 /// The ledger effect of a downstream tool (see the module docs).
 pub(crate) fn effect(tool: &Tool) -> Effect {
     match &tool.annotations {
@@ -194,8 +203,9 @@ pub(crate) async fn call(
     let rid = params.request_id;
     let action = match serde_json::to_vec(&arguments)
         .map_err(|e| e.to_string())
-        .and_then(|a| Action::new(&tool.name, effect, &a).map_err(|e| e.to_string()))
-    {
+        .and_then(|a| {
+            Action::new(&tool.name, effect, scope_of(effect), &a).map_err(|e| e.to_string())
+        }) {
         Ok(a) => a,
         Err(e) => return Reply::ledger(failure(ErrorCode::InvalidParams, &e, Some(rid))),
     };
@@ -208,7 +218,7 @@ pub(crate) async fn call(
         ));
     }
     let mut needed = ScopeSet::default();
-    if needed.insert_known(effect.required_scope()).is_err() {
+    if needed.insert(scope_of(effect)).is_err() {
         return Reply::ledger(failure(
             ErrorCode::ServerError,
             "temporary server error",
