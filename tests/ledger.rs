@@ -32,7 +32,8 @@ pub(crate) type Step = (&'static str, Effect, &'static str, &'static str);
 const READ: Step = ("items.list", Effect::Read, SKILLS_READ, "{}");
 const WRITE: Step = ("cart.add", Effect::Write, SKILLS_WRITE, r#"{"sku":1}"#);
 
-/// The simulated page: counts real executions per `kind:arguments`.
+/// The simulated page (or server): counts real executions per
+/// `kind:arguments`.
 #[derive(Default)]
 pub(crate) struct Page {
     pub(crate) ran: HashMap<String, u32>,
@@ -59,7 +60,7 @@ pub(crate) enum Exec {
     Cut(TicketError),
 }
 
-fn id(n: u32) -> String {
+pub(crate) fn id(n: u32) -> String {
     format!("00000000-0000-4000-8000-{n:012x}")
 }
 
@@ -80,7 +81,7 @@ pub(crate) fn hello(tab: &str, page: &str) -> TabHello {
     }
 }
 
-fn no_rate_limit() -> Policy {
+pub(crate) fn no_rate_limit() -> Policy {
     let mut p = Policy::default();
     p.execute_rate = RateLimit::new(0, 1);
     p
@@ -234,7 +235,7 @@ impl<S: Store> Ledger<S> {
             .unwrap();
     }
 
-    fn state(&self, n: u32) -> RequestState {
+    pub(crate) fn state(&self, n: u32) -> RequestState {
         self.w
             .engine
             .execution_request(&self.p, &RequestId::parse(&id(n)).unwrap())
@@ -245,21 +246,21 @@ impl<S: Store> Ledger<S> {
     }
 }
 
-fn result(e: Exec) -> StoredResult {
+pub(crate) fn result(e: Exec) -> StoredResult {
     match e {
         Exec::Result(r) => r,
         other => panic!("expected a result, got {other:?}"),
     }
 }
 
-fn approval(e: Exec) -> ApprovalPrompt {
+pub(crate) fn approval(e: Exec) -> ApprovalPrompt {
     match e {
         Exec::Approval(a) => a,
         other => panic!("expected approval_pending, got {other:?}"),
     }
 }
 
-fn refused(e: Exec) -> BeginError {
+pub(crate) fn refused(e: Exec) -> BeginError {
     match e {
         Exec::Refused(e) => e,
         other => panic!("expected a refusal, got {other:?}"),

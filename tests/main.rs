@@ -19,6 +19,7 @@ mod forgery;
 mod jwt;
 mod ledger;
 mod ledger_model;
+mod ledger_server;
 mod links;
 mod oauth;
 mod oauth_model;
