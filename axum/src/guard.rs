@@ -66,8 +66,9 @@ pub struct Agent {
 #[derive(Debug)]
 struct AgentInner {
     identity: Identity,
-    /// Where the site's RFC 9728 document is: every challenge names it.
-    resource_metadata: Arc<SiteFacts>,
+    /// The site as it was when the request was checked: every challenge
+    /// names its RFC 9728 document.
+    site: Arc<SiteFacts>,
     /// A challenge raised by a tool, for the guard to answer with.
     challenge: Mutex<Option<Challenge>>,
 }
@@ -98,7 +99,7 @@ impl Agent {
         Self {
             inner: Arc::new(AgentInner {
                 identity,
-                resource_metadata: facts,
+                site: facts,
                 challenge: Mutex::new(None),
             }),
         }
@@ -159,15 +160,16 @@ impl Agent {
         }
         let ask = needed.union(self.scopes());
         self.raise(Challenge::insufficient_scope(
-            &self.inner.resource_metadata.resource_metadata,
+            &self.inner.site.resource_metadata,
             &ask,
         ));
         Err(ScopeRequired { ask })
     }
 
-    /// Has the guard answer with `challenge` (the core's, from a refused
-    /// ledger call).
-    pub(crate) fn raise(&self, challenge: Challenge) {
+    /// Has the guard answer this request with `challenge` (the core's
+    /// `403 insufficient_scope` from a ledger call the host made itself):
+    /// the client steps up and calls again.
+    pub fn raise(&self, challenge: Challenge) {
         *self
             .inner
             .challenge

@@ -226,6 +226,37 @@ impl<S: HostStore> Portcullis<S> {
         Ok(())
     }
 
+    /// Applies the write `op` to the store through this crate's writer,
+    /// **on the calling thread** (call it from the blocking pool): with
+    /// group commit on a single-process store, or in a transaction of its
+    /// own retried after a conflict on a shared one (so `op` may run more
+    /// than once: a `Fn`, every effect through the transaction). `op`
+    /// applies engine `op_in` forms to the [`store::Txn`]; its answer
+    /// comes back once it is durable. `Err` when the transaction could not
+    /// be opened or committed: nothing of `op` was applied.
+    pub fn commit<T, F>(&self, op: F) -> Result<T, portcullis_core::store::StoreError>
+    where
+        T: Send + 'static,
+        F: for<'t, 'b, 'w> Fn(&mut store::Txn<'t, 'b, S::Write<'w>>) -> T + Send + Sync + 'static,
+    {
+        self.inner.writer.commit(self.inner.engine.store(), op)
+    }
+
+    /// [`Portcullis::commit`] for an operation that consumes what only the
+    /// core may duplicate for a second attempt (an execution ticket), so it
+    /// runs once: with group commit it gets the batch (`Some`) and applies
+    /// an `op_in` form; on a shared store it gets `None` and calls the
+    /// engine's own `op` form, which retries a conflict itself.
+    pub fn commit_once<T, F>(&self, op: F) -> Result<T, portcullis_core::store::StoreError>
+    where
+        T: Send + 'static,
+        F: for<'t, 'b, 'w> FnOnce(Option<&mut store::Txn<'t, 'b, S::Write<'w>>>) -> T
+            + Send
+            + 'static,
+    {
+        self.inner.writer.commit_once(op)
+    }
+
     pub(crate) fn facts(&self) -> Arc<SiteFacts> {
         Arc::clone(
             &self

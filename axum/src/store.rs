@@ -97,7 +97,7 @@ impl<S: HostStore> Writer<S> {
         F: for<'t, 'b, 'w> Fn(&mut Txn<'t, 'b, S::Write<'w>>) -> T + Send + Sync + 'static,
     {
         match self {
-            Self::Group(committer) => committer.run(move |txn| op(&mut Txn::Batch(txn))),
+            Self::Group(committer) => committer.run(move |txn| op(&mut Txn(Via::Batch(txn)))),
             Self::Direct => run_direct(store, op),
         }
     }
@@ -113,23 +113,37 @@ impl<S: HostStore> Writer<S> {
         F: for<'t, 'b, 'w> FnOnce(Option<&mut Txn<'t, 'b, S::Write<'w>>>) -> T + Send + 'static,
     {
         match self {
-            Self::Group(committer) => committer.run(move |txn| op(Some(&mut Txn::Batch(txn)))),
+            Self::Group(committer) => committer.run(move |txn| op(Some(&mut Txn(Via::Batch(txn))))),
             Self::Direct => Ok(op(None)),
         }
     }
 }
 
-/// The write transaction an operation is applied to.
-pub(crate) enum Txn<'t, 'b, W> {
+/// The write transaction an operation is applied to through
+/// [`Portcullis::commit`](crate::Portcullis::commit): one operation of a
+/// group commit, or a transaction of its own. Pass it to the engine's
+/// `op_in` forms; it cannot be committed by the operation.
+pub struct Txn<'t, 'b, W>(Via<'t, 'b, W>);
+
+enum Via<'t, 'b, W> {
     /// One operation of a batch.
     Batch(&'t mut BatchWrite<'b, W>),
     /// A transaction of this operation alone.
     Direct(Direct<'t, W>),
 }
 
+impl<W> std::fmt::Debug for Txn<'_, '_, W> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self.0 {
+            Via::Batch(_) => "Txn(batch)",
+            Via::Direct(_) => "Txn(direct)",
+        })
+    }
+}
+
 /// A transaction of one operation, with what the retry loop needs to know:
 /// whether the store reported a conflict, and whether anything was written.
-pub(crate) struct Direct<'t, W> {
+struct Direct<'t, W> {
     txn: &'t mut W,
     conflict: Cell<bool>,
     wrote: bool,
@@ -149,8 +163,8 @@ impl<W> Direct<'_, W> {
 impl<W: WriteTransaction> ReadTransaction for Txn<'_, '_, W> {
     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         match self {
-            Self::Batch(t) => t.get(table, key),
-            Self::Direct(d) => d.saw(d.txn.get(table, key)),
+            Txn(Via::Batch(t)) => t.get(table, key),
+            Txn(Via::Direct(d)) => d.saw(d.txn.get(table, key)),
         }
     }
 
@@ -161,8 +175,8 @@ impl<W: WriteTransaction> ReadTransaction for Txn<'_, '_, W> {
         f: impl FnOnce(&[u8]) -> T,
     ) -> Result<Option<T>, StoreError> {
         match self {
-            Self::Batch(t) => t.get_with(table, key, f),
-            Self::Direct(d) => d.saw(d.txn.get_with(table, key, f)),
+            Txn(Via::Batch(t)) => t.get_with(table, key, f),
+            Txn(Via::Direct(d)) => d.saw(d.txn.get_with(table, key, f)),
         }
     }
 
@@ -174,8 +188,8 @@ impl<W: WriteTransaction> ReadTransaction for Txn<'_, '_, W> {
         limit: usize,
     ) -> Result<Vec<Entry>, StoreError> {
         match self {
-            Self::Batch(t) => t.range(table, start, end, limit),
-            Self::Direct(d) => d.saw(d.txn.range(table, start, end, limit)),
+            Txn(Via::Batch(t)) => t.range(table, start, end, limit),
+            Txn(Via::Direct(d)) => d.saw(d.txn.range(table, start, end, limit)),
         }
     }
 }
@@ -183,8 +197,8 @@ impl<W: WriteTransaction> ReadTransaction for Txn<'_, '_, W> {
 impl<W: WriteTransaction> WriteTransaction for Txn<'_, '_, W> {
     fn put(&mut self, table: Table, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
         match self {
-            Self::Batch(t) => t.put(table, key, value),
-            Self::Direct(d) => {
+            Txn(Via::Batch(t)) => t.put(table, key, value),
+            Txn(Via::Direct(d)) => {
                 d.wrote = true;
                 let r = d.txn.put(table, key, value);
                 d.saw(r)
@@ -194,8 +208,8 @@ impl<W: WriteTransaction> WriteTransaction for Txn<'_, '_, W> {
 
     fn delete(&mut self, table: Table, key: &[u8]) -> Result<bool, StoreError> {
         match self {
-            Self::Batch(t) => t.delete(table, key),
-            Self::Direct(d) => {
+            Txn(Via::Batch(t)) => t.delete(table, key),
+            Txn(Via::Direct(d)) => {
                 d.wrote = true;
                 let r = d.txn.delete(table, key);
                 d.saw(r)
@@ -205,8 +219,8 @@ impl<W: WriteTransaction> WriteTransaction for Txn<'_, '_, W> {
 
     fn savepoint(&mut self) -> Result<Savepoint, StoreError> {
         match self {
-            Self::Batch(t) => t.savepoint(),
-            Self::Direct(d) => {
+            Txn(Via::Batch(t)) => t.savepoint(),
+            Txn(Via::Direct(d)) => {
                 let r = d.txn.savepoint();
                 d.saw(r)
             }
@@ -215,8 +229,8 @@ impl<W: WriteTransaction> WriteTransaction for Txn<'_, '_, W> {
 
     fn rollback_to(&mut self, savepoint: Savepoint) -> Result<(), StoreError> {
         match self {
-            Self::Batch(t) => t.rollback_to(savepoint),
-            Self::Direct(d) => {
+            Txn(Via::Batch(t)) => t.rollback_to(savepoint),
+            Txn(Via::Direct(d)) => {
                 let r = d.txn.rollback_to(savepoint);
                 d.saw(r)
             }
@@ -253,13 +267,13 @@ fn run_direct<S: Store, T>(
             Err(e) => return Err(e),
         };
         let (out, conflict, wrote) = {
-            let mut view = Txn::Direct(Direct {
+            let mut view = Txn(Via::Direct(Direct {
                 txn: &mut txn,
                 conflict: Cell::new(false),
                 wrote: false,
-            });
+            }));
             let out = op(&mut view);
-            let Txn::Direct(d) = view else {
+            let Txn(Via::Direct(d)) = view else {
                 unreachable!("built as Direct above")
             };
             (out, d.conflict.get(), d.wrote)

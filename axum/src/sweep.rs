@@ -133,7 +133,7 @@ pub(crate) fn end_runs_left_running<S: HostStore>(
     if ended > 0 {
         tracing::info!(
             ended,
-            "ended the runs left running at the last stop (unknownTail)"
+            "ended the runs lost at the last stop (unknownTail)"
         );
     }
     Ok(())

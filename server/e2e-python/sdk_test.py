@@ -32,7 +32,7 @@ import threading
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx2
 from mcp import Client
@@ -92,7 +92,8 @@ async def authorize_as_user(url: str, user: str, cookie: str | None) -> tuple[st
         if cookie is None:
             page = await http.get(url)
             assert "Development sign-in" in page.text, page.text
-            r = await http.post(url, data={"intent": "signin", "username": user})
+            sign_in = f"{parts.scheme}://{parts.netloc}/sign-in?{urlencode({'next': path})}"
+            r = await http.post(sign_in, data={"intent": "signin", "username": user})
             assert r.status_code == 303 and r.headers["location"] == path, r.status_code
             cookie = r.headers["set-cookie"].split(";")[0]
         page = await http.get(url, headers={"cookie": cookie})

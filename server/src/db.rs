@@ -98,6 +98,13 @@ impl Db {
     }
 }
 
+/// A redb file is this process's alone; PostgreSQL is shared.
+impl portcullis_axum::HostStore for Db {
+    fn is_local(&self) -> bool {
+        !self.shared()
+    }
+}
+
 /// A read transaction of [`Db`].
 #[derive(Debug)]
 #[allow(

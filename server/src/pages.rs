@@ -5,7 +5,6 @@
 use std::fmt::Write as _;
 
 use portcullis_core::Timestamp;
-use portcullis_core::authorize::ConsentScreen;
 use portcullis_core::engine::GrantSummary;
 use portcullis_core::grant::GrantStatus;
 
@@ -60,71 +59,6 @@ a real deployment signs users in with its own identity provider.</p>\
 <label>User name <input name=\"username\" required maxlength=\"64\" pattern=\"[A-Za-z0-9._@-]+\" autofocus></label> \
 <button type=\"submit\">Sign in</button></form>",
             action = escape(action),
-        ),
-    )
-}
-
-/// The consent screen for `screen`, for `subject`; the form posts the
-/// decision to `action` (the authorization URL itself, so the original query
-/// is re-submitted) with the session's `csrf` token.
-pub(crate) fn consent(screen: &ConsentScreen, subject: &str, action: &str, csrf: &str) -> String {
-    let name = screen.client_name_unverified.as_deref().map_or_else(
-        || "An unnamed client".to_owned(),
-        |n| {
-            format!(
-                "“{}” <em>(unverified: the client chose this name)</em>",
-                escape(n)
-            )
-        },
-    );
-    // A metadata-document client: its document's host is verified (by TLS)
-    // where the name is not, so it stands beside the name.
-    let name = match portcullis_core::client::parse_client_id_url_with(&screen.client_id, true) {
-        Ok(url) => format!(
-            "{name}, whose metadata document is served by <strong class=\"document-host\">{}</strong>,",
-            escape(url.host())
-        ),
-        Err(_) => name,
-    };
-    let mut scopes = String::new();
-    for s in screen.scopes.iter() {
-        let what = match s {
-            "skills:read" => "search and read skills",
-            "skills:write" => "run skills that change data (each write still asks you)",
-            _ => "",
-        };
-        let _ = write!(
-            scopes,
-            "<li><code>{}</code> {}</li>",
-            escape(s),
-            escape(what)
-        );
-    }
-    let loopback = if screen.loopback_only {
-        "<p class=\"warn\"><strong>This client runs on your computer</strong> (it only accepts \
-answers at a local address). Any program on this machine could be asking: allow it only if you \
-just started the connection yourself.</p>"
-    } else {
-        ""
-    };
-    layout(
-        "Connect an agent",
-        &format!(
-            "<h1>Connect an agent to {site}</h1>\
-<p>{name} wants to act for you on <strong>{site}</strong>.</p>\
-<p>Client ID: <code>{client_id}</code><br>You will be sent back to: <code>{host}</code></p>\
-{loopback}<p>It asks to:</p><ul>{scopes}</ul>\
-<p>Signed in as <strong>{subject}</strong>.</p>\
-<form method=\"post\" action=\"{action}\">\
-<input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
-<button type=\"submit\" name=\"intent\" value=\"allow\">Allow</button>\
-<button type=\"submit\" name=\"intent\" value=\"deny\">Deny</button></form>",
-            site = escape(&screen.site_name),
-            client_id = escape(&screen.client_id),
-            host = escape(&screen.callback_host),
-            subject = escape(subject),
-            action = escape(action),
-            csrf = escape(csrf),
         ),
     )
 }

@@ -237,12 +237,18 @@ impl Server {
         ])
     }
 
-    /// Posts the development sign-in form to `path_and_query`; returns the
-    /// `Cookie` header value.
+    /// Posts the development sign-in form shown at `path_and_query` (the
+    /// Agents page posts it to itself; every other page to `/sign-in` with
+    /// the page as `next`); returns the `Cookie` header value.
     async fn sign_in(&self, path_and_query: &str, user: &str) -> String {
+        let target = if path_and_query.starts_with("/agents") {
+            path_and_query.to_owned()
+        } else {
+            format!("/sign-in?{}", encode_pairs([("next", path_and_query)]))
+        };
         let r = self
             .http
-            .post(self.url(path_and_query))
+            .post(self.url(&target))
             .header("content-type", "application/x-www-form-urlencoded")
             .body(encode_pairs([("intent", "signin"), ("username", user)]))
             .send()
@@ -837,6 +843,7 @@ async fn the_direct_mcp_path_answers_as_rmcp_does() {
     let s = Server::start(&[]).await;
     let login = s.login("alice", "skills:read").await;
     let resource = s.resource().await;
+    let origin = resource[..resource.find("/mcp/").unwrap()].to_owned();
     let send = |body: String, headers: Headers, via_rmcp: bool| {
         let mut req = s
             .http
@@ -847,7 +854,9 @@ async fn the_direct_mcp_path_answers_as_rmcp_does() {
             req = req.header(name, value);
         }
         if via_rmcp {
-            req = req.header("origin", "http://127.0.0.1");
+            // Any `Origin` sends the request to rmcp; a foreign one is
+            // refused before (MCP "Transports": servers validate it).
+            req = req.header("origin", origin.clone());
         }
         async move {
             let r = req.send().await.unwrap();
@@ -3422,12 +3431,12 @@ async fn client_id_metadata_documents_are_fetched_checked_and_cached() {
 
     // Each refusal is shown to the user (400, never a redirect to the
     // client) and nothing is cached: the next try fetches again.
+    // A failed fetch shows one page whatever failed (the authorization
+    // endpoint is no port scanner); the log keeps the cause.
+    const FETCH_FAILED: &str = "could not be fetched and checked";
     for (path, says) in [
-        (
-            "/redirect.json",
-            "redirect (302); redirects are not followed",
-        ),
-        ("/big.json", "larger than 5120 bytes"),
+        ("/redirect.json", FETCH_FAILED),
+        ("/big.json", FETCH_FAILED),
         ("/wrong.json", "client_id does not match its URL"),
     ] {
         for n in 1..=2 {
@@ -3439,12 +3448,16 @@ async fn client_id_metadata_documents_are_fetched_checked_and_cached() {
         }
     }
     assert_eq!(docs.hits("/good.json"), 1, "the redirect was not followed");
+    let logs = s.logs();
+    assert!(logs.contains("error=\"redirect\""), "{logs}");
+    assert!(logs.contains("error=\"too_large\""), "{logs}");
 
     // A host that never answers: the fetch gives up within its timeout.
     let started = Instant::now();
     let (status, _, html) = authorize_document(&s, &docs.url("/slow.json"), &cookie).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
-    assert!(html.contains("took too long"), "{html}");
+    assert!(html.contains(FETCH_FAILED), "{html}");
+    assert!(s.logs().contains("error=\"timeout\""));
     assert!(started.elapsed() < Duration::from_secs(10));
     assert_eq!(docs.hits("/slow.json"), 1);
 }
@@ -3496,7 +3509,8 @@ async fn client_id_metadata_documents_refuse_http_and_special_use_addresses() {
     let (status, location, html) = authorize_document(&s, &url, &cookie).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{html}");
     assert!(location.is_empty());
-    assert!(html.contains("private or special-use address"), "{html}");
+    assert!(html.contains("over https, from a public address"), "{html}");
+    assert!(s.logs().contains("special_use_address"));
 }
 
 /// The stderr lines written since byte `from`.

@@ -12,9 +12,11 @@ use std::time::Duration;
 use app::{App, NewNote};
 use axum::http::request::Parts;
 use axum::response::Response;
+// glue:begin
 use portcullis_axum::rmcp::CallId;
 use portcullis_axum::{Action, Agent, Host, Portcullis, SignedIn, see_other, url_encode};
 use portcullis_store_redb::RedbStore;
+// glue:end
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, ServerCapabilities, ServerConfig};
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
@@ -22,6 +24,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use rmcp::{ErrorData, ServerHandler, tool, tool_handler, tool_router};
 use serde_json::json;
 
+// glue:begin
 /// Who is signed in: the app's own session; signed out: its own sign-in.
 impl Host for App {
     async fn signed_in(&self, parts: &Parts) -> Option<SignedIn> {
@@ -33,19 +36,24 @@ impl Host for App {
         see_other(&format!("/login?next={}", url_encode(return_to)))
     }
 }
+// glue:end
 
 /// The MCP server: one read tool, one write tool the server performs.
 #[derive(Clone)]
 struct NotesMcp {
     app: App,
+    // glue:begin
     portcullis: Portcullis<RedbStore>,
+    // glue:end
 }
 
 #[tool_router]
 impl NotesMcp {
     #[tool(description = "List your notes.", annotations(read_only_hint = true))]
+    // glue:begin
     async fn list_notes(&self, agent: Agent) -> Result<CallToolResult, ErrorData> {
         agent.require("notes:read")?;
+        // glue:end
         let notes = self.app.notes(agent.subject());
         Ok(CallToolResult::structured(json!({ "notes": notes })))
     }
@@ -56,10 +64,13 @@ impl NotesMcp {
     )]
     async fn add_note(
         &self,
+        // glue:begin
         agent: Agent,
         id: CallId,
+        // glue:end
         Parameters(note): Parameters<NewNote>,
     ) -> Result<CallToolResult, ErrorData> {
+        // glue:begin
         let arguments = serde_json::to_vec(&note)
             .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
         let action = Action::write("add_note", "notes:write", &arguments)
@@ -71,6 +82,7 @@ impl NotesMcp {
                 Ok(app.add_note(&user, note))
             });
         Ok(ran.await.into())
+        // glue:end
     }
 }
 
@@ -91,6 +103,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let db = app::setting("NOTES_DB", "notes.redb");
     let app = App::default();
 
+    // glue:begin
     let mut policy = portcullis_axum::Policy::default();
     policy.access_token_ttl =
         Duration::from_secs(app::setting("NOTES_TOKEN_TTL_SECS", "300").parse()?);
@@ -106,11 +119,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     .policy(policy)
     .build(app.clone())
     .await?;
+    // glue:end
 
     let tools = NotesMcp {
         app: app.clone(),
-        portcullis: portcullis.clone(),
+        portcullis: portcullis.clone(), // glue
     };
+    // Stateless, JSON answers. Every request carries a bearer token and the
+    // guard checks its Origin, so rmcp's loopback-only Host list is lifted.
     let config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
         .with_json_response(true)
@@ -120,10 +136,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Arc::new(NeverSessionManager::default()),
         config,
     );
+    // glue:begin
     let router = app
         .router()
         .merge(portcullis.routes())
         .route_service(&portcullis.mcp_route(), portcullis.protect(mcp));
     app::serve(listener, router, &portcullis.mcp_url()).await?;
+    // glue:end
     Ok(())
 }

@@ -76,7 +76,8 @@ export async function authorizeAsUser(authorizationUrl, user, cookie) {
   if (!cookie) {
     const page = await fetch(url, { redirect: "manual" });
     if (!(await page.text()).includes("Development sign-in")) throw new Error("no sign-in page");
-    const r = await fetch(url, {
+    const signIn = new URL(`/sign-in?${new URLSearchParams({ next: path })}`, url);
+    const r = await fetch(signIn, {
       method: "POST",
       redirect: "manual",
       headers: { "content-type": "application/x-www-form-urlencoded" },

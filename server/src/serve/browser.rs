@@ -168,7 +168,7 @@ async fn reset_browser_session(app: &Shared, session: &Session) {
     app.clear_navigates(&browser_session).await;
     let ended = app
         .write(move |app, txn| {
-            app.engine
+            app.engine()
                 .reset_session_in(txn, &app.site, &browser_session, clock::now())
         })
         .await;
@@ -178,6 +178,30 @@ async fn reset_browser_session(app: &Shared, session: &Session) {
         Err(_) => {}
     }
     app.bump(&session.subject);
+}
+
+/// `POST /sign-in?next=<path>`: the development sign-in form of a page
+/// that needs a session (the crate's authorization and approval pages show
+/// it through [`super::host::DemoHost`]); back to `next` afterwards, if it
+/// is a path of this site.
+pub(crate) async fn sign_in_form(
+    State(app): State<Shared>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+    body: FormBody,
+) -> Response {
+    let Ok(form) = Form::parse(&body.0, BODY_LIMIT) else {
+        return bad_form();
+    };
+    let query = query.unwrap_or_default();
+    let Ok(params) = Form::parse(&query, BODY_LIMIT) else {
+        return bad_form();
+    };
+    let next = params
+        .get("next")
+        .filter(|n| n.starts_with('/') && portcullis_core::redirect::SafePath::new(n).is_ok())
+        .unwrap_or("/agents");
+    app.sign_in(&headers, &form, next)
 }
 
 /// The connected tab's script (`GET /agents/app.js`).
@@ -282,9 +306,9 @@ pub(crate) async fn agents(State(app): State<Shared>, headers: HeaderMap) -> Res
     let subject = session.subject.clone();
     let listed = app
         .blocking(move |app| {
-            let site = app.engine.site(&app.site)?;
+            let site = app.engine().site(&app.site)?;
             let page = app
-                .engine
+                .engine()
                 .list_user_grants(&app.site, &subject, None, 200, clock::now())?;
             Ok::<_, portcullis_core::engine::SiteOpError>((site, page))
         })
@@ -343,7 +367,7 @@ pub(crate) async fn agents_post(
             let revoked = app
                 .write(move |app, txn| {
                     // Only the user's own grants: the id alone is not authority.
-                    app.engine
+                    app.engine()
                         .revoke_own_grant_in(txn, &app.site, &subject, &id, clock::now())
                 })
                 .await;

@@ -2,16 +2,14 @@
 //! transport behind the core's bearer check.
 //!
 //! * [`guard`] (called first by the route's handler, no middleware) runs
-//!   **first**: the path
-//!   key must be the site's current public key (else 404; compared with
-//!   the key read at start and re-read on every other instance's or the
-//!   CLI's site change, see `App::mcp_key`), a token in the
-//!   query is refused, and the core's `verify_bearer` (or, for a minted
-//!   agent token, `verify_agent_token`) decides; refusals copy the core's
-//!   challenge (`400`/`401`/`403` with `WWW-Authenticate`) or `503` with
-//!   `Retry-After`. The verified [`Verified`] identity goes into the request
-//!   extensions (with the slot for a scope challenge, one [`Caller`]),
-//!   where the tools read it.
+//!   **first**: `portcullis-axum`'s bearer check
+//!   ([`Portcullis::authenticate`]: the `Origin`, the path key against the
+//!   site's current public key (re-read on every other instance's or the
+//!   CLI's site change), no token in the query, an access token of a live
+//!   grant with `skills:read` or a minted agent token); refusals are the
+//!   core's challenges (`400`/`401`/`403` with `WWW-Authenticate`) or `503`
+//!   with `Retry-After`. The verified [`Agent`] goes into the request
+//!   extensions, where the tools read it.
 //! * MCP is served **statelessly** with JSON responses (no `Mcp-Session-Id`:
 //!   every POST carries its own bearer, so no session outlives a token):
 //!   plain requests by [`super::mcp_direct`], which runs [`Tools`] without
@@ -26,18 +24,14 @@
 //!   list (their calls go to the gateway) and the `resources/*` methods.
 
 use std::future::Future;
-use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+use std::sync::{Arc, LazyLock};
 
 use axum::extract::Request;
-use axum::http::{HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse as _, Response};
-use portcullis_core::bearer::{self, Challenge};
-use portcullis_core::engine::{BearerRejection, Principal};
-use portcullis_core::error::{ErrorCode, WireError as _};
-use portcullis_core::header::HeaderField;
-use portcullis_core::http::HttpResponse;
+use axum::response::Response;
+use portcullis_axum::{Agent, Portcullis};
+use portcullis_core::bearer::Challenge;
+use portcullis_core::error::ErrorCode;
 use portcullis_core::ledger::BeginError;
-use portcullis_core::scope::{KnownScope, ScopeSet};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, Implementation,
     InitializeRequestParams, InitializeResult, JsonObject, ListResourceTemplatesResult,
@@ -53,38 +47,11 @@ use serde_json::{Value, json};
 use super::gateway;
 use super::run::{self, Answer};
 use super::skills::{self, Skill};
-use super::{Shared, respond};
-use crate::clock;
+use super::Shared;
+use crate::db::Db;
 
 /// Largest MCP request body (the ledger's envelope limit plus JSON-RPC).
 pub(crate) const MAX_MCP_BODY: usize = portcullis_core::ledger::MAX_ENVELOPE_LEN + 16 * 1024;
-
-/// The scope every MCP request needs: listing and describing skills are
-/// reads. Writes are checked per action by the ledger. Built once from a
-/// compile-time-checked token, so it cannot fall back to "no scope".
-static REQUIRED: LazyLock<ScopeSet> = LazyLock::new(|| ScopeSet::known([KnownScope::SKILLS_READ]));
-
-/// The identity the bearer check verified.
-#[derive(Clone, Debug)]
-pub(crate) enum Verified {
-    /// An OAuth access token of a grant.
-    Grant(Principal),
-    /// A minted agent token (no grant: it cannot `execute`).
-    AgentToken,
-}
-
-/// Where a tool asks for the response to become `403 insufficient_scope`.
-#[derive(Clone, Default)]
-struct ScopeSlot(Arc<Mutex<Option<Challenge>>>);
-
-/// What the guard hands the tools in the request's extensions: who called
-/// and where to raise a scope challenge. One extension, so one insertion
-/// per request.
-#[derive(Clone)]
-struct Caller {
-    verified: Verified,
-    slot: ScopeSlot,
-}
 
 /// The rmcp service for the router.
 pub(crate) fn service(
@@ -105,99 +72,24 @@ pub(crate) fn service(
     )
 }
 
-/// What the bearer check decided.
-enum Verdict {
-    Rejected(BearerRejection),
-    Accepted(Verified),
-}
-
-/// The bearer check of a request whose path names the site's key: one read
-/// transaction for an access token (the core loads the site and the grant
-/// in it), a second only for what may be a minted agent token.
-fn check(app: &super::App, authorization: HeaderField<'_>) -> Verdict {
-    let now = clock::now();
-    let first = match app
-        .engine
-        .verify_bearer(&app.site, authorization, &REQUIRED, now)
-    {
-        Ok(p) => return Verdict::Accepted(Verified::Grant(p)),
-        Err(r) => r,
-    };
-    // Not an access token: it may be a minted agent token.
-    if let BearerRejection::Challenge(c) = &first
-        && c.error == Some(ErrorCode::InvalidToken)
-    {
-        match app
-            .engine
-            .verify_agent_token(&app.site, authorization, &REQUIRED, now)
-        {
-            Ok(_) => return Verdict::Accepted(Verified::AgentToken),
-            Err(BearerRejection::Challenge(c2))
-                if c2.error == Some(ErrorCode::InsufficientScope) =>
-            {
-                return Verdict::Rejected(BearerRejection::Challenge(c2));
-            }
-            Err(_) => {}
-        }
-    }
-    Verdict::Rejected(first)
-}
-
-/// The bearer check in front of the MCP transport (see the module docs):
-/// `serve` answers only an accepted request, which carries the verified
-/// identity and the scope slot in its extensions.
+/// The bearer check in front of the MCP transport (the crate's
+/// [`Portcullis::authenticate`]): `serve` answers only an accepted
+/// request, which carries the verified [`Agent`] in its extensions; a
+/// scope a tool found missing turns the answer into `403
+/// insufficient_scope` ([`Portcullis::finish`]).
 pub(crate) async fn guard<F: Future<Output = Response>>(
     app: &Shared,
-    key: &str,
-    query: Option<&str>,
-    mut request: Request,
+    request: Request,
     serve: impl FnOnce(Request) -> F,
 ) -> Response {
-    if let Err(e) = bearer::refuse_query_token(query) {
-        return respond::core(HttpResponse::oauth_error(e.code(), &e.to_string()));
-    }
-    // Every value: the core refuses a repeated field (400 invalid_request).
-    let authorization = respond::HeaderValues::of(request.headers(), header::AUTHORIZATION);
-    if !app.mcp_key_is(key) {
-        return (StatusCode::NOT_FOUND, "no such MCP endpoint\n").into_response();
-    }
-    let verdict = app.read(move |app| check(app, authorization.field())).await;
-    let verified = match verdict {
-        Ok(Verdict::Accepted(v)) => v,
-        Ok(Verdict::Rejected(rejection)) => return refused(rejection),
-        Err(r) => return r,
+    let (mut parts, body) = request.into_parts();
+    let agent = match app.portcullis.authenticate(&parts).await {
+        Ok(agent) => agent,
+        Err(refused) => return refused,
     };
-    let slot = ScopeSlot::default();
-    request.extensions_mut().insert(Caller {
-        verified,
-        slot: slot.clone(),
-    });
-    let mut response = serve(request).await;
-    let challenge = slot.0.lock().unwrap_or_else(PoisonError::into_inner).take();
-    if let Some(c) = challenge {
-        tracing::debug!(status = c.status, "execute: scope missing");
-        if let Ok(v) = HeaderValue::try_from(c.www_authenticate) {
-            *response.status_mut() =
-                StatusCode::from_u16(c.status).unwrap_or(StatusCode::FORBIDDEN);
-            response.headers_mut().insert(header::WWW_AUTHENTICATE, v);
-        }
-    }
-    response
-}
-
-fn refused(rejection: BearerRejection) -> Response {
-    let error = match &rejection {
-        BearerRejection::Challenge(c) => c.error.map_or("none", ErrorCode::as_str),
-        other => other.code().as_str(),
-    };
-    tracing::debug!(status = rejection.http_status(), error, "bearer refused");
-    match rejection {
-        BearerRejection::Challenge(_) | BearerRejection::Unavailable { .. } => {
-            respond::core(rejection.to_response())
-        }
-        BearerRejection::UnknownSite => (StatusCode::NOT_FOUND, "no such site\n").into_response(),
-        other => respond::internal(&other.to_string()),
-    }
+    parts.extensions.insert(agent.clone());
+    let response = serve(Request::from_parts(parts, body)).await;
+    Portcullis::<Db>::finish(&agent, response)
 }
 
 /// The MCP tools: a cheap handle on the app, cloned per request.
@@ -313,9 +205,9 @@ fn ok(body: Value) -> CallToolResult {
 
 /// Hands a tool's challenge to the guard, which turns the response into
 /// `403 insufficient_scope`.
-fn raise(challenge: Option<&Challenge>, slot: &ScopeSlot) {
+fn raise(challenge: Option<&Challenge>, agent: &Agent) {
     if let Some(c) = challenge {
-        *slot.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(c.clone());
+        agent.raise(c.clone());
     }
 }
 
@@ -371,9 +263,9 @@ impl ServerHandler for Tools {
             .extensions
             .get_mut::<axum::http::request::Parts>()
             .ok_or_else(|| ErrorData::internal_error("no request", None))?;
-        let Caller { verified, slot } = parts
+        let agent = parts
             .extensions
-            .remove::<Caller>()
+            .remove::<Agent>()
             .ok_or_else(|| ErrorData::internal_error("no verified caller", None))?;
         let args = Value::Object(request.arguments.unwrap_or_default());
         let result = match request.name.as_ref() {
@@ -397,11 +289,11 @@ impl ServerHandler for Tools {
                 }
             }
             "execute" => {
-                let answer = match verified {
-                    Verified::Grant(p) => Box::pin(run::execute(&self.app, p, &args)).await,
-                    Verified::AgentToken => Answer::begin_error(&BeginError::AgentToken, None),
+                let answer = match agent.principal() {
+                    Some(p) => Box::pin(run::execute(&self.app, p.clone(), &args)).await,
+                    None => Answer::begin_error(&BeginError::AgentToken, None),
                 };
-                raise(answer.challenge.as_ref(), &slot);
+                raise(answer.challenge.as_ref(), &agent);
                 structured(&answer)
             }
             name => {
@@ -411,8 +303,8 @@ impl ServerHandler for Tools {
                         None,
                     ));
                 };
-                let reply = match verified {
-                    Verified::Grant(p) => {
+                let reply = match agent.principal() {
+                    Some(p) => {
                         let arguments = match args {
                             Value::Object(m) => m,
                             _ => JsonObject::new(),
@@ -420,13 +312,18 @@ impl ServerHandler for Tools {
                         // rmcp moves a request's `_meta` into the context.
                         let meta = request.meta.as_ref().or(Some(&context.meta));
                         Box::pin(gateway::tools::call(
-                            &self.app, p, source, tool, meta, arguments,
+                            &self.app,
+                            p.clone(),
+                            source,
+                            tool,
+                            meta,
+                            arguments,
                         ))
                         .await
                     }
-                    Verified::AgentToken => gateway::tools::Reply::refused_agent_token(),
+                    None => gateway::tools::Reply::refused_agent_token(),
                 };
-                raise(reply.challenge.as_ref(), &slot);
+                raise(reply.challenge.as_ref(), &agent);
                 reply.result
             }
         };

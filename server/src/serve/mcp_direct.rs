@@ -49,7 +49,7 @@ use std::sync::Arc;
 use std::task::Poll;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, RawQuery, Request, State};
+use axum::extract::{Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, Method, header};
 use axum::response::Response;
@@ -196,16 +196,8 @@ impl Endpoint {
 /// check ([`super::jsonrpc`]), then the direct path or rmcp. One handler,
 /// not a stack of middleware: each layer would clone the route's service
 /// and box a future per request.
-pub(crate) async fn endpoint(
-    State(endpoint): State<Arc<Endpoint>>,
-    Path(key): Path<String>,
-    RawQuery(query): RawQuery,
-    request: Request,
-) -> Response {
-    mcp::guard(&endpoint.app, &key, query.as_deref(), request, |r| {
-        endpoint.serve(r)
-    })
-    .await
+pub(crate) async fn endpoint(State(endpoint): State<Arc<Endpoint>>, request: Request) -> Response {
+    mcp::guard(&endpoint.app, request, |r| endpoint.serve(r)).await
 }
 
 impl Endpoint {
@@ -586,7 +578,7 @@ mod tests {
     /// rather than inlined here; this guard fails if it comes back.
     #[test]
     fn request_future_stays_small() {
-        fn future_size<A, B, C, D, F>(_: fn(A, B, C, D) -> F) -> usize {
+        fn future_size<A, B, F>(_: fn(A, B) -> F) -> usize {
             size_of::<F>()
         }
         let size = future_size(endpoint);

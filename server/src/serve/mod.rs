@@ -31,8 +31,8 @@
 mod answer;
 mod body_timeout;
 mod browser;
-mod documents;
 mod gateway;
+mod host;
 mod jobs;
 mod jsonrpc;
 mod listen;
@@ -40,14 +40,12 @@ mod mcp;
 mod mcp_direct;
 mod navigate;
 mod notes;
-mod oauth;
 mod relay;
 mod respond;
 mod run;
 mod skills;
 mod tab;
 mod trace;
-mod txn;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -62,20 +60,24 @@ use portcullis_core::grant::GrantId;
 use portcullis_core::jwt::SigningKey;
 use portcullis_core::ledger::RequestId;
 use portcullis_core::link::OpenRoute;
+use portcullis_core::scope::{SKILLS_READ, SKILLS_WRITE};
 use portcullis_core::site::SiteId;
 use portcullis_core::store::StoreError;
+use portcullis_axum::Portcullis;
 use portcullis_core::{Engine, Policy};
-use portcullis_store_redb::GroupCommitter;
 use tower_http::set_header::SetResponseHeaderLayer;
 use tower_http::timeout::TimeoutLayer;
 
 use crate::cli::{ConnLimits, ServeArgs};
-use crate::db::Db;
+use crate::db::{Db, DbWrite};
 use crate::keys::LoosePermissions;
 use crate::notify::{self, Event, Fanout};
 use crate::{clock, setup};
-pub(crate) use txn::AppWrite;
-use txn::Writer;
+
+/// The transaction a write handler's operation is applied to: one
+/// operation of a redb group commit, or a PostgreSQL transaction of its own
+/// (see [`portcullis_axum::store`]).
+pub(crate) type AppWrite<'t, 'b, 'w> = portcullis_axum::store::Txn<'t, 'b, DbWrite<'w>>;
 
 /// Largest request body accepted anywhere (the token endpoint's limit,
 /// [`portcullis_core::token::MAX_BODY_LEN`]; registration documents are
@@ -84,26 +86,18 @@ const BODY_LIMIT: usize = portcullis_core::token::MAX_BODY_LEN;
 
 /// What every handler shares.
 pub(crate) struct App {
-    engine: Engine<Arc<Db>>,
-    /// Every write goes through it: on redb concurrent requests' operations
-    /// share one durable commit; on PostgreSQL each has its own retried
-    /// transaction ([`txn`]).
-    writer: Writer,
+    /// The agent access: the OAuth routes, the MCP guard and the store's
+    /// writer (on redb concurrent requests' operations share one durable
+    /// commit; on PostgreSQL each has its own retried transaction).
+    portcullis: Portcullis<Db>,
     site: SiteId,
-    /// The site's public key, the `{key}` of its MCP URL, read at start.
-    /// The MCP guard compares the path with it instead of reading the site
-    /// for every request (the bearer check reads it anyway). Only
-    /// `portcullis site rotate-key` changes it: on redb the CLI refuses
-    /// while the server holds the database; on PostgreSQL the CLI's
-    /// `NOTIFY` makes every instance re-read the site at once
-    /// ([`App::site_changed`]), as does a reconnection of the listener.
-    mcp_key: std::sync::RwLock<String>,
     /// Tells the other instances on a shared database what changed
     /// ([`notify`]); does nothing on redb.
     fanout: Fanout,
     session_key: SigningKey,
-    /// The session epoch and the signed-out sessions.
-    sessions: crate::session::Sessions,
+    /// The session epoch and the signed-out sessions (shared with the
+    /// crate's [`host::DemoHost`], which reads the session on its pages).
+    sessions: Arc<crate::session::Sessions>,
     /// The public origin, no trailing slash.
     public_url: String,
     /// Cookies are `Secure` (and `__Host-`) when the public URL is https.
@@ -121,8 +115,6 @@ pub(crate) struct App {
     navigates: navigate::NavigateQueue,
     /// The demo notes app's data.
     notes: notes::Notes,
-    /// Client ID metadata documents: the fetcher and its cache.
-    documents: documents::Documents,
     /// The downstream MCP servers exposed on the MCP endpoint (none
     /// without `--source`).
     gateway: Arc<gateway::Gateway>,
@@ -134,6 +126,11 @@ pub(crate) struct App {
 type Shared = Arc<App>;
 
 impl App {
+    /// The engine (its operations block: call them on the blocking pool).
+    fn engine(&self) -> &Engine<Arc<Db>> {
+        self.portcullis.engine()
+    }
+
     /// Runs `f` on the blocking pool: engine operations do store I/O
     /// (an fsync per committed write).
     async fn blocking<T: Send + 'static>(
@@ -146,28 +143,13 @@ impl App {
             .map_err(|_| respond::internal("a blocking task failed"))
     }
 
-    /// Runs the read `f` where it is cheapest: inline on redb, where a read
-    /// transaction of the local file and an HMAC take a few microseconds,
-    /// less than a hand-off to the blocking pool and back; on the blocking
-    /// pool on PostgreSQL, where a read is a network round trip (and the
-    /// driver must not connect on a runtime worker).
-    async fn read<T: Send + 'static>(
-        self: &Arc<Self>,
-        f: impl FnOnce(&Self) -> T + Send + 'static,
-    ) -> Result<T, Response> {
-        if self.engine.store().shared() {
-            self.blocking(f).await
-        } else {
-            Ok(f(self))
-        }
-    }
-
-    /// Runs the write `f` on the blocking pool through the [`Writer`]: on
-    /// redb `f` applies engine operations (`Engine::*_in`) to a transaction
-    /// shared with other requests' writes; on PostgreSQL to one of its own,
-    /// run again after a conflict (so `f` is `Fn`). Its answer comes back
-    /// only once that transaction is durable. A failed commit answers with
-    /// the store's error (nothing of `f` was applied).
+    /// Runs the write `f` on the blocking pool through the crate's writer
+    /// ([`Portcullis::commit`]): on redb `f` applies engine operations
+    /// (`Engine::*_in`) to a transaction shared with other requests' writes;
+    /// on PostgreSQL to one of its own, run again after a conflict (so `f`
+    /// is `Fn`). Its answer comes back only once that transaction is
+    /// durable. A failed commit answers with the store's error (nothing of
+    /// `f` was applied).
     async fn write<T, E, F>(self: &Arc<Self>, f: F) -> Result<Result<T, E>, Response>
     where
         T: Send + 'static,
@@ -202,9 +184,10 @@ impl App {
 
     /// [`App::write`] for an operation that consumes an
     /// [`portcullis_core::ledger::ExecutionTicket`], which only the core may
-    /// duplicate for a second attempt: on redb `f` gets the shared batch
-    /// (`Some`) and applies the `*_in` form; on PostgreSQL it gets `None`
-    /// and calls the engine's own form, which retries a conflict itself.
+    /// duplicate for a second attempt ([`Portcullis::commit_once`]): on
+    /// redb `f` gets the shared batch (`Some`) and applies the `*_in` form;
+    /// on PostgreSQL it gets `None` and calls the engine's own form, which
+    /// retries a conflict itself.
     async fn write_ticket<T, E, F>(self: &Arc<Self>, f: F) -> Result<Result<T, E>, Response>
     where
         T: Send + 'static,
@@ -214,14 +197,11 @@ impl App {
             + 'static,
     {
         let app = Arc::clone(self);
-        tokio::task::spawn_blocking(move || match &app.writer {
-            Writer::Group(committer) => {
-                let inner = Arc::clone(&app);
-                committer
-                    .run(move |txn| f(&inner, Some(&mut AppWrite::Batch(txn))))
-                    .unwrap_or_else(|e| Err(E::from(e)))
-            }
-            Writer::Direct => f(&app, None),
+        tokio::task::spawn_blocking(move || {
+            let inner = Arc::clone(&app);
+            app.portcullis
+                .commit_once(move |txn| f(&inner, txn))
+                .unwrap_or_else(|e| Err(E::from(e)))
         })
         .await
         .map_err(|_| respond::internal("a blocking task failed"))
@@ -233,13 +213,8 @@ impl App {
         T: Send + 'static,
         F: for<'t, 'b, 'w> Fn(&Self, &mut AppWrite<'t, 'b, 'w>) -> T + Send + Sync + 'static,
     {
-        match &self.writer {
-            Writer::Group(committer) => {
-                let app = Arc::clone(self);
-                committer.run(move |txn| f(&app, &mut AppWrite::Batch(txn)))
-            }
-            Writer::Direct => txn::run_direct(self.engine.store(), |txn| f(self, txn)),
-        }
+        let app = Arc::clone(self);
+        self.portcullis.commit(move |txn| f(&app, txn))
     }
 
     /// Something `subject`'s connected tab shows changed: wakes their
@@ -249,30 +224,17 @@ impl App {
         self.fanout.announce(Event::Bump(subject.to_owned()));
     }
 
-    /// Whether `key` is the MCP path key as last read (compared in place,
-    /// not copied out: the MCP guard asks on every request).
-    fn mcp_key_is(&self, key: &str) -> bool {
-        *self
-            .mcp_key
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            == key
-    }
-
     /// Re-reads the site after another instance or the admin CLI changed
-    /// it (or the notify listener reconnected and may have missed that).
+    /// it (or the notify listener reconnected and may have missed that):
+    /// a rotated key moves the MCP URL, an off switch answers 503.
+    /// Blocking.
     fn site_changed(&self) {
-        match self.engine.site(&self.site) {
-            Ok(site) => {
-                let mut key = self
-                    .mcp_key
-                    .write()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                if *key != site.public_key {
-                    tracing::info!("the site key changed: the MCP URL moved");
-                    site.public_key.clone_into(&mut key);
-                }
+        let before = self.portcullis.mcp_url();
+        match self.portcullis.reload_site() {
+            Ok(()) if self.portcullis.mcp_url() != before => {
+                tracing::info!("the site key changed: the MCP URL moved");
             }
+            Ok(()) => {}
             Err(e) => tracing::warn!(error = %e, "re-reading the site failed"),
         }
     }
@@ -413,19 +375,9 @@ fn router(app: Shared, mcp_hosts: Vec<String>, limits: ConnLimits) -> Router {
     let mcp = Router::new()
         .route("/mcp/{key}", any(mcp_direct::endpoint))
         .with_state(endpoint);
+    let oauth = app.portcullis.routes();
     let router = Router::new()
-        .route(
-            "/.well-known/oauth-authorization-server",
-            get(oauth::authorization_server_metadata),
-        )
-        .route(
-            "/.well-known/oauth-protected-resource/mcp/{key}",
-            get(oauth::protected_resource_metadata),
-        )
-        .route("/register", post(oauth::register))
-        .route("/authorize", get(oauth::authorize).post(oauth::decide))
-        .route("/token", post(oauth::token))
-        .route("/revoke", post(oauth::revoke))
+        .route("/sign-in", post(browser::sign_in_form))
         .route(
             portcullis_core::link::LinkConfig::DEFAULT_OPEN_PATH,
             get(browser::open).post(browser::open_sign_in),
@@ -443,6 +395,7 @@ fn router(app: Shared, mcp_hosts: Vec<String>, limits: ConnLimits) -> Router {
         .route("/", get(browser::home))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(app)
+        .merge(oauth)
         .merge(mcp)
         .layer(TimeoutLayer::with_status_code(
             StatusCode::REQUEST_TIMEOUT,
@@ -485,37 +438,48 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
     } else {
         LoosePermissions::Refuse
     };
-    let public_for_setup = public.clone();
-    let (engine, keys, site) = tokio::task::spawn_blocking(move || {
-        let (engine, keys) = setup::engine(&db, policy, true, loose)?;
-        let site = setup::ensure_demo_site(&engine, &public_for_setup)?;
-        if !engine.store().shared() {
-            abandon_lost_runs(&engine, |_, _| true)?;
-        }
-        Ok::<_, String>((engine, keys, site))
-    })
-    .await
-    .map_err(|e| e.to_string())??;
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let writer = if engine.store().shared() {
-        Writer::Direct
-    } else {
-        Writer::Group(GroupCommitter::new(Arc::clone(engine.store())))
-    };
+    let dev_documents = args.dev_loopback_client_documents;
+    let (store, keys) = tokio::task::spawn_blocking(move || setup::open(&db, true, loose))
+        .await
+        .map_err(|e| e.to_string())??;
+    let (public_for_site, session_key) = (public.clone(), keys.session.clone());
     let fanout = Fanout::start(&args.db);
+    let (jobs, sessions) = shared_state(&args, &fanout).await?;
+    let sessions = Arc::new(sessions);
+    let portcullis = Portcullis::builder(store, keys.keyring)
+        .public_url(&public_for_site)
+        .site(setup::SITE_ID, setup::SITE_NAME)
+        .scope(SKILLS_READ, "search and read skills")
+        .scope(
+            SKILLS_WRITE,
+            "run skills that change data (each write still asks you)",
+        )
+        .endpoint_scope(SKILLS_READ)
+        .policy(policy)
+        .dev_loopback_client_documents(dev_documents)
+        .build(host::DemoHost {
+            session_key: session_key.clone(),
+            sessions: Arc::clone(&sessions),
+            secure: public.starts_with("https://"),
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+    let reader = portcullis.clone();
+    let site = tokio::task::spawn_blocking(move || reader.engine().site(reader.site_id()))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let gateway = if args.gateway.sources.is_empty() && args.gateway.sources_file.is_none() {
         gateway::Gateway::none()
     } else {
         gateway::Gateway::start(&args.gateway, mcp::builtin_names()).await?
     };
-    let (jobs, sessions) = shared_state(&args, &fanout).await?;
     let app = Arc::new(App {
-        engine,
-        writer,
+        portcullis,
         site: site.id.clone(),
-        mcp_key: std::sync::RwLock::new(site.public_key.clone()),
         fanout,
-        session_key: keys.session,
+        session_key,
         sessions,
         secure: public.starts_with("https://"),
         public_url: public.clone(),
@@ -525,7 +489,6 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
         jobs,
         navigates: navigate::NavigateQueue::default(),
         notes: notes::Notes::default(),
-        documents: documents::Documents::new(args.dev_loopback_client_documents)?,
         gateway: Arc::new(gateway),
         stopping: stop_rx,
     });
@@ -534,7 +497,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
     // worker: the listener connects on the blocking pool, and the store is
     // kept for the life of the process so that its pool is never dropped on
     // a worker either (whichever task held the last `App`).
-    let _ = KEEP_STORE.set(Arc::clone(app.engine.store()));
+    let _ = KEEP_STORE.set(Arc::clone(app.engine().store()));
     let listener_app = Arc::downgrade(&app);
     let db_args = args.db.clone();
     let for_listener = Arc::clone(&app);
@@ -623,12 +586,11 @@ static KEEP_STORE: std::sync::OnceLock<Arc<Db>> = std::sync::OnceLock::new();
 /// Undecided requests one start-up transaction looks at.
 const ABANDON_BUDGET: usize = 512;
 
-/// Ends the runs the previous process held when it stopped (their tickets
-/// lived in its memory): each ends with `unknownTail` now, not whenever the
-/// user's tab next reconnects. This server is the only one on its database
-/// (redb holds an exclusive lock), so every `Running` request is a lost one.
-/// On PostgreSQL only the runs `lost` names end: those of instances whose
-/// lease lapsed ([`end_runs_of_dead_instances`]).
+/// On a shared database, ends the runs `lost` names: those of instances
+/// whose lease lapsed ([`end_runs_of_dead_instances`]), whose tickets lived
+/// in their memory. Each ends with `unknownTail` now, not whenever the
+/// user's tab next reconnects. (On redb, `portcullis-axum` ends every run
+/// left running at start: one process holds the file.)
 fn abandon_lost_runs(
     engine: &Engine<Arc<Db>>,
     lost: impl Fn(&GrantId, &RequestId) -> bool,
@@ -667,7 +629,7 @@ fn end_runs_of_dead_instances(app: &App) -> Result<(), String> {
         .iter()
         .filter_map(|(g, r)| Some((GrantId::parse(g)?, RequestId::parse(r).ok()?)))
         .collect();
-    abandon_lost_runs(&app.engine, |g, r| lost.contains(&(*g, *r)))?;
+    abandon_lost_runs(&app.engine(), |g, r| lost.contains(&(*g, *r)))?;
     for (g, r) in &taken {
         table.release_run(g, r, me)?;
     }
@@ -694,13 +656,13 @@ async fn renew_forever(app: Shared) {
     }
 }
 
-/// How often expired codes, grants and ledger results are deleted.
+/// How often the server's own state is swept.
 const SWEEP_EVERY: Duration = Duration::from_mins(1);
-/// Index entries one sweep transaction handles; a full batch sweeps again.
-const SWEEP_BUDGET: usize = 512;
 
-/// Deletes expired records through the core's budgeted sweeps, a bounded
-/// transaction at a time, until the server stops.
+/// Sweeps what is the server's own, until it stops: signed-out sessions
+/// past their cookie's expiry, idle tab mailboxes and, on a shared
+/// database, the runs of lapsed instances and stale tab jobs. (Expired
+/// codes, grants and ledger results are `portcullis-axum`'s sweep.)
 async fn sweep_forever(app: Shared) {
     let mut stopping = app.stopping.clone();
     loop {
@@ -721,24 +683,6 @@ async fn sweep_forever(app: Shared) {
             }
         }
         tracing::debug!(revoked, mailboxes, "in-memory state swept");
-        loop {
-            let swept = app
-                .write(|app, txn| {
-                    let now = clock::now();
-                    let grants = app.engine.sweep_in(txn, now, SWEEP_BUDGET)?;
-                    let ledger = app.engine.sweep_ledger_in(txn, now, SWEEP_BUDGET)?;
-                    Ok::<_, StoreError>(grants.max(ledger))
-                })
-                .await;
-            match swept {
-                Ok(Ok(n)) if n == SWEEP_BUDGET && !*app.stopping.borrow() => {}
-                Ok(Err(e)) => {
-                    tracing::warn!(error = %e, "sweep failed; retrying at the next interval");
-                    break;
-                }
-                Ok(Ok(_)) | Err(_) => break,
-            }
-        }
     }
 }
 

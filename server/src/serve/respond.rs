@@ -3,9 +3,8 @@
 //! and, the other way, every value of a request header the core reads.
 
 use axum::body::Body;
-use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse as _, Response};
-use portcullis_core::header::HeaderField;
 use portcullis_core::http::HttpResponse;
 
 /// The core's answer, status, headers and body copied as they are.
@@ -99,34 +98,4 @@ pub(crate) fn with_cookie(mut response: Response, cookie: &str) -> Response {
 pub(crate) fn internal(cause: &str) -> Response {
     tracing::error!(cause, "internal error");
     (StatusCode::INTERNAL_SERVER_ERROR, "internal server error\n").into_response()
-}
-
-/// Every value a request carried for one header field, owned so it can go
-/// to the blocking thread the core runs on. The core decides what a
-/// repeated field means; nothing here picks a value. One value (the common
-/// case) is held without allocating.
-pub(crate) struct HeaderValues {
-    first: Option<HeaderValue>,
-    rest: Vec<HeaderValue>,
-}
-
-impl HeaderValues {
-    /// All values of `name` in `headers`, in order.
-    pub(crate) fn of(headers: &HeaderMap, name: HeaderName) -> Self {
-        let mut all = headers.get_all(name).iter().cloned();
-        Self {
-            first: all.next(),
-            rest: all.collect(),
-        }
-    }
-
-    /// The values as the core reads them.
-    pub(crate) fn field(&self) -> HeaderField<'_> {
-        HeaderField::new(
-            self.first
-                .iter()
-                .chain(&self.rest)
-                .map(HeaderValue::as_bytes),
-        )
-    }
 }

@@ -35,7 +35,7 @@ use super::Shared;
 pub(crate) use super::answer::{Answer, failure};
 use super::relay::{DriverEnd, Job, TabReport};
 use super::skills::{self, Step};
-use super::txn::AppWrite;
+use super::AppWrite;
 use crate::clock;
 
 /// How long an `execute` call waits for its run before answering
@@ -140,7 +140,7 @@ async fn admit(
         );
         let begun = app
             .write(move |app, txn| {
-                app.engine
+                app.engine()
                     .begin_needing_in(txn, &p, &q, &n, Caller::Client, clock::now_ms())
             })
             .await;
@@ -358,7 +358,7 @@ impl Driver<'_> {
                     }
                     let live = self
                         .app
-                        .blocking(move |app| app.engine.dispatch(&grant, false, clock::now()))
+                        .blocking(move |app| app.engine().dispatch(&grant, false, clock::now()))
                         .await;
                     if !matches!(live, Ok(Ok(Dispatch::To(c))) if c == connection) {
                         self.withdraw(&job_id).await;
@@ -407,9 +407,9 @@ impl Driver<'_> {
         let recorded = ticket_write(self.app, self.id, move |app, mut txn| {
             let mut record = |ticket, report| match txn.as_deref_mut() {
                 Some(txn) => app
-                    .engine
+                    .engine()
                     .record_outcome_in(txn, ticket, report, clock::now()),
-                None => app.engine.record_outcome(ticket, report, clock::now()),
+                None => app.engine().record_outcome(ticket, report, clock::now()),
             };
             match record(ticket, core) {
                 Err(TicketError::Invalid(ticket, _)) => {
@@ -470,9 +470,9 @@ pub(super) async fn authorize(
 ) -> Result<ActionVerdict, Answer> {
     ticket_write(app, ticket.request_id(), move |app, txn| match txn {
         Some(txn) => app
-            .engine
+            .engine()
             .authorize_action_in(txn, ticket, &action, clock::now()),
-        None => app.engine.authorize_action(ticket, &action, clock::now()),
+        None => app.engine().authorize_action(ticket, &action, clock::now()),
     })
     .await
 }
@@ -486,9 +486,9 @@ pub(super) async fn complete(
 ) -> Result<StoredResult, Answer> {
     ticket_write(app, ticket.request_id(), move |app, txn| match txn {
         Some(txn) => app
-            .engine
+            .engine()
             .complete_in(txn, ticket, &completion, clock::now()),
-        None => app.engine.complete(ticket, &completion, clock::now()),
+        None => app.engine().complete(ticket, &completion, clock::now()),
     })
     .await
 }

@@ -144,7 +144,7 @@ struct LiveGrant {
 impl App {
     fn live_grants(&self, subject: &str) -> Result<Vec<LiveGrant>, String> {
         let page = self
-            .engine
+            .engine()
             .list_user_grants(&self.site, subject, None, 200, clock::now())
             .map_err(|e| e.to_string())?;
         Ok(page
@@ -208,10 +208,10 @@ pub(crate) async fn connect(State(app): State<Shared>, headers: HeaderMap, raw: 
             for g in app.live_grants(&subject)? {
                 let now = clock::now();
                 let r = if hello.take_over {
-                    app.engine
+                    app.engine()
                         .take_over_tab_in(txn, &app.site, &subject, &g.id, &hello_core, now)
                 } else {
-                    app.engine
+                    app.engine()
                         .connect_tab_in(txn, &app.site, &subject, &g.id, &hello_core, now)
                 };
                 let mut v = grant_json(&g);
@@ -260,7 +260,7 @@ pub(crate) async fn heartbeat(
         .write_any(move |app, txn| {
             let mut out = Vec::new();
             for g in app.live_grants(&subject)? {
-                let r = app.engine.tab_heartbeat_in(
+                let r = app.engine().tab_heartbeat_in(
                     txn,
                     &app.site,
                     &subject,
@@ -300,7 +300,7 @@ pub(crate) async fn disconnect(
             let mut ended = 0;
             for g in app.live_grants(&subject)? {
                 if app
-                    .engine
+                    .engine()
                     .disconnect_tab_in(
                         txn,
                         &app.site,
@@ -353,11 +353,11 @@ impl App {
         let mut approvals = Vec::new();
         for g in self.live_grants(subject)? {
             let tab = self
-                .engine
+                .engine()
                 .tab_connection(&g.id)
                 .map_err(|e| e.to_string())?;
             for p in self
-                .engine
+                .engine()
                 .pending_approvals(&self.site, subject, &g.id)
                 .map_err(|e| e.to_string())?
             {
@@ -718,7 +718,7 @@ pub(crate) async fn decide(State(app): State<Shared>, headers: HeaderMap, raw: B
     let subject = session.subject.clone();
     let done = app
         .write(move |app, txn| {
-            app.engine.decide_approval_in(
+            app.engine().decide_approval_in(
                 txn,
                 &app.site,
                 &subject,

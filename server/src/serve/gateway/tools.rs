@@ -267,7 +267,7 @@ async fn admit(
     let begun = run
         .app
         .write(move |app, txn| {
-            app.engine.begin_needing_in(
+            app.engine().begin_needing_in(
                 txn,
                 &principal,
                 &params,
@@ -422,9 +422,9 @@ impl Run {
     async fn record(&self, ticket: ExecutionTicket, report: Report) -> Option<ExecutionTicket> {
         run::ticket_write(&self.app, self.id, move |app, txn| match txn {
             Some(txn) => app
-                .engine
+                .engine()
                 .record_outcome_in(txn, ticket, report, clock::now()),
-            None => app.engine.record_outcome(ticket, report, clock::now()),
+            None => app.engine().record_outcome(ticket, report, clock::now()),
         })
         .await
         .ok()
@@ -434,7 +434,7 @@ impl Run {
     /// stored as a failure instead.
     async fn finish(&self, ticket: ExecutionTicket, completion: Completion) -> Reply {
         let limit =
-            usize::try_from(self.app.engine.policy().max_result_bytes).unwrap_or(usize::MAX);
+            usize::try_from(self.app.engine().policy().max_result_bytes).unwrap_or(usize::MAX);
         let completion = match completion {
             Completion::Value(v) if serde_json::to_vec(&v).map_or(true, |b| b.len() > limit) => {
                 Completion::Error(BusinessError::new(
