@@ -15,9 +15,13 @@ use crate::builder::BuildError;
 use crate::store::HostStore;
 use crate::{Inner, Portcullis, now};
 
-/// How often the executor lease is renewed: several times within the
-/// core's lease timeout, so one late renewal does not lapse it.
+/// How often the executor lease is renewed at most: several times within
+/// the default lease timeout (30 s), so one late renewal does not lapse it.
+/// A shorter [`Policy::executor_lease_timeout`](portcullis_core::Policy)
+/// renews more often ([`renew_every`]).
 const RENEW_EVERY: Duration = Duration::from_secs(10);
+/// How often the executor lease is renewed at the most often.
+const RENEW_AT_MOST_EVERY: Duration = Duration::from_millis(100);
 /// How often expired records are deleted and lost runs ended.
 const SWEEP_EVERY: Duration = Duration::from_mins(1);
 /// Index entries (or requests) one sweep transaction handles; a full batch
@@ -28,8 +32,9 @@ const BUDGET: usize = 512;
 /// so or the last handle is gone.
 pub(crate) fn start<S: HostStore>(portcullis: &Portcullis<S>, mut stopped: watch::Receiver<bool>) {
     let weak: Weak<Inner<S>> = Arc::downgrade(&portcullis.inner);
+    let renew_period = renew_every(portcullis.inner.engine.policy().executor_lease_timeout);
     tokio::spawn(async move {
-        let mut renew = tokio::time::interval(RENEW_EVERY);
+        let mut renew = tokio::time::interval(renew_period);
         let mut sweep = tokio::time::interval(SWEEP_EVERY);
         renew.tick().await;
         sweep.tick().await;
@@ -48,6 +53,12 @@ pub(crate) fn start<S: HostStore>(portcullis: &Portcullis<S>, mut stopped: watch
             }
         }
     });
+}
+
+/// The renewal period for a lease of `timeout`: a third of it, between
+/// [`RENEW_AT_MOST_EVERY`] and [`RENEW_EVERY`].
+fn renew_every(timeout: Duration) -> Duration {
+    (timeout / 3).clamp(RENEW_AT_MOST_EVERY, RENEW_EVERY)
 }
 
 impl<S: HostStore> Portcullis<S> {
@@ -137,4 +148,17 @@ pub(crate) fn end_runs_left_running<S: HostStore>(
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_is_renewed_several_times_within_its_timeout() {
+        assert_eq!(renew_every(Duration::from_secs(30)), RENEW_EVERY);
+        assert_eq!(renew_every(Duration::from_mins(5)), RENEW_EVERY);
+        assert_eq!(renew_every(Duration::from_secs(3)), Duration::from_secs(1));
+        assert_eq!(renew_every(Duration::ZERO), RENEW_AT_MOST_EVERY);
+    }
 }
