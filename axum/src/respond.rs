@@ -38,7 +38,9 @@ pub(crate) fn json(status: StatusCode, body: String) -> Response {
 
 /// An HTML page: no caching, no framing (a consent or approval page must
 /// not be clickjacked), no script, no referrer to other origins
-/// (authorization URLs carry `state`). `same-origin`, not `no-referrer`:
+/// (authorization URLs carry `state`). No `form-action`: browsers apply it
+/// to the redirect a form post answers with, and the consent form's answer
+/// is a redirect to the client's own (other) origin. `same-origin`, not `no-referrer`:
 /// under `no-referrer` browsers send `Origin: null` on the page's own form
 /// posts, which the same-origin check must refuse.
 #[must_use]
@@ -62,8 +64,7 @@ pub fn html(status: StatusCode, page: String) -> Response {
     h.insert(
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static(
-            "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'; \
-             base-uri 'none'; form-action 'self'",
+            "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'",
         ),
     );
     response
