@@ -396,19 +396,21 @@ impl Documents {
 
     /// A place for one more fetch to `host`, or [`FetchError::Busy`].
     fn take_slot(&self, host: &str) -> Result<Slot<'_>, FetchError> {
+        // Counted under the host's lowercase name, however it is spelled.
+        let host = host.to_ascii_lowercase();
         let mut map = self
             .in_flight
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         let total: usize = map.values().sum();
-        let here = map.get(host).copied().unwrap_or(0);
+        let here = map.get(&host).copied().unwrap_or(0);
         if total >= MAX_FETCHES || here >= MAX_FETCHES_PER_HOST {
             return Err(FetchError::Busy);
         }
-        map.insert(host.to_ascii_lowercase(), here + 1);
+        map.insert(host.clone(), here + 1);
         Ok(Slot {
             in_flight: &self.in_flight,
-            host: host.to_ascii_lowercase(),
+            host,
         })
     }
 
