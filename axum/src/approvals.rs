@@ -158,7 +158,11 @@ pub(crate) async fn decide_form<S: HostStore>(
     parts: Parts,
     body: Bytes,
 ) -> Response {
-    if !csrf::same_origin(&parts.headers, &p.inner.origin) {
+    if !csrf::same_origin(
+        &parts.headers,
+        &p.inner.origin,
+        &p.facts().site.allowed_origins,
+    ) {
         return cross_site();
     }
     let Some(form) = form_text(&body).and_then(|b| Form::parse(b, BODY_LIMIT).ok()) else {
@@ -214,7 +218,11 @@ pub(crate) async fn decide_json<S: HostStore>(
     parts: Parts,
     body: Bytes,
 ) -> Response {
-    if !csrf::same_origin(&parts.headers, &p.inner.origin) {
+    if !csrf::same_origin(
+        &parts.headers,
+        &p.inner.origin,
+        &p.facts().site.allowed_origins,
+    ) {
         return (StatusCode::FORBIDDEN, "cross-site requests are refused\n").into_response();
     }
     let Some(user) = p.inner.host.signed_in(&parts).await else {

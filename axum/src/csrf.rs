@@ -98,18 +98,24 @@ impl Csrf {
     }
 }
 
-/// Whether a form post comes from a page of `origin`: a browser's `Origin`
-/// (and `Sec-Fetch-Site`), when present, must say so. Clients that send
-/// neither are not browsers and carry no ambient cookie beyond what the
-/// CSRF token already guards.
-pub(crate) fn same_origin(headers: &HeaderMap, origin: &str) -> bool {
-    let origin_ok = headers
-        .get(header::ORIGIN)
-        .is_none_or(|o| o.as_bytes().eq_ignore_ascii_case(origin.as_bytes()));
+/// Whether a form post comes from a page the site allows: a browser's
+/// `Origin`, when present, must be the site's own `origin` (and
+/// `Sec-Fetch-Site`, when sent, say so) or one of its `other` allowed
+/// origins ([`Builder::allowed_origin`](crate::Builder::allowed_origin)),
+/// whose pages post cross-origin by nature. Clients that send neither are
+/// not browsers and carry no ambient cookie beyond what the CSRF token
+/// already guards.
+pub(crate) fn same_origin(headers: &HeaderMap, origin: &str, other: &[String]) -> bool {
     let fetch_ok = headers
         .get("sec-fetch-site")
         .is_none_or(|v| matches!(v.as_bytes(), b"same-origin" | b"none"));
-    origin_ok && fetch_ok
+    match headers.get(header::ORIGIN) {
+        None => fetch_ok,
+        Some(o) if o.as_bytes().eq_ignore_ascii_case(origin.as_bytes()) => fetch_ok,
+        Some(o) => other
+            .iter()
+            .any(|a| o.as_bytes().eq_ignore_ascii_case(a.as_bytes())),
+    }
 }
 
 #[cfg(test)]
@@ -159,22 +165,50 @@ mod tests {
     #[test]
     fn cross_site_posts_are_refused() {
         let origin = "https://app.example";
+        let none: &[String] = &[];
         let mut h = HeaderMap::new();
-        assert!(same_origin(&h, origin), "no browser headers: not a browser");
+        assert!(
+            same_origin(&h, origin, none),
+            "no browser headers: not a browser"
+        );
         h.insert(
             header::ORIGIN,
             HeaderValue::from_static("https://APP.example"),
         );
-        assert!(same_origin(&h, origin));
+        assert!(same_origin(&h, origin, none));
         h.insert("sec-fetch-site", HeaderValue::from_static("cross-site"));
-        assert!(!same_origin(&h, origin));
+        assert!(!same_origin(&h, origin, none));
         h.insert("sec-fetch-site", HeaderValue::from_static("same-origin"));
         h.insert(
             header::ORIGIN,
             HeaderValue::from_static("https://evil.example"),
         );
-        assert!(!same_origin(&h, origin));
+        assert!(!same_origin(&h, origin, none));
         h.insert(header::ORIGIN, HeaderValue::from_static("null"));
-        assert!(!same_origin(&h, origin));
+        assert!(!same_origin(&h, origin, none));
+    }
+
+    #[test]
+    fn an_allowed_origin_may_post_cross_site() {
+        let origin = "https://notes.example";
+        let other = ["https://app.example".to_owned()];
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::ORIGIN,
+            HeaderValue::from_static("https://app.example"),
+        );
+        h.insert("sec-fetch-site", HeaderValue::from_static("cross-site"));
+        assert!(same_origin(&h, origin, &other));
+        assert!(!same_origin(&h, origin, &[]));
+        h.insert(
+            header::ORIGIN,
+            HeaderValue::from_static("https://evil.example"),
+        );
+        assert!(!same_origin(&h, origin, &other));
+        h.remove(header::ORIGIN);
+        assert!(
+            !same_origin(&h, origin, &other),
+            "no Origin: the fetch metadata decides"
+        );
     }
 }

@@ -328,7 +328,11 @@ async fn decide<S: HostStore>(
     let Some(form) = form_text(&body).and_then(|b| Form::parse(b, BODY_LIMIT).ok()) else {
         return bad_form();
     };
-    if !csrf::same_origin(&parts.headers, &p.inner.origin) {
+    if !csrf::same_origin(
+        &parts.headers,
+        &p.inner.origin,
+        &p.facts().site.allowed_origins,
+    ) {
         return cross_site();
     }
     let allow = match form.get("intent") {
