@@ -5,7 +5,7 @@
 //! ```ignore
 //! #[tool(description = "Add a note (asks you first)")]
 //! async fn add_note(&self, agent: Agent, id: CallId, Parameters(note): Parameters<NewNote>) -> CallToolResult {
-//!     let action = Action::write("add_note", "notes:write", &serde_json::to_vec(&note).unwrap()).unwrap();
+//!     let action = portcullis_axum::rmcp::action(Effect::Write, "add_note", "notes:write", &note)?;
 //!     let notes = self.notes.clone();
 //!     self.portcullis.run_once(&agent, id.0, action, move || async move { Ok(notes.add(note)) }).await.into()
 //! }
@@ -15,9 +15,11 @@ use rmcp::ErrorData;
 use rmcp::handler::server::common::{AsRequestContext, FromContextPart};
 use rmcp::model::CallToolResult;
 
+use portcullis_core::ledger::{Action, Effect, RequestId};
+use serde::Serialize;
+
 use crate::guard::{Agent, ScopeRequired};
 use crate::run::Ran;
-use portcullis_core::ledger::RequestId;
 
 /// The `_meta` key of a call's request id (a UUID): the same id on a
 /// retry never runs the action twice.
@@ -63,6 +65,22 @@ impl<C: AsRequestContext> FromContextPart<C> for CallId {
                 }),
         }
     }
+}
+
+/// An action of `kind` with `effect` that needs `scope`, whose arguments
+/// (what the person approves) are `arguments` as JSON: the tool's own
+/// parameters, usually. A kind, scope or argument size the ledger refuses
+/// is an `invalid_params` error.
+pub fn action(
+    effect: Effect,
+    kind: &str,
+    scope: &str,
+    arguments: &impl Serialize,
+) -> Result<Action, ErrorData> {
+    let arguments = serde_json::to_vec(arguments)
+        .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
+    Action::new(kind, effect, scope, &arguments)
+        .map_err(|e| ErrorData::invalid_params(e.to_string(), None))
 }
 
 /// The ledger's answer as the tool's result: structured content, an error

@@ -14,7 +14,7 @@ use axum::http::request::Parts;
 use axum::response::Response;
 // glue:begin
 use portcullis_axum::rmcp::CallId;
-use portcullis_axum::{Action, Agent, Host, Portcullis, SignedIn, see_other, url_encode};
+use portcullis_axum::{Agent, Effect, Host, Portcullis, SignedIn, see_other, url_encode};
 use portcullis_store_redb::RedbStore;
 // glue:end
 use rmcp::handler::server::wrapper::Parameters;
@@ -71,10 +71,8 @@ impl NotesMcp {
         Parameters(note): Parameters<NewNote>,
     ) -> Result<CallToolResult, ErrorData> {
         // glue:begin
-        let arguments = serde_json::to_vec(&note)
-            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-        let action = Action::write("add_note", "notes:write", &arguments)
-            .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
+        let action =
+            portcullis_axum::rmcp::action(Effect::Write, "add_note", "notes:write", &note)?;
         let (app, user) = (self.app.clone(), agent.subject().to_owned());
         let ran = self
             .portcullis
