@@ -46,7 +46,7 @@
 //!     .await?;
 //! let app = axum::Router::new()
 //!     .merge(portcullis.routes())
-//!     .route_service(portcullis.mcp_route(), portcullis.protect(mcp));
+//!     .route_service(&portcullis.mcp_route(), portcullis.protect(mcp));
 //! # let _ = app; Ok(()) }
 //! ```
 //!
