@@ -549,8 +549,9 @@ impl<S: Store> Engine<S> {
         Ok(revoked)
     }
 
-    /// Deletes expired codes and grants through the expiry index, touching
-    /// at most `budget` index entries. Returns how many entries it handled;
+    /// Deletes expired codes and grants (with the auto-approvals of a
+    /// grant's server runs) through the expiry index, touching at most
+    /// `budget` index entries. Returns how many entries it handled;
     /// call again while it returns `budget`.
     ///
     /// A grant refreshed since it was indexed is re-indexed at its new

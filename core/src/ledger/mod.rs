@@ -2,17 +2,19 @@
 //! per-action authorization, outcomes, results and their retention.
 //!
 //! This module owns the records and answers; [`crate::Engine`] runs them
-//! against a store (`begin`, `authorize_action`, `record_outcome`,
-//! `complete`, `outcomes`, `sweep_ledger`). Approvals of its actions live
-//! in [`approval`] (also reachable as `crate::approval`): a pending
-//! approval is part of a request's record, and the approval types use the
-//! ledger's ids, so they sit inside it rather than beside it. The connected
-//! tab is [`crate::tab`].
+//! against a store (`begin`, `begin_server`, `authorize_action`,
+//! `record_outcome`, `complete`, `outcomes`, `sweep_ledger`). Approvals of
+//! its actions live in [`approval`] (also reachable as `crate::approval`):
+//! a pending approval is part of a request's record, and the approval types
+//! use the ledger's ids, so they sit inside it rather than beside it. The
+//! two executors are the connected tab ([`crate::tab`]) and the host's
+//! server ([`crate::executor`]).
 //!
 //! # One call, end to end
 //!
 //! ```text
 //! client ── execute {requestId, code} ──▶ Engine::begin ─┬─ Run(ticket) ──▶ run the code in the tab
+//!                              (or Engine::begin_server) │                  (or on the server)
 //!                                                        ├─ execution_pending / approval_pending
 //!                                                        └─ the stored result, or a protocol failure
 //! for each action the code asks for:
@@ -48,6 +50,38 @@
 //!   id is judged afresh next time. Effects are never re-run by the core: an
 //!   action authorized but never confirmed leaves `unknownTail`.
 //!
+//! # Scopes and executors are the host's
+//!
+//! Every [`Action`] names the scope it needs ([`Action::scope`]), whatever
+//! its effect: the site declares its scopes
+//! ([`crate::site::SiteConfig::scopes`]; `skills:read` and `skills:write`
+//! are only the demo's, [`crate::site::default_scopes`]), and the host
+//! names, per tool, which one it takes. A scope the site does not declare
+//! can never be granted, so an action or a `needed` set naming one is the
+//! host's mistake: refused before anything is written
+//! ([`LedgerError::UndeclaredScope`], [`BeginError::UndeclaredScope`],
+//! `server_error`). A scope the token lacks is the client's to fix:
+//! `insufficient_scope` naming it (RFC 6750 §3.1), as below.
+//!
+//! The host also chooses, **per call**, where the call runs — its own code
+//! knows which of its tools act in the user's page and which it performs on
+//! its server ([`Executor`]):
+//!
+//! * [`crate::Engine::begin`] / [`crate::Engine::begin_needing`]: the user's
+//!   connected tab, with heartbeats; no live tab is `no_live_tab`, and a run
+//!   is cut off (`ConnectionLost`) when the connection moves;
+//! * [`crate::Engine::begin_server`]: a server executor, a numbered lease
+//!   ([`crate::executor`]); no tab is consulted. A run is cut off
+//!   ([`Failure::ExecutorLost`], the same wire code) when the lease of the
+//!   executor it was dispatched to lapses or that executor stops, and a
+//!   server run may not drive page controls.
+//!
+//! Replay, results, approvals bound to the exact arguments and used once,
+//! and the limits are the same for both. A request keeps the executor of
+//! its first call: the same id on the other executor is `REPLAY_DETECTED`.
+//! "Always allow this kind" lives in the tab connection for tab runs and
+//! per grant for server runs ([`approval::GrantAutoApproval`]).
+//!
 //! # Scope upgrades
 //!
 //! A missing scope parks the request (403 `insufficient_scope` with the
@@ -73,8 +107,9 @@
 //!
 //! Revoking a grant (per grant, per user, refresh-token reuse, code replay,
 //! RFC 7009) cancels its undecided requests and ends its tab connection in
-//! the same transaction: running calls end `SESSION_REVOKED` with
-//! `unknownTail`. A site-wide revocation (epoch bump) is O(1) and cannot
+//! the same transaction (and the auto-approvals of its server runs): running
+//! calls end `SESSION_REVOKED` with `unknownTail`. A site-wide revocation
+//! (epoch bump) is O(1) and cannot
 //! enumerate: every ledger operation re-checks the grant, and the undecided
 //! requests of a grant that is no longer live end (`SESSION_REVOKED` or
 //! `SESSION_EXPIRED`) when they are next touched. A revoked grant reads no
@@ -85,7 +120,7 @@
 //! | code | HTTP | client behaviour |
 //! |---|---|---|
 //! | `ACTION_NOT_FOUND` | 404 | re-describe; the page may have changed |
-//! | `ACTION_UNAVAILABLE` | 503 | report the reason; do not retry until the precondition changes (also: the tab changed mid-call, or 128 undecided requests) |
+//! | `ACTION_UNAVAILABLE` | 503 | report the reason; do not retry until the precondition changes (also: the tab changed mid-call, the server instance running it stopped or lost its lease, no live server executor, or 128 undecided requests) |
 //! | `INVALID_PARAMS` | 400 | correct the argument from the schema (bad `requestId`, envelope, cursor, oversized result) |
 //! | `EXPECTATION_FAILED` | 417 | re-observe the page, then decide (a resumed run diverged) |
 //! | `PERMISSION_DENIED` | 403 | stop; ask a human to act, not the agent |
@@ -96,6 +131,7 @@
 //! | `tab_not_visible` | 400 | ask the user to focus the connected tab; retry the same id |
 //! | `result_expired` | 410 | the result is gone; intentional new work uses a new id — never replay writes blindly |
 //! | `insufficient_scope` | 403 | re-authorize with the `scope` of the challenge; retry the same id |
+//! | `server_error` | 500 | the server named a scope its site does not declare: report it; retrying will not help until the server is fixed |
 
 mod action;
 pub mod approval;
