@@ -30,4 +30,3 @@ pub(crate) fn key_path(db: &DbArgs) -> Result<PathBuf, String> {
         ),
     }
 }
-

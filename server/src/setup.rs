@@ -75,7 +75,11 @@ pub(crate) fn engine(
 }
 
 /// The database `db` names and its key file (see [`engine`]).
-pub(crate) fn open(db: &DbArgs, create: bool, loose: LoosePermissions) -> Result<(Db, Keys), String> {
+pub(crate) fn open(
+    db: &DbArgs,
+    create: bool,
+    loose: LoosePermissions,
+) -> Result<(Db, Keys), String> {
     let key_path = keys::key_path(db)?;
     let store = open_store(db)?;
     let keys = keys::load(&key_path, create, loose)?;

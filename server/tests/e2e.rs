@@ -3433,10 +3433,10 @@ async fn client_id_metadata_documents_are_fetched_checked_and_cached() {
     // client) and nothing is cached: the next try fetches again.
     // A failed fetch shows one page whatever failed (the authorization
     // endpoint is no port scanner); the log keeps the cause.
-    const FETCH_FAILED: &str = "could not be fetched and checked";
+    let fetch_failed = "could not be fetched and checked";
     for (path, says) in [
-        ("/redirect.json", FETCH_FAILED),
-        ("/big.json", FETCH_FAILED),
+        ("/redirect.json", fetch_failed),
+        ("/big.json", fetch_failed),
         ("/wrong.json", "client_id does not match its URL"),
     ] {
         for n in 1..=2 {
@@ -3456,7 +3456,7 @@ async fn client_id_metadata_documents_are_fetched_checked_and_cached() {
     let started = Instant::now();
     let (status, _, html) = authorize_document(&s, &docs.url("/slow.json"), &cookie).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
-    assert!(html.contains(FETCH_FAILED), "{html}");
+    assert!(html.contains(fetch_failed), "{html}");
     assert!(s.logs().contains("error=\"timeout\""));
     assert!(started.elapsed() < Duration::from_secs(10));
     assert_eq!(docs.hits("/slow.json"), 1);

@@ -264,7 +264,12 @@ impl Pair {
         let path = format!("/authorize?{query}");
         let sign_in = format!("/sign-in?{}", encode_pairs([("next", path.as_str())]));
         let r = self
-            .post_form(0, &sign_in, None, &[("intent", "signin"), ("username", user)])
+            .post_form(
+                0,
+                &sign_in,
+                None,
+                &[("intent", "signin"), ("username", user)],
+            )
             .await;
         assert_eq!(r.status(), StatusCode::SEE_OTHER);
         let cookie = r.headers()["set-cookie"].to_str().unwrap();

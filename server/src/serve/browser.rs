@@ -307,9 +307,9 @@ pub(crate) async fn agents(State(app): State<Shared>, headers: HeaderMap) -> Res
     let listed = app
         .blocking(move |app| {
             let site = app.engine().site(&app.site)?;
-            let page = app
-                .engine()
-                .list_user_grants(&app.site, &subject, None, 200, clock::now())?;
+            let page =
+                app.engine()
+                    .list_user_grants(&app.site, &subject, None, 200, clock::now())?;
             Ok::<_, portcullis_core::engine::SiteOpError>((site, page))
         })
         .await;

@@ -44,10 +44,10 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 
+use super::Shared;
 use super::gateway;
 use super::run::{self, Answer};
 use super::skills::{self, Skill};
-use super::Shared;
 use crate::db::Db;
 
 /// Largest MCP request body (the ledger's envelope limit plus JSON-RPC).
