@@ -54,8 +54,7 @@ use portcullis_core::ledger::RequestId;
 use postgres::Client;
 use serde_json::{Value, json};
 
-use super::navigate;
-use super::relay::{Job, TabReport};
+use super::work::{Job, TabReport};
 use crate::session::Epoch;
 
 /// A row left this long (its instance died mid-run) is deleted by the sweep.
@@ -66,6 +65,23 @@ pub(crate) const LEASE_RENEW: Duration = Duration::from_secs(5);
 /// dead and the runs it held are ended by the others.
 pub(crate) const LEASE_TTL: Duration = Duration::from_secs(20);
 
+/// The bounds of the `navigate` commands' rows: those of the in-memory
+/// queue, which owns them ([`super::navigate::BOUNDS`]) and hands them to
+/// [`JobTable::open`], so that both paths keep and drop the same commands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct NavigateBounds {
+    /// Most pending commands per browser session (the oldest go).
+    pub(crate) per_session: usize,
+    /// Most bytes of pending commands of one user (the user's oldest go).
+    pub(crate) user_bytes: usize,
+    /// Most bytes of pending commands in all (anyone's oldest go).
+    pub(crate) total_bytes: usize,
+    /// How long a command lasts, delivered or not.
+    pub(crate) ttl: Duration,
+    /// How long a command handed to a page waits for its acknowledgement.
+    pub(crate) lease: Duration,
+}
+
 /// The job table of one instance: one connection of its own, used from the
 /// blocking pool only (the synchronous driver must not run on a runtime
 /// worker), made again after it breaks.
@@ -74,6 +90,8 @@ pub(crate) struct JobTable {
     table: String,
     /// The open route's `navigate` commands (see [`super::navigate`]).
     navigate: String,
+    /// Their bounds.
+    bounds: NavigateBounds,
     /// The browser sessions' shared epoch (one row).
     epoch: String,
     /// The signed-out browser sessions, until their cookies expire.
@@ -122,13 +140,15 @@ fn decode(id: String, text: &str) -> Option<Job> {
 }
 
 impl JobTable {
-    /// Connects to `url` and creates the table in `schema` if it is missing.
-    pub(crate) fn open(url: &str, schema: &str) -> Result<Self, String> {
+    /// Connects to `url` and creates the table in `schema` if it is missing;
+    /// `navigate` commands are kept within `bounds`.
+    pub(crate) fn open(url: &str, schema: &str, bounds: NavigateBounds) -> Result<Self, String> {
         let schema = schema.replace('"', "\"\"");
         let jobs = Self {
             url: url.to_owned(),
             table: format!("\"{schema}\".relay_job"),
             navigate: format!("\"{schema}\".relay_navigate"),
+            bounds,
             epoch: format!("\"{schema}\".session_epoch"),
             signout: format!("\"{schema}\".session_signout"),
             lease: format!("\"{schema}\".instance_lease"),
@@ -286,9 +306,9 @@ impl JobTable {
 
     /// Queues the `navigate` message `message` (id `id`) for browser
     /// session `session` of `subject`, within the bounds of the in-memory
-    /// queue: the session's oldest beyond [`navigate::MAX_PER_SESSION`],
-    /// the user's oldest beyond [`navigate::MAX_USER_BYTES`], anyone's
-    /// oldest beyond [`navigate::MAX_TOTAL_BYTES`] and the expired ones go.
+    /// queue ([`NavigateBounds`]): the session's oldest beyond
+    /// `per_session`, the user's oldest beyond `user_bytes`, anyone's oldest
+    /// beyond `total_bytes` and the expired ones go.
     /// Returns how many the session has pending.
     pub(crate) fn push_navigate(
         &self,
@@ -299,11 +319,12 @@ impl JobTable {
         bytes: usize,
     ) -> Result<i64, String> {
         let n = &self.navigate;
-        let ttl = secs(navigate::TTL);
+        let b = self.bounds;
+        let ttl = secs(b.ttl);
         let bytes = i64::try_from(bytes).unwrap_or(i64::MAX);
-        let per_session = i64::try_from(navigate::MAX_PER_SESSION).unwrap_or(i64::MAX);
-        let user = i64::try_from(navigate::MAX_USER_BYTES).unwrap_or(i64::MAX);
-        let total = i64::try_from(navigate::MAX_TOTAL_BYTES).unwrap_or(i64::MAX);
+        let per_session = i64::try_from(b.per_session).unwrap_or(i64::MAX);
+        let user = i64::try_from(b.user_bytes).unwrap_or(i64::MAX);
+        let total = i64::try_from(b.total_bytes).unwrap_or(i64::MAX);
         self.with(|c| {
             let mut t = c.transaction()?;
             t.execute(
@@ -346,7 +367,7 @@ impl JobTable {
     }
 
     /// The messages of `session` to hand to the polling page now, oldest
-    /// first, each reserved for [`navigate::LEASE`] (as the in-memory
+    /// first, each reserved for the bounds' `lease` (as the in-memory
     /// queue's `take`), whichever instance the page polls.
     pub(crate) fn take_navigates(&self, session: &str) -> Result<Vec<Value>, String> {
         let sql = format!(
@@ -356,7 +377,7 @@ impl JobTable {
              RETURNING seq, message",
             self.navigate
         );
-        let (ttl, lease) = (secs(navigate::TTL), secs(navigate::LEASE));
+        let (ttl, lease) = (secs(self.bounds.ttl), secs(self.bounds.lease));
         let mut rows = self.with(|c| c.query(&sql, &[&session, &ttl, &lease]))?;
         rows.sort_by_key(|r| r.get::<_, i64>(0));
         Ok(rows
@@ -549,7 +570,7 @@ impl JobTable {
             "DELETE FROM {} WHERE renewed < now() - make_interval(secs => $1)",
             self.lease
         );
-        let (stale, ttl) = (secs(STALE), secs(navigate::TTL));
+        let (stale, ttl) = (secs(STALE), secs(self.bounds.ttl));
         self.with(|c| {
             Ok(c.execute(&sql, &[&stale])?
                 + c.execute(&expired, &[&ttl])?

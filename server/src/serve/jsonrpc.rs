@@ -31,7 +31,7 @@ use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::json;
 
 use super::mcp::MAX_MCP_BODY;
-use super::mcp_direct::known_method;
+use super::mcp_methods::known_method;
 
 /// JSON-RPC 2.0 §5.1: invalid JSON was received.
 const PARSE_ERROR: i64 = -32700;

@@ -54,14 +54,9 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, Method, header};
 use axum::response::Response;
 use rmcp::model::{
-    CallToolRequest, CallToolRequestMethod, ClientCapabilities, ClientJsonRpcMessage,
-    ClientRequest, CompleteRequest, CompleteRequestMethod, ConstString, ErrorData,
-    GetExtensions as _, GetMeta as _, GetPromptRequest, GetPromptRequestMethod, Implementation,
-    InitializeRequest, InitializeRequestParams, InitializeResultMethod, JsonRpcRequest,
-    ListPromptsRequest, ListPromptsRequestMethod, ListResourceTemplatesRequest,
-    ListResourceTemplatesRequestMethod, ListResourcesRequest, ListResourcesRequestMethod,
-    ListToolsRequest, ListToolsRequestMethod, PingRequest, PingRequestMethod, ProtocolVersion,
-    ReadResourceRequest, ReadResourceRequestMethod, RequestId, ServerJsonRpcMessage, ServerResult,
+    ClientCapabilities, ClientJsonRpcMessage, ClientRequest, ErrorData, GetExtensions as _,
+    GetMeta as _, Implementation, InitializeRequestParams, JsonRpcRequest, ProtocolVersion,
+    RequestId, ServerJsonRpcMessage, ServerResult,
 };
 use rmcp::service::{RequestContext, RunningService, serve_directly};
 use rmcp::transport::Transport;
@@ -72,8 +67,9 @@ use tokio_util::sync::DropGuard;
 use tracing::Instrument as _;
 
 use super::Shared;
-use super::jsonrpc::Checked;
+use super::jsonrpc::{self, Checked};
 use super::mcp::{self, Tools};
+use super::mcp_methods::decode_known;
 
 /// The MCP endpoint (the state of the `/mcp/{key}` route).
 pub(crate) struct Endpoint {
@@ -204,11 +200,11 @@ impl Endpoint {
     /// Answers a request the bearer check accepted.
     async fn serve(&self, request: Request) -> Response {
         if request.method() != Method::POST
-            || !super::jsonrpc::is_json(request.headers().get(header::CONTENT_TYPE))
+            || !jsonrpc::is_json(request.headers().get(header::CONTENT_TYPE))
         {
             return self.by_rmcp(request).await;
         }
-        let (parts, bytes, checked) = match super::jsonrpc::strict(request).await {
+        let (parts, bytes, checked) = match jsonrpc::strict(request).await {
             Ok(checked) => checked,
             Err(refused) => return refused,
         };
@@ -266,8 +262,8 @@ fn direct(
 /// message as an untagged union of four shapes (after a pass over its
 /// members to classify it), whose request is an untagged union of every
 /// method, each tried in turn on a buffered copy. Where the strict check
-/// already saw the shape and a known method, only that method's type is
-/// decoded: the first member of the union that can succeed, so the same
+/// already saw the shape and a known method ([`super::mcp_methods`]),
+/// only that method's type is decoded: the first member of the union that can succeed, so the same
 /// value as rmcp's (a body that fails it, or has another method, is decoded
 /// as rmcp does it).
 fn decode(checked: Checked, body: &[u8]) -> Option<JsonRpcRequest<ClientRequest>> {
@@ -281,59 +277,6 @@ fn decode(checked: Checked, body: &[u8]) -> Option<JsonRpcRequest<ClientRequest>
         ClientJsonRpcMessage::Request(request) => Some(request),
         _ => None,
     }
-}
-
-/// `body` as a request of the known method `method`'s type.
-fn decode_as<T: serde::de::DeserializeOwned>(
-    body: &[u8],
-    variant: fn(T) -> ClientRequest,
-) -> Option<JsonRpcRequest<ClientRequest>> {
-    let JsonRpcRequest {
-        jsonrpc,
-        id,
-        request,
-    } = serde_json::from_slice::<JsonRpcRequest<T>>(body).ok()?;
-    Some(JsonRpcRequest {
-        jsonrpc,
-        id,
-        request: variant(request),
-    })
-}
-
-/// The methods of rmcp's `ClientRequest` that name one variant, and their
-/// method types. The rest go to rmcp's decoding: `server/discover` (never
-/// direct), custom methods, and the methods rmcp deprecates
-/// (`logging/setLevel`, `resources/subscribe` and `unsubscribe`).
-macro_rules! known_methods {
-    ($($variant:ident: $method:ty),* $(,)?) => {
-        /// `method` as a `&'static str` if it names one variant of rmcp's
-        /// `ClientRequest` (the strict check records it for [`decode`]).
-        pub(crate) fn known_method(method: &str) -> Option<&'static str> {
-            [$(<$method as ConstString>::VALUE),*]
-                .into_iter()
-                .find(|known| *known == method)
-        }
-
-        fn decode_known(method: &str, body: &[u8]) -> Option<JsonRpcRequest<ClientRequest>> {
-            $(if method == <$method as ConstString>::VALUE {
-                return decode_as::<$variant>(body, ClientRequest::$variant);
-            })*
-            None
-        }
-    };
-}
-
-known_methods! {
-    PingRequest: PingRequestMethod,
-    InitializeRequest: InitializeResultMethod,
-    CompleteRequest: CompleteRequestMethod,
-    GetPromptRequest: GetPromptRequestMethod,
-    ListPromptsRequest: ListPromptsRequestMethod,
-    ListResourcesRequest: ListResourcesRequestMethod,
-    ListResourceTemplatesRequest: ListResourceTemplatesRequestMethod,
-    ReadResourceRequest: ReadResourceRequestMethod,
-    CallToolRequest: CallToolRequestMethod,
-    ListToolsRequest: ListToolsRequestMethod,
 }
 
 /// The protocol version header of Streamable HTTP (MCP 2025-06-18 and
@@ -528,12 +471,10 @@ mod tests {
             r#"{"jsonrpc":"2.0","id":9,"method":"ping","result":{}}"#,
             r#"{"jsonrpc":"1.0","id":10,"method":"ping"}"#,
         ] {
-            let checked = super::super::jsonrpc::tests::checked(body);
+            let checked = jsonrpc::tests::checked(body);
             let ours = decode(checked, body.as_bytes()).map(|r| serde_json::to_value(r).unwrap());
             assert_eq!(ours, by_rmcp(body), "{body}");
         }
-        assert_eq!(known_method("tools/call"), Some("tools/call"));
-        assert_eq!(known_method("server/discover"), None);
     }
 
     #[test]

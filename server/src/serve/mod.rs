@@ -38,6 +38,7 @@ mod jsonrpc;
 mod listen;
 mod mcp;
 mod mcp_direct;
+mod mcp_methods;
 mod navigate;
 mod notes;
 mod relay;
@@ -46,6 +47,7 @@ mod run;
 mod skills;
 mod tab;
 mod trace;
+mod work;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -56,6 +58,7 @@ use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
 use axum::routing::{any, get, post};
+use portcullis_axum::Portcullis;
 use portcullis_core::grant::GrantId;
 use portcullis_core::jwt::SigningKey;
 use portcullis_core::ledger::RequestId;
@@ -63,7 +66,6 @@ use portcullis_core::link::OpenRoute;
 use portcullis_core::scope::{SKILLS_READ, SKILLS_WRITE};
 use portcullis_core::site::SiteId;
 use portcullis_core::store::StoreError;
-use portcullis_axum::Portcullis;
 use portcullis_core::{Engine, Policy};
 use tower_http::set_header::SetResponseHeaderLayer;
 use tower_http::timeout::TimeoutLayer;
@@ -105,7 +107,7 @@ pub(crate) struct App {
     session_ttl: Duration,
     open_route: OpenRoute,
     /// Runs in flight and the tabs' mailboxes.
-    relay: relay::Relay,
+    relay: relay::Relay<tab::Snapshot>,
     /// On PostgreSQL, the tab's jobs and reports as rows, so a driver on
     /// one instance reaches a tab polling on another ([`jobs`]); `None` on
     /// redb, where the relay's in-process queue is the whole path. Never
@@ -498,21 +500,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
     // kept for the life of the process so that its pool is never dropped on
     // a worker either (whichever task held the last `App`).
     let _ = KEEP_STORE.set(Arc::clone(app.engine().store()));
-    let listener_app = Arc::downgrade(&app);
-    let db_args = args.db.clone();
-    let for_listener = Arc::clone(&app);
-    tokio::task::spawn_blocking(move || {
-        notify::listen(&db_args, &for_listener.fanout, move |event| {
-            if let Some(app) = listener_app.upgrade() {
-                app.on_event(event);
-            }
-        })?;
-        // Changes committed before the listener started are in the store.
-        for_listener.site_changed();
-        Ok::<_, String>(())
-    })
-    .await
-    .map_err(|e| e.to_string())??;
+    listen_for_events(&app, &args).await?;
     banner(&public, &site.resource(), site.enabled, bound);
     if !app.secure {
         tracing::warn!(
@@ -534,6 +522,26 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// Starts listening for what other instances announce ([`notify`]; nothing
+/// on redb), then re-reads the site: changes committed before the listener
+/// started are in the store.
+async fn listen_for_events(app: &Shared, args: &ServeArgs) -> Result<(), String> {
+    let listener_app = Arc::downgrade(app);
+    let db_args = args.db.clone();
+    let for_listener = Arc::clone(app);
+    tokio::task::spawn_blocking(move || {
+        notify::listen(&db_args, &for_listener.fanout, move |event| {
+            if let Some(app) = listener_app.upgrade() {
+                app.on_event(event);
+            }
+        })?;
+        for_listener.site_changed();
+        Ok::<_, String>(())
+    })
+    .await
+    .map_err(|e| e.to_string())?
+}
+
 /// What a shared database adds to an instance: the job table (and the
 /// other server-side tables, [`jobs`]) and the browser sessions read from
 /// it; on redb, no table and a fresh random session epoch.
@@ -546,7 +554,7 @@ async fn shared_state(
     };
     let (url, schema) = (url.to_owned(), fanout.schema().to_owned());
     let (table, sessions) = tokio::task::spawn_blocking(move || {
-        let table = jobs::JobTable::open(&url, &schema)?;
+        let table = jobs::JobTable::open(&url, &schema, navigate::BOUNDS)?;
         let sessions = shared_sessions(&table)?;
         Ok::<_, String>((table, sessions))
     })
@@ -629,7 +637,7 @@ fn end_runs_of_dead_instances(app: &App) -> Result<(), String> {
         .iter()
         .filter_map(|(g, r)| Some((GrantId::parse(g)?, RequestId::parse(r).ok()?)))
         .collect();
-    abandon_lost_runs(&app.engine(), |g, r| lost.contains(&(*g, *r)))?;
+    abandon_lost_runs(app.engine(), |g, r| lost.contains(&(*g, *r)))?;
     for (g, r) in &taken {
         table.release_run(g, r, me)?;
     }

@@ -37,6 +37,8 @@ use std::time::{Duration, Instant};
 use portcullis_core::link::NavigateCommand;
 use serde_json::{Value, json};
 
+use super::jobs::NavigateBounds;
+
 /// Most pending commands per browser session.
 pub(crate) const MAX_PER_SESSION: usize = 4;
 /// How long a command waits for its tab.
@@ -50,6 +52,15 @@ pub(crate) const LEASE: Duration = Duration::from_secs(10);
 pub(crate) const MAX_USER_BYTES: usize = 128 * 1024;
 /// Most bytes of pending commands in all.
 pub(crate) const MAX_TOTAL_BYTES: usize = 8 * 1024 * 1024;
+/// The bounds above, for the job table that keeps the commands on a
+/// shared database (its rows are bounded as this queue is).
+pub(crate) const BOUNDS: NavigateBounds = NavigateBounds {
+    per_session: MAX_PER_SESSION,
+    user_bytes: MAX_USER_BYTES,
+    total_bytes: MAX_TOTAL_BYTES,
+    ttl: TTL,
+    lease: LEASE,
+};
 /// What one queued command costs besides its message and names: the
 /// bookkeeping of the maps it is in.
 const OVERHEAD: usize = 128;

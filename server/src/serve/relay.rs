@@ -41,40 +41,14 @@ use std::time::{Duration, Instant};
 
 use portcullis_core::grant::GrantId;
 use portcullis_core::ledger::RequestId;
-use serde_json::Value;
 use tokio::sync::{Notify, oneshot, watch};
 
-/// A job for the tab: one authorized action to perform.
-#[derive(Clone, Debug)]
-pub(crate) struct Job {
-    /// Random id the report names.
-    pub(crate) id: String,
-    /// The grant the run belongs to.
-    pub(crate) grant: GrantId,
-    /// The tab connection it was dispatched to.
-    pub(crate) connection: u32,
-    /// The request.
-    pub(crate) request_id: RequestId,
-    /// The action's position.
-    pub(crate) seq: u32,
-    /// The skill.
-    pub(crate) skill: &'static str,
-    /// Its arguments.
-    pub(crate) args: Value,
-}
-
-/// What the tab reports after performing a job.
-#[derive(Debug)]
-pub(crate) struct TabReport {
-    /// `None` on success, else the business error code.
-    pub(crate) failed: Option<String>,
-    /// The compact summary (JSON text on success).
-    pub(crate) summary: String,
-}
+use super::answer::Answer;
+use super::work::{Delivery, Job, TabReport};
 
 /// How a driver ended: its answer to the client, or `None` when the run was
 /// lost (the tab went away): the ledger then has the answer.
-pub(crate) type DriverEnd = Option<super::answer::Answer>;
+pub(crate) type DriverEnd = Option<Answer>;
 
 /// Most long-polls of one browser session waiting at once.
 pub(crate) const MAX_POLLS_PER_SESSION: usize = 4;
@@ -83,18 +57,18 @@ pub(crate) const MAX_POLLS_PER_USER: usize = 8;
 /// How long a mailbox with nothing in it is kept after its last use.
 pub(crate) const IDLE: Duration = Duration::from_mins(5);
 
-struct Mailbox {
+struct Mailbox<S> {
     version: u64,
     jobs: Vec<Job>,
     /// The polls waiting now, oldest first.
     polls: VecDeque<Waiting>,
     /// The snapshot polls answer with, shared per version.
-    snapshot: Option<Arc<SnapshotCell>>,
+    snapshot: Option<Arc<SnapshotCell<S>>>,
     /// Last poll, event or job.
     touched: Instant,
 }
 
-impl Mailbox {
+impl<S> Mailbox<S> {
     fn new(version: u64, now: Instant) -> Self {
         Self {
             version,
@@ -138,12 +112,13 @@ impl Poll {
 }
 
 /// The snapshot of one mailbox version, built by the first poll that needs
-/// it while the others wait for it ([`tokio::sync::OnceCell`]).
-pub(crate) struct SnapshotCell {
+/// it while the others wait for it ([`tokio::sync::OnceCell`]). What a
+/// snapshot is (`S`) is the tab channel's business, not the relay's.
+pub(crate) struct SnapshotCell<S> {
     version: u64,
     made: Instant,
     /// The snapshot, once built.
-    pub(crate) cell: tokio::sync::OnceCell<Arc<super::tab::Snapshot>>,
+    pub(crate) cell: tokio::sync::OnceCell<Arc<S>>,
 }
 
 /// How long a snapshot serves its version: changes that no event announces
@@ -156,21 +131,32 @@ struct Awaiting {
     reply: oneshot::Sender<TabReport>,
 }
 
-#[derive(Default)]
-struct Inner {
+struct Inner<S> {
     /// The last version handed out by any mailbox.
     versions: u64,
     /// The last poll id.
     polls: u64,
-    mailboxes: HashMap<String, Mailbox>,
+    mailboxes: HashMap<String, Mailbox<S>>,
     awaiting: HashMap<String, Awaiting>,
     drivers: HashMap<(GrantId, RequestId), watch::Receiver<Option<DriverEnd>>>,
 }
 
-impl Inner {
+impl<S> Default for Inner<S> {
+    fn default() -> Self {
+        Self {
+            versions: 0,
+            polls: 0,
+            mailboxes: HashMap::new(),
+            awaiting: HashMap::new(),
+            drivers: HashMap::new(),
+        }
+    }
+}
+
+impl<S> Inner<S> {
     /// `subject`'s mailbox, made (with a version never handed out before)
     /// if it has none; marks it used at `now`.
-    fn mailbox(&mut self, subject: &str, now: Instant) -> &mut Mailbox {
+    fn mailbox(&mut self, subject: &str, now: Instant) -> &mut Mailbox<S> {
         let versions = &mut self.versions;
         let mb = self.mailboxes.entry(subject.to_owned()).or_insert_with(|| {
             *versions += 1;
@@ -181,14 +167,22 @@ impl Inner {
     }
 }
 
-/// The relay (see the module docs).
-#[derive(Default)]
-pub(crate) struct Relay {
-    inner: Mutex<Inner>,
+/// The relay (see the module docs). `S` is the snapshot a version's polls
+/// share ([`SnapshotCell`]): the tab channel's, which the relay only keeps.
+pub(crate) struct Relay<S> {
+    inner: Mutex<Inner<S>>,
 }
 
-impl Relay {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+impl<S> Default for Relay<S> {
+    fn default() -> Self {
+        Self {
+            inner: Mutex::new(Inner::default()),
+        }
+    }
+}
+
+impl<S> Relay<S> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner<S>> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -275,7 +269,7 @@ impl Relay {
 
     /// The mailbox's version and the cell of its snapshot: shared with
     /// every poll that asks for the same version within [`SNAPSHOT_TTL`].
-    pub(crate) fn watch(&self, subject: &str) -> (u64, Arc<SnapshotCell>) {
+    pub(crate) fn watch(&self, subject: &str) -> (u64, Arc<SnapshotCell<S>>) {
         let mut inner = self.lock();
         let now = Instant::now();
         let mb = inner.mailbox(subject, now);
@@ -447,20 +441,12 @@ impl Relay {
     }
 }
 
-/// What [`Relay::take_jobs`] does with one queued job.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Delivery {
-    /// Hand it to the polling page.
-    Take,
-    /// Leave it for another page.
-    Keep,
-    /// It can never be delivered (its connection ended).
-    Drop,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The relay's tests keep no snapshot.
+    type Relay = super::Relay<()>;
 
     #[test]
     fn polls_are_bounded_per_browser_session_and_per_user() {

@@ -31,11 +31,12 @@ use portcullis_core::scope::ScopeSet;
 use portcullis_core::tab::Dispatch;
 use serde_json::{Value, json};
 
+use super::AppWrite;
 use super::Shared;
 pub(crate) use super::answer::{Answer, failure};
-use super::relay::{DriverEnd, Job, TabReport};
+use super::relay::DriverEnd;
 use super::skills::{self, Step};
-use super::AppWrite;
+use super::work::{Job, TabReport};
 use crate::clock;
 
 /// How long an `execute` call waits for its run before answering

@@ -48,7 +48,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use super::relay::{Delivery, Job, TabReport};
+use super::work::{Delivery, Job, TabReport};
 use super::{App, Shared};
 use crate::clock;
 use crate::notify::Event;
