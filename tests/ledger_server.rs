@@ -42,6 +42,12 @@ const ADD_B: Step = (
     "notes:write",
     r#"{"title":"b"}"#,
 );
+const ADD_C: Step = (
+    "notes.add",
+    Effect::Write,
+    "notes:write",
+    r#"{"title":"c"}"#,
+);
 const PURGE: Step = ("notes.purge", Effect::Unknown, "notes:write", "{}");
 /// The host's scopes: what its site declares and its full login asks for.
 const NOTES: &str = "notes:read notes:write";
@@ -422,7 +428,11 @@ fn a_run_whose_executor_lost_its_lease_is_cut_off_on_a_repeat_and_by_end_lost_ru
     assert_eq!(l.w.engine.execution_request(&l.p, &rid(4)).unwrap(), None);
     l.w.engine.renew_executor(&l.w.site, a, l.w.now).unwrap();
     result(exec(&mut l, a, 4, "list()", &[LIST]));
-    assert_eq!(l.page.count(LIST), 1, "run 4; the lost runs never ran again");
+    assert_eq!(
+        l.page.count(LIST),
+        1,
+        "run 4; the lost runs never ran again"
+    );
 }
 
 /// Runs [`portcullis::Engine::end_lost_runs`] to the end, `budget` at a
@@ -537,12 +547,6 @@ fn auto_approval_of_a_kind_lives_per_grant_and_identical_writes_ask_again<S: Sto
     assert_eq!((l.page.count(ADD), l.page.count(ADD_B)), (1, 1));
     // It is the grant's: another grant of the same user asks.
     let (_, other) = login(&mut l, NOTES);
-    const ADD_C: Step = (
-        "notes.add",
-        Effect::Write,
-        "notes:write",
-        r#"{"title":"c"}"#,
-    );
     approval(exec_as(&mut l, &other, x, 6, "f()", &[ADD_C]));
     // It never reached a tab.
     assert_eq!(l.w.engine.tab_connection(&l.p.grant).unwrap(), None);

@@ -84,21 +84,34 @@ pub(crate) fn agent_token_of_user(site: &SiteId, subject: &str, jti: &str) -> Ve
     k
 }
 
-/// `Requests`: `q | lineage | request id`, the request record.
-pub(crate) fn request(lineage: &Lineage, id: &RequestId) -> Vec<u8> {
-    let mut k = Vec::with_capacity(49);
-    k.push(b'q');
-    k.extend_from_slice(&lineage.0);
-    k.extend_from_slice(id.as_bytes());
+/// `parts` one after another in a key of exactly `N` bytes, on the stack.
+/// The ledger's keys have fixed lengths: built this way they cost no
+/// allocator calls where they are made and dropped, which is most of the
+/// engine's ledger paths (a unit test holds every length).
+fn fixed<const N: usize>(parts: &[&[u8]]) -> [u8; N] {
+    let mut k = [0; N];
+    fill(&mut k, parts);
     k
 }
 
+/// Copies `parts` one after another into `out`, which they fill exactly.
+fn fill(out: &mut [u8], parts: &[&[u8]]) {
+    let mut at = 0;
+    for part in parts {
+        out[at..at + part.len()].copy_from_slice(part);
+        at += part.len();
+    }
+    debug_assert_eq!(at, out.len());
+}
+
+/// `Requests`: `q | lineage | request id`, the request record.
+pub(crate) fn request(lineage: &Lineage, id: &RequestId) -> [u8; 49] {
+    fixed(&[b"q", &lineage.0, id.as_bytes()])
+}
+
 /// `Requests`: `g | grant`, the prefix of a grant's undecided requests.
-pub(crate) fn grant_requests(grant: &GrantId) -> Vec<u8> {
-    let mut k = Vec::with_capacity(33);
-    k.extend_from_slice(ALL_GRANT_REQUESTS);
-    k.extend_from_slice(grant.as_bytes());
-    k
+pub(crate) fn grant_requests(grant: &GrantId) -> [u8; 17] {
+    fixed(&[ALL_GRANT_REQUESTS, grant.as_bytes()])
 }
 
 /// `Requests`: the prefix of every grant's undecided requests.
@@ -113,21 +126,14 @@ pub(crate) fn split_grant_request(key: &[u8]) -> Option<(GrantId, RequestId)> {
 }
 
 /// `Requests`: `g | grant | request id` → lineage, one undecided request.
-pub(crate) fn grant_request(grant: &GrantId, id: &RequestId) -> Vec<u8> {
-    let mut k = grant_requests(grant);
-    k.extend_from_slice(id.as_bytes());
-    k
+pub(crate) fn grant_request(grant: &GrantId, id: &RequestId) -> [u8; 33] {
+    fixed(&[ALL_GRANT_REQUESTS, grant.as_bytes(), id.as_bytes()])
 }
 
 /// `Requests`: `e | deadline | lineage | request id`, the ledger's own
 /// expiry index (the shared `Expiry` sweep only knows codes and grants).
-pub(crate) fn ledger_expiry(at: Timestamp, lineage: &Lineage, id: &RequestId) -> Vec<u8> {
-    let mut k = Vec::with_capacity(57);
-    k.push(b'e');
-    k.extend_from_slice(&at.as_secs().to_be_bytes());
-    k.extend_from_slice(&lineage.0);
-    k.extend_from_slice(id.as_bytes());
-    k
+pub(crate) fn ledger_expiry(at: Timestamp, lineage: &Lineage, id: &RequestId) -> [u8; 57] {
+    fixed(&[b"e", &at.as_secs().to_be_bytes(), &lineage.0, id.as_bytes()])
 }
 
 /// The first ledger expiry key after every entry due at `now`.
@@ -152,34 +158,23 @@ pub(crate) fn split_ledger_expiry(key: &[u8]) -> Option<(Timestamp, Lineage, Req
 }
 
 /// `Requests`: `r | grant`, the grant's GCRA state.
-pub(crate) fn rate(grant: &GrantId) -> Vec<u8> {
-    let mut k = Vec::with_capacity(17);
-    k.push(b'r');
-    k.extend_from_slice(grant.as_bytes());
-    k
+pub(crate) fn rate(grant: &GrantId) -> [u8; 17] {
+    fixed(&[b"r", grant.as_bytes()])
 }
 
 /// `Outcomes`: `lineage | request id`, the prefix of a request's outcomes.
-pub(crate) fn outcomes(lineage: &Lineage, id: &RequestId) -> Vec<u8> {
-    let mut k = Vec::with_capacity(52);
-    k.extend_from_slice(&lineage.0);
-    k.extend_from_slice(id.as_bytes());
-    k
+pub(crate) fn outcomes(lineage: &Lineage, id: &RequestId) -> [u8; 48] {
+    fixed(&[&lineage.0, id.as_bytes()])
 }
 
 /// `Outcomes`: `lineage | request id | seq`.
-pub(crate) fn outcome(lineage: &Lineage, id: &RequestId, seq: u32) -> Vec<u8> {
-    let mut k = outcomes(lineage, id);
-    k.extend_from_slice(&seq.to_be_bytes());
-    k
+pub(crate) fn outcome(lineage: &Lineage, id: &RequestId, seq: u32) -> [u8; 52] {
+    fixed(&[&lineage.0, id.as_bytes(), &seq.to_be_bytes()])
 }
 
 /// `Tabs`: `c | grant`, the grant's tab connection.
-pub(crate) fn tab(grant: &GrantId) -> Vec<u8> {
-    let mut k = Vec::with_capacity(17);
-    k.push(b'c');
-    k.extend_from_slice(grant.as_bytes());
-    k
+pub(crate) fn tab(grant: &GrantId) -> [u8; 17] {
+    fixed(&[b"c", grant.as_bytes()])
 }
 
 /// `Tabs`: `x | site | executor`, a server executor's lease. Numbers are
@@ -214,20 +209,19 @@ pub(crate) fn executor_counter(site: &SiteId) -> Vec<u8> {
 /// server request dispatched to that executor number. The site is not in
 /// the key (the request's grant names it): numbers of different sites
 /// share a prefix, and readers check the grant's site.
-pub(crate) fn server_run(executor: u32, grant: &GrantId, id: &RequestId) -> Vec<u8> {
-    let mut k = server_runs(executor);
-    k.extend_from_slice(grant.as_bytes());
-    k.extend_from_slice(id.as_bytes());
-    k
+pub(crate) fn server_run(executor: u32, grant: &GrantId, id: &RequestId) -> [u8; 37] {
+    fixed(&[
+        ALL_SERVER_RUNS,
+        &executor.to_be_bytes(),
+        grant.as_bytes(),
+        id.as_bytes(),
+    ])
 }
 
 /// `Requests`: `d | executor`, the prefix of the running server requests
 /// dispatched to that executor number (on any site).
-pub(crate) fn server_runs(executor: u32) -> Vec<u8> {
-    let mut k = Vec::with_capacity(37);
-    k.extend_from_slice(ALL_SERVER_RUNS);
-    k.extend_from_slice(&executor.to_be_bytes());
-    k
+pub(crate) fn server_runs(executor: u32) -> [u8; 5] {
+    fixed(&[ALL_SERVER_RUNS, &executor.to_be_bytes()])
 }
 
 /// `Requests`: the prefix of every running server request.
@@ -247,11 +241,8 @@ pub(crate) fn split_server_run(key: &[u8]) -> Option<(u32, GrantId, RequestId)> 
 }
 
 /// `Approvals`: `a | grant`, the auto-approvals of the grant's server runs.
-pub(crate) fn grant_auto_approval(grant: &GrantId) -> Vec<u8> {
-    let mut k = Vec::with_capacity(17);
-    k.push(b'a');
-    k.extend_from_slice(grant.as_bytes());
-    k
+pub(crate) fn grant_auto_approval(grant: &GrantId) -> [u8; 17] {
+    fixed(&[b"a", grant.as_bytes()])
 }
 
 /// `Tabs`: `s | site | browser session`, the prefix of a session's tabs.
@@ -313,6 +304,40 @@ mod tests {
                 grant().as_bytes().as_slice()
             ))
         );
+    }
+
+    /// The fixed-length keys fill their arrays exactly (`fill` checks it
+    /// in debug builds) and keep the layouts their docs give.
+    #[test]
+    fn fixed_keys_are_their_parts_end_to_end() {
+        let lineage = Lineage([3; 32]);
+        let at = Timestamp::from_secs(0x0102_0304_0506_0708);
+        let (g, r) = (grant(), request_id());
+        let cat = |parts: &[&[u8]]| parts.concat();
+        assert_eq!(
+            request(&lineage, &r).to_vec(),
+            cat(&[b"q", &lineage.0, r.as_bytes()])
+        );
+        assert_eq!(grant_requests(&g).to_vec(), cat(&[b"g", g.as_bytes()]));
+        assert_eq!(
+            grant_request(&g, &r).to_vec(),
+            cat(&[b"g", g.as_bytes(), r.as_bytes()])
+        );
+        assert_eq!(
+            ledger_expiry(at, &lineage, &r).to_vec(),
+            cat(&[b"e", &at.as_secs().to_be_bytes(), &lineage.0, r.as_bytes()])
+        );
+        assert_eq!(rate(&g).to_vec(), cat(&[b"r", g.as_bytes()]));
+        assert_eq!(
+            outcome(&lineage, &r, 7).to_vec(),
+            cat(&[&outcomes(&lineage, &r), &7u32.to_be_bytes()])
+        );
+        assert_eq!(tab(&g).to_vec(), cat(&[b"c", g.as_bytes()]));
+        assert_eq!(
+            server_run(9, &g, &r).to_vec(),
+            cat(&[&server_runs(9), g.as_bytes(), r.as_bytes()])
+        );
+        assert_eq!(grant_auto_approval(&g).to_vec(), cat(&[b"a", g.as_bytes()]));
     }
 
     #[test]

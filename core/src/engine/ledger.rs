@@ -63,13 +63,15 @@ pub(super) fn lease_live<R: ReadTransaction>(
     now: Timestamp,
     timeout: core::time::Duration,
 ) -> Result<bool, StoreError> {
-    let lease: Option<ExecutorLease> = txn.load(&keys::executor_lease(site, id))?;
-    Ok(lease.is_some_and(|l| l.is_live(now, timeout)))
+    let live = txn.get_with(Table::Tabs, &keys::executor_lease(site, id), |bytes| {
+        ExecutorLease::live_stored(bytes, now, timeout)
+    })?;
+    Ok(live == Some(true))
 }
 
 /// The key of a server request's entry among its executor's running
 /// requests (`None` for a tab request).
-pub(super) fn server_run_key(rec: &ExecutionRequest) -> Option<Vec<u8>> {
+pub(super) fn server_run_key(rec: &ExecutionRequest) -> Option<[u8; 37]> {
     (rec.executor() == Executor::Server)
         .then(|| keys::server_run(rec.connection(), &rec.grant(), &rec.id()))
 }
@@ -131,19 +133,12 @@ pub(super) fn store_request<W: WriteTransaction>(
     look_at: Timestamp,
 ) -> Result<(), StoreError> {
     let index = keys::grant_request(&rec.grant(), &rec.id());
-    if rec.is_undecided() {
-        txn.put(Table::Requests, &index, &lineage.0)?;
-    } else {
-        txn.delete(Table::Requests, &index)?;
-    }
+    keep_entry(txn, &index, rec.is_undecided().then_some(&lineage.0))?;
     if let Some(run) = server_run_key(rec) {
         // A request leaves `Running` and its dispatch changes only while
         // it is not running: the entry exists exactly while it runs.
-        if *rec.state() == RequestState::Running {
-            txn.put(Table::Requests, &run, &lineage.0)?;
-        } else {
-            txn.delete(Table::Requests, &run)?;
-        }
+        let running = *rec.state() == RequestState::Running;
+        keep_entry(txn, &run, running.then_some(&lineage.0))?;
     }
     txn.put(
         Table::Requests,
@@ -151,6 +146,21 @@ pub(super) fn store_request<W: WriteTransaction>(
         &[],
     )?;
     txn.save(&keys::request(lineage, &rec.id()), rec)
+}
+
+/// Keeps the `Requests` index entry `key`: present (pointing at `lineage`)
+/// while its condition holds, absent otherwise. One body for every index a
+/// request keeps.
+#[inline(never)]
+fn keep_entry<W: WriteTransaction>(
+    txn: &mut Txn<'_, W>,
+    key: &[u8],
+    lineage: Option<&[u8; 32]>,
+) -> Result<(), StoreError> {
+    match lineage {
+        Some(lineage) => txn.put(Table::Requests, key, lineage),
+        None => txn.delete(Table::Requests, key).map(|_| ()),
+    }
 }
 
 /// Ends every undecided request of `grant` (`SESSION_REVOKED`; running calls
@@ -319,7 +329,7 @@ pub struct Abandoned {
 
 /// What a ticket operation works on, once the ticket is known current.
 struct RunContext {
-    key: Vec<u8>,
+    key: [u8; 49],
     rec: ExecutionRequest,
     site: Site,
     grant: Grant,
@@ -765,14 +775,10 @@ impl<S: Store> Engine<S> {
     /// Loads what a ticket operation needs, or ends the request if its
     /// grant is no longer live or, for a tab run, its tab connection moved
     /// (a server run's ticket holder is its executor: no tab is looked at).
-    /// With the `action` a run asks for, first checks that the run may ask
-    /// for it at all ([`ExecutionRequest::admits`]): a refusal hands the
-    /// ticket back and changes nothing.
     fn run_context<W: WriteTransaction>(
         &self,
         txn: &mut Txn<'_, W>,
         ticket: &ExecutionTicket,
-        action: Option<&Action>,
         now: Timestamp,
     ) -> Result<RunContext, TicketError> {
         let key = keys::request(&ticket.lineage, &ticket.request_id);
@@ -789,12 +795,6 @@ impl<S: Store> Engine<S> {
             SiteOpError::Store(e) => TicketError::Store(e),
             SiteOpError::Site(_) => TicketError::Stale,
         })?;
-        if let Some(Err(e)) = action.map(|a| rec.admits(a, &site.scopes)) {
-            return Err(TicketError::Invalid(
-                alloc::boxed::Box::new(ticket.duplicate()),
-                e,
-            ));
-        }
         let (grant, status) = self.grant_status(&*txn, &site, &rec.grant(), now)?;
         let grant = match (grant, status) {
             (Some(g), Some(GrantStatus::Live)) => g,
@@ -837,8 +837,8 @@ impl<S: Store> Engine<S> {
     /// approval of writes and unknown effects.
     ///
     /// An action the run can never perform is the host's mistake, refused
-    /// before anything else with the ticket handed back and nothing
-    /// changed ([`TicketError::Invalid`]): a scope the site does not
+    /// (once the ticket is known current and its grant live) with the
+    /// ticket handed back and nothing changed ([`TicketError::Invalid`]): a scope the site does not
     /// declare ([`crate::ledger::LedgerError::UndeclaredScope`],
     /// `server_error`), or, on a server run, an action that drives page
     /// controls ([`crate::ledger::LedgerError::InvalidAction`]).
@@ -895,7 +895,7 @@ impl<S: Store> Engine<S> {
             site,
             grant,
             tab,
-        } = self.run_context(txn, &ticket, Some(action), now)?;
+        } = self.run_context(txn, &ticket, now)?;
         let lineage = ticket.lineage;
         let seq = ticket.next_action;
         let fingerprint = action.fingerprint();
@@ -906,21 +906,26 @@ impl<S: Store> Engine<S> {
         };
         // The executor's auto-approvals: the tab connection's, or for a
         // server run the grant's, read only for a write (the one effect
-        // they can cover).
-        let mut auto = if tab.is_none() && action.effect() == Effect::Write {
-            txn.load::<GrantAutoApproval>(&keys::grant_auto_approval(&grant.id))?
+        // they can cover) and in place: when they cover it, the grant's
+        // record with the write remembered.
+        let auto_key = keys::grant_auto_approval(&grant.id);
+        let server_auto = if tab.is_none() && action.effect() == Effect::Write {
+            txn.get_with(Table::Approvals, &auto_key, |bytes| {
+                GrantAutoApproval::approve_stored(bytes, action.kind(), &fingerprint)
+            })?
+            .flatten()
         } else {
             None
         };
-        let auto_approves = match (&tab, &auto) {
-            (Some(t), _) => t.auto_approves(action.kind(), &fingerprint),
-            (None, Some(a)) => a.auto_approves(action.kind(), &fingerprint),
-            (None, None) => false,
+        let auto_approves = match &tab {
+            Some(t) => t.auto_approves(action.kind(), &fingerprint),
+            None => server_auto.is_some(),
         };
         let step = rec.authorize(
             &NextAction {
                 seq,
                 action,
+                declared: &site.scopes,
                 scopes: &ticket.scopes,
                 tab_visible: tab.as_ref().is_none_or(|t| t.visible),
                 auto_approves,
@@ -933,6 +938,7 @@ impl<S: Store> Engine<S> {
             recorded,
         );
         match step {
+            ActionStep::Refused(e) => Err(TicketError::Invalid(alloc::boxed::Box::new(ticket), e)),
             ActionStep::OutOfOrder => Err(TicketError::OutOfOrder(alloc::boxed::Box::new(ticket))),
             ActionStep::Replay(outcome) => {
                 ticket.next_action += 1;
@@ -962,9 +968,8 @@ impl<S: Store> Engine<S> {
                     if let Some(mut tab) = tab {
                         tab.remember_write(fingerprint);
                         txn.save(&keys::tab(&grant.id), &tab)?;
-                    } else if let Some(auto) = auto.as_mut() {
-                        auto.remember_write(fingerprint);
-                        txn.save(&keys::grant_auto_approval(&grant.id), &*auto)?;
+                    } else if let Some(remembered) = &server_auto {
+                        txn.put(Table::Approvals, &auto_key, remembered)?;
                     }
                 }
                 txn.save(&key, &rec)?;
@@ -1026,7 +1031,7 @@ impl<S: Store> Engine<S> {
             return Err(TicketError::Invalid(alloc::boxed::Box::new(ticket), e));
         }
         {
-            let RunContext { key, mut rec, .. } = self.run_context(txn, &ticket, None, now)?;
+            let RunContext { key, mut rec, .. } = self.run_context(txn, &ticket, now)?;
             let Some(done) = rec.confirm() else {
                 return Err(TicketError::OutOfOrder(alloc::boxed::Box::new(
                     ticket.duplicate(),
@@ -1092,7 +1097,7 @@ impl<S: Store> Engine<S> {
             Ok(end) => end,
             Err(e) => return Err(TicketError::Invalid(alloc::boxed::Box::new(ticket), e)),
         };
-        let RunContext { mut rec, .. } = self.run_context(txn, &ticket, None, now)?;
+        let RunContext { mut rec, .. } = self.run_context(txn, &ticket, now)?;
         rec.finish(end.clone(), false, now);
         self.save_request(txn, &ticket.lineage, &rec)?;
         self.stored(&*txn, &ticket.lineage, &rec, 0)?

@@ -60,9 +60,19 @@ pub(crate) fn auto_approves(
     kind: &str,
     fingerprint: &ActionFingerprint,
 ) -> bool {
-    kinds.iter().any(|k| k == kind)
-        && writes.len() < MAX_AUTO_WRITES
-        && !writes.contains(fingerprint)
+    auto_rule(
+        kinds.iter().any(|k| k == kind),
+        writes.len(),
+        writes.contains(fingerprint),
+    )
+}
+
+/// The rule itself, whatever holds the auto-approvals: the write's kind is
+/// auto-approved (`kind_allowed`), fewer than [`MAX_AUTO_WRITES`] writes
+/// are remembered (`remembered`), and none of them is this very write
+/// (`repeated`).
+const fn auto_rule(kind_allowed: bool, remembered: usize, repeated: bool) -> bool {
+    kind_allowed && remembered < MAX_AUTO_WRITES && !repeated
 }
 
 /// Remembers a write that ran (or was approved) under auto-approval.
@@ -147,6 +157,47 @@ impl GrantAutoApproval {
             kind,
             fingerprint,
         );
+    }
+
+    /// [`GrantAutoApproval::auto_approves`] read in place from the record as
+    /// stored (`bytes`, its version byte first), for the path every server
+    /// write takes: when the write runs without asking, the record's bytes
+    /// with it remembered ([`GrantAutoApproval::remember_write`]), ready to
+    /// store; `None` when it asks (or the bytes do not read as the record).
+    /// It decodes nothing it does not need: it compares the kinds and
+    /// fingerprints where they lie and re-encodes by splicing, so the
+    /// answer is byte for byte what decoding, remembering and encoding
+    /// would give (a unit test holds it to that).
+    #[inline(never)] // One body in a firmware image, wherever it is called from.
+    pub(crate) fn approve_stored(
+        bytes: &[u8],
+        kind: &str,
+        fingerprint: &ActionFingerprint,
+    ) -> Option<Vec<u8>> {
+        let (&version, body) = bytes.split_first()?;
+        if version != Self::VERSION {
+            return None;
+        }
+        let mut r = codec::Reader::new(body, version);
+        r.take(16).ok()?;
+        let mut kind_allowed = false;
+        for _ in 0..r.len().ok()? {
+            kind_allowed |= r.str().ok()? == kind;
+        }
+        let kinds_end = body.len() - r.rest().len();
+        let remembered = r.len().ok()?;
+        let writes = r.take(remembered.checked_mul(32)?).ok()?;
+        let repeated = writes.chunks_exact(32).any(|w| w == fingerprint.as_bytes());
+        if !r.is_empty() || !auto_rule(kind_allowed, remembered, repeated) {
+            return None;
+        }
+        let mut out = Vec::with_capacity(bytes.len() + 34);
+        out.push(version);
+        out.extend_from_slice(&body[..kinds_end]);
+        codec::write_varint(&mut out, remembered as u64 + 1);
+        out.extend_from_slice(writes);
+        out.extend_from_slice(fingerprint.as_bytes());
+        Some(out)
     }
 }
 
@@ -568,5 +619,63 @@ mod tests {
                 .fingerprint(),
         );
         codec::assert_postcard_agrees(&a);
+    }
+
+    /// The in-place reading answers exactly what decoding, checking,
+    /// remembering and encoding the record would.
+    #[test]
+    fn a_stored_grant_auto_approval_reads_in_place_as_decoded() {
+        let fp = |n: u32| {
+            Action::write("notes.add", "notes:write", alloc::format!("{n}").as_bytes())
+                .unwrap()
+                .fingerprint()
+        };
+        let mut records = alloc::vec![GrantAutoApproval::new(GrantId::from_bytes([5; 16]))];
+        let mut a = GrantAutoApproval::new(GrantId::from_bytes([6; 16]));
+        a.allow_kind("notes.add", fp(1));
+        records.push(a.clone());
+        a.allow_kind("notes.edit", fp(2));
+        for n in 3..200 {
+            a.remember_write(fp(n));
+        }
+        records.push(a.clone());
+        let mut full = a.clone();
+        for n in 200.. {
+            if full.auto_writes.len() == MAX_AUTO_WRITES {
+                break;
+            }
+            full.remember_write(fp(n));
+        }
+        records.push(full);
+        for rec in &records {
+            let bytes = codec::encode(rec).unwrap();
+            for kind in ["notes.add", "notes.edit", "notes.delete", ""] {
+                for n in [1, 2, 150, 5_000] {
+                    let expected = rec.auto_approves(kind, &fp(n)).then(|| {
+                        let mut after = rec.clone();
+                        after.remember_write(fp(n));
+                        codec::encode(&after).unwrap()
+                    });
+                    assert_eq!(
+                        GrantAutoApproval::approve_stored(&bytes, kind, &fp(n)),
+                        expected,
+                        "{kind} {n}"
+                    );
+                }
+            }
+            // Bytes that do not read as the record auto-approve nothing.
+            for cut in 0..bytes.len() {
+                assert_eq!(
+                    GrantAutoApproval::approve_stored(&bytes[..cut], "notes.add", &fp(9_999)),
+                    None
+                );
+            }
+            let mut other = bytes.clone();
+            other[0] += 1;
+            assert_eq!(
+                GrantAutoApproval::approve_stored(&other, "notes.add", &fp(9_999)),
+                None
+            );
+        }
     }
 }

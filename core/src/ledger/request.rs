@@ -730,15 +730,15 @@ pub struct Begun {
 
 /// What [`ExecutionRequest::authorize`] is told about the next action of
 /// a run. The engine has already checked that the ticket is the current
-/// run's, that the run may ask for the action at all
-/// ([`ExecutionRequest::admits`]), the grant live and, for a tab run, the
-/// tab connection the run's.
+/// run's, the grant live and, for a tab run, the tab connection the run's.
 #[derive(Clone, Copy, Debug)]
 pub struct NextAction<'a> {
     /// The action's position (the ticket's next action).
     pub seq: u32,
     /// The action.
     pub action: &'a Action,
+    /// The scopes the site declares.
+    pub declared: &'a ScopeSet,
     /// The scopes the caller's token carries.
     pub scopes: &'a ScopeSet,
     /// Whether the connected tab is visible (a server run has no page:
@@ -761,11 +761,15 @@ pub struct NextAction<'a> {
 }
 
 /// What the next action of a run may do, decided by
-/// [`ExecutionRequest::authorize`]. Every step but [`ActionStep::OutOfOrder`]
-/// and [`ActionStep::Replay`] changed the record, which must be saved.
+/// [`ExecutionRequest::authorize`]. Every step but [`ActionStep::Refused`],
+/// [`ActionStep::OutOfOrder`] and [`ActionStep::Replay`] changed the
+/// record, which must be saved.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[must_use]
 pub enum ActionStep {
+    /// The run may never ask for this action
+    /// ([`ExecutionRequest::admits`]): the host's mistake. Nothing changed.
+    Refused(LedgerError),
     /// An authorized action awaits its outcome: record that first.
     OutOfOrder,
     /// It ran before, identically: the recorded outcome, not to run again.
@@ -796,11 +800,12 @@ impl ExecutionRequest {
         self.fingerprint == *fingerprint && self.executor == executor
     }
 
-    /// Whether a run of this request may ask for `action` at all, checked
-    /// before anything else is looked at or written: its scope must be one
-    /// the site declares (`declared`) — no token can ever carry another, so
-    /// the host named it by mistake ([`LedgerError::UndeclaredScope`]) —
-    /// and a server run has no page to drive ([`LedgerError::InvalidAction`]).
+    /// Whether a run of this request may ask for `action` at all, the
+    /// first check of [`ExecutionRequest::authorize`]: its scope must be
+    /// one the site declares (`declared`) — no token can ever carry
+    /// another, so the host named it by mistake
+    /// ([`LedgerError::UndeclaredScope`]) — and a server run has no page to
+    /// drive ([`LedgerError::InvalidAction`]).
     pub fn admits(&self, action: &Action, declared: &ScopeSet) -> Result<(), LedgerError> {
         if !declared.contains(action.scope()) {
             return Err(LedgerError::UndeclaredScope);
@@ -916,7 +921,9 @@ impl ExecutionRequest {
     }
 
     /// The decision table of the next action of a run, in order: an action
-    /// in flight must be confirmed first; a position already recorded
+    /// the run may never ask for is refused, changing nothing
+    /// ([`ExecutionRequest::admits`]); an action in flight must be
+    /// confirmed first; a position already recorded
     /// replays its outcome if the action is the same and ends the request
     /// (`EXPECTATION_FAILED`) if not (`recorded` is the outcome stored at
     /// `next.seq`, looked up only when the position is below
@@ -927,6 +934,9 @@ impl ExecutionRequest {
     /// executor's auto-approval (writes only, never for in-page callers or
     /// sites that forbid it), or else the user is asked.
     pub fn authorize(&mut self, next: &NextAction<'_>, recorded: Option<Outcome>) -> ActionStep {
+        if let Err(e) = self.admits(next.action, next.declared) {
+            return ActionStep::Refused(e);
+        }
         if self.in_flight.is_some() {
             return ActionStep::OutOfOrder;
         }
@@ -1264,10 +1274,18 @@ mod tests {
         }
     }
 
+    /// What the tests' site declares.
+    fn declared() -> &'static ScopeSet {
+        alloc::boxed::Box::leak(alloc::boxed::Box::new(
+            ScopeSet::parse("skills:read skills:write notes:read notes:write").unwrap(),
+        ))
+    }
+
     fn next<'a>(action: &'a Action, held: &'a ScopeSet, seq: u32) -> NextAction<'a> {
         NextAction {
             seq,
             action,
+            declared: declared(),
             scopes: held,
             tab_visible: true,
             auto_approves: false,
@@ -1761,6 +1779,25 @@ mod tests {
             Err(LedgerError::InvalidAction)
         );
         assert_eq!(LedgerError::UndeclaredScope.code().as_str(), "server_error");
+        // The table refuses them first, changing nothing, even with an
+        // action in flight.
+        let held = ScopeSet::parse("skills:read notes:read").unwrap();
+        let mut r = server.clone();
+        r.dispatch(0, &read);
+        let before = r.clone();
+        let mut stray_next = next(&stray, &held, 1);
+        stray_next.declared = &declared;
+        assert_eq!(
+            r.authorize(&stray_next, None),
+            ActionStep::Refused(LedgerError::UndeclaredScope)
+        );
+        let mut click_next = next(&click, &held, 1);
+        click_next.declared = &declared;
+        assert_eq!(
+            r.authorize(&click_next, None),
+            ActionStep::Refused(LedgerError::InvalidAction)
+        );
+        assert_eq!(r, before);
     }
 
     #[test]

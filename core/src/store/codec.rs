@@ -111,6 +111,12 @@ impl<'a> Reader<'a> {
         self.bytes.is_empty()
     }
 
+    /// The bytes not read yet.
+    #[must_use]
+    pub const fn rest(&self) -> &'a [u8] {
+        self.bytes
+    }
+
     /// The next `n` bytes.
     pub fn take(&mut self, n: usize) -> Result<&'a [u8], Malformed> {
         if n > self.bytes.len() {
