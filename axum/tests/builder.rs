@@ -219,3 +219,49 @@ async fn a_restart_on_the_same_files_keeps_tokens_results_and_pending_approvals(
     assert_eq!(done(&call.await.unwrap().json())["note"], "later");
     assert_eq!(app.effects.runs(), 1, "only the approved one ran here");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_with_a_new_scope_keeps_the_site_key_and_the_grants() {
+    let store = std::sync::Arc::new(MemoryStore::new());
+    let keyring = keyring();
+    let port = crate::support::child::free_port();
+    let read_only = Options {
+        bind: format!("127.0.0.1:{port}"),
+        scopes: vec![(READ, "read your notes")],
+        ..Options::default()
+    };
+    let app = TestApp::start_with(
+        std::sync::Arc::clone(&store),
+        keyring.clone(),
+        Effects::default(),
+        &read_only,
+    )
+    .await;
+    let (client, tokens) = app.connect("alice", READ).await;
+    let mcp_url = app.mcp_url();
+    app.stop().await;
+
+    let both = Options {
+        bind: format!("127.0.0.1:{port}"),
+        ..Options::default()
+    };
+    let app = TestApp::start_with(store, keyring, Effects::default(), &both).await;
+    assert_eq!(app.mcp_url(), mcp_url, "the site key is kept");
+    let client = OAuthClient {
+        http: crate::support::client::http(),
+        ..client
+    };
+    let who = client
+        .call_ok(&tokens.access, &json!({"tool": "whoami"}))
+        .await;
+    assert_eq!(who["scopes"], READ, "the grant is kept");
+    let metadata = crate::support::client::get_json(
+        &client.http,
+        &format!("{}/.well-known/oauth-authorization-server", app.origin),
+    )
+    .await;
+    assert_eq!(metadata["scopes_supported"], json!([READ, WRITE]));
+    // The new scope can be granted now.
+    let full = client.connect("alice", READ_WRITE).await;
+    assert_eq!(full.scope, READ_WRITE);
+}

@@ -429,3 +429,124 @@ async fn signed_out_users_are_sent_to_the_hosts_sign_in() {
     assert!(location.starts_with("/login?"), "{location}");
     assert!(!location.contains("code="), "{location}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_access_token_is_refused_and_a_refreshed_one_works() {
+    let mut policy = portcullis_axum::Policy::default();
+    policy.access_token_ttl = std::time::Duration::from_secs(1);
+    policy.jwt_leeway = std::time::Duration::ZERO;
+    let options = crate::support::Options {
+        policy,
+        ..crate::support::Options::default()
+    };
+    let app = TestApp::start_with(
+        MemoryStore::new(),
+        crate::support::keyring(),
+        crate::support::Effects::default(),
+        &options,
+    )
+    .await;
+    let (client, tokens) = app.connect("alice", READ).await;
+    assert_eq!(whoami(&client, &tokens.access).await, StatusCode::OK);
+    tokio::time::sleep(std::time::Duration::from_millis(2100)).await;
+    let expired = client
+        .call(&tokens.access, &json!({"tool": "whoami"}))
+        .await;
+    assert_eq!(expired.status, StatusCode::UNAUTHORIZED);
+    assert!(
+        expired.challenge().contains("error=\"invalid_token\""),
+        "{}",
+        expired.challenge()
+    );
+    let fresh = OAuthClient::tokens(&client.refresh(&tokens.refresh).await);
+    assert_eq!(whoami(&client, &fresh.access).await, StatusCode::OK);
+}
+
+/// A host with its own consent screen: a plain form with the crate's two
+/// fields, naming the scopes in its own words.
+struct OwnConsent;
+
+impl portcullis_axum::Host for OwnConsent {
+    async fn signed_in(
+        &self,
+        parts: &axum::http::request::Parts,
+    ) -> Option<portcullis_axum::SignedIn> {
+        crate::support::CookieHost.signed_in(parts).await
+    }
+
+    fn sign_in(&self, return_to: &str) -> axum::response::Response {
+        crate::support::CookieHost.sign_in(return_to)
+    }
+
+    fn consent(&self, page: &portcullis_axum::ConsentPage<'_>) -> axum::response::Response {
+        let scopes: Vec<String> = page
+            .screen
+            .scopes
+            .iter()
+            .map(|s| format!("{s}={}", page.describe_scope(s)))
+            .collect();
+        portcullis_axum::html(
+            StatusCode::OK,
+            format!(
+                "<h1>Our own consent for {user}</h1><p id=\"scopes\">{scopes}</p>\
+                 <form method=\"post\" action=\"{action}\">\
+                 <input name=\"csrf\" value=\"{csrf}\"></form>",
+                user = page.user.subject,
+                scopes = scopes.join(";"),
+                action = portcullis_axum::pages::escape(page.action),
+                csrf = page.csrf,
+            ),
+        )
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hosts_own_consent_screen_is_shown_and_its_form_decides() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let origin = format!("http://{}", listener.local_addr().unwrap());
+    let portcullis =
+        portcullis_axum::Portcullis::builder(MemoryStore::new(), crate::support::keyring())
+            .public_url(&origin)
+            .scope(READ, "see your notes")
+            .scope("notes:write", "write notes")
+            .endpoint_scope(READ)
+            .build(OwnConsent)
+            .await
+            .unwrap();
+    let router = axum::Router::new()
+        .merge(portcullis.routes())
+        .route_service(
+            &portcullis.mcp_route(),
+            portcullis.protect(axum::routing::any(|| async { "served" })),
+        );
+    let server = tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let client = OAuthClient::discover(&origin, &portcullis.mcp_url()).await;
+    let verifier = verifier();
+    let query = client.authorization_query(READ, &verifier);
+    let consent = client.consent(&query, "alice").await;
+    assert!(
+        consent.html.contains("Our own consent for alice"),
+        "{}",
+        consent.html
+    );
+    assert!(
+        consent.html.contains("notes:read=see your notes"),
+        "{}",
+        consent.html
+    );
+    let allowed = client
+        .post_consent(
+            &consent.action,
+            "alice",
+            &[("csrf", &consent.csrf), ("intent", "allow")],
+            &[("origin", &origin)],
+        )
+        .await;
+    assert_eq!(allowed.status, StatusCode::FOUND, "{}", allowed.body);
+    let code = query_param(allowed.location(), "code").unwrap();
+    let tokens = OAuthClient::tokens(&client.exchange(&code, &verifier).await);
+    let answer = client.call(&tokens.access, &json!({})).await;
+    assert_eq!(answer.status, StatusCode::OK);
+    assert_eq!(answer.body, "served");
+    server.abort();
+}

@@ -31,6 +31,7 @@ on_every_store!(
     a_panicking_action_is_recorded_as_failed_and_never_run_again,
     a_read_action_runs_without_asking,
     the_action_runs_to_its_end_when_the_agent_goes_away,
+    revoking_the_connection_withdraws_its_pending_approvals,
 );
 
 /// The `add` tool's call body.
@@ -678,4 +679,133 @@ async fn an_allowed_origins_page_may_call_the_endpoint_and_post_the_decisions() 
         .await;
     assert_eq!(decided.status, StatusCode::OK, "{}", decided.body);
     done(&joined(call).await);
+}
+
+async fn revoking_the_connection_withdraws_its_pending_approvals<S: HostStore>(store: S) {
+    let options = Options {
+        approval_wait: Duration::from_millis(300),
+        ..Options::default()
+    };
+    let app = TestApp::start_with(store, keyring(), Effects::default(), &options).await;
+    let (client, tokens) = app.connect("alice", READ_WRITE).await;
+    let alice = app.person("alice");
+    let id = request_id();
+    let pending = client
+        .call_ok(&tokens.access, &add(id, &AddArgs::text("withdrawn")))
+        .await;
+    assert_eq!(pending["status"], "approval_pending", "{pending}");
+    let (csrf, approval) = alice.wait_for(&id.to_string()).await;
+
+    assert_eq!(client.revoke(&tokens.refresh).await.status, StatusCode::OK);
+    assert!(pending_ids(&alice).await.is_empty(), "no longer shown");
+    let page = alice.get("/agent-approvals").await;
+    assert!(!page.body.contains(&id.to_string()), "{}", page.body);
+    let refused = alice
+        .decide_with(&approval, "once", Some(&csrf), None)
+        .await;
+    assert_eq!(refused.status, StatusCode::CONFLICT, "{}", refused.body);
+    assert_eq!(refused.json()["ok"], false);
+    assert_eq!(app.effects.runs(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_over_the_policys_size_ends_the_request_bad_result_after_one_run() {
+    let mut policy = portcullis_axum::Policy::default();
+    policy.max_result_bytes = 1024;
+    let options = Options {
+        policy,
+        ..Options::default()
+    };
+    let app = TestApp::start_with(
+        portcullis_store_memory::MemoryStore::new(),
+        keyring(),
+        Effects::default(),
+        &options,
+    )
+    .await;
+    let (client, tokens) = app.connect("alice", READ_WRITE).await;
+    let id = request_id();
+    let body = call_body("lookup", id, &AddArgs::text("x".repeat(2000)));
+    let answer = client.call_ok(&tokens.access, &body).await;
+    assert_eq!(answer["ok"], true, "{answer}");
+    assert_eq!(answer["result"]["error"]["code"], "BAD_RESULT", "{answer}");
+    assert_eq!(answer["_outcome"], "failed");
+    assert_eq!(client.call_ok(&tokens.access, &body).await, answer);
+    assert_eq!(app.effects.runs(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undecided_requests_are_bounded_and_nothing_is_evicted() {
+    let mut policy = portcullis_axum::Policy::default();
+    policy.max_undecided_requests = 2;
+    let options = Options {
+        policy,
+        approval_wait: Duration::from_millis(100),
+        ..Options::default()
+    };
+    let app = TestApp::start_with(
+        portcullis_store_memory::MemoryStore::new(),
+        keyring(),
+        Effects::default(),
+        &options,
+    )
+    .await;
+    let (client, tokens) = app.connect("alice", READ_WRITE).await;
+    let alice = app.person("alice");
+    let ids = [request_id(), request_id(), request_id()];
+    for (n, id) in ids.iter().take(2).enumerate() {
+        let answer = client
+            .call_ok(&tokens.access, &add(*id, &AddArgs::text(format!("{n}"))))
+            .await;
+        assert_eq!(answer["status"], "approval_pending", "{answer}");
+    }
+    let refused = client
+        .call_ok(&tokens.access, &add(ids[2], &AddArgs::text("2")))
+        .await;
+    assert_eq!(error_code(&refused), "ACTION_UNAVAILABLE", "{refused}");
+    assert_eq!(pending_ids(&alice).await.len(), 2, "nothing was evicted");
+    // One decided, there is room again.
+    alice.approve(&ids[0].to_string(), "deny").await;
+    let answer = client
+        .call_ok(&tokens.access, &add(ids[2], &AddArgs::text("2")))
+        .await;
+    assert_eq!(answer["status"], "approval_pending", "{answer}");
+    assert_eq!(app.effects.runs(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_beyond_the_rate_are_refused_with_when_to_retry() {
+    let mut policy = portcullis_axum::Policy::default();
+    policy.execute_rate = portcullis_core::policy::RateLimit::new(60_000, 2);
+    let options = Options {
+        policy,
+        ..Options::default()
+    };
+    let app = TestApp::start_with(
+        portcullis_store_memory::MemoryStore::new(),
+        keyring(),
+        Effects::default(),
+        &options,
+    )
+    .await;
+    let (client, tokens) = app.connect("alice", READ_WRITE).await;
+    for n in 0..2 {
+        let answer = client
+            .call_ok(
+                &tokens.access,
+                &call_body("lookup", request_id(), &AddArgs::text(format!("{n}"))),
+            )
+            .await;
+        done(&answer);
+    }
+    let limited = client
+        .call_ok(
+            &tokens.access,
+            &call_body("lookup", request_id(), &AddArgs::text("2")),
+        )
+        .await;
+    assert_eq!(error_code(&limited), "RATE_LIMITED", "{limited}");
+    let retry = limited["error"]["retryAfterMs"].as_u64().unwrap();
+    assert!(retry > 0 && retry <= 60_000, "{limited}");
+    assert_eq!(app.effects.runs(), 2);
 }

@@ -159,6 +159,8 @@ pub(crate) struct Options {
     pub(crate) allowed_origins: Vec<String>,
     /// Client ID metadata documents also over http from loopback.
     pub(crate) dev_loopback_documents: bool,
+    /// The declared scopes and what each lets an agent do.
+    pub(crate) scopes: Vec<(&'static str, &'static str)>,
 }
 
 impl Default for Options {
@@ -170,6 +172,10 @@ impl Default for Options {
             policy: portcullis_axum::Policy::default(),
             allowed_origins: Vec::new(),
             dev_loopback_documents: false,
+            scopes: vec![
+                (READ, "read your notes"),
+                (WRITE, "add notes (you approve each one)"),
+            ],
         }
     }
 }
@@ -244,11 +250,12 @@ impl<S: HostStore> TestApp<S> {
         for origin in &options.allowed_origins {
             builder = builder.allowed_origin(origin);
         }
+        for (scope, description) in &options.scopes {
+            builder = builder.scope(*scope, *description);
+        }
         let portcullis = builder
             .public_url(&origin)
             .site("notes", "Notes")
-            .scope(READ, "read your notes")
-            .scope(WRITE, "add notes (you approve each one)")
             .endpoint_scope(READ)
             .approval_wait(options.approval_wait)
             .auto_approval(options.auto_approval)
