@@ -37,6 +37,8 @@ use portcullis_core::bearer::{self, Challenge};
 use portcullis_core::engine::{AgentPrincipal, BearerRejection, Principal};
 use portcullis_core::error::{ErrorCode, WireError as _};
 use portcullis_core::http::HttpResponse;
+use portcullis_core::ledger::RequestId;
+use portcullis_core::ledger::resume::{CallDigest, ResumeState, StateError};
 use portcullis_core::scope::ScopeSet;
 
 use crate::respond::{self, HeaderValues};
@@ -63,14 +65,69 @@ pub struct Agent {
     inner: Arc<AgentInner>,
 }
 
-#[derive(Debug)]
 struct AgentInner {
     identity: Identity,
+    /// What a tool's call needs of the site beyond the identity (sealing a
+    /// multi round-trip request's state): the [`Portcullis`] that checked
+    /// the request, type-erased so `Agent` has no store parameter.
+    services: Arc<dyn Services>,
     /// The site as it was when the request was checked: every challenge
     /// names its RFC 9728 document.
     site: Arc<SiteFacts>,
     /// A challenge raised by a tool, for the guard to answer with.
     challenge: Mutex<Option<Challenge>>,
+}
+
+impl std::fmt::Debug for AgentInner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Agent")
+            .field("identity", &self.identity)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The site's operations a tool call may need, whatever the store.
+pub(crate) trait Services: Send + Sync + 'static {
+    /// [`portcullis_core::Engine::seal_request_state`].
+    fn seal_state(
+        &self,
+        principal: &Principal,
+        call: &CallDigest,
+        request: RequestId,
+        prompted: bool,
+    ) -> Option<String>;
+    /// [`portcullis_core::Engine::open_request_state`].
+    fn open_state(
+        &self,
+        principal: &Principal,
+        call: &CallDigest,
+        text: &str,
+    ) -> Result<ResumeState, StateError>;
+}
+
+impl<S: HostStore> Services for Portcullis<S> {
+    fn seal_state(
+        &self,
+        principal: &Principal,
+        call: &CallDigest,
+        request: RequestId,
+        prompted: bool,
+    ) -> Option<String> {
+        self.inner
+            .engine
+            .seal_request_state(principal, call, request, prompted, crate::now())
+    }
+
+    fn open_state(
+        &self,
+        principal: &Principal,
+        call: &CallDigest,
+        text: &str,
+    ) -> Result<ResumeState, StateError> {
+        self.inner
+            .engine
+            .open_request_state(principal, call, text, crate::now())
+    }
 }
 
 /// A tool needed a scope the token lacks: the response becomes `403
@@ -95,10 +152,15 @@ impl std::fmt::Display for ScopeRequired {
 impl std::error::Error for ScopeRequired {}
 
 impl Agent {
-    pub(crate) fn new(identity: Identity, facts: Arc<SiteFacts>) -> Self {
+    pub(crate) fn new(
+        identity: Identity,
+        facts: Arc<SiteFacts>,
+        services: Arc<dyn Services>,
+    ) -> Self {
         Self {
             inner: Arc::new(AgentInner {
                 identity,
+                services,
                 site: facts,
                 challenge: Mutex::new(None),
             }),
@@ -177,6 +239,10 @@ impl Agent {
             .unwrap_or_else(PoisonError::into_inner) = Some(challenge);
     }
 
+    pub(crate) fn services(&self) -> &dyn Services {
+        &*self.inner.services
+    }
+
     fn take_challenge(&self) -> Option<Challenge> {
         self.inner
             .challenge
@@ -248,7 +314,7 @@ impl<S: HostStore> Portcullis<S> {
         let authorization = HeaderValues::of(&parts.headers, header::AUTHORIZATION);
         let verdict = self.read(move |p| p.check(authorization.field())).await?;
         match verdict {
-            Ok(identity) => Ok(Agent::new(identity, facts)),
+            Ok(identity) => Ok(Agent::new(identity, facts, Arc::new(self.clone()))),
             Err(rejection) => Err(refused(rejection)),
         }
     }

@@ -1,25 +1,36 @@
 //! Glue for rmcp servers (feature `rmcp`): a tool takes the verified
-//! [`Agent`] and the call's [`CallId`] as arguments, and returns a
-//! [`Ran`] as its `CallToolResult`.
+//! [`Agent`] and its [`Call`] as arguments, runs its action through
+//! [`Call::run`] and returns the answer in the revision the client
+//! negotiated.
 //!
 //! ```ignore
 //! #[tool(description = "Add a note (asks you first)")]
-//! async fn add_note(&self, agent: Agent, id: CallId, Parameters(note): Parameters<NewNote>) -> CallToolResult {
+//! async fn add_note(&self, agent: Agent, call: Call, Parameters(note): Parameters<NewNote>)
+//!     -> Result<CallToolResponse, ErrorData> {
 //!     let action = portcullis_axum::rmcp::action(Effect::Write, "add_note", "notes:write", &note)?;
 //!     let notes = self.notes.clone();
-//!     self.portcullis.run_once(&agent, id.0, action, move || async move { Ok(notes.add(note)) }).await.into()
+//!     call.run(&self.portcullis, &agent, action, move || async move { Ok(notes.add(note)) }).await
 //! }
 //! ```
 
+use std::future::Future;
+use std::time::Duration;
+
+use portcullis_core::ledger::resume::{CallDigest, ResumeState};
+use portcullis_core::ledger::{Action, BusinessError, Effect, RequestId};
 use rmcp::ErrorData;
 use rmcp::handler::server::common::{AsRequestContext, FromContextPart};
-use rmcp::model::CallToolResult;
-
-use portcullis_core::ledger::{Action, Effect, RequestId};
+use rmcp::handler::server::tool::ToolCallContext;
+use rmcp::model::{
+    CallToolResponse, CallToolResult, ErrorCode, InputRequiredResult, ProtocolVersion,
+};
 use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::json;
 
 use crate::guard::{Agent, ScopeRequired};
-use crate::run::Ran;
+use crate::run::{Outcome, Ran};
+use crate::{HostStore, Portcullis};
 
 /// The `_meta` key of a call's request id (a UUID): the same id on a
 /// retry never runs the action twice.
@@ -42,30 +53,242 @@ impl<C: AsRequestContext> FromContextPart<C> for Agent {
     }
 }
 
-/// The request id of a tool call, from `_meta["portcullis/requestId"]`. A
-/// call without one gets a fresh id, which every answer names
-/// (`requestId`): an agent that must call again (after an approval)
-/// sends it back there.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CallId(pub RequestId);
+/// How long a client's retry of a multi round-trip request waits for the
+/// person's decision (or a run in progress) before it is answered again:
+/// the person sees one prompt per approval, not one per retry.
+pub const RETRY_WAIT: Duration = Duration::from_secs(25);
 
-impl<C: AsRequestContext> FromContextPart<C> for CallId {
-    fn from_context_part(context: &mut C) -> Result<Self, ErrorData> {
-        match context.as_request_context().meta.get(REQUEST_ID_META) {
-            None => Ok(Self(RequestId::random(&mut rand::rng()))),
-            Some(value) => value
+/// The key of the approval in an `InputRequiredResult`'s `inputRequests`.
+pub const APPROVAL_INPUT: &str = "portcullis_approval";
+
+/// One tool call as the ledger sees it: its request id, and how a call
+/// that must wait for a person is answered in the protocol revision the
+/// client negotiated (take it as a tool argument **before**
+/// `Parameters`, which consumes the arguments it digests):
+///
+/// * **2026-07-28** (multi round-trip requests): an `InputRequiredResult`
+///   whose one URL-mode `elicitation/create` (when the client declared URL
+///   elicitation) points at the approval page, and a sealed `requestState`
+///   ([`portcullis_core::ledger::resume`]) naming the ledger request. The
+///   client's own retry lands on the same request: it waits up to
+///   [`RETRY_WAIT`] for the decision, then answers the result, the
+///   refusal, or (still undecided) another state without a second prompt.
+///   A tampered, foreign or stale state is refused as invalid params.
+/// * **2025-11-25** with URL elicitation: the error
+///   `URLElicitationRequiredError` (-32042) with the same URL in
+///   `data.elicitations` and the `requestId` to call again with (in
+///   `_meta["portcullis/requestId"]`).
+/// * **Any other client**: the ledger's JSON answer (`approval_pending`,
+///   with the `requestId` and the approval URL), after waiting up to the
+///   builder's approval wait.
+///
+/// The request id is the sealed state's, else `_meta["portcullis/requestId"]`
+/// (a UUID), else a fresh one (every answer names it).
+#[derive(Debug)]
+pub struct Call {
+    request_id: RequestId,
+    digest: CallDigest,
+    form: PendingForm,
+    /// The client's retry carried our state.
+    resumed: Option<ResumeState>,
+    /// The client answered our approval elicitation with decline or cancel.
+    declined: bool,
+    tool: String,
+}
+
+/// How a pending answer reaches the client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PendingForm {
+    /// 2026-07-28: an `InputRequiredResult` (with the URL elicitation when
+    /// the client can show one).
+    InputRequired { url: bool },
+    /// 2025-11-25 with URL elicitation: -32042.
+    UrlElicitationError,
+    /// The ledger's JSON.
+    Json,
+}
+
+impl PendingForm {
+    fn of(context: &rmcp::service::RequestContext<rmcp::RoleServer>) -> Self {
+        let url = context
+            .client_capabilities()
+            .and_then(|c| c.elicitation)
+            .is_some_and(|e| e.url.is_some());
+        let version = context.protocol_version();
+        let at_least = |v: &ProtocolVersion| version.as_ref().is_some_and(|have| have >= v);
+        if at_least(&ProtocolVersion::V_2026_07_28) {
+            Self::InputRequired { url }
+        } else if url && at_least(&ProtocolVersion::V_2025_11_25) {
+            Self::UrlElicitationError
+        } else {
+            Self::Json
+        }
+    }
+}
+
+impl<S> FromContextPart<ToolCallContext<'_, S>> for Call {
+    fn from_context_part(context: &mut ToolCallContext<'_, S>) -> Result<Self, ErrorData> {
+        let agent = Agent::from_context_part(context)?;
+        let arguments = serde_json::to_vec(&context.arguments.clone().unwrap_or_default())
+            .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
+        let digest = CallDigest::of("tools/call", &context.name, &arguments);
+        let declined = context.input_responses.as_ref().is_some_and(|responses| {
+            responses
+                .get(APPROVAL_INPUT)
+                .and_then(|r| r.get("action"))
+                .and_then(serde_json::Value::as_str)
+                .is_some_and(|a| a != "accept")
+        });
+        let resumed = match (context.request_state.take(), agent.principal()) {
+            (None, _) => None,
+            (Some(state), Some(principal)) => Some(
+                agent
+                    .services()
+                    .open_state(principal, &digest, &state)
+                    .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?,
+            ),
+            (Some(_), None) => {
+                return Err(ErrorData::invalid_params(
+                    "requestState is only issued to OAuth grants",
+                    None,
+                ));
+            }
+        };
+        let request_id = match (&resumed, context.request_context.meta.get(REQUEST_ID_META)) {
+            (Some(state), _) => state.request_id,
+            (None, None) => RequestId::random(&mut rand::rng()),
+            (None, Some(value)) => value
                 .as_str()
                 .and_then(|s| RequestId::parse(s).ok())
-                .map(Self)
                 .ok_or_else(|| {
                     ErrorData::invalid_params(
                         format!("_meta[\"{REQUEST_ID_META}\"] must be a UUID in canonical form"),
                         None,
                     )
-                }),
+                })?,
+        };
+        Ok(Self {
+            request_id,
+            digest,
+            form: PendingForm::of(&context.request_context),
+            resumed,
+            declined,
+            tool: context.name.to_string(),
+        })
+    }
+}
+
+impl Call {
+    /// The ledger request this call runs under.
+    #[must_use]
+    pub fn request_id(&self) -> RequestId {
+        self.request_id
+    }
+
+    /// How long to wait for a person's decision before answering pending:
+    /// not at all on a first multi round-trip request (the client shows
+    /// the URL first), [`RETRY_WAIT`] on its retries, the builder's wait for
+    /// every other client.
+    fn wait(&self, default: Duration) -> Duration {
+        match (self.form, &self.resumed) {
+            _ if self.declined => Duration::ZERO,
+            (PendingForm::InputRequired { .. }, None)
+            | (PendingForm::UrlElicitationError, None) => Duration::ZERO,
+            (PendingForm::InputRequired { .. }, Some(_)) => RETRY_WAIT,
+            _ => default,
+        }
+    }
+
+    /// Runs `action` for `agent` at most once under this call's request
+    /// id ([`Portcullis::run_once`]) and answers in the client's revision
+    /// (see [`Call`]).
+    pub async fn run<S, T, F, Fut>(
+        &self,
+        portcullis: &Portcullis<S>,
+        agent: &Agent,
+        action: Action,
+        run: F,
+    ) -> Result<CallToolResponse, ErrorData>
+    where
+        S: HostStore,
+        T: Serialize + DeserializeOwned + Send + 'static,
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, BusinessError>> + Send + 'static,
+    {
+        let wait = self.wait(portcullis.inner.approval_wait);
+        let ran = portcullis
+            .run_once_waiting(agent, self.request_id, action, wait, run)
+            .await;
+        self.answer(agent, ran)
+    }
+
+    /// `ran` as this client expects it.
+    fn answer<T>(&self, agent: &Agent, ran: Ran<T>) -> Result<CallToolResponse, ErrorData> {
+        let Outcome::Pending(pending) = ran.outcome() else {
+            return Ok(CallToolResult::from(ran).into());
+        };
+        if self.declined {
+            let mut answer = ran.answer().clone();
+            answer["message"] = json!(
+                "The approval was declined where it was shown; the request stays pending on \
+                 the approvals page. Call again with the same requestId once it is approved."
+            );
+            return Ok(CallToolResult::structured_error(answer).into());
+        }
+        let message = format!(
+            "Approve {} for {}",
+            self.tool,
+            agent
+                .principal()
+                .and_then(|p| p.client_name.as_deref())
+                .unwrap_or("an agent")
+        );
+        match (self.form, agent.principal()) {
+            (PendingForm::InputRequired { url }, Some(principal)) => {
+                let prompt_now =
+                    url && pending.approval.is_some() && !self.resumed.is_some_and(|r| r.prompted);
+                let prompted = prompt_now || self.resumed.is_some_and(|r| r.prompted);
+                let state = agent
+                    .services()
+                    .seal_state(principal, &self.digest, self.request_id, prompted)
+                    .ok_or_else(|| ErrorData::internal_error("no active signing key", None))?;
+                let mut result = json!({ "resultType": "input_required", "requestState": state });
+                if prompt_now && let Some(approval_url) = &pending.approval_url {
+                    result["inputRequests"] = json!({
+                        APPROVAL_INPUT: {
+                            "method": "elicitation/create",
+                            "params": { "mode": "url", "message": message, "url": approval_url },
+                        }
+                    });
+                }
+                let result: InputRequiredResult = serde_json::from_value(result)
+                    .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+                Ok(CallToolResponse::InputRequired(result))
+            }
+            (PendingForm::UrlElicitationError, Some(_)) if pending.approval.is_some() => {
+                let url = pending.approval_url.clone().unwrap_or_default();
+                Err(ErrorData::new(
+                    ErrorCode(URL_ELICITATION_REQUIRED),
+                    message.clone(),
+                    Some(json!({
+                        "elicitations": [{
+                            "mode": "url",
+                            "message": message,
+                            "url": url,
+                            "elicitationId": self.request_id.to_string(),
+                        }],
+                        "requestId": self.request_id.to_string(),
+                    })),
+                ))
+            }
+            _ => Ok(CallToolResult::from(ran).into()),
         }
     }
 }
+
+/// The JSON-RPC error code of `URLElicitationRequiredError` (MCP
+/// 2025-11-25, "Elicitation", URL mode).
+pub const URL_ELICITATION_REQUIRED: i32 = -32042;
 
 /// An action of `kind` with `effect` that needs `scope`, whose arguments
 /// (what the person approves) are `arguments` as JSON: the tool's own

@@ -294,15 +294,36 @@ impl<S: HostStore> Portcullis<S> {
         F: FnOnce() -> Fut + Send + 'static,
         Fut: Future<Output = Result<T, BusinessError>> + Send + 'static,
     {
+        let wait = self.inner.approval_wait;
+        self.run_once_waiting(agent, request_id, action, wait, run)
+            .await
+    }
+
+    /// [`Portcullis::run_once`] waiting at most `wait` for a person's
+    /// decision (or a run in progress) before it answers pending.
+    pub(crate) async fn run_once_waiting<T, F, Fut>(
+        &self,
+        agent: &Agent,
+        request_id: RequestId,
+        action: Action,
+        wait: std::time::Duration,
+        run: F,
+    ) -> Ran<T>
+    where
+        T: Serialize + DeserializeOwned + Send + 'static,
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, BusinessError>> + Send + 'static,
+    {
         let Some(principal) = agent.principal().cloned() else {
             return Ran::begin_error(&BeginError::AgentToken, request_id);
         };
         // A task of its own: a caller that goes away never leaves a ticket
         // dropped between an effect and its record.
         let me = self.clone();
-        let ran = tokio::spawn(async move { me.drive(&principal, request_id, action, run).await })
-            .await
-            .unwrap_or_else(|_| Ran::internal(request_id));
+        let ran =
+            tokio::spawn(async move { me.drive(&principal, request_id, action, wait, run).await })
+                .await
+                .unwrap_or_else(|_| Ran::internal(request_id));
         if let Some(c) = ran.challenge() {
             agent.raise(c.clone());
         }
@@ -315,6 +336,7 @@ impl<S: HostStore> Portcullis<S> {
         principal: &Principal,
         id: RequestId,
         action: Action,
+        wait: std::time::Duration,
         run: F,
     ) -> Ran<T>
     where
@@ -331,7 +353,7 @@ impl<S: HostStore> Portcullis<S> {
             return Ran::begin_error(&BeginError::Invalid(LedgerError::InvalidAction), id);
         }
         let mut events = self.inner.events.0.subscribe();
-        let deadline = tokio::time::Instant::now() + self.inner.approval_wait;
+        let deadline = tokio::time::Instant::now() + wait;
         let mut run = Some(run);
         loop {
             let step = self

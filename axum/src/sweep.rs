@@ -142,10 +142,7 @@ pub(crate) fn end_runs_left_running<S: HostStore>(
         }
     }
     if ended > 0 {
-        tracing::info!(
-            ended,
-            "ended the runs lost at the last stop (unknownTail)"
-        );
+        tracing::info!(ended, "ended the runs lost at the last stop (unknownTail)");
     }
     Ok(())
 }

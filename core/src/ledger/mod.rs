@@ -140,6 +140,7 @@ mod envelope;
 mod id;
 mod request;
 mod result;
+pub mod resume;
 
 use alloc::boxed::Box;
 use alloc::string::String;

@@ -50,6 +50,12 @@ pub struct Policy {
     /// longer live: its runs are cut off ([`crate::executor`]). Default
     /// 30 s; a host renews well within it.
     pub executor_lease_timeout: Duration,
+    /// How long a sealed `requestState` (a multi round-trip request's
+    /// state, [`crate::ledger::resume`]) is accepted back: long enough for a
+    /// person to answer an approval, short enough to bound its replay
+    /// (MCP 2026-07-28, "Multi Round-Trip Requests", server requirements).
+    /// Default 15 minutes.
+    pub request_state_ttl: Duration,
     /// **Development only.** Also accept client-ID metadata-document URLs
     /// over plain `http` to a loopback host (see
     /// [`crate::client::parse_client_id_url_with`]), so a test can serve the
@@ -72,6 +78,7 @@ impl Default for Policy {
             execute_rate: RateLimit::new(100, 32),
             tab_heartbeat_timeout: Duration::from_secs(45),
             executor_lease_timeout: Duration::from_secs(30),
+            request_state_ttl: Duration::from_secs(15 * MINUTE),
             loopback_client_documents: false,
         }
     }
@@ -95,6 +102,7 @@ mod tests {
         assert_eq!(p.execute_rate, RateLimit::new(100, 32));
         assert_eq!(p.tab_heartbeat_timeout.as_secs(), 45);
         assert_eq!(p.executor_lease_timeout.as_secs(), 30);
+        assert_eq!(p.request_state_ttl.as_secs(), 900);
         assert!(!p.loopback_client_documents);
     }
 }

@@ -16,7 +16,14 @@ One scenario on a fresh app and database, as a real client meets it:
 5. a denied write ends with PERMISSION_DENIED and no note; the same id
    with other arguments is REPLAY_DETECTED;
 6. revocation (RFC 7009) of the refresh token ends the grant: the access
-   token is refused and the refresh token is dead.
+   token is refused and the refresh token is dead;
+7. approvals the protocol's own way (MCP 2026-07-28, multi round-trip
+   requests): a client with an elicitation callback gets the approval page's
+   URL once, as a URL-mode elicitation; the person approves on that page
+   over HTTP; the SDK's own retry (with the sealed requestState) returns the
+   real result and the note exists once. A denial ends in a tool error with
+   no note; the state replayed by another user's grant, or tampered with, is
+   refused.
 
 Run by `run.sh` (and `.ci/run`). Exits non-zero on the first failed check.
 """
@@ -36,7 +43,8 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import httpx2
-from mcp import Client
+from mcp import Client, types
+from mcp.shared.exceptions import MCPError
 from mcp.client.auth import AuthorizationCodeResult, OAuthClientProvider
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
@@ -158,6 +166,22 @@ class User:
         async with self.http() as http:
             return (await http.get("/notes")).json()
 
+    async def decide_on_page(self, url: str, decision: str) -> str:
+        """Opens an approval URL as this user's browser and decides the card
+        it points at with the page's own form; returns the card's text."""
+        parts = urlsplit(url)
+        request = parts.fragment.removeprefix("r-")
+        async with self.http() as http:
+            page = await http.get(parts.path)
+            assert page.status_code == 200, page.text
+            card = re.search(rf'<div class="approval" id="r-{request}">(.*?)</div>', page.text, re.S)
+            assert card, page.text
+            fields = dict(re.findall(r'name="([a-zA-Z]+)" value="([^"]*)"', card.group(1)))
+            fields["decision"] = decision
+            r = await http.post(parts.path, data=fields)
+            assert r.status_code == 303, (r.status_code, r.text)
+            return card.group(1)
+
     async def decide_next(self, decision: str) -> dict:
         """Waits for an approval on the approvals page's JSON and decides it."""
         async with self.http() as http:
@@ -260,16 +284,95 @@ async def run(app: App) -> None:
         assert secret not in logs, "a secret reached the logs"
 
 
+def oauth(app: App, user: User, storage: Storage, name: str) -> OAuthClientProvider:
+    return OAuthClientProvider(
+        server_url=app.mcp_url,
+        client_metadata=OAuthClientMetadata(
+            client_name=name,
+            redirect_uris=[REDIRECT],
+            grant_types=["authorization_code", "refresh_token"],
+            response_types=["code"],
+            token_endpoint_auth_method="none",
+        ),
+        storage=storage,
+        redirect_handler=user.redirect,
+        callback_handler=user.callback,
+    )
+
+
+async def run_mrtr(app: App) -> None:
+    """7. Approvals as multi round-trip requests with URL elicitation."""
+    bob, storage = User(app.base, "bob"), Storage()
+    shown: list[str] = []
+    decision = {"next": "once"}
+
+    async def elicitation(_context, params: types.ElicitRequestParams):
+        assert params.mode == "url", params
+        shown.append(params.url)
+        card = await bob.decide_on_page(params.url, decision["next"])
+        assert "add_note" in card and "MRTR Agent" in card, card
+        return types.ElicitResult(action="accept")
+
+    async with httpx2.AsyncClient(auth=oauth(app, bob, storage, "MRTR Agent"), timeout=60) as http:
+        async with Client(streamable_http_client(app.mcp_url, http_client=http),
+                          elicitation_callback=elicitation) as client:
+            assert client.protocol_version == "2026-07-28", client.protocol_version
+            # An approved write: one prompt, the SDK's own retry gets the result.
+            done = structured(await client.call_tool("add_note", {"text": "via MRTR"}))
+            assert done.get("status") == "done" and done["result"]["text"] == "via MRTR", done
+            assert len(shown) == 1, shown
+            assert urlsplit(shown[0]).path == "/agent-approvals", shown
+            assert "@" not in shown[0] and "token" not in shown[0].lower(), "no credential in the URL"
+            assert [n["text"] for n in await bob.notes()] == ["via MRTR"]
+
+            # A denial: a tool error, no effect.
+            decision["next"] = "deny"
+            denied = await client.call_tool("add_note", {"text": "denied"})
+            assert denied.is_error, denied
+            assert structured(denied)["error"]["code"] == "PERMISSION_DENIED", denied
+            assert len(shown) == 2
+            assert len(await bob.notes()) == 1
+
+            # The state is bound to this user's grant and this call.
+            first = await client.session.call_tool("add_note", {"text": "held"}, allow_input_required=True)
+            assert isinstance(first, types.InputRequiredResult), first
+            state = first.request_state
+            assert state and first.input_requests, first
+            tampered = state[:5] + ("A" if state[5] != "A" else "B") + state[6:]
+            for bad, args in [(tampered, {"text": "held"}), (state, {"text": "other"})]:
+                try:
+                    await client.session.call_tool("add_note", args, request_state=bad, allow_input_required=True)
+                    raise AssertionError("a tampered or moved requestState was accepted")
+                except MCPError as e:
+                    assert "requestState" in str(e), e
+            bob_state = state
+
+    # Another user's grant replays bob's state: refused, nothing changes.
+    carol, carol_storage = User(app.base, "carol"), Storage()
+    async with httpx2.AsyncClient(auth=oauth(app, carol, carol_storage, "Other Agent"), timeout=60) as http:
+        async with Client(streamable_http_client(app.mcp_url, http_client=http)) as client:
+            await client.list_tools()
+            try:
+                await client.session.call_tool("add_note", {"text": "held"}, request_state=bob_state,
+                                               allow_input_required=True)
+                raise AssertionError("another grant's requestState was accepted")
+            except MCPError as e:
+                assert "requestState" in str(e), e
+            assert await carol.notes() == []
+    assert len(await bob.notes()) == 1
+
+
 async def main() -> None:
     app = App()
     try:
         await run(app)
+        await run_mrtr(app)
     except BaseException:
         print(app.logs()[-6000:], file=sys.stderr)
         raise
     finally:
         app.stop()
-    print("ok: notes-app with the Python SDK")
+    print("ok: notes-app with the Python SDK (approvals as JSON and as multi round-trip requests)")
 
 
 if __name__ == "__main__":

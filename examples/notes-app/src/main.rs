@@ -5,22 +5,20 @@
 //! `cargo run -p notes-app`, then give an MCP client the printed MCP URL.
 
 mod app;
+mod transport;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use app::{App, NewNote};
 use axum::http::request::Parts;
 use axum::response::Response;
 // glue:begin
-use portcullis_axum::rmcp::CallId;
+use portcullis_axum::rmcp::Call;
 use portcullis_axum::{Agent, Effect, Host, Portcullis, SignedIn, see_other, url_encode};
 use portcullis_store_redb::RedbStore;
 // glue:end
 use rmcp::handler::server::wrapper::Parameters;
-use rmcp::model::{CallToolResult, ServerCapabilities, ServerConfig};
-use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
-use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::model::{CallToolResponse, CallToolResult, ServerCapabilities, ServerConfig};
 use rmcp::{ErrorData, ServerHandler, tool, tool_handler, tool_router};
 use serde_json::json;
 
@@ -59,27 +57,25 @@ impl NotesMcp {
     }
 
     #[tool(
-        description = "Add a note. The user approves each one; on approval_pending, \
-        call again with the same _meta[\"portcullis/requestId\"]."
+        description = "Add a note. The user approves each one: the call waits for the \
+        approval (on approval_pending, call again with the same requestId)."
     )]
     async fn add_note(
         &self,
         // glue:begin
         agent: Agent,
-        id: CallId,
+        call: Call,
         // glue:end
         Parameters(note): Parameters<NewNote>,
-    ) -> Result<CallToolResult, ErrorData> {
+    ) -> Result<CallToolResponse, ErrorData> {
         // glue:begin
         let action =
             portcullis_axum::rmcp::action(Effect::Write, "add_note", "notes:write", &note)?;
         let (app, user) = (self.app.clone(), agent.subject().to_owned());
-        let ran = self
-            .portcullis
-            .run_once(&agent, id.0, action, move || async move {
-                Ok(app.add_note(&user, note))
-            });
-        Ok(ran.await.into())
+        call.run(&self.portcullis, &agent, action, move || async move {
+            Ok(app.add_note(&user, note))
+        })
+        .await
         // glue:end
     }
 }
@@ -123,17 +119,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         app: app.clone(),
         portcullis: portcullis.clone(), // glue
     };
-    // Stateless, JSON answers. Every request carries a bearer token and the
-    // guard checks its Origin, so rmcp's loopback-only Host list is lifted.
-    let config = StreamableHttpServerConfig::default()
-        .with_legacy_session_mode(false)
-        .with_json_response(true)
-        .with_allowed_hosts(Vec::<String>::new());
-    let mcp = StreamableHttpService::new(
-        move || Ok(tools.clone()),
-        Arc::new(NeverSessionManager::default()),
-        config,
-    );
+    // Stateless, JSON answers (see transport.rs).
+    let mcp = transport::streamable(tools);
     // glue:begin
     let router = app
         .router()
