@@ -325,7 +325,7 @@ fn ensure_site<S: HostStore>(
             Ok(site) => {
                 let mut config = config.clone();
                 config.retry_after_secs = site.retry_after_secs;
-                config.consent_url.clone_from(&site.consent_url);
+                config.reconnect_url.clone_from(&site.reconnect_url);
                 tracing::info!(site = %site.id, "site settings changed: updating the site");
                 engine.update_site(config)
             }

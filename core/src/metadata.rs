@@ -118,14 +118,22 @@ fn well_known(url: &str, well_known: &str) -> Option<String> {
     Some(out)
 }
 
-/// Where the site's RFC 8414 document is served.
+/// Where the site's RFC 8414 document is served: an absolute URL (for a
+/// challenge or a link), not a route pattern. A router mounts the document
+/// at this URL's path (`portcullis-axum`'s `routes()` does).
 #[must_use]
 pub fn authorization_server_metadata_url(site: &Site) -> String {
     well_known(&site.issuer, "/.well-known/oauth-authorization-server").unwrap_or_default()
 }
 
 /// Where the site's RFC 9728 document is served: the path-suffixed form for
-/// the resource URL. Adapters may also serve it at the root well-known path.
+/// the resource URL (RFC 9728 §3.1), an absolute URL for the challenge's
+/// `resource_metadata`, not a route pattern: the site key in it changes
+/// when the key is rotated, so a router mounts the document at
+/// `/.well-known/oauth-protected-resource<resource path prefix>{key}` and
+/// compares `{key}` (`portcullis-axum`'s `routes()` does). It is served there
+/// only: §3.3 has a client compare the document's `resource` with the URL
+/// it used.
 #[must_use]
 pub fn protected_resource_metadata_url(site: &Site) -> String {
     resource_metadata_url(&site.resource_prefix, &site.public_key)

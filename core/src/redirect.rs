@@ -80,9 +80,11 @@ impl<'a> SafePath<'a> {
         self.0
     }
 
-    /// The path part: everything before the first `?` or `#`.
+    /// The path alone: everything before the first `?` or `#`. For
+    /// comparing paths only: the target to redirect to is
+    /// [`SafePath::as_str`], query included.
     #[must_use]
-    pub fn path(&self) -> &'a str {
+    pub fn path_without_query(&self) -> &'a str {
         let end = self.0.find(['?', '#']).unwrap_or(self.0.len());
         &self.0[..end]
     }
@@ -624,8 +626,11 @@ mod tests {
 
     #[test]
     fn splits_path() {
-        assert_eq!(SafePath::new("/a/b?x#y").unwrap().path(), "/a/b");
-        assert_eq!(SafePath::new("/a#y?x").unwrap().path(), "/a");
+        assert_eq!(
+            SafePath::new("/a/b?x#y").unwrap().path_without_query(),
+            "/a/b"
+        );
+        assert_eq!(SafePath::new("/a#y?x").unwrap().path_without_query(), "/a");
     }
 
     #[test]

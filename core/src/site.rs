@@ -78,10 +78,14 @@ pub struct SiteConfig {
     pub resource_prefix: String,
     /// The scopes clients may ask for. Default `skills:read skills:write`.
     pub scopes: ScopeSet,
-    /// Origins the consent page and the connected tab may live on.
+    /// Origins the app's pages (the connected tab, the reconnect page)
+    /// live on.
     pub allowed_origins: Vec<String>,
-    /// A consent page URL, which must be on one of `allowed_origins`.
-    pub consent_url: Option<String>,
+    /// Where an agent sends its user when no connected tab is live: the
+    /// `reconnectUrl` of a `no_live_tab` answer (the page that opens the
+    /// app's connected tab). It must be on one of `allowed_origins`; `None`
+    /// answers the first allowed origin's root.
+    pub reconnect_url: Option<String>,
     /// Whether users may auto-approve an action kind for a tab session.
     pub auto_approval_allowed: bool,
     /// Seconds clients are told to wait while the site is off.
@@ -94,7 +98,7 @@ pub struct SiteConfig {
 }
 
 impl SiteConfig {
-    /// A configuration with the default scopes, no consent URL, auto-approval
+    /// A configuration with the default scopes, no reconnect URL, auto-approval
     /// allowed and a 60 s `Retry-After`.
     #[must_use]
     pub fn new(id: SiteId, name: &str, issuer: &str, resource_prefix: &str) -> Self {
@@ -105,7 +109,7 @@ impl SiteConfig {
             resource_prefix: resource_prefix.into(),
             scopes: default_scopes(),
             allowed_origins: Vec::new(),
-            consent_url: None,
+            reconnect_url: None,
             auto_approval_allowed: true,
             retry_after_secs: 60,
             client_metadata_documents: true,
@@ -132,15 +136,15 @@ impl SiteConfig {
         if self.scopes.is_empty() {
             return Err(SiteError::NoScopes);
         }
-        if let Some(consent) = &self.consent_url {
-            let url = Url::parse(consent).map_err(|_| SiteError::ConsentUrlNotAllowed)?;
+        if let Some(reconnect) = &self.reconnect_url {
+            let url = Url::parse(reconnect).map_err(|_| SiteError::ReconnectUrlNotAllowed)?;
             let origin = url.origin().ascii_serialization();
             if !self
                 .allowed_origins
                 .iter()
                 .any(|o| o.trim_end_matches('/') == origin)
             {
-                return Err(SiteError::ConsentUrlNotAllowed);
+                return Err(SiteError::ReconnectUrlNotAllowed);
             }
         }
         Ok(())
@@ -176,10 +180,11 @@ pub struct Site {
     pub public_key: String,
     /// Offered scopes.
     pub scopes: ScopeSet,
-    /// Origins the consent page and connected tab may use.
+    /// Origins the app's pages (the connected tab, the reconnect page) live on.
     pub allowed_origins: Vec<String>,
-    /// The consent page, if not the built-in one.
-    pub consent_url: Option<String>,
+    /// The `reconnectUrl` of `no_live_tab` answers (see
+    /// [`SiteConfig::reconnect_url`]).
+    pub reconnect_url: Option<String>,
     /// Whether auto-approval may be offered.
     pub auto_approval_allowed: bool,
     /// `Retry-After` seconds while off.
@@ -226,8 +231,8 @@ pub struct SiteView<'a> {
     pub scopes: SkippedStrings,
     /// Allowed origins (skipped).
     pub allowed_origins: SkippedStrings,
-    /// The consent page, if not the built-in one.
-    pub consent_url: Option<&'a str>,
+    /// The `reconnectUrl` of `no_live_tab` answers.
+    pub reconnect_url: Option<&'a str>,
     /// Whether auto-approval may be offered.
     pub auto_approval_allowed: bool,
     /// `Retry-After` seconds while off.
@@ -252,7 +257,7 @@ crate::store::codec::fields!(Site, view SiteView {
     public_key,
     scopes,
     allowed_origins,
-    consent_url,
+    reconnect_url,
     auto_approval_allowed,
     retry_after_secs,
     client_metadata_documents,
@@ -300,7 +305,7 @@ impl Site {
             public_key,
             scopes: config.scopes,
             allowed_origins: config.allowed_origins,
-            consent_url: config.consent_url,
+            reconnect_url: config.reconnect_url,
             auto_approval_allowed: config.auto_approval_allowed,
             retry_after_secs: config.retry_after_secs,
             client_metadata_documents: config.client_metadata_documents,
@@ -328,7 +333,7 @@ impl Site {
         self.resource_prefix = config.resource_prefix;
         self.scopes = config.scopes;
         self.allowed_origins = config.allowed_origins;
-        self.consent_url = config.consent_url;
+        self.reconnect_url = config.reconnect_url;
         self.auto_approval_allowed = config.auto_approval_allowed;
         self.retry_after_secs = config.retry_after_secs;
         self.client_metadata_documents = config.client_metadata_documents;
@@ -432,8 +437,8 @@ pub enum SiteError {
     InvalidResource,
     /// The site offers no scope.
     NoScopes,
-    /// The consent URL is not on an allowed origin.
-    ConsentUrlNotAllowed,
+    /// The reconnect URL is not on an allowed origin.
+    ReconnectUrlNotAllowed,
     /// The site is switched off.
     Disabled {
         /// Seconds to send in `Retry-After`.
@@ -454,7 +459,9 @@ impl fmt::Display for SiteError {
                 f.write_str("resource prefix must be an https URL without query or fragment")
             }
             Self::NoScopes => f.write_str("a site must offer at least one scope"),
-            Self::ConsentUrlNotAllowed => f.write_str("consent URL is not on an allowed origin"),
+            Self::ReconnectUrlNotAllowed => {
+                f.write_str("reconnect URL is not on an allowed origin")
+            }
             Self::Disabled { retry_after_secs } => {
                 write!(
                     f,
@@ -503,7 +510,7 @@ mod tests {
         let mut s = site();
         s.allowed_origins =
             alloc::vec!["https://app.example.com".into(), "https://b.example".into()];
-        s.consent_url = Some("https://app.example.com/consent".into());
+        s.reconnect_url = Some("https://app.example.com/reconnect".into());
         s.retry_after_secs = 77;
         s.set_enabled(false);
         s.rotate_key("k1".into());
@@ -516,7 +523,7 @@ mod tests {
         assert_eq!(v.public_key, "k1");
         assert_eq!(v.scopes.len, 2);
         assert_eq!(v.allowed_origins.len, 2);
-        assert_eq!(v.consent_url, s.consent_url.as_deref());
+        assert_eq!(v.reconnect_url, s.reconnect_url.as_deref());
         assert_eq!(v.ensure_enabled(), s.ensure_enabled());
         assert_eq!(
             (v.epoch, v.policy_version, v.created),
@@ -603,11 +610,11 @@ mod tests {
             .is_ok()
         );
         let mut c = SiteConfig::new(id, "D", "https://a.example", "https://a.example/mcp/");
-        c.consent_url = Some("https://evil.example/consent".into());
+        c.reconnect_url = Some("https://evil.example/reconnect".into());
         c.allowed_origins = alloc::vec!["https://a.example".into()];
         assert_eq!(
             Site::create(c, "k".into(), Timestamp::EPOCH),
-            Err(SiteError::ConsentUrlNotAllowed)
+            Err(SiteError::ReconnectUrlNotAllowed)
         );
         assert_eq!(SiteId::parse("a b"), Err(SiteError::InvalidId));
     }
@@ -618,7 +625,7 @@ mod tests {
         let mut s = site();
         crate::store::codec::assert_postcard_agrees(&s);
         s.allowed_origins = alloc::vec!["https://a.example".into(), String::new()];
-        s.consent_url = Some("https://a.example/consent".into());
+        s.reconnect_url = Some("https://a.example/reconnect".into());
         s.enabled = false;
         s.auto_approval_allowed = false;
         s.retry_after_secs = 300;

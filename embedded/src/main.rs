@@ -214,7 +214,7 @@ mod links {
 
     fn links() {
         check(
-            SafePath::new("/inbox?x=1").is_ok_and(|p| p.path() == "/inbox"),
+            SafePath::new("/inbox?x=1").is_ok_and(|p| p.path_without_query() == "/inbox"),
             "safe path accepted",
         );
         for evil in [

@@ -287,7 +287,7 @@ fn nowhere_to_run(executor: Executor, site: &Site) -> BeginError {
 fn reconnect_link(site: &Site) -> ReconnectLink {
     ReconnectLink {
         site: site.id.clone(),
-        url: site.consent_url.clone().or_else(|| {
+        url: site.reconnect_url.clone().or_else(|| {
             site.allowed_origins.first().map(|origin| {
                 let mut url = alloc::string::String::from(origin.trim_end_matches('/'));
                 url.push('/');

@@ -63,7 +63,7 @@ impl LinkConfig {
     /// `http`, `https` and the schemes browsers execute or read locally.
     pub fn new(open_path: &str, desktop_scheme: &str) -> Result<Self, LinkConfigError> {
         let path = SafePath::new(open_path).map_err(|_| LinkConfigError::OpenPath)?;
-        if path.path() != open_path {
+        if path.path_without_query() != open_path {
             return Err(LinkConfigError::OpenPath);
         }
         let scheme = desktop_scheme.as_bytes();
