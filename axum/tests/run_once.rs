@@ -593,7 +593,7 @@ async fn the_action_runs_to_its_end_when_the_agent_goes_away<S: HostStore>(store
     let alice = app.person("alice");
     let id = request_id();
     let args = AddArgs {
-        delay_ms: 300,
+        delay_ms: 600,
         ..AddArgs::text("finished alone")
     };
     let call = spawn_call(&client, &access, add(id, &args));
