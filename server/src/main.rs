@@ -15,6 +15,7 @@ mod notify;
 mod pages;
 mod serve;
 mod session;
+mod session_file;
 mod setup;
 
 use std::io::Write as _;

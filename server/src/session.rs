@@ -12,10 +12,16 @@
 //! anyway, and every request that reads the session checks it. The set is
 //! bounded ([`MAX_REVOKED`]); should it fill with live entries, the epoch
 //! changes, which ends every session at once (everyone signs in again), and
-//! the set starts empty. On redb the epoch is drawn at random when the
-//! server starts and lives only in memory, so a restart also ends every
-//! session: the revoked set is never lost while the cookies it refuses still
-//! verify.
+//! the set starts empty.
+//!
+//! On redb the epoch and the signed-out set are kept in a small file of the
+//! server's own beside the database, `<db>.sessions`
+//! ([`crate::session_file`]): a sign-out (or the new epoch of a full set) is
+//! written there before it is answered, and the server starts from the
+//! file. A restart keeps sessions, and a signed-out session stays out until
+//! its cookie expires. A file that cannot be read takes a new epoch, which
+//! ends every session: the revoked set is never lost while the cookies it
+//! refuses still verify.
 //!
 //! On PostgreSQL every instance must accept the same cookies and refuse the
 //! same signed-out ones: the epoch and the signed-out set live in the
@@ -186,10 +192,17 @@ impl Session {
     }
 }
 
-/// The server's session epoch: random, in memory only; every cookie's tag
-/// covers it, so a new epoch ends every session issued under the old one.
+/// The server's session epoch: random, made once and kept (in the session
+/// file on redb, in the database on PostgreSQL); every cookie's tag covers
+/// it, so a new epoch ends every session issued under the old one.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Epoch([u8; 16]);
+
+impl std::fmt::Debug for Epoch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Epoch").finish_non_exhaustive()
+    }
+}
 
 impl Epoch {
     /// A fresh random epoch.
@@ -197,7 +210,8 @@ impl Epoch {
         Self(portcullis_core::rand::bytes::<16, _>(rng))
     }
 
-    /// The epoch of these bytes (as a shared database keeps it).
+    /// The epoch of these bytes (as a shared database or the session file
+    /// keeps it).
     pub(crate) fn from_bytes(bytes: [u8; 16]) -> Self {
         Self(bytes)
     }
@@ -228,7 +242,11 @@ impl Sessions {
         Self::with_capacity(rng, MAX_REVOKED)
     }
 
-    fn with_capacity(rng: &mut (impl rand::CryptoRng + ?Sized), capacity: usize) -> Self {
+    /// [`Sessions::new`] with room for `capacity` signed-out sessions.
+    pub(crate) fn with_capacity(
+        rng: &mut (impl rand::CryptoRng + ?Sized),
+        capacity: usize,
+    ) -> Self {
         Self {
             inner: Mutex::new(SessionsState {
                 epoch: Epoch::random(rng),
@@ -288,12 +306,25 @@ impl Sessions {
         false
     }
 
-    /// Several instances on one database: the shared `epoch` and the
-    /// signed-out sessions read from it (`(sid, expires)`).
-    pub(crate) fn shared(epoch: Epoch, revoked: impl IntoIterator<Item = (String, u64)>) -> Self {
+    /// The sessions as they were kept: the `epoch` and the signed-out
+    /// sessions (`(sid, expires)`) read from a shared database or the
+    /// session file.
+    pub(crate) fn restored(epoch: Epoch, revoked: impl IntoIterator<Item = (String, u64)>) -> Self {
         let sessions = Self::new(&mut rand::rng());
         sessions.reset(epoch, revoked);
         sessions
+    }
+
+    /// The current epoch and signed-out sessions (`(sid, expires)`), as the
+    /// session file keeps them.
+    pub(crate) fn state(&self) -> (Epoch, Vec<(String, u64)>) {
+        let state = self.lock();
+        let revoked = state
+            .revoked
+            .iter()
+            .map(|(sid, expires)| (sid.clone(), *expires))
+            .collect();
+        (state.epoch, revoked)
     }
 
     /// Takes the shared `epoch` and signed-out set as the database has them

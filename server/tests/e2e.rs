@@ -2315,6 +2315,66 @@ async fn sign_out_ends_the_session_on_the_server_too() {
     assert_eq!(other.poll_raw(0).await.0, StatusCode::OK);
 }
 
+/// Whether the cookie `cookie` is signed in: the Agents page is the
+/// connected tab, not the sign-in form.
+async fn signed_in(s: &Server, cookie: &str) -> bool {
+    let html = s.get("/agents", Some(cookie)).await.text().await.unwrap();
+    assert_ne!(
+        html.contains("/agents/app.js"),
+        html.contains("Development sign-in"),
+        "{html}"
+    );
+    html.contains("/agents/app.js")
+}
+
+/// Signs the browser of `cookie` out through the Agents page's form.
+async fn sign_out(s: &Server, cookie: &str) {
+    let html = s.get("/agents", Some(cookie)).await.text().await.unwrap();
+    let r = s
+        .post_form(
+            "/agents",
+            Some(cookie),
+            &[("intent", "signout"), ("csrf", &csrf_of(&html))],
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+}
+
+#[tokio::test]
+async fn a_restart_keeps_browsers_signed_in_and_signed_out_ones_out() {
+    let mut s = Server::start(&[]).await;
+    let kept = s.sign_in("/agents", "alice").await;
+    let gone = s.sign_in("/agents", "alice").await;
+    let later = s.sign_in("/agents", "bob").await;
+    sign_out(&s, &gone).await;
+    assert!(signed_in(&s, &kept).await && !signed_in(&s, &gone).await);
+
+    // A clean stop and a crash: the same cookies work, the signed-out one
+    // stays out.
+    s.stop();
+    s.restart().await;
+    assert!(signed_in(&s, &kept).await, "a stop signed a browser out");
+    assert!(!signed_in(&s, &gone).await, "a stop undid a sign-out");
+    s.kill();
+    s.restart().await;
+    assert!(signed_in(&s, &kept).await, "a crash signed a browser out");
+    assert!(!signed_in(&s, &gone).await, "a crash undid a sign-out");
+
+    // A sign-out answered just before a crash is kept too; the other
+    // browsers stay signed in.
+    sign_out(&s, &later).await;
+    s.kill();
+    s.restart().await;
+    assert!(!signed_in(&s, &later).await, "a crash undid a sign-out");
+    assert!(signed_in(&s, &kept).await);
+
+    // The state is the server's own file beside the database, for its
+    // user alone.
+    let file = format!("{}.sessions", s.db().display());
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "{file}");
+}
+
 #[tokio::test]
 #[allow(
     clippy::too_many_lines,
@@ -2388,8 +2448,9 @@ async fn a_restart_keeps_what_an_approval_shows_and_ends_the_runs_it_lost() {
     assert_eq!(v["unknownTail"], true, "{v}");
     assert_eq!(v["error"]["code"], "ACTION_UNAVAILABLE", "{v}");
     assert!(s.logs().contains("ended the runs lost at the last stop"));
-    // Sessions from before the restart are over.
-    assert_eq!(old_tab.poll_raw(0).await.0, StatusCode::UNAUTHORIZED);
+    // Sessions from before the restart are still valid: the session epoch
+    // outlives the process (`<db>.sessions`).
+    assert_eq!(old_tab.poll_raw(0).await.0, StatusCode::OK);
 
     // The user takes the tab again and approves; the write runs once.
     tab.connect(true, true).await;

@@ -151,14 +151,34 @@ async fn sign_out_shared(
     }
 }
 
+/// Signs `session` out on redb: in memory, then in the session file
+/// before the sign-out is answered, so a restart keeps it out (and keeps a
+/// new epoch, should the set have been full); see [`crate::session_file`].
+/// True when that took a new epoch.
+async fn sign_out_kept(app: &Shared, session: &Session) -> bool {
+    let now = clock::now();
+    let signed_out = session.clone();
+    let renewed = app
+        .blocking(move |app| {
+            let renewed = app.sessions.revoke(&signed_out, now);
+            if let Some(file) = &app.session_file {
+                file.keep(&app.sessions);
+            }
+            renewed
+        })
+        .await;
+    renewed.unwrap_or_else(|_| app.sessions.revoke(session, now))
+}
+
 /// Signing out ends the browser session for good: its cookie is refused
-/// from now on ([`session::Sessions::revoke`]), and in the core
+/// from now on ([`session::Sessions::revoke`]), here and after a restart
+/// (the session file on redb, the database on PostgreSQL), and in the core
 /// `reset_session` disconnects every tab connection of this browser session
 /// at once, with its auto-approvals (DESIGN "Connected tab"); its pending
 /// `navigate` commands are dropped.
 async fn reset_browser_session(app: &Shared, session: &Session) {
     let renewed = match app.jobs {
-        None => app.sessions.revoke(session, clock::now()),
+        None => sign_out_kept(app, session).await,
         Some(table) => sign_out_shared(app, table, session).await,
     };
     if renewed {

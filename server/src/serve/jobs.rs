@@ -26,7 +26,9 @@
 //! session's tab polling another.
 //!
 //! The browser sessions' epoch and signed-out set are rows as well
-//! (`session_epoch`, `session_signout`, see [`crate::session`]).
+//! (`session_epoch`, `session_signout`, see [`crate::session`]); on redb
+//! they are in the session file beside the database
+//! ([`crate::session_file`]).
 //!
 //! **Lost runs.** A run's ticket lives in the memory of the instance that
 //! drives it, so a crashed instance leaves its runs `Running`. Each

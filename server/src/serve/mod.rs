@@ -71,9 +71,11 @@ use tower_http::set_header::SetResponseHeaderLayer;
 use tower_http::timeout::TimeoutLayer;
 
 use crate::cli::{ConnLimits, ServeArgs};
-use crate::db::{Db, DbWrite};
+use crate::db::{Db, DbWrite, Location};
 use crate::keys::LoosePermissions;
 use crate::notify::{self, Event, Fanout};
+use crate::session::Sessions;
+use crate::session_file::SessionFile;
 use crate::{clock, setup};
 
 /// The transaction a write handler's operation is applied to: one
@@ -99,7 +101,7 @@ pub(crate) struct App {
     session_key: SigningKey,
     /// The session epoch and the signed-out sessions (shared with the
     /// crate's [`host::DemoHost`], which reads the session on its pages).
-    sessions: Arc<crate::session::Sessions>,
+    sessions: Arc<Sessions>,
     /// The public origin, no trailing slash.
     public_url: String,
     /// Cookies are `Secure` (and `__Host-`) when the public URL is https.
@@ -113,6 +115,10 @@ pub(crate) struct App {
     /// redb, where the relay's in-process queue is the whole path. Never
     /// dropped (the driver must not drop a connection on a runtime worker).
     jobs: Option<&'static jobs::JobTable>,
+    /// On redb, the file beside it that keeps the session epoch and the
+    /// sign-outs across restarts ([`crate::session_file`]); `None` on
+    /// PostgreSQL, whose tables keep them ([`jobs`]).
+    session_file: Option<SessionFile>,
     /// The open route's `navigate` commands, per browser session.
     navigates: navigate::NavigateQueue,
     /// The demo notes app's data.
@@ -446,7 +452,11 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
         .map_err(|e| e.to_string())??;
     let (public_for_site, session_key) = (public.clone(), keys.session.clone());
     let fanout = Fanout::start(&args.db);
-    let (jobs, sessions) = shared_state(&args, &fanout).await?;
+    let Kept {
+        jobs,
+        session_file,
+        sessions,
+    } = kept_state(&args, &fanout).await?;
     let sessions = Arc::new(sessions);
     let portcullis = Portcullis::builder(store, keys.keyring)
         .public_url(&public_for_site)
@@ -489,6 +499,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
         open_route: OpenRoute::new(),
         relay: relay::Relay::default(),
         jobs,
+        session_file,
         navigates: navigate::NavigateQueue::default(),
         notes: notes::Notes::default(),
         gateway: Arc::new(gateway),
@@ -542,25 +553,56 @@ async fn listen_for_events(app: &Shared, args: &ServeArgs) -> Result<(), String>
     .map_err(|e| e.to_string())?
 }
 
-/// What a shared database adds to an instance: the job table (and the
-/// other server-side tables, [`jobs`]) and the browser sessions read from
-/// it; on redb, no table and a fresh random session epoch.
-async fn shared_state(
-    args: &ServeArgs,
-    fanout: &Fanout,
-) -> Result<(Option<&'static jobs::JobTable>, crate::session::Sessions), String> {
-    let Some(url) = args.db.db.postgres_url() else {
-        return Ok((None, crate::session::Sessions::new(&mut rand::rng())));
-    };
-    let (url, schema) = (url.to_owned(), fanout.schema().to_owned());
-    let (table, sessions) = tokio::task::spawn_blocking(move || {
-        let table = jobs::JobTable::open(&url, &schema, navigate::BOUNDS)?;
-        let sessions = shared_sessions(&table)?;
-        Ok::<_, String>((table, sessions))
-    })
-    .await
-    .map_err(|e| e.to_string())??;
-    Ok((Some(&*Box::leak(Box::new(table))), sessions))
+/// What the server keeps of its own beside the store, and the browser
+/// sessions read from it ([`kept_state`]).
+struct Kept {
+    /// On PostgreSQL, the server's tables ([`jobs`]).
+    jobs: Option<&'static jobs::JobTable>,
+    /// On redb, the session file ([`crate::session_file`]).
+    session_file: Option<SessionFile>,
+    /// The session epoch and the signed-out sessions, as kept there.
+    sessions: Sessions,
+}
+
+/// Opens what the server keeps beside the store: on a shared database the
+/// job table (and the other server-side tables, [`jobs`]) and the browser
+/// sessions read from it; on redb the session file beside the database
+/// file and the sessions it keeps (or a new epoch, written there at once).
+/// Called once the store is open: on redb this process then holds the
+/// database, and so is the only writer of its session file.
+async fn kept_state(args: &ServeArgs, fanout: &Fanout) -> Result<Kept, String> {
+    match &args.db.db {
+        Location::Postgres(url) => {
+            let (url, schema) = (url.to_owned(), fanout.schema().to_owned());
+            let (table, sessions) = tokio::task::spawn_blocking(move || {
+                let table = jobs::JobTable::open(&url, &schema, navigate::BOUNDS)?;
+                let sessions = shared_sessions(&table)?;
+                Ok::<_, String>((table, sessions))
+            })
+            .await
+            .map_err(|e| e.to_string())??;
+            Ok(Kept {
+                jobs: Some(&*Box::leak(Box::new(table))),
+                session_file: None,
+                sessions,
+            })
+        }
+        Location::Redb(db) => {
+            let file = SessionFile::beside(db);
+            let (file, sessions) = tokio::task::spawn_blocking(move || {
+                let sessions = file.restore(clock::now())?;
+                tracing::debug!(file = %file.path().display(), "browser sessions restored");
+                Ok::<_, String>((file, sessions))
+            })
+            .await
+            .map_err(|e| e.to_string())??;
+            Ok(Kept {
+                jobs: None,
+                session_file: Some(file),
+                sessions,
+            })
+        }
+    }
 }
 
 /// On a shared database: takes this instance's lease before it serves (so
@@ -582,10 +624,10 @@ async fn take_lease(app: &Shared) -> Result<(), String> {
 
 /// The browser sessions' shared epoch and signed-out set as the database
 /// has them now.
-fn shared_sessions(table: &jobs::JobTable) -> Result<crate::session::Sessions, String> {
+fn shared_sessions(table: &jobs::JobTable) -> Result<Sessions, String> {
     let epoch = table.session_epoch()?;
     let out = table.signed_out(clock::now().as_secs())?;
-    Ok(crate::session::Sessions::shared(epoch, out))
+    Ok(Sessions::restored(epoch, out))
 }
 
 /// The store of the running server, never dropped (see [`run`]).
