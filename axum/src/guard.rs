@@ -239,8 +239,33 @@ impl Agent {
             .unwrap_or_else(PoisonError::into_inner) = Some(challenge);
     }
 
-    pub(crate) fn services(&self) -> &dyn Services {
-        &*self.inner.services
+    /// A sealed `requestState` naming `request` for this agent's call
+    /// `call` ([`portcullis_core::Engine::seal_request_state`]); `None`
+    /// for a minted agent token (it has no grant) or without an active key.
+    #[must_use]
+    pub fn seal_request_state(
+        &self,
+        call: &CallDigest,
+        request: RequestId,
+        prompted: bool,
+    ) -> Option<String> {
+        let principal = self.principal()?;
+        self.inner
+            .services
+            .seal_state(principal, call, request, prompted)
+    }
+
+    /// Opens a `requestState` this agent sent back with its call `call`
+    /// ([`portcullis_core::Engine::open_request_state`]): refused for
+    /// another user, client or call, a forged or expired state, and for a
+    /// minted agent token.
+    pub fn open_request_state(
+        &self,
+        call: &CallDigest,
+        text: &str,
+    ) -> Result<ResumeState, StateError> {
+        let principal = self.principal().ok_or(StateError::Refused)?;
+        self.inner.services.open_state(principal, call, text)
     }
 
     fn take_challenge(&self) -> Option<Challenge> {
@@ -319,6 +344,29 @@ impl<S: HostStore> Portcullis<S> {
         }
     }
 
+    /// `request` through the checks of [`Portcullis::protect`]: `serve`
+    /// answers it with the verified [`Agent`] in its extensions, and the
+    /// answer passes through [`Portcullis::finish`]; a refused request is
+    /// answered here (after reading and dropping a small body, so the
+    /// client's keep-alive connection stays usable for its next request).
+    pub async fn guarded<F, Fut>(&self, request: Request<Body>, serve: F) -> Response
+    where
+        F: FnOnce(Request<Body>) -> Fut,
+        Fut: Future<Output = Response>,
+    {
+        let (mut parts, body) = request.into_parts();
+        let agent = match self.authenticate(&parts).await {
+            Ok(agent) => agent,
+            Err(refusal) => {
+                drain(body).await;
+                return refusal;
+            }
+        };
+        parts.extensions.insert(agent.clone());
+        let response = serve(Request::from_parts(parts, body)).await;
+        Self::finish(&agent, response)
+    }
+
     /// The response to an authenticated request, as the client gets it:
     /// `403 insufficient_scope` with its challenge if a tool found a scope
     /// missing, else `response` unchanged.
@@ -368,6 +416,24 @@ impl<S: HostStore> Portcullis<S> {
     }
 }
 
+/// Longest body of a refused request read (and dropped) before answering:
+/// an MCP request is small, and a client that sent one keeps its
+/// connection; a larger body is not read for an unauthenticated caller, and
+/// its connection closes after the answer.
+const DRAIN_LIMIT: usize = 64 * 1024;
+/// Longest wait for that body.
+const DRAIN_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Reads and drops what is left of a refused request's body, within
+/// [`DRAIN_LIMIT`] and [`DRAIN_WAIT`]: hyper keeps a connection alive only
+/// when the request before was read whole, and clients reuse it at once
+/// for their next request (the one with a token).
+async fn drain(body: Body) {
+    use http_body_util::BodyExt as _;
+    let limited = http_body_util::Limited::new(body, DRAIN_LIMIT);
+    let _ = tokio::time::timeout(DRAIN_WAIT, limited.collect()).await;
+}
+
 /// A refused bearer check as its answer.
 fn refused(rejection: BearerRejection) -> Response {
     let error = match &rejection {
@@ -410,17 +476,15 @@ where
         let mut inner = std::mem::replace(&mut self.inner, fresh);
         let portcullis = self.portcullis.clone();
         Box::pin(async move {
-            let (mut parts, body) = request.into_parts();
-            let agent = match portcullis.authenticate(&parts).await {
-                Ok(agent) => agent,
-                Err(refusal) => return Ok(refusal),
-            };
-            parts.extensions.insert(agent.clone());
-            let response = match inner.call(Request::from_parts(parts, body)).await {
-                Ok(r) => r.map(Body::new),
-                Err(never) => match never {},
-            };
-            Ok(Portcullis::<S>::finish(&agent, response))
+            let response = portcullis
+                .guarded(request, |request| async move {
+                    match inner.call(request).await {
+                        Ok(r) => r.map(Body::new),
+                        Err(never) => match never {},
+                    }
+                })
+                .await;
+            Ok(response)
         })
     }
 }

@@ -19,13 +19,17 @@ use std::time::Duration;
 use portcullis_core::ledger::resume::{CallDigest, ResumeState};
 use portcullis_core::ledger::{Action, BusinessError, Effect, RequestId};
 use rmcp::ErrorData;
+use rmcp::RoleServer;
 use rmcp::handler::server::common::{AsRequestContext, FromContextPart};
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::model::{
-    CallToolResponse, CallToolResult, ErrorCode, InputRequiredResult, ProtocolVersion,
+    CallToolResponse, CallToolResult, ContentBlock, ErrorCode, InputRequiredResult, InputResponses,
+    JsonObject, ProtocolVersion,
 };
+use rmcp::service::RequestContext;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde_json::Value;
 use serde_json::json;
 
 use crate::guard::{Agent, ScopeRequired};
@@ -94,6 +98,8 @@ pub struct Call {
     /// The client answered our approval elicitation with decline or cancel.
     declined: bool,
     tool: String,
+    /// The tool declares an `outputSchema`.
+    typed: bool,
 }
 
 /// How a pending answer reaches the client.
@@ -109,7 +115,7 @@ enum PendingForm {
 }
 
 impl PendingForm {
-    fn of(context: &rmcp::service::RequestContext<rmcp::RoleServer>) -> Self {
+    fn of(context: &RequestContext<RoleServer>) -> Self {
         let url = context
             .client_capabilities()
             .and_then(|c| c.elicitation)
@@ -129,32 +135,52 @@ impl PendingForm {
 impl<S> FromContextPart<ToolCallContext<'_, S>> for Call {
     fn from_context_part(context: &mut ToolCallContext<'_, S>) -> Result<Self, ErrorData> {
         let agent = Agent::from_context_part(context)?;
-        let arguments = serde_json::to_vec(&context.arguments.clone().unwrap_or_default())
+        let arguments = context.arguments.clone().unwrap_or_default();
+        Self::new(
+            &agent,
+            &context.request_context,
+            &context.name,
+            &arguments,
+            context.request_state.take().as_deref(),
+            context.input_responses.as_ref(),
+        )
+    }
+}
+
+impl Call {
+    /// The call of tool `tool` with `arguments` (and, on a retry, the
+    /// `requestState` and `inputResponses` the client sent), for a server
+    /// that handles `tools/call` itself rather than through rmcp's tool
+    /// macros. A `requestState` this site did not seal for `agent`'s grant
+    /// lineage and this exact call, or that expired, is refused
+    /// (`invalid_params`) and changes nothing.
+    pub fn new(
+        agent: &Agent,
+        context: &RequestContext<RoleServer>,
+        tool: &str,
+        arguments: &JsonObject,
+        request_state: Option<&str>,
+        input_responses: Option<&InputResponses>,
+    ) -> Result<Self, ErrorData> {
+        let bytes = serde_json::to_vec(arguments)
             .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
-        let digest = CallDigest::of("tools/call", &context.name, &arguments);
-        let declined = context.input_responses.as_ref().is_some_and(|responses| {
+        let digest = CallDigest::of("tools/call", tool, &bytes);
+        let declined = input_responses.is_some_and(|responses| {
             responses
                 .get(APPROVAL_INPUT)
                 .and_then(|r| r.get("action"))
-                .and_then(serde_json::Value::as_str)
+                .and_then(Value::as_str)
                 .is_some_and(|a| a != "accept")
         });
-        let resumed = match (context.request_state.take(), agent.principal()) {
-            (None, _) => None,
-            (Some(state), Some(principal)) => Some(
+        let resumed = match request_state {
+            None => None,
+            Some(state) => Some(
                 agent
-                    .services()
-                    .open_state(principal, &digest, &state)
+                    .open_request_state(&digest, state)
                     .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?,
             ),
-            (Some(_), None) => {
-                return Err(ErrorData::invalid_params(
-                    "requestState is only issued to OAuth grants",
-                    None,
-                ));
-            }
         };
-        let request_id = match (&resumed, context.request_context.meta.get(REQUEST_ID_META)) {
+        let request_id = match (&resumed, context.meta.get(REQUEST_ID_META)) {
             (Some(state), _) => state.request_id,
             (None, None) => RequestId::random(&mut rand::rng()),
             (None, Some(value)) => value
@@ -170,30 +196,48 @@ impl<S> FromContextPart<ToolCallContext<'_, S>> for Call {
         Ok(Self {
             request_id,
             digest,
-            form: PendingForm::of(&context.request_context),
+            form: PendingForm::of(context),
             resumed,
             declined,
-            tool: context.name.to_string(),
+            tool: tool.to_owned(),
+            typed: false,
         })
     }
-}
 
-impl Call {
+    /// Marks the tool as one with an `outputSchema`: a client at an older
+    /// revision validates a structured result against it, so a pending
+    /// answer (which is not the tool's output) reaches such a client as an
+    /// error result with its JSON as text, which no client validates.
+    #[must_use]
+    pub fn with_output_schema(mut self, typed: bool) -> Self {
+        self.typed = typed;
+        self
+    }
+
     /// The ledger request this call runs under.
     #[must_use]
     pub fn request_id(&self) -> RequestId {
         self.request_id
     }
 
+    /// Whether the client sent back a state of ours: this call is a retry
+    /// of a multi round-trip request.
+    #[must_use]
+    pub fn is_retry(&self) -> bool {
+        self.resumed.is_some()
+    }
+
     /// How long to wait for a person's decision before answering pending:
     /// not at all on a first multi round-trip request (the client shows
-    /// the URL first), [`RETRY_WAIT`] on its retries, the builder's wait for
-    /// every other client.
-    fn wait(&self, default: Duration) -> Duration {
+    /// the URL first), [`RETRY_WAIT`] on its retries, `default` for every
+    /// other client.
+    #[must_use]
+    pub fn wait(&self, default: Duration) -> Duration {
         match (self.form, &self.resumed) {
             _ if self.declined => Duration::ZERO,
-            (PendingForm::InputRequired { .. }, None)
-            | (PendingForm::UrlElicitationError, None) => Duration::ZERO,
+            (PendingForm::InputRequired { .. } | PendingForm::UrlElicitationError, None) => {
+                Duration::ZERO
+            }
             (PendingForm::InputRequired { .. }, Some(_)) => RETRY_WAIT,
             _ => default,
         }
@@ -219,21 +263,42 @@ impl Call {
         let ran = portcullis
             .run_once_waiting(agent, self.request_id, action, wait, run)
             .await;
-        self.answer(agent, ran)
+        let approval_url = match ran.outcome() {
+            Outcome::Pending(p) => p.approval_url.clone(),
+            _ => None,
+        };
+        self.answer(agent, ran.answer().clone(), approval_url.as_deref())
     }
 
-    /// `ran` as this client expects it.
-    fn answer<T>(&self, agent: &Agent, ran: Ran<T>) -> Result<CallToolResponse, ErrorData> {
-        let Outcome::Pending(pending) = ran.outcome() else {
-            return Ok(CallToolResult::from(ran).into());
-        };
+    /// A ledger JSON answer (`{"ok", "status", "requestId", …}`, as every
+    /// Portcullis tool answers) as this client expects it: a waiting one
+    /// (`approval_pending`, `execution_pending`) in the client's revision
+    /// (see [`Call`]), with `approval_url` as the page the person approves
+    /// on; any other as a structured result (an error result for `"ok":
+    /// false`).
+    pub fn answer(
+        &self,
+        agent: &Agent,
+        answer: Value,
+        approval_url: Option<&str>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let status = answer["status"].as_str().unwrap_or_default();
+        let approval = status == "approval_pending";
+        if !approval && status != "execution_pending" {
+            return Ok(if answer["ok"] == Value::Bool(false) {
+                CallToolResult::structured_error(answer)
+            } else {
+                CallToolResult::structured(answer)
+            }
+            .into());
+        }
         if self.declined {
-            let mut answer = ran.answer().clone();
+            let mut answer = answer;
             answer["message"] = json!(
-                "The approval was declined where it was shown; the request stays pending on \
-                 the approvals page. Call again with the same requestId once it is approved."
+                "The approval was declined where it was shown; the request stays pending. \
+                 Call again with the same requestId once it is approved."
             );
-            return Ok(CallToolResult::structured_error(answer).into());
+            return Ok(self.pending_json(answer));
         }
         let message = format!(
             "Approve {} for {}",
@@ -244,16 +309,14 @@ impl Call {
                 .unwrap_or("an agent")
         );
         match (self.form, agent.principal()) {
-            (PendingForm::InputRequired { url }, Some(principal)) => {
-                let prompt_now =
-                    url && pending.approval.is_some() && !self.resumed.is_some_and(|r| r.prompted);
+            (PendingForm::InputRequired { url }, Some(_)) => {
+                let prompt_now = url && approval && !self.resumed.is_some_and(|r| r.prompted);
                 let prompted = prompt_now || self.resumed.is_some_and(|r| r.prompted);
                 let state = agent
-                    .services()
-                    .seal_state(principal, &self.digest, self.request_id, prompted)
+                    .seal_request_state(&self.digest, self.request_id, prompted)
                     .ok_or_else(|| ErrorData::internal_error("no active signing key", None))?;
                 let mut result = json!({ "resultType": "input_required", "requestState": state });
-                if prompt_now && let Some(approval_url) = &pending.approval_url {
+                if prompt_now && let Some(approval_url) = approval_url {
                     result["inputRequests"] = json!({
                         APPROVAL_INPUT: {
                             "method": "elicitation/create",
@@ -265,23 +328,39 @@ impl Call {
                     .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
                 Ok(CallToolResponse::InputRequired(result))
             }
-            (PendingForm::UrlElicitationError, Some(_)) if pending.approval.is_some() => {
-                let url = pending.approval_url.clone().unwrap_or_default();
-                Err(ErrorData::new(
-                    ErrorCode(URL_ELICITATION_REQUIRED),
-                    message.clone(),
-                    Some(json!({
-                        "elicitations": [{
-                            "mode": "url",
-                            "message": message,
-                            "url": url,
-                            "elicitationId": self.request_id.to_string(),
-                        }],
-                        "requestId": self.request_id.to_string(),
-                    })),
-                ))
+            (PendingForm::UrlElicitationError, Some(_)) if approval => Err(ErrorData::new(
+                ErrorCode(URL_ELICITATION_REQUIRED),
+                message.clone(),
+                Some(json!({
+                    "elicitations": [{
+                        "mode": "url",
+                        "message": message,
+                        "url": approval_url.unwrap_or_default(),
+                        "elicitationId": self.request_id.to_string(),
+                    }],
+                    "requestId": self.request_id.to_string(),
+                })),
+            )),
+            _ => {
+                let mut answer = answer;
+                if let Some(url) = approval_url.filter(|_| approval) {
+                    answer["approvalUrl"] = json!(url);
+                }
+                Ok(self.pending_json(answer))
             }
-            _ => Ok(CallToolResult::from(ran).into()),
+        }
+    }
+
+    /// A pending answer as the ledger's JSON: structured, or for a typed
+    /// tool an error result carrying it as text (see
+    /// [`Call::with_output_schema`]).
+    fn pending_json(&self, answer: Value) -> CallToolResponse {
+        if self.typed {
+            let mut result = CallToolResult::error(vec![ContentBlock::text(answer.to_string())]);
+            result.meta = None;
+            result.into()
+        } else {
+            CallToolResult::structured(answer).into()
         }
     }
 }

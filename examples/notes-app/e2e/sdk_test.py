@@ -276,6 +276,9 @@ async def run(app: App) -> None:
         headers = {"authorization": f"Bearer {last.access_token}", "accept": "application/json, text/event-stream"}
         r = await http.post(urlsplit(app.mcp_url).path, json=ping, headers=headers)
         assert r.status_code == 401, (r.status_code, r.text)
+    # A fresh connection: the server refuses an unauthenticated request
+    # without reading its body, and closes that connection.
+    async with httpx2.AsyncClient(base_url=app.base) as http:
         r = await http.post("/token", data={"grant_type": "refresh_token", "refresh_token": last.refresh_token,
                                              "client_id": client_id})
         assert r.status_code == 400 and r.json()["error"] == "invalid_grant", r.text

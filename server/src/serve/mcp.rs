@@ -28,7 +28,7 @@ use std::sync::{Arc, LazyLock};
 
 use axum::extract::Request;
 use axum::response::Response;
-use portcullis_axum::{Agent, Portcullis};
+use portcullis_axum::Agent;
 use portcullis_core::bearer::Challenge;
 use portcullis_core::error::ErrorCode;
 use portcullis_core::ledger::BeginError;
@@ -48,7 +48,6 @@ use super::Shared;
 use super::gateway;
 use super::run::{self, Answer};
 use super::skills::{self, Skill};
-use crate::db::Db;
 
 /// Largest MCP request body (the ledger's envelope limit plus JSON-RPC).
 pub(crate) const MAX_MCP_BODY: usize = portcullis_core::ledger::MAX_ENVELOPE_LEN + 16 * 1024;
@@ -82,14 +81,7 @@ pub(crate) async fn guard<F: Future<Output = Response>>(
     request: Request,
     serve: impl FnOnce(Request) -> F,
 ) -> Response {
-    let (mut parts, body) = request.into_parts();
-    let agent = match app.portcullis.authenticate(&parts).await {
-        Ok(agent) => agent,
-        Err(refused) => return refused,
-    };
-    parts.extensions.insert(agent.clone());
-    let response = serve(Request::from_parts(parts, body)).await;
-    Portcullis::<Db>::finish(&agent, response)
+    app.portcullis.guarded(request, serve).await
 }
 
 /// The MCP tools: a cheap handle on the app, cloned per request.
