@@ -13,14 +13,19 @@
 //! |---|---|
 //! | `GET <path>` | the page (the host's sign-in when signed out) |
 //! | `POST <path>` | its form: `csrf`, `grant`, `requestId`, `seq`, `fingerprint`, `decision` = `once`, `auto` or `deny`; answers `303` back to the page |
-//! | `GET <path>/pending` | `{"csrf": …, "approvals": [{…, "arguments": …}]}` (`401` signed out) |
-//! | `POST <path>/decide` | the form's fields as a JSON object; `{"ok": true}` or `{"ok": false, "error": {"code", "message"}}` |
+//! | `GET <path>/pending` | `{"csrf": …, "approvals": [{…, "arguments": …}]}` |
+//! | `POST <path>/decide` | the form's fields as a JSON object; `{"ok": true}` |
+//!
+//! The JSON routes refuse as JSON too: `{"ok": false, "error": {"code",
+//! "message"}}` with `401` (`login_required`), `403` (`cross_site`,
+//! `bad_csrf`, `forbidden`), `400` (`invalid_request`) or `409` (a stale
+//! decision).
 
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::http::request::Parts;
-use axum::response::{IntoResponse as _, Response};
+use axum::response::Response;
 use portcullis_core::WireError as _;
 use portcullis_core::approval::{ApprovalDecision, ApprovalError, ApprovalPrompt, ApprovalRef};
 use portcullis_core::form::Form;
@@ -199,7 +204,7 @@ pub(crate) async fn pending_json<S: HostStore>(
     parts: Parts,
 ) -> Response {
     let Some(user) = p.inner.host.signed_in(&parts).await else {
-        return (StatusCode::UNAUTHORIZED, "sign in first\n").into_response();
+        return json_refusal(StatusCode::UNAUTHORIZED, "login_required", "sign in first");
     };
     let prompts = match p.pending_for(&user).await {
         Ok(v) => v,
@@ -223,10 +228,14 @@ pub(crate) async fn decide_json<S: HostStore>(
         &p.inner.origin,
         &p.facts().site.allowed_origins,
     ) {
-        return (StatusCode::FORBIDDEN, "cross-site requests are refused\n").into_response();
+        return json_refusal(
+            StatusCode::FORBIDDEN,
+            "cross_site",
+            "cross-site requests are refused",
+        );
     }
     let Some(user) = p.inner.host.signed_in(&parts).await else {
-        return (StatusCode::UNAUTHORIZED, "sign in first\n").into_response();
+        return json_refusal(StatusCode::UNAUTHORIZED, "login_required", "sign in first");
     };
     let Ok(Value::Object(fields)) = serde_json::from_slice::<Value>(&body) else {
         return bad_request("the body is not a JSON object");
@@ -246,7 +255,11 @@ pub(crate) async fn decide_json<S: HostStore>(
         field("csrf").unwrap_or_default(),
         crate::now(),
     ) {
-        return (StatusCode::FORBIDDEN, "bad or expired csrf token\n").into_response();
+        return json_refusal(
+            StatusCode::FORBIDDEN,
+            "bad_csrf",
+            "bad or expired csrf token",
+        );
     }
     let Some(decision) = decision else {
         return bad_request("grant, requestId, seq, fingerprint and decision are required");
@@ -263,9 +276,14 @@ pub(crate) async fn decide_json<S: HostStore>(
 }
 
 fn bad_request(why: &str) -> Response {
+    json_refusal(StatusCode::BAD_REQUEST, "invalid_request", why)
+}
+
+/// A refusal of a JSON route, as JSON like its other answers.
+fn json_refusal(status: StatusCode, code: &str, why: &str) -> Response {
     respond::json(
-        StatusCode::BAD_REQUEST,
-        json!({"ok": false, "error": {"code": "invalid_request", "message": why}}).to_string(),
+        status,
+        json!({"ok": false, "error": {"code": code, "message": why}}).to_string(),
     )
 }
 

@@ -96,6 +96,11 @@ use crate::host::DynHost;
 use crate::store::Writer;
 
 /// The agent access of one site of your app: cheap to clone (one `Arc`).
+///
+/// On PostgreSQL, drop the last handle on a blocking thread, or keep it
+/// for the life of the process (as the reference server does): the
+/// synchronous driver's connection pool must not be dropped on a tokio
+/// worker, where it panics.
 pub struct Portcullis<S: HostStore> {
     inner: Arc<Inner<S>>,
 }

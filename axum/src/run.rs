@@ -53,6 +53,11 @@ use crate::guard::Agent;
 use crate::store::HostStore;
 use crate::{Portcullis, now, now_ms};
 
+/// How often a waiting `run_once` looks at the ledger again when nothing
+/// in this process told it of a change (another instance of a fleet may
+/// have decided, finished, or died).
+const LOOK_AGAIN: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Longest outcome summary the ledger keeps (its contract: outcomes are
 /// compact). A result longer than this is still returned and stored whole
 /// as the request's result; only the outcome record notes it.
@@ -411,7 +416,10 @@ impl<S: HostStore> Portcullis<S> {
     }
 
     /// Waits for an event on `(grant, id)` until `deadline`: true when one
-    /// came (look again), false when the time is up.
+    /// came or [`LOOK_AGAIN`] passed (look again), false when the time is
+    /// up. The events are this process's: a decision or a run's end on
+    /// another instance of a fleet (or a lapsed lease of one that died) is
+    /// found by looking again.
     async fn wait(
         &self,
         events: &mut broadcast::Receiver<Event>,
@@ -420,9 +428,15 @@ impl<S: HostStore> Portcullis<S> {
         deadline: tokio::time::Instant,
     ) -> bool {
         let wanted = Event { grant, request: id };
+        let now = tokio::time::Instant::now();
+        if now >= deadline {
+            return false;
+        }
+        let slice = deadline.min(now + LOOK_AGAIN);
         loop {
-            match tokio::time::timeout_at(deadline, events.recv()).await {
-                Err(_) | Ok(Err(broadcast::error::RecvError::Closed)) => return false,
+            match tokio::time::timeout_at(slice, events.recv()).await {
+                Err(_) => return slice < deadline,
+                Ok(Err(broadcast::error::RecvError::Closed)) => return false,
                 Ok(Ok(e)) if e == wanted => return true,
                 Ok(Ok(_)) => {}
                 // Missed some: one of them may be ours.
@@ -559,9 +573,14 @@ impl<S: HostStore> Portcullis<S> {
                 ))
             }
         };
+        let limit = self.inner.engine.policy().max_result_bytes as usize;
         let completion = match &result {
             Ok(value) => match serde_json::to_value(value) {
-                Ok(v) => Completion::Value(v),
+                Ok(v) if v.to_string().len() <= limit => Completion::Value(v),
+                Ok(_) => Completion::Error(BusinessError::new(
+                    "BAD_RESULT",
+                    format!("the action's result is larger than {limit} bytes"),
+                )),
                 Err(_) => Completion::Error(BusinessError::new(
                     "RESULT_NOT_JSON",
                     "the action's result could not be written as JSON",
