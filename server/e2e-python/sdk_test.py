@@ -7,10 +7,12 @@ Two scenarios, each a fresh server:
    consented with `skills:read` (what the 401 challenge names); a write then
    answers `403 insufficient_scope`, the SDK steps up by itself (a second
    consent, driven over HTTP like a user's browser), the open tab serves the
-   new grant at once (`approval_pending`, never `no_live_tab`), the write is
-   approved in the scripted connected tab, the same `requestId` resumes and
-   runs once, and after the short-lived access token expires the SDK
-   refreshes and gets the stored result;
+   new grant at once (never `no_live_tab`), the approval reaches the client
+   as a multi round-trip request (MCP 2026-07-28) whose URL elicitation
+   points at the Agents page, is approved in the scripted connected tab, the
+   SDK's own retry gets the result and the write runs once, and after the
+   short-lived access token expires the SDK refreshes and gets the stored
+   result for the same `requestId`;
 2. the same with a client ID metadata document served on loopback by this
    script instead of registration (the server runs with the development
    flag `--dev-loopback-client-documents`).
@@ -35,7 +37,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx2
-from mcp import Client
+from mcp import Client, types
 from mcp.client.auth import AuthorizationCodeResult, OAuthClientProvider
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
@@ -236,8 +238,18 @@ async def run(server: Server, name: str, document_url: str | None) -> None:
         callback_handler=user.callback,
         client_metadata_url=document_url,
     )
+    prompts: list[str] = []
+
+    async def elicitation(_context, params: types.ElicitRequestParams):
+        # The person sees the URL (here: noted); they approve in the tab.
+        assert params.mode == "url", params
+        prompts.append(params.url)
+        return types.ElicitResult(action="accept")
+
     async with httpx2.AsyncClient(auth=provider, timeout=60) as http:
-        async with Client(streamable_http_client(server.mcp_url, http_client=http)) as client:
+        async with Client(
+            streamable_http_client(server.mcp_url, http_client=http), elicitation_callback=elicitation
+        ) as client:
             # Discovery, registration (or the document) and a read-only consent.
             tools = await client.list_tools()
             assert [t.name for t in tools.tools] == ["search_skills", "describe_skill", "execute"], tools
@@ -257,27 +269,38 @@ async def run(server: Server, name: str, document_url: str | None) -> None:
             assert [g["state"] for g in connected["grants"]] == ["connected"], connected
 
             # A write: 403 insufficient_scope, the SDK steps up by itself,
-            # and the retried call is already served by the open tab.
+            # and the retried call is already served by the open tab. The
+            # client negotiated 2026-07-28 and declared URL elicitation: the
+            # approval reaches it as a multi round-trip request whose URL
+            # elicitation (shown once) points at the Agents page; the person
+            # approves in the tab, and the SDK's own retry (with the sealed
+            # requestState) returns the result.
+            assert client.protocol_version == "2026-07-28", client.protocol_version
             request_id = str(uuid.uuid4())
             code = json.dumps([{"skill": "create_note", "args": {"title": f"From Python ({name})", "body": "sdk"}}])
             call = {"requestId": request_id, "code": code}
-            pending = structured(await client.call_tool("execute", call))
-            assert pending.get("status") == "approval_pending", pending
-            assert pending["requestId"] == request_id, pending
-            assert len(user.urls) == 2, "one step-up consent"
-            second = parse_qs(urlsplit(user.urls[1]).query)
-            assert set(second["scope"][0].split()) == {"skills:read", "skills:write"}, second
-            assert set(storage.saved[-1].scope.split()) == {"skills:read", "skills:write"}
 
-            approval = await tab.approval()
-            assert approval["args"]["title"] == f"From Python ({name})", approval
-            assert approval["client"]["name"] == "Python SDK Agent", approval
-            assert await tab.decide(approval, "once") == 200
+            async def person() -> dict:
+                approval = await tab.approval()
+                assert await tab.decide(approval, "once") == 200
+                return approval
+
+            approver = asyncio.create_task(person())
             worker = asyncio.create_task(tab.work())
             try:
                 done = structured(await client.call_tool("execute", call))
+                approval = await approver
+                assert approval["args"]["title"] == f"From Python ({name})", approval
+                assert approval["client"]["name"] == "Python SDK Agent", approval
                 assert done.get("status") == "done", done
+                assert done["requestId"] == request_id, done
                 assert done["result"][0]["result"]["title"] == f"From Python ({name})", done
+                assert len(user.urls) == 2, "one step-up consent"
+                second = parse_qs(urlsplit(user.urls[1]).query)
+                assert set(second["scope"][0].split()) == {"skills:read", "skills:write"}, second
+                assert set(storage.saved[-1].scope.split()) == {"skills:read", "skills:write"}
+                assert len(prompts) == 1, prompts
+                assert prompts[0] == f"{server.base}/agents#approval-{request_id}", prompts
 
                 # Past the access token's lifetime the SDK refreshes, and the
                 # same requestId answers the stored result, never a second run.
@@ -290,6 +313,7 @@ async def run(server: Server, name: str, document_url: str | None) -> None:
                 assert len(user.urls) == 2, "a refresh, not a new consent"
             finally:
                 worker.cancel()
+                approver.cancel()
             assert tab.jobs == 1, tab.jobs
             assert len(await tab.notes()) == 1
     logs = server.logs()

@@ -25,13 +25,16 @@
 
 use std::future::Future;
 use std::sync::{Arc, LazyLock};
+use std::time::Duration;
 
 use axum::extract::Request;
 use axum::response::Response;
 use portcullis_axum::Agent;
+use portcullis_axum::rmcp::{Call, REQUEST_ID_META};
 use portcullis_core::bearer::Challenge;
+use portcullis_core::engine::Principal;
 use portcullis_core::error::ErrorCode;
-use portcullis_core::ledger::BeginError;
+use portcullis_core::ledger::{BeginError, RequestId, RequestState};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, Implementation,
     InitializeRequestParams, InitializeResult, JsonObject, ListResourceTemplatesResult,
@@ -195,6 +198,62 @@ fn ok(body: Value) -> CallToolResult {
     CallToolResult::structured(body)
 }
 
+/// The call of `tool` as the ledger answers it in the client's revision
+/// (`portcullis-axum`'s [`Call`]: a multi round-trip request's sealed
+/// state, URL elicitation, -32042, or the ledger's JSON).
+fn waiting_call(
+    agent: &Agent,
+    context: &RequestContext<RoleServer>,
+    tool: &str,
+    args: &Value,
+    request: &CallToolRequestParams,
+) -> Result<Call, ErrorData> {
+    let empty = JsonObject::new();
+    Call::new(
+        agent,
+        context,
+        tool,
+        args.as_object().unwrap_or(&empty),
+        request.request_state.as_deref(),
+        request.input_responses.as_ref(),
+    )
+}
+
+/// Whether a ledger answer waits (for a person, or a run in progress).
+fn is_waiting(body: &Value) -> bool {
+    matches!(
+        body["status"].as_str(),
+        Some("approval_pending" | "execution_pending")
+    )
+}
+
+/// How often a retried call looks whether the person decided.
+const DECISION_POLL: Duration = Duration::from_millis(250);
+
+/// On a client's retry of a multi round-trip request, waits (at most
+/// `wait`) while request `id` awaits the person's decision, so the retry
+/// answers the result rather than another round: one prompt per approval.
+/// Reads only.
+async fn wait_for_decision(app: &Shared, principal: &Principal, id: RequestId, wait: Duration) {
+    let deadline = tokio::time::Instant::now() + wait;
+    while tokio::time::Instant::now() < deadline {
+        let p = principal.clone();
+        let waiting = app
+            .blocking(move |app| {
+                matches!(
+                    app.engine().execution_request(&p, &id),
+                    Ok(Some(r)) if matches!(r.state(), RequestState::AwaitingApproval(_))
+                )
+            })
+            .await
+            .unwrap_or(false);
+        if !waiting {
+            return;
+        }
+        tokio::time::sleep(DECISION_POLL).await;
+    }
+}
+
 /// Hands a tool's challenge to the guard, which turns the response into
 /// `403 insufficient_scope`.
 fn raise(challenge: Option<&Challenge>, agent: &Agent) {
@@ -259,7 +318,7 @@ impl ServerHandler for Tools {
             .extensions
             .remove::<Agent>()
             .ok_or_else(|| ErrorData::internal_error("no verified caller", None))?;
-        let args = Value::Object(request.arguments.unwrap_or_default());
+        let args = Value::Object(request.arguments.clone().unwrap_or_default());
         let result = match request.name.as_ref() {
             "search_skills" => {
                 let query = args
@@ -281,12 +340,22 @@ impl ServerHandler for Tools {
                 }
             }
             "execute" => {
-                let answer = match agent.principal() {
-                    Some(p) => Box::pin(run::execute(&self.app, p.clone(), &args)).await,
-                    None => Answer::begin_error(&BeginError::AgentToken, None),
+                let Some(p) = agent.principal().cloned() else {
+                    let answer = Answer::begin_error(&BeginError::AgentToken, None);
+                    return Ok(structured(&answer).into());
                 };
+                let call = waiting_call(&agent, &context, "execute", &args, &request)?;
+                let id = args
+                    .get("requestId")
+                    .and_then(Value::as_str)
+                    .and_then(|s| RequestId::parse(s).ok());
+                if let Some(id) = id {
+                    wait_for_decision(&self.app, &p, id, call.wait(Duration::ZERO)).await;
+                }
+                let answer = Box::pin(run::execute(&self.app, p, &args)).await;
                 raise(answer.challenge.as_ref(), &agent);
-                structured(&answer)
+                let url = id.map(|id| self.app.approval_url(id));
+                return call.answer(&agent, answer.body, url.as_deref());
             }
             name => {
                 let Some((source, tool)) = self.app.gateway.find(name) else {
@@ -295,28 +364,37 @@ impl ServerHandler for Tools {
                         None,
                     ));
                 };
-                let reply = match agent.principal() {
-                    Some(p) => {
-                        let arguments = match args {
-                            Value::Object(m) => m,
-                            _ => JsonObject::new(),
-                        };
-                        // rmcp moves a request's `_meta` into the context.
-                        let meta = request.meta.as_ref().or(Some(&context.meta));
-                        Box::pin(gateway::tools::call(
-                            &self.app,
-                            p.clone(),
-                            source,
-                            tool,
-                            meta,
-                            arguments,
-                        ))
-                        .await
-                    }
-                    None => gateway::tools::Reply::refused_agent_token(),
+                let Some(p) = agent.principal().cloned() else {
+                    let reply = gateway::tools::Reply::refused_agent_token();
+                    return Ok(reply.result.into());
                 };
+                let call = waiting_call(&agent, &context, name, &args, &request)?
+                    .with_output_schema(tool.output_schema.is_some());
+                let id = call.request_id();
+                wait_for_decision(&self.app, &p, id, call.wait(Duration::ZERO)).await;
+                let arguments = match args {
+                    Value::Object(m) => m,
+                    _ => JsonObject::new(),
+                };
+                // The call's request id (from its `_meta`, its sealed state,
+                // or drawn for it) is the one the gateway runs under.
+                let mut meta = context.meta.clone();
+                meta.insert(REQUEST_ID_META.into(), json!(id.to_string()));
+                let reply = Box::pin(gateway::tools::call(
+                    &self.app,
+                    p,
+                    source,
+                    tool,
+                    Some(&meta),
+                    arguments,
+                ))
+                .await;
                 raise(reply.challenge.as_ref(), &agent);
-                reply.result
+                let url = self.app.approval_url(id);
+                return match reply.result.structured_content {
+                    Some(body) if is_waiting(&body) => call.answer(&agent, body, Some(&url)),
+                    _ => Ok(reply.result.into()),
+                };
             }
         };
         Ok(result.into())

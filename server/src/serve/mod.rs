@@ -225,6 +225,13 @@ impl App {
         self.portcullis.commit(move |txn| f(&app, txn))
     }
 
+    /// Where the person approves request `id`: the Agents page (the
+    /// connected tab shows its approval). No credential in it: the page
+    /// needs the user's own session.
+    pub(crate) fn approval_url(&self, id: RequestId) -> String {
+        format!("{}/agents#approval-{id}", self.public_url)
+    }
+
     /// Something `subject`'s connected tab shows changed: wakes their
     /// long-polls here and on every other instance.
     fn bump(&self, subject: &str) {
