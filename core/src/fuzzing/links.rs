@@ -130,6 +130,12 @@ pub fn gateway_decode(data: &[u8]) {
             gateway.decode(&encoded).expect("encoded uri decodes"),
             (source.clone(), String::from(text))
         );
+        // A WHATWG parser (a browser host's `new URL()`) keeps it on its
+        // source: no dot segment climbs out of it.
+        if let Ok(parsed) = url::Url::parse(&encoded) {
+            let kept = gateway.decode(parsed.as_str()).ok().map(|(s, _)| s);
+            assert_eq!(kept.as_ref(), Some(&source), "{encoded} parsed as {parsed}");
+        }
     }
     let _ = gateway.rewrite_text(&source, text, &["ui://app/a.html", "ui://app/a"]);
 }

@@ -175,7 +175,18 @@ pub(crate) async fn read(gateway: &Gateway, uri: &str) -> Result<ReadResourceRes
         .map_err(|e| ErrorData::internal_error(format!("reading the answer: {e}"), None))?;
     let known = source.uris();
     let known: Vec<&str> = known.iter().map(String::as_str).collect();
-    typed(gateway.map.rewrite_read_result(&source.spec.id, v, &known))
+    let mapped = gateway
+        .map
+        .rewrite_read_result(&source.spec.id, v, &known)
+        .map_err(|e| {
+            ErrorData::internal_error(
+                format!(
+                    "source {id}'s answer names a resource URI the gateway cannot pass on: {e}"
+                ),
+                None,
+            )
+        })?;
+    typed(mapped)
 }
 
 #[cfg(test)]
@@ -197,11 +208,13 @@ mod tests {
             {"uri": "ui://app/logo.png", "blob": "dWk6Ly9hcHAvd2lkZ2V0Lmh0bWw="},
         ]});
         let typed: rmcp::model::ReadResourceResult = serde_json::from_value(answer).unwrap();
-        let out = map.rewrite_read_result(
-            &s,
-            serde_json::to_value(typed).unwrap(),
-            &["ui://app/widget.html"],
-        );
+        let out = map
+            .rewrite_read_result(
+                &s,
+                serde_json::to_value(typed).unwrap(),
+                &["ui://app/widget.html"],
+            )
+            .unwrap();
         let text = out["contents"][0]["text"].as_str().unwrap();
         assert_eq!(
             text,

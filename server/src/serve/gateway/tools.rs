@@ -52,7 +52,9 @@ use portcullis_core::ledger::{
     ExecuteParams, ExecutionTicket, Report, RequestId, StoredResult,
 };
 use portcullis_core::scope::ScopeSet;
-use rmcp::model::{CallToolRequestParams, CallToolResult, JsonObject, RequestMetaObject, Tool};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, JsonObject, RequestMetaObject, ResultType, Tool,
+};
 use serde_json::{Value, json};
 
 use super::super::Shared;
@@ -363,18 +365,7 @@ impl Run {
         };
         let called = bounds::within(bounds.call, peer.call_tool(self.request.clone())).await;
         match called {
-            Ok(Ok(result)) => match serde_json::to_value(&result) {
-                Ok(v) => Completion::Value(
-                    self.app
-                        .gateway
-                        .map
-                        .rewrite_tool_result(&self.source.spec.id, v),
-                ),
-                Err(_) => Completion::Error(BusinessError::new(
-                    "BAD_RESULT",
-                    "the source's result could not be read",
-                )),
-            },
+            Ok(Ok(result)) => self.mapped(result),
             Ok(Err(e)) => {
                 tracing::warn!(source = %self.source.spec.id, error = %e, "gateway: tool call failed");
                 if bounds::too_large(&e) {
@@ -416,6 +407,39 @@ impl Run {
                     ),
                 ))
             }
+        }
+    }
+
+    /// The source's result as this server answers it: a result of the
+    /// client's revision (`resultType` set, which rmcp leaves out for a
+    /// client before 2026-07-28), its URIs mapped. One that names a URI the
+    /// gateway cannot map is refused: `UNMAPPABLE_URI`.
+    fn mapped(&self, mut result: CallToolResult) -> Completion {
+        result.result_type = Some(ResultType::COMPLETE);
+        let source = &self.source.spec.id;
+        let mapped = serde_json::to_value(&result)
+            .map_err(|_| {
+                BusinessError::new("BAD_RESULT", "the source's result could not be read")
+            })
+            .and_then(|v| {
+                self.app
+                    .gateway
+                    .map
+                    .rewrite_tool_result(source, v)
+                    .map_err(|e| {
+                        tracing::warn!(source = %source, error = %e, "gateway: a result names an unmappable URI");
+                        BusinessError::new(
+                            "UNMAPPABLE_URI",
+                            format!(
+                                "source {source}'s result names a resource URI the gateway cannot \
+                                 pass on ({e}); the call ran, and is not repeated"
+                            ),
+                        )
+                    })
+            });
+        match mapped {
+            Ok(v) => Completion::Value(v),
+            Err(e) => Completion::Error(e),
         }
     }
 
@@ -537,7 +561,9 @@ mod tests {
             "_meta": {"ui/resourceUri": "ui://app/issue.html", "openai/outputTemplate": "ui://app/issue.html"},
         });
         let typed: CallToolResult = serde_json::from_value(result).unwrap();
-        let out = map.rewrite_tool_result(&gh, serde_json::to_value(&typed).unwrap());
+        let out = map
+            .rewrite_tool_result(&gh, serde_json::to_value(&typed).unwrap())
+            .unwrap();
         let back: CallToolResult = serde_json::from_value(out.clone()).unwrap();
         let back = serde_json::to_value(back).unwrap();
         assert_eq!(
