@@ -8,21 +8,7 @@ use portcullis_core::Timestamp;
 use portcullis_core::engine::GrantSummary;
 use portcullis_core::grant::GrantStatus;
 
-/// HTML-escapes `s` for text and double-quoted attribute values.
-pub(crate) fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
+pub(crate) use portcullis_axum::pages::escape;
 
 fn layout(title: &str, body: &str) -> String {
     format!(
@@ -205,14 +191,6 @@ fn date(t: Timestamp) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn escapes_markup_and_quotes() {
-        assert_eq!(
-            escape(r#"<a href="x">'&'</a>"#),
-            "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;"
-        );
-    }
 
     #[test]
     fn dates_are_civil() {

@@ -1,10 +1,12 @@
 //! Turning answers into axum responses: the core's [`HttpResponse`] copied
-//! verbatim, HTML pages with their security headers, and internal errors;
-//! and, the other way, every value of a request header the core reads.
+//! verbatim, pages with this server's scripts, cookies and internal errors.
+//! Plain HTML pages and redirects are `portcullis-axum`'s ([`html`],
+//! [`see_other`]), so every page has the same security headers.
 
 use axum::body::Body;
 use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse as _, Response};
+pub(crate) use portcullis_axum::{html, see_other};
 use portcullis_core::http::HttpResponse;
 
 /// The core's answer, status, headers and body copied as they are.
@@ -24,37 +26,6 @@ pub(crate) fn core(answer: HttpResponse) -> Response {
     response
 }
 
-/// An HTML page: no caching, no framing (the consent page must not be
-/// clickjacked), no scripts, no referrer to other origins (authorization
-/// URLs carry `state`). `same-origin`, not `no-referrer`: under
-/// `no-referrer` browsers send `Origin: null` on our own form posts, which
-/// the same-origin check must refuse.
-pub(crate) fn html(status: StatusCode, page: String) -> Response {
-    let mut response = (status, page).into_response();
-    let h = response.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/html; charset=utf-8"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    h.insert(
-        header::REFERRER_POLICY,
-        HeaderValue::from_static("same-origin"),
-    );
-    h.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    h.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(
-            "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'",
-        ),
-    );
-    response
-}
-
 /// An HTML page that runs this server's own scripts (the Agents page, the
 /// connected tab): [`html`] with `script-src 'self'` and `connect-src 'self'`
 /// added, still no inline script.
@@ -68,21 +39,6 @@ pub(crate) fn html_with_script(status: StatusCode, page: String) -> Response {
         ),
     );
     response
-}
-
-/// A `303 See Other` to a path of this server (after a form post).
-pub(crate) fn see_other(location: &str) -> Response {
-    let mut response = StatusCode::SEE_OTHER.into_response();
-    match HeaderValue::try_from(location) {
-        Ok(v) => {
-            response.headers_mut().insert(header::LOCATION, v);
-            response
-                .headers_mut()
-                .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-            response
-        }
-        Err(_) => internal("invalid redirect target"),
-    }
 }
 
 /// Adds a `Set-Cookie` header.
