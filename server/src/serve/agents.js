@@ -303,8 +303,11 @@
       box.dataset.key = key;
       box.setAttribute("role", "dialog");
       box.setAttribute("aria-label", "Approve an agent's action");
+      // A downstream tool (through the gateway) is named with its source,
+      // so it is never mistaken for the app's own skill of the same name.
+      const what = a.source ? `${a.action} from source ${a.source}` : a.kind;
       const h = document.createElement("h3");
-      h.textContent = `${clientName(a.client)} wants to run ${a.kind}`;
+      h.textContent = `${clientName(a.client)} wants to run ${what}`;
       const who = document.createElement("p");
       const id = document.createElement("code");
       id.textContent = a.client.id;
@@ -327,7 +330,7 @@
       }
       if (a.canApprove && a.offerAutoApprove && a.effect === "write") {
         const auto = document.createElement("button");
-        auto.textContent = `Approve, and auto-approve ${a.kind} while this tab is connected`;
+        auto.textContent = `Approve, and auto-approve ${what} while this tab is connected`;
         auto.dataset.decision = "auto";
         auto.onclick = () => decide(a, "auto", box);
         box.append(auto);

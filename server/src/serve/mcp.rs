@@ -405,7 +405,7 @@ impl ServerHandler for Tools {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
-        Box::pin(gateway::resources::list(&self.app.gateway)).await
+        Ok(gateway::resources::list(&self.app.gateway))
     }
 
     async fn list_resource_templates(
@@ -413,7 +413,7 @@ impl ServerHandler for Tools {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
-        Box::pin(gateway::resources::templates(&self.app.gateway)).await
+        Ok(gateway::resources::templates(&self.app.gateway))
     }
 
     async fn read_resource(

@@ -361,11 +361,16 @@ impl App {
                 .pending_approvals(&self.site, subject, &g.id)
                 .map_err(|e| e.to_string())?
             {
+                // A gateway tool's kind is `<source>/<tool>`: the card
+                // names the source (`null` for the app's own skills).
+                let source = super::gateway::kind::source_of_kind(&p.kind);
                 approvals.push(json!({
                     "grant": g.id.to_string(),
                     "requestId": p.request_id.to_string(),
                     "seq": p.seq,
                     "kind": p.kind,
+                    "source": source.map(|(s, _)| s),
+                    "action": source.map_or(p.kind.as_str(), |(_, t)| t),
                     "effect": p.effect.as_str(),
                     "fingerprint": portcullis_core::hex::encode(p.fingerprint.as_bytes()),
                     "client": {"id": p.client_id, "name": p.client_name, "verified": false},

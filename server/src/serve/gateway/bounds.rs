@@ -1,17 +1,44 @@
 //! The gateway's bounds on its sources: how long a connect and a call may
-//! take, how large one answer may be, and how many calls one source may
-//! have in flight. A misbehaving source (slow, silent, flooding) costs at
-//! most these, and never more than its own share.
+//! take, how large one answer may be, how many calls one source may have in
+//! flight, how much one source may list, and how often its lists are read
+//! again. A misbehaving source (slow, silent, flooding, listing without
+//! end) costs at most these, and never more than its own share.
 //!
 //! The size cap is enforced while reading, before anything is parsed: by
-//! rmcp's Streamable HTTP client (one JSON body, one SSE event) and by its
-//! line codec on stdio (one line). The timeouts wrap every future that waits
-//! on a source, and the concurrency cap is a semaphore per source.
+//! rmcp's Streamable HTTP client (one JSON body, one SSE event) and on stdio
+//! by [`super::stdio`] (one line). The timeouts wrap every future that waits
+//! on a source, and the concurrency cap is a semaphore per source. The
+//! listing caps ([`MAX_TOOLS`], [`MAX_RESOURCES`], [`MAX_TEMPLATES`],
+//! [`MAX_LIST_BYTES`], [`MAX_PAGES`]) are applied while a source's lists
+//! are read, page by page, so a source that lists without end is cut off
+//! (with a log line) rather than held in memory.
 
 use std::future::Future;
 use std::time::Duration;
 
 use crate::cli::GatewayArgs;
+
+/// The most tools one source may offer; the rest are left out (logged).
+pub(crate) const MAX_TOOLS: usize = 1024;
+/// The most resources one source may list (also the most URIs kept for
+/// rewriting its text bodies).
+pub(crate) const MAX_RESOURCES: usize = 4096;
+/// The most resource templates one source may list.
+pub(crate) const MAX_TEMPLATES: usize = 1024;
+/// The most bytes (as JSON, once mapped) of one source's tools, of its
+/// resources and of its templates, each.
+pub(crate) const MAX_LIST_BYTES: usize = 4 * 1024 * 1024;
+/// The most pages read of one listing.
+pub(crate) const MAX_PAGES: usize = 256;
+/// The least time between two readings of a source's lists: its
+/// `list_changed` notifications within it are taken together.
+pub(crate) const RELIST_EVERY: Duration = Duration::from_secs(2);
+/// How long lists are served from the cache before the supervisor reads
+/// them again (for sources that never say that their lists changed).
+pub(crate) const RELIST_AFTER: Duration = Duration::from_mins(1);
+/// More notifications than this from one source within one second is a
+/// flood: the connection is dropped and made again (with backoff).
+pub(crate) const MAX_NOTIFICATIONS_PER_SEC: u32 = 256;
 
 /// The bounds every source gets (from the `serve` flags).
 #[derive(Clone, Copy, Debug)]
@@ -76,6 +103,17 @@ pub(crate) fn backoff(attempt: u32) -> Duration {
     Duration::from_millis(ms.min(30_000))
 }
 
+impl Bounds {
+    /// How long connect attempt `attempt` (0-based, counted since the last
+    /// success) may take: the connect timeout, doubling with each failed
+    /// attempt to at most eight times it. A source that starts slowly (a
+    /// cold `npx` cache, a loaded machine) gets there in the end instead of
+    /// being cut off at the same point every time.
+    pub(crate) fn connect_wait(&self, attempt: u32) -> Duration {
+        self.connect.saturating_mul(1 << attempt.min(3))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -87,6 +125,17 @@ mod tests {
         assert_eq!(backoff(5), Duration::from_secs(16));
         assert_eq!(backoff(6), Duration::from_secs(30));
         assert_eq!(backoff(40), Duration::from_secs(30));
+    }
+
+    #[test]
+    fn the_connect_wait_grows_to_a_bound() {
+        let b = Bounds::of(&GatewayArgs {
+            source_connect_timeout_secs: 10,
+            ..GatewayArgs::default()
+        });
+        let waits: Vec<u64> = (0..6).map(|a| b.connect_wait(a).as_secs()).collect();
+        assert_eq!(waits, [10, 20, 40, 80, 80, 80]);
+        assert_eq!(b.connect_wait(u32::MAX), Duration::from_secs(80));
     }
 
     #[test]

@@ -4,42 +4,62 @@
 //!
 //! This module owns the sources: their configuration (`--source`,
 //! `--sources FILE`), one rmcp client connection each (Streamable HTTP, or
-//! a child process over stdio), and a supervisor task per source that
-//! connects, lists its tools and resources, watches the connection and
-//! reconnects with backoff ([`bounds::backoff`]). A source that is down
-//! makes only its own tools and resources unavailable: calls to them answer
+//! a child process over stdio), a supervisor task per source that connects,
+//! lists its tools, resources and templates into the gateway's cache,
+//! watches the connection and reconnects with backoff ([`bounds::backoff`]),
+//! and the owners of tool names ([`Names`]). A source that is down makes
+//! only its own tools and resources unavailable: calls to them answer
 //! `source_unavailable`; the other sources are unaffected.
 //!
 //! * [`tools`]: the downstream tools on the endpoint and their calls through
 //!   the execution ledger (approvals, `requestId` idempotency).
-//! * [`resources`]: `resources/list`, `resources/templates/list` and
-//!   `resources/read` forwarded under the mapping.
-//! * [`bounds`]: timeouts, the answer size cap and the concurrency cap.
+//! * [`resources`]: `resources/list`, `resources/templates/list` (from the
+//!   cache) and `resources/read` (forwarded) under the mapping.
+//! * [`bounds`]: timeouts, the answer size cap, the concurrency cap, the
+//!   listing caps and how often lists are read.
+//! * [`stdio`]: a stdio source's output, its lines capped.
+//! * [`kind`]: a downstream tool's ledger action kind, `<source>/<tool>`.
 //!
-//! Tool names are never changed. At start the gateway waits for every
-//! source's first connection and listing (each within its connect and call
-//! timeouts; one that fails is retried in the background) and refuses to
-//! start when two sources, or a source and a built-in tool, share a name.
-//! A source that first connects later, or whose tool list changes, cannot
-//! take a name that is already used: its colliding tool is left out (and
-//! logged), so the owner of a name never changes while the server runs.
+//! **Listings are cached.** A source's lists are read when it connects,
+//! when it says they changed (`notifications/tools/list_changed`,
+//! `notifications/resources/*`; taken together within
+//! [`bounds::RELIST_EVERY`]) and otherwise every [`bounds::RELIST_AFTER`];
+//! page by page, within the caps of [`bounds`]. `tools/list` and
+//! `resources/list` are answered from that cache, never by asking every
+//! source again. An entry whose URI cannot be mapped (too long, a dot
+//! segment, …) is left out of its own source's listing, with a log line.
+//! A source that sends notifications faster than
+//! [`bounds::MAX_NOTIFICATIONS_PER_SEC`] is disconnected and reconnected
+//! with backoff. The endpoint is stateless (no stream to push on), so
+//! clients see changes on their next listing.
 //!
-//! `notifications/resources/*` and `notifications/tools/list_changed` from
-//! a source make the gateway re-read that source's lists. The endpoint is
-//! stateless (no stream to push on), so clients see the change on their next
-//! listing.
-
+//! **Tool names are never changed, and never move.** At start the gateway
+//! waits for every source's first connection and listing (each within its
+//! connect and call timeouts; one that fails is retried in the background,
+//! each attempt given longer to connect, [`bounds::Bounds::connect_wait`])
+//! and refuses to start when two sources, or a source and a built-in tool,
+//! share a name. From then on a name belongs to the first source that
+//! offered it for the life of the process: a name that a later listing
+//! (a source that connected late, or changed its list) claims for another
+//! source is refused and logged, and a name its owner stops listing is not
+//! handed to anyone else.
 pub(crate) mod bounds;
+pub(crate) mod kind;
 pub(crate) mod resources;
+mod stdio;
 pub(crate) mod tools;
 
 use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
 
 use portcullis_core::gateway::{Gateway as UriMap, SourceId};
-use rmcp::model::{ClientRequest, PingRequest, Tool};
-use rmcp::service::{NotificationContext, Peer, RunningService};
+use rmcp::model::{
+    ClientRequest, PaginatedRequestParams, PingRequest, Resource, ResourceTemplate, Tool,
+};
+use rmcp::service::{NotificationContext, Peer, RunningService, ServiceError};
 use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::transport::streamable_http_client::{
     StreamableHttpClientTransport, StreamableHttpClientTransportConfig,
@@ -50,9 +70,6 @@ use tokio::sync::{Notify, Semaphore, watch};
 
 use crate::cli::GatewayArgs;
 use bounds::Bounds;
-
-/// The most resource URIs kept per source for rewriting text bodies.
-const MAX_KNOWN_URIS: usize = 4096;
 
 /// How often a connected source is pinged.
 const HEALTH_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
@@ -170,27 +187,37 @@ fn read_file(path: &Path) -> Result<String, String> {
     std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))
 }
 
-/// What a source last listed (already rewritten for the gateway).
+/// What a source last listed: mapped for the gateway, within the caps.
 #[derive(Default)]
-struct Listed {
-    /// Its tools, descriptors rewritten.
-    tools: Vec<Tool>,
+pub(crate) struct Listed {
+    /// Its tools, descriptors mapped (every one it listed, its names'
+    /// owners aside: see [`Names`]).
+    pub(crate) tools: Vec<Tool>,
+    /// Its resources, URIs mapped.
+    pub(crate) resources: Vec<Resource>,
+    /// Its resource templates, URI templates mapped.
+    pub(crate) templates: Vec<ResourceTemplate>,
     /// Its resources' downstream URIs (for rewriting text bodies).
-    uris: Vec<String>,
+    pub(crate) uris: Vec<String>,
 }
 
 /// One source at run time.
 pub(crate) struct Source {
     /// Its configuration.
     pub(crate) spec: SourceSpec,
+    /// Its place in the configuration (what [`Names`] records).
+    index: usize,
     /// The live connection's peer, `None` while down.
     peer: watch::Sender<Option<Peer<RoleClient>>>,
-    listed: Mutex<Listed>,
+    /// What it last listed (replaced whole by each listing).
+    listed: Mutex<Arc<Listed>>,
     /// Wakes the supervisor: a call failed, or the source said its lists
     /// changed.
     poke: Notify,
     /// Set by a poke that asks for a reconnection (not just a re-list).
     broken: std::sync::atomic::AtomicBool,
+    /// Notifications in the current second: its start and the count.
+    noted: Mutex<(Instant, u32)>,
     /// Calls in flight.
     slots: Semaphore,
 }
@@ -210,13 +237,15 @@ impl Unavailable {
 }
 
 impl Source {
-    fn new(spec: SourceSpec, bounds: &Bounds) -> Self {
+    fn new(spec: SourceSpec, index: usize, bounds: &Bounds) -> Self {
         Self {
             spec,
+            index,
             peer: watch::Sender::new(None),
-            listed: Mutex::new(Listed::default()),
+            listed: Mutex::new(Arc::default()),
             poke: Notify::new(),
             broken: std::sync::atomic::AtomicBool::new(false),
+            noted: Mutex::new((Instant::now(), 0)),
             slots: Semaphore::new(bounds.max_concurrent),
         }
     }
@@ -229,6 +258,11 @@ impl Source {
             .ok_or_else(|| Unavailable(self.spec.id.clone()))
     }
 
+    /// Whether it is connected now.
+    pub(crate) fn is_up(&self) -> bool {
+        self.peer.borrow().is_some()
+    }
+
     /// A call to the source failed at the transport: reconnect.
     pub(crate) fn failed(&self) {
         self.broken
@@ -236,26 +270,30 @@ impl Source {
         self.poke.notify_one();
     }
 
-    /// The source's known resource URIs.
-    pub(crate) fn uris(&self) -> Vec<String> {
-        self.listed
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .uris
-            .clone()
+    /// What it last listed.
+    pub(crate) fn listed(&self) -> Arc<Listed> {
+        Arc::clone(&self.listed.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
-    /// Adds URIs a listing returned to the known ones.
-    pub(crate) fn learn(&self, uris: impl IntoIterator<Item = String>) {
-        let mut listed = self.listed.lock().unwrap_or_else(PoisonError::into_inner);
-        for u in uris {
-            if listed.uris.len() >= MAX_KNOWN_URIS {
-                break;
-            }
-            if !listed.uris.contains(&u) {
-                listed.uris.push(u);
-            }
+    /// Counts a notification; past [`bounds::MAX_NOTIFICATIONS_PER_SEC`]
+    /// in one second the source is flooding, and its connection is dropped
+    /// (the supervisor reconnects with backoff). Whether it was within the
+    /// bound.
+    fn note(&self) -> bool {
+        let mut noted = self.noted.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        if now.duration_since(noted.0) >= std::time::Duration::from_secs(1) {
+            *noted = (now, 0);
         }
+        noted.1 = noted.1.saturating_add(1);
+        if noted.1 == bounds::MAX_NOTIFICATIONS_PER_SEC + 1 {
+            tracing::warn!(
+                source = %self.spec.id,
+                "gateway: the source floods notifications; reconnecting to it"
+            );
+            self.failed();
+        }
+        noted.1 <= bounds::MAX_NOTIFICATIONS_PER_SEC
     }
 
     /// Waits for a call slot (part of the call's time budget).
@@ -270,17 +308,148 @@ impl Source {
     }
 }
 
-/// rmcp's client handler of one source: list changes wake its supervisor.
+/// Who owns a tool name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Owner {
+    /// One of the endpoint's own tools.
+    BuiltIn,
+    /// The source at this index.
+    Source(usize),
+}
+
+/// The owners of tool names: fixed for the life of the process. Until the
+/// gateway has started, listings only fill the sources' caches; at the
+/// start the names of every source then connected are claimed in
+/// configuration order, and a collision refuses the start. From then on each
+/// listing claims its new names at once, and a name another owner has is
+/// refused (and logged), never moved.
+pub(crate) struct Names {
+    inner: Mutex<NamesInner>,
+    /// The sources' ids, by index (for messages).
+    ids: Vec<SourceId>,
+}
+
+struct NamesInner {
+    owners: HashMap<String, Owner>,
+    started: bool,
+}
+
+impl Names {
+    fn new(reserved: &[String], ids: Vec<SourceId>) -> Self {
+        Self {
+            inner: Mutex::new(NamesInner {
+                owners: reserved
+                    .iter()
+                    .map(|n| (n.clone(), Owner::BuiltIn))
+                    .collect(),
+                started: false,
+            }),
+            ids,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, NamesInner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn describe(&self, owner: Owner) -> String {
+        match owner {
+            Owner::BuiltIn => "the built-in tools".to_owned(),
+            Owner::Source(i) => format!("source {}", self.ids[i]),
+        }
+    }
+
+    /// Claims the names of `tools` for source `index` (once started), and
+    /// logs each that is refused.
+    fn claim_later(&self, index: usize, tools: &[Tool]) {
+        let mut inner = self.lock();
+        if inner.started {
+            let _ = self.claim(&mut inner, index, tools, false);
+        }
+    }
+
+    /// Claims the names of `tools` for source `index`: the first name
+    /// another owner has is an error at the start (`strict`); later, each
+    /// such name is refused and logged.
+    fn claim(
+        &self,
+        inner: &mut NamesInner,
+        index: usize,
+        tools: &[Tool],
+        strict: bool,
+    ) -> Result<(), String> {
+        for tool in tools {
+            let name = tool.name.as_ref();
+            let owner = *inner
+                .owners
+                .entry(name.to_owned())
+                .or_insert(Owner::Source(index));
+            if owner == Owner::Source(index) {
+                continue;
+            }
+            let (first, here) = (self.describe(owner), self.describe(Owner::Source(index)));
+            if strict {
+                return Err(format!(
+                    "gateway: tool {name:?} is offered by both {first} and {here}; tool names are \
+                     never changed, so remove one of the two sources"
+                ));
+            }
+            tracing::warn!(
+                tool = name,
+                owner = %first,
+                refused = %here,
+                "gateway: a tool name that another owner has is refused (names never move)"
+            );
+        }
+        Ok(())
+    }
+
+    /// The start: claims every source's names in configuration order;
+    /// refuses a name two owners share.
+    fn start(&self, sources: &[Arc<Source>]) -> Result<(), String> {
+        let mut inner = self.lock();
+        for source in sources {
+            let listed = source.listed();
+            self.claim(&mut inner, source.index, &listed.tools, true)?;
+        }
+        inner.started = true;
+        Ok(())
+    }
+
+    /// Whether source `index` owns `name`.
+    fn owns(&self, index: usize, name: &str) -> bool {
+        self.lock().owners.get(name) == Some(&Owner::Source(index))
+    }
+
+    /// The source index that owns `name`, if a source does.
+    fn owner(&self, name: &str) -> Option<usize> {
+        match self.lock().owners.get(name) {
+            Some(Owner::Source(i)) => Some(*i),
+            _ => None,
+        }
+    }
+}
+
+/// rmcp's client handler of one source: list changes wake its supervisor;
+/// every notification counts against its flood bound ([`Source::note`]).
 #[derive(Clone)]
 struct Handler(Arc<Source>);
 
+impl Handler {
+    fn changed(&self) {
+        if self.0.note() {
+            self.0.poke.notify_one();
+        }
+    }
+}
+
 impl ClientHandler for Handler {
     async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        self.0.poke.notify_one();
+        self.changed();
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        self.0.poke.notify_one();
+        self.changed();
     }
 
     async fn on_resource_updated(
@@ -288,7 +457,27 @@ impl ClientHandler for Handler {
         _params: rmcp::model::ResourceUpdatedNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
-        self.0.poke.notify_one();
+        self.changed();
+    }
+
+    async fn on_progress(
+        &self,
+        _params: rmcp::model::ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.0.note();
+    }
+
+    #[expect(
+        deprecated,
+        reason = "a source may still send log messages, and they count"
+    )]
+    async fn on_logging_message(
+        &self,
+        _params: rmcp::model::LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.0.note();
     }
 }
 
@@ -330,8 +519,11 @@ async fn connect(source: &Arc<Source>, bounds: &Bounds) -> Result<Connection, St
             let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
                 return Err("the child's pipes are missing".into());
             };
+            // The line cap is `CappedLines`'s (it fails the call a line too
+            // long answered); rmcp's own, a little higher, never trips.
+            let stdout = stdio::CappedLines::new(stdout, bounds.max_response);
             let transport = AsyncRwTransport::new_client(stdout, stdin)
-                .with_max_line_length(bounds.max_response);
+                .with_max_line_length(bounds.max_response.saturating_add(64));
             let running = handler.serve(transport).await.map_err(|e| e.to_string())?;
             // The child lives as long as the connection: the supervisor
             // drops it (killing it, `kill_on_drop`) when the connection ends.
@@ -340,7 +532,7 @@ async fn connect(source: &Arc<Source>, bounds: &Bounds) -> Result<Connection, St
     }
 }
 
-/// The gateway: the URI mapping and the sources.
+/// The gateway: the URI mapping, the sources and the owners of names.
 pub(crate) struct Gateway {
     /// The core's mapping and rewriters.
     pub(crate) map: UriMap,
@@ -348,8 +540,8 @@ pub(crate) struct Gateway {
     pub(crate) sources: Vec<Arc<Source>>,
     /// The bounds of every call.
     pub(crate) bounds: Bounds,
-    /// Names no source may take (the endpoint's own tools).
-    reserved: Vec<String>,
+    /// Who owns each tool name (the built-in tools' names included).
+    names: Arc<Names>,
 }
 
 impl Gateway {
@@ -359,7 +551,7 @@ impl Gateway {
             map: UriMap::default(),
             sources: Vec::new(),
             bounds: Bounds::of(&GatewayArgs::default()),
-            reserved: Vec::new(),
+            names: Arc::new(Names::new(&[], Vec::new())),
         }
     }
 
@@ -377,14 +569,24 @@ impl Gateway {
         // reqwest over rustls needs a process-wide provider (ring, as the
         // client documents' fetcher installs it).
         let _ = rustls::crypto::ring::default_provider().install_default();
+        let names = Arc::new(Names::new(
+            &reserved,
+            specs.iter().map(|s| s.id.clone()).collect(),
+        ));
         let sources: Vec<Arc<Source>> = specs
             .into_iter()
-            .map(|s| Arc::new(Source::new(s, &bounds)))
+            .enumerate()
+            .map(|(i, s)| Arc::new(Source::new(s, i, &bounds)))
             .collect();
         let mut firsts = Vec::new();
         for source in &sources {
             let (tx, rx) = tokio::sync::oneshot::channel();
-            tokio::spawn(supervise(Arc::clone(source), bounds, tx));
+            tokio::spawn(supervise(
+                Arc::clone(source),
+                bounds,
+                Arc::clone(&names),
+                tx,
+            ));
             firsts.push((Arc::clone(source), rx));
         }
         for (source, rx) in firsts {
@@ -393,70 +595,205 @@ impl Gateway {
                 Ok(Err(e)) => tracing::warn!(
                     source = %source.spec.id,
                     error = %e,
-                    "gateway: source not reachable at start; its tools appear when it connects"
+                    "gateway: source not reachable at start; its tools appear when it connects \
+                     (a name another owner has by then is refused)"
                 ),
                 Err(_) => {
                     tracing::warn!(source = %source.spec.id, "gateway: source supervisor ended");
                 }
             }
         }
-        let gateway = Self {
+        names.start(&sources)?;
+        Ok(Self {
             map: UriMap::default(),
             sources,
             bounds,
-            reserved,
-        };
-        gateway.check_names()?;
-        Ok(gateway)
-    }
-
-    /// Refuses a tool name two sources (or a source and a built-in) share.
-    fn check_names(&self) -> Result<(), String> {
-        let mut owner: HashMap<String, String> = self
-            .reserved
-            .iter()
-            .map(|n| (n.clone(), "the built-in tools".to_owned()))
-            .collect();
-        for source in &self.sources {
-            let listed = source.listed.lock().unwrap_or_else(PoisonError::into_inner);
-            for tool in &listed.tools {
-                let here = format!("source {}", source.spec.id);
-                if let Some(first) = owner.insert(tool.name.to_string(), here.clone()) {
-                    return Err(format!(
-                        "gateway: tool {:?} is offered by both {first} and {here}; tool names are \
-                         never changed, so remove one of the two sources",
-                        tool.name
-                    ));
-                }
-            }
-        }
-        Ok(())
+            names,
+        })
     }
 }
 
-/// Re-reads a connected source's tools and resources.
+/// Pages through one listing of a source: `page` asks for the page after a
+/// cursor, `take` keeps what it can of it and says when the caps are
+/// reached. At most [`bounds::MAX_PAGES`] pages.
+async fn pages<P, F>(
+    mut page: impl FnMut(Option<PaginatedRequestParams>) -> F,
+    mut take: impl FnMut(P) -> (bool, Option<String>),
+) -> Result<(), ServiceError>
+where
+    F: Future<Output = Result<P, ServiceError>>,
+{
+    let mut cursor = None;
+    for _ in 0..bounds::MAX_PAGES {
+        let params = cursor.map(|c| PaginatedRequestParams::default().with_cursor(Some(c)));
+        let (full, next) = take(page(params).await?);
+        match next {
+            Some(next) if !full => cursor = Some(next),
+            _ => return Ok(()),
+        }
+    }
+    Ok(())
+}
+
+/// What one listing may still take: entries and bytes (as JSON).
+struct Budget {
+    entries: usize,
+    bytes: usize,
+    /// Entries left out because the caps were reached.
+    over: usize,
+    /// Entries left out because their URI cannot be mapped, and why the
+    /// first one could not.
+    unmappable: usize,
+    why: Option<String>,
+}
+
+impl Budget {
+    fn new(entries: usize) -> Self {
+        Self {
+            entries,
+            bytes: bounds::MAX_LIST_BYTES,
+            over: 0,
+            unmappable: 0,
+            why: None,
+        }
+    }
+
+    /// Whether `entry` fits; it is counted if so.
+    fn admit<T: serde::Serialize>(&mut self, entry: &T) -> bool {
+        let size = serde_json::to_vec(entry).map_or(usize::MAX, |v| v.len());
+        if self.entries == 0 || size > self.bytes {
+            self.over += 1;
+            return false;
+        }
+        self.entries -= 1;
+        self.bytes -= size;
+        true
+    }
+
+    /// Whether the caps are reached.
+    fn full(&self) -> bool {
+        self.over > 0
+    }
+
+    fn unmappable(&mut self, why: impl std::fmt::Display) {
+        self.unmappable += 1;
+        self.why.get_or_insert_with(|| why.to_string());
+    }
+
+    /// One log line for what was left out of `what`.
+    fn log(&self, source: &SourceId, what: &str) {
+        if self.over > 0 {
+            tracing::warn!(
+                source = %source,
+                list = what,
+                "gateway: the source lists more than its cap; the rest is left out"
+            );
+        }
+        if self.unmappable > 0 {
+            tracing::warn!(
+                source = %source,
+                list = what,
+                count = self.unmappable,
+                first = self.why.as_deref().unwrap_or_default(),
+                "gateway: entries whose URI cannot be mapped are left out of the source's listing"
+            );
+        }
+    }
+}
+
+/// Reads a connected source's tools, resources and templates, each listing
+/// within the call timeout and the caps of [`bounds`].
+async fn read_lists(
+    source: &Source,
+    peer: &Peer<RoleClient>,
+    bounds: &Bounds,
+    map: &UriMap,
+) -> Result<Listed, String> {
+    let id = &source.spec.id;
+    let mut listed = Listed::default();
+
+    let mut budget = Budget::new(bounds::MAX_TOOLS);
+    let tools = pages(
+        |p| peer.list_tools(p),
+        |page: rmcp::model::ListToolsResult| {
+            for tool in page.tools {
+                match tools::offerable(map, id, &tool) {
+                    Ok(t) if budget.admit(&t) => listed.tools.push(t),
+                    Ok(_) => {}
+                    Err(why) => budget.unmappable(why),
+                }
+            }
+            (budget.full(), page.next_cursor)
+        },
+    );
+    bounds::within(bounds.call, tools)
+        .await
+        .map_err(|_| "listing tools timed out".to_owned())?
+        .map_err(|e| format!("listing tools: {e}"))?;
+    budget.log(id, "tools");
+
+    // A source without resources (or whose listing fails) lists none.
+    let mut budget = Budget::new(bounds::MAX_RESOURCES);
+    let resources = pages(
+        |p| peer.list_resources(p),
+        |page: rmcp::model::ListResourcesResult| {
+            for mut r in page.resources {
+                match map.encode(id, &r.uri) {
+                    Ok(gateway_uri) => {
+                        let downstream = std::mem::replace(&mut r.uri, gateway_uri);
+                        if budget.admit(&r) {
+                            listed.uris.push(downstream);
+                            listed.resources.push(r);
+                        }
+                    }
+                    Err(e) => budget.unmappable(e),
+                }
+            }
+            (budget.full(), page.next_cursor)
+        },
+    );
+    if let Ok(Err(e)) = bounds::within(bounds.call, resources).await {
+        tracing::debug!(source = %id, error = %e, "gateway: listing resources failed");
+    }
+    budget.log(id, "resources");
+
+    let mut budget = Budget::new(bounds::MAX_TEMPLATES);
+    let templates = pages(
+        |p| peer.list_resource_templates(p),
+        |page: rmcp::model::ListResourceTemplatesResult| {
+            for mut t in page.resource_templates {
+                match map.encode(id, &t.uri_template) {
+                    Ok(gateway_uri) => {
+                        t.uri_template = gateway_uri;
+                        if budget.admit(&t) {
+                            listed.templates.push(t);
+                        }
+                    }
+                    Err(e) => budget.unmappable(e),
+                }
+            }
+            (budget.full(), page.next_cursor)
+        },
+    );
+    if let Ok(Err(e)) = bounds::within(bounds.call, templates).await {
+        tracing::debug!(source = %id, error = %e, "gateway: listing templates failed");
+    }
+    budget.log(id, "resource templates");
+    Ok(listed)
+}
+
+/// Re-reads a connected source's lists into the cache, and claims its new
+/// tool names (once the gateway has started).
 async fn relist(
     source: &Source,
     peer: &Peer<RoleClient>,
     bounds: &Bounds,
     map: &UriMap,
+    names: &Names,
 ) -> Result<(), String> {
-    let tools = bounds::within(bounds.call, peer.list_all_tools())
-        .await
-        .map_err(|_| "listing tools timed out".to_owned())?
-        .map_err(|e| format!("listing tools: {e}"))?;
-    let tools = tools
-        .iter()
-        .filter_map(|t| tools::rewrite_descriptor(map, &source.spec.id, t))
-        .collect();
-    let mut uris = match bounds::within(bounds.call, resources::all_uris(peer)).await {
-        Ok(Ok(u)) => u,
-        _ => Vec::new(),
-    };
-    uris.truncate(MAX_KNOWN_URIS);
-    let mut listed = source.listed.lock().unwrap_or_else(PoisonError::into_inner);
-    listed.tools = tools;
-    listed.uris = uris;
+    let listed = Arc::new(read_lists(source, peer, bounds, map).await?);
+    *source.listed.lock().unwrap_or_else(PoisonError::into_inner) = Arc::clone(&listed);
+    names.claim_later(source.index, &listed.tools);
     Ok(())
 }
 
@@ -465,16 +802,18 @@ async fn relist(
 async fn supervise(
     source: Arc<Source>,
     bounds: Bounds,
+    names: Arc<Names>,
     first: tokio::sync::oneshot::Sender<Result<(), String>>,
 ) {
     let map = UriMap::default();
     let mut first = Some(first);
     let mut attempt: u32 = 0;
     loop {
-        let connected = match bounds::within(bounds.connect, connect(&source, &bounds)).await {
+        let wait = bounds.connect_wait(attempt);
+        let connected = match bounds::within(wait, connect(&source, &bounds)).await {
             Ok(Ok((running, child))) => {
                 let peer = running.peer().clone();
-                match relist(&source, &peer, &bounds, &map).await {
+                match relist(&source, &peer, &bounds, &map, &names).await {
                     Ok(()) => Ok((running, child)),
                     Err(e) => {
                         let _ = running.cancel().await;
@@ -483,7 +822,7 @@ async fn supervise(
                 }
             }
             Ok(Err(e)) => Err(e),
-            Err(_) => Err("connecting timed out".to_owned()),
+            Err(_) => Err(format!("connecting timed out after {} s", wait.as_secs())),
         };
         let (running, child) = match connected {
             Ok(c) => c,
@@ -506,9 +845,9 @@ async fn supervise(
         if let Some(tx) = first.take() {
             let _ = tx.send(Ok(()));
         } else {
-            tracing::info!(source = %source.spec.id, "gateway: source reconnected");
+            tracing::info!(source = %source.spec.id, "gateway: source (re)connected");
         }
-        watch_connection(&source, &running, &bounds, &map).await;
+        watch_connection(&source, &running, &bounds, &map, &names).await;
         source.peer.send_replace(None);
         tracing::warn!(source = %source.spec.id, "gateway: source down; reconnecting");
         let _ = running.cancel().await;
@@ -518,19 +857,42 @@ async fn supervise(
 
 /// Returns when the connection is closed or unhealthy: a failed call's poke,
 /// a closed transport, or a ping without an answer (every
-/// [`HEALTH_EVERY`]). A poke for a list change re-reads the lists.
-async fn watch_connection(source: &Source, running: &Running, bounds: &Bounds, map: &UriMap) {
+/// [`HEALTH_EVERY`]). A poke for a list change re-reads the lists, at most
+/// once every [`bounds::RELIST_EVERY`] (the pokes in between are taken
+/// together); lists are also re-read every [`bounds::RELIST_AFTER`].
+async fn watch_connection(
+    source: &Source,
+    running: &Running,
+    bounds: &Bounds,
+    map: &UriMap,
+    names: &Names,
+) {
     let peer = running.peer().clone();
+    let broken = || running.is_closed() || source.broken.load(std::sync::atomic::Ordering::Acquire);
+    let mut listed_at = tokio::time::Instant::now();
     loop {
         let poked = tokio::select! {
             () = source.poke.notified() => true,
             () = tokio::time::sleep(HEALTH_EVERY) => false,
         };
-        if running.is_closed() || source.broken.load(std::sync::atomic::Ordering::Acquire) {
+        if broken() {
             return;
         }
-        let healthy = if poked {
-            relist(source, &peer, bounds, map).await.is_ok()
+        let healthy = if poked || listed_at.elapsed() >= bounds::RELIST_AFTER {
+            // The debounce: later pokes until then are part of this one; a
+            // failed call's poke still ends the wait at once.
+            let due = listed_at + bounds::RELIST_EVERY;
+            while tokio::time::Instant::now() < due {
+                tokio::select! {
+                    () = source.poke.notified() => {}
+                    () = tokio::time::sleep_until(due) => {}
+                }
+                if broken() {
+                    return;
+                }
+            }
+            listed_at = tokio::time::Instant::now();
+            relist(source, &peer, bounds, map, names).await.is_ok()
         } else {
             let ping = peer.send_request(ClientRequest::PingRequest(PingRequest::default()));
             matches!(bounds::within(bounds.call, ping).await, Ok(Ok(_)))
@@ -571,47 +933,99 @@ mod tests {
         assert!(parse_sources_file(r#"{"a": {"uri": "http://x"}}"#).is_err());
     }
 
-    fn with_tools(id: &str, names: &[&'static str]) -> Arc<Source> {
+    fn source(index: usize, id: &str, names: &[&'static str]) -> Arc<Source> {
         let spec = parse_source(&format!("{id}=http://127.0.0.1:1/mcp")).unwrap();
-        let source = Source::new(spec, &Bounds::of(&GatewayArgs::default()));
-        source.listed.lock().unwrap().tools = names
-            .iter()
-            .map(|n| Tool::new(*n, "", Arc::new(rmcp::model::JsonObject::new())))
-            .collect();
+        let source = Source::new(spec, index, &Bounds::of(&GatewayArgs::default()));
+        list(&source, names);
         Arc::new(source)
     }
 
-    fn gateway(sources: Vec<Arc<Source>>) -> Gateway {
-        Gateway {
+    /// `source` now lists `names` (as a listing leaves it).
+    fn list(source: &Source, names: &[&'static str]) {
+        *source.listed.lock().unwrap() = Arc::new(Listed {
+            tools: names
+                .iter()
+                .map(|n| Tool::new(*n, "", Arc::new(rmcp::model::JsonObject::new())))
+                .collect(),
+            ..Listed::default()
+        });
+    }
+
+    /// A gateway over `sources` after its start (or the start's refusal).
+    fn started(sources: Vec<Arc<Source>>) -> (Gateway, Result<(), String>) {
+        let names = Names::new(
+            &["execute".into()],
+            sources.iter().map(|s| s.spec.id.clone()).collect(),
+        );
+        let start = names.start(&sources);
+        let gateway = Gateway {
             sources,
-            reserved: vec!["execute".into()],
+            names: Arc::new(names),
             ..Gateway::none()
-        }
+        };
+        (gateway, start)
+    }
+
+    fn offered(g: &Gateway) -> Vec<String> {
+        g.tools().iter().map(|t| t.name.to_string()).collect()
     }
 
     #[test]
     fn tool_names_collide_with_sources_and_built_ins() {
-        let ok = gateway(vec![with_tools("a", &["x", "y"]), with_tools("b", &["z"])]);
-        ok.check_names().unwrap();
-        let names: Vec<String> = ok.tools().iter().map(|t| t.name.to_string()).collect();
-        assert_eq!(names, ["x", "y", "z"]);
+        let (ok, start) = started(vec![source(0, "a", &["x", "y"]), source(1, "b", &["z"])]);
+        start.unwrap();
+        assert_eq!(offered(&ok), ["x", "y", "z"]);
         assert_eq!(ok.find("z").unwrap().0.spec.id.as_str(), "b");
         assert!(ok.find("execute").is_none());
 
-        let twice = gateway(vec![with_tools("a", &["x"]), with_tools("b", &["x"])]);
-        let e = twice.check_names().unwrap_err();
+        let (twice, start) = started(vec![source(0, "a", &["x"]), source(1, "b", &["x"])]);
+        let e = start.unwrap_err();
         assert!(
             e.contains("tool \"x\" is offered by both source a and source b"),
             "{e}"
         );
-        // Past the start (a later re-listing), the first owner keeps it.
         assert_eq!(twice.find("x").unwrap().0.spec.id.as_str(), "a");
-        assert_eq!(twice.tools().len(), 1);
 
-        let builtin = gateway(vec![with_tools("a", &["execute"])]);
-        let e = builtin.check_names().unwrap_err();
+        let (builtin, start) = started(vec![source(0, "a", &["execute"])]);
+        let e = start.unwrap_err();
         assert!(e.contains("both the built-in tools and source a"), "{e}");
-        assert!(builtin.tools().is_empty());
+        assert!(offered(&builtin).is_empty());
+    }
+
+    /// A name belongs to its first owner for the life of the process: a
+    /// source that lists it later is refused, before and after the owner
+    /// stops listing it, and a source that connected late gets only the
+    /// names nobody has.
+    #[test]
+    fn a_name_never_moves() {
+        let (a, b, late) = (
+            source(0, "a", &["x", "y"]),
+            source(1, "b", &[]),
+            source(2, "late", &[]),
+        );
+        let (g, start) = started(vec![Arc::clone(&a), Arc::clone(&b), Arc::clone(&late)]);
+        start.unwrap();
+        // b lists x (a has it): refused.
+        list(&b, &["x", "w"]);
+        g.names.claim_later(1, &b.listed().tools);
+        assert_eq!(offered(&g), ["x", "y", "w"]);
+        assert_eq!(g.find("x").unwrap().0.spec.id.as_str(), "a");
+        // a drops x: it is not handed to b.
+        list(&a, &["y"]);
+        g.names.claim_later(0, &a.listed().tools);
+        g.names.claim_later(1, &b.listed().tools);
+        assert_eq!(offered(&g), ["y", "w"]);
+        assert!(g.find("x").is_none(), "nobody else gets x");
+        // a lists x again: it is still a's.
+        list(&a, &["x", "y"]);
+        g.names.claim_later(0, &a.listed().tools);
+        assert_eq!(g.find("x").unwrap().0.spec.id.as_str(), "a");
+        // A late source: its free name is its own, the taken ones refused.
+        list(&late, &["y", "v", "execute"]);
+        g.names.claim_later(2, &late.listed().tools);
+        assert_eq!(offered(&g), ["x", "y", "w", "v"]);
+        assert_eq!(g.find("v").unwrap().0.spec.id.as_str(), "late");
+        assert_eq!(g.find("y").unwrap().0.spec.id.as_str(), "a");
     }
 
     #[test]

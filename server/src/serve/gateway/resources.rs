@@ -1,43 +1,46 @@
 //! Resources through the gateway: `resources/list`,
-//! `resources/templates/list` and `resources/read` of every source,
-//! forwarded under the core's mapping (MCP 2025-06-18 "Resources"; the MCP
-//! Apps extension's `ui://` resources among them).
+//! `resources/templates/list` and `resources/read` of every source, under
+//! the core's mapping (MCP "Resources"; the MCP Apps extension's `ui://`
+//! resources among them), each answered in the client's protocol revision.
 //!
-//! * A listing asks every connected source at once (each within the call
-//!   timeout) and merges their entries in source order, every `uri` and
-//!   `uriTemplate` mapped to its gateway URI. A source that is down or does
-//!   not answer in time is left out of that listing; the others are not
-//!   held up. Pages are followed to the end on each source, and the merged
-//!   listing is one page.
+//! * The listings are served from the gateway's cache (the parent module
+//!   reads each source's lists, within their caps): the entries of every
+//!   source that is connected now, in source order, every `uri` and
+//!   `uriTemplate` already mapped, as one page. A source that is down is
+//!   left out; nothing waits on a source.
 //! * A read decodes the gateway URI to exactly one `(source, uri)`, reads it
 //!   there, and maps the contents' URIs; in text contents every whole
 //!   occurrence of one of the source's own resource URIs becomes its gateway
 //!   URI (so an HTML app's self-references keep working) and every other
 //!   byte stays as the source sent it. `blob` contents are never touched.
-//!   A read is never a tool call: it needs only the endpoint's read scope.
-
-use std::sync::Arc;
+//!   The rewriting is linear in the text, and a large one (over
+//!   [`OFF_RUNTIME`] bytes of text) runs on a blocking thread, never on one
+//!   of the runtime's workers. A content URI that cannot be mapped fails the
+//!   read. A read is never a tool call: it needs only the endpoint's read
+//!   scope.
+//!
+//! **The revision's shape.** Results built here go through rmcp's typed
+//! model as its constructors build them: `resultType: "complete"`, which
+//! protocol 2026-07-28 requires of every result (schema, `Result`) and which
+//! rmcp removes for a client of an earlier revision, and no caching hints of
+//! their own, so rmcp adds the 2026-07-28 defaults (`ttlMs: 0`,
+//! `cacheScope: "private"`: the gateway's answers are behind each user's
+//! authorization). A source's own `resultType` and hints are not passed on.
 
 use portcullis_core::error::ErrorCode;
 use rmcp::ErrorData;
-use rmcp::RoleClient;
 use rmcp::model::{
-    ListResourceTemplatesResult, ListResourcesResult, ReadResourceRequestParams, ReadResourceResult,
+    ListResourceTemplatesResult, ListResourcesResult, ReadResourceRequestParams,
+    ReadResourceResult, ResourceContents, ResultType,
 };
-use rmcp::service::{Peer, ServiceError};
-use serde_json::{Value, json};
+use rmcp::service::ServiceError;
+use serde_json::json;
 
 use super::{Gateway, Source, Unavailable, bounds};
 
-/// Every resource URI a source lists (its pages followed).
-pub(crate) async fn all_uris(peer: &Peer<RoleClient>) -> Result<Vec<String>, ServiceError> {
-    Ok(peer
-        .list_all_resources()
-        .await?
-        .into_iter()
-        .map(|r| r.uri.clone())
-        .collect())
-}
+/// Text contents larger than this (bytes, all contents of one read) are
+/// rewritten on a blocking thread.
+pub(crate) const OFF_RUNTIME: usize = 64 * 1024;
 
 fn unavailable(e: &Unavailable) -> ErrorData {
     ErrorData::internal_error(
@@ -46,108 +49,42 @@ fn unavailable(e: &Unavailable) -> ErrorData {
     )
 }
 
-/// Which listing.
-#[derive(Clone, Copy)]
-enum Listing {
-    Resources,
-    Templates,
-}
-
-impl Listing {
-    const fn key(self) -> &'static str {
-        match self {
-            Self::Resources => "resources",
-            Self::Templates => "resourceTemplates",
-        }
-    }
-}
-
-/// One source's listing as JSON (`{"resources": […]}` or
-/// `{"resourceTemplates": […]}`), mapped; `None` if it is down or failed.
-async fn list_one(gateway: Arc<Gateway>, index: usize, which: Listing) -> Option<Vec<Value>> {
-    let source = &gateway.sources[index];
-    let peer = source.peer().ok()?;
-    let listed = match which {
-        Listing::Resources => bounds::within(gateway.bounds.call, peer.list_all_resources())
-            .await
-            .ok()?
-            .map(|r| {
-                source.learn(r.iter().map(|x| x.uri.clone()));
-                serde_json::to_value(r)
-            }),
-        Listing::Templates => {
-            bounds::within(gateway.bounds.call, peer.list_all_resource_templates())
-                .await
-                .ok()?
-                .map(serde_json::to_value)
-        }
-    };
-    let items = match listed {
-        Ok(Ok(items)) => items,
-        Ok(Err(_)) => return None,
-        Err(e) => {
-            tracing::warn!(source = %source.spec.id, error = %e, "gateway: listing failed");
-            return None;
-        }
-    };
-    let mapped = gateway
-        .map
-        .rewrite_resources_list(&source.spec.id, json!({ which.key(): items }));
-    match mapped {
-        Value::Object(mut m) => match m.remove(which.key()) {
-            Some(Value::Array(a)) => Some(a),
-            _ => None,
-        },
-        _ => None,
-    }
-}
-
-/// Every source's listing, merged in source order.
-async fn list_all(gateway: &Arc<Gateway>, which: Listing) -> Value {
-    let mut set = tokio::task::JoinSet::new();
-    for index in 0..gateway.sources.len() {
-        let g = Arc::clone(gateway);
-        set.spawn(async move { (index, list_one(g, index, which).await) });
-    }
-    let mut parts: Vec<(usize, Vec<Value>)> = Vec::new();
-    while let Some(done) = set.join_next().await {
-        if let Ok((index, Some(items))) = done {
-            parts.push((index, items));
-        }
-    }
-    parts.sort_by_key(|(i, _)| *i);
-    let items: Vec<Value> = parts.into_iter().flat_map(|(_, v)| v).collect();
-    json!({ which.key(): items })
-}
-
-fn typed<T: serde::de::DeserializeOwned>(v: Value) -> Result<T, ErrorData> {
-    serde_json::from_value(v).map_err(|e| {
-        ErrorData::internal_error(format!("a source's answer is not valid MCP: {e}"), None)
-    })
-}
-
 /// `resources/list` through the gateway.
-pub(crate) async fn list(gateway: &Arc<Gateway>) -> Result<ListResourcesResult, ErrorData> {
-    typed(list_all(gateway, Listing::Resources).await)
+pub(crate) fn list(gateway: &Gateway) -> ListResourcesResult {
+    let mut items = Vec::new();
+    for source in gateway.sources.iter().filter(|s| s.is_up()) {
+        items.extend(source.listed().resources.iter().cloned());
+    }
+    ListResourcesResult::with_all_items(items)
 }
 
 /// `resources/templates/list` through the gateway.
-pub(crate) async fn templates(
-    gateway: &Arc<Gateway>,
-) -> Result<ListResourceTemplatesResult, ErrorData> {
-    typed(list_all(gateway, Listing::Templates).await)
+pub(crate) fn templates(gateway: &Gateway) -> ListResourceTemplatesResult {
+    let mut items = Vec::new();
+    for source in gateway.sources.iter().filter(|s| s.is_up()) {
+        items.extend(source.listed().templates.iter().cloned());
+    }
+    ListResourceTemplatesResult::with_all_items(items)
 }
 
 /// `resources/read` of a gateway URI.
 pub(crate) async fn read(gateway: &Gateway, uri: &str) -> Result<ReadResourceResult, ErrorData> {
     let (id, downstream) = gateway.map.decode(uri).map_err(|e| {
-        ErrorData::resource_not_found(format!("not a resource of this gateway: {e}"), None)
+        ErrorData::resource_not_found(
+            format!("not a resource of this gateway: {e}"),
+            Some(json!({"uri": uri})),
+        )
     })?;
     let source: &Source = gateway
         .sources
         .iter()
         .find(|s| s.spec.id == id)
-        .ok_or_else(|| ErrorData::resource_not_found(format!("no source named {id}"), None))?;
+        .ok_or_else(|| {
+            ErrorData::resource_not_found(
+                format!("no source named {id}"),
+                Some(json!({"uri": uri})),
+            )
+        })?;
     let _slot = source
         .slot(&gateway.bounds)
         .await
@@ -171,22 +108,49 @@ pub(crate) async fn read(gateway: &Gateway, uri: &str) -> Result<ReadResourceRes
             return Err(unavailable(&Unavailable(id)));
         }
     };
+    let text: usize = result
+        .contents
+        .iter()
+        .map(|c| match c {
+            ResourceContents::TextResourceContents { text, .. } => text.len(),
+            _ => 0,
+        })
+        .sum();
+    let (map, listed) = (gateway.map.clone(), source.listed());
+    let mapped = move || mapped(&map, &id, &listed.uris, result);
+    if text > OFF_RUNTIME {
+        tokio::task::spawn_blocking(mapped)
+            .await
+            .map_err(|_| ErrorData::internal_error("mapping the answer failed", None))?
+    } else {
+        mapped()
+    }
+}
+
+/// A source's read result as the gateway answers it: mapped (see the
+/// module docs) and shaped as this server's own result.
+fn mapped(
+    map: &portcullis_core::gateway::Gateway,
+    id: &portcullis_core::gateway::SourceId,
+    known: &[String],
+    result: ReadResourceResult,
+) -> Result<ReadResourceResult, ErrorData> {
     let v = serde_json::to_value(result)
         .map_err(|e| ErrorData::internal_error(format!("reading the answer: {e}"), None))?;
-    let known = source.uris();
     let known: Vec<&str> = known.iter().map(String::as_str).collect();
-    let mapped = gateway
-        .map
-        .rewrite_read_result(&source.spec.id, v, &known)
-        .map_err(|e| {
-            ErrorData::internal_error(
-                format!(
-                    "source {id}'s answer names a resource URI the gateway cannot pass on: {e}"
-                ),
-                None,
-            )
-        })?;
-    typed(mapped)
+    let v = map.rewrite_read_result(id, v, &known).map_err(|e| {
+        ErrorData::internal_error(
+            format!("source {id}'s answer names a resource URI the gateway cannot pass on: {e}"),
+            None,
+        )
+    })?;
+    let mut typed: ReadResourceResult = serde_json::from_value(v).map_err(|e| {
+        ErrorData::internal_error(format!("a source's answer is not valid MCP: {e}"), None)
+    })?;
+    typed.result_type = Some(ResultType::COMPLETE);
+    typed.ttl_ms = None;
+    typed.cache_scope = None;
+    Ok(typed)
 }
 
 #[cfg(test)]

@@ -4,9 +4,10 @@
 //! **Listing.** Each source's tools, as it last listed them, with their
 //! names, descriptions and input schemas unchanged and their UI metadata
 //! (`_meta.ui.resourceUri`, `_meta["ui/resourceUri"]`,
-//! `_meta["openai/outputTemplate"]`) mapped to gateway URIs. A name that a
-//! built-in tool or an earlier source already has is left out (see the
-//! parent module); the owner of a name is therefore stable.
+//! `_meta["openai/outputTemplate"]`) mapped to gateway URIs. A source
+//! offers only the names it owns: a name that a built-in tool or another
+//! source already has is refused (see the parent module), so the owner of
+//! a name never changes.
 //!
 //! **Effect.** From the tool's annotations (MCP 2025-06-18, "Tool
 //! annotations": hints a client should not trust from an unknown server; here
@@ -18,8 +19,13 @@
 //!
 //! **A call is a ledger request of one action.** The request's "code" (what
 //! its `requestId` is bound to) is the canonical JSON
-//! `{"source", "tool", "arguments"}`; its one action has the tool's name as
-//! kind, the effect above, and the arguments (what the approval shows). The
+//! `{"source", "tool", "arguments"}`; its one action has the kind
+//! `<source>/<tool>` ([`super::kind`]), the effect above, and the arguments
+//! (what the approval shows). The kind is what approvals and auto-approval
+//! are keyed by, so they are per source and tool: the app's own skills have
+//! no `/` in their names, so "always allow `create_note`" for the app never
+//! covers a source's `create_note`, nor one source's tool another's; and
+//! the approval card names the source. The
 //! gateway is the action's executor: where `execute` hands a step to the
 //! tab, a gateway run calls the source once, records the outcome, and
 //! completes the request with the (rewritten) downstream result. The ledger
@@ -59,6 +65,7 @@ use serde_json::{Value, json};
 
 use super::super::Shared;
 use super::super::run::{self, Answer, failure};
+use super::kind::action_kind;
 use super::{Gateway, Source, bounds};
 use crate::clock;
 
@@ -70,6 +77,24 @@ pub(crate) const REQUEST_ID_META: &str = "portcullis/requestId";
 pub(crate) fn rewrite_descriptor(map: &UriMap, source: &SourceId, tool: &Tool) -> Option<Tool> {
     let v = serde_json::to_value(tool).ok()?;
     serde_json::from_value(map.rewrite_tool(source, v)).ok()
+}
+
+/// A listed tool as the gateway offers it (its descriptor mapped), or why
+/// it cannot be: its descriptor does not survive the mapping, or its name
+/// makes no ledger action kind (printable ASCII, at most
+/// `MAX_KIND_LEN` bytes with the source's name).
+pub(crate) fn offerable(map: &UriMap, source: &SourceId, tool: &Tool) -> Result<Tool, String> {
+    let kind = action_kind(source.as_str(), &tool.name);
+    if kind.len() > portcullis_core::ledger::MAX_KIND_LEN
+        || !kind.bytes().all(|b| b.is_ascii_graphic())
+    {
+        return Err(format!(
+            "tool name {:?} is not printable ASCII or is too long",
+            tool.name
+        ));
+    }
+    rewrite_descriptor(map, source, tool)
+        .ok_or_else(|| format!("tool {:?}: its descriptor cannot be mapped", tool.name))
 }
 
 /// The scope a downstream tool's call needs: the demo's `skills:read` for
@@ -91,37 +116,33 @@ pub(crate) fn effect(tool: &Tool) -> Effect {
 }
 
 impl Gateway {
-    /// Every source's tools the endpoint offers, in source order, each name
-    /// once (the first owner wins; built-in names are never offered).
+    /// Every source's tools the endpoint offers, in source order: each the
+    /// tools it lists whose names it owns (see [`super::Names`]).
     pub(crate) fn tools(&self) -> Vec<Tool> {
-        self.offered().into_iter().map(|(_, t)| t).collect()
+        let mut out = Vec::new();
+        for source in &self.sources {
+            let listed = source.listed();
+            out.extend(
+                listed
+                    .tools
+                    .iter()
+                    .filter(|t| self.names.owns(source.index, &t.name))
+                    .cloned(),
+            );
+        }
+        out
     }
 
     /// The source and descriptor of the offered tool `name`.
     pub(crate) fn find(&self, name: &str) -> Option<(Arc<Source>, Tool)> {
-        if self.sources.is_empty() {
-            return None;
-        }
-        self.offered().into_iter().find(|(_, t)| t.name == name)
-    }
-
-    fn offered(&self) -> Vec<(Arc<Source>, Tool)> {
-        let mut taken: std::collections::HashSet<String> = self.reserved.iter().cloned().collect();
-        let mut out = Vec::new();
-        for source in &self.sources {
-            let listed = source
-                .listed
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            for tool in &listed.tools {
-                if taken.insert(tool.name.to_string()) {
-                    out.push((Arc::clone(source), tool.clone()));
-                } else {
-                    tracing::debug!(source = %source.spec.id, tool = %tool.name, "gateway: name taken; not offered");
-                }
-            }
-        }
-        out
+        let source = self.sources.get(self.names.owner(name)?)?;
+        let tool = source
+            .listed()
+            .tools
+            .iter()
+            .find(|t| t.name == name)
+            .cloned()?;
+        Some((Arc::clone(source), tool))
     }
 }
 
@@ -206,7 +227,8 @@ pub(crate) async fn call(
     let action = match serde_json::to_vec(&arguments)
         .map_err(|e| e.to_string())
         .and_then(|a| {
-            Action::new(&tool.name, effect, scope_of(effect), &a).map_err(|e| e.to_string())
+            let kind = action_kind(source.spec.id.as_str(), &tool.name);
+            Action::new(&kind, effect, scope_of(effect), &a).map_err(|e| e.to_string())
         }) {
         Ok(a) => a,
         Err(e) => return Reply::ledger(failure(ErrorCode::InvalidParams, &e, Some(rid))),
