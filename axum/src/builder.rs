@@ -266,6 +266,7 @@ impl<S: HostStore> Builder<S> {
                 approvals_path,
                 executor,
                 events: run::Events::default(),
+                initialized: crate::guard::Initialized::default(),
                 approval_wait: self.approval_wait,
                 _stop: stop,
             }),

@@ -17,12 +17,19 @@
 //!    resource_metadata=…`, RFC 9728 §5.1) or `503` with `Retry-After`
 //!    while the site is switched off.
 //!
-//! The verified [`Agent`] goes into the request's extensions. A tool that
+//! The verified [`Agent`] goes into the request's extensions. A client at
+//! a revision with an `initialize` handshake declares its capabilities only
+//! there, and on a stateless endpoint no later request carries them: the
+//! guard notes, per user and client, whether the last `initialize` it let
+//! through declared URL elicitation ([`Agent::declared_url_elicitation`],
+//! in this process's memory), which is what a pending call answered as
+//! -32042 needs (MCP 2025-11-25, "Elicitation"). A tool that
 //! finds the token lacks a scope ([`Agent::require`], or `run_once`) marks
 //! the agent, and the guard turns the service's response into `403
 //! insufficient_scope` naming the scopes to ask for (RFC 6750 §3.1), which
 //! is how the MCP authorization spec has a client step up.
 
+use std::collections::HashSet;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
@@ -31,7 +38,7 @@ use std::task::{Context, Poll};
 
 use axum::body::Body;
 use axum::http::request::Parts;
-use axum::http::{HeaderValue, Request, StatusCode, header};
+use axum::http::{HeaderValue, Method, Request, StatusCode, header};
 use axum::response::{IntoResponse as _, Response};
 use portcullis_core::bearer::{self, Challenge};
 use portcullis_core::engine::{AgentPrincipal, BearerRejection, Principal};
@@ -103,9 +110,16 @@ pub(crate) trait Services: Send + Sync + 'static {
         call: &CallDigest,
         text: &str,
     ) -> Result<ResumeState, StateError>;
+    /// Whether `principal`'s client declared URL elicitation in its last
+    /// `initialize` here ([`Initialized`]).
+    fn declared_url_elicitation(&self, principal: &Principal) -> bool;
 }
 
 impl<S: HostStore> Services for Portcullis<S> {
+    fn declared_url_elicitation(&self, principal: &Principal) -> bool {
+        self.inner.initialized.declared_url(principal)
+    }
+
     fn seal_state(
         &self,
         principal: &Principal,
@@ -268,6 +282,18 @@ impl Agent {
         self.inner.services.open_state(principal, call, text)
     }
 
+    /// Whether this grant's client (the same user and client) declared URL
+    /// elicitation in the last `initialize` this process let through: how a
+    /// stateless endpoint knows the capabilities of a client at a revision
+    /// with the handshake, whose later requests do not repeat them. `false`
+    /// for a minted agent token, and when the `initialize` reached another
+    /// instance.
+    #[must_use]
+    pub fn declared_url_elicitation(&self) -> bool {
+        self.principal()
+            .is_some_and(|p| self.inner.services.declared_url_elicitation(p))
+    }
+
     fn take_challenge(&self) -> Option<Challenge> {
         self.inner
             .challenge
@@ -362,9 +388,49 @@ impl<S: HostStore> Portcullis<S> {
                 return refusal;
             }
         };
+        let body = match self.note_initialize(&parts, &agent, body).await {
+            Ok(body) => body,
+            Err(refusal) => return refusal,
+        };
         parts.extensions.insert(agent.clone());
         let response = serve(Request::from_parts(parts, body)).await;
         Self::finish(&agent, response)
+    }
+
+    /// Notes what an `initialize` declares ([`Initialized`]) and hands the
+    /// body on unchanged. Only a small `POST` without `MCP-Protocol-Version`
+    /// (the header every request after the handshake carries) is read here.
+    async fn note_initialize(
+        &self,
+        parts: &Parts,
+        agent: &Agent,
+        body: Body,
+    ) -> Result<Body, Response> {
+        let small = parts
+            .headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
+            .is_some_and(|n| n <= INITIALIZE_LIMIT);
+        let Some(principal) = agent.principal() else {
+            return Ok(body);
+        };
+        if parts.method != Method::POST
+            || parts.headers.contains_key("mcp-protocol-version")
+            || !small
+        {
+            return Ok(body);
+        }
+        let Ok(bytes) = axum::body::to_bytes(body, INITIALIZE_LIMIT).await else {
+            return Err((
+                StatusCode::BAD_REQUEST,
+                "the request body could not be read\n",
+            )
+                .into_response());
+        };
+        if let Some(url) = initialize_declares_url(&bytes) {
+            self.inner.initialized.note(principal, url);
+        }
+        Ok(Body::from(bytes))
     }
 
     /// The response to an authenticated request, as the client gets it:
@@ -413,6 +479,57 @@ impl<S: HostStore> Portcullis<S> {
             }
         }
         Err(first)
+    }
+}
+
+/// Largest body read to see whether it is an `initialize`.
+const INITIALIZE_LIMIT: usize = 64 * 1024;
+
+/// For an `initialize` request, whether its capabilities declare URL
+/// elicitation; `None` for any other body.
+fn initialize_declares_url(body: &[u8]) -> Option<bool> {
+    if !body.windows(10).any(|w| w == b"initialize") {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    if v.get("method")?.as_str()? != "initialize" {
+        return None;
+    }
+    Some(v["params"]["capabilities"]["elicitation"]["url"].is_object())
+}
+
+/// Per user and client of the site, whether the client's last `initialize`
+/// let through here declared URL elicitation (see the [module docs](self)).
+/// Only those that did are kept, at most [`Initialized::MAX`] (then the
+/// record starts over: a client forgotten is answered the ledger's JSON,
+/// as any client that declared nothing).
+#[derive(Debug, Default)]
+pub(crate) struct Initialized(Mutex<HashSet<(String, String)>>);
+
+impl Initialized {
+    const MAX: usize = 65_536;
+
+    fn key(principal: &Principal) -> (String, String) {
+        (principal.subject.clone(), principal.client_id.clone())
+    }
+
+    fn note(&self, principal: &Principal, url: bool) {
+        let mut set = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if url {
+            if set.len() >= Self::MAX {
+                set.clear();
+            }
+            set.insert(Self::key(principal));
+        } else {
+            set.remove(&Self::key(principal));
+        }
+    }
+
+    fn declared_url(&self, principal: &Principal) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(&Self::key(principal))
     }
 }
 
@@ -486,5 +603,21 @@ where
                 .await;
             Ok(response)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::initialize_declares_url;
+
+    #[test]
+    fn an_initialize_says_whether_it_declares_url_elicitation() {
+        let with = br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"elicitation":{"url":{}}},"clientInfo":{"name":"c","version":"1"}}}"#;
+        let form_only = br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"elicitation":{}},"clientInfo":{"name":"c","version":"1"}}}"#;
+        let call = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"initialize","arguments":{}}}"#;
+        assert_eq!(initialize_declares_url(with), Some(true));
+        assert_eq!(initialize_declares_url(form_only), Some(false));
+        assert_eq!(initialize_declares_url(call), None);
+        assert_eq!(initialize_declares_url(b"not json initialize"), None);
     }
 }

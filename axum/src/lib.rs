@@ -146,6 +146,8 @@ pub(crate) struct Inner<S: HostStore> {
     executor: ExecutorId,
     /// Wakes `run_once` callers waiting on a request.
     events: run::Events,
+    /// Which clients declared URL elicitation in their `initialize`.
+    initialized: guard::Initialized,
     /// How long `run_once` waits for a person's decision before answering
     /// `approval_pending`.
     approval_wait: std::time::Duration,

@@ -78,7 +78,9 @@ pub const APPROVAL_INPUT: &str = "portcullis_approval";
 ///   [`RETRY_WAIT`] for the decision, then answers the result, the
 ///   refusal, or (still undecided) another state without a second prompt.
 ///   A tampered, foreign or stale state is refused as invalid params.
-/// * **2025-11-25** with URL elicitation: the error
+/// * **2025-11-25** with URL elicitation (declared in the client's
+///   `initialize`, which the guard notes for a stateless endpoint, see
+///   [`Agent::declared_url_elicitation`]): the error
 ///   `URLElicitationRequiredError` (-32042) with the same URL in
 ///   `data.elicitations` and the `requestId` to call again with (in
 ///   `_meta["portcullis/requestId"]`).
@@ -115,11 +117,18 @@ enum PendingForm {
 }
 
 impl PendingForm {
-    fn of(context: &RequestContext<RoleServer>) -> Self {
-        let url = context
+    /// The form for `agent`'s request. A request of the 2026-07-28
+    /// lifecycle carries the client's capabilities in its `_meta`; one of an
+    /// earlier revision has them only in the client's `initialize`, which a
+    /// stateless endpoint sees as a request of its own: the guard noted
+    /// them ([`Agent::declared_url_elicitation`]).
+    fn of(context: &RequestContext<RoleServer>, agent: &Agent) -> Self {
+        let declared = context
             .client_capabilities()
             .and_then(|c| c.elicitation)
             .is_some_and(|e| e.url.is_some());
+        let url = declared
+            || (context.meta.client_capabilities().is_none() && agent.declared_url_elicitation());
         let version = context.protocol_version();
         let at_least = |v: &ProtocolVersion| version.as_ref().is_some_and(|have| have >= v);
         if at_least(&ProtocolVersion::V_2026_07_28) {
@@ -196,7 +205,7 @@ impl Call {
         Ok(Self {
             request_id,
             digest,
-            form: PendingForm::of(context),
+            form: PendingForm::of(context, agent),
             resumed,
             declined,
             tool: tool.to_owned(),
