@@ -344,11 +344,18 @@ impl ServerHandler for Tools {
                     let answer = Answer::begin_error(&BeginError::AgentToken, None);
                     return Ok(structured(&answer).into());
                 };
-                let call = waiting_call(&agent, &context, "execute", &args, &request)?;
                 let id = args
                     .get("requestId")
                     .and_then(Value::as_str)
                     .and_then(|s| RequestId::parse(s).ok());
+                // The run's request id is its argument's: the call names it
+                // (in -32042's `data`, in a sealed state), not one drawn.
+                if let Some(id) = id {
+                    context
+                        .meta
+                        .insert(REQUEST_ID_META.into(), json!(id.to_string()));
+                }
+                let call = waiting_call(&agent, &context, "execute", &args, &request)?;
                 if let Some(id) = id {
                     wait_for_decision(&self.app, &p, id, call.wait(Duration::ZERO)).await;
                 }
