@@ -3,6 +3,9 @@
 #
 #   store-postgres/test-cluster.sh start [--durable]   # prints the URL
 #   store-postgres/test-cluster.sh stop
+#   store-postgres/test-cluster.sh restart   # pg_ctl restart -m fast: every connection ends
+#   store-postgres/test-cluster.sh down      # the server stops; the cluster stays
+#   store-postgres/test-cluster.sh up        # and starts again
 #
 # The cluster lives in $PORTCULLIS_PG_DIR (default /tmp/portcullis-pg), listens
 # on 127.0.0.1:$PORTCULLIS_PG_PORT (default 55432) only, and runs as an
@@ -96,6 +99,7 @@ start() {
         tls_files
         pg_opts+=" -c ssl=on"
     fi
+    printf '%s\n' "$pg_opts" >"$dir/pg_opts"
     as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -o "$pg_opts" -w -t 60 start \
         >/dev/null
     as_owner env PGPASSWORD="$password" "$bin/psql" -h 127.0.0.1 -p "$port" -U portcullis \
@@ -110,11 +114,28 @@ stop() {
     rm -rf "$dir"
 }
 
+# The server of a started cluster: down (fast shutdown, data kept), up
+# again with the options it started with, or both (a restart).
+down() {
+    as_owner "$bin/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null
+}
+
+up() {
+    as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -o "$(cat "$dir/pg_opts")" \
+        -w -t 60 start >/dev/null
+}
+
 case "${1:-}" in
     start) start "${2:-}" ;;
     stop) stop ;;
+    restart)
+        as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -o "$(cat "$dir/pg_opts")" \
+            -m fast -w -t 60 restart >/dev/null
+        ;;
+    down) down ;;
+    up) up ;;
     *)
-        echo "usage: $0 start [--durable] | stop" >&2
+        echo "usage: $0 start [--durable] | stop | restart | down | up" >&2
         exit 2
         ;;
 esac

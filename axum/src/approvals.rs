@@ -97,6 +97,7 @@ impl<S: HostStore> Portcullis<S> {
             .await?
         {
             Ok(prompts) => Ok(prompts),
+            Err(ApprovalError::Store(e)) => Err(respond::store(&e)),
             Err(e) => Err(respond::internal(&e.to_string())),
         }
     }
@@ -189,6 +190,7 @@ pub(crate) async fn decide_form<S: HostStore>(
         return bad_form();
     };
     match p.decide(&user, decision).await {
+        Ok(Err(ApprovalError::Store(e))) => respond::store(&e),
         Ok(Ok(())) => respond::see_other(&p.inner.approvals_path),
         Ok(Err(e)) => respond::html(
             e.http_status_code(),
@@ -265,6 +267,7 @@ pub(crate) async fn decide_json<S: HostStore>(
         return bad_request("grant, requestId, seq, fingerprint and decision are required");
     };
     match p.decide(&user, decision).await {
+        Ok(Err(ApprovalError::Store(e))) => respond::store(&e),
         Ok(Ok(())) => respond::json(StatusCode::OK, json!({"ok": true}).to_string()),
         Ok(Err(e)) => respond::json(
             e.http_status_code(),

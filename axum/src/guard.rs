@@ -563,6 +563,7 @@ fn refused(rejection: BearerRejection) -> Response {
             respond::core(rejection.to_response())
         }
         BearerRejection::UnknownSite => (StatusCode::NOT_FOUND, "no such site\n").into_response(),
+        BearerRejection::Store(e) => respond::store(&e),
         other => respond::internal(&other.to_string()),
     }
 }

@@ -13,12 +13,12 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse as _, Response};
 use axum::routing::{get, post};
 use portcullis_core::authorize::AuthorizeAnswer;
-use portcullis_core::engine::SiteOpError;
+use portcullis_core::engine::{RevokeError, SiteOpError};
 use portcullis_core::error::{ErrorCode, WireError as _};
 use portcullis_core::form::Form;
 use portcullis_core::http::HttpResponse;
 use portcullis_core::metadata::{AuthorizationServerMetadata, ProtectedResourceMetadata};
-use portcullis_core::store::StoreErrorKind;
+use portcullis_core::token::TokenError;
 
 use crate::csrf::{self, Purpose};
 use crate::host::ConsentPage;
@@ -153,9 +153,7 @@ async fn common_headers(mut response: Response) -> Response {
 /// cannot be reached now, else `500`.
 pub(crate) fn store_failure(e: &SiteOpError) -> Response {
     match e {
-        SiteOpError::Store(s) if s.kind() == StoreErrorKind::Unavailable => {
-            respond::unavailable(&s.to_string())
-        }
+        SiteOpError::Store(s) => respond::store(s),
         e => respond::internal(&e.to_string()),
     }
 }
@@ -473,6 +471,7 @@ async fn token<S: HostStore>(
             tracing::debug!("tokens issued");
             respond::core(tokens.to_response())
         }
+        Ok(Err(TokenError::Store(e))) => respond::store(&e),
         Ok(Err(e)) => {
             tracing::debug!(error = e.code().as_str(), "token request refused");
             respond::core(e.to_response())
@@ -508,6 +507,7 @@ async fn revoke<S: HostStore>(
             tracing::debug!("revocation accepted");
             StatusCode::OK.into_response()
         }
+        Ok(Err(RevokeError::Store(e))) => respond::store(&e),
         Ok(Err(e)) => {
             tracing::debug!(error = e.code().as_str(), "revocation refused");
             respond::core(e.to_response())

@@ -8,6 +8,7 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse as _, Response};
 use portcullis_core::header::HeaderField;
 use portcullis_core::http::HttpResponse;
+use portcullis_core::store::{StoreError, StoreErrorKind};
 
 /// The core's answer: status, headers and body copied as they are.
 pub(crate) fn core(answer: HttpResponse) -> Response {
@@ -92,6 +93,19 @@ pub fn see_other(location: &str) -> Response {
 pub(crate) fn internal(cause: &str) -> Response {
     tracing::error!(cause, "internal error");
     (StatusCode::INTERNAL_SERVER_ERROR, "internal server error\n").into_response()
+}
+
+/// A store failure as an answer: `503` with `Retry-After` when the store
+/// cannot be reached now ([`StoreErrorKind::Unavailable`]: the database is
+/// down or restarting, or a commit's outcome could not be settled), else
+/// `500`. Either way the cause is logged (at WARN or ERROR, inside the
+/// request's span, so with its id) and not shown.
+pub(crate) fn store(e: &StoreError) -> Response {
+    if e.kind() == StoreErrorKind::Unavailable {
+        unavailable(&e.to_string())
+    } else {
+        internal(&e.to_string())
+    }
 }
 
 /// A 503 with `Retry-After` for a store that cannot be reached now: the

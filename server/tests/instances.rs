@@ -17,6 +17,9 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+#[path = "../../store-postgres/tests/proxy/mod.rs"]
+mod proxy;
+
 use portcullis_core::form::{Form, encode_pairs};
 use portcullis_core::pkce::{CodeChallenge, CodeVerifier};
 use reqwest::StatusCode;
@@ -1042,4 +1045,298 @@ async fn a_listener_that_reconnects_answers_every_waiting_poll_at_once() {
         "the reconnected listener woke the poll ({waited:?}; a poll waits 25 s otherwise)\n{}",
         pair.logs()
     );
+}
+
+/// A PostgreSQL cluster of one test's own (`store-postgres/test-cluster.sh`
+/// in a temporary directory, on a free port), for a test that restarts or
+/// stops it: the shared cluster serves every other test at once.
+struct Cluster {
+    dir: tempfile::TempDir,
+    port: u16,
+    url: String,
+}
+
+impl Cluster {
+    fn start() -> Self {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        // The script runs the server as an unprivileged user when root.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut cluster = Self {
+            dir,
+            port: free_port(),
+            url: String::new(),
+        };
+        let out = cluster.script("start");
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .trim()
+            .clone_into(&mut cluster.url);
+        cluster
+    }
+
+    fn script(&self, command: &str) -> Output {
+        let out = Command::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../store-postgres/test-cluster.sh"
+        ))
+        .arg(command)
+        .env("PORTCULLIS_PG_DIR", self.dir.path().join("pg"))
+        .env("PORTCULLIS_PG_PORT", self.port.to_string())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+        assert!(
+            out.status.success(),
+            "test-cluster.sh {command}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = Command::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../store-postgres/test-cluster.sh"
+        ))
+        .arg("stop")
+        .env("PORTCULLIS_PG_DIR", self.dir.path().join("pg"))
+        .env("PORTCULLIS_PG_PORT", self.port.to_string())
+        .output();
+    }
+}
+
+/// One user's traffic under load: a refresh chain, MCP requests with its
+/// access token, and its Agents page.
+struct Load {
+    client_id: String,
+    refresh: String,
+    access: String,
+    cookie: String,
+}
+
+/// What the load saw: per route, each answer's status, and whether the
+/// database had come back (the restart returned) before it was sent.
+type Seen = std::sync::Arc<std::sync::Mutex<Vec<(&'static str, u16, bool)>>>;
+
+impl Load {
+    /// Sends one round of the user's requests through instance `i`; a
+    /// refresh answered 200 moves the chain on, a 503 keeps its token (the
+    /// client retries it); anything else is recorded and ends the chain.
+    async fn round(&mut self, pair: &Pair, mcp: &str, i: usize, back: bool, seen: &Seen) {
+        let (status, body) = pair.refresh(i, &self.client_id, &self.refresh).await;
+        if status == StatusCode::OK {
+            body["refresh_token"]
+                .as_str()
+                .unwrap()
+                .clone_into(&mut self.refresh);
+            body["access_token"]
+                .as_str()
+                .unwrap()
+                .clone_into(&mut self.access);
+        }
+        seen.lock().unwrap().push(("/token", status.as_u16(), back));
+        let status = pair.mcp(mcp, &self.access).await;
+        seen.lock().unwrap().push(("mcp", status.as_u16(), back));
+        let status = pair
+            .http
+            .get(pair.url(i, "/agents"))
+            .header("cookie", &self.cookie)
+            .send()
+            .await
+            .map_or(0, |r| r.status().as_u16());
+        seen.lock().unwrap().push(("/agents", status, back));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_restart_under_load_answers_no_500_and_a_database_down_answers_503() {
+    if database("database restart").is_none() {
+        return;
+    }
+    let cluster = Cluster::start();
+    let pair = Pair::start(&cluster.url, "restart", &[]).await;
+    let mut users = Vec::new();
+    for u in 0..3 {
+        let (client_id, tokens, cookie) = pair.login_with(&format!("user{u}"), "skills:read").await;
+        users.push(Load {
+            client_id,
+            refresh: tokens["refresh_token"].as_str().unwrap().to_owned(),
+            access: tokens["access_token"].as_str().unwrap().to_owned(),
+            cookie,
+        });
+    }
+    let mcp = [pair.mcp_url(0), pair.mcp_url(1)];
+    let pair = std::sync::Arc::new(pair);
+    let seen: Seen = std::sync::Arc::default();
+    let back = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for mut user in users {
+        let (pair, mcp, seen, back, stop) = (
+            std::sync::Arc::clone(&pair),
+            mcp.clone(),
+            std::sync::Arc::clone(&seen),
+            std::sync::Arc::clone(&back),
+            std::sync::Arc::clone(&stop),
+        );
+        tasks.push(tokio::spawn(async move {
+            let mut n = 0;
+            while !stop.load(Ordering::SeqCst) {
+                let i = n % 2;
+                n += 1;
+                user.round(&pair, &mcp[i], i, back.load(Ordering::SeqCst), &seen)
+                    .await;
+            }
+            user
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // `pg_ctl restart -m fast`: every connection of both instances ends,
+    // in the middle of whatever it was doing.
+    let restarting = std::thread::scope(|s| s.spawn(|| cluster.script("restart")).join());
+    assert!(restarting.is_ok());
+    back.store(true, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.store(true, Ordering::SeqCst);
+    let mut users = Vec::new();
+    for t in tasks {
+        users.push(t.await.unwrap());
+    }
+    let seen = seen.lock().unwrap().clone();
+    let after: Vec<_> = seen.iter().filter(|(_, _, back)| *back).collect();
+    let errors: Vec<_> = seen
+        .iter()
+        .filter(|(_, s, _)| *s >= 500 || *s == 0)
+        .collect();
+    eprintln!(
+        "{} answers, {} after the restart returned; 5xx: {errors:?}",
+        seen.len(),
+        after.len()
+    );
+    assert!(after.len() >= 30, "the load went on after the restart");
+    assert!(
+        !seen.iter().any(|(_, s, _)| *s == 500),
+        "no 500, during the restart or after: {errors:?}\n{}",
+        pair.logs()
+    );
+    assert!(
+        after.iter().all(|(_, s, _)| *s == 200),
+        "once the database is back, every answer is 200: {errors:?}"
+    );
+    let grants = pair.cli(&["grants", "list"]);
+    assert_eq!(grants.len(), 3);
+    assert!(
+        grants.iter().all(|g| g["status"] == "live"),
+        "no grant revoked by a retried refresh: {grants:?}"
+    );
+
+    down_answers_503_then_back(&pair, &cluster, &users[0], &mcp[1]).await;
+}
+
+/// The database down: 503 with Retry-After on the OAuth routes, the MCP
+/// guard and the server's own pages; then up, and `user`'s refresh token
+/// (refused while down) rotates.
+async fn down_answers_503_then_back(pair: &Pair, cluster: &Cluster, user: &Load, mcp: &str) {
+    cluster.script("down");
+    let form = [
+        ("grant_type", "refresh_token"),
+        ("refresh_token", user.refresh.as_str()),
+        ("client_id", user.client_id.as_str()),
+    ];
+    let refresh = pair.post_form(0, "/token", None, &form);
+    let guard = pair
+        .http
+        .post(mcp)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("authorization", format!("Bearer {}", user.access))
+        .body("{}")
+        .send();
+    let page = pair
+        .http
+        .get(pair.url(1, "/agents"))
+        .header("cookie", &user.cookie)
+        .send();
+    let (refresh, guard, page) = tokio::join!(refresh, guard, page);
+    for (route, r) in [
+        ("/token", refresh),
+        ("mcp", guard.unwrap()),
+        ("/agents", page.unwrap()),
+    ] {
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE, "{route}");
+        assert!(r.headers().contains_key("retry-after"), "{route}");
+    }
+    assert!(
+        pair.logs().contains("WARN"),
+        "each 503's cause is logged at WARN"
+    );
+    cluster.script("up");
+    let (status, body) = pair.refresh(1, &user.client_id, &user.refresh).await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "the token refused while down still works: {body}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refresh_whose_commit_answer_was_lost_answers_200_exactly_when_it_committed() {
+    let Some(url) = database("lost commit answers") else {
+        return;
+    };
+    // Both instances reach the database through a proxy that can cut a
+    // connection at a COMMIT.
+    let proxy = proxy::Proxy::start(&url);
+    let pair = Pair::start(&proxy.url(&url), "lostcommit", &[]).await;
+    let (client_id, tokens) = pair.login("alice").await;
+    let token = tokens["refresh_token"].as_str().unwrap().to_owned();
+
+    // The rotation's COMMIT reaches the server; its answer never comes
+    // back. The instance looks the transaction up: it committed, so the
+    // client gets the successor, and the successor works.
+    proxy.at_next_commit(proxy::AtCommit::CutAfter);
+    let (status, body) = pair.refresh(0, &client_id, &token).await;
+    assert_eq!(proxy.cuts(), 1, "the rotation's commit was cut");
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "it committed: {body}\n{}",
+        pair.logs()
+    );
+    let token = body["refresh_token"].as_str().unwrap().to_owned();
+    let (status, body) = pair.refresh(1, &client_id, &token).await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "the delivered successor is the live one: {body}"
+    );
+    let token = body["refresh_token"].as_str().unwrap().to_owned();
+
+    // The connection fails before the COMMIT reaches the server: nothing
+    // rotated, the client is told to come back (503, Retry-After), and its
+    // retry of the same token (strict mode: reuse would revoke) rotates.
+    proxy.at_next_commit(proxy::AtCommit::CutBefore);
+    let r = pair
+        .post_form(
+            1,
+            "/token",
+            None,
+            &[
+                ("grant_type", "refresh_token"),
+                ("refresh_token", &token),
+                ("client_id", &client_id),
+            ],
+        )
+        .await;
+    assert_eq!(proxy.cuts(), 2, "the rotation's commit was cut");
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(r.headers().contains_key("retry-after"));
+    let (status, body) = pair.refresh(0, &client_id, &token).await;
+    assert_eq!(status, StatusCode::OK, "the retry rotates: {body}");
+    let grants = pair.cli(&["grants", "list"]);
+    assert_eq!(grants.len(), 1);
+    assert_eq!(grants[0]["status"], "live", "nothing revoked");
 }

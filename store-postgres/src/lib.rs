@@ -45,6 +45,28 @@
 //! * **Dropping a transaction rolls it back** on its connection before the
 //!   connection goes back to the pool; a connection whose rollback (or any
 //!   call) failed at the transport level is discarded, never reused.
+//! * **A connection that died idle is never used.** After a restart of the
+//!   database every pooled connection is dead; `BEGIN` finds that out (a
+//!   closed connection, a transport error or the server's `FATAL` of class
+//!   `57`/`08`), and the transaction begins on another, a fresh one at the
+//!   latest. Nothing was sent inside the transaction, so this is safe to
+//!   repeat. A database that cannot be reached (no connection within the
+//!   connect timeout) and a connection lost in the middle of a transaction
+//!   are [`StoreErrorKind::Unavailable`]: an adapter answers `503` with
+//!   `Retry-After`, and nothing was applied.
+//! * **A commit whose answer was lost is settled before `commit` returns.**
+//!   Before `COMMIT` the store reads the transaction's id
+//!   (`pg_current_xact_id()`, one round trip); if the connection then fails
+//!   under the `COMMIT` (or the server ends it as it shuts down), the
+//!   transaction may or may not have committed, so the store asks
+//!   `pg_xact_status` on a fresh connection, again while the answer is `in
+//!   progress` or the database cannot be reached, for at most
+//!   [`RESOLVE_WITHIN`]. Committed: `commit` is `Ok`, so a token response is
+//!   sent exactly when its rotation is durable. Rolled back: `Unavailable`,
+//!   nothing applied, a retry is judged afresh. Still unknown after
+//!   [`RESOLVE_WITHIN`] (the database stayed away): `Unavailable` with the
+//!   context `commit outcome unknown`, which an adapter answers with `503`
+//!   (see `docs/postgres.md` for what that means for a refresh).
 //!
 //! # Driver and pool
 //!
@@ -279,6 +301,9 @@ impl fmt::Debug for PostgresConfig {
 /// The PostgreSQL store: a pool of connections to one schema.
 pub struct PostgresStore {
     pool: r2d2::Pool<Manager>,
+    /// Makes connections outside the pool (to settle a commit whose answer
+    /// was lost: the pool may still hold dead ones).
+    fresh: Box<Manager>,
     sql: Sql,
     target: String,
     schema: String,
@@ -324,17 +349,21 @@ impl PostgresStore {
             };
             StoreError::new(kind, "connect", describe(&e, &target))
         })?;
+        let fresh = Box::new(manager.clone());
         let pool = r2d2::Pool::builder()
             .max_size(config.pool_size)
             .min_idle(Some(1))
             .connection_timeout(config.connect_timeout)
-            // A broken connection is caught on return (`has_broken`); a
-            // round trip per checkout would cost more than it saves.
+            // A broken connection is caught on return (`has_broken`), and
+            // one that died idle at `begin`, which tries another
+            // (`PostgresStore::begin`); a round trip per checkout would
+            // cost more than it saves.
             .test_on_check_out(false)
             .error_handler(Box::new(r2d2::NopErrorHandler))
-            .build_unchecked(manager);
+            .build_unchecked(manager.clone());
         let store = Self {
             pool,
+            fresh,
             sql,
             target,
             schema: config.schema,
@@ -422,18 +451,86 @@ impl PostgresStore {
         })
     }
 
+    /// Opens a transaction with `sql` (`BEGIN …`) on a pooled connection.
+    ///
+    /// A pooled connection may have died while it sat idle (the database
+    /// restarted, a proxy cut it): its `BEGIN` fails at the transport, or
+    /// with the `FATAL` the server sent as it went (SQLSTATE class `57` or
+    /// `08`). Nothing was sent inside a transaction yet, so the connection
+    /// is discarded and the `BEGIN` tried on another, up to one more time
+    /// than the pool holds connections: after a restart every idle one is
+    /// dead, and the last try opens a fresh one (which waits up to the
+    /// connect timeout for the database to come back). A request is never
+    /// answered with a connection that was dead before it began.
     fn begin(&self, sql: &'static str) -> Result<Txn<'_>, StoreError> {
-        let mut conn = self.connection()?;
-        if let Err(e) = conn.client.batch_execute(sql) {
+        let most = self.pool.max_size().saturating_add(1);
+        let mut tried = 0;
+        loop {
+            tried += 1;
+            let mut conn = self.connection()?;
+            let failed = if conn.client.is_closed() {
+                None
+            } else {
+                match conn.client.batch_execute(sql) {
+                    Ok(()) => {
+                        return Ok(Txn {
+                            conn: RefCell::new(conn),
+                            store: self,
+                            open: true,
+                            aborted: std::cell::Cell::new(false),
+                            xid: None,
+                        });
+                    }
+                    Err(e) => Some(e),
+                }
+            };
             conn.broken = true;
-            return Err(error(&e, "begin"));
+            drop(conn);
+            let retry = failed.as_ref().is_none_or(connection_lost);
+            if !retry || tried >= most {
+                return Err(match failed {
+                    Some(e) => error(&e, "begin"),
+                    None => StoreError::new(
+                        StoreErrorKind::Unavailable,
+                        "begin",
+                        format!("{}: every pooled connection was closed", self.target),
+                    ),
+                });
+            }
         }
-        Ok(Txn {
-            conn: RefCell::new(conn),
-            sql: &self.sql,
-            open: true,
-            aborted: std::cell::Cell::new(false),
-        })
+    }
+
+    /// Settles a `COMMIT` whose answer never came (the connection failed
+    /// under it): PostgreSQL may or may not have committed. `xid` is the
+    /// transaction's id, read before the `COMMIT`; `pg_xact_status` on a
+    /// fresh connection says what became of it. While it is `in progress`
+    /// (the old backend is still finishing) or the database cannot be
+    /// reached, this asks again with a growing pause, for at most
+    /// [`RESOLVE_WITHIN`]. `Ok(true)`: committed; `Ok(false)`: rolled back
+    /// (nothing applied); `Err`: still unknown.
+    fn resolve(&self, xid: &str) -> Result<bool, String> {
+        let deadline = std::time::Instant::now() + RESOLVE_WITHIN;
+        let mut pause = Duration::from_millis(50);
+        loop {
+            let asked = r2d2::ManageConnection::connect(&*self.fresh).and_then(|mut c| {
+                c.client
+                    .query_one("SELECT pg_xact_status($1::text::xid8)", &[&xid])
+                    .and_then(|row| row.try_get::<_, Option<String>>(0))
+            });
+            let last = match asked.as_ref().map(Option::as_deref) {
+                Ok(Some("committed")) => return Ok(true),
+                Ok(Some("aborted")) => return Ok(false),
+                Ok(Some(other)) => format!("transaction {xid} is {other}"),
+                Ok(None) => return Err(format!("transaction {xid} is too old to look up")),
+                Err(e) => describe(e, &self.target),
+            };
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                return Err(last);
+            }
+            std::thread::sleep(pause.min(deadline - now));
+            pause = (pause * 2).min(Duration::from_secs(1));
+        }
     }
 }
 
@@ -582,6 +679,7 @@ impl Sql {
 }
 
 /// The pool's connection manager.
+#[derive(Clone)]
 struct Manager {
     config: postgres::Config,
     /// The TLS connector, `None` for plain TCP.
@@ -623,11 +721,13 @@ impl r2d2::ManageConnection for Manager {
 /// One transaction on one pooled connection, shared by reads and writes.
 struct Txn<'a> {
     conn: RefCell<PooledConnection<Manager>>,
-    sql: &'a Sql,
+    store: &'a PostgresStore,
     /// `BEGIN` was sent and neither `COMMIT` nor `ROLLBACK` yet.
     open: bool,
     /// A statement failed: PostgreSQL refuses all but a rollback.
     aborted: std::cell::Cell<bool>,
+    /// The transaction's id, once asked for (just before `COMMIT`).
+    xid: Option<String>,
 }
 
 impl Txn<'_> {
@@ -647,7 +747,7 @@ impl Txn<'_> {
             Some(statement) => f(&mut conn.client, &statement),
             None => conn
                 .client
-                .prepare(&self.sql.text[table.index()][op.index()])
+                .prepare(&self.store.sql.text[table.index()][op.index()])
                 .and_then(|statement| {
                     conn.prepared[slot] = Some(statement.clone());
                     f(&mut conn.client, &statement)
@@ -726,7 +826,19 @@ impl Txn<'_> {
         })
     }
 
-    /// Sends a statement without parameters (`SAVEPOINT`, `COMMIT`).
+    /// Runs `f` with `sql` (no parameters, not prepared) on the connection.
+    fn run_sql<T>(
+        &self,
+        sql: &str,
+        context: &'static str,
+        f: impl FnOnce(&mut Client, &str) -> Result<T, postgres::Error>,
+    ) -> Result<T, StoreError> {
+        let mut conn = self.conn.borrow_mut();
+        let conn = &mut **conn;
+        f(&mut conn.client, sql).map_err(|e| self.failed(&mut conn.broken, &e, context))
+    }
+
+    /// Sends a statement without parameters (`SAVEPOINT`, `ROLLBACK TO`).
     fn simple(&self, sql: &str, context: &'static str) -> Result<(), StoreError> {
         let mut conn = self.conn.borrow_mut();
         let conn = &mut **conn;
@@ -879,11 +991,40 @@ impl WriteTransaction for PostgresWrite<'_> {
                 "a statement of this transaction failed; it was rolled back",
             ));
         }
-        let out = self.txn.simple("COMMIT", "commit");
-        // Committed, or refused and rolled back by PostgreSQL; a connection
-        // that failed under the `COMMIT` is marked broken and discarded.
+        // The id first: if the connection fails under the `COMMIT`, it is
+        // what settles whether the commit happened.
+        let xid = self.txn.run_sql(
+            "SELECT pg_current_xact_id()::text",
+            "commit",
+            |client, sql| client.query_one(sql, &[])?.try_get::<_, String>(0),
+        )?;
+        self.txn.xid = Some(xid);
+        let out = {
+            let mut conn = self.txn.conn.borrow_mut();
+            conn.client.batch_execute("COMMIT")
+        };
+        // Committed, or refused and rolled back by PostgreSQL, or the
+        // connection failed under it; it is no longer open either way.
         self.txn.open = false;
-        out
+        let Err(e) = out else { return Ok(()) };
+        self.txn.conn.get_mut().broken |= e.as_db_error().is_none();
+        if !outcome_unknown(&e) {
+            return Err(error(&e, "commit"));
+        }
+        let xid = self.txn.xid.take().unwrap_or_default();
+        match self.txn.store.resolve(&xid) {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(StoreError::new(
+                StoreErrorKind::Unavailable,
+                "commit",
+                format!("{e}; the transaction was rolled back, nothing was applied"),
+            )),
+            Err(why) => Err(StoreError::new(
+                StoreErrorKind::Unavailable,
+                "commit outcome unknown",
+                format!("{e}; whether it committed is unknown ({why})"),
+            )),
+        }
     }
 }
 
@@ -893,6 +1034,44 @@ fn describe(e: &postgres::Error, target: &str) -> String {
         Some(db) => format!("{target}: SQLSTATE {}: {}", db.code().code(), db.message()),
         None => format!("{target}: {e}"),
     }
+}
+
+/// How long a commit whose answer was lost is looked up before the store
+/// answers that its outcome is unknown (see [`PostgresWrite::commit`]).
+pub const RESOLVE_WITHIN: Duration = Duration::from_secs(15);
+
+/// Whether `e` came from the connection rather than from a statement: it
+/// was closed, or a socket call failed. The database could not be reached;
+/// another connection may do.
+fn transport(e: &postgres::Error) -> bool {
+    use std::error::Error as _;
+    e.as_db_error().is_none()
+        && (e.is_closed()
+            || e.source()
+                .is_some_and(|s| s.downcast_ref::<std::io::Error>().is_some()))
+}
+
+/// Whether `e` says the connection is gone: a transport failure, or the
+/// `FATAL` a server sends as it ends a connection (SQLSTATE class `08`,
+/// connection exception, or `57`, operator intervention: a shutdown, a
+/// terminated backend). Another connection may do.
+fn connection_lost(e: &postgres::Error) -> bool {
+    match e.as_db_error() {
+        Some(db) => matches!(&db.code().code()[..2], "08" | "57"),
+        None => transport(e),
+    }
+}
+
+/// Whether a failed `COMMIT` may still have committed: anything but a
+/// definite refusal by the server (class `40`, transaction rollback: a
+/// serialization failure or a deadlock; or another error the server sent
+/// about the statement) leaves the outcome to be looked up. A connection
+/// lost under it, or ended by the server as it went (`57P01` after a
+/// shutdown began), may have committed first.
+fn outcome_unknown(e: &postgres::Error) -> bool {
+    connection_lost(e)
+        || e.as_db_error()
+            .is_some_and(|db| &db.code().code()[..2] == "XX")
 }
 
 /// A bound's kind in [`Op::Range`] and its key.
@@ -908,7 +1087,7 @@ fn bound(b: Bound<&[u8]>) -> (u8, Option<&[u8]>) {
 /// but never the `DETAIL` (which can quote key bytes).
 fn error(e: &postgres::Error, context: &'static str) -> StoreError {
     let Some(db) = e.as_db_error() else {
-        let kind = if e.is_closed() {
+        let kind = if transport(e) {
             StoreErrorKind::Unavailable
         } else {
             StoreErrorKind::Io

@@ -344,6 +344,7 @@ pub(crate) async fn agents(State(app): State<Shared>, headers: HeaderMap) -> Res
                 (!site.enabled).then_some("External agents are switched off for this site."),
             ),
         ),
+        Ok(Err(portcullis_core::engine::SiteOpError::Store(e))) => respond::store(&e),
         Ok(Err(e)) => respond::internal(&e.to_string()),
         Err(r) => r,
     }
@@ -401,7 +402,7 @@ pub(crate) async fn agents_post(
                     StatusCode::NOT_FOUND,
                     pages::error("Not found", "You have no such connection."),
                 ),
-                Ok(Err(e)) => respond::internal(&e.to_string()),
+                Ok(Err(e)) => respond::store(&e),
                 Err(r) => r,
             }
         }

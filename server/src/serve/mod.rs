@@ -174,7 +174,7 @@ impl App {
     }
 
     /// [`App::write`] for an `f` whose answer has no store error of its
-    /// own: a failed commit answers `500`.
+    /// own: a failed commit answers as [`respond::store`] says.
     async fn write_any<T, F>(self: &Arc<Self>, f: F) -> Result<T, Response>
     where
         T: Send + 'static,
@@ -184,10 +184,7 @@ impl App {
         tokio::task::spawn_blocking(move || app.commit(f))
             .await
             .map_err(|_| respond::internal("a blocking task failed"))?
-            .map_err(|e| {
-                tracing::error!(error = %e, "commit failed");
-                respond::internal("the store failed")
-            })
+            .map_err(|e| respond::store(&e))
     }
 
     /// [`App::write`] for an operation that consumes an

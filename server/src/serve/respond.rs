@@ -8,6 +8,7 @@ use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse as _, Response};
 pub(crate) use portcullis_axum::{html, see_other};
 use portcullis_core::http::HttpResponse;
+use portcullis_core::store::{StoreError, StoreErrorKind};
 
 /// The core's answer, status, headers and body copied as they are.
 pub(crate) fn core(answer: HttpResponse) -> Response {
@@ -54,4 +55,29 @@ pub(crate) fn with_cookie(mut response: Response, cookie: &str) -> Response {
 pub(crate) fn internal(cause: &str) -> Response {
     tracing::error!(cause, "internal error");
     (StatusCode::INTERNAL_SERVER_ERROR, "internal server error\n").into_response()
+}
+
+/// A store failure as an answer: `503` with `Retry-After` when the store
+/// cannot be reached now ([`StoreErrorKind::Unavailable`]: the database is
+/// down or restarting, or a commit's outcome could not be settled), else
+/// `500`; the cause is logged either way.
+pub(crate) fn store(e: &StoreError) -> Response {
+    if e.kind() == StoreErrorKind::Unavailable {
+        database(&e.to_string())
+    } else {
+        internal(&e.to_string())
+    }
+}
+
+/// `503` with `Retry-After` for a failure of the shared database whose kind
+/// was not kept (the job table's connection, an engine read whose error
+/// became text): on a server whose state is all in that database, the
+/// cause is the database, and a client may try again; nothing was changed.
+/// The cause is logged at WARN, inside the request's span (with its id).
+pub(crate) fn database(cause: &str) -> Response {
+    tracing::warn!(cause, "database unavailable");
+    let mut r = (StatusCode::SERVICE_UNAVAILABLE, "temporarily unavailable\n").into_response();
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    r
 }

@@ -231,7 +231,7 @@ pub(crate) async fn connect(State(app): State<Shared>, headers: HeaderMap, raw: 
             tracing::debug!(grants = grants.len(), "tab connected");
             Json(json!({"ok": true, "grants": grants})).into_response()
         }
-        Ok(Err(e)) => super::respond::internal(&e),
+        Ok(Err(e)) => super::respond::database(&e),
         Err(r) => r,
     }
 }
@@ -279,7 +279,7 @@ pub(crate) async fn heartbeat(
         .await;
     match done {
         Ok(Ok(grants)) => Json(json!({"ok": true, "grants": grants})).into_response(),
-        Ok(Err(e)) => super::respond::internal(&e),
+        Ok(Err(e)) => super::respond::database(&e),
         Err(r) => r,
     }
 }
@@ -324,7 +324,7 @@ pub(crate) async fn disconnect(
             tracing::debug!(ended, "tab disconnected");
             Json(json!({"ok": true, "ended": ended})).into_response()
         }
-        Ok(Err(e)) => super::respond::internal(&e),
+        Ok(Err(e)) => super::respond::database(&e),
         Err(r) => r,
     }
 }
@@ -450,7 +450,7 @@ pub(crate) async fn work(
                         tracing::debug!("tab snapshot built");
                         Ok(Arc::new(s))
                     }
-                    Ok(Err(e)) => Err(super::respond::internal(&e)),
+                    Ok(Err(e)) => Err(super::respond::database(&e)),
                     Err(r) => Err(r),
                 }
             })
@@ -520,7 +520,7 @@ async fn take_rows(
     let queued = app
         .blocking(move |_| table.queued(&who))
         .await?
-        .map_err(|e| super::respond::internal(&e))?;
+        .map_err(|e| super::respond::database(&e))?;
     if queued.is_empty() {
         return Ok(Vec::new());
     }
@@ -539,7 +539,7 @@ async fn take_rows(
             table.claim(&ids.iter().map(String::as_str).collect::<Vec<_>>())
         })
         .await?
-        .map_err(|e| super::respond::internal(&e))?;
+        .map_err(|e| super::respond::database(&e))?;
     take.retain(|j| won.contains(&j.id));
     Ok(take)
 }
@@ -644,7 +644,7 @@ pub(crate) async fn report(State(app): State<Shared>, headers: HeaderMap, raw: B
                 .await;
             match recorded {
                 Ok(Ok(ok)) => ok,
-                Ok(Err(e)) => return super::respond::internal(&e),
+                Ok(Err(e)) => return super::respond::database(&e),
                 Err(r) => return r,
             }
         }
@@ -739,6 +739,7 @@ pub(crate) async fn decide(State(app): State<Shared>, headers: HeaderMap, raw: B
             tracing::debug!(decision = d.decision, "approval decided");
             Json(json!({"ok": true})).into_response()
         }
+        Ok(Err(portcullis_core::approval::ApprovalError::Store(e))) => super::respond::store(&e),
         Ok(Err(e)) => wire_error(&e),
         Err(r) => r,
     }
