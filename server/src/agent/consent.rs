@@ -6,6 +6,11 @@
 //! It reads a request head only (a `GET` of `/callback?…`, at most
 //! [`MAX_HEAD`] bytes, within [`HEAD_TIMEOUT`]), answers a one-line page,
 //! and hands the code back as a [`Secret`] that never prints.
+//!
+//! Connections are served side by side (at most [`MAX_CONNECTIONS`] at
+//! once; more are closed at once): a local process that opens connections
+//! and sends nothing holds up only those connections, never the browser's
+//! redirect.
 
 use std::time::Duration;
 
@@ -21,6 +26,8 @@ pub(crate) const MAX_HEAD: usize = 8 * 1024;
 pub(crate) const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// The redirect path.
 pub(crate) const CALLBACK_PATH: &str = "/callback";
+/// Connections served at once.
+pub(crate) const MAX_CONNECTIONS: usize = 32;
 
 /// The loopback listener of one consent.
 #[derive(Debug)]
@@ -71,12 +78,25 @@ impl Loopback {
     /// `state`; returns its code and issuer.
     pub(crate) async fn wait(&self, state: &str, timeout: Duration) -> Result<Granted, AgentError> {
         let deadline = Instant::now() + timeout;
+        let state: std::sync::Arc<str> = state.into();
+        // Each connection on a task of its own; dropping the set (an answer
+        // or the deadline) ends those still open.
+        let mut serving = tokio::task::JoinSet::new();
         loop {
-            let accepted = tokio::time::timeout_at(deadline, self.listener.accept())
-                .await
-                .map_err(|_| AgentError::Consent("no answer from the browser in time".into()))?;
-            let Ok((stream, _)) = accepted else { continue };
-            match serve_one(stream, state).await {
+            let callback = tokio::select! {
+                accepted = self.listener.accept() => {
+                    let Ok((stream, _)) = accepted else { continue };
+                    if serving.len() < MAX_CONNECTIONS {
+                        serving.spawn(serve_one(stream, std::sync::Arc::clone(&state)));
+                    }
+                    continue;
+                }
+                Some(done) = serving.join_next() => done.ok().flatten(),
+                () = tokio::time::sleep_until(deadline) => {
+                    return Err(AgentError::Consent("no answer from the browser in time".into()));
+                }
+            };
+            match callback {
                 Some(Callback::Code(code)) => return Ok(code),
                 Some(Callback::Denied(error)) => {
                     return Err(AgentError::Consent(format!(
@@ -91,11 +111,11 @@ impl Loopback {
 }
 
 /// Reads one request head and answers it.
-async fn serve_one(mut stream: TcpStream, state: &str) -> Option<Callback> {
+async fn serve_one(mut stream: TcpStream, state: std::sync::Arc<str>) -> Option<Callback> {
     let head = tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut stream))
         .await
         .ok()??;
-    let callback = parse(&head, state);
+    let callback = parse(&head, &state);
     let (status, text) = match &callback {
         Callback::Code(_) => ("200 OK", "The agent is signed in. You can close this tab."),
         Callback::Denied(_) => (
@@ -260,6 +280,40 @@ mod tests {
         let answers = browser.await.unwrap();
         assert!(answers[0].starts_with("HTTP/1.1 400"));
         assert!(answers[1].starts_with("HTTP/1.1 200"));
+    }
+
+    /// Three local connections that send nothing (each could hold a
+    /// connection for the whole head timeout, 10 s) do not hold up the
+    /// browser's redirect.
+    #[tokio::test]
+    async fn idle_connections_do_not_delay_the_redirect() {
+        let lb = Loopback::bind().await.unwrap();
+        let port = lb.port;
+        let mut idle = Vec::new();
+        for _ in 0..3 {
+            idle.push(TcpStream::connect(("127.0.0.1", port)).await.unwrap());
+        }
+        let browser = tokio::spawn(async move {
+            // After the idle ones are accepted.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let mut s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+            s.write_all(get("/callback?code=good&state=s1").as_bytes())
+                .await
+                .unwrap();
+            let mut out = String::new();
+            s.read_to_string(&mut out).await.unwrap();
+            out
+        });
+        let started = std::time::Instant::now();
+        let granted = lb.wait("s1", Duration::from_secs(5)).await.unwrap();
+        assert_eq!(granted.code.expose(), "good");
+        assert!(
+            started.elapsed() < HEAD_TIMEOUT / 2,
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(browser.await.unwrap().starts_with("HTTP/1.1 200"));
+        drop(idle);
     }
 
     #[tokio::test]
