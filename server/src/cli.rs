@@ -279,14 +279,18 @@ pub(crate) struct GatewayArgs {
     /// (a local command speaking MCP over stdio, arguments split on
     /// spaces). NAME is `[a-z0-9-]`, at most 63 characters. Tool names are
     /// never changed: two sources (or a source and a built-in tool) with
-    /// the same tool name are refused at start.
+    /// the same tool name are refused at start, and a name a source claims
+    /// later (connecting late, or listing anew) that another owner has is
+    /// refused and logged; a name never moves to another source.
     #[arg(long = "source", value_name = "NAME=URL|NAME=cmd:COMMAND")]
     pub(crate) sources: Vec<String>,
     /// A JSON file of more sources: `{"NAME": {"url": "http://…"}}` or
     /// `{"NAME": {"command": ["program", "arg", …], "env": {"K": "V"}}}`.
     #[arg(long = "sources", value_name = "FILE")]
     pub(crate) sources_file: Option<PathBuf>,
-    /// Seconds a source has to connect and answer `initialize`.
+    /// Seconds a source has to connect and answer `initialize` at its first
+    /// attempt; each failed attempt doubles it for the next, up to eight
+    /// times this (a slow start gets there in the end).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=300))]
     pub(crate) source_connect_timeout_secs: u64,
     /// Seconds one call to a source may take (a tool call, a resource read,
