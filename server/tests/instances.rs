@@ -1340,3 +1340,62 @@ async fn a_refresh_whose_commit_answer_was_lost_answers_200_exactly_when_it_comm
     assert_eq!(grants.len(), 1);
     assert_eq!(grants[0]["status"], "live", "nothing revoked");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_run_re_asked_as_its_owner_s_lease_lapses_ends_and_is_never_left_pending() {
+    let Some(url) = database("lost run re-asked") else {
+        return;
+    };
+    let (pair, access, _cookie, tab) = alice_with_a_tab(&url, "reask", "skills:read").await;
+    let (a_url, b_url) = (pair.mcp_url(0), pair.mcp_url(1));
+    let call = json!({"requestId": "0190b2a4-7c3e-7def-8abc-0000000000c1",
+                      "code": json!([{"skill": "list_notes", "args": {}}]).to_string()});
+    // B drives the run; the tab (on A) takes its job and reports nothing.
+    let (http, mcp, bearer, body) = (
+        pair.http.clone(),
+        b_url.clone(),
+        access.clone(),
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+               "params": {"name": "execute", "arguments": call.clone()}}),
+    );
+    tokio::spawn(async move {
+        let _ = http
+            .post(mcp)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-06-18")
+            .header("authorization", format!("Bearer {bearer}"))
+            .body(body.to_string())
+            .send()
+            .await;
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while tab.poll(0).await["jobs"]
+        .as_array()
+        .is_none_or(Vec::is_empty)
+    {
+        assert!(Instant::now() < deadline, "the job reaches the tab");
+    }
+
+    // B dies holding the run's claim; A is live, its tab too, and its
+    // sweep (every minute) has not run. As soon as B's lease has lapsed
+    // (20 s), the run is re-asked on A: A finds the lapsed claim and ends
+    // the run it held, rather than taking the claim, finding no driver and
+    // answering `execution_pending` for a run that no one will ever end.
+    let mut pair = pair;
+    pair.children[1].kill().unwrap();
+    let _ = pair.children[1].wait();
+    let beat = json!({"tabId": "tab-1", "pageInstance": "page-1", "visible": true});
+    let lapsed = Instant::now() + Duration::from_secs(21);
+    while Instant::now() < lapsed {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let (status, v) = tab.post("/agents/tab/heartbeat", &beat).await;
+        assert_eq!(status, StatusCode::OK, "{v}");
+    }
+    for ask in 0..2 {
+        let v = pair.tool(&a_url, &access, "execute", call.clone()).await;
+        assert_eq!(v["status"], "done", "ask {ask}: the lost run ended: {v}");
+        assert_eq!(v["error"]["code"], "ACTION_UNAVAILABLE", "{v}");
+        assert_eq!(v["unknownTail"], true, "{v}");
+    }
+}

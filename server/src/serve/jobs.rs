@@ -37,10 +37,13 @@
 //! `run_owner` **before** it begins it (no claim, no run: a run held by
 //! another live instance answers `execution_pending`). The rule: a
 //! `Running` request is lost when the instance holding its claim has no
-//! live lease. At start and at every sweep an instance takes those claims
+//! live lease. At start, at every sweep and whenever an `execute` finds its
+//! run's claim held by such an instance, an instance takes those claims
 //! over (one `UPDATE`, so none can be claimed anew meanwhile), ends their
 //! runs with `unknownTail` ([`portcullis_core::Engine::abandon_running_where`])
-//! and lets the claims go. A run another live instance drives is never
+//! and lets the claims go. A lapsed claim is never claimed anew directly:
+//! the run behind it has no driver anywhere and would stay `Running` with
+//! no claim, which no sweep ends. A run another live instance drives is never
 //! ended; a `Running` request with no claim at all (from before this
 //! table) is left to the tab's next connection, which ends it.
 //!
@@ -66,6 +69,17 @@ pub(crate) const LEASE_RENEW: Duration = Duration::from_secs(5);
 /// How long a lease lasts unrenewed: past it, the instance is taken for
 /// dead and the runs it held are ended by the others.
 pub(crate) const LEASE_TTL: Duration = Duration::from_secs(20);
+
+/// What [`JobTable::claim_run`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Claim {
+    /// This instance holds the claim now.
+    Held,
+    /// Another live instance holds it.
+    Busy,
+    /// An instance whose lease lapsed holds it: its runs are lost.
+    Lapsed,
+}
 
 /// The bounds of the `navigate` commands' rows: those of the in-memory
 /// queue, which owns them ([`super::navigate::BOUNDS`]) and hands them to
@@ -425,25 +439,43 @@ impl JobTable {
     }
 
     /// Claims the run `(grant, request)` for `instance` before it may begin
-    /// it: true when no one holds it, `instance` already does, or its
-    /// holder's lease has lapsed. False when another live instance holds it
-    /// (it drives that run, or is ending it as lost).
+    /// it: [`Claim::Held`] when no one held it or `instance` already does;
+    /// [`Claim::Busy`] when another live instance holds it (it drives that
+    /// run, or is ending it as lost); [`Claim::Lapsed`] when its holder's
+    /// lease has lapsed. A lapsed claim is never taken over here: its run,
+    /// if still `Running`, lost its driver with that instance, and a claim
+    /// taken for it would find no driver to wait for and leave the run
+    /// `Running` with no claim, which no sweep ends. The caller ends the
+    /// lost runs first ([`JobTable::take_lost_runs`]), then claims again.
     pub(crate) fn claim_run(
         &self,
         grant: &str,
         request: &str,
         instance: &str,
-    ) -> Result<bool, String> {
-        let sql = format!(
+    ) -> Result<Claim, String> {
+        let claim = format!(
             "INSERT INTO {o} AS o (grant_id, request, instance) VALUES ($1, $2, $3) \
              ON CONFLICT (grant_id, request) DO UPDATE SET instance = EXCLUDED.instance \
-             WHERE o.instance = EXCLUDED.instance OR {dead} RETURNING 1",
+             WHERE o.instance = EXCLUDED.instance RETURNING 1",
+            o = self.owner,
+        );
+        let lapsed = format!(
+            "SELECT 1 FROM {o} AS o WHERE o.grant_id = $1 AND o.request = $2 AND {dead}",
             o = self.owner,
             dead = self.dead("o.instance")
         );
-        Ok(self
-            .with(|c| c.query_opt(&sql, &[&grant, &request, &instance]))?
-            .is_some())
+        self.with(|c| {
+            if c.query_opt(&claim, &[&grant, &request, &instance])?
+                .is_some()
+            {
+                return Ok(Claim::Held);
+            }
+            Ok(if c.query_opt(&lapsed, &[&grant, &request])?.is_some() {
+                Claim::Lapsed
+            } else {
+                Claim::Busy
+            })
+        })
     }
 
     /// Lets go of the run `(grant, request)` if `instance` holds it.

@@ -34,6 +34,7 @@ use serde_json::{Value, json};
 use super::AppWrite;
 use super::Shared;
 pub(crate) use super::answer::{Answer, failure};
+use super::jobs::Claim;
 use super::relay::DriverEnd;
 use super::skills::{self, Step};
 use super::work::{Job, TabReport};
@@ -105,15 +106,29 @@ pub(crate) async fn execute(app: &Shared, principal: Principal, arguments: &Valu
 /// after the wait, a server error if the database fails. Whoever claims
 /// releases with [`super::App::release_run`] once no driver of the run is
 /// left here.
+///
+/// A claim held by an instance whose lease lapsed is not taken over: that
+/// instance died with the run's ticket, so this one ends its lost runs
+/// (the sweep's [`super::end_runs_of_dead_instances`]) and claims again;
+/// the run then answers with its end (`unknownTail`) rather than
+/// `execution_pending` for a run no one drives.
 pub(crate) async fn claim(app: &Shared, grant: GrantId, id: RequestId) -> Result<(), Answer> {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
         match app.claim_run(grant, id).await {
-            Ok(true) => return Ok(()),
-            Ok(false) if tokio::time::Instant::now() < deadline => {
+            Ok(Claim::Held) => return Ok(()),
+            Ok(Claim::Lapsed) => match app.blocking(super::end_runs_of_dead_instances).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "ending the runs of a lapsed instance failed");
+                    return Err(internal(Some(id)));
+                }
+                Err(_) => return Err(internal(Some(id))),
+            },
+            Ok(Claim::Busy) if tokio::time::Instant::now() < deadline => {
                 tokio::time::sleep(CLAIM_RETRY).await;
             }
-            Ok(false) => return Err(pending(id)),
+            Ok(Claim::Busy) => return Err(pending(id)),
             Err(()) => return Err(internal(Some(id))),
         }
     }
@@ -171,11 +186,11 @@ async fn admit(
 
 impl super::App {
     /// On a shared database, claims the run `(grant, id)` for this
-    /// instance before it may begin it: false when another live instance
-    /// holds it. Always true on redb (one process).
-    async fn claim_run(self: &Arc<Self>, grant: GrantId, id: RequestId) -> Result<bool, ()> {
+    /// instance before it may begin it ([`super::jobs::JobTable::claim_run`]).
+    /// Always held on redb (one process).
+    async fn claim_run(self: &Arc<Self>, grant: GrantId, id: RequestId) -> Result<Claim, ()> {
         let Some(table) = self.jobs else {
-            return Ok(true);
+            return Ok(Claim::Held);
         };
         let claimed = self
             .blocking(move |app| {
