@@ -361,6 +361,42 @@ impl Server {
         req.send().await.unwrap()
     }
 
+    /// A request at protocol 2026-07-28 (stateless: every request names
+    /// its revision, client and capabilities in `_meta`), from a client
+    /// that declared the tasks extension; the JSON-RPC response.
+    async fn rpc_tasks(&self, bearer: &str, method: &str, mut params: Value) -> Value {
+        params["_meta"] = json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "task client", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": {
+                "extensions": {"io.modelcontextprotocol/tasks": {}},
+            },
+        });
+        let mut r = self
+            .http
+            .post(self.resource().await)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", method)
+            .header("authorization", format!("Bearer {bearer}"));
+        // `Mcp-Name`: what the request names (a tool, a task).
+        if let Some(name) = ["name", "taskId"].iter().find_map(|k| params[k].as_str()) {
+            r = r.header("mcp-name", name);
+        }
+        let r = r
+            .body(
+                json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string(),
+            )
+            .send()
+            .await
+            .unwrap();
+        let status = r.status();
+        let body = r.text().await.unwrap();
+        assert_eq!(status, StatusCode::OK, "{body}");
+        serde_json::from_str(&body).unwrap()
+    }
+
     /// `tools/call`: the tool's structured result (and whether it is an error).
     async fn tool(&self, bearer: &str, name: &str, arguments: Value) -> (Value, bool) {
         let r = self
@@ -4200,4 +4236,75 @@ async fn the_agent_binary_steps_up_its_scope_and_resumes_the_same_request() {
     assert!(err.contains("outcome=http_403_insufficient_scope"), "{err}");
     assert_eq!(jobs.load(Ordering::SeqCst), 1, "one effect");
     assert!(!out.contains(&code) && !err.contains(&code));
+}
+
+/// MCP tasks extension (2026-07-28): a client that declared it gets a task
+/// for a run still waiting on the connected tab, polls it with `tasks/get`
+/// to `completed` with the call's result, and another grant's token cannot
+/// read it.
+#[tokio::test]
+async fn a_run_waiting_on_the_tab_is_a_task_polled_to_its_result() {
+    let s = Server::start(&[]).await;
+    let alice = s.login("alice", "skills:read skills:write").await;
+    let bob = s.login("bob", "skills:read skills:write").await;
+    let tab = Tab::open(&s, &alice.cookie, "tab-1", "page-1").await;
+    tab.connect(true, false).await;
+
+    // The tab does nothing yet: the run waits on it, and the call answers a
+    // task instead of holding the connection.
+    let code = json!([{"skill": "list_notes", "args": {}}]).to_string();
+    let call = json!({"name": "execute", "arguments": {"requestId": R1, "code": code}});
+    let v = s.rpc_tasks(&alice.access, "tools/call", call).await;
+    let task = &v["result"];
+    assert_eq!(task["resultType"], "task", "{v}");
+    assert_eq!(task["status"], "working", "{v}");
+    let task_id = task["taskId"].as_str().unwrap().to_owned();
+    assert!(
+        !task_id.contains(R1),
+        "the task id is not the bare requestId"
+    );
+    assert_eq!(task["ttlMs"], 86_400_000, "{v}");
+    assert!(task["pollIntervalMs"].as_u64().unwrap() > 0, "{v}");
+
+    let get = json!({"taskId": task_id});
+    let v = s.rpc_tasks(&alice.access, "tasks/get", get.clone()).await;
+    assert_eq!(v["result"]["status"], "working", "{v}");
+
+    // Another user's grant cannot read it, nor a made-up id.
+    let v = s.rpc_tasks(&bob.access, "tasks/get", get.clone()).await;
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("unknown task"),
+        "{v}"
+    );
+    let forged = json!({"taskId": format!("{task_id}x")});
+    let v = s.rpc_tasks(&alice.access, "tasks/get", forged).await;
+    assert!(v["error"].is_object(), "{v}");
+
+    // The tab performs the job; the task completes with the call's result.
+    let (worker, done) = tab.work();
+    let mut last = Value::Null;
+    for _ in 0..50 {
+        last = s.rpc_tasks(&alice.access, "tasks/get", get.clone()).await;
+        if last["result"]["status"] == "completed" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    worker.abort();
+    assert_eq!(last["result"]["status"], "completed", "{last}");
+    let result = &last["result"]["result"]["structuredContent"];
+    assert_eq!(result["status"], "done", "{last}");
+    assert_eq!(result["requestId"], R1, "{last}");
+    assert_eq!(done.load(Ordering::SeqCst), 1, "the run ran once");
+
+    // Cancelling is acknowledged and stops nothing (the run had ended).
+    let v = s
+        .rpc_tasks(&alice.access, "tasks/cancel", get.clone())
+        .await;
+    assert!(v["error"].is_null(), "{v}");
+    let v = s.rpc_tasks(&alice.access, "tasks/get", get).await;
+    assert_eq!(v["result"]["status"], "completed", "{v}");
 }

@@ -15,7 +15,7 @@ use alloc::vec::Vec;
 use core::ops::Bound;
 
 use super::{Engine, SiteOpError, Txn, keys, load_site};
-use crate::approval::{Binding, GrantAutoApproval};
+use crate::approval::{ApprovalPrompt, Binding, GrantAutoApproval};
 use crate::bearer::Challenge;
 use crate::engine::Principal;
 use crate::executor::{ExecutorId, ExecutorLease};
@@ -1141,6 +1141,54 @@ impl<S: Store> Engine<S> {
         })
     }
 
+    /// Where request `request_id` of `principal`'s lineage stands, read
+    /// only (nothing moves: no run starts, no rate is counted): what a
+    /// client polling a task of it is told (the MCP tasks extension's
+    /// `tasks/get`). Refused, as [`Engine::outcomes`] is, for a grant that
+    /// is not live, another lineage's request, or a result no longer kept.
+    pub fn request_status(
+        &self,
+        principal: &Principal,
+        request_id: &RequestId,
+        now: Timestamp,
+    ) -> Result<RequestStatus, OutcomesError> {
+        self.read(|txn| {
+            let site = load_site(txn, &principal.site).map_err(|e| match e {
+                SiteOpError::Store(e) => OutcomesError::Store(e),
+                SiteOpError::Site(_) => OutcomesError::Session(Failure::Revoked),
+            })?;
+            let (grant, status) = self.grant_status(txn, &site, &principal.grant, now)?;
+            let Some(grant) = grant.filter(|_| status == Some(GrantStatus::Live)) else {
+                return Err(OutcomesError::Session(session_failure(status)));
+            };
+            let lineage = Lineage::of(site.id.as_str(), &grant.subject, &grant.client_id);
+            let rec: ExecutionRequest = txn
+                .load(&keys::request(&lineage, request_id))?
+                .ok_or(OutcomesError::NotFound)?;
+            if rec.grant() != grant.id {
+                let (_, owner) = self.grant_status(txn, &site, &rec.grant(), now)?;
+                if owner == Some(GrantStatus::Revoked) || owner.is_none() {
+                    return Err(OutcomesError::ResultExpired);
+                }
+            }
+            match rec.state() {
+                RequestState::AwaitingApproval(pending) => {
+                    Ok(RequestStatus::AwaitingApproval(pending.prompt(rec.id())))
+                }
+                RequestState::Running | RequestState::Parked(_) => Ok(RequestStatus::InProgress),
+                RequestState::Done { .. } => match rec.retained_until(self.policy.result_retention)
+                {
+                    Some(until) if now < until => self
+                        .stored(txn, &lineage, &rec, 0)?
+                        .map(RequestStatus::Done)
+                        .ok_or(OutcomesError::ResultExpired),
+                    _ => Err(OutcomesError::ResultExpired),
+                },
+                RequestState::Expired => Err(OutcomesError::ResultExpired),
+            }
+        })
+    }
+
     /// Deletes expired results (keeping tombstones) and records past their
     /// grant's deadline, through the ledger's expiry index, doing at most
     /// `budget` units of work (index entries and outcomes). Returns the work
@@ -1368,6 +1416,19 @@ impl<S: Store> Engine<S> {
         );
         self.read(|txn| txn.load(&keys::request(&lineage, request_id)))
     }
+}
+
+/// Where a request stands, as [`Engine::request_status`] reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RequestStatus {
+    /// It waits for the person's decision on this prompt.
+    AwaitingApproval(ApprovalPrompt),
+    /// A run holds it, or it waits to be resumed (a scope, the tab, a
+    /// decision already made).
+    InProgress,
+    /// It ended: its stored result (the first page of outcomes).
+    Done(StoredResult),
 }
 
 /// What [`Engine::abandon_running`] counts as lost: every run. A function,

@@ -57,7 +57,7 @@ use crate::store::{
 pub use agent::{AgentPrincipal, AgentTokenRequest, MintError};
 pub use approvals::{MAX_GRANTS_LISTED, MAX_PROMPTS_LISTED};
 pub use grants::{BearerRejection, GrantPage, GrantSummary, Principal};
-pub use ledger::{AbandonCursor, Abandoned};
+pub use ledger::{AbandonCursor, Abandoned, RequestStatus};
 pub use oauth::RevokeError;
 
 /// The policy engine over a store `S`.

@@ -239,6 +239,52 @@ impl<S: crate::store::Store> crate::Engine<S> {
     }
 }
 
+/// The call a task id is sealed for: not a call, so no request state ever
+/// opens as a task id or the other way round.
+fn task_call() -> CallDigest {
+    CallDigest::of("portcullis/task", "", b"")
+}
+
+impl<S: crate::store::Store> crate::Engine<S> {
+    /// A task id naming `request_id` for `principal`'s grant lineage (the
+    /// MCP tasks extension: an id the server generates, unguessable, and
+    /// checked on every task call). Sealed like a `requestState`, for as
+    /// long as a result is kept ([`crate::Policy::result_retention`]).
+    #[must_use]
+    pub fn seal_task_id(
+        &self,
+        principal: &crate::engine::Principal,
+        request_id: RequestId,
+        now: Timestamp,
+    ) -> Option<String> {
+        let state = ResumeState {
+            request_id,
+            prompted: false,
+            expires: now.saturating_add(self.policy().result_retention),
+        };
+        seal(self.keyring(), &lineage_of(principal), &task_call(), &state)
+    }
+
+    /// The request a task id names, if this server sealed it for
+    /// `principal`'s grant lineage and it has not expired: another user's
+    /// or client's id is refused, like a forged one.
+    pub fn open_task_id(
+        &self,
+        principal: &crate::engine::Principal,
+        text: &str,
+        now: Timestamp,
+    ) -> Result<RequestId, StateError> {
+        open(
+            self.keyring(),
+            &lineage_of(principal),
+            &task_call(),
+            text,
+            now,
+        )
+        .map(|s| s.request_id)
+    }
+}
+
 fn lineage_of(principal: &crate::engine::Principal) -> Lineage {
     Lineage::of(
         principal.site.as_str(),

@@ -33,13 +33,14 @@ use portcullis_axum::Agent;
 use portcullis_axum::rmcp::{Call, REQUEST_ID_META};
 use portcullis_core::bearer::Challenge;
 use portcullis_core::engine::Principal;
+use portcullis_core::engine::RequestStatus;
 use portcullis_core::error::ErrorCode;
 use portcullis_core::ledger::{BeginError, RequestId, RequestState};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, Implementation,
-    InitializeRequestParams, InitializeResult, JsonObject, ListResourceTemplatesResult,
-    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
-    ReadResourceResponse, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, GetTaskParams,
+    GetTaskResult, Implementation, InitializeRequestParams, InitializeResult, JsonObject,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
@@ -94,6 +95,28 @@ pub(crate) struct Tools {
 }
 
 impl Tools {
+    /// The caller of a task call and the request its task id names: the
+    /// id must be one sealed for the caller's grant lineage (an agent token
+    /// has none).
+    fn task_of(
+        &self,
+        context: &mut RequestContext<RoleServer>,
+        task_id: &str,
+    ) -> Result<(Principal, RequestId), ErrorData> {
+        let principal = context
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<Agent>())
+            .and_then(|agent| agent.principal().cloned())
+            .ok_or_else(|| ErrorData::invalid_params("unknown task", None))?;
+        let id = self
+            .app
+            .engine()
+            .open_task_id(&principal, task_id, crate::clock::now())
+            .map_err(|_| ErrorData::invalid_params("unknown task", None))?;
+        Ok((principal, id))
+    }
+
     /// The tools of `app`.
     pub(crate) fn new(app: &Shared) -> Self {
         Self {
@@ -117,14 +140,21 @@ pub(crate) fn builtin_names() -> Vec<String> {
 
 /// What `initialize` answers, built once: rmcp asks for it on every
 /// request it serves (each sets up its own peer from it).
-static INFO: LazyLock<ServerConfig> =
-    LazyLock::new(|| info(ServerCapabilities::builder().enable_tools().build()));
+static INFO: LazyLock<ServerConfig> = LazyLock::new(|| {
+    info(
+        ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tasks()
+            .build(),
+    )
+});
 
 /// [`INFO`] with the gateway's resources.
 static GATEWAY_INFO: LazyLock<ServerConfig> = LazyLock::new(|| {
     info(
         ServerCapabilities::builder()
             .enable_tools()
+            .enable_tasks()
             .enable_resources()
             .build(),
     )
@@ -198,6 +228,78 @@ fn ok(body: Value) -> CallToolResult {
     CallToolResult::structured(body)
 }
 
+/// How long `execute` waits for its run before a client that declared the
+/// tasks extension gets a task: a quick run answers its result at once.
+const TASK_WAIT: Duration = Duration::from_secs(2);
+
+/// How often a client should poll a task (`pollIntervalMs`).
+const TASK_POLL: Duration = Duration::from_secs(1);
+
+/// An RFC 3339 timestamp of `t` (whole seconds, UTC), as task records carry.
+fn rfc3339(t: portcullis_core::Timestamp) -> String {
+    let secs = t.as_secs();
+    let days = i64::try_from(secs / 86_400).unwrap_or(0);
+    let rem = secs % 86_400;
+    let (y, m, d) = civil(days);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// The civil date of `days` since 1970-01-01 (H. Hinnant's algorithm).
+fn civil(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+/// The task record of request `id` at `status` (the MCP tasks extension:
+/// a server-generated, unguessable id — here sealed to the grant lineage
+/// and the request — a time to live, and a polling interval).
+fn task_record(
+    app: &super::App,
+    principal: &Principal,
+    id: RequestId,
+    status: &str,
+) -> Result<Value, ErrorData> {
+    let now = crate::clock::now();
+    let task_id = app
+        .engine()
+        .seal_task_id(principal, id, now)
+        .ok_or_else(|| ErrorData::internal_error("no active signing key", None))?;
+    let ttl = app.engine().policy().result_retention;
+    Ok(json!({
+        "taskId": task_id,
+        "status": status,
+        "createdAt": rfc3339(now),
+        "lastUpdatedAt": rfc3339(now),
+        "ttlMs": u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
+        "pollIntervalMs": u64::try_from(TASK_POLL.as_millis()).unwrap_or(1000),
+    }))
+}
+
+/// The task that answers a call whose run is still in progress. The ledger
+/// entry it names is durable already (the run was admitted in a committed
+/// transaction before this answer).
+fn task_created(
+    app: &super::App,
+    principal: &Principal,
+    id: RequestId,
+) -> Result<rmcp::model::CreateTaskResult, ErrorData> {
+    let mut record = task_record(app, principal, id, "working")?;
+    record["resultType"] = json!("task");
+    serde_json::from_value(record).map_err(|e| ErrorData::internal_error(e.to_string(), None))
+}
+
 /// The call of `tool` as the ledger answers it in the client's revision
 /// (`portcullis-axum`'s [`Call`]: a multi round-trip request's sealed
 /// state, URL elicitation, -32042, or the ledger's JSON).
@@ -259,6 +361,100 @@ async fn wait_for_decision(app: &Shared, principal: &Principal, id: RequestId, w
 fn raise(challenge: Option<&Challenge>, agent: &Agent) {
     if let Some(c) = challenge {
         agent.raise(c.clone());
+    }
+}
+
+impl Tools {
+    /// `execute`: the program's run through the ledger and the tab, its
+    /// answer in the client's revision (a task for a client that declared
+    /// the tasks extension and whose run is still in progress).
+    async fn call_execute(
+        &self,
+        agent: &Agent,
+        context: &mut RequestContext<RoleServer>,
+        args: &Value,
+        request: &CallToolRequestParams,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let Some(p) = agent.principal().cloned() else {
+            let answer = Answer::begin_error(&BeginError::AgentToken, None);
+            return Ok(structured(&answer).into());
+        };
+        let id = args
+            .get("requestId")
+            .and_then(Value::as_str)
+            .and_then(|s| RequestId::parse(s).ok());
+        // The run's request id is its argument's: the call names it
+        // (in -32042's `data`, in a sealed state), not one drawn.
+        if let Some(id) = id {
+            context
+                .meta
+                .insert(REQUEST_ID_META.into(), json!(id.to_string()));
+        }
+        let call = waiting_call(agent, context, "execute", args, request)?;
+        if let Some(id) = id {
+            wait_for_decision(&self.app, &p, id, call.wait(Duration::ZERO)).await;
+        }
+        let tasks = context
+            .client_capabilities()
+            .is_some_and(|c| c.supports_tasks());
+        let wait = if tasks { TASK_WAIT } else { run::WAIT };
+        let answer = Box::pin(run::execute(&self.app, p.clone(), args, wait)).await;
+        raise(answer.challenge.as_ref(), agent);
+        if let (true, Some(id), Some("execution_pending")) =
+            (tasks, id, answer.body["status"].as_str())
+        {
+            return task_created(&self.app, &p, id).map(CallToolResponse::Task);
+        }
+        let url = id.map(|id| self.app.approval_url(id));
+        call.answer(agent, answer.body, url.as_deref())
+    }
+
+    /// A downstream tool of the gateway, through the ledger.
+    async fn call_gateway(
+        &self,
+        agent: &Agent,
+        context: &RequestContext<RoleServer>,
+        name: &str,
+        args: Value,
+        request: &CallToolRequestParams,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let Some((source, tool)) = self.app.gateway.find(name) else {
+            return Err(ErrorData::invalid_params(
+                format!("no tool named {:?}", request.name),
+                None,
+            ));
+        };
+        let Some(p) = agent.principal().cloned() else {
+            let reply = gateway::tools::Reply::refused_agent_token();
+            return Ok(reply.result.into());
+        };
+        let call = waiting_call(agent, context, name, &args, request)?
+            .with_output_schema(tool.output_schema.is_some());
+        let id = call.request_id();
+        wait_for_decision(&self.app, &p, id, call.wait(Duration::ZERO)).await;
+        let arguments = match args {
+            Value::Object(m) => m,
+            _ => JsonObject::new(),
+        };
+        // The call's request id (from its `_meta`, its sealed state,
+        // or drawn for it) is the one the gateway runs under.
+        let mut meta = context.meta.clone();
+        meta.insert(REQUEST_ID_META.into(), json!(id.to_string()));
+        let reply = Box::pin(gateway::tools::call(
+            &self.app,
+            p,
+            source,
+            tool,
+            Some(&meta),
+            arguments,
+        ))
+        .await;
+        raise(reply.challenge.as_ref(), agent);
+        let url = self.app.approval_url(id);
+        match reply.result.structured_content {
+            Some(body) if is_waiting(&body) => call.answer(agent, body, Some(&url)),
+            _ => Ok(reply.result.into()),
+        }
     }
 }
 
@@ -340,71 +536,91 @@ impl ServerHandler for Tools {
                 }
             }
             "execute" => {
-                let Some(p) = agent.principal().cloned() else {
-                    let answer = Answer::begin_error(&BeginError::AgentToken, None);
-                    return Ok(structured(&answer).into());
-                };
-                let id = args
-                    .get("requestId")
-                    .and_then(Value::as_str)
-                    .and_then(|s| RequestId::parse(s).ok());
-                // The run's request id is its argument's: the call names it
-                // (in -32042's `data`, in a sealed state), not one drawn.
-                if let Some(id) = id {
-                    context
-                        .meta
-                        .insert(REQUEST_ID_META.into(), json!(id.to_string()));
-                }
-                let call = waiting_call(&agent, &context, "execute", &args, &request)?;
-                if let Some(id) = id {
-                    wait_for_decision(&self.app, &p, id, call.wait(Duration::ZERO)).await;
-                }
-                let answer = Box::pin(run::execute(&self.app, p, &args)).await;
-                raise(answer.challenge.as_ref(), &agent);
-                let url = id.map(|id| self.app.approval_url(id));
-                return call.answer(&agent, answer.body, url.as_deref());
+                return self
+                    .call_execute(&agent, &mut context, &args, &request)
+                    .await;
             }
             name => {
-                let Some((source, tool)) = self.app.gateway.find(name) else {
-                    return Err(ErrorData::invalid_params(
-                        format!("no tool named {:?}", request.name),
-                        None,
-                    ));
-                };
-                let Some(p) = agent.principal().cloned() else {
-                    let reply = gateway::tools::Reply::refused_agent_token();
-                    return Ok(reply.result.into());
-                };
-                let call = waiting_call(&agent, &context, name, &args, &request)?
-                    .with_output_schema(tool.output_schema.is_some());
-                let id = call.request_id();
-                wait_for_decision(&self.app, &p, id, call.wait(Duration::ZERO)).await;
-                let arguments = match args {
-                    Value::Object(m) => m,
-                    _ => JsonObject::new(),
-                };
-                // The call's request id (from its `_meta`, its sealed state,
-                // or drawn for it) is the one the gateway runs under.
-                let mut meta = context.meta.clone();
-                meta.insert(REQUEST_ID_META.into(), json!(id.to_string()));
-                let reply = Box::pin(gateway::tools::call(
-                    &self.app,
-                    p,
-                    source,
-                    tool,
-                    Some(&meta),
-                    arguments,
-                ))
-                .await;
-                raise(reply.challenge.as_ref(), &agent);
-                let url = self.app.approval_url(id);
-                return match reply.result.structured_content {
-                    Some(body) if is_waiting(&body) => call.answer(&agent, body, Some(&url)),
-                    _ => Ok(reply.result.into()),
-                };
+                return self
+                    .call_gateway(&agent, &context, name, args, &request)
+                    .await;
             }
         };
         Ok(result.into())
+    }
+
+    /// `tasks/get` (the MCP tasks extension): the task of an `execute`
+    /// whose run was still in progress, read from the ledger (never run by
+    /// the read): `working` while it runs or waits to resume,
+    /// `input_required` while it waits for the person (with the approval
+    /// page as a URL elicitation), `completed` with the call's result once
+    /// it ended. A task id of another user or client, or forged, is refused
+    /// as unknown.
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        mut context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        let (principal, id) = self.task_of(&mut context, &request.task_id)?;
+        let p = principal.clone();
+        let status = self
+            .app
+            .blocking(move |app| app.engine().request_status(&p, &id, crate::clock::now()))
+            .await
+            .map_err(|_| ErrorData::internal_error("a blocking task failed", None))?;
+        let mut record = task_record(&self.app, &principal, id, "working")?;
+        record["taskId"] = json!(request.task_id);
+        match status {
+            Ok(RequestStatus::AwaitingApproval(prompt)) => {
+                record["status"] = json!("input_required");
+                record["inputRequests"] = json!({
+                    portcullis_axum::rmcp::APPROVAL_INPUT: {
+                        "method": "elicitation/create",
+                        "params": {
+                            "mode": "url",
+                            "message": format!("Approve {} for {}", prompt.kind,
+                                prompt.client_name.as_deref().unwrap_or("an agent")),
+                            "url": self.app.approval_url(id),
+                        },
+                    },
+                });
+            }
+            Ok(RequestStatus::Done(stored)) => {
+                let body = stored.to_json();
+                let result = if body["ok"] == Value::Bool(false) {
+                    CallToolResult::structured_error(body)
+                } else {
+                    CallToolResult::structured(body)
+                };
+                record["status"] = json!("completed");
+                record["result"] = serde_json::to_value(result)
+                    .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+            }
+            Err(e) => {
+                return Err(ErrorData::invalid_params(
+                    format!("unknown task: {e}"),
+                    None,
+                ));
+            }
+            // In progress (running, or waiting to resume): `working`.
+            Ok(_) => {}
+        }
+        record["resultType"] = json!("complete");
+        serde_json::from_value(record).map_err(|e| ErrorData::internal_error(e.to_string(), None))
+    }
+
+    /// `tasks/cancel`: acknowledged, and nothing stops: a run dispatched to
+    /// the tab may already have had its effect (the ledger never undoes or
+    /// abandons one: it ends with `unknownTail` only when its tab goes), and
+    /// an approval is the person's to deny. The task's status stays what
+    /// the ledger says.
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        mut context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.task_of(&mut context, &request.task_id)?;
+        Ok(())
     }
 
     async fn list_resources(

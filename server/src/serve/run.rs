@@ -58,8 +58,16 @@ fn ticket_failure(e: &TicketError, id: RequestId) -> Answer {
     Answer::ok(e.to_json(id))
 }
 
-/// `execute` for a verified principal with the tool's `arguments`.
-pub(crate) async fn execute(app: &Shared, principal: Principal, arguments: &Value) -> Answer {
+/// `execute` for a verified principal with the tool's `arguments`,
+/// waiting at most `wait` for a run it starts or finds in progress before
+/// it answers `execution_pending` ([`WAIT`] for a client that calls again;
+/// less for one that polls a task).
+pub(crate) async fn execute(
+    app: &Shared,
+    principal: Principal,
+    arguments: &Value,
+    wait: Duration,
+) -> Answer {
     let Ok(bytes) = serde_json::to_vec(arguments) else {
         return internal(None);
     };
@@ -89,7 +97,7 @@ pub(crate) async fn execute(app: &Shared, principal: Principal, arguments: &Valu
         if let Err(answer) = claim(&app, grant, id).await {
             return answer;
         }
-        let answer = admit(&app, principal, params, needed, steps).await;
+        let answer = admit(&app, principal, params, needed, steps, wait).await;
         if app.relay.driver(grant, id).is_none() {
             app.release_run(grant, id).await;
         }
@@ -142,6 +150,7 @@ async fn admit(
     params: ExecuteParams,
     needed: ScopeSet,
     steps: Vec<Step>,
+    wait_at_most: Duration,
 ) -> Answer {
     let id = params.request_id;
     let needed = Arc::new(needed);
@@ -175,7 +184,7 @@ async fn admit(
             }
             Ok(Ok(other)) => return Answer::ok(other.to_json().unwrap_or(Value::Null)),
         };
-        match wait(rx).await {
+        match wait(rx, wait_at_most).await {
             Some(Some(answer)) => return answer,
             Some(None) => {}
             None => return pending(id),
@@ -229,9 +238,12 @@ fn pending(id: RequestId) -> Answer {
     )
 }
 
-/// The driver's end, or `None` if it is still running after [`WAIT`].
-async fn wait(mut rx: tokio::sync::watch::Receiver<Option<DriverEnd>>) -> Option<Option<Answer>> {
-    match tokio::time::timeout(WAIT, rx.wait_for(Option::is_some)).await {
+/// The driver's end, or `None` if it is still running after `at_most`.
+async fn wait(
+    mut rx: tokio::sync::watch::Receiver<Option<DriverEnd>>,
+    at_most: Duration,
+) -> Option<Option<Answer>> {
+    match tokio::time::timeout(at_most, rx.wait_for(Option::is_some)).await {
         Ok(Ok(end)) => end.clone(),
         // The driver vanished without an answer: ask the ledger.
         Ok(Err(_)) => Some(None),
