@@ -557,7 +557,11 @@ fn refused(rejection: BearerRejection) -> Response {
         BearerRejection::Challenge(c) => c.error.map_or("none", ErrorCode::as_str),
         other => other.code().as_str(),
     };
-    tracing::debug!(status = rejection.http_status(), error, "bearer refused");
+    if rejection.http_status() >= 500 {
+        tracing::warn!(status = rejection.http_status(), error, cause = %rejection, "bearer refused");
+    } else {
+        tracing::debug!(status = rejection.http_status(), error, "bearer refused");
+    }
     match rejection {
         BearerRejection::Challenge(_) | BearerRejection::Unavailable { .. } => {
             respond::core(rejection.to_response())

@@ -472,6 +472,10 @@ async fn token<S: HostStore>(
             respond::core(tokens.to_response())
         }
         Ok(Err(TokenError::Store(e))) => respond::store(&e),
+        Ok(Err(e)) if e.http_status() >= 500 => {
+            tracing::warn!(error = e.code().as_str(), cause = %e, "token request refused");
+            respond::core(e.to_response())
+        }
         Ok(Err(e)) => {
             tracing::debug!(error = e.code().as_str(), "token request refused");
             respond::core(e.to_response())
@@ -508,6 +512,10 @@ async fn revoke<S: HostStore>(
             StatusCode::OK.into_response()
         }
         Ok(Err(RevokeError::Store(e))) => respond::store(&e),
+        Ok(Err(e)) if e.http_status() >= 500 => {
+            tracing::warn!(error = e.code().as_str(), cause = %e, "revocation refused");
+            respond::core(e.to_response())
+        }
         Ok(Err(e)) => {
             tracing::debug!(error = e.code().as_str(), "revocation refused");
             respond::core(e.to_response())

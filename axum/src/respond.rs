@@ -97,11 +97,17 @@ pub(crate) fn internal(cause: &str) -> Response {
 
 /// A store failure as an answer: `503` with `Retry-After` when the store
 /// cannot be reached now ([`StoreErrorKind::Unavailable`]: the database is
-/// down or restarting, or a commit's outcome could not be settled), else
-/// `500`. Either way the cause is logged (at WARN or ERROR, inside the
-/// request's span, so with its id) and not shown.
+/// down or restarting, or a commit's outcome could not be settled) or the
+/// operation kept losing races past the writer's budget
+/// ([`StoreErrorKind::Conflict`], see [`crate::store`]): nothing was
+/// applied and a retry may succeed. Else `500`. Either way the cause is
+/// logged (at WARN or ERROR, inside the request's span, so with its id)
+/// and not shown.
 pub(crate) fn store(e: &StoreError) -> Response {
-    if e.kind() == StoreErrorKind::Unavailable {
+    if matches!(
+        e.kind(),
+        StoreErrorKind::Unavailable | StoreErrorKind::Conflict
+    ) {
         unavailable(&e.to_string())
     } else {
         internal(&e.to_string())

@@ -17,14 +17,23 @@
 //! * **shared** (PostgreSQL): one transaction per operation on its own
 //!   pooled connection (PostgreSQL already shares a WAL flush among
 //!   concurrent commits); a serialization failure runs the operation again
-//!   on a fresh transaction, up to
-//!   [`MAX_ATTEMPTS`](portcullis_core::engine::MAX_ATTEMPTS) times, as the
-//!   engine's own `op(…)` forms do. An operation is therefore re-runnable:
-//!   a `Fn`, every effect through the transaction.
+//!   on a fresh transaction, as the engine's own `op(…)` forms do, but not
+//!   only [`MAX_ATTEMPTS`](portcullis_core::engine::MAX_ATTEMPTS) times in
+//!   a few milliseconds: past those, again after a jittered pause that
+//!   doubles up to [`MAX_PAUSE`], for as long as [`CONFLICT_BUDGET`]
+//!   allows. Each conflict means another writer of the same rows
+//!   committed, so racers (a refresh token sent by several processes at
+//!   once) each get their turn and end with the answer the core gives the
+//!   race (one rotation, the others `invalid_grant` or the retry window's
+//!   successor), not with a server error. A conflict still left after the
+//!   budget is the operation's answer; adapters answer it `503` with
+//!   `Retry-After`, as a store that cannot be reached. An operation is
+//!   therefore re-runnable: a `Fn`, every effect through the transaction.
 
 use std::cell::Cell;
 use std::ops::Bound;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use portcullis_core::engine::MAX_ATTEMPTS;
 use portcullis_core::store::{
@@ -247,23 +256,63 @@ impl<W: WriteTransaction> WriteTransaction for Txn<'_, '_, W> {
     }
 }
 
+/// How long the shared writer keeps re-running an operation that meets
+/// conflicts (see the [module docs](self)).
+pub const CONFLICT_BUDGET: Duration = Duration::from_secs(3);
+
+/// The longest pause between two attempts past the first
+/// [`MAX_ATTEMPTS`].
+pub const MAX_PAUSE: Duration = Duration::from_millis(50);
+
+/// When an operation that met a conflict may run again.
+struct Attempts {
+    started: Instant,
+    attempt: u32,
+}
+
+impl Attempts {
+    fn new() -> Self {
+        Self {
+            started: Instant::now(),
+            attempt: 1,
+        }
+    }
+
+    /// Whether to run again after a conflict: the first [`MAX_ATTEMPTS`]
+    /// at once (the store may pause in `begin_write`), then after a
+    /// jittered pause doubling up to [`MAX_PAUSE`], within
+    /// [`CONFLICT_BUDGET`].
+    fn again(&mut self) -> bool {
+        if self.attempt >= MAX_ATTEMPTS {
+            let left = CONFLICT_BUDGET.saturating_sub(self.started.elapsed());
+            if left.is_zero() {
+                return false;
+            }
+            let doubled = 1u64 << (self.attempt - MAX_ATTEMPTS).min(6);
+            let cap = Duration::from_millis(doubled).min(MAX_PAUSE).min(left);
+            let nanos = u64::try_from(cap.as_nanos()).unwrap_or(u64::MAX);
+            let pause = rand::random_range(0..=nanos);
+            std::thread::sleep(Duration::from_nanos(pause));
+        }
+        self.attempt = self.attempt.saturating_add(1);
+        true
+    }
+}
+
 /// Runs `op` on its own transaction of `store`, commits what it wrote, and
-/// runs it again on a fresh one when the store reported a conflict. `Err`
-/// only when the transaction could not be opened or committed; a conflict
-/// left after the last attempt is `op`'s own answer (the store error it
-/// carries).
+/// runs it again on a fresh one when the store reported a conflict (within
+/// [`CONFLICT_BUDGET`], see [`Attempts::again`]). `Err` only when the
+/// transaction could not be opened or committed; a conflict left after the
+/// last attempt is `op`'s own answer (the store error it carries).
 fn run_direct<S: Store, T>(
     store: &S,
     op: impl for<'t, 'b, 'w> Fn(&mut Txn<'t, 'b, S::Write<'w>>) -> T,
 ) -> Result<T, StoreError> {
-    let mut attempt = 1;
+    let mut attempts = Attempts::new();
     loop {
         let mut txn = match store.begin_write() {
             Ok(t) => t,
-            Err(e) if e.kind() == StoreErrorKind::Conflict && attempt < MAX_ATTEMPTS => {
-                attempt += 1;
-                continue;
-            }
+            Err(e) if e.kind() == StoreErrorKind::Conflict && attempts.again() => continue,
             Err(e) => return Err(e),
         };
         let (out, conflict, wrote) = {
@@ -279,8 +328,7 @@ fn run_direct<S: Store, T>(
             (out, d.conflict.get(), d.wrote)
         };
         if conflict {
-            if attempt < MAX_ATTEMPTS {
-                attempt += 1;
+            if attempts.again() {
                 continue;
             }
             return Ok(out);
@@ -288,13 +336,139 @@ fn run_direct<S: Store, T>(
         if wrote {
             match txn.commit() {
                 Ok(()) => {}
-                Err(e) if e.kind() == StoreErrorKind::Conflict && attempt < MAX_ATTEMPTS => {
-                    attempt += 1;
-                    continue;
-                }
+                Err(e) if e.kind() == StoreErrorKind::Conflict && attempts.again() => continue,
                 Err(e) => return Err(e),
             }
         }
         return Ok(out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use portcullis_core::store::{ReadTransaction as _, WriteTransaction as _};
+    use portcullis_store_memory::MemoryStore;
+
+    use super::*;
+
+    /// A memory store whose next `conflicts` commits fail with a conflict
+    /// (applying nothing), as a serializable store's do while other
+    /// writers of the same rows keep committing first.
+    struct Contended {
+        inner: MemoryStore,
+        conflicts: AtomicU32,
+    }
+
+    struct ContendedWrite<'a> {
+        inner: <MemoryStore as Store>::Write<'a>,
+        conflicts: &'a AtomicU32,
+    }
+
+    impl Store for Contended {
+        type Read<'a> = <MemoryStore as Store>::Read<'a>;
+        type Write<'a> = ContendedWrite<'a>;
+
+        fn begin_read(&self) -> Result<Self::Read<'_>, StoreError> {
+            self.inner.begin_read()
+        }
+
+        fn begin_write(&self) -> Result<ContendedWrite<'_>, StoreError> {
+            Ok(ContendedWrite {
+                inner: self.inner.begin_write()?,
+                conflicts: &self.conflicts,
+            })
+        }
+    }
+
+    impl ReadTransaction for ContendedWrite<'_> {
+        fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+            self.inner.get(table, key)
+        }
+
+        fn get_with<T>(
+            &self,
+            table: Table,
+            key: &[u8],
+            f: impl FnOnce(&[u8]) -> T,
+        ) -> Result<Option<T>, StoreError> {
+            self.inner.get_with(table, key, f)
+        }
+
+        fn range(
+            &self,
+            table: Table,
+            start: Bound<&[u8]>,
+            end: Bound<&[u8]>,
+            limit: usize,
+        ) -> Result<Vec<Entry>, StoreError> {
+            self.inner.range(table, start, end, limit)
+        }
+    }
+
+    impl WriteTransaction for ContendedWrite<'_> {
+        fn put(&mut self, table: Table, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
+            self.inner.put(table, key, value)
+        }
+
+        fn delete(&mut self, table: Table, key: &[u8]) -> Result<bool, StoreError> {
+            self.inner.delete(table, key)
+        }
+
+        fn savepoint(&mut self) -> Result<Savepoint, StoreError> {
+            self.inner.savepoint()
+        }
+
+        fn rollback_to(&mut self, savepoint: Savepoint) -> Result<(), StoreError> {
+            self.inner.rollback_to(savepoint)
+        }
+
+        fn commit(self) -> Result<(), StoreError> {
+            let left = self.conflicts.load(Ordering::SeqCst);
+            if left > 0 {
+                self.conflicts.store(left - 1, Ordering::SeqCst);
+                return Err(StoreError::new(
+                    StoreErrorKind::Conflict,
+                    "commit",
+                    "injected",
+                ));
+            }
+            self.inner.commit()
+        }
+    }
+
+    fn contended(conflicts: u32) -> Contended {
+        Contended {
+            inner: MemoryStore::new(),
+            conflicts: AtomicU32::new(conflicts),
+        }
+    }
+
+    #[test]
+    fn more_conflicts_in_a_row_than_max_attempts_still_commit_within_the_budget() {
+        let store = contended(3 * MAX_ATTEMPTS);
+        let started = Instant::now();
+        let out = run_direct(&store, |txn| txn.put(Table::Grants, b"k", b"v"));
+        assert_eq!(out, Ok(Ok(())), "committed after {:?}", started.elapsed());
+        assert_eq!(store.conflicts.load(Ordering::SeqCst), 0);
+        let read = store.begin_read().unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(read.get(Table::Grants, b"k"), Ok(Some(_))));
+    }
+
+    #[test]
+    fn conflicts_past_the_budget_are_the_answer_and_apply_nothing() {
+        let store = contended(u32::MAX);
+        let started = Instant::now();
+        let out = run_direct(&store, |txn| txn.put(Table::Grants, b"k", b"v"));
+        let took = started.elapsed();
+        assert!(
+            matches!(&out, Err(e) if e.kind() == StoreErrorKind::Conflict),
+            "{out:?}"
+        );
+        assert!(took >= CONFLICT_BUDGET, "{took:?}");
+        assert!(took < CONFLICT_BUDGET + Duration::from_secs(1), "{took:?}");
+        let read = store.begin_read().unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(read.get(Table::Grants, b"k"), Ok(None)));
     }
 }

@@ -1399,3 +1399,52 @@ async fn a_lost_run_re_asked_as_its_owner_s_lease_lapses_ends_and_is_never_left_
         assert_eq!(v["unknownTail"], true, "{v}");
     }
 }
+
+/// Refreshes of one token sent at once, this many per race.
+const RACERS: usize = 32;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refresh_token_raced_many_ways_never_answers_a_server_error() {
+    let Some(url) = database("many-way refresh race") else {
+        return;
+    };
+    // With the retry window every racer is answered with the one
+    // successor; without it one rotates and the others are reuse
+    // (`invalid_grant`, and the grant is revoked). Either way never a 5xx:
+    // a racer that lost to another's commit runs again, with a pause, for
+    // as long as the writer's conflict budget allows.
+    for (name, extra) in [
+        ("window", &["--refresh-retry-window-secs", "60"][..]),
+        ("strict", &[][..]),
+    ] {
+        let pair = std::sync::Arc::new(Pair::start(&url, &format!("race{name}"), extra).await);
+        let (client_id, tokens) = pair.login("alice").await;
+        let mut token = tokens["refresh_token"].as_str().unwrap().to_owned();
+        let rounds = if extra.is_empty() { 1 } else { 40 };
+        for round in 0..rounds {
+            let mut racing = tokio::task::JoinSet::new();
+            for i in 0..RACERS {
+                let (pair, client_id, token) = (
+                    std::sync::Arc::clone(&pair),
+                    client_id.clone(),
+                    token.clone(),
+                );
+                racing.spawn(async move { pair.refresh(i % 2, &client_id, &token).await });
+            }
+            let answers = racing.join_all().await;
+            let mut successors = std::collections::HashSet::new();
+            for (status, body) in &answers {
+                assert!(
+                    *status == StatusCode::OK
+                        || (*status == StatusCode::BAD_REQUEST && body["error"] == "invalid_grant"),
+                    "{name} round {round}: {status} {body}"
+                );
+                if *status == StatusCode::OK {
+                    successors.insert(body["refresh_token"].as_str().unwrap().to_owned());
+                }
+            }
+            assert_eq!(successors.len(), 1, "{name} round {round}: one rotation");
+            token = successors.into_iter().next().unwrap();
+        }
+    }
+}

@@ -59,10 +59,15 @@ pub(crate) fn internal(cause: &str) -> Response {
 
 /// A store failure as an answer: `503` with `Retry-After` when the store
 /// cannot be reached now ([`StoreErrorKind::Unavailable`]: the database is
-/// down or restarting, or a commit's outcome could not be settled), else
-/// `500`; the cause is logged either way.
+/// down or restarting, or a commit's outcome could not be settled) or the
+/// operation kept losing races past the writer's budget
+/// ([`StoreErrorKind::Conflict`]), else `500`; the cause is logged either
+/// way.
 pub(crate) fn store(e: &StoreError) -> Response {
-    if e.kind() == StoreErrorKind::Unavailable {
+    if matches!(
+        e.kind(),
+        StoreErrorKind::Unavailable | StoreErrorKind::Conflict
+    ) {
         database(&e.to_string())
     } else {
         internal(&e.to_string())
