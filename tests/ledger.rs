@@ -1037,7 +1037,11 @@ fn a_restart_keeps_what_an_approval_shows_and_ends_the_lost_runs<S: Store>(store
     for n in [3, 4] {
         let r = result(l.execute(n, "read()", &[READ]));
         assert!(r.unknown_tail, "effects may have happened");
-        assert_eq!(r.end, End::Failed(Failure::ConnectionLost));
+        assert_eq!(
+            r.end,
+            End::Failed(Failure::ExecutorLost),
+            "the host that held it went away, not the tab"
+        );
     }
     assert_eq!(l.page.count(READ), 0, "never run again");
     // Nothing else changed: the approval shows what it did, and a second
@@ -1070,7 +1074,7 @@ fn a_host_sharing_the_store_ends_only_the_runs_it_names_lost<S: Store>(store: &S
             .unwrap();
     assert_eq!((done.ended, done.next.is_none()), (1, true));
     let r = result(l.execute(3, "read()", &[READ]));
-    assert_eq!(r.end, End::Failed(Failure::ConnectionLost));
+    assert_eq!(r.end, End::Failed(Failure::ExecutorLost));
     assert!(r.unknown_tail);
     // The live run goes on with its ticket.
     l.w.engine

@@ -948,6 +948,11 @@ async fn a_crashed_instance_s_runs_end_at_the_next_start_and_a_live_one_s_go_on(
     assert_eq!(v["status"], "done", "B's lost run ended: {v}");
     assert_eq!(v["error"]["code"], "ACTION_UNAVAILABLE", "cut off: {v}");
     assert_eq!(v["unknownTail"], true, "{v}");
+    assert_eq!(
+        v["error"]["message"],
+        "the server instance that ran the call stopped or lost its lease while the call ran",
+        "the message names what happened (the tab never changed): {v}"
+    );
     let v = pair.tool(&c_url, &access, "execute", call(on_a)).await;
     assert_eq!(
         v["status"],
@@ -1397,6 +1402,12 @@ async fn a_lost_run_re_asked_as_its_owner_s_lease_lapses_ends_and_is_never_left_
         assert_eq!(v["status"], "done", "ask {ask}: the lost run ended: {v}");
         assert_eq!(v["error"]["code"], "ACTION_UNAVAILABLE", "{v}");
         assert_eq!(v["unknownTail"], true, "{v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("server instance")),
+            "{v}"
+        );
     }
 }
 

@@ -1289,11 +1289,12 @@ impl<S: Store> Engine<S> {
 
     /// Ends the runs a host lost: every request still `Running`, on either
     /// executor (a run holds an [`ExecutionTicket`], which lives only in the
-    /// host's memory and cannot be persisted), ends exactly as a run cut off
-    /// where it ran does: `CONNECTION_LOST` for a tab run, `ExecutorLost`
-    /// for a server run (the same wire code, `ACTION_UNAVAILABLE`), with
-    /// `unknownTail`, since its effects may have happened. Pending approvals
-    /// and parked requests are left alone.
+    /// host's memory and cannot be persisted), ends with `ExecutorLost`
+    /// ("the server instance that ran the call stopped or lost its lease",
+    /// `ACTION_UNAVAILABLE`) on a tab as on the server, since what went
+    /// away is the host that drove it, with `unknownTail`, since its effects
+    /// may have happened. Pending approvals and parked requests are left
+    /// alone.
     ///
     /// Call it when a host starts, before it serves, and only when no other
     /// host holds tickets on this store (a single-process server); a fleet

@@ -610,16 +610,18 @@ impl ExecutionRequest {
         }
     }
 
-    /// The host that held this request's run lost it (it stopped: the
-    /// ticket lived only in its memory). A running request ends exactly as a
-    /// run cut off where it ran does ([`Executor::lost`]: `ConnectionLost`
-    /// on a tab, `ExecutorLost` on the server; `unknownTail`); every other
-    /// state is left alone. Returns whether it ended.
+    /// The host that held this request's run lost it (it stopped, or its
+    /// lease lapsed: the ticket lived only in its memory). A running request
+    /// ends with [`Failure::ExecutorLost`] and `unknownTail`, on a tab as on
+    /// the server: what went away is the server instance that drove the
+    /// run, not the connected tab (whose change is `ConnectionLost`; both
+    /// are `ACTION_UNAVAILABLE` on the wire). Every other state is left
+    /// alone. Returns whether it ended.
     pub fn abandon(&mut self, now: Timestamp) -> bool {
         if self.state != RequestState::Running {
             return false;
         }
-        self.cancel(self.executor.lost(), now);
+        self.cancel(Failure::ExecutorLost, now);
         true
     }
 
@@ -1112,7 +1114,7 @@ mod tests {
             r.state,
             RequestState::Done {
                 at,
-                end: End::Failed(Failure::ConnectionLost),
+                end: End::Failed(Failure::ExecutorLost),
                 unknown_tail: true
             }
         );
