@@ -56,7 +56,8 @@ pub(crate) struct DbArgs {
     /// A PEM file of the certificate authorities PostgreSQL's certificate
     /// must chain to (the URL's `sslrootcert`; implies
     /// `sslmode=verify-full` when the URL names no `sslmode`). TLS follows
-    /// the URL's `sslmode`: `disable` (plain TCP, the default), `require`
+    /// the URL's `sslmode`: `disable` (plain TCP; the default on loopback
+    /// only: a URL for another host must name an `sslmode`), `require`
     /// (encrypted, certificate not checked) or `verify-full` (checked
     /// against this file, else Mozilla's roots, and the host name).
     #[arg(long, global = true)]

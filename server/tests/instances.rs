@@ -1459,3 +1459,42 @@ async fn a_refresh_token_raced_many_ways_never_answers_a_server_error() {
         }
     }
 }
+
+#[test]
+fn a_database_beyond_loopback_without_sslmode_refuses_to_start() {
+    // No database is reached: the URL is refused as it is read, so this
+    // runs without PORTCULLIS_TEST_POSTGRES_URL too.
+    let dir = tempfile::tempdir().unwrap();
+    let run = |db: &str| {
+        let mut child = Command::new(BIN)
+            .args(["serve", "--db", db, "--key-file", &key_file(dir.path())])
+            .args(["--addr", &format!("127.0.0.1:{}", free_port())])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while child.try_wait().unwrap().is_none() {
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("serve --db {db} kept running");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        child.wait_with_output().unwrap()
+    };
+    let out = run("postgres://portcullis:s3cret-pw@db.example.invalid:5432/app");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("sslmode=verify-full"), "{stderr}");
+    assert!(stderr.contains("sslmode=disable"), "{stderr}");
+    assert!(!stderr.contains("s3cret-pw"), "{stderr}");
+    // Plaintext written down is accepted as asked (and then fails to
+    // connect: the host does not exist), not refused for its sslmode.
+    let out = run("postgres://portcullis:s3cret-pw@db.example.invalid:5432/app?sslmode=disable");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(!stderr.contains("sslmode=verify-full"), "{stderr}");
+    assert!(!stderr.contains("s3cret-pw"), "{stderr}");
+}

@@ -87,8 +87,11 @@
 //! this crate's `Debug` output and errors name only user, hosts, ports and
 //! database. TLS follows the URL's `sslmode` (`disable`, `require`,
 //! `verify-full`) and `sslrootcert`, with rustls: see [`TlsMode`] and the
-//! table in the `tls` module; without `sslmode` connections are plain TCP,
-//! which suits a loopback or private-network database only.
+//! table in the `tls` module. Without `sslmode` connections are plain TCP,
+//! and that is allowed for a loopback host or a Unix socket only: for any
+//! other host [`PostgresConfig::parse`] refuses the string, so plaintext
+//! over a network is a choice written down (`sslmode=disable`), never a
+//! default.
 //!
 //! # Group commit
 //!
@@ -158,7 +161,11 @@ impl PostgresConfig {
     ///
     /// In the URL form, `sslmode` chooses TLS ([`TlsMode::from_sslmode`])
     /// and `sslrootcert` names a PEM file of the roots `verify-full`
-    /// trusts (Mozilla's roots without it).
+    /// trusts (Mozilla's roots without it). A string that names a host
+    /// beyond loopback (neither `localhost`, `127.0.0.0/8`, `::1` nor a
+    /// Unix socket) must name an `sslmode`: without one it is refused
+    /// ([`StoreErrorKind::Other`], context `connection string`), since the
+    /// password and every token would cross the network in plaintext.
     pub fn parse(connection_string: &str) -> Result<Self, StoreError> {
         let invalid = |detail: &str| {
             StoreError::new(
@@ -177,6 +184,19 @@ impl PostgresConfig {
         let mut config: postgres::Config = rest
             .parse()
             .map_err(|_| invalid("not a valid PostgreSQL connection string"))?;
+        let explicit = sslmode.is_some() || rest.contains("sslmode=");
+        if !explicit && let Some(host) = remote_host(&config) {
+            return Err(StoreError::new(
+                StoreErrorKind::Other,
+                "connection string",
+                format!(
+                    "{host} is not a loopback address and the connection string names no \
+                     sslmode: add sslmode=verify-full (TLS, the server's certificate and name \
+                     checked), or sslmode=disable to send everything, password included, in \
+                     plaintext"
+                ),
+            ));
+        }
         if tls != TlsMode::Disable {
             config.ssl_mode(postgres::config::SslMode::Require);
         }
@@ -1028,6 +1048,31 @@ impl WriteTransaction for PostgresWrite<'_> {
     }
 }
 
+/// The first host of `config` that is neither a Unix socket nor on
+/// loopback (`localhost`, `127.0.0.0/8`, `::1`), by name or `hostaddr`:
+/// a connection to it crosses a network.
+fn remote_host(config: &postgres::Config) -> Option<String> {
+    use postgres::config::Host;
+    let names = config.get_hosts().iter().filter_map(|h| match h {
+        Host::Tcp(name) => {
+            let loopback = name.eq_ignore_ascii_case("localhost")
+                || name
+                    .trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .parse::<std::net::IpAddr>()
+                    .is_ok_and(|ip| ip.is_loopback());
+            (!loopback).then(|| name.clone())
+        }
+        Host::Unix(_) => None,
+    });
+    let addrs = config
+        .get_hostaddrs()
+        .iter()
+        .filter(|ip| !ip.is_loopback())
+        .map(ToString::to_string);
+    names.chain(addrs).next()
+}
+
 /// A connection failure, naming the target but never the password.
 fn describe(e: &postgres::Error, target: &str) -> String {
     match e.as_db_error() {
@@ -1129,8 +1174,9 @@ mod tests {
 
     #[test]
     fn debug_and_errors_never_show_the_password() {
-        let config = PostgresConfig::parse("postgres://alice:hunter2@db.example:6543/app")
-            .unwrap_or_else(|e| panic!("{e}"));
+        let config =
+            PostgresConfig::parse("postgres://alice:hunter2@db.example:6543/app?sslmode=require")
+                .unwrap_or_else(|e| panic!("{e}"));
         let shown = format!("{config:?}");
         assert!(shown.contains("alice@db.example:6543/app"), "{shown}");
         assert!(!shown.contains("hunter2"), "{shown}");
@@ -1147,6 +1193,50 @@ mod tests {
         let shown = format!("{err} {err:?}");
         assert!(shown.contains("alice@127.0.0.1:1/app"), "{shown}");
         assert!(!shown.contains("hunter2"), "{shown}");
+    }
+
+    #[test]
+    fn a_host_beyond_loopback_needs_an_sslmode() {
+        for remote in [
+            "postgres://u:p@db.example:5432/app",
+            "postgres://u:p@10.0.0.5/app",
+            "postgres://u:p@[2001:db8::1]/app",
+            "postgres://u:p@127.0.0.1/app?hostaddr=192.0.2.7",
+            "host=db.example user=u dbname=app",
+        ] {
+            let e = PostgresConfig::parse(remote).err();
+            assert!(
+                e.as_ref().is_some_and(|e| e.kind() == StoreErrorKind::Other
+                    && e.to_string().contains("sslmode=verify-full")
+                    && !e.to_string().contains(":p@")),
+                "{remote}: {e:?}"
+            );
+            let sep = if remote.contains("://") {
+                if remote.contains('?') { "&" } else { "?" }
+            } else {
+                " "
+            };
+            // The key=value form knows the driver's own modes only.
+            let modes: &[&str] = if remote.contains("://") {
+                &["disable", "require", "verify-full"]
+            } else {
+                &["disable", "require"]
+            };
+            for mode in modes {
+                let explicit = format!("{remote}{sep}sslmode={mode}");
+                assert!(PostgresConfig::parse(&explicit).is_ok(), "{explicit}");
+            }
+        }
+        for local in [
+            "postgres://u:p@127.0.0.1:5432/app",
+            "postgres://u:p@127.8.9.10/app",
+            "postgres://u:p@localhost/app",
+            "postgres://u:p@[::1]/app",
+            "host=/var/run/postgresql user=u dbname=app",
+        ] {
+            let config = PostgresConfig::parse(local).unwrap_or_else(|e| panic!("{local}: {e}"));
+            assert_eq!(config.tls_mode(), TlsMode::Disable, "{local}");
+        }
     }
 
     #[test]
