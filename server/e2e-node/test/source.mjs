@@ -11,7 +11,7 @@
 //                 bad_link, figure
 //   delay=MS      wait this long before answering anything (a slow start)
 //   resources=…   which resources to list: plain, long (a URI over 8 KiB),
-//                 dots (a `..` segment), figure (4 096 pages and a 2 MB one)
+//                 dots (a `..` segment), figure (4 095 pages and a 2 MB one)
 import { Server } from "@modelcontextprotocol/sdk/server/index.js";
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
 import {
@@ -28,10 +28,10 @@ let tools = (opts.tools ?? "").split(",").filter(Boolean);
 const listed = new Set((opts.resources ?? "").split(",").filter(Boolean));
 const stats = { listCalls: 0, executions: {} };
 
-/** The figure's resources: 4 096 known pages, and one 2 MB page that
- * links to them all, over and over (what an MCP Apps bundle with many
+/** The figure's resources: 4 096 known URIs (4 095 pages and one 2 MB page
+ * that links to them all, over and over: what an MCP Apps bundle with many
  * self-references looks like to the gateway's text rewriting). */
-export const FIGURE_PAGES = 4096;
+export const FIGURE_PAGES = 4095;
 export const figurePage = (i) => `ui://fig/page-${i}.html`;
 export const FIGURE_BIG = "ui://fig/big.html";
 function figureText() {
