@@ -1,6 +1,7 @@
-// Shared helpers of the Node end-to-end tests: spawn `portcullis serve` on a
-// fresh database, drive the development sign-in and consent with plain HTTP,
-// and speak the tab channel as a scripted connected tab.
+// Shared helpers of the Node end-to-end tests: spawn `portcullis serve` (or
+// examples/notes-app) on a fresh database, drive the sign-in (the server's
+// development sign-in, or the app's own) and consent with plain HTTP, and
+// speak the tab channel as a scripted connected tab.
 import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -97,7 +98,12 @@ export async function authorizeAsUser(authorizationUrl, user, cookie) {
   });
   if (r.status !== 302) throw new Error(`consent: ${r.status}`);
   const back = new URL(r.headers.get("location"));
-  return { cookie, code: back.searchParams.get("code"), state: back.searchParams.get("state") };
+  return {
+    cookie,
+    code: back.searchParams.get("code"),
+    state: back.searchParams.get("state"),
+    iss: back.searchParams.get("iss") ?? undefined,
+  };
 }
 
 /** A scripted connected tab speaking the tab channel (as /agents/app.js does). */
@@ -186,17 +192,19 @@ export class ScriptedTab {
 }
 
 /** An in-memory OAuth client provider that "opens the browser" by
- * following the authorization URL itself (sign-in and consent over HTTP). */
+ * following the authorization URL itself (sign-in and consent over HTTP):
+ * the demo server's development sign-in, or `authorize` (for example
+ * `notesSignIn`). `name` is the client's registered name. */
 export class Provider {
-  constructor(user) {
-    this.user = user;
+  constructor(user, { name = "Node SDK Agent", authorize = authorizeAsUser } = {}) {
+    Object.assign(this, { user, name, authorize });
     this.saved = [];
     this.authorizations = 0;
   }
   get redirectUrl() { return "http://127.0.0.1:7777/callback"; }
   get clientMetadata() {
     return {
-      client_name: "Node SDK Agent",
+      client_name: this.name,
       redirect_uris: [this.redirectUrl],
       grant_types: ["authorization_code", "refresh_token"],
       response_types: ["code"],
@@ -210,13 +218,94 @@ export class Provider {
   saveTokens(t) { this.current = t; this.saved.push(t); }
   saveCodeVerifier(v) { this.verifier = v; }
   codeVerifier() { return this.verifier; }
+  // The TypeScript client 2.x binds the callback leg to the authorization
+  // server it discovered (it warns when the provider cannot keep it).
+  saveDiscoveryState(s) { this.discovery = s; }
+  discoveryState() { return this.discovery; }
   async redirectToAuthorization(url) {
     this.authorizations += 1;
     this.lastUrl = url;
-    const r = await authorizeAsUser(url, this.user, this.cookie);
+    const r = await this.authorize(url, this.user, this.cookie);
     this.cookie = r.cookie;
     this.code = r.code;
+    this.iss = r.iss;
   }
+}
+
+/** The notes-app binary: `$NOTES_APP_BIN`, else the workspace's debug build. */
+export const NOTES_BIN = process.env.NOTES_APP_BIN ?? resolve(here, "../../../target/debug/notes-app");
+
+/** Starts examples/notes-app on a free loopback port and a fresh database;
+ * resolves once it listens. */
+export async function startNotesApp(env = {}) {
+  const dir = mkdtempSync(join(tmpdir(), "notes-app-e2e-"));
+  const child = spawn(NOTES_BIN, [], {
+    stdio: ["ignore", "pipe", "pipe"],
+    env: { ...process.env, NOTES_ADDR: "127.0.0.1:0", NOTES_DB: join(dir, "notes.redb"), RUST_LOG: "debug", ...env },
+  });
+  let out = "";
+  let err = "";
+  child.stderr.on("data", (d) => { err += d; });
+  const mcpUrl = await new Promise((ok, fail) => {
+    const timer = setTimeout(() => fail(new Error(`notes-app did not start: ${err}`)), 20000);
+    child.stdout.on("data", (d) => {
+      out += d;
+      const m = out.match(/MCP URL:\s+(\S+)/);
+      if (m) { clearTimeout(timer); ok(m[1]); }
+    });
+    child.on("exit", (code) => fail(new Error(`notes-app exited ${code}: ${err}`)));
+  });
+  return {
+    base: new URL(mcpUrl).origin,
+    mcpUrl,
+    logs: () => out + err,
+    async stop() {
+      const exited = new Promise((ok) => child.on("exit", ok));
+      child.kill("SIGTERM");
+      await exited;
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/**
+ * Follows an authorization URL of notes-app as the user's browser would:
+ * the app's OWN sign-in (`/login`, the first time), then the consent form
+ * with its CSRF token. Same answer as `authorizeAsUser`.
+ */
+export async function notesSignIn(authorizationUrl, user, cookie) {
+  const url = new URL(authorizationUrl);
+  const path = url.pathname + url.search;
+  if (!cookie) {
+    const page = await fetch(url, { redirect: "manual" });
+    await page.arrayBuffer();
+    const login = page.headers.get("location") ?? "";
+    if (page.status !== 303 || !login.startsWith("/login?next=")) throw new Error(`no sign-in: ${page.status} ${login}`);
+    const r = await fetch(new URL("/login", url), {
+      method: "POST",
+      redirect: "manual",
+      headers: { "content-type": "application/x-www-form-urlencoded" },
+      body: form({ username: user, next: path }),
+    });
+    if (r.status !== 303 || r.headers.get("location") !== path) throw new Error(`sign-in: ${r.status}`);
+    cookie = r.headers.getSetCookie()[0].split(";")[0];
+  }
+  const html = await (await fetch(url, { headers: { cookie } })).text();
+  if (!html.includes("unverified")) throw new Error(`no consent screen: ${html}`);
+  const r = await fetch(url, {
+    method: "POST",
+    redirect: "manual",
+    headers: { "content-type": "application/x-www-form-urlencoded", cookie },
+    body: form({ intent: "allow", csrf: csrfOf(html) }),
+  });
+  if (r.status !== 302) throw new Error(`consent: ${r.status}`);
+  const back = new URL(r.headers.get("location"));
+  return {
+    cookie,
+    code: back.searchParams.get("code"),
+    state: back.searchParams.get("state"),
+    iss: back.searchParams.get("iss") ?? undefined,
+  };
 }
 
 export { readFileSync };
