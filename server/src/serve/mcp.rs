@@ -329,14 +329,25 @@ fn is_waiting(body: &Value) -> bool {
     )
 }
 
-/// How often a retried call looks whether the person decided.
+/// How often a retried call looks whether the person decided, when no
+/// decision of this instance wakes it (one on another instance of a fleet).
 const DECISION_POLL: Duration = Duration::from_millis(250);
 
 /// On a client's retry of a multi round-trip request, waits (at most
 /// `wait`) while request `id` awaits the person's decision, so the retry
 /// answers the result rather than another round: one prompt per approval.
-/// Reads only.
-async fn wait_for_decision(app: &Shared, principal: &Principal, id: RequestId, wait: Duration) {
+/// A decision in this process wakes it at once; it reads the ledger again
+/// every [`DECISION_POLL`] otherwise.
+pub(crate) async fn wait_for_decision(
+    app: &Shared,
+    principal: &Principal,
+    id: RequestId,
+    wait: Duration,
+) {
+    if wait.is_zero() {
+        return;
+    }
+    let mut decided = app.decisions.subscribe();
     let deadline = tokio::time::Instant::now() + wait;
     while tokio::time::Instant::now() < deadline {
         let p = principal.clone();
@@ -352,7 +363,14 @@ async fn wait_for_decision(app: &Shared, principal: &Principal, id: RequestId, w
         if !waiting {
             return;
         }
-        tokio::time::sleep(DECISION_POLL).await;
+        let slice = deadline.min(tokio::time::Instant::now() + DECISION_POLL);
+        loop {
+            match tokio::time::timeout_at(slice, decided.recv()).await {
+                Ok(Ok(decision)) if decision != id => {}
+                // Ours, missed ones, or time to look again.
+                _ => break,
+            }
+        }
     }
 }
 

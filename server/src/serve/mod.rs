@@ -129,6 +129,11 @@ pub(crate) struct App {
     /// Becomes `true` when the server shuts down: long-polls end at once
     /// instead of holding the graceful shutdown for their 25 s.
     stopping: tokio::sync::watch::Receiver<bool>,
+    /// The requests whose approval was just decided here: a client's
+    /// retry waiting for that decision wakes at once
+    /// ([`mcp::wait_for_decision`]; a decision on another instance is
+    /// found by looking again).
+    decisions: tokio::sync::broadcast::Sender<RequestId>,
 }
 
 type Shared = Arc<App>;
@@ -508,6 +513,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
         notes: notes::Notes::default(),
         gateway: Arc::new(gateway),
         stopping: stop_rx,
+        decisions: tokio::sync::broadcast::channel(256).0,
     });
     // The synchronous PostgreSQL driver runs a small runtime of its own per
     // connection and panics when one is made, used or dropped on a Tokio

@@ -736,6 +736,8 @@ pub(crate) async fn decide(State(app): State<Shared>, headers: HeaderMap, raw: B
     match done {
         Ok(Ok(())) => {
             app.bump(&session.subject);
+            // A client's retry waiting for this decision answers at once.
+            let _ = app.decisions.send(request_id);
             tracing::debug!(decision = d.decision, "approval decided");
             Json(json!({"ok": true})).into_response()
         }
