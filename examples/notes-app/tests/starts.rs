@@ -62,7 +62,10 @@ fn a_fresh_app_challenges_an_agent_and_serves_its_metadata() {
         ),
     );
     assert!(document.starts_with("HTTP/1.1 200"), "{document}");
-    assert!(document.contains(&format!("\"resource\":\"{mcp}\"")), "{document}");
+    assert!(
+        document.contains(&format!("\"resource\":\"{mcp}\"")),
+        "{document}"
+    );
     assert!(
         document.contains("\"scopes_supported\":[\"notes:read\",\"notes:write\"]"),
         "{document}"
