@@ -2,7 +2,8 @@
 Python SDK (`MCPServer`, the SDK's FastMCP), speaking MCP over stdio: the
 gateway starts it as a source (`--source py=cmd:python downstream.py`).
 
-It has a typed read-only tool (`lookup`, with an output schema), an
+It has a typed read-only tool (`lookup`, with an output schema), a typed
+write (`stamp`: it needs the user's approval), an
 unannotated tool named like the notes app's own skill (`create_note`), an
 MCP Apps HTML page that names itself, and a resource template.
 """
@@ -27,6 +28,13 @@ server = MCPServer("py-downstream", version="1.0.0")
 def lookup(word: str) -> dict[str, int | str]:
     """Looks a word up (read only): its length, typed."""
     return {"word": word, "length": len(word)}
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False))
+def stamp(word: str) -> dict[str, bool | str]:
+    """Stamps a word (a write, typed): it asks the user first."""
+    print(f"downstream stamp {word}", file=sys.stderr, flush=True)
+    return {"word": word, "stamped": True}
 
 
 @server.tool(structured_output=False)

@@ -7,7 +7,8 @@ negotiates protocol 2026-07-28, whose results must all carry `resultType`
 (the schema's `Result`), so this is where a forwarded answer without it is
 found: the client lists and reads the source's resources under gateway URIs
 and calls its typed read-only tool, whose structured content the SDK checks
-against the tool's output schema.
+against the tool's output schema, and its typed write through the person's
+approval to its schema-valid result.
 
 Run by `run.sh` (and `.ci/run`) after `sdk_test.py`. Exits non-zero on the
 first failed check.
@@ -20,7 +21,7 @@ import sys
 from pathlib import Path
 
 import httpx2
-from mcp import Client
+from mcp import Client, types
 from mcp.client.auth import OAuthClientProvider
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import OAuthClientMetadata
@@ -63,8 +64,17 @@ async def run(server: Server) -> None:
         redirect_handler=user.redirect,
         callback_handler=user.callback,
     )
+    prompts: list[str] = []
+
+    async def elicitation(_context, params: types.ElicitRequestParams):
+        assert params.mode == "url", params
+        prompts.append(params.url)
+        return types.ElicitResult(action="accept")
+
     async with httpx2.AsyncClient(auth=provider, timeout=60) as http:
-        async with Client(streamable_http_client(server.mcp_url, http_client=http)) as client:
+        async with Client(
+            streamable_http_client(server.mcp_url, http_client=http), elicitation_callback=elicitation
+        ) as client:
             assert client.protocol_version == "2026-07-28", client.protocol_version
             tools = {t.name: t for t in (await client.list_tools()).tools}
             assert {"lookup", "create_note"} <= set(tools), sorted(tools)
@@ -88,6 +98,26 @@ async def run(server: Server) -> None:
             assert not result.is_error, result
             assert result.structured_content == {"word": "gate", "length": 4}, result
             assert result.meta and "portcullis/requestId" in result.meta, result
+
+            # A typed write through the source: its approval reaches the SDK
+            # as a multi round-trip request (never as a structured answer its
+            # output schema would refuse), the person approves in the tab,
+            # and the SDK's own retry ends in the tool's schema-valid result.
+            assert tools["stamp"].output_schema is not None
+
+            async def person() -> dict:
+                approval = await tab.approval()
+                assert approval["source"] == "py" and approval["kind"] == "py/stamp", approval
+                assert await tab.decide(approval, "once") == 200
+                return approval
+
+            approver = asyncio.create_task(person())
+            stamped = await client.call_tool("stamp", {"word": "gate"})
+            await approver
+            assert not stamped.is_error, stamped
+            assert stamped.structured_content == {"word": "gate", "stamped": True}, stamped
+            assert len(prompts) == 1 and "/agents#approval-" in prompts[0], prompts
+            assert server.logs().count("downstream stamp gate") == 1, "the write ran once"
 
 
 if __name__ == "__main__":
