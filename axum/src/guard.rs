@@ -363,7 +363,18 @@ impl<S: HostStore> Portcullis<S> {
         }
         // Every value: the core refuses a repeated field (400 invalid_request).
         let authorization = HeaderValues::of(&parts.headers, header::AUTHORIZATION);
-        let verdict = self.read(move |p| p.check(authorization.field())).await?;
+        // A shared store with a read cache answers from memory on the
+        // runtime; a miss (or no cache) goes to the blocking pool.
+        let inline = self
+            .inner
+            .engine
+            .store()
+            .in_memory(|| self.check(authorization.field()))
+            .filter(|v| !matches!(v, Err(BearerRejection::Store(_))));
+        let verdict = match inline {
+            Some(v) => v,
+            None => self.read(move |p| p.check(authorization.field())).await?,
+        };
         match verdict {
             Ok(identity) => Ok(Agent::new(identity, facts, Arc::new(self.clone()))),
             Err(rejection) => Err(refused(rejection)),

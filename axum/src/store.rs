@@ -50,6 +50,17 @@ pub trait HostStore: Store + Send + Sync + 'static {
     /// process) and, at start, the end of every run a previous process left
     /// running. A shared store (PostgreSQL) gets none of these.
     fn is_local(&self) -> bool;
+
+    /// Runs `f` with every read it makes through this store answered from
+    /// memory or failed at once (never waiting on I/O), so that a
+    /// read-only check may run on the runtime; `None` (without running
+    /// `f`) when the store cannot promise that. The bearer check of a
+    /// shared store tries this first and goes to the blocking pool when it
+    /// is `None` or `f` met a store error. The default is `None`.
+    fn in_memory<T>(&self, f: impl FnOnce() -> T) -> Option<T> {
+        let _ = f;
+        None
+    }
 }
 
 impl HostStore for RedbStore {
@@ -70,11 +81,19 @@ impl HostStore for portcullis_store_postgres::PostgresStore {
     fn is_local(&self) -> bool {
         false
     }
+
+    fn in_memory<T>(&self, f: impl FnOnce() -> T) -> Option<T> {
+        portcullis_store_postgres::PostgresStore::in_memory(self, f)
+    }
 }
 
 impl<T: HostStore> HostStore for Arc<T> {
     fn is_local(&self) -> bool {
         (**self).is_local()
+    }
+
+    fn in_memory<R>(&self, f: impl FnOnce() -> R) -> Option<R> {
+        (**self).in_memory(f)
     }
 }
 

@@ -221,6 +221,13 @@ pub(crate) struct ServeArgs {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:8787")]
     pub(crate) addr: SocketAddr,
+    /// On PostgreSQL, how long (milliseconds) a site or grant row read for
+    /// a bearer check may be served from memory: each row changed by any
+    /// writer is dropped at its `NOTIFY`, and nothing is served while the
+    /// listener is not connected; this is the bound if a notification is
+    /// lost unnoticed. `0` reads the database for every check.
+    #[arg(long, default_value_t = 1_000)]
+    pub(crate) db_read_cache_ms: u64,
     /// The public origin clients reach this server at (e.g. behind a TLS
     /// proxy), without a path. Default `http://<addr>`.
     #[arg(long)]

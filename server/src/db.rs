@@ -103,6 +103,13 @@ impl portcullis_axum::HostStore for Db {
     fn is_local(&self) -> bool {
         !self.shared()
     }
+
+    fn in_memory<T>(&self, f: impl FnOnce() -> T) -> Option<T> {
+        match self {
+            Self::Redb(_) => None,
+            Self::Postgres(s) => s.in_memory(f),
+        }
+    }
 }
 
 /// A read transaction of [`Db`].

@@ -2,6 +2,7 @@
 //! engine, and the demo site the server creates on first run.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use portcullis_core::engine::SiteOpError;
 use portcullis_core::site::{Site, SiteError, SiteId};
@@ -27,8 +28,9 @@ pub(crate) fn site_id() -> SiteId {
 /// Opens the database `db` names, with a clear message when another
 /// process (a running `portcullis serve`) holds a redb file: redb allows one
 /// process at a time. PostgreSQL is shared: any number of servers and admin
-/// commands at once.
-pub(crate) fn open_store(db: &DbArgs) -> Result<Db, String> {
+/// commands at once; `read_cache` turns its read cache on
+/// ([`PostgresConfig::read_cache`], for `serve`).
+pub(crate) fn open_store(db: &DbArgs, read_cache: Option<Duration>) -> Result<Db, String> {
     match &db.db {
         Location::Redb(path) => RedbStore::open(path).map(Db::Redb).map_err(|e| {
             if e.kind() == StoreErrorKind::Unavailable {
@@ -51,6 +53,9 @@ pub(crate) fn open_store(db: &DbArgs) -> Result<Db, String> {
                     .schema(schema)
                     .map_err(|e| format!("--db-schema: {e}"))?;
             }
+            if let Some(ttl) = read_cache {
+                config = config.read_cache(ttl);
+            }
             // The store's errors name user, host, port and database only.
             config
                 .open()
@@ -69,7 +74,7 @@ pub(crate) fn engine(
     create: bool,
     loose: LoosePermissions,
 ) -> Result<(Engine<Arc<Db>>, Keys), String> {
-    let (store, keys) = open(db, create, loose)?;
+    let (store, keys) = open(db, create, loose, None)?;
     let engine = Engine::new(Arc::new(store), keys.keyring.clone(), policy);
     Ok((engine, keys))
 }
@@ -79,9 +84,10 @@ pub(crate) fn open(
     db: &DbArgs,
     create: bool,
     loose: LoosePermissions,
+    read_cache: Option<Duration>,
 ) -> Result<(Db, Keys), String> {
     let key_path = keys::key_path(db)?;
-    let store = open_store(db)?;
+    let store = open_store(db, read_cache)?;
     let keys = keys::load(&key_path, create, loose)?;
     Ok((store, keys))
 }

@@ -95,6 +95,9 @@ struct Pair {
     ports: Vec<u16>,
     children: Vec<Child>,
     http: reqwest::Client,
+    /// A redb file instead of the schema (one instance: redb is one
+    /// process's), for measurements side by side.
+    redb: bool,
 }
 
 impl Pair {
@@ -112,8 +115,10 @@ impl Pair {
                 .no_proxy()
                 .build()
                 .unwrap(),
+            redb: url.is_empty(),
         };
-        for i in 0..2 {
+        let n = if pair.redb { 1 } else { 2 };
+        for i in 0..n {
             // One after the other: the first creates the key file and site.
             pair.spawn(i, extra).await;
         }
@@ -143,6 +148,16 @@ impl Pair {
     }
 
     fn db_args(&self) -> Vec<String> {
+        if self.redb {
+            return vec![
+                "--db".into(),
+                self.dir
+                    .path()
+                    .join("portcullis.redb")
+                    .display()
+                    .to_string(),
+            ];
+        }
         vec![
             "--db".into(),
             self.schema.url.clone(),
@@ -162,9 +177,25 @@ impl Pair {
             .await
             .is_err()
         {
-            assert!(Instant::now() < deadline, "server {i} did not start");
+            assert!(
+                Instant::now() < deadline,
+                "server {i} did not start\n{}",
+                self.logs()
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+
+    /// The MCP URL (the site's resource) as instance 0's banner names it:
+    /// as at start (a rotated key moves it: [`Pair::mcp_url`] asks the
+    /// database).
+    fn resource(&self) -> String {
+        let out = std::fs::read_to_string(self.dir.path().join("stdout0.log")).unwrap();
+        out.lines()
+            .find_map(|l| l.trim().strip_prefix("MCP URL:"))
+            .expect("the banner names the MCP URL")
+            .trim()
+            .to_owned()
     }
 
     fn url(&self, i: usize, path: &str) -> String {
@@ -253,7 +284,7 @@ impl Pair {
             .to_owned();
         let challenge =
             CodeChallenge::from_verifier(CodeVerifier::parse(VERIFIER).unwrap()).to_base64url();
-        let site = &self.cli(&["site", "show"])[0];
+        let resource = self.resource();
         let query = encode_pairs([
             ("response_type", "code"),
             ("client_id", client_id.as_str()),
@@ -261,7 +292,7 @@ impl Pair {
             ("state", "s"),
             ("code_challenge", challenge.as_str()),
             ("code_challenge_method", "S256"),
-            ("resource", site["resource"].as_str().unwrap()),
+            ("resource", resource.as_str()),
             ("scope", scope),
         ]);
         let path = format!("/authorize?{query}");
@@ -307,7 +338,7 @@ impl Pair {
             .to_owned();
         let r = self
             .post_form(
-                1,
+                usize::from(!self.redb),
                 "/token",
                 None,
                 &[
@@ -478,21 +509,20 @@ async fn the_off_switch_and_key_rotation_from_the_cli_reach_both_instances_at_on
 
     // The CLI works while both serve (no exclusive lock), and the next
     // request on either instance sees the change: no restart.
+    // The NOTIFY that drops each instance's cached site row is
+    // asynchronous: within its delay, and never past the cache's 1 s.
     assert_eq!(pair.cli(&["site", "disable"])[0]["enabled"], false);
     for (i, u) in [(0, &a), (1, &b)] {
-        assert_eq!(
-            pair.mcp(u, access).await,
-            StatusCode::SERVICE_UNAVAILABLE,
-            "instance {i}"
-        );
+        let took = until_status(&pair, u, access, StatusCode::SERVICE_UNAVAILABLE).await;
+        eprintln!("instance {i} switched off after {took:?}");
         assert_eq!(
             pair.refresh(i, &client_id, refresh).await.0,
             StatusCode::SERVICE_UNAVAILABLE
         );
     }
     assert_eq!(pair.cli(&["site", "enable"])[0]["enabled"], true);
-    for (i, u) in [(0, &a), (1, &b)] {
-        assert_eq!(pair.mcp(u, access).await, StatusCode::OK, "instance {i}");
+    for u in [&a, &b] {
+        until_status(&pair, u, access, StatusCode::OK).await;
     }
 
     // Rotation: a new MCP URL on both; the old one answers 404 on both
@@ -527,6 +557,23 @@ async fn the_off_switch_and_key_rotation_from_the_cli_reach_both_instances_at_on
             pair.mcp(u, access).await,
             StatusCode::UNAUTHORIZED,
             "instance {i}: grants revoked"
+        );
+    }
+}
+
+/// How long until an MCP request at `mcp_url` with `bearer` answers
+/// `status`: at most the read cache's bound (1 s) and a margin.
+async fn until_status(pair: &Pair, mcp_url: &str, bearer: &str, status: StatusCode) -> Duration {
+    let began = Instant::now();
+    loop {
+        let now = pair.mcp(mcp_url, bearer).await;
+        if now == status {
+            return began.elapsed();
+        }
+        assert!(
+            began.elapsed() < Duration::from_millis(1_500),
+            "still {now}, not {status}, after {:?}",
+            began.elapsed()
         );
     }
 }
@@ -1497,4 +1544,222 @@ fn a_database_beyond_loopback_without_sslmode_refuses_to_start() {
     assert!(!out.status.success());
     assert!(!stderr.contains("sslmode=verify-full"), "{stderr}");
     assert!(!stderr.contains("s3cret-pw"), "{stderr}");
+}
+
+/// An authorized MCP `ping` at `mcp_url`: its status.
+async fn ping(http: &reqwest::Client, mcp_url: &str, bearer: &str) -> StatusCode {
+    http.post(mcp_url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-06-18")
+        .header("authorization", format!("Bearer {bearer}"))
+        .body(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#)
+        .send()
+        .await
+        .map_or(StatusCode::BAD_GATEWAY, |r| r.status())
+}
+
+/// Revokes each of `grants` (client id, refresh token, access token)
+/// through instance 0 and measures how long instance 1 still takes the
+/// access token: from the revocation's answer to the first refusal, each.
+async fn revocation_delays(pair: &Pair, grants: &[(String, String, String)]) -> Vec<Duration> {
+    let b = pair.mcp_url(1);
+    let mut delays = Vec::with_capacity(grants.len());
+    for (client_id, refresh, access) in grants {
+        assert_eq!(
+            ping(&pair.http, &b, access).await,
+            StatusCode::OK,
+            "live on B first"
+        );
+        let r = pair
+            .post_form(
+                0,
+                "/revoke",
+                None,
+                &[
+                    ("token", refresh.as_str()),
+                    ("client_id", client_id.as_str()),
+                ],
+            )
+            .await;
+        assert_eq!(r.status(), StatusCode::OK);
+        let revoked = Instant::now();
+        loop {
+            let status = ping(&pair.http, &b, access).await;
+            if status == StatusCode::UNAUTHORIZED {
+                break;
+            }
+            assert_eq!(status, StatusCode::OK);
+            assert!(
+                revoked.elapsed() < Duration::from_secs(5),
+                "still accepted on B after {:?}",
+                revoked.elapsed()
+            );
+        }
+        delays.push(revoked.elapsed());
+    }
+    delays.sort();
+    delays
+}
+
+/// `n` grants of their own (client id, refresh token, access token).
+async fn grants(pair: &Pair, n: usize) -> Vec<(String, String, String)> {
+    let mut out = Vec::with_capacity(n);
+    for u in 0..n {
+        let (client_id, tokens) = pair.login(&format!("user{u}")).await;
+        out.push((
+            client_id,
+            tokens["refresh_token"].as_str().unwrap().to_owned(),
+            tokens["access_token"].as_str().unwrap().to_owned(),
+        ));
+    }
+    out
+}
+
+/// p50, p99 and max of sorted `delays`, for display.
+fn percentiles(delays: &[Duration]) -> String {
+    let at = |q: usize| delays[(delays.len() * q / 100).min(delays.len() - 1)];
+    format!(
+        "n {}, p50 {:?}, p99 {:?}, max {:?}",
+        delays.len(),
+        at(50),
+        at(99),
+        delays[delays.len() - 1]
+    )
+}
+
+/// Cuts the read cache's `LISTEN` connection of every instance whose
+/// connections carry `application_name = name`; how many were cut.
+fn cut_cache_listeners(url: &str, name: &str) -> usize {
+    let (url, name) = (url.to_owned(), name.to_owned());
+    std::thread::spawn(move || {
+        let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        c.query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE query = 'LISTEN portcullis_rows' AND application_name = $1",
+            &[&name],
+        )
+        .unwrap()
+        .len()
+    })
+    .join()
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_revoked_on_one_instance_is_refused_on_the_other_within_the_cache_bound() {
+    let Some(url) = database("revocation across instances") else {
+        return;
+    };
+    // The bearer check on B reads the grant from memory; a revocation on A
+    // drops it there through the trigger's NOTIFY. Never later than the
+    // cache's bound (1 s), also with B's listener cut (then B reads the
+    // database until it listens again).
+    let name = format!("revoke_{}", std::process::id());
+    let url = format!("{url}?application_name={name}");
+    let pair = Pair::start(&url, "revoke", &[]).await;
+    let all = grants(&pair, 60).await;
+    let (listening, cut) = all.split_at(40);
+    let delays = revocation_delays(&pair, listening).await;
+    eprintln!("listening: {}", percentiles(&delays));
+    assert!(
+        delays[delays.len() - 1] < Duration::from_secs(1),
+        "{delays:?}"
+    );
+
+    assert_eq!(
+        cut_cache_listeners(&url, &name),
+        2,
+        "both instances' listeners"
+    );
+    let delays = revocation_delays(&pair, cut).await;
+    eprintln!("listener cut: {}", percentiles(&delays));
+    assert!(
+        delays[delays.len() - 1] < Duration::from_secs(1),
+        "{delays:?}"
+    );
+}
+
+/// The figures of docs/figures.md ("Bearer checks across instances"):
+/// authorized `ping` throughput on PostgreSQL with the read cache, without
+/// it, and on redb, in one run; then how long a revoked grant is still
+/// accepted on the other instance, over 1 000 revocations, listening and
+/// with the listener cut. Run it with
+/// `cargo test --release -p portcullis-server --test instances -- --ignored --nocapture figures`
+/// (with `PORTCULLIS_TEST_POSTGRES_URL` set).
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "a measurement, not a check: run by hand"]
+async fn figures_bearer_checks_and_revocation_visibility() {
+    const CLIENTS: usize = 16;
+    const ROUNDS: usize = 5;
+    let Some(url) = database("figures") else {
+        return;
+    };
+    let name = format!("figures_{}", std::process::id());
+    let url = format!("{url}?application_name={name}");
+    let cached = Pair::start(&url, "figcached", &[]).await;
+    let uncached = Pair::start(&url, "figuncached", &["--db-read-cache-ms", "0"]).await;
+    let redb = Pair::start("", "figredb", &[]).await;
+    let mut targets = Vec::new();
+    for (label, pair, i) in [
+        ("PostgreSQL, cache", &cached, 1),
+        ("PostgreSQL, no cache", &uncached, 1),
+        ("redb", &redb, 0),
+    ] {
+        let (_, tokens) = pair.login("alice").await;
+        let access = tokens["access_token"].as_str().unwrap().to_owned();
+        let resource = pair.resource();
+        let mcp = pair.url(i, &resource[resource.find("/mcp/").unwrap()..]);
+        assert_eq!(
+            ping(&pair.http, &mcp, &access).await,
+            StatusCode::OK,
+            "{label}"
+        );
+        targets.push((label, mcp, access, 0u64));
+    }
+    for _ in 0..ROUNDS {
+        for t in &mut targets {
+            let deadline = Instant::now() + Duration::from_secs(1);
+            let mut tasks = Vec::new();
+            for _ in 0..CLIENTS {
+                let (http, mcp, access) = (cached.http.clone(), t.1.clone(), t.2.clone());
+                tasks.push(tokio::spawn(async move {
+                    let mut n = 0u64;
+                    while Instant::now() < deadline {
+                        assert_eq!(ping(&http, &mcp, &access).await, StatusCode::OK);
+                        n += 1;
+                    }
+                    n
+                }));
+            }
+            for task in tasks {
+                t.3 += task.await.unwrap();
+            }
+        }
+    }
+    #[allow(clippy::cast_precision_loss, reason = "rates for display")]
+    let rate = |n: u64| n as f64 / ROUNDS as f64;
+    let redb_rate = rate(targets[2].3);
+    for (label, _, _, n) in &targets {
+        println!(
+            "authorized ping, {label}: {:.0} req/s ({:.2}× redb)",
+            rate(*n),
+            rate(*n) / redb_rate
+        );
+    }
+    drop((uncached, redb));
+
+    let all = grants(&cached, 1_100).await;
+    let (listening, cut) = all.split_at(1_000);
+    let delays = revocation_delays(&cached, listening).await;
+    println!(
+        "revoked on A, refused on B (listening): {}",
+        percentiles(&delays)
+    );
+    assert_eq!(cut_cache_listeners(&url, &name), 2);
+    let delays = revocation_delays(&cached, cut).await;
+    println!(
+        "revoked on A, refused on B (listener cut): {}",
+        percentiles(&delays)
+    );
 }

@@ -27,7 +27,10 @@
 //!   [`Store::begin_write`] on a thread that just met a conflict sleeps a
 //!   short jittered, doubling pause first.
 //! * **Reads run at `REPEATABLE READ READ ONLY`**: one snapshot of committed
-//!   state for the transaction's life. An operation that decided from
+//!   state for the transaction's life (with the read cache on, the rows it
+//!   serves from memory are each as fresh as the cache's rules make them,
+//!   and the transaction begins on the database only at its first read the
+//!   cache cannot answer; see "Read cache" below). An operation that decided from
 //!   reads alone (a refusal) drops its write transaction without
 //!   committing; PostgreSQL only certifies the reads of a committed
 //!   serializable transaction, so such an answer is as of a snapshot, as
@@ -93,6 +96,19 @@
 //! over a network is a choice written down (`sslmode=disable`), never a
 //! default.
 //!
+//! # Read cache
+//!
+//! A bearer check reads two rows, the site and the grant; on PostgreSQL
+//! that is a pooled connection, `BEGIN`, two statements and `ROLLBACK` for
+//! every MCP request. [`PostgresConfig::read_cache`] keeps those rows (the
+//! `sites` and `grants` tables only, single-row reads in read transactions
+//! only) in memory: a trigger on both tables (schema version 2) announces
+//! every changed row with `NOTIFY portcullis_rows`, whoever wrote it, and a
+//! listener of the store's own drops it; nothing is served while that
+//! listener is not connected, and nothing older than the TTL
+//! ([`DEFAULT_CACHE_TTL`]) ever. The rules and the race they close are in
+//! the `cache` module; [`PostgresStore::cache_stats`] counts hits.
+//!
 //! # Group commit
 //!
 //! The redb crate's `GroupCommitter` works over any store, this one
@@ -114,6 +130,7 @@
 use std::cell::RefCell;
 use std::fmt::{self, Write as _};
 use std::ops::Bound;
+use std::sync::Arc;
 use std::time::Duration;
 
 use portcullis_core::store::{
@@ -124,12 +141,15 @@ use postgres::types::ToSql;
 use postgres::{Client, NoTls, Statement};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
+mod cache;
 mod tls;
+pub use cache::CacheStats;
 use r2d2::PooledConnection;
 pub use tls::TlsMode;
 
-/// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: i32 = 1;
+/// The schema version this build writes and reads (2: the cached tables
+/// announce their changed rows, see [`PostgresConfig::read_cache`]).
+pub const SCHEMA_VERSION: i32 = 2;
 
 /// The schema used when the host names none.
 pub const DEFAULT_SCHEMA: &str = "portcullis";
@@ -142,6 +162,11 @@ pub const DEFAULT_POOL_SIZE: u32 = 16;
 /// [`StoreErrorKind::Unavailable`].
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The longest a cached row is served when the read cache is on
+/// ([`PostgresConfig::read_cache`]): the bound on how long a change is
+/// missed if its notification is lost without the listener noticing.
+pub const DEFAULT_CACHE_TTL: Duration = Duration::from_secs(1);
+
 /// How a store is opened: connection string, schema, pool size.
 ///
 /// Its `Debug` shows where it connects, never the password.
@@ -153,6 +178,7 @@ pub struct PostgresConfig {
     schema: String,
     pool_size: u32,
     connect_timeout: Duration,
+    read_cache: Option<Duration>,
 }
 
 impl PostgresConfig {
@@ -207,6 +233,7 @@ impl PostgresConfig {
             schema: DEFAULT_SCHEMA.to_owned(),
             pool_size: DEFAULT_POOL_SIZE,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            read_cache: None,
         })
     }
 
@@ -244,6 +271,20 @@ impl PostgresConfig {
     #[must_use]
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
+        self
+    }
+
+    /// Keeps the rows a bearer check reads (sites and grants) in memory,
+    /// each for at most `ttl`, dropped as soon as any writer changes them
+    /// (a trigger announces each change with `NOTIFY`; a listener on a
+    /// connection of its own drops the row), and not used at all while that
+    /// listener is not connected. Off by default. See [`DEFAULT_CACHE_TTL`]
+    /// and the `cache` module's docs for the rules: a revocation committed
+    /// anywhere is refused here within a notification's delay, and never
+    /// later than `ttl`.
+    #[must_use]
+    pub fn read_cache(mut self, ttl: Duration) -> Self {
+        self.read_cache = Some(ttl);
         self
     }
 
@@ -324,6 +365,8 @@ pub struct PostgresStore {
     /// Makes connections outside the pool (to settle a commit whose answer
     /// was lost: the pool may still hold dead ones).
     fresh: Box<Manager>,
+    /// The read cache, when on.
+    cache: Option<Arc<cache::Cache>>,
     sql: Sql,
     target: String,
     schema: String,
@@ -381,14 +424,21 @@ impl PostgresStore {
             .test_on_check_out(false)
             .error_handler(Box::new(r2d2::NopErrorHandler))
             .build_unchecked(manager.clone());
-        let store = Self {
+        let mut store = Self {
             pool,
             fresh,
+            cache: None,
             sql,
             target,
             schema: config.schema,
         };
         store.migrate()?;
+        if let Some(ttl) = config.read_cache {
+            let cache = Arc::new(cache::Cache::new(ttl, &store.schema));
+            cache::listen(&cache, (*store.fresh).clone())
+                .map_err(|e| StoreError::new(StoreErrorKind::Other, "read cache", e))?;
+            store.cache = Some(cache);
+        }
         Ok(store)
     }
 
@@ -396,6 +446,41 @@ impl PostgresStore {
     #[must_use]
     pub fn schema(&self) -> &str {
         &self.schema
+    }
+
+    /// Forgets every row the read cache keeps, so the next read of each
+    /// goes to the database. For a host told of a change on a channel of
+    /// its own (another instance's `NOTIFY`), which may arrive before the
+    /// changed row's own notification reaches this store's listener.
+    pub fn clear_cache(&self) {
+        if let Some(cache) = &self.cache {
+            cache.clear();
+        }
+    }
+
+    /// Runs `f` with this thread's reads of this crate's stores held to
+    /// memory: a read the cache cannot answer fails at once with
+    /// [`StoreErrorKind::Unavailable`] (context `memory only`) rather than
+    /// wait on the database, so `f` may run on an async runtime's worker.
+    /// `None`, without running `f`, when the cache is off (every read
+    /// would fail). A host tries a read-only check this way first and, on
+    /// a store error, again on its blocking pool.
+    pub fn in_memory<T>(&self, f: impl FnOnce() -> T) -> Option<T> {
+        struct Reset(bool);
+        impl Drop for Reset {
+            fn drop(&mut self) {
+                MEMORY_ONLY.set(self.0);
+            }
+        }
+        self.cache.as_ref()?;
+        let _reset = Reset(MEMORY_ONLY.replace(true));
+        Some(f())
+    }
+
+    /// How the read cache has done, `None` when it is off.
+    #[must_use]
+    pub fn cache_stats(&self) -> Option<CacheStats> {
+        self.cache.as_ref().map(|c| c.stats())
     }
 
     /// Creates or migrates the tables, under a transaction-scoped advisory
@@ -569,6 +654,27 @@ fn migration(schema: &str, version: i32) -> String {
             }
             sql
         }
+        1 => {
+            let mut sql = format!(
+                "CREATE OR REPLACE FUNCTION \"{schema}\".announce_row() RETURNS trigger \
+                 LANGUAGE plpgsql AS $$ BEGIN \
+                 PERFORM pg_notify('{channel}', TG_TABLE_SCHEMA || ' ' || TG_TABLE_NAME || ' ' \
+                 || encode(CASE WHEN TG_OP = 'DELETE' THEN OLD.key ELSE NEW.key END, 'hex')); \
+                 RETURN NULL; END $$;",
+                channel = cache::CHANNEL
+            );
+            for t in cache::CACHED {
+                let _ = write!(
+                    sql,
+                    "DROP TRIGGER IF EXISTS announce_row ON \"{schema}\".\"{t}\"; \
+                     CREATE TRIGGER announce_row AFTER INSERT OR UPDATE OR DELETE \
+                     ON \"{schema}\".\"{t}\" FOR EACH ROW \
+                     EXECUTE FUNCTION \"{schema}\".announce_row();",
+                    t = t.name()
+                );
+            }
+            sql
+        }
         _ => String::new(),
     }
 }
@@ -587,9 +693,24 @@ impl Store for PostgresStore {
     type Read<'a> = PostgresRead<'a>;
     type Write<'a> = PostgresWrite<'a>;
 
+    /// Opens a `REPEATABLE READ, READ ONLY` transaction; with the read
+    /// cache on, at its first read the cache cannot answer.
     fn begin_read(&self) -> Result<PostgresRead<'_>, StoreError> {
+        if MEMORY_ONLY.get() && self.cache.is_none() {
+            return Err(StoreError::new(
+                StoreErrorKind::Unavailable,
+                "memory only",
+                "no read cache",
+            ));
+        }
+        let (txn, ticket) = match &self.cache {
+            None => (Some(self.begin(BEGIN_READ)?), None),
+            Some(cache) => (None, cache.ticket()),
+        };
         Ok(PostgresRead {
-            txn: self.begin("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")?,
+            store: self,
+            txn: RefCell::new(txn),
+            ticket,
         })
     }
 
@@ -599,6 +720,13 @@ impl Store for PostgresStore {
     /// at once (the core reads no clock), and racing writers that retry in
     /// lockstep would conflict again.
     fn begin_write(&self) -> Result<PostgresWrite<'_>, StoreError> {
+        if MEMORY_ONLY.get() {
+            return Err(StoreError::new(
+                StoreErrorKind::Unavailable,
+                "memory only",
+                "a write waits on the database",
+            ));
+        }
         let conflicts = CONFLICTS.get();
         if conflicts > 0 {
             std::thread::sleep(backoff(conflicts));
@@ -612,6 +740,9 @@ impl Store for PostgresStore {
 }
 
 std::thread_local! {
+    /// Inside [`PostgresStore::in_memory`]: no read may wait on the
+    /// database.
+    static MEMORY_ONLY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// Conflicts this thread's write transactions met in a row.
     static CONFLICTS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
@@ -879,9 +1010,67 @@ impl Drop for Txn<'_> {
     }
 }
 
-/// A read transaction: one `REPEATABLE READ` snapshot.
+/// A read transaction: one `REPEATABLE READ` snapshot. With the read
+/// cache on, it begins on the database only at its first read the cache
+/// cannot answer.
 pub struct PostgresRead<'a> {
-    txn: Txn<'a>,
+    store: &'a PostgresStore,
+    txn: RefCell<Option<Txn<'a>>>,
+    /// Taken before the snapshot, for keeping what is read (cache on).
+    ticket: Option<cache::Ticket>,
+}
+
+/// How a read transaction begins.
+const BEGIN_READ: &str = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY";
+
+impl PostgresRead<'_> {
+    /// Runs `f` on the transaction, beginning it first if it has not.
+    fn on_txn<T>(
+        &self,
+        f: impl FnOnce(&Txn<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        if self.txn.borrow().is_none() {
+            if MEMORY_ONLY.get() {
+                return Err(StoreError::new(
+                    StoreErrorKind::Unavailable,
+                    "memory only",
+                    "not in the read cache",
+                ));
+            }
+            let txn = self.store.begin(BEGIN_READ)?;
+            *self.txn.borrow_mut() = Some(txn);
+        }
+        let txn = self.txn.borrow();
+        match txn.as_ref() {
+            Some(t) => f(t),
+            None => unreachable!("begun above"),
+        }
+    }
+
+    /// The cache, when it may answer a read of `table`.
+    fn cache_for(&self, table: Table) -> Option<&cache::Cache> {
+        self.store
+            .cache
+            .as_deref()
+            .filter(|_| cache::Cache::caches(table))
+    }
+
+    /// A cached table's row from memory, or from the database (and kept).
+    fn cached(
+        &self,
+        cache: &cache::Cache,
+        table: Table,
+        key: &[u8],
+    ) -> Result<Option<Arc<[u8]>>, StoreError> {
+        if let Some(cache::Kept(row)) = cache.get(table, key) {
+            return Ok(row);
+        }
+        let row = self.on_txn(|t| t.get(table, key))?;
+        if let Some(ticket) = self.ticket {
+            cache.put(ticket, table, key, row.as_deref());
+        }
+        Ok(row.map(Arc::from))
+    }
 }
 
 impl fmt::Debug for PostgresRead<'_> {
@@ -892,7 +1081,10 @@ impl fmt::Debug for PostgresRead<'_> {
 
 impl ReadTransaction for PostgresRead<'_> {
     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        self.txn.get(table, key)
+        match self.cache_for(table) {
+            Some(cache) => Ok(self.cached(cache, table, key)?.map(|v| v.to_vec())),
+            None => self.on_txn(|t| t.get(table, key)),
+        }
     }
 
     fn get_with<T>(
@@ -901,7 +1093,10 @@ impl ReadTransaction for PostgresRead<'_> {
         key: &[u8],
         f: impl FnOnce(&[u8]) -> T,
     ) -> Result<Option<T>, StoreError> {
-        self.txn.get_with(table, key, f)
+        match self.cache_for(table) {
+            Some(cache) => Ok(self.cached(cache, table, key)?.map(|v| f(&v))),
+            None => self.on_txn(|t| t.get_with(table, key, f)),
+        }
     }
 
     fn range(
@@ -911,7 +1106,7 @@ impl ReadTransaction for PostgresRead<'_> {
         end: Bound<&[u8]>,
         limit: usize,
     ) -> Result<Vec<Entry>, StoreError> {
-        self.txn.range(table, start, end, limit)
+        self.on_txn(|t| t.range(table, start, end, limit))
     }
 }
 

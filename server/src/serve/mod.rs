@@ -246,6 +246,11 @@ impl App {
     /// a rotated key moves the MCP URL, an off switch answers 503.
     /// Blocking.
     fn site_changed(&self) {
+        // The change's own row notification may not have reached the
+        // store's cache yet (another connection): read the site afresh.
+        if let Db::Postgres(store) = &**self.engine().store() {
+            store.clear_cache();
+        }
         let before = self.portcullis.mcp_url();
         match self.portcullis.reload_site() {
             Ok(()) if self.portcullis.mcp_url() != before => {
@@ -456,9 +461,12 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
         LoosePermissions::Refuse
     };
     let dev_documents = args.dev_loopback_client_documents;
-    let (store, keys) = tokio::task::spawn_blocking(move || setup::open(&db, true, loose))
-        .await
-        .map_err(|e| e.to_string())??;
+    let read_cache =
+        (args.db_read_cache_ms > 0).then(|| Duration::from_millis(args.db_read_cache_ms));
+    let (store, keys) =
+        tokio::task::spawn_blocking(move || setup::open(&db, true, loose, read_cache))
+            .await
+            .map_err(|e| e.to_string())??;
     let (public_for_site, session_key) = (public.clone(), keys.session.clone());
     let fanout = Fanout::start(&args.db);
     let Kept {
