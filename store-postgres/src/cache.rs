@@ -20,6 +20,10 @@
 //!   TTL after it was read, whatever the listener says, so a notification
 //!   lost without the connection noticing (a network that drops packets
 //!   silently) keeps a revoked grant usable for that long at most.
+//! * **Own writes at once.** A write transaction of this store drops the
+//!   rows it wrote as it ends, so the store's next read sees them without
+//!   waiting for their notification (an instance that creates its site,
+//!   or revokes a grant, then checks it).
 //! * **No stale fill.** A read that raced a change must not put the old row
 //!   back after the change's notification dropped it. Each read transaction
 //!   takes a [`Ticket`] (the number of the last drop, and the generation)
@@ -216,8 +220,8 @@ impl Cache {
         );
     }
 
-    /// Drops the row of `key` (its change was announced).
-    fn drop_row(&self, table: Table, key: &[u8]) {
+    /// Drops the row of `key` (its change was announced, or made here).
+    pub(crate) fn drop_row(&self, table: Table, key: &[u8]) {
         let mut shard = self
             .shard(table, key)
             .lock()

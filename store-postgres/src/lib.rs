@@ -735,6 +735,7 @@ impl Store for PostgresStore {
             txn: self.begin("BEGIN ISOLATION LEVEL SERIALIZABLE")?,
             savepoints: 0,
             conflicts,
+            touched: Vec::new(),
         })
     }
 }
@@ -1117,10 +1118,30 @@ pub struct PostgresWrite<'a> {
     savepoints: usize,
     /// This thread's conflicts in a row when the transaction began.
     conflicts: u32,
+    /// Rows of cached tables this transaction wrote (read cache on).
+    touched: Vec<(Table, Vec<u8>)>,
+}
+
+impl PostgresWrite<'_> {
+    /// Notes a write of `key` in `table` for the read cache.
+    fn touch(&mut self, table: Table, key: &[u8]) {
+        if self.txn.store.cache.is_some() && cache::Cache::caches(table) {
+            self.touched.push((table, key.to_vec()));
+        }
+    }
 }
 
 impl Drop for PostgresWrite<'_> {
     fn drop(&mut self) {
+        // This store reads its own writes at once: the rows this
+        // transaction wrote leave the read cache as it ends (committed or
+        // not), before their notification comes back, and no read that
+        // began before this can put them back.
+        if let Some(cache) = &self.txn.store.cache {
+            for (table, key) in self.touched.drain(..) {
+                cache.drop_row(table, &key);
+            }
+        }
         // Ended without a conflict of its own: the streak is over.
         if CONFLICTS.get() == self.conflicts {
             CONFLICTS.set(0);
@@ -1161,12 +1182,14 @@ impl ReadTransaction for PostgresWrite<'_> {
 
 impl WriteTransaction for PostgresWrite<'_> {
     fn put(&mut self, table: Table, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
+        self.touch(table, key);
         self.txn.run(table, Op::Put, "put", |client, statement| {
             client.execute(statement, &[&key, &value]).map(|_| ())
         })
     }
 
     fn delete(&mut self, table: Table, key: &[u8]) -> Result<bool, StoreError> {
+        self.touch(table, key);
         self.txn
             .run(table, Op::Delete, "delete", |client, statement| {
                 client.execute(statement, &[&key]).map(|n| n > 0)

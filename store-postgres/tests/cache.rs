@@ -213,3 +213,27 @@ fn a_change_whose_notification_is_lost_is_served_no_longer_than_the_ttl() {
         "the old row was served {since:?} after the change (bound {ttl:?}; read loop {took:?})"
     );
 }
+
+#[test]
+fn a_store_reads_its_own_writes_at_once() {
+    let Some(s) = Setup::new("own", Duration::from_mins(10)) else {
+        return;
+    };
+    // Absent, and kept as absent.
+    assert_eq!(s.read(b"g2"), None);
+    let hits = s.hits();
+    assert_eq!(s.read(b"g2"), None);
+    assert_eq!(s.hits(), hits + 1);
+    // Written through the cached store itself: its next read sees the
+    // write at once, not a notification's delay later.
+    for value in [&b"a"[..], &b"b"[..]] {
+        let mut w = s.cached.begin_write().unwrap();
+        w.put(Table::Grants, b"g2", value).unwrap();
+        w.commit().unwrap();
+        assert_eq!(s.read(b"g2").as_deref(), Some(value));
+    }
+    let mut w = s.cached.begin_write().unwrap();
+    assert!(w.delete(Table::Grants, b"g2").unwrap());
+    w.commit().unwrap();
+    assert_eq!(s.read(b"g2"), None);
+}
