@@ -493,6 +493,13 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
         })
         .await
         .map_err(|e| e.to_string())?;
+    // The synchronous PostgreSQL driver runs a small runtime of its own per
+    // connection and panics when one is made, used or dropped on a Tokio
+    // worker: the store is kept for the life of the process, from here on,
+    // so that its pool is never dropped on a worker (whichever task held
+    // the last `App`, or this function returning an error below, whose
+    // message the panic would hide).
+    let _ = KEEP_STORE.set(Arc::clone(portcullis.engine().store()));
     let reader = portcullis.clone();
     let site = tokio::task::spawn_blocking(move || reader.engine().site(reader.site_id()))
         .await
@@ -523,12 +530,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
         stopping: stop_rx,
         decisions: tokio::sync::broadcast::channel(256).0,
     });
-    // The synchronous PostgreSQL driver runs a small runtime of its own per
-    // connection and panics when one is made, used or dropped on a Tokio
-    // worker: the listener connects on the blocking pool, and the store is
-    // kept for the life of the process so that its pool is never dropped on
-    // a worker either (whichever task held the last `App`).
-    let _ = KEEP_STORE.set(Arc::clone(app.engine().store()));
+    // The listener connects on the blocking pool, for the same reason.
     listen_for_events(&app, &args).await?;
     banner(&public, &site.resource(), site.enabled, bound);
     if !app.secure {
