@@ -5,7 +5,10 @@
 //! trip), so it never runs on a runtime worker. Every write here goes to
 //! tokio's blocking pool; reads do too, except on a [local](HostStore::is_local)
 //! store, where a read transaction of an in-process file costs a few
-//! microseconds, less than the hand-off to the pool and back. A host that
+//! microseconds, less than the hand-off to the pool and back, and the
+//! bearer check of a shared store that can answer it from memory
+//! ([`HostStore::in_memory`]: PostgreSQL with its read cache), tried on the
+//! runtime first and sent to the pool only when it would wait. A host that
 //! calls the [`Engine`](portcullis_core::Engine) itself should do the same:
 //! `tokio::task::spawn_blocking(move || engine.op(…))`.
 //!
