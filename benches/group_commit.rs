@@ -8,7 +8,8 @@
 //!
 //! Also bearer verification (`Engine::verify_bearer`: the JWT check and
 //! the grant read) on the memory store, redb and, with the variable set,
-//! PostgreSQL: a read transaction per call, one round trip on PostgreSQL.
+//! PostgreSQL: a read transaction per call, one round trip on PostgreSQL,
+//! none with the store's read cache (`postgres_read_cache`).
 //!
 //! `cargo bench --bench group_commit`; criterion reports the time per
 //! rotation and rotations per second (throughput).
@@ -282,6 +283,24 @@ fn bearer(c: &mut Criterion) {
     if let Ok(url) = std::env::var(POSTGRES_URL) {
         let (store, ()) = postgres(&url, "bench_bearer", 1);
         bearer_on(&mut g, "postgres", store);
+        // With the read cache a server turns on (`serve
+        // --db-read-cache-ms`): the site and the grant from memory, kept
+        // fresh by the tables' NOTIFY trigger.
+        let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        client
+            .batch_execute("DROP SCHEMA IF EXISTS bench_bearer_cached CASCADE")
+            .unwrap();
+        let store = PostgresConfig::parse(&url)
+            .unwrap()
+            .schema("bench_bearer_cached")
+            .unwrap()
+            .read_cache(portcullis_store_postgres::DEFAULT_CACHE_TTL)
+            .open()
+            .unwrap();
+        while !store.cache_stats().is_some_and(|c| c.listening) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        bearer_on(&mut g, "postgres_read_cache", store);
     } else {
         eprintln!("verify_bearer/postgres: skipped ({POSTGRES_URL} is not set)");
     }
