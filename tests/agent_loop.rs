@@ -1,12 +1,15 @@
 //! The agent's client loop driven against the server's ledger (the engine
 //! on the memory store), with a world that loses answers, revokes grants,
 //! lets tokens expire, disconnects the tab, narrows consents and approves or
-//! denies at random. Whatever happens: no action runs twice, and the loop's
-//! final report is true to what the page saw.
+//! denies at random, and answers a waiting call in one of the forms a
+//! server may use ([`Form`]: the ledger's JSON, a 2026-07-28 multi
+//! round-trip request, 2025-11-25's -32042, a task). Whatever happens: no
+//! action runs twice, no approval page is shown twice, and the loop's final
+//! report is true to what the page saw.
 
 use portcullis::agent_loop::{
-    Answer, ClientLoop, Envelope, HumanAction, LoopLimits, Outcome, Session, Step as Next,
-    WaitReason,
+    Answer, ClientLoop, Envelope, HumanAction, LoopLimits, Outcome, Report, Session, Status,
+    Step as Next, WaitReason,
 };
 use portcullis::approval::ApprovalDecision;
 use portcullis::engine::Principal;
@@ -19,6 +22,7 @@ use proptest::prelude::*;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use serde_json::{Value, json};
+use std::collections::BTreeMap;
 
 use crate::ledger::{Exec, Ledger, Step};
 use crate::oauth::{USER, VERIFIER};
@@ -43,11 +47,40 @@ fn program(writes: &[bool]) -> Vec<Step> {
         .collect()
 }
 
+/// How the world's server answers a call that waits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Form {
+    /// `approval_pending` / `execution_pending` with `approvalUrl`.
+    Json,
+    /// 2026-07-28: an `InputRequiredResult` (the page once, then the state).
+    Mrtr,
+    /// 2025-11-25: -32042 while approval is pending.
+    UrlElicitation,
+    /// 2026-07-28 with tasks: a run in progress is a task.
+    Tasks,
+}
+
+impl Form {
+    fn of(n: u8) -> Self {
+        [Self::Json, Self::Mrtr, Self::UrlElicitation, Self::Tasks][usize::from(n % 4)]
+    }
+}
+
 struct World {
     l: Ledger<MemoryStore>,
     tokens: TokenResponse,
     program: Vec<Step>,
     code: String,
+    form: Form,
+    /// Requests whose page a first `InputRequiredResult` named.
+    prompted: Vec<RequestId>,
+    /// How often each page was shown to the person.
+    shown: BTreeMap<String, u32>,
+    /// Requests answered as a task (their run was still going, as far as
+    /// the call could tell).
+    tasked: Vec<RequestId>,
+    /// The steps the loop asked for, by kind.
+    steps: BTreeMap<&'static str, u32>,
 }
 
 impl World {
@@ -68,6 +101,105 @@ impl World {
             needed.insert(scope).unwrap();
         }
         needed
+    }
+
+    /// The approval page of request `id`.
+    fn page(id: RequestId) -> String {
+        format!("https://app.example/agents#approval-{id}")
+    }
+
+    /// The server's `execute` in the world's [`Form`]; `retry` is the
+    /// state a 2026-07-28 retry echoed.
+    fn call(&mut self, id: RequestId, retry: Option<&str>) -> Answer {
+        if let Some(state) = retry {
+            assert_eq!(state, format!("state-{id}"), "the state is echoed verbatim");
+        }
+        let answer = self.serve(id);
+        let Answer::Envelope(e) = &answer else {
+            return answer;
+        };
+        let waiting = match (e.status, e.ok) {
+            (Some(Status::ApprovalPending), true) => "approval",
+            (Some(Status::ExecutionPending), true) => "run",
+            // The run ended, but after the call stopped waiting for it: a
+            // task, once per request.
+            (Some(Status::Done), _) if self.form == Form::Tasks && !self.tasked.contains(&id) => {
+                self.tasked.push(id);
+                "run"
+            }
+            _ => return answer,
+        };
+        let page = Self::page(id);
+        match (self.form, waiting) {
+            (Form::Json, "approval") => {
+                let body = json!({"ok": true, "requestId": id.to_string(),
+                    "status": "approval_pending", "approvalUrl": page});
+                Answer::Envelope(Envelope::parse(&body).unwrap())
+            }
+            (Form::UrlElicitation, "approval") => Answer::from_rpc_error(
+                -32042,
+                "approve",
+                Some(
+                    &json!({"elicitations": [{"mode": "url", "url": page, "message": "Approve"}],
+                    "requestId": id.to_string()}),
+                ),
+            ),
+            (Form::Tasks, "run") => Answer::from_tool_result(&json!({"resultType": "task",
+                "taskId": format!("task-{id}"), "status": "working", "pollIntervalMs": 1000})),
+            (Form::Mrtr | Form::Tasks, _) => {
+                let mut result =
+                    json!({"resultType": "input_required", "requestState": format!("state-{id}")});
+                if waiting == "approval" && !self.prompted.contains(&id) {
+                    self.prompted.push(id);
+                    result["inputRequests"] = json!({"portcullis_approval": {"method": "elicitation/create",
+                        "params": {"mode": "url", "message": "Approve", "url": page}}});
+                }
+                Answer::from_tool_result(&result)
+            }
+            _ => answer,
+        }
+    }
+
+    /// `tasks/get` of request `id`'s task: the ledger's state as a task.
+    fn poll(&mut self, id: RequestId, task_id: &str) -> Answer {
+        assert_eq!(task_id, format!("task-{id}"));
+        let answer = self.serve(id);
+        let Answer::Envelope(e) = answer else {
+            return answer;
+        };
+        let status = match (e.status, e.ok) {
+            (Some(Status::ApprovalPending), true) => {
+                return Answer::from_task_result(&json!({"taskId": task_id,
+                    "status": "input_required", "pollIntervalMs": 1000,
+                    "inputRequests": {"portcullis_approval": {"method": "elicitation/create",
+                        "params": {"mode": "url", "message": "Approve", "url": Self::page(id)}}}}));
+            }
+            (Some(Status::ExecutionPending), true) => "working",
+            _ => "completed",
+        };
+        Answer::from_task_result(&json!({"taskId": task_id, "status": status,
+            "pollIntervalMs": 1000, "result": {"content": [], "structuredContent": body_of(id, e)}}))
+    }
+
+    /// The person decides every pending approval (or leaves it).
+    fn person(&mut self, choice: u8) {
+        let pending = self
+            .principal()
+            .map(|p| {
+                self.l
+                    .w
+                    .engine
+                    .pending_approvals(&self.l.w.site, USER, &p.grant)
+                    .unwrap()
+            })
+            .unwrap_or_default();
+        for prompt in pending {
+            match choice % 3 {
+                0 => self.l.decide(&prompt, ApprovalDecision::Once),
+                1 => self.l.decide(&prompt, ApprovalDecision::Deny),
+                _ => {}
+            }
+        }
     }
 
     /// The server's `execute`, answered as the MCP endpoint answers.
@@ -123,13 +255,39 @@ impl World {
     }
 }
 
+/// An envelope as the JSON it was read from (what the loop reads of it).
+fn body_of(id: RequestId, e: Envelope) -> Value {
+    let mut body = json!({"ok": e.ok, "requestId": id.to_string()});
+    if let Some(s) = e.status {
+        body["status"] = json!(match s {
+            Status::Done => "done",
+            Status::ApprovalPending => "approval_pending",
+            Status::ExecutionPending => "execution_pending",
+        });
+    }
+    if let Some(r) = e.result {
+        body["result"] = r;
+    }
+    if let Some(err) = e.error {
+        body["error"] = json!({"code": err.code, "message": err.message});
+    }
+    body["outcomes"] = Value::Array(vec![json!({}); e.outcomes]);
+    body["unknownTail"] = json!(e.unknown_tail);
+    body
+}
+
 fn failure(code: ErrorCode, id: RequestId) -> Value {
     json!({"ok": false, "requestId": id.to_string(), "error": {"code": code.as_str(), "message": "m"}})
 }
 
 /// One case: the intent, whether the first consent is read-only, and the
 /// world's choices, consumed one per step.
-fn run_case(writes: &[bool], narrow_first: bool, choices: &[u8]) {
+fn run_case(
+    writes: &[bool],
+    narrow_first: bool,
+    form: Form,
+    choices: &[u8],
+) -> (Report, BTreeMap<&'static str, u32>) {
     let l = Ledger::new(MemoryStore::new());
     let tokens = l.tokens.clone();
     let mut world = World {
@@ -137,6 +295,11 @@ fn run_case(writes: &[bool], narrow_first: bool, choices: &[u8]) {
         tokens,
         program: program(writes),
         code: format!("intent({writes:?})"),
+        form,
+        prompted: Vec::new(),
+        shown: BTreeMap::new(),
+        tasked: Vec::new(),
+        steps: BTreeMap::new(),
     };
     let mut rng = StdRng::seed_from_u64(u64::from(choices.first().copied().unwrap_or(0)));
     let limits = LoopLimits {
@@ -149,6 +312,14 @@ fn run_case(writes: &[bool], narrow_first: bool, choices: &[u8]) {
     let mut first_login = true;
     let report = loop {
         let choice = choices.next().unwrap_or(0);
+        let kind = match &step {
+            Next::Invoke { .. } => "invoke",
+            Next::Retry { .. } => "retry",
+            Next::Poll { .. } => "poll",
+            Next::ShowUrl { .. } => "show",
+            _ => "other",
+        };
+        *world.steps.entry(kind).or_default() += 1;
         step = match step {
             Next::Authenticate { scope } => {
                 let session = if first_login {
@@ -174,7 +345,30 @@ fn run_case(writes: &[bool], narrow_first: bool, choices: &[u8]) {
             }
             Next::Describe => agent.described().unwrap(),
             Next::Decide { .. } => agent.decide(world.code.clone(), &mut rng).unwrap(),
-            Next::Invoke { request_id, .. } => {
+            Next::ShowUrl {
+                request_id, url, ..
+            } => {
+                assert_eq!(url, World::page(request_id));
+                *world.shown.entry(url).or_default() += 1;
+                // The person may decide on the page at once.
+                world.person(choice);
+                agent.shown().unwrap()
+            }
+            Next::Poll {
+                request_id,
+                task_id,
+            } => {
+                let answer = match choice % 16 {
+                    6 => Answer::Lost,
+                    _ => world.poll(request_id, &task_id),
+                };
+                agent.answered(answer).unwrap()
+            }
+            Next::Invoke { request_id, .. } | Next::Retry { request_id, .. } => {
+                let retry = match &step {
+                    Next::Retry { retry, .. } => retry.state.clone(),
+                    _ => None,
+                };
                 assert_eq!(agent.code(), Some(world.code.as_str()));
                 let answer = match choice % 16 {
                     // The call never reaches the server.
@@ -195,7 +389,7 @@ fn run_case(writes: &[bool], narrow_first: bool, choices: &[u8]) {
                                 world.l.w.now,
                             );
                         }
-                        world.serve(request_id)
+                        world.call(request_id, retry.as_deref())
                     }
                     9 => {
                         if let Some(p) = world.principal() {
@@ -206,41 +400,24 @@ fn run_case(writes: &[bool], narrow_first: bool, choices: &[u8]) {
                                 .revoke_grant(&p.grant, world.l.w.now)
                                 .unwrap();
                         }
-                        world.serve(request_id)
+                        world.call(request_id, retry.as_deref())
                     }
                     10 => {
                         // The access token expires; the tab keeps beating.
                         world.l.advance(301, "tab-1", "page-1");
-                        world.serve(request_id)
+                        world.call(request_id, retry.as_deref())
                     }
                     11 => {
                         world.connect_tab(false);
-                        world.serve(request_id)
+                        world.call(request_id, retry.as_deref())
                     }
-                    _ => world.serve(request_id),
+                    _ => world.call(request_id, retry.as_deref()),
                 };
                 agent.answered(answer).unwrap()
             }
             Next::Wait { reason, .. } => {
-                if reason == WaitReason::ApprovalPending {
-                    let pending = world
-                        .principal()
-                        .map(|p| {
-                            world
-                                .l
-                                .w
-                                .engine
-                                .pending_approvals(&world.l.w.site, USER, &p.grant)
-                                .unwrap()
-                        })
-                        .unwrap_or_default();
-                    for prompt in pending {
-                        match choice % 3 {
-                            0 => world.l.decide(&prompt, ApprovalDecision::Once),
-                            1 => world.l.decide(&prompt, ApprovalDecision::Deny),
-                            _ => {}
-                        }
-                    }
+                if matches!(reason, WaitReason::ApprovalPending | WaitReason::Pending) {
+                    world.person(choice);
                 }
                 agent.resume().unwrap()
             }
@@ -260,6 +437,15 @@ fn run_case(writes: &[bool], narrow_first: bool, choices: &[u8]) {
         };
     };
 
+    assert!(
+        world.shown.values().all(|&n| n == 1),
+        "a page shown twice: {:?}",
+        world.shown
+    );
+    // Every page a multi round-trip request named was shown.
+    for id in &world.prompted {
+        assert!(world.shown.contains_key(&World::page(*id)));
+    }
     let ran = world.ran();
     assert!(
         ran.iter().all(|&n| n <= 1),
@@ -268,7 +454,7 @@ fn run_case(writes: &[bool], narrow_first: bool, choices: &[u8]) {
     let all = ran.iter().all(|&n| n == 1);
     let none = ran.iter().all(|&n| n == 0);
     let total: u32 = ran.iter().sum();
-    match report.outcome {
+    match &report.outcome {
         Outcome::Returned { unknown_tail, .. } => {
             assert!(all && !unknown_tail, "returned, but ran {ran:?}");
         }
@@ -277,7 +463,7 @@ fn run_case(writes: &[bool], narrow_first: bool, choices: &[u8]) {
             unknown_tail: false,
             ..
         } => {
-            assert_eq!(outcomes as u32, total, "the outcomes say what ran");
+            assert_eq!(*outcomes as u32, total, "the outcomes say what ran");
         }
         Outcome::Refused {
             may_have_run: false,
@@ -289,6 +475,7 @@ fn run_case(writes: &[bool], narrow_first: bool, choices: &[u8]) {
         } => assert!(none, "reported nothing ran, but ran {ran:?}: {report:?}"),
         _ => {}
     }
+    (report, world.steps)
 }
 
 fn config(cases: u32) -> ProptestConfig {
@@ -302,9 +489,10 @@ proptest! {
     fn the_loop_never_runs_an_action_twice_and_reports_honestly(
         writes in prop::collection::vec(any::<bool>(), 1..=4),
         narrow_first in any::<bool>(),
+        form in any::<u8>(),
         choices in prop::collection::vec(any::<u8>(), 0..48),
     ) {
-        run_case(&writes, narrow_first, &choices);
+        run_case(&writes, narrow_first, Form::of(form), &choices);
     }
 }
 
@@ -313,7 +501,29 @@ proptest! {
 fn a_write_goes_through_approval_and_a_step_up() {
     // Read-only first: the write steps up, waits for approval (approved on
     // the first wait) and returns.
-    run_case(&[false, true], true, &[0, 0, 0, 0, 0, 0, 0, 0]);
+    run_case(&[false, true], true, Form::Json, &[0, 0, 0, 0, 0, 0, 0, 0]);
     // A lost answer after the run, then a revoked grant.
-    run_case(&[false], false, &[0, 0, 7, 9]);
+    run_case(&[false], false, Form::Json, &[0, 0, 7, 9]);
+}
+
+/// The same write in each form a server may use for the approval: the
+/// page shown once, the request resumed as the form says, one result.
+#[test]
+fn a_write_goes_through_approval_in_every_form() {
+    for (form, resumed_by) in [
+        (Form::Json, "invoke"),
+        (Form::Mrtr, "retry"),
+        (Form::UrlElicitation, "invoke"),
+        (Form::Tasks, "poll"),
+    ] {
+        for choices in [&[0; 12][..], &[2, 2, 2, 2, 2, 0, 0, 0, 0, 0]] {
+            let (report, steps) = run_case(&[true], false, form, choices);
+            assert!(
+                matches!(report.outcome, Outcome::Returned { .. }),
+                "{form:?}: {report:?}"
+            );
+            assert_eq!(steps.get("show"), Some(&1), "{form:?}: {steps:?}");
+            assert!(steps.get(resumed_by) >= Some(&1), "{form:?}: {steps:?}");
+        }
+    }
 }

@@ -170,10 +170,23 @@ pub(crate) struct AgentArgs {
     /// `~/.config/portcullis/agent.json`).
     #[arg(long)]
     pub(crate) token_file: Option<PathBuf>,
-    /// Also open the consent URL in the default browser (`xdg-open`); it is
-    /// always printed.
+    /// Also open the consent URL and each approval page in the default
+    /// browser (`xdg-open`); they are always printed.
     #[arg(long)]
     pub(crate) open: bool,
+    /// The newest MCP revision the agent speaks. `2026-07-28`: discovered
+    /// with `server/discover`, declaring URL elicitation and the tasks
+    /// extension on every request (a wait for approval is a multi
+    /// round-trip request, a run in progress a task); an older server is
+    /// spoken to with `initialize` instead. `2025-11-25`: URL elicitation
+    /// declared at `initialize` (a wait for approval is the error -32042).
+    /// `2025-06-18`: neither (the `approval_pending` JSON).
+    #[arg(long, value_enum, default_value_t = Revision::V2026_07_28)]
+    pub(crate) protocol_version: Revision,
+    /// Do not declare the tasks extension (a run still in progress is then
+    /// resumed by calling again rather than followed as a task).
+    #[arg(long)]
+    pub(crate) no_tasks: bool,
     /// Seconds to wait for the browser's redirect after printing the
     /// consent URL.
     #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..=86_400))]
@@ -184,6 +197,31 @@ pub(crate) struct AgentArgs {
     /// What to do.
     #[command(subcommand)]
     pub(crate) action: AgentAction,
+}
+
+/// An MCP protocol revision the agent can speak, oldest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
+pub(crate) enum Revision {
+    /// 2025-06-18: `initialize`, no URL elicitation.
+    #[value(name = "2025-06-18")]
+    V2025_06_18,
+    /// 2025-11-25: `initialize` with URL elicitation.
+    #[value(name = "2025-11-25")]
+    V2025_11_25,
+    /// 2026-07-28: per-request metadata, multi round-trip requests, tasks.
+    #[value(name = "2026-07-28")]
+    V2026_07_28,
+}
+
+impl Revision {
+    /// Its date, as the protocol names it.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::V2025_06_18 => "2025-06-18",
+            Self::V2025_11_25 => "2025-11-25",
+            Self::V2026_07_28 => "2026-07-28",
+        }
+    }
 }
 
 /// `portcullis agent …`.

@@ -3901,14 +3901,24 @@ fn server_cpu_ticks(pid: u32) -> u64 {
 /// (the redirect reaches the agent's loopback listener), a connected tab
 /// approves and performs the write; the agent prints its progress and the
 /// result. Its token file is 0600, and no token, refresh token or
-/// authorization code is in anything it printed or logged.
+/// authorization code is in anything it printed or logged. The agent
+/// speaks 2025-06-18 here: the wait is the ledger's `approval_pending`
+/// JSON, called again by id (with backoff, so the short-lived token
+/// expires meanwhile and is refreshed), and its `approvalUrl` is printed
+/// once.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_agent_binary_runs_a_write_through_consent_and_approval_and_prints_no_secret() {
     // 2 s access tokens: the approval below outlasts the first one.
     let s = Server::start(&["--access-token-ttl-secs", "2", "--jwt-leeway-secs", "0"]).await;
     let dir = tempfile::tempdir().unwrap();
     let token_file = dir.path().join("agent.json");
-    let agent = spawn_agent(&s, &token_file, &create_note("Groceries"), &[]).await;
+    let agent = spawn_agent(
+        &s,
+        &token_file,
+        &create_note("Groceries"),
+        &["--protocol-version", "2025-06-18"],
+    )
+    .await;
     let (cookie, code) = consent_for_agent(&s, &agent.out).await;
 
     // The connected tab approves and runs the write.
@@ -3925,6 +3935,9 @@ async fn the_agent_binary_runs_a_write_through_consent_and_approval_and_prints_n
     assert!(status.success(), "{out}\n{err}");
     assert!(out.contains("Waiting for approval"), "{out}");
     assert!(out.contains("Resumed request"), "{out}");
+    let page = approval_page(&s, &a);
+    assert_eq!(out.matches(&page).count(), 1, "the page once: {out}");
+    assert!(err.contains("protocol_version=\"2025-06-18\""), "{err}");
     let result = out
         .lines()
         .find_map(|l| l.strip_prefix("Result: "))
@@ -4236,6 +4249,222 @@ async fn the_agent_binary_steps_up_its_scope_and_resumes_the_same_request() {
     assert!(err.contains("outcome=http_403_insufficient_scope"), "{err}");
     assert_eq!(jobs.load(Ordering::SeqCst), 1, "one effect");
     assert!(!out.contains(&code) && !err.contains(&code));
+}
+
+/// The approval page of the pending approval `a`, as the server names it.
+fn approval_page(s: &Server, a: &Value) -> String {
+    format!(
+        "{}/agents#approval-{}",
+        s.base(),
+        a["requestId"].as_str().unwrap()
+    )
+}
+
+/// Waits (at most a minute) until the agent printed `needle`.
+async fn printed(out: &Printed, needle: &str) {
+    let deadline = Instant::now() + Duration::from_mins(1);
+    while !out.lock().unwrap().contains(needle) {
+        assert!(
+            Instant::now() < deadline,
+            "the agent never printed {needle:?}:\n{}",
+            out.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The log lines of the agent's MCP calls with `capability`.
+fn calls<'a>(err: &'a str, capability: &str) -> Vec<&'a str> {
+    let needle = format!("capability=\"{capability}\"");
+    err.lines()
+        .filter(|l| l.contains("mcp call") && l.contains(&needle))
+        .collect()
+}
+
+/// At 2026-07-28 (the agent's default, found by `server/discover`), the
+/// write's approval reaches the agent as a multi round-trip request: it
+/// prints the approval page once, retries at once with the server's sealed
+/// state (the server holds that retry until the person decides) and prints
+/// the result. Two `execute` calls, one prompt, one effect.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_agent_binary_reaches_an_approval_as_a_multi_round_trip_request() {
+    let s = Server::start(&[]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("agent.json");
+    let agent = spawn_agent(&s, &token_file, &create_note("Round trip"), &[]).await;
+    let (cookie, code) = consent_for_agent(&s, &agent.out).await;
+    let tab = Tab::open(&s, &cookie, "tab-1", "page-1").await;
+    tab.connect(true, false).await;
+    let a = tab.approval().await;
+    let id = a["requestId"].as_str().unwrap().to_owned();
+    let page = approval_page(&s, &a);
+    printed(&agent.out, &page).await;
+    printed(&agent.out, "with the server's state").await;
+    // The person reads the page a moment, then approves there.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(tab.decide(&a, "once").await, StatusCode::OK);
+    let (worker, jobs) = tab.work();
+    let (status, out, err) = agent.finish().await;
+    worker.abort();
+    assert!(status.success(), "{out}\n{err}");
+    assert_eq!(out.matches(&page).count(), 1, "the page once: {out}");
+    assert!(
+        out.contains("Approval needed (Approve execute for Portcullis agent)"),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("Resumed request {id} with the server's state.")),
+        "{out}"
+    );
+    assert!(!out.contains("not on the MCP server's site"), "{out}");
+    let result = out
+        .lines()
+        .find_map(|l| l.strip_prefix("Result: "))
+        .unwrap();
+    let result: Value = serde_json::from_str(result).unwrap();
+    assert_eq!(result[0]["result"]["title"], "Round trip");
+    assert_eq!(jobs.load(Ordering::SeqCst), 1, "one effect");
+    assert_eq!(tab.notes().await.len(), 1);
+    assert_eq!(calls(&err, "server/discover").len(), 1, "{err}");
+    let executes = calls(&err, "execute:create_note");
+    assert!(
+        executes
+            .iter()
+            .all(|l| l.contains("protocol_version=\"2026-07-28\"")),
+        "{err}"
+    );
+    // (A call before the tab connected answers `no_live_tab` first.)
+    let asked = executes
+        .iter()
+        .position(|l| l.contains("outcome=input_required"))
+        .expect("an InputRequiredResult");
+    assert_eq!(
+        executes.len() - asked,
+        2,
+        "the call that prompted and one retry the server held for the decision: {err}"
+    );
+    assert_agent_kept_its_secrets(&token_file, &out, &err, &code);
+}
+
+/// At 2025-11-25 the agent declares URL elicitation at `initialize`: a
+/// call waiting for approval fails with -32042 carrying the page; the
+/// agent prints it once, calls again with the same request id (getting
+/// -32042 again while undecided, never a second prompt), and prints the
+/// result once approved. One effect.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_agent_binary_resumes_after_url_elicitation_required() {
+    let s = Server::start(&[]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("agent.json");
+    let agent = spawn_agent(
+        &s,
+        &token_file,
+        &create_note("Elicited"),
+        &["--protocol-version", "2025-11-25"],
+    )
+    .await;
+    let (cookie, _) = consent_for_agent(&s, &agent.out).await;
+    let tab = Tab::open(&s, &cookie, "tab-1", "page-1").await;
+    tab.connect(true, false).await;
+    let a = tab.approval().await;
+    let page = approval_page(&s, &a);
+    printed(&agent.out, &page).await;
+    // Undecided for a while: the agent calls again at least once.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = agent.out.lock().unwrap().clone();
+        if out.matches("Resumed request").count() >= 2 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{out}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(tab.decide(&a, "once").await, StatusCode::OK);
+    let (worker, jobs) = tab.work();
+    let (status, out, err) = agent.finish().await;
+    worker.abort();
+    assert!(status.success(), "{out}\n{err}");
+    assert_eq!(out.matches(&page).count(), 1, "the page once: {out}");
+    assert!(out.contains("Waiting for approval"), "{out}");
+    let executes = calls(&err, "execute:create_note");
+    let elicited = executes
+        .iter()
+        .filter(|l| l.contains("outcome=jsonrpc_error:-32042"))
+        .count();
+    assert!(elicited >= 2, "-32042 while undecided: {err}");
+    assert!(
+        executes
+            .iter()
+            .all(|l| l.contains("protocol_version=\"2025-11-25\"")),
+        "{err}"
+    );
+    let ids: std::collections::BTreeSet<&str> = out
+        .lines()
+        .filter_map(|l| l.split("request ").nth(1))
+        .map(|rest| rest.trim_end_matches('.'))
+        .filter(|id| id.len() == 36)
+        .collect();
+    assert_eq!(ids.len(), 1, "one request id throughout: {out}");
+    assert_eq!(jobs.load(Ordering::SeqCst), 1, "one effect");
+    assert_eq!(tab.notes().await.len(), 1);
+}
+
+/// With the tasks extension (declared by default at 2026-07-28), a run
+/// still waiting on the connected tab when the call stops waiting is a
+/// task: the agent follows it with `tasks/get` at the server's
+/// `pollIntervalMs` until it completes, then prints the result. The run
+/// ran once.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_agent_binary_follows_a_task_to_its_result() {
+    let s = Server::start(&[]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("agent.json");
+    let code = json!([{"skill": "list_notes", "args": {}}]).to_string();
+    let agent = spawn_agent(&s, &token_file, &code, &[]).await;
+    let (cookie, _) = consent_for_agent(&s, &agent.out).await;
+    let tab = Tab::open(&s, &cookie, "tab-1", "page-1").await;
+    tab.connect(true, false).await;
+    let beating = tab.keep_alive();
+    // The tab does nothing yet: the call answers a task, which the agent
+    // polls while the run waits.
+    printed(&agent.out, "as a task (tasks/get)").await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (worker, jobs) = tab.work();
+    let (status, out, err) = agent.finish().await;
+    worker.abort();
+    beating.abort();
+    assert!(status.success(), "{out}\n{err}");
+    assert!(
+        out.contains("The run goes on as a task: polling it every 1000 ms."),
+        "{out}"
+    );
+    let result = out
+        .lines()
+        .find_map(|l| l.strip_prefix("Result: "))
+        .unwrap();
+    let result: Value = serde_json::from_str(result).unwrap();
+    assert_eq!(result[0]["skill"], "list_notes", "{out}");
+    let executes = calls(&err, "execute:list_notes");
+    // The call that answered the task is the last: then only polls.
+    assert!(
+        executes
+            .last()
+            .is_some_and(|l| l.contains("outcome=task:working")),
+        "{err}"
+    );
+    let polls = calls(&err, "tasks/get");
+    assert!(polls.len() >= 2, "{err}");
+    assert!(
+        polls.iter().any(|l| l.contains("outcome=task:working")),
+        "{err}"
+    );
+    assert!(
+        polls
+            .last()
+            .is_some_and(|l| l.contains("outcome=task:completed")),
+        "{err}"
+    );
+    assert_eq!(jobs.load(Ordering::SeqCst), 1, "the run ran once");
 }
 
 /// MCP tasks extension (2026-07-28): a client that declared it gets a task

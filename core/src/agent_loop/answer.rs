@@ -1,9 +1,10 @@
 //! What the server answered, as the client loop reads it: the `execute`
 //! envelope (`{"ok": …, "requestId": …, "status": …}`, the shapes written by
 //! [`crate::ledger::StoredResult::to_json`], [`crate::ledger::BeginAnswer::to_json`]
-//! and [`crate::ledger::BeginError::to_json`]) and the transport-level
-//! answers that never reach a tool result (401, 403 `insufficient_scope`,
-//! 503, a lost connection).
+//! and [`crate::ledger::BeginError::to_json`]), the forms a call that waits
+//! for the person takes in newer protocol revisions (see [`super::input`]),
+//! and the transport-level answers that never reach a tool result (401, 403
+//! `insufficient_scope`, 503, a lost connection).
 //!
 //! Parsing is strict about the fields the loop acts on (a wrong type is
 //! [`AnswerError`], never a guess) and ignores fields it does not know, so a
@@ -15,6 +16,7 @@ use core::fmt;
 use serde_json::{Map, Value};
 
 use super::challenge::{BearerChallenge, ChallengeError};
+use super::input::{InputRequired, Task, UrlElicitationRequired, tool_envelope};
 use crate::ledger::RequestId;
 use crate::scope::ScopeSet;
 
@@ -23,15 +25,31 @@ pub const MAX_CODE_LEN: usize = 64;
 /// Longest error message kept; a longer one is cut at a character boundary.
 pub const MAX_MESSAGE_LEN: usize = 1024;
 
-/// One answer to an `execute` call, as the host saw it.
-#[expect(
-    clippy::large_enum_variant,
-    reason = "built once per call and moved once into the loop; boxing would add an allocation"
-)]
+/// The JSON-RPC error code of `URLElicitationRequiredError` (MCP
+/// 2025-11-25, "Elicitation", URL mode).
+pub const URL_ELICITATION_REQUIRED: i64 = -32042;
+
+/// One answer to an `execute` call (or to `tasks/get` of its task), as the
+/// host saw it.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Answer {
     /// The tool result's JSON envelope.
     Envelope(Envelope),
+    /// 2026-07-28: an `InputRequiredResult` (a multi round-trip request):
+    /// show its URL elicitations, then call again with its state.
+    InputRequired(InputRequired),
+    /// 2025-11-25: the error -32042: show its URLs, then call again with
+    /// the same request id.
+    UrlElicitationRequired(UrlElicitationRequired),
+    /// A task (`resultType: "task"`, or a `tasks/get` result): poll it.
+    Task(Task),
+    /// Another JSON-RPC error: the server refused the call itself.
+    RpcError {
+        /// Its code.
+        code: i64,
+        /// Its message, at most [`MAX_MESSAGE_LEN`] bytes.
+        message: String,
+    },
     /// `401`: the access token was refused. The host refreshes or signs in
     /// again, then reports [`super::Session`].
     Unauthorized,
@@ -81,6 +99,40 @@ impl Answer {
             other => Err(AnswerError::UnexpectedStatus(other)),
         }
     }
+
+    /// The answer a `tools/call` `result` holds: an `InputRequiredResult`,
+    /// a task, or the call's result (its `execute` envelope). One that
+    /// cannot be read is [`Answer::Unreadable`].
+    #[must_use]
+    pub fn from_tool_result(result: &Value) -> Self {
+        let read = match result.get("resultType").and_then(Value::as_str) {
+            Some("input_required") => InputRequired::parse(result).map(Self::InputRequired),
+            Some("task") => Task::parse(result).map(Self::Task),
+            None | Some("complete") => tool_envelope(result).map(Self::Envelope),
+            Some(_) => Err(AnswerError::Malformed("resultType")),
+        };
+        read.unwrap_or_else(Self::Unreadable)
+    }
+
+    /// The answer a `tasks/get` `result` holds.
+    #[must_use]
+    pub fn from_task_result(result: &Value) -> Self {
+        Task::parse(result).map_or_else(Self::Unreadable, Self::Task)
+    }
+
+    /// The answer a JSON-RPC error holds: -32042 with its URLs, or a
+    /// refusal of the call.
+    #[must_use]
+    pub fn from_rpc_error(code: i64, message: &str, data: Option<&Value>) -> Self {
+        if code == URL_ELICITATION_REQUIRED {
+            return UrlElicitationRequired::parse(data)
+                .map_or_else(Self::Unreadable, Self::UrlElicitationRequired);
+        }
+        Self::RpcError {
+            code,
+            message: truncated(message, MAX_MESSAGE_LEN).into(),
+        }
+    }
 }
 
 /// Where a request stands in the server's ledger.
@@ -107,6 +159,19 @@ pub struct ErrorBody {
     pub reconnect_url: Option<String>,
 }
 
+impl ErrorBody {
+    /// A body with `code` and `message` and nothing else.
+    #[must_use]
+    pub fn new(code: &str, message: &str) -> Self {
+        Self {
+            code: code.into(),
+            message: truncated(message, MAX_MESSAGE_LEN).into(),
+            retry_after_ms: None,
+            reconnect_url: None,
+        }
+    }
+}
+
 /// The `execute` envelope.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Envelope {
@@ -128,6 +193,9 @@ pub struct Envelope {
     pub outcomes: usize,
     /// `outcomeCursor`: more outcomes are on further pages.
     pub more_outcomes: bool,
+    /// `approvalUrl` of an `approval_pending` answer: the page the person
+    /// approves on (kept only if it can be shown, see [`super::input`]).
+    pub approval_url: Option<String>,
 }
 
 /// Why an answer could not be read.
@@ -219,6 +287,12 @@ impl Envelope {
             Some(Value::String(_)) => true,
             Some(_) => return Err(AnswerError::Malformed("outcomeCursor")),
         };
+        let approval_url = match object.get("approvalUrl") {
+            Some(Value::String(url)) if status == Some(Status::ApprovalPending) => {
+                super::input::showable_url(url)
+            }
+            _ => None,
+        };
         Ok(Self {
             ok,
             request_id,
@@ -229,6 +303,7 @@ impl Envelope {
             unknown_tail,
             outcomes,
             more_outcomes,
+            approval_url,
         })
     }
 }
@@ -357,6 +432,71 @@ mod tests {
             .unwrap();
         let kept = e.error.unwrap().message;
         assert!(kept.len() <= MAX_MESSAGE_LEN && kept.chars().all(|c| c == 'é'));
+    }
+
+    #[test]
+    fn tool_results_in_each_form() {
+        let env = json!({"ok": true, "requestId": ID, "status": "approval_pending",
+            "approvalUrl": "http://127.0.0.1:8787/agents#approval-x"});
+        let Answer::Envelope(e) = Answer::from_tool_result(&json!({"structuredContent": env}))
+        else {
+            panic!()
+        };
+        assert_eq!(
+            e.approval_url.as_deref(),
+            Some("http://127.0.0.1:8787/agents#approval-x")
+        );
+        // As text (a typed tool's pending answer), with `resultType: complete`.
+        let text = json!({"resultType": "complete", "isError": true,
+            "content": [{"type": "text", "text": alloc::string::ToString::to_string(&env)}]});
+        assert!(matches!(
+            Answer::from_tool_result(&text),
+            Answer::Envelope(_)
+        ));
+        assert!(matches!(
+            Answer::from_tool_result(&json!({"resultType": "input_required", "requestState": "s"})),
+            Answer::InputRequired(_)
+        ));
+        assert!(matches!(
+            Answer::from_tool_result(
+                &json!({"resultType": "task", "taskId": "t", "status": "working"})
+            ),
+            Answer::Task(_)
+        ));
+        for bad in [
+            json!({"resultType": "later"}),
+            json!({"content": [{"type": "text", "text": "not json"}]}),
+            json!({"resultType": "input_required"}),
+        ] {
+            assert!(
+                matches!(Answer::from_tool_result(&bad), Answer::Unreadable(_)),
+                "{bad}"
+            );
+        }
+        // Only an approval's URL is kept, and only a showable one.
+        let done = Envelope::parse(&json!({"ok": true, "status": "done",
+            "approvalUrl": "https://a.example/"}))
+        .unwrap();
+        assert_eq!(done.approval_url, None);
+    }
+
+    #[test]
+    fn rpc_errors() {
+        let data = json!({"elicitations": [{"mode": "url", "url": "https://a.example/p", "message": "m"}],
+            "requestId": ID});
+        assert!(matches!(
+            Answer::from_rpc_error(URL_ELICITATION_REQUIRED, "m", Some(&data)),
+            Answer::UrlElicitationRequired(_)
+        ));
+        assert!(matches!(
+            Answer::from_rpc_error(URL_ELICITATION_REQUIRED, "m", None),
+            Answer::Unreadable(AnswerError::Malformed("data"))
+        ));
+        let long = "x".repeat(MAX_MESSAGE_LEN + 5);
+        let Answer::RpcError { code, message } = Answer::from_rpc_error(-32602, &long, None) else {
+            panic!()
+        };
+        assert_eq!((code, message.len()), (-32602, MAX_MESSAGE_LEN));
     }
 
     #[test]

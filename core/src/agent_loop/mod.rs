@@ -27,6 +27,24 @@
 //! - **Terminal states are reported as they are**: a business failure is not
 //!   a protocol failure, and a refusal says whether anything may have run.
 //!
+//! **A call that waits for the person** reaches the loop in the form the
+//! client negotiated (see [`input`]), and each leads to the same rule:
+//! show the person the page (once per URL, [`Step::ShowUrl`]), never
+//! decide for them, and resume the same request:
+//!
+//! | answer | next |
+//! |---|---|
+//! | `approval_pending` (with `approvalUrl`) | show the URL, wait, call again with the same id |
+//! | 2026-07-28 `InputRequiredResult` with a URL elicitation | show it, then [`Step::Retry`] at once with `requestState` and an `accept` for it (the server holds the retry until the person decides) |
+//! | `InputRequiredResult` with its state alone | wait ([`WaitReason::Pending`]), then retry with the state |
+//! | `InputRequiredResult` asking for a form, sampling or roots | stop: [`Interruption::UnsupportedInput`] |
+//! | 2025-11-25 error -32042 | show its URLs, wait, call again with the same id |
+//! | a task (`resultType: "task"`), or `tasks/get` answering `working` / `input_required` | (show its URLs,) wait `pollIntervalMs`, then [`Step::Poll`] |
+//! | a task `completed` | its result, read as the call's |
+//! | a task `failed` / `cancelled` | [`Outcome::Ended`] (`task_failed` / `task_cancelled`), effects unknown |
+//! | a JSON-RPC error to a retry with state or to a poll | once per request: call again with the same id (the ledger answers its state) |
+//! | another JSON-RPC error | [`Outcome::Refused`] (`jsonrpc:<code>`) |
+//!
 //! The table of error codes follows the external-agent client document
 //! (`../shared/reference/003_*`): re-describe on `ACTION_NOT_FOUND` and
 //! `EXPECTATION_FAILED`, correct the arguments on `INVALID_PARAMS`, honour
@@ -37,15 +55,23 @@
 
 mod answer;
 mod challenge;
+pub mod input;
 
 use alloc::string::String;
+use alloc::vec::Vec;
 use core::fmt;
 
 use rand_core::CryptoRng;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
-pub use answer::{Answer, AnswerError, Envelope, ErrorBody, MAX_CODE_LEN, MAX_MESSAGE_LEN, Status};
+pub use answer::{
+    Answer, AnswerError, Envelope, ErrorBody, MAX_CODE_LEN, MAX_MESSAGE_LEN, Status,
+    URL_ELICITATION_REQUIRED,
+};
 pub use challenge::{BearerChallenge, ChallengeError, MAX_CHALLENGE_LEN};
+pub use input::{
+    InputRequest, InputRequired, Task, TaskStatus, UrlElicitation, UrlElicitationRequired,
+};
 
 use crate::ledger::RequestId;
 use crate::scope::ScopeSet;
@@ -63,10 +89,17 @@ pub struct LoopLimits {
     pub first_backoff_ms: u64,
     /// The wait doubles up to this.
     pub max_backoff_ms: u64,
+    /// Most `tasks/get` polls for one intent.
+    pub max_polls: u32,
 }
 
+/// The shortest wait between two polls of a task, whatever the server's
+/// `pollIntervalMs`.
+pub const MIN_POLL_INTERVAL_MS: u64 = 100;
+
 impl Default for LoopLimits {
-    /// 64 calls, 4 decisions, 15 minutes of waiting, backoff from 500 ms to 10 s.
+    /// 64 calls, 4 decisions, 15 minutes of waiting, backoff from 500 ms to
+    /// 10 s, 10 000 polls.
     fn default() -> Self {
         Self {
             max_invocations: 64,
@@ -74,6 +107,7 @@ impl Default for LoopLimits {
             max_wait_ms: 15 * 60 * 1000,
             first_backoff_ms: 500,
             max_backoff_ms: 10_000,
+            max_polls: 10_000,
         }
     }
 }
@@ -101,6 +135,13 @@ pub enum WaitReason {
     /// No answer arrived, or the server failed: resume, since the call may
     /// have run.
     Retry,
+    /// A multi round-trip request was answered with its state alone: it
+    /// still waits (for the person's decision, or its run). Then
+    /// [`Step::Retry`] with that state.
+    Pending,
+    /// A task is in progress: wait the server's `pollIntervalMs`, then
+    /// [`Step::Poll`].
+    Task,
 }
 
 /// What a human must do before the same id can be resumed.
@@ -173,6 +214,9 @@ pub enum Interruption {
     UnreadableAnswer,
     /// The host called [`ClientLoop::give_up`].
     Abandoned,
+    /// The server asked for input the agent did not declare and cannot
+    /// give (a form, sampling, roots).
+    UnsupportedInput,
 }
 
 /// How an intent ended.
@@ -268,6 +312,34 @@ pub enum Step {
         /// Whether this resumes an earlier call of the same request.
         resumed: bool,
     },
+    /// 2026-07-28: call `execute` again (a fresh JSON-RPC id, the same
+    /// arguments) with `retry`'s `requestState` and `inputResponses`, then
+    /// call [`ClientLoop::answered`].
+    Retry {
+        /// The request id (in the arguments, as before).
+        request_id: RequestId,
+        /// What to add to the call.
+        retry: Retry,
+    },
+    /// Poll the request's task with `tasks/get`, then call
+    /// [`ClientLoop::answered`] (with [`Answer::from_task_result`]).
+    Poll {
+        /// The request id the task runs.
+        request_id: RequestId,
+        /// `taskId`.
+        task_id: String,
+    },
+    /// Show the person this page (print it, open it if asked), then call
+    /// [`ClientLoop::shown`]. The person decides there; the agent never
+    /// does. Each URL is shown once per request.
+    ShowUrl {
+        /// The request it is for.
+        request_id: RequestId,
+        /// The page: an absolute `http`/`https` URL of visible ASCII.
+        url: String,
+        /// What the server says it is for (no control characters).
+        message: String,
+    },
     /// Sleep this long, then call [`ClientLoop::resume`].
     Wait {
         /// Milliseconds.
@@ -317,15 +389,65 @@ enum AfterAuth {
     Reauthenticate,
 }
 
+/// What a 2026-07-28 retry adds to the call ([`Step::Retry`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Retry {
+    /// `requestState`, echoed verbatim.
+    pub state: Option<String>,
+    /// `inputResponses`: `{"action": "accept"}` for each URL elicitation
+    /// (shown to the person, who acts on the page).
+    pub responses: Map<String, Value>,
+}
+
+/// How a call of the current request is made.
+#[derive(Clone, Debug, PartialEq)]
+enum How {
+    Invoke { resumed: bool },
+    Retry(Retry),
+    Poll(String),
+}
+
+/// What follows once every URL was shown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum AfterShow {
+    /// Retry with the state at once: the server holds it for the decision.
+    Retry,
+    /// Back off, then call again.
+    Wait(WaitReason),
+    /// Wait the task's interval (or back off), then poll.
+    Poll(Option<u64>, WaitReason),
+}
+
 #[derive(Clone, Debug, PartialEq)]
 enum Phase {
     Authenticate(AfterAuth),
     Describe,
     Decide(Option<ErrorBody>),
-    Invoking { id: RequestId, resumed: bool },
-    Waiting { millis: u64, reason: WaitReason },
+    Calling {
+        id: RequestId,
+        how: How,
+    },
+    Showing {
+        id: RequestId,
+        current: UrlElicitation,
+        rest: Vec<UrlElicitation>,
+        then: AfterShow,
+    },
+    Waiting {
+        millis: u64,
+        reason: WaitReason,
+    },
     Human(HumanAction),
     Done(Report),
+}
+
+/// How the current request is resumed: by calling again, by retrying with
+/// the server's state, or by polling its task.
+#[derive(Clone, Debug, PartialEq)]
+enum Resume {
+    Call,
+    State(Retry),
+    Task(String),
 }
 
 /// The request being driven: its id is bound to exactly this code.
@@ -335,6 +457,13 @@ struct Request {
     code: String,
     /// A call was admitted (pending) or lost in transit.
     may_have_run: bool,
+    /// How the next call resumes it.
+    resume: Resume,
+    /// The URLs shown to the person for it: each once.
+    shown: Vec<String>,
+    /// A retry with state or a poll was refused, and the request was
+    /// resumed by its id instead (once).
+    fell_back: bool,
 }
 
 /// One intent's loop: from authentication to a [`Report`].
@@ -346,6 +475,7 @@ pub struct ClientLoop {
     described: bool,
     request: Option<Request>,
     invocations: u32,
+    polls: u32,
     decisions: u32,
     waited_ms: u64,
     backoff_ms: u64,
@@ -362,6 +492,7 @@ impl ClientLoop {
             described: false,
             request: None,
             invocations: 0,
+            polls: 0,
             decisions: 0,
             waited_ms: 0,
             backoff_ms: limits.first_backoff_ms,
@@ -392,9 +523,24 @@ impl ClientLoop {
             Phase::Decide(correct) => Step::Decide {
                 correct: correct.clone(),
             },
-            Phase::Invoking { id, resumed } => Step::Invoke {
+            Phase::Calling { id, how } => match how {
+                How::Invoke { resumed } => Step::Invoke {
+                    request_id: *id,
+                    resumed: *resumed,
+                },
+                How::Retry(retry) => Step::Retry {
+                    request_id: *id,
+                    retry: retry.clone(),
+                },
+                How::Poll(task_id) => Step::Poll {
+                    request_id: *id,
+                    task_id: task_id.clone(),
+                },
+            },
+            Phase::Showing { id, current, .. } => Step::ShowUrl {
                 request_id: *id,
-                resumed: *resumed,
+                url: current.url.clone(),
+                message: current.message.clone(),
             },
             Phase::Waiting { millis, reason } => Step::Wait {
                 millis: *millis,
@@ -441,7 +587,7 @@ impl ClientLoop {
         match after {
             AfterAuth::StepUp(wider) => {
                 if wider.is_subset(&scope) {
-                    self.invoke(true);
+                    self.resume_call();
                 } else {
                     // The user did not grant the wider scope.
                     let error = ErrorBody {
@@ -457,7 +603,7 @@ impl ClientLoop {
                     });
                 }
             }
-            AfterAuth::Reauthenticate if renewed => self.invoke(true),
+            AfterAuth::Reauthenticate if renewed => self.resume_call(),
             AfterAuth::Reauthenticate if may_have_run => self.finish(Outcome::Interrupted {
                 reason: Interruption::SessionLost,
                 may_have_run,
@@ -504,20 +650,65 @@ impl ClientLoop {
             id: RequestId::random(rng),
             code,
             may_have_run: false,
+            resume: Resume::Call,
+            shown: Vec::new(),
+            fell_back: false,
         });
-        self.invoke(false);
+        if self.invocations < self.limits.max_invocations {
+            self.phase = self.calling(How::Invoke { resumed: false });
+        } else {
+            self.interrupt(Interruption::GaveUp);
+        }
         Ok(self.step())
     }
 
-    /// The host waited or the human acted: resume the same id.
+    /// The host waited or the human acted: resume the same request (call
+    /// again with its id, retry with the server's state, or poll its
+    /// task).
     pub fn resume(&mut self) -> Result<Step, LoopError> {
         match &self.phase {
             Phase::Waiting { .. } | Phase::Human(_) => {
-                self.invoke(true);
+                self.resume_call();
                 Ok(self.step())
             }
             _ => Err(LoopError::OutOfTurn),
         }
+    }
+
+    /// The host showed the person the URL of [`Step::ShowUrl`].
+    pub fn shown(&mut self) -> Result<Step, LoopError> {
+        let Phase::Showing {
+            current,
+            rest,
+            then,
+            ..
+        } = &mut self.phase
+        else {
+            return Err(LoopError::OutOfTurn);
+        };
+        let url = core::mem::take(&mut current.url);
+        let then = *then;
+        let next = if rest.is_empty() {
+            None
+        } else {
+            Some(rest.remove(0))
+        };
+        if let Some(r) = &mut self.request {
+            r.shown.push(url);
+        }
+        match next {
+            Some(next) => {
+                if let Phase::Showing { current, .. } = &mut self.phase {
+                    *current = next;
+                }
+            }
+            None => match then {
+                AfterShow::Retry => self.resume_call(),
+                AfterShow::Wait(reason) => self.back_off(reason),
+                AfterShow::Poll(interval, reason) => self.wait_poll(interval, reason),
+            },
+        }
+        Ok(self.step())
     }
 
     /// The host stops: the report says whether anything may have run.
@@ -528,12 +719,18 @@ impl ClientLoop {
         self.step()
     }
 
-    /// The server's answer to [`Step::Invoke`].
+    /// The server's answer to [`Step::Invoke`], [`Step::Retry`] or
+    /// [`Step::Poll`].
     pub fn answered(&mut self, answer: Answer) -> Result<Step, LoopError> {
-        let Phase::Invoking { id, .. } = self.phase else {
+        let Phase::Calling { id, how } = &self.phase else {
             return Err(LoopError::OutOfTurn);
         };
-        self.invocations += 1;
+        let (id, how) = (*id, how.clone());
+        if matches!(how, How::Poll(_)) {
+            self.polls += 1;
+        } else {
+            self.invocations += 1;
+        }
         match answer {
             Answer::Lost => {
                 self.admitted();
@@ -567,16 +764,183 @@ impl ClientLoop {
                 Some(secs) => self.wait(u64::from(secs).max(1) * 1000, WaitReason::Unavailable),
                 None => self.back_off(WaitReason::Unavailable),
             },
-            Answer::Envelope(envelope) => {
-                if envelope.request_id.is_some_and(|named| named != id) {
-                    self.admitted();
+            Answer::Envelope(envelope) => self.read_envelope_of(id, envelope),
+            Answer::InputRequired(input) => self.input_required(&input),
+            Answer::UrlElicitationRequired(e) => {
+                self.admitted();
+                if e.request_id.is_some_and(|named| named != id) {
                     self.interrupt(Interruption::MismatchedAnswer);
                 } else {
-                    self.read_envelope(envelope);
+                    self.set_resume(Resume::Call);
+                    match self.unshown(e.elicitations.iter()) {
+                        Some((current, rest)) => {
+                            self.show(current, rest, AfterShow::Wait(WaitReason::ApprovalPending));
+                        }
+                        None => self.back_off(WaitReason::ApprovalPending),
+                    }
+                }
+            }
+            Answer::Task(task) => self.task(id, &how, task),
+            Answer::RpcError { code, message } => {
+                let fell_back = self.request.as_ref().is_some_and(|r| r.fell_back);
+                if matches!(how, How::Retry(_) | How::Poll(_)) && !fell_back {
+                    // A state or a task the server no longer accepts: the
+                    // request itself is the ledger's, resumed by its id.
+                    if let Some(r) = &mut self.request {
+                        r.fell_back = true;
+                        r.resume = Resume::Call;
+                    }
+                    self.resume_call();
+                } else {
+                    let error = ErrorBody::new(&alloc::format!("jsonrpc:{code}"), &message);
+                    self.finish(Outcome::Refused {
+                        error,
+                        advice: Advice::Report,
+                        may_have_run: self.may_have_run(),
+                    });
                 }
             }
         }
         Ok(self.step())
+    }
+
+    /// An envelope, unless it names another request.
+    fn read_envelope_of(&mut self, id: RequestId, envelope: Envelope) {
+        if envelope.request_id.is_some_and(|named| named != id) {
+            self.admitted();
+            self.interrupt(Interruption::MismatchedAnswer);
+        } else {
+            self.read_envelope(envelope);
+        }
+    }
+
+    /// A 2026-07-28 `InputRequiredResult`.
+    fn input_required(&mut self, input: &InputRequired) {
+        self.admitted();
+        if input
+            .requests
+            .iter()
+            .any(|(_, r)| matches!(r, InputRequest::Unsupported { .. }))
+        {
+            self.interrupt(Interruption::UnsupportedInput);
+            return;
+        }
+        // Accepting a URL elicitation says it was shown; the person acts on
+        // the page, never the agent.
+        let mut responses = Map::new();
+        for (key, _) in &input.requests {
+            let mut accept = Map::new();
+            accept.insert("action".into(), Value::String("accept".into()));
+            responses.insert(key.clone(), Value::Object(accept));
+        }
+        self.set_resume(Resume::State(Retry {
+            state: input.state.clone(),
+            responses,
+        }));
+        match self.unshown(input.urls()) {
+            Some((current, rest)) => {
+                self.show(current, rest, AfterShow::Retry);
+            }
+            None if input.requests.is_empty() => self.back_off(WaitReason::Pending),
+            None => self.back_off(WaitReason::ApprovalPending),
+        }
+    }
+
+    /// A task, created by the call or read by a poll.
+    fn task(&mut self, id: RequestId, how: &How, task: Task) {
+        self.admitted();
+        if let How::Poll(polled) = how
+            && *polled != task.task_id
+        {
+            self.interrupt(Interruption::MismatchedAnswer);
+            return;
+        }
+        let interval = task.poll_interval_ms.map(|ms| ms.max(MIN_POLL_INTERVAL_MS));
+        match task.status {
+            TaskStatus::Completed => match task.result {
+                Some(envelope) => {
+                    self.set_resume(Resume::Call);
+                    self.read_envelope_of(id, envelope);
+                }
+                None => self.interrupt(Interruption::UnreadableAnswer),
+            },
+            TaskStatus::Failed | TaskStatus::Cancelled => {
+                let (code, said) = if task.status == TaskStatus::Failed {
+                    ("task_failed", "the task failed")
+                } else {
+                    ("task_cancelled", "the task was cancelled")
+                };
+                self.finish(Outcome::Ended {
+                    error: ErrorBody::new(code, task.message.as_deref().unwrap_or(said)),
+                    advice: Advice::Report,
+                    outcomes: 0,
+                    unknown_tail: true,
+                });
+            }
+            TaskStatus::Working | TaskStatus::InputRequired => {
+                if task
+                    .requests
+                    .iter()
+                    .any(|(_, r)| matches!(r, InputRequest::Unsupported { .. }))
+                {
+                    self.interrupt(Interruption::UnsupportedInput);
+                    return;
+                }
+                let reason = if task.status == TaskStatus::InputRequired {
+                    WaitReason::ApprovalPending
+                } else {
+                    WaitReason::Task
+                };
+                self.set_resume(Resume::Task(task.task_id.clone()));
+                match self.unshown(task.urls()) {
+                    Some((current, rest)) => {
+                        self.show(current, rest, AfterShow::Poll(interval, reason));
+                    }
+                    None => self.wait_poll(interval, reason),
+                }
+            }
+        }
+    }
+
+    /// The URLs of `urls` not yet shown for this request (each once), as
+    /// the first and the rest.
+    fn unshown<'a>(
+        &self,
+        urls: impl Iterator<Item = &'a UrlElicitation>,
+    ) -> Option<(UrlElicitation, Vec<UrlElicitation>)> {
+        let shown: &[String] = self.request.as_ref().map_or(&[], |r| &r.shown);
+        let mut fresh: Vec<UrlElicitation> = Vec::new();
+        for u in urls {
+            if !shown.contains(&u.url) && !fresh.iter().any(|f| f.url == u.url) {
+                fresh.push(u.clone());
+            }
+        }
+        if fresh.is_empty() {
+            return None;
+        }
+        let first = fresh.remove(0);
+        Some((first, fresh))
+    }
+
+    /// Shows `current`, then `rest`, then goes on as `then` says.
+    fn show(&mut self, current: UrlElicitation, rest: Vec<UrlElicitation>, then: AfterShow) {
+        match &self.request {
+            Some(r) => {
+                self.phase = Phase::Showing {
+                    id: r.id,
+                    current,
+                    rest,
+                    then,
+                };
+            }
+            None => self.interrupt(Interruption::GaveUp),
+        }
+    }
+
+    fn set_resume(&mut self, resume: Resume) {
+        if let Some(r) = &mut self.request {
+            r.resume = resume;
+        }
     }
 
     fn read_envelope(&mut self, e: Envelope) {
@@ -584,10 +948,26 @@ impl ClientLoop {
         match (e.status, e.ok, e.error) {
             (Some(Status::ApprovalPending), true, _) => {
                 self.admitted();
-                self.back_off(WaitReason::ApprovalPending);
+                self.set_resume(Resume::Call);
+                match self.unshown(
+                    e.approval_url
+                        .map(|url| UrlElicitation {
+                            url,
+                            message: String::new(),
+                            elicitation_id: None,
+                        })
+                        .as_ref()
+                        .into_iter(),
+                ) {
+                    Some((current, rest)) => {
+                        self.show(current, rest, AfterShow::Wait(WaitReason::ApprovalPending));
+                    }
+                    None => self.back_off(WaitReason::ApprovalPending),
+                }
             }
             (Some(Status::ExecutionPending), true, _) => {
                 self.admitted();
+                self.set_resume(Resume::Call);
                 self.back_off(WaitReason::ExecutionPending);
             }
             (Some(Status::Done), true, _) => match e.business_error {
@@ -676,13 +1056,54 @@ impl ClientLoop {
         }
     }
 
-    /// Calls `execute` for the current request, within the budget.
-    fn invoke(&mut self, resumed: bool) {
+    /// The call phase of `how` for the current request.
+    fn calling(&self, how: How) -> Phase {
         match &self.request {
-            Some(r) if self.invocations < self.limits.max_invocations => {
-                self.phase = Phase::Invoking { id: r.id, resumed };
-            }
-            _ => self.interrupt(Interruption::GaveUp),
+            Some(r) => Phase::Calling { id: r.id, how },
+            None => Phase::Done(Report {
+                request_id: None,
+                outcome: Outcome::Interrupted {
+                    reason: Interruption::GaveUp,
+                    may_have_run: false,
+                },
+                invocations: self.invocations,
+            }),
+        }
+    }
+
+    /// Resumes the current request as its last answer asks (call again,
+    /// retry with the state, poll the task), within the budget.
+    fn resume_call(&mut self) {
+        let Some(r) = &self.request else {
+            self.interrupt(Interruption::GaveUp);
+            return;
+        };
+        let (how, within) = match &r.resume {
+            Resume::Call => (
+                How::Invoke { resumed: true },
+                self.invocations < self.limits.max_invocations,
+            ),
+            Resume::State(retry) => (
+                How::Retry(retry.clone()),
+                self.invocations < self.limits.max_invocations,
+            ),
+            Resume::Task(task_id) => (
+                How::Poll(task_id.clone()),
+                self.polls < self.limits.max_polls,
+            ),
+        };
+        if within {
+            self.phase = self.calling(how);
+        } else {
+            self.interrupt(Interruption::GaveUp);
+        }
+    }
+
+    /// Waits a task's interval, or backs off when it named none.
+    fn wait_poll(&mut self, interval: Option<u64>, reason: WaitReason) {
+        match interval {
+            Some(ms) => self.wait(ms, reason),
+            None => self.back_off(reason),
         }
     }
 

@@ -447,3 +447,417 @@ fn fresh_ids_are_version_4_uuids() {
     assert_eq!(RequestId::parse(&text), Ok(id));
     assert_ne!(RequestId::random(&mut rng), id);
 }
+
+// The forms a call that waits for the person takes in newer revisions
+// (2026-07-28 multi round-trip requests, 2025-11-25 URL elicitation, tasks).
+
+const PAGE: &str = "https://app.example/agents#approval-1";
+
+fn approval_request(url: &str) -> Value {
+    json!({"method": "elicitation/create",
+        "params": {"mode": "url", "message": "Approve create_note for Agent", "url": url}})
+}
+
+fn input_required(v: &Value) -> Answer {
+    let answer = Answer::from_tool_result(v);
+    assert!(matches!(answer, Answer::InputRequired(_)), "{answer:?}");
+    answer
+}
+
+fn done(id: RequestId) -> Value {
+    json!({"ok": true, "requestId": id.to_string(), "status": "done", "result": {"n": 1}})
+}
+
+fn returned(step: Result<Step, LoopError>) -> Report {
+    let Ok(Step::Done(report)) = step else {
+        panic!("{step:?}")
+    };
+    assert!(
+        matches!(report.outcome, Outcome::Returned { .. }),
+        "{report:?}"
+    );
+    report
+}
+
+fn show_url(url: &str) -> impl Fn(&Step) -> bool + '_ {
+    move |s| matches!(s, Step::ShowUrl { url: u, .. } if u == url)
+}
+
+#[test]
+fn input_required_shows_the_url_once_then_retries_with_the_state_at_once() {
+    let (mut l, id) = invoking(&mut rng());
+    let first = json!({"resultType": "input_required", "requestState": "s1",
+        "inputRequests": {"portcullis_approval": approval_request(PAGE)}});
+    let step = l.answered(input_required(&first)).unwrap();
+    assert_eq!(
+        step,
+        Step::ShowUrl {
+            request_id: id,
+            url: PAGE.into(),
+            message: "Approve create_note for Agent".into()
+        }
+    );
+    // Out of turn while the URL is being shown.
+    assert_eq!(l.answered(Answer::Lost), Err(LoopError::OutOfTurn));
+    assert_eq!(l.resume(), Err(LoopError::OutOfTurn));
+    // Shown: the retry goes at once, with the state and an accept (the
+    // person decides on the page, not the agent).
+    let Ok(Step::Retry { request_id, retry }) = l.shown() else {
+        panic!()
+    };
+    assert_eq!(request_id, id);
+    assert_eq!(retry.state.as_deref(), Some("s1"));
+    assert_eq!(
+        Value::Object(retry.responses),
+        json!({"portcullis_approval": {"action": "accept"}})
+    );
+    assert_eq!(l.shown(), Err(LoopError::OutOfTurn));
+
+    // Still undecided: the state alone, then a wait and a retry with the
+    // new state; the URL is not shown again.
+    let still = json!({"resultType": "input_required", "requestState": "s2"});
+    assert_eq!(
+        l.answered(input_required(&still)),
+        Ok(Step::Wait {
+            millis: 500,
+            reason: WaitReason::Pending
+        })
+    );
+    let Ok(Step::Retry { retry, .. }) = l.resume() else {
+        panic!()
+    };
+    assert_eq!(retry.state.as_deref(), Some("s2"));
+    assert!(retry.responses.is_empty());
+    // The same URL again is not a second prompt.
+    let again = l.answered(input_required(&first)).unwrap();
+    assert!(!show_url(PAGE)(&again), "{again:?}");
+    assert_eq!(
+        again,
+        Step::Wait {
+            millis: 1000,
+            reason: WaitReason::ApprovalPending
+        }
+    );
+    assert!(matches!(l.resume(), Ok(Step::Retry { .. })));
+    let report = returned(l.answered(envelope(&done(id))));
+    assert_eq!((report.request_id, report.invocations), (Some(id), 4));
+}
+
+#[test]
+fn input_required_that_asks_for_a_form_stops_and_says_it_may_have_run() {
+    let (mut l, _) = invoking(&mut rng());
+    let form = json!({"resultType": "input_required", "inputRequests": {
+        "a": approval_request(PAGE),
+        "b": {"method": "elicitation/create", "params": {"mode": "form", "message": "Your PIN?"}}}});
+    let Ok(Step::Done(report)) = l.answered(input_required(&form)) else {
+        panic!()
+    };
+    assert_eq!(
+        report.outcome,
+        Outcome::Interrupted {
+            reason: Interruption::UnsupportedInput,
+            may_have_run: true
+        }
+    );
+}
+
+#[test]
+fn url_elicitation_required_shows_the_url_once_and_calls_again_with_the_same_id() {
+    let (mut l, id) = invoking(&mut rng());
+    let error = || {
+        Answer::from_rpc_error(
+            -32042,
+            "Approve create_note",
+            Some(
+                &json!({"elicitations": [{"mode": "url", "message": "Approve create_note",
+                "url": PAGE, "elicitationId": id.to_string()}], "requestId": id.to_string()}),
+            ),
+        )
+    };
+    let step = l.answered(error()).unwrap();
+    assert!(show_url(PAGE)(&step), "{step:?}");
+    assert_eq!(
+        l.shown(),
+        Ok(Step::Wait {
+            millis: 500,
+            reason: WaitReason::ApprovalPending
+        })
+    );
+    assert_eq!(l.resume(), Ok(resumed(id)));
+    // Undecided yet: the same error, no second prompt.
+    assert_eq!(
+        l.answered(error()),
+        Ok(Step::Wait {
+            millis: 1000,
+            reason: WaitReason::ApprovalPending
+        })
+    );
+    assert_eq!(l.resume(), Ok(resumed(id)));
+    returned(l.answered(envelope(&done(id))));
+
+    // An error naming another request is not this one's.
+    let (mut l, _) = invoking(&mut rng());
+    let other = RequestId::random(&mut StdRng::seed_from_u64(5));
+    let foreign = Answer::from_rpc_error(
+        -32042,
+        "",
+        Some(
+            &json!({"elicitations": [{"mode": "url", "url": PAGE}], "requestId": other.to_string()}),
+        ),
+    );
+    let Ok(Step::Done(report)) = l.answered(foreign) else {
+        panic!()
+    };
+    assert_eq!(
+        report.outcome,
+        Outcome::Interrupted {
+            reason: Interruption::MismatchedAnswer,
+            may_have_run: true
+        }
+    );
+}
+
+#[test]
+fn approval_pending_with_its_url_shows_it_once() {
+    let (mut l, id) = invoking(&mut rng());
+    let pending = envelope(&json!({"ok": true, "requestId": id.to_string(),
+        "status": "approval_pending", "approvalUrl": PAGE}));
+    let step = l.answered(pending.clone()).unwrap();
+    assert!(show_url(PAGE)(&step), "{step:?}");
+    assert!(matches!(
+        l.shown(),
+        Ok(Step::Wait {
+            reason: WaitReason::ApprovalPending,
+            ..
+        })
+    ));
+    assert_eq!(l.resume(), Ok(resumed(id)));
+    assert!(matches!(l.answered(pending), Ok(Step::Wait { .. })));
+    // A URL that cannot be shown safely is not offered.
+    let (mut l, id) = invoking(&mut rng());
+    let hostile = envelope(&json!({"ok": true, "requestId": id.to_string(),
+        "status": "approval_pending", "approvalUrl": "https://a.example/\u{1b}]8;;x"}));
+    assert!(matches!(l.answered(hostile), Ok(Step::Wait { .. })));
+}
+
+#[test]
+fn a_task_is_polled_at_its_interval_to_its_result() {
+    let (mut l, id) = invoking(&mut rng());
+    let created = Answer::from_tool_result(&json!({"resultType": "task", "taskId": "t-1",
+        "status": "working", "pollIntervalMs": 1000, "ttlMs": 86_400_000}));
+    assert_eq!(
+        l.answered(created),
+        Ok(Step::Wait {
+            millis: 1000,
+            reason: WaitReason::Task
+        })
+    );
+    let poll = Step::Poll {
+        request_id: id,
+        task_id: "t-1".into(),
+    };
+    assert_eq!(l.resume(), Ok(poll.clone()));
+    // Waiting for the person: the page once, then the interval, then a poll.
+    let waiting = Answer::from_task_result(&json!({"taskId": "t-1", "status": "input_required",
+        "pollIntervalMs": 1000, "inputRequests": {"portcullis_approval": approval_request(PAGE)}}));
+    let step = l.answered(waiting.clone()).unwrap();
+    assert!(show_url(PAGE)(&step), "{step:?}");
+    assert_eq!(
+        l.shown(),
+        Ok(Step::Wait {
+            millis: 1000,
+            reason: WaitReason::ApprovalPending
+        })
+    );
+    assert_eq!(l.resume(), Ok(poll.clone()));
+    assert!(matches!(l.answered(waiting), Ok(Step::Wait { .. })));
+    assert_eq!(l.resume(), Ok(poll.clone()));
+    // A lost poll is polled again; a refused token is refreshed, then polled.
+    assert!(matches!(
+        l.answered(Answer::Lost),
+        Ok(Step::Wait {
+            reason: WaitReason::Retry,
+            ..
+        })
+    ));
+    assert_eq!(l.resume(), Ok(poll.clone()));
+    assert_eq!(
+        l.answered(Answer::Unauthorized),
+        Ok(Step::Authenticate { scope: None })
+    );
+    assert_eq!(l.authenticated(Session::Renewed(read())), Ok(poll));
+    let completed = Answer::from_task_result(&json!({"taskId": "t-1", "status": "completed",
+        "result": {"content": [], "structuredContent": done(id), "isError": false}}));
+    let report = returned(l.answered(completed));
+    assert_eq!(report.invocations, 1, "polls are not execute calls");
+}
+
+#[test]
+fn a_task_polled_too_eagerly_waits_at_least_the_minimum() {
+    let (mut l, _) = invoking(&mut rng());
+    let created = Answer::from_tool_result(&json!({"resultType": "task", "taskId": "t",
+        "status": "working", "pollIntervalMs": 0}));
+    assert_eq!(
+        l.answered(created),
+        Ok(Step::Wait {
+            millis: MIN_POLL_INTERVAL_MS,
+            reason: WaitReason::Task
+        })
+    );
+    // Without an interval: the loop's own backoff.
+    let (mut l, _) = invoking(&mut rng());
+    let created = Answer::from_tool_result(
+        &json!({"resultType": "task", "taskId": "t", "status": "working"}),
+    );
+    assert_eq!(
+        l.answered(created),
+        Ok(Step::Wait {
+            millis: 500,
+            reason: WaitReason::Task
+        })
+    );
+}
+
+#[test]
+fn a_failed_or_cancelled_task_ends_with_its_effects_unknown() {
+    for (status, code) in [("failed", "task_failed"), ("cancelled", "task_cancelled")] {
+        let (mut l, _) = invoking(&mut rng());
+        let created = Answer::from_tool_result(
+            &json!({"resultType": "task", "taskId": "t", "status": "working"}),
+        );
+        l.answered(created).unwrap();
+        l.resume().unwrap();
+        let end = Answer::from_task_result(&json!({"taskId": "t", "status": status,
+            "error": {"code": -32603, "message": "the run failed"}}));
+        let Ok(Step::Done(report)) = l.answered(end) else {
+            panic!()
+        };
+        let Outcome::Ended {
+            error,
+            advice: Advice::Report,
+            outcomes: 0,
+            unknown_tail: true,
+        } = report.outcome
+        else {
+            panic!("{report:?}")
+        };
+        assert_eq!(error.code, code);
+    }
+}
+
+#[test]
+fn a_poll_answered_for_another_task_or_request_is_not_this_one() {
+    let (mut l, _) = invoking(&mut rng());
+    let created = Answer::from_tool_result(
+        &json!({"resultType": "task", "taskId": "t", "status": "working"}),
+    );
+    l.answered(created).unwrap();
+    l.resume().unwrap();
+    let other = Answer::from_task_result(&json!({"taskId": "u", "status": "working"}));
+    let Ok(Step::Done(report)) = l.answered(other) else {
+        panic!()
+    };
+    assert_eq!(
+        report.outcome,
+        Outcome::Interrupted {
+            reason: Interruption::MismatchedAnswer,
+            may_have_run: true
+        }
+    );
+
+    let (mut l, _) = invoking(&mut rng());
+    let created = Answer::from_tool_result(
+        &json!({"resultType": "task", "taskId": "t", "status": "working"}),
+    );
+    l.answered(created).unwrap();
+    l.resume().unwrap();
+    let foreign = RequestId::random(&mut StdRng::seed_from_u64(5));
+    let completed = Answer::from_task_result(&json!({"taskId": "t", "status": "completed",
+        "result": {"structuredContent": done(foreign)}}));
+    let Ok(Step::Done(report)) = l.answered(completed) else {
+        panic!()
+    };
+    assert!(matches!(
+        report.outcome,
+        Outcome::Interrupted {
+            reason: Interruption::MismatchedAnswer,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn a_refused_state_or_task_is_resumed_by_the_request_id_once() {
+    let (mut l, id) = invoking(&mut rng());
+    let first = json!({"resultType": "input_required", "requestState": "stale",
+        "inputRequests": {"portcullis_approval": approval_request(PAGE)}});
+    l.answered(input_required(&first)).unwrap();
+    assert!(matches!(l.shown(), Ok(Step::Retry { .. })));
+    let refused = || Answer::from_rpc_error(-32602, "request state expired", None);
+    // The ledger knows the request by its id: call again with it.
+    assert_eq!(l.answered(refused()), Ok(resumed(id)));
+    // A new state, whose URL was shown already: no second prompt.
+    let step = l.answered(input_required(&first)).unwrap();
+    assert!(matches!(step, Step::Wait { .. }), "{step:?}");
+    assert!(matches!(l.resume(), Ok(Step::Retry { .. })));
+    // Refused again: stop, and say it may have run.
+    let Ok(Step::Done(report)) = l.answered(refused()) else {
+        panic!()
+    };
+    let Outcome::Refused {
+        error,
+        advice: Advice::Report,
+        may_have_run: true,
+    } = report.outcome
+    else {
+        panic!("{report:?}")
+    };
+    assert_eq!(
+        (error.code.as_str(), error.message.as_str()),
+        ("jsonrpc:-32602", "request state expired")
+    );
+
+    // A JSON-RPC error to a first call is a refusal: nothing ran.
+    let (mut l, _) = invoking(&mut rng());
+    let Ok(Step::Done(report)) = l.answered(Answer::from_rpc_error(-32601, "no", None)) else {
+        panic!()
+    };
+    assert!(matches!(
+        report.outcome,
+        Outcome::Refused {
+            may_have_run: false,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn polls_have_a_budget_of_their_own() {
+    let limits = LoopLimits {
+        max_polls: 2,
+        max_invocations: 1,
+        ..LoopLimits::default()
+    };
+    let mut l = ClientLoop::with_session(read(), limits);
+    l.described().unwrap();
+    l.decide("x()".into(), &mut rng()).unwrap();
+    let working = || Answer::from_task_result(&json!({"taskId": "t", "status": "working"}));
+    l.answered(Answer::from_tool_result(
+        &json!({"resultType": "task", "taskId": "t", "status": "working"}),
+    ))
+    .unwrap();
+    for _ in 0..2 {
+        assert!(matches!(l.resume(), Ok(Step::Poll { .. })));
+        l.answered(working()).unwrap();
+    }
+    let Ok(Step::Done(report)) = l.resume() else {
+        panic!()
+    };
+    assert_eq!(
+        report.outcome,
+        Outcome::Interrupted {
+            reason: Interruption::GaveUp,
+            may_have_run: true
+        }
+    );
+}

@@ -1,13 +1,19 @@
 // The Rust agent (`portcullis agent run`, on the core's client loop) against
 // `portcullis serve`, with Debian's Chromium (playwright-core) as its user:
 // the agent prints a consent URL, Chromium signs in and allows it (the
-// redirect lands on the agent's loopback listener), then approves the write
-// in the Agents view (the connected tab, which runs it). Three runs:
+// redirect lands on the agent's loopback listener), then opens the approval
+// page the agent printed (the Agents view, the connected tab, which runs the
+// write) and approves there. The agent speaks MCP 2026-07-28 (its default):
+// the approval reaches it as a multi round-trip request, whose page it
+// prints once before retrying with the server's state. Runs:
 //   1. one `execute`, one effect, the result printed;
 //   2. a grant revoked on the Agents page: the next run is refused, fails
 //      to refresh, asks for consent again and finishes;
 //   3. a server whose rate limit (one `execute` per 3 s) makes the agent
-//      wait `retryAfterMs` while it resumes the same request.
+//      wait `retryAfterMs` while it resumes the same request;
+//   4. a write whose approved run waits on the tab (a scripted tab, slow to
+//      start): the call answers a task, which the agent follows with
+//      `tasks/get` to its result.
 // Each time: the token file is 0600, no token, code or refresh token
 // appears in the agent's output or logs, and the log has one line per call.
 import { test } from "node:test";
@@ -17,15 +23,15 @@ import { mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { chromium } from "playwright-core";
-import { BIN, startServer } from "./helpers.mjs";
+import { BIN, ScriptedTab, startServer } from "./helpers.mjs";
 
 const CHROMIUM = process.env.CHROMIUM ?? "/usr/bin/chromium";
 
 /** Spawns `portcullis agent … run <code>`; collects its stdout and stderr. */
-function startAgent(mcpUrl, tokenFile, code) {
+function startAgent(mcpUrl, tokenFile, code, extra = []) {
   const child = spawn(
     BIN,
-    ["agent", "--url", mcpUrl, "--token-file", tokenFile, "--consent-timeout-secs", "60",
+    ["agent", "--url", mcpUrl, "--token-file", tokenFile, "--consent-timeout-secs", "60", ...extra,
       "run", code, "--max-wait-secs", "90"],
     { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, RUST_LOG: "info" } },
   );
@@ -72,9 +78,27 @@ async function consent(page, agent, { signIn }) {
   return back.searchParams.get("code");
 }
 
-/** Makes `page` the connected tab, then approves the agent's write once. */
-async function approve(page, base, title) {
+const APPROVAL = /open this page to approve or deny it:\n\s+(\S+)/;
+
+/** The approval page the agent printed: the Agents view, naming the request. */
+async function approvalPage(agent, base) {
+  const url = (await agent.waitFor(APPROVAL))[1];
+  const u = new URL(url);
+  assert.equal(u.origin, base);
+  assert.equal(u.pathname, "/agents");
+  assert.match(u.hash, /^#approval-[0-9a-f-]{36}$/);
+  assert.ok(!u.search && !u.username, "no credential in the URL");
+  return url;
+}
+
+/** The person has the app open (`page` is the connected tab, where the
+ * write waits); they open the page the agent printed, the same view
+ * naming the request, and approve the write once there. */
+async function approve(page, agent, base, title) {
   await page.goto(`${base}/agents`);
+  await page.waitForSelector("#tab-status:has-text('Connected to')");
+  const url = await approvalPage(agent, base);
+  await page.goto(url);
   await page.waitForSelector("#tab-status:has-text('Connected to')");
   const dialog = page.locator(".approval");
   await dialog.waitFor({ timeout: 30000 });
@@ -85,12 +109,14 @@ async function approve(page, base, title) {
   await dialog.waitFor({ state: "detached" });
 }
 
-/** The agent finished with the note in its printed result. */
+/** The agent finished with the note in its printed result, having shown
+ * the approval page once and resumed the request with the server's state. */
 async function finished(agent, title) {
   const status = await agent.exited;
   assert.equal(status, 0, `agent failed:\n${agent.out}\n${agent.err}`);
   assert.match(agent.out, /Waiting for approval/);
-  assert.match(agent.out, /Resumed request [0-9a-f-]{36}\./);
+  assert.match(agent.out, /Resumed request [0-9a-f-]{36} with the server's state\./);
+  assert.equal(agent.out.match(new RegExp(APPROVAL, "g")).length, 1, `the page once:\n${agent.out}`);
   const result = JSON.parse(agent.out.match(/^Result: (.*)$/m)[1]);
   assert.equal(result[0].skill, "create_note");
   assert.equal(result[0].result.title, title);
@@ -111,8 +137,9 @@ function checkSecrets(agent, tokenFile, code) {
   for (const l of calls) {
     assert.match(l, /request_id=\S+ protocol_version=\S+ capability=\S+ outcome=\S+ duration_ms=\d+/);
   }
-  assert.ok(calls.some((l) => /capability="execute:create_note" outcome=approval_pending/.test(l)), agent.err);
-  assert.ok(calls.some((l) => /capability="execute:create_note" outcome=done/.test(l)), agent.err);
+  assert.ok(calls.some((l) => /protocol_version="2026-07-28" capability="server\/discover" outcome=ok/.test(l)), agent.err);
+  assert.ok(calls.some((l) => /capability="execute:create_note" outcome=input_required/.test(l)), agent.err);
+  assert.ok(calls.some((l) => /capability="(execute:create_note|tasks\/get)" outcome=(done|task:completed)/.test(l)), agent.err);
   assert.ok(!agent.err.includes("2 litres"), "no tool argument in the log");
   return stored;
 }
@@ -138,7 +165,7 @@ test("the Rust agent runs a write through consent and approval, then re-authenti
   const first = startAgent(server.mcpUrl, tokenFile, note("Buy milk"));
   t.after(() => first.kill());
   const code1 = await consent(page, first, { signIn: true });
-  await approve(page, server.base, "Buy milk");
+  await approve(page, first, server.base, "Buy milk");
   await finished(first, "Buy milk");
   await page.waitForSelector("#notes li:has-text('Buy milk')");
   assert.equal(await page.locator("#notes li").count(), 1, "one effect");
@@ -152,7 +179,7 @@ test("the Rust agent runs a write through consent and approval, then re-authenti
   t.after(() => second.kill());
   const code2 = await consent(page, second, { signIn: false });
   assert.match(second.out, /refused the session; signing in again/);
-  await approve(page, server.base, "Buy eggs");
+  await approve(page, second, server.base, "Buy eggs");
   await finished(second, "Buy eggs");
   await page.waitForSelector("#notes li:has-text('Buy eggs')");
   assert.equal(await page.locator("#notes li").count(), 2, "one more effect");
@@ -182,7 +209,7 @@ test("the Rust agent honours retryAfterMs while resuming the same request", asyn
   const agent = startAgent(server.mcpUrl, tokenFile, note("Rate limited"));
   t.after(() => agent.kill());
   const code = await consent(page, agent, { signIn: true });
-  await approve(page, server.base, "Rate limited");
+  await approve(page, agent, server.base, "Rate limited");
   await finished(agent, "Rate limited");
   assert.match(agent.out, /Rate limited: waiting \d+ ms as the server asks/);
   assert.ok(/outcome=RATE_LIMITED/.test(agent.err), "the refusal is logged");
@@ -190,5 +217,55 @@ test("the Rust agent honours retryAfterMs while resuming the same request", asyn
   assert.equal(ids.size, 1, "one request id throughout");
   await page.waitForSelector("#notes li:has-text('Rate limited')");
   assert.equal(await page.locator("#notes li").count(), 1, "one effect");
+  checkSecrets(agent, tokenFile, code);
+});
+
+test("the Rust agent follows an approved write whose run waits on the tab as a task, to its result", async (t) => {
+  const server = await startServer();
+  t.after(() => server.stop());
+  const dir = mkdtempSync(join(tmpdir(), "portcullis-agent-"));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const tokenFile = join(dir, "agent.json");
+  const profile = mkdtempSync(join(tmpdir(), "portcullis-chromium-"));
+  const context = await chromium.launchPersistentContext(profile, {
+    executablePath: CHROMIUM,
+    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+      "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+  });
+  t.after(async () => { await context.close(); rmSync(profile, { recursive: true, force: true }); });
+  const page = await context.newPage();
+
+  const agent = startAgent(server.mcpUrl, tokenFile, note("As a task"));
+  t.after(() => agent.kill());
+  const code = await consent(page, agent, { signIn: true });
+
+  // The person's connected tab is scripted (their browser's session): it
+  // shows the approval, which they approve, but starts the run late.
+  const session = (await context.cookies()).find((c) => c.name === "portcullis_session");
+  const tab = await new ScriptedTab(server.base, `${session.name}=${session.value}`).open();
+  assert.equal((await tab.connect()).status, 200);
+  const url = await approvalPage(agent, server.base);
+  const a = await tab.approval();
+  assert.equal(url, `${server.base}/agents#approval-${a.requestId}`);
+  assert.equal(a.args.title, "As a task");
+  assert.equal((await tab.decide(a, "once")).status, 200);
+
+  // The approved run waits on the tab: the call answers a task, which the
+  // agent polls at the server's interval; the tab then runs the job.
+  await agent.waitFor(/as a task \(tasks\/get\)/);
+  tab.since = 0;
+  tab.work();
+  try {
+    await finished(agent, "As a task");
+  } finally {
+    // Before the server stops (the clean-ups run after the test).
+    await tab.stop();
+  }
+  assert.match(agent.out, /The run goes on as a task: polling it every \d+ ms\./);
+  const polls = agent.err.split("\n").filter((l) => l.includes("mcp call") && l.includes('capability="tasks/get"'));
+  assert.ok(polls.some((l) => /outcome=task:working/.test(l)), agent.err);
+  assert.match(polls.at(-1), /outcome=task:completed/, agent.err);
+  assert.equal(tab.jobs, 1, "the run ran once");
+  assert.deepEqual((await tab.notes()).map((n) => n.title), ["As a task"]);
   checkSecrets(agent, tokenFile, code);
 });

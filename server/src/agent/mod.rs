@@ -16,13 +16,18 @@
 //! * **MCP calls** ([`mcp`]): rmcp's Streamable HTTP client transport, one
 //!   POST per JSON-RPC request, with one log line per call (request id,
 //!   protocol version, capability, outcome, duration; never a token or the
-//!   surface's description).
+//!   surface's description). The agent speaks 2026-07-28 when the server
+//!   does (declaring URL elicitation and tasks), else 2025-11-25 (URL
+//!   elicitation), or an older revision when told (`--protocol-version`).
 //! * **The loop** ([`run`]): `portcullis agent run '<code>'` asks the core's
 //!   loop for each step and does it: authenticate, describe, invoke
-//!   `execute` with a fresh request id, wait and resume the same id while it
-//!   is pending (honouring `retryAfterMs`), re-authenticate on a refused
-//!   session, and stop for a human on `PERMISSION_DENIED`; progress goes to
-//!   stdout, then the result.
+//!   `execute` with a fresh request id, print (and with `--open` open) the
+//!   approval page once, resume the same request while it is pending (the
+//!   same id, a multi round-trip retry with the server's state, or
+//!   `tasks/get` of its task; honouring `retryAfterMs` and
+//!   `pollIntervalMs`), re-authenticate on a refused session, and stop for
+//!   a human on `PERMISSION_DENIED`; progress goes to stdout, then the
+//!   result. The person approves on the page: the agent never does.
 
 mod consent;
 mod mcp;
@@ -169,8 +174,9 @@ async fn agent(args: AgentArgs) -> Result<(), AgentError> {
     )
     .await?;
     let mut agent = Agent {
-        mcp: Mcp::new(url.as_str())?,
+        mcp: Mcp::new(url.as_str(), args.protocol_version, !args.no_tasks)?,
         auth,
+        open: args.open,
     };
     match args.action {
         AgentAction::Search { query } => agent.search(&query).await,
@@ -341,7 +347,7 @@ impl Auth {
 }
 
 /// Opens `url` with `xdg-open`, ignoring failure (the URL is printed).
-fn open_browser(url: &str) {
+pub(crate) fn open_browser(url: &str) {
     match std::process::Command::new("xdg-open")
         .arg(url)
         .stdin(std::process::Stdio::null())
@@ -356,14 +362,20 @@ fn open_browser(url: &str) {
 
 /// What a call asks of the server, for [`Agent::call`].
 enum Call<'a> {
-    Initialize,
-    Tool { name: &'a str, arguments: Value },
+    /// `server/discover` (2026-07-28) or `initialize`.
+    Connect,
+    Tool {
+        name: &'a str,
+        arguments: Value,
+    },
 }
 
 /// The agent: its MCP client and its session.
 pub(crate) struct Agent {
     mcp: Mcp,
     auth: Auth,
+    /// Open approval pages in the browser too.
+    open: bool,
 }
 
 /// The tool's answer: its structured content, or the JSON of its text.
@@ -393,10 +405,10 @@ impl Agent {
                 continue;
             };
             let reply = match &call {
-                Call::Initialize => self.mcp.initialize(&token).await?,
+                Call::Connect => self.mcp.connect(&token).await?,
                 Call::Tool { name, arguments } => {
                     self.mcp
-                        .call_tool(&token, name, arguments.clone(), name, None)
+                        .call_tool(&token, name, arguments.clone(), name, None, None)
                         .await?
                 }
             };
@@ -421,7 +433,7 @@ impl Agent {
                 Reply::Transport(a) => {
                     return Err(AgentError::Server(mcp::outcome(&Ok(Reply::Transport(a)))));
                 }
-                Reply::RpcError { code, message } => {
+                Reply::RpcError { code, message, .. } => {
                     return Err(AgentError::Server(format!(
                         "JSON-RPC error {code}: {message}"
                     )));
@@ -430,12 +442,12 @@ impl Agent {
         }
     }
 
-    /// Initializes the MCP session once.
+    /// Learns the server's revision once (discovery or `initialize`).
     async fn initialized(&mut self) -> Result<bool, AgentError> {
         if self.mcp.protocol() != "-" {
             return Ok(false);
         }
-        let (_, reauthenticated) = self.call(Call::Initialize).await?;
+        let (_, reauthenticated) = self.call(Call::Connect).await?;
         Ok(reauthenticated)
     }
 

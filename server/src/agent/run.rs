@@ -13,22 +13,28 @@
 //! * `Decide`: the code from the command line; an `INVALID_PARAMS` to
 //!   correct stops the agent (only the user can change the code).
 //! * `Invoke`: `execute` with the loop's request id and code.
+//! * `ShowUrl`: print the page the person approves on (and open it with
+//!   `--open`), with its origin when it is not the MCP server's; the agent
+//!   never approves.
+//! * `Retry` (2026-07-28): `execute` again with the same arguments, the
+//!   server's `requestState` and the `inputResponses` the loop built.
+//! * `Poll`: `tasks/get` of the request's task.
 //! * `Wait`: sleep as told (`retryAfterMs` on `RATE_LIMITED`, backoff
-//!   while approval is pending), then resume the same id.
+//!   while approval is pending, a task's `pollIntervalMs`), then resume.
 //! * `AskHuman`: print what the human must do, wait, resume.
 //! * `Done`: print the report; only a returned result exits 0.
 
 use std::time::Duration;
 
 use portcullis_core::agent_loop::{
-    Advice, Answer, AnswerError, ClientLoop, Envelope, HumanAction, Interruption, LoopLimits,
-    Outcome, Report, Session, Step, WaitReason,
+    Advice, Answer, AnswerError, ClientLoop, HumanAction, Interruption, LoopLimits, Outcome,
+    Report, Retry, Session, Step, WaitReason,
 };
 use portcullis_core::scope::ScopeSet;
 use serde_json::{Value, json};
 
 use super::mcp::Reply;
-use super::{Agent, AgentError, say, structured};
+use super::{Agent, AgentError, open_browser, say};
 
 /// Where re-authentication stands in one run.
 #[derive(Debug, Default)]
@@ -38,6 +44,18 @@ struct Reauth {
     /// A refresh answered the last refusal: if the server refuses again,
     /// only a new consent helps.
     refreshed: bool,
+}
+
+/// What the run said and did so far, for what it says next.
+#[derive(Debug, Default)]
+struct Progress {
+    reauth: Reauth,
+    /// The last wait's reason (each is said once in a row).
+    last_wait: Option<WaitReason>,
+    /// A page was just shown: the next retry says what it waits for.
+    just_shown: bool,
+    /// The request's task is being polled (said once).
+    polling: bool,
 }
 
 /// How long the agent waits for a human before resuming.
@@ -98,12 +116,11 @@ impl Agent {
         };
         let mut rng = rand::rng();
         let mut agent = ClientLoop::new(limits);
-        let mut reauth = Reauth::default();
-        let mut last_wait = None;
+        let mut progress = Progress::default();
         loop {
             match agent.step() {
                 Step::Authenticate { scope } => {
-                    let session = self.session_for(scope, &mut reauth).await?;
+                    let session = self.session_for(scope, &mut progress.reauth).await?;
                     agent.authenticated(session).map_err(usage)?;
                 }
                 Step::Describe => {
@@ -126,28 +143,24 @@ impl Agent {
                     ));
                     return Err(AgentError::Stopped("INVALID_PARAMS"));
                 }
-                Step::Invoke {
-                    request_id,
-                    resumed,
-                } => {
-                    let id = request_id.to_string();
-                    if resumed {
-                        say(format_args!("Resumed request {id}."));
-                    } else {
-                        say(format_args!("Calling execute as request {id}."));
-                    }
-                    let code = agent.code().unwrap_or_default().to_owned();
-                    let answer = self.execute(&id, &code).await?;
-                    if matches!(answer, Answer::Envelope(_)) {
-                        reauth.refreshed = false;
+                Step::ShowUrl { url, message, .. } => {
+                    self.show(&url, &message);
+                    progress.just_shown = true;
+                    agent.shown().map_err(usage)?;
+                }
+                call @ (Step::Invoke { .. } | Step::Retry { .. } | Step::Poll { .. }) => {
+                    let answer = self.call_for(&agent, call, &mut progress).await?;
+                    if !is_transport(&answer) {
+                        progress.reauth.refreshed = false;
                     }
                     agent.answered(answer).map_err(usage)?;
                 }
                 Step::Wait { millis, reason } => {
-                    if last_wait != Some(reason) {
+                    progress.just_shown = false;
+                    if progress.last_wait != Some(reason) {
                         say(format_args!("{}", waiting(reason, millis)));
                     }
-                    last_wait = Some(reason);
+                    progress.last_wait = Some(reason);
                     tokio::time::sleep(Duration::from_millis(millis)).await;
                     agent.resume().map_err(usage)?;
                 }
@@ -163,12 +176,64 @@ impl Agent {
                             ));
                         }
                     }
-                    last_wait = None;
+                    progress.last_wait = None;
                     tokio::time::sleep(HUMAN_WAIT).await;
                     agent.resume().map_err(usage)?;
                 }
                 Step::Done(report) => return report_of(&report),
             }
+        }
+    }
+
+    /// The call of an `Invoke`, `Retry` or `Poll` step, said and made; its
+    /// answer as the loop reads it.
+    async fn call_for(
+        &mut self,
+        agent: &ClientLoop,
+        call: Step,
+        progress: &mut Progress,
+    ) -> Result<Answer, AgentError> {
+        let code = agent.code().unwrap_or_default().to_owned();
+        match call {
+            Step::Invoke {
+                request_id,
+                resumed,
+            } => {
+                let id = request_id.to_string();
+                if resumed {
+                    say(format_args!("Resumed request {id}."));
+                } else {
+                    say(format_args!("Calling execute as request {id}."));
+                }
+                self.execute(&id, &code, None).await
+            }
+            Step::Retry { request_id, retry } => {
+                let id = request_id.to_string();
+                if std::mem::take(&mut progress.just_shown) {
+                    say(format_args!(
+                        "Waiting for approval: the server answers once the person decides…"
+                    ));
+                }
+                say(format_args!(
+                    "Resumed request {id} with the server's state."
+                ));
+                self.execute(&id, &code, Some(&retry)).await
+            }
+            Step::Poll {
+                request_id,
+                task_id,
+            } => {
+                let id = request_id.to_string();
+                if !std::mem::replace(&mut progress.polling, true) {
+                    say(format_args!(
+                        "Following request {id} as a task (tasks/get)."
+                    ));
+                }
+                self.poll(&id, &task_id).await
+            }
+            other => Err(AgentError::Usage(format!(
+                "client loop: {other:?} is not a call"
+            ))),
         }
     }
 
@@ -234,8 +299,14 @@ impl Agent {
         Ok(replaced)
     }
 
-    /// One `execute` call, as the loop reads it.
-    async fn execute(&mut self, id: &str, code: &str) -> Result<Answer, AgentError> {
+    /// One `execute` call (a 2026-07-28 retry with `retry`), as the loop
+    /// reads it.
+    async fn execute(
+        &mut self,
+        id: &str,
+        code: &str,
+        retry: Option<&Retry>,
+    ) -> Result<Answer, AgentError> {
         // No usable token: nothing was sent, the loop re-authenticates.
         let Some(token) = self.auth.token().await? else {
             return Ok(Answer::Unauthorized);
@@ -243,24 +314,86 @@ impl Agent {
         let arguments = json!({"requestId": id, "code": code});
         let reply = self
             .mcp
-            .call_tool(&token, "execute", arguments, &capability(code), Some(id))
+            .call_tool(
+                &token,
+                "execute",
+                arguments,
+                &capability(code),
+                Some(id),
+                retry,
+            )
             .await;
-        Ok(match reply {
-            Ok(Reply::Transport(answer)) => answer,
-            Ok(Reply::Result(result)) => match structured(&result) {
-                Some(body) => {
-                    Envelope::parse(&body).map_or_else(Answer::Unreadable, Answer::Envelope)
-                }
-                None => Answer::Unreadable(AnswerError::NotJson),
-            },
-            Ok(Reply::RpcError { .. }) => Answer::Unreadable(AnswerError::Malformed("result")),
-            // An answer arrived but could not be read: the call may have run.
-            Err(e) => {
-                tracing::warn!(target: "portcullis::agent", error = %e, "unreadable answer");
-                Answer::Unreadable(AnswerError::Malformed("answer"))
-            }
-        })
+        Ok(answer_of(reply, Answer::from_tool_result))
     }
+
+    /// `tasks/get` of the request's task, as the loop reads it.
+    async fn poll(&mut self, id: &str, task_id: &str) -> Result<Answer, AgentError> {
+        let Some(token) = self.auth.token().await? else {
+            return Ok(Answer::Unauthorized);
+        };
+        let reply = self.mcp.get_task(&token, task_id, Some(id)).await;
+        Ok(answer_of(reply, Answer::from_task_result))
+    }
+
+    /// Shows the person the page of an approval (or of another input the
+    /// server asks for): printed, opened with `--open`, and labelled with
+    /// its origin when that is not the MCP server's.
+    fn show(&self, url: &str, message: &str) {
+        let what = if message.is_empty() {
+            "Approval needed".to_owned()
+        } else {
+            format!("Approval needed ({message})")
+        };
+        say(format_args!(
+            "{what}: open this page to approve or deny it:\n  {url}"
+        ));
+        if let Some(origin) = foreign_origin(self.mcp.url(), url) {
+            say(format_args!(
+                "  (this page is on {origin}, not on the MCP server's site)"
+            ));
+        }
+        if self.open {
+            open_browser(url);
+        }
+    }
+}
+
+/// Whether `answer` says nothing of the server's view of the request (the
+/// session or the connection failed).
+fn is_transport(answer: &Answer) -> bool {
+    matches!(
+        answer,
+        Answer::Unauthorized
+            | Answer::InsufficientScope { .. }
+            | Answer::Unavailable { .. }
+            | Answer::Lost
+    )
+}
+
+/// A call's reply as the loop reads it: a `result` by `read`, a JSON-RPC
+/// error by [`Answer::from_rpc_error`] (-32042 among them).
+fn answer_of(reply: Result<Reply, AgentError>, read: fn(&Value) -> Answer) -> Answer {
+    match reply {
+        Ok(Reply::Transport(answer)) => answer,
+        Ok(Reply::Result(result)) => read(&result),
+        Ok(Reply::RpcError {
+            code,
+            message,
+            data,
+        }) => Answer::from_rpc_error(code, &message, data.as_ref()),
+        // An answer arrived but could not be read: the call may have run.
+        Err(e) => {
+            tracing::warn!(target: "portcullis::agent", error = %e, "unreadable answer");
+            Answer::Unreadable(AnswerError::Malformed("answer"))
+        }
+    }
+}
+
+/// The origin of `page` when it differs from the MCP server's (`mcp`).
+fn foreign_origin(mcp: &str, page: &str) -> Option<String> {
+    let page = url::Url::parse(page).ok()?;
+    let mcp = url::Url::parse(mcp).ok()?;
+    (page.origin() != mcp.origin()).then(|| page.origin().ascii_serialization())
 }
 
 fn waiting(reason: WaitReason, millis: u64) -> String {
@@ -274,6 +407,10 @@ fn waiting(reason: WaitReason, millis: u64) -> String {
             format!("The site is switched off for now: waiting {millis} ms.")
         }
         WaitReason::Retry => format!("No answer: resuming the same request in {millis} ms."),
+        WaitReason::Pending => {
+            "Still waiting for the decision (or the run): retrying with the server's state…".into()
+        }
+        WaitReason::Task => format!("The run goes on as a task: polling it every {millis} ms."),
     }
 }
 
@@ -370,6 +507,9 @@ fn report_of(report: &Report) -> Result<(), AgentError> {
                 Interruption::MismatchedAnswer => "the answer named another request",
                 Interruption::UnreadableAnswer => "an answer could not be read",
                 Interruption::Abandoned => "the agent gave up",
+                Interruption::UnsupportedInput => {
+                    "the server asked for input this agent cannot give (it shows pages only)"
+                }
             };
             say(format_args!(
                 "Stopped: request {id} interrupted: {why}; {}.",
@@ -394,5 +534,45 @@ mod tests {
         );
         assert_eq!(capability("not json"), "execute");
         assert_eq!(capability(r#"[{"skill":"a b\nc"}]"#), "execute:abc");
+    }
+
+    #[test]
+    fn a_page_elsewhere_is_labelled_with_its_origin() {
+        let mcp = "http://127.0.0.1:8787/mcp/key";
+        assert_eq!(
+            foreign_origin(mcp, "http://127.0.0.1:8787/agents#approval-1"),
+            None
+        );
+        assert_eq!(
+            foreign_origin(mcp, "https://source.example/approve?x=1").as_deref(),
+            Some("https://source.example")
+        );
+        assert_eq!(
+            foreign_origin(mcp, "http://127.0.0.1:9999/agents").as_deref(),
+            Some("http://127.0.0.1:9999")
+        );
+    }
+
+    #[test]
+    fn a_json_rpc_error_is_read_by_the_core() {
+        let data = json!({"elicitations": [{"mode": "url", "url": "http://127.0.0.1:1/p"}]});
+        let reply = Ok(Reply::RpcError {
+            code: -32042,
+            message: "approve".into(),
+            data: Some(data),
+        });
+        assert!(matches!(
+            answer_of(reply, Answer::from_tool_result),
+            Answer::UrlElicitationRequired(_)
+        ));
+        let reply = Ok(Reply::RpcError {
+            code: -32602,
+            message: "bad state".into(),
+            data: None,
+        });
+        assert!(matches!(
+            answer_of(reply, Answer::from_tool_result),
+            Answer::RpcError { code: -32602, .. }
+        ));
     }
 }
