@@ -115,9 +115,11 @@ pub(crate) trait Services: Send + Sync + 'static {
     fn declared_url_elicitation(&self, principal: &Principal) -> bool;
 }
 
-impl<S: HostStore> Services for Portcullis<S> {
+/// On the shared state itself, so an agent holds it as one more count of
+/// the `Arc` every handle shares (no allocation per request).
+impl<S: HostStore> Services for crate::Inner<S> {
     fn declared_url_elicitation(&self, principal: &Principal) -> bool {
-        self.inner.initialized.declared_url(principal)
+        self.initialized.declared_url(principal)
     }
 
     fn seal_state(
@@ -127,8 +129,7 @@ impl<S: HostStore> Services for Portcullis<S> {
         request: RequestId,
         prompted: bool,
     ) -> Option<String> {
-        self.inner
-            .engine
+        self.engine
             .seal_request_state(principal, call, request, prompted, crate::now())
     }
 
@@ -138,8 +139,7 @@ impl<S: HostStore> Services for Portcullis<S> {
         call: &CallDigest,
         text: &str,
     ) -> Result<ResumeState, StateError> {
-        self.inner
-            .engine
+        self.engine
             .open_request_state(principal, call, text, crate::now())
     }
 }
@@ -376,7 +376,10 @@ impl<S: HostStore> Portcullis<S> {
             None => self.read(move |p| p.check(authorization.field())).await?,
         };
         match verdict {
-            Ok(identity) => Ok(Agent::new(identity, facts, Arc::new(self.clone()))),
+            Ok(identity) => {
+                let services: Arc<dyn Services> = self.inner.clone();
+                Ok(Agent::new(identity, facts, services))
+            }
             Err(rejection) => Err(refused(rejection)),
         }
     }
