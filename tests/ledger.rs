@@ -12,7 +12,8 @@ use portcullis::engine::Principal;
 use portcullis::grant::GrantId;
 use portcullis::ledger::{
     Action, ActionVerdict, BeginAnswer, BeginError, Caller, Completion, Effect, End, ExecuteParams,
-    Failure, OutcomesError, RateLimit, Report, RequestId, RequestState, StoredResult, TicketError,
+    Failure, OutcomesError, Park, RateLimit, Report, RequestId, RequestState, StoredResult,
+    TicketError,
 };
 use portcullis::scope::{SKILLS_READ, SKILLS_WRITE};
 use portcullis::store::{ReadTransaction, Store, Table, WriteTransaction};
@@ -1129,8 +1130,67 @@ fn an_approval_whose_stored_arguments_were_altered_can_only_be_denied<S: Store>(
     assert_eq!(l.page.count(WRITE), 0);
 }
 
+/// A gateway's source asked for input before its effect: the action is
+/// withdrawn (no outcome recorded), the request parked, and the same id
+/// resumes it with the person's approval given back, so the effect runs
+/// once and the person is asked once. A withdrawn read needs no approval;
+/// a ticket whose action is already recorded cannot withdraw it.
+fn a_withdrawn_action_resumes_with_its_approval_and_runs_once<S: Store>(store: &S) {
+    let mut l = Ledger::new(store);
+    let now = l.w.now;
+    let prompt = approval(l.execute(1, "buy()", &[WRITE]));
+    l.decide(&prompt, ApprovalDecision::Once);
+    let Ok(BeginAnswer::Run(t)) = l.begin(1, "buy()") else {
+        panic!("the approved request resumes")
+    };
+    let Ok(ActionVerdict::Run(t)) = l.w.engine.authorize_action(t, &action(WRITE), now) else {
+        panic!("the approved write may run")
+    };
+    l.w.engine.withdraw_action(t, now).unwrap();
+    assert_eq!(l.state(1), RequestState::Parked(Park::Resume));
+    assert!(
+        l.w.engine
+            .pending_approvals(&l.w.site, USER, &l.p.grant)
+            .unwrap()
+            .is_empty(),
+        "nothing to decide: the approval was given back"
+    );
+    assert_eq!(l.page.count(WRITE), 0);
+    let r = result(l.execute(1, "buy()", &[WRITE]));
+    assert_eq!((r.outcomes.total, l.page.count(WRITE)), (1, 1));
+    assert_eq!(result(l.execute(1, "buy()", &[WRITE])), r);
+    assert_eq!(l.page.count(WRITE), 1, "run once");
+
+    let Ok(BeginAnswer::Run(t)) = l.begin(2, "read()") else {
+        panic!("a run")
+    };
+    let Ok(ActionVerdict::Run(t)) = l.w.engine.authorize_action(t, &action(READ), now) else {
+        panic!("a read runs")
+    };
+    l.w.engine.withdraw_action(t, now).unwrap();
+    let Ok(BeginAnswer::Run(t)) = l.begin(2, "read()") else {
+        panic!("the parked read resumes")
+    };
+    let Ok(ActionVerdict::Run(t)) = l.w.engine.authorize_action(t, &action(READ), now) else {
+        panic!("without an approval")
+    };
+    let t =
+        l.w.engine
+            .record_outcome(t, Report::ok("read"), now)
+            .unwrap();
+    let Err(TicketError::OutOfOrder(t)) = l.w.engine.withdraw_action(t, now) else {
+        panic!("a recorded action is not withdrawn")
+    };
+    let done =
+        l.w.engine
+            .complete(*t, &Completion::Value(json!(1)), now)
+            .unwrap();
+    assert_eq!(done.outcomes.total, 1);
+}
+
 on_every_store!(
     a_restart_keeps_what_an_approval_shows_and_ends_the_lost_runs,
+    a_withdrawn_action_resumes_with_its_approval_and_runs_once,
     a_host_sharing_the_store_ends_only_the_runs_it_names_lost,
     an_approval_whose_stored_arguments_were_altered_can_only_be_denied,
     same_id_and_code_returns_the_stored_result_and_runs_once,

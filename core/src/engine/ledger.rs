@@ -15,7 +15,7 @@ use alloc::vec::Vec;
 use core::ops::Bound;
 
 use super::{Engine, SiteOpError, Txn, keys, load_site};
-use crate::approval::{ApprovalPrompt, Binding, GrantAutoApproval};
+use crate::approval::{ApprovalPrompt, Approved, Binding, GrantAutoApproval};
 use crate::bearer::Challenge;
 use crate::engine::Principal;
 use crate::executor::{ExecutorId, ExecutorLease};
@@ -593,6 +593,7 @@ impl<S: Store> Engine<S> {
             scopes: principal.scopes.clone(),
             client_id: grant.client_id.clone(),
             client_name: grant.client_name.clone(),
+            approved: None,
         };
         let Some(mut rec) = txn.load::<ExecutionRequest>(&key)? else {
             if !needed.is_subset(&principal.scopes) {
@@ -921,6 +922,7 @@ impl<S: Store> Engine<S> {
             Some(t) => t.auto_approves(action.kind(), &fingerprint),
             None => server_auto.is_some(),
         };
+        let in_force = binding(&site, &grant);
         let step = rec.authorize(
             &NextAction {
                 seq,
@@ -930,7 +932,7 @@ impl<S: Store> Engine<S> {
                 tab_visible: tab.as_ref().is_none_or(|t| t.visible),
                 auto_approves,
                 site_allows_auto: site.auto_approval_allowed,
-                binding: binding(&site, &grant),
+                binding: in_force,
                 client_id: &ticket.client_id,
                 client_name: ticket.client_name.as_deref(),
                 now,
@@ -973,10 +975,76 @@ impl<S: Store> Engine<S> {
                     }
                 }
                 txn.save(&key, &rec)?;
+                // What the person approved, should the action be withdrawn.
+                ticket.approved =
+                    (action.effect().needs_approval() && !auto_approved).then_some(Approved {
+                        seq,
+                        fingerprint,
+                        binding: in_force,
+                    });
                 ticket.next_action += 1;
                 Ok(ActionVerdict::Run(ticket))
             }
         }
+    }
+
+    /// The action the run was last authorized to perform did not run: its
+    /// executor learned, before any effect, that it needs more input first
+    /// (a gateway source answered a multi round-trip request's
+    /// `InputRequiredResult`, MCP 2026-07-28). The run ends here without an
+    /// outcome and the request is parked to resume
+    /// ([`ExecutionRequest::withdraw`]): the same request id's next `begin`
+    /// starts a new run, which asks for the action afresh. The approval a
+    /// person gave for it, if any, is given back for exactly that action,
+    /// so one effect is approved once however many input rounds come
+    /// before it; an auto-approval is consulted again, and a binding that
+    /// changed meanwhile voids the approval given back (the person is
+    /// asked again). The ticket is used up.
+    ///
+    /// Only a host that knows the action had no effect may call this:
+    /// anything that may have run is an outcome ([`Engine::record_outcome`]).
+    #[allow(
+        clippy::needless_pass_by_value,
+        reason = "the ticket is consumed by contract; each attempt works on a duplicate, in case a conflict re-runs it"
+    )]
+    pub fn withdraw_action(
+        &self,
+        ticket: ExecutionTicket,
+        now: Timestamp,
+    ) -> Result<(), TicketError> {
+        self.run_write(|txn| self.withdraw_action_body(txn, ticket.duplicate(), now))
+    }
+
+    /// [`Engine::withdraw_action`] inside `txn`, a transaction the caller
+    /// owns and commits: see [operations in a shared
+    /// transaction](crate::store#operations-in-a-shared-transaction).
+    #[allow(
+        clippy::needless_pass_by_value,
+        reason = "the ticket is consumed by contract; each attempt works on a duplicate, in case a conflict re-runs it"
+    )]
+    pub fn withdraw_action_in<W: WriteTransaction>(
+        &self,
+        txn: &mut W,
+        ticket: ExecutionTicket,
+        now: Timestamp,
+    ) -> Result<(), TicketError> {
+        Self::within(txn, |txn| self.withdraw_action_body(txn, ticket, now))
+    }
+
+    /// The body of [`Engine::withdraw_action`] and
+    /// [`Engine::withdraw_action_in`].
+    fn withdraw_action_body<W: WriteTransaction>(
+        &self,
+        txn: &mut Txn<'_, W>,
+        ticket: ExecutionTicket,
+        now: Timestamp,
+    ) -> Result<(), TicketError> {
+        let RunContext { mut rec, .. } = self.run_context(txn, &ticket, now)?;
+        if !rec.withdraw(ticket.approved) {
+            return Err(TicketError::OutOfOrder(alloc::boxed::Box::new(ticket)));
+        }
+        self.save_request(txn, &ticket.lineage, &rec)?;
+        Ok(())
     }
 
     /// Records the outcome of the action the run was last authorized to

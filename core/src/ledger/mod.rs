@@ -19,6 +19,9 @@
 //!                                                        └─ the stored result, or a protocol failure
 //! for each action the code asks for:
 //!   Engine::authorize_action(ticket, action) ─┬─ Run(ticket)      → perform it, then record_outcome
+//!                                             │                     (or, if it did not run because it
+//!                                             │                     needs input first, withdraw_action:
+//!                                             │                     parked, no outcome, approval kept)
 //!                                             ├─ Replay(ticket, o) → it ran before: use `o`, do not run
 //!                                             └─ approval / scope / hidden tab: the run stops (parked)
 //! Engine::complete(ticket, value or business error) → the stored result
@@ -252,7 +255,8 @@ pub enum Caller {
 }
 
 /// The right to run one request's code, owned by the caller: hand it back to
-/// [`crate::Engine::authorize_action`], [`crate::Engine::record_outcome`] and
+/// [`crate::Engine::authorize_action`], [`crate::Engine::record_outcome`] (or
+/// [`crate::Engine::withdraw_action`], for an action that did not run) and
 /// finally [`crate::Engine::complete`]. Only the latest run's ticket is
 /// valid; dropping it leaves the request `execution_pending` until its tab
 /// connection ends (a tab run) or its executor's lease does (a server run).
@@ -269,6 +273,10 @@ pub struct ExecutionTicket {
     pub(crate) scopes: ScopeSet,
     pub(crate) client_id: String,
     pub(crate) client_name: Option<String>,
+    /// The person's approval that let the action last authorized run, if
+    /// one did: given back when that action is withdrawn
+    /// ([`crate::Engine::withdraw_action`]).
+    pub(crate) approved: Option<approval::Approved>,
 }
 
 impl ExecutionTicket {
@@ -287,6 +295,7 @@ impl ExecutionTicket {
             scopes: self.scopes.clone(),
             client_id: self.client_id.clone(),
             client_name: self.client_name.clone(),
+            approved: self.approved,
         }
     }
 

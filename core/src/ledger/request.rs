@@ -589,6 +589,28 @@ impl ExecutionRequest {
         Some(done)
     }
 
+    /// The action in flight did not run: its executor learned, before any
+    /// effect, that it needs more input first (a gateway source that
+    /// answered a multi round-trip request's `InputRequiredResult`). The
+    /// run stops where it stood, with no outcome recorded: the request is
+    /// parked to resume ([`Park::Resume`]), so its next `begin` starts a
+    /// new run that asks for the action again at the same position.
+    /// `restore` is the approval that let the action run, given back for
+    /// that same action and position (under the binding it was used
+    /// under): the person is not asked twice for one effect. `None` when
+    /// no person approved it (a read, or an auto-approval, which the next
+    /// run consults afresh). Returns whether an action was in flight
+    /// (nothing changes otherwise).
+    pub fn withdraw(&mut self, restore: Option<Approved>) -> bool {
+        let Some(flight) = self.in_flight.take() else {
+            return false;
+        };
+        self.approved =
+            restore.filter(|a| a.seq == flight.seq && a.fingerprint == flight.fingerprint);
+        self.park(Park::Resume);
+        true
+    }
+
     /// Ends the request. `unknownTail` is set when an authorized action was
     /// never confirmed, or when `cut` (a run was cut off where it ran).
     pub fn finish(&mut self, end: End, cut: bool, now: Timestamp) {
@@ -1525,6 +1547,73 @@ mod tests {
             r.authorize(&auto, None),
             ActionStep::ApprovalPending(p) if !p.offer_auto_approve
         ));
+    }
+
+    /// An action withdrawn before its effect parks the request with no
+    /// outcome; the approval given back lets exactly that action at that
+    /// position run on the next run without asking, once; another action,
+    /// or an approval for another one, asks again.
+    #[test]
+    fn a_withdrawn_action_parks_without_an_outcome_and_keeps_only_its_own_approval() {
+        let both = scopes(&[KnownScope::SKILLS_READ, KnownScope::SKILLS_WRITE]);
+        let none = ScopeSet::new();
+        let w = write();
+        let approved = Approved {
+            seq: 0,
+            fingerprint: w.fingerprint(),
+            binding: binding(GrantId::from_bytes([2; 16]), 0),
+        };
+        let mut r = request();
+        assert!(!r.withdraw(Some(approved)), "nothing in flight");
+        assert_eq!(*r.state(), RequestState::Running);
+        r.approve(approved);
+        r.resume(1);
+        assert_eq!(
+            r.authorize(&next(&w, &both, 0), None),
+            ActionStep::Run {
+                auto_approved: false
+            }
+        );
+        assert!(r.withdraw(Some(approved)));
+        assert_eq!(*r.state(), RequestState::Parked(Park::Resume));
+        assert_eq!((r.outcomes(), r.in_flight()), (0, None));
+        // The next run gets it without a prompt, once.
+        assert_eq!(
+            r.begin(&repeat(&both, &none, false, Some(2))).step,
+            BeginStep::Run
+        );
+        assert_eq!(
+            r.authorize(&next(&w, &both, 0), None),
+            ActionStep::Run {
+                auto_approved: false
+            }
+        );
+        // Withdrawn again with nothing to give back (an auto-approval, a
+        // read): the next run asks.
+        assert!(r.withdraw(None));
+        r.resume(3);
+        assert!(matches!(
+            r.authorize(&next(&w, &both, 0), None),
+            ActionStep::ApprovalPending(_)
+        ));
+        // An approval for another action or position is not kept.
+        let other = Action::write("w", SKILLS_WRITE, b"2").unwrap();
+        for (seq, fingerprint) in [(1, w.fingerprint()), (0, other.fingerprint())] {
+            let mut r = request();
+            r.approve(approved);
+            r.resume(1);
+            let _ = r.authorize(&next(&w, &both, 0), None);
+            assert!(r.withdraw(Some(Approved {
+                seq,
+                fingerprint,
+                ..approved
+            })));
+            r.resume(2);
+            assert!(matches!(
+                r.authorize(&next(&w, &both, 0), None),
+                ActionStep::ApprovalPending(_)
+            ));
+        }
     }
 
     /// The record's encoding and reading are postcard's over its derives,

@@ -35,6 +35,7 @@ use portcullis_core::bearer::Challenge;
 use portcullis_core::engine::Principal;
 use portcullis_core::engine::RequestStatus;
 use portcullis_core::error::ErrorCode;
+use portcullis_core::ledger::resume::is_source_state;
 use portcullis_core::ledger::{BeginError, RequestId, RequestState};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, GetTaskParams,
@@ -427,11 +428,15 @@ impl Tools {
         call.answer(agent, answer.body, url.as_deref())
     }
 
-    /// A downstream tool of the gateway, through the ledger.
+    /// A downstream tool of the gateway, through the ledger. A retry that
+    /// carries a wrapped source state (the source asked for input,
+    /// [`gateway::input`]) is unwrapped first: its request id is the one the
+    /// call runs under, and the source gets its own state back with the
+    /// agent's answers; any other state is one of the approval's.
     async fn call_gateway(
         &self,
         agent: &Agent,
-        context: &RequestContext<RoleServer>,
+        context: &mut RequestContext<RoleServer>,
         name: &str,
         args: Value,
         request: &CallToolRequestParams,
@@ -446,14 +451,36 @@ impl Tools {
             let reply = gateway::tools::Reply::refused_agent_token();
             return Ok(reply.result.into());
         };
-        let call = waiting_call(agent, context, name, &args, request)?
-            .with_output_schema(tool.output_schema.is_some());
-        let id = call.request_id();
-        wait_for_decision(&self.app, &p, id, call.wait(Duration::ZERO)).await;
-        let arguments = match args {
-            Value::Object(m) => m,
+        let arguments = match &args {
+            Value::Object(m) => m.clone(),
             _ => JsonObject::new(),
         };
+        let mut round = gateway::input::Round::of(context);
+        let (approval_state, approval_answers) = match request.request_state.as_deref() {
+            Some(text) if is_source_state(text) => {
+                let digest = gateway::tools::digest(&source.spec.id, name, &arguments);
+                let (id, state) = gateway::input::unwrap(&self.app, &p, &digest, text)
+                    .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
+                context
+                    .meta
+                    .insert(REQUEST_ID_META.into(), json!(id.to_string()));
+                round.state = state;
+                round.responses.clone_from(&request.input_responses);
+                (None, None)
+            }
+            state => (state, request.input_responses.as_ref()),
+        };
+        let call = Call::new(
+            agent,
+            context,
+            name,
+            &arguments,
+            approval_state,
+            approval_answers,
+        )?
+        .with_output_schema(tool.output_schema.is_some());
+        let id = call.request_id();
+        wait_for_decision(&self.app, &p, id, call.wait(Duration::ZERO)).await;
         // The call's request id (from its `_meta`, its sealed state,
         // or drawn for it) is the one the gateway runs under.
         let mut meta = context.meta.clone();
@@ -465,9 +492,13 @@ impl Tools {
             tool,
             Some(&meta),
             arguments,
+            round,
         ))
         .await;
         raise(reply.challenge.as_ref(), agent);
+        if let Some(asked) = reply.input {
+            return Ok(CallToolResponse::InputRequired(asked));
+        }
         let url = self.app.approval_url(id);
         match reply.result.structured_content {
             Some(body) if is_waiting(&body) => call.answer(agent, body, Some(&url)),
@@ -560,7 +591,7 @@ impl ServerHandler for Tools {
             }
             name => {
                 return self
-                    .call_gateway(&agent, &context, name, args, &request)
+                    .call_gateway(&agent, &mut context, name, args, &request)
                     .await;
             }
         };
@@ -657,15 +688,25 @@ impl ServerHandler for Tools {
         Ok(gateway::resources::templates(&self.app.gateway))
     }
 
+    /// A gateway resource's read; a source that asks for input passes its
+    /// request on to an agent at 2026-07-28 ([`gateway::resources`]).
     async fn read_resource(
         &self,
         request: ReadResourceRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        Ok(
-            Box::pin(gateway::resources::read(&self.app.gateway, &request.uri))
-                .await?
-                .into(),
-        )
+        let principal = context
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<Agent>())
+            .and_then(|agent| agent.principal().cloned());
+        let round = gateway::input::Round::of(&context);
+        Box::pin(gateway::resources::read(
+            &self.app,
+            principal.as_ref(),
+            &request,
+            round,
+        ))
+        .await
     }
 }

@@ -19,6 +19,31 @@
 //!   listing caps and how often lists are read.
 //! * [`stdio`]: a stdio source's output, its lines capped.
 //! * [`kind`]: a downstream tool's ledger action kind, `<source>/<tool>`.
+//! * [`input`]: a source's own requests for input (multi round-trip
+//!   requests), passed to the agent and back.
+//!
+//! **Each source in its own revision.** A connection opens with
+//! `server/discover` at 2026-07-28, the revision without a handshake
+//! (its "Discovery" page: servers must implement it, and a client that
+//! also speaks older revisions should probe with it first; its stdio page
+//! has the fallback rules). A source that answers it speaks 2026-07-28: each
+//! request then carries its own protocol version, client identity and
+//! capabilities in `_meta`. A source that answers with any other error, or
+//! not within rmcp's ten seconds, is an older one, and the same connection
+//! falls back to `initialize` (2025-11-25); one that answers that it is
+//! modern but not at this version is not asked to `initialize`. A source at
+//! 2025-11-25 or earlier declares no client capabilities, as before: a
+//! gateway with no stream to its agents cannot answer a server's mid-call
+//! requests.
+//!
+//! **Liveness in the source's revision.** 2026-07-28 has no `ping`, so a
+//! source at that revision is never pinged: a stdio source is alive while
+//! its process runs (its exit ends the connection at once, its output
+//! closing within [`HEALTH_EVERY`]), and an HTTP source is asked
+//! `server/discover`, which the
+//! revision keeps, every [`HEALTH_EVERY`] (the calls themselves also mark
+//! it down when they fail at the transport). A source at an earlier
+//! revision is pinged every [`HEALTH_EVERY`], as that revision provides.
 //!
 //! **Listings are cached.** A source's lists are read when it connects,
 //! when it says they changed (`notifications/tools/list_changed`,
@@ -44,6 +69,7 @@
 //! source is refused and logged, and a name its owner stops listing is not
 //! handed to anyone else.
 pub(crate) mod bounds;
+pub(crate) mod input;
 pub(crate) mod kind;
 pub(crate) mod resources;
 mod stdio;
@@ -57,22 +83,48 @@ use std::time::Instant;
 
 use portcullis_core::gateway::{Gateway as UriMap, SourceId};
 use rmcp::model::{
-    ClientRequest, PaginatedRequestParams, PingRequest, Resource, ResourceTemplate, Tool,
+    ClientCapabilities, ClientConfig, ClientRequest, DiscoverRequest, DiscoverRequestParams,
+    Implementation, PaginatedRequestParams, PingRequest, ProtocolVersion, Resource,
+    ResourceTemplate, ServerResult, Tool,
 };
 use rmcp::service::{NotificationContext, Peer, RunningService, ServiceError};
 use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::transport::streamable_http_client::{
     StreamableHttpClientTransport, StreamableHttpClientTransportConfig,
 };
-use rmcp::{ClientHandler, RoleClient, ServiceExt as _};
+use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt as _, RoleClient};
 use serde::Deserialize;
 use tokio::sync::{Notify, Semaphore, watch};
 
 use crate::cli::GatewayArgs;
 use bounds::Bounds;
 
-/// How often a connected source is pinged.
+/// How often a connected source's liveness is checked (see the module
+/// docs: a `ping`, a `server/discover`, or only its process).
 const HEALTH_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How a connection opens: `server/discover` at 2026-07-28 first, and
+/// `initialize` at 2025-11-25 for a source that does not know it.
+fn lifecycle() -> ClientLifecycleMode {
+    ClientLifecycleMode::Auto {
+        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        legacy_version: Some(ProtocolVersion::LATEST_WITH_INITIALIZE),
+    }
+}
+
+/// Whether the source behind `peer` speaks a revision without the
+/// `initialize` handshake (2026-07-28 or later): its requests carry their
+/// own `_meta`, and it may answer a multi round-trip request.
+pub(crate) fn is_modern(peer: &Peer<RoleClient>) -> bool {
+    peer.peer_info()
+        .is_some_and(|info| !info.protocol_version.has_initialize())
+}
+
+/// The revision the source behind `peer` speaks, for log lines.
+fn revision(peer: &Peer<RoleClient>) -> String {
+    peer.peer_info()
+        .map_or_else(|| "unknown".to_owned(), |i| i.protocol_version.to_string())
+}
 
 /// Where a source is.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -444,6 +496,18 @@ impl Handler {
 }
 
 impl ClientHandler for Handler {
+    /// The gateway's identity and, for every connection, no capabilities:
+    /// listings cannot ask for input, and a source at an older revision
+    /// could only send its requests mid-call, which have no way to an
+    /// agent. A forwarded call to a source at 2026-07-28 declares the
+    /// agent's own elicitation in its `_meta` ([`input::options`]).
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("portcullis-gateway", env!("CARGO_PKG_VERSION")),
+        )
+    }
+
     async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
         self.changed();
     }
@@ -502,7 +566,10 @@ async fn connect(source: &Arc<Source>, bounds: &Bounds) -> Result<Connection, St
             config.max_json_response_size = bounds.max_response;
             config.max_error_response_size = config.max_error_response_size.min(64 * 1024);
             let transport = StreamableHttpClientTransport::with_client(http, config);
-            let running = handler.serve(transport).await.map_err(|e| e.to_string())?;
+            let running = handler
+                .serve_with_lifecycle(transport, lifecycle())
+                .await
+                .map_err(|e| e.to_string())?;
             Ok((running, None))
         }
         Target::Command { argv, env } => {
@@ -524,7 +591,10 @@ async fn connect(source: &Arc<Source>, bounds: &Bounds) -> Result<Connection, St
             let stdout = stdio::CappedLines::new(stdout, bounds.max_response);
             let transport = AsyncRwTransport::new_client(stdout, stdin)
                 .with_max_line_length(bounds.max_response.saturating_add(64));
-            let running = handler.serve(transport).await.map_err(|e| e.to_string())?;
+            let running = handler
+                .serve_with_lifecycle(transport, lifecycle())
+                .await
+                .map_err(|e| e.to_string())?;
             // The child lives as long as the connection: the supervisor
             // drops it (killing it, `kill_on_drop`) when the connection ends.
             Ok((running, Some(child)))
@@ -542,6 +612,8 @@ pub(crate) struct Gateway {
     pub(crate) bounds: Bounds,
     /// Who owns each tool name (the built-in tools' names included).
     names: Arc<Names>,
+    /// Sources' states too large to travel in a wrapped `requestState`.
+    pub(crate) stash: input::Stash,
 }
 
 impl Gateway {
@@ -552,6 +624,7 @@ impl Gateway {
             sources: Vec::new(),
             bounds: Bounds::of(&GatewayArgs::default()),
             names: Arc::new(Names::new(&[], Vec::new())),
+            stash: input::Stash::default(),
         }
     }
 
@@ -609,6 +682,7 @@ impl Gateway {
             sources,
             bounds,
             names,
+            stash: input::Stash::default(),
         })
     }
 }
@@ -824,7 +898,7 @@ async fn supervise(
             Ok(Err(e)) => Err(e),
             Err(_) => Err(format!("connecting timed out after {} s", wait.as_secs())),
         };
-        let (running, child) = match connected {
+        let (running, mut child) = match connected {
             Ok(c) => c,
             Err(e) => {
                 if let Some(tx) = first.take() {
@@ -842,12 +916,14 @@ async fn supervise(
             .broken
             .store(false, std::sync::atomic::Ordering::Release);
         source.peer.send_replace(Some(running.peer().clone()));
+        let version = revision(running.peer());
         if let Some(tx) = first.take() {
+            tracing::info!(source = %source.spec.id, version, "gateway: source speaks this revision");
             let _ = tx.send(Ok(()));
         } else {
-            tracing::info!(source = %source.spec.id, "gateway: source (re)connected");
+            tracing::info!(source = %source.spec.id, version, "gateway: source (re)connected");
         }
-        watch_connection(&source, &running, &bounds, &map, &names).await;
+        watch_connection(&source, &running, &mut child, &bounds, &map, &names).await;
         source.peer.send_replace(None);
         tracing::warn!(source = %source.spec.id, "gateway: source down; reconnecting");
         let _ = running.cancel().await;
@@ -855,25 +931,88 @@ async fn supervise(
     }
 }
 
-/// Returns when the connection is closed or unhealthy: a failed call's poke,
-/// a closed transport, or a ping without an answer (every
-/// [`HEALTH_EVERY`]). A poke for a list change re-reads the lists, at most
-/// once every [`bounds::RELIST_EVERY`] (the pokes in between are taken
-/// together); lists are also re-read every [`bounds::RELIST_AFTER`].
+/// How a connection's liveness is checked, by the source's revision
+/// (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Probe {
+    /// A revision with `ping` (2025-11-25 and earlier).
+    Ping,
+    /// A 2026-07-28 source over HTTP: `server/discover`, which every
+    /// server of that revision must answer.
+    Discover,
+    /// A 2026-07-28 source over stdio: its process and its output stream
+    /// are watched instead; nothing is sent.
+    Process,
+}
+
+impl Probe {
+    fn of(peer: &Peer<RoleClient>, stdio: bool) -> Self {
+        match (is_modern(peer), stdio) {
+            (false, _) => Self::Ping,
+            (true, false) => Self::Discover,
+            (true, true) => Self::Process,
+        }
+    }
+
+    /// Whether the source answered (within the call timeout).
+    async fn healthy(self, peer: &Peer<RoleClient>, bounds: &Bounds) -> bool {
+        let request = match self {
+            Self::Process => return true,
+            Self::Ping => ClientRequest::PingRequest(PingRequest::default()),
+            // Sent as is, never answered from rmcp's cache of discovery
+            // results: the point is to reach the source.
+            Self::Discover => {
+                ClientRequest::DiscoverRequest(DiscoverRequest::new(DiscoverRequestParams {}))
+            }
+        };
+        match bounds::within(bounds.call, peer.send_request(request)).await {
+            Ok(Ok(ServerResult::DiscoverResult(_))) => self == Self::Discover,
+            Ok(Ok(_)) => self == Self::Ping,
+            _ => false,
+        }
+    }
+}
+
+/// Waits for a stdio source's process to exit; never, for one over HTTP.
+async fn exited(child: &mut Option<tokio::process::Child>) {
+    match child {
+        Some(c) => {
+            let _ = c.wait().await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// Returns when the connection is closed or unhealthy: a failed call's
+/// poke, a closed transport, a stdio source's process that exited, or a
+/// liveness probe without an answer ([`Probe`], every [`HEALTH_EVERY`]). A
+/// poke for a list change re-reads the lists, at most once every
+/// [`bounds::RELIST_EVERY`] (the pokes in between are taken together);
+/// lists are also re-read every [`bounds::RELIST_AFTER`].
 async fn watch_connection(
     source: &Source,
     running: &Running,
+    child: &mut Option<tokio::process::Child>,
     bounds: &Bounds,
     map: &UriMap,
     names: &Names,
 ) {
     let peer = running.peer().clone();
-    let broken = || running.is_closed() || source.broken.load(std::sync::atomic::Ordering::Acquire);
+    let probe = Probe::of(&peer, child.is_some());
+    let broken = || {
+        running.is_closed()
+            || peer.is_transport_closed()
+            || source.broken.load(std::sync::atomic::Ordering::Acquire)
+    };
     let mut listed_at = tokio::time::Instant::now();
     loop {
         let poked = tokio::select! {
             () = source.poke.notified() => true,
             () = tokio::time::sleep(HEALTH_EVERY) => false,
+            () = exited(child) => {
+                tracing::warn!(source = %source.spec.id, "gateway: the source's process exited");
+                return;
+            }
         };
         if broken() {
             return;
@@ -894,8 +1033,7 @@ async fn watch_connection(
             listed_at = tokio::time::Instant::now();
             relist(source, &peer, bounds, map, names).await.is_ok()
         } else {
-            let ping = peer.send_request(ClientRequest::PingRequest(PingRequest::default()));
-            matches!(bounds::within(bounds.call, ping).await, Ok(Ok(_)))
+            probe.healthy(&peer, bounds).await
         };
         if !healthy {
             return;

@@ -19,6 +19,15 @@
 //!   read. A read is never a tool call: it needs only the endpoint's read
 //!   scope.
 //!
+//! **A source that asks for input** to answer a read (MCP 2026-07-28, multi
+//! round-trip requests) gets its requests passed to the agent, labelled as
+//! its own, and its `requestState` wrapped in one sealed for the agent's
+//! grant lineage and this exact read of this source's resource
+//! ([`super::input`]); the agent's retry is unwrapped and forwarded with its
+//! answers. A read is not a ledger request, so the wrapped state names none
+//! (the nil request id). An agent token has no grant lineage to seal for:
+//! its reads never carry a round.
+//!
 //! **The revision's shape.** Results built here go through rmcp's typed
 //! model as its constructors build them: `resultType: "complete"`, which
 //! protocol 2026-07-28 requires of every result (schema, `Result`) and which
@@ -27,16 +36,25 @@
 //! `cacheScope: "private"`: the gateway's answers are behind each user's
 //! authorization). A source's own `resultType` and hints are not passed on.
 
+use portcullis_core::engine::Principal;
 use portcullis_core::error::ErrorCode;
+use portcullis_core::ledger::RequestId;
+use portcullis_core::ledger::resume::is_source_state;
 use rmcp::ErrorData;
 use rmcp::model::{
-    ListResourceTemplatesResult, ListResourcesResult, ReadResourceRequestParams,
-    ReadResourceResult, ResourceContents, ResultType,
+    ClientRequest, InputRequiredResult, ListResourceTemplatesResult, ListResourcesResult,
+    ReadResourceRequest, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
+    ResourceContents, ResultType, ServerResult,
 };
 use rmcp::service::ServiceError;
 use serde_json::json;
 
+use super::input::{self, Round};
 use super::{Gateway, Source, Unavailable, bounds};
+
+/// How much longer than the call timeout a read is waited for (rmcp's own
+/// timeout, which cancels the request at the source, comes first).
+const GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Text contents larger than this (bytes, all contents of one read) are
 /// rewritten on a blocking thread.
@@ -67,8 +85,18 @@ pub(crate) fn templates(gateway: &Gateway) -> ListResourceTemplatesResult {
     ListResourceTemplatesResult::with_all_items(items)
 }
 
-/// `resources/read` of a gateway URI.
-pub(crate) async fn read(gateway: &Gateway, uri: &str) -> Result<ReadResourceResult, ErrorData> {
+/// `resources/read` of a gateway URI (`request.uri`) by `principal` (`None`
+/// for an agent token), with what the agent can take of the source's
+/// input round (`round`); a retry's wrapped state and answers are in
+/// `request`.
+pub(crate) async fn read(
+    app: &super::super::App,
+    principal: Option<&Principal>,
+    request: &ReadResourceRequestParams,
+    mut round: Round,
+) -> Result<ReadResourceResponse, ErrorData> {
+    let gateway: &Gateway = &app.gateway;
+    let uri = request.uri.as_str();
     let (id, downstream) = gateway.map.decode(uri).map_err(|e| {
         ErrorData::resource_not_found(
             format!("not a resource of this gateway: {e}"),
@@ -85,18 +113,49 @@ pub(crate) async fn read(gateway: &Gateway, uri: &str) -> Result<ReadResourceRes
                 Some(json!({"uri": uri})),
             )
         })?;
+    let digest = input::digest(&id, "resources/read", &downstream, b"");
+    if principal.is_none() {
+        round.elicitation = None;
+    }
+    if let Some(text) = request.request_state.as_deref() {
+        let opened = principal
+            .filter(|_| is_source_state(text))
+            .ok_or(input::Unwrap::State(
+                portcullis_core::ledger::resume::StateError::Malformed,
+            ))
+            .and_then(|p| input::unwrap(app, p, &digest, text));
+        let (_, state) = opened.map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
+        round.state = state;
+        round.responses.clone_from(&request.input_responses);
+    }
     let _slot = source
         .slot(&gateway.bounds)
         .await
         .map_err(|e| unavailable(&e))?;
     let peer = source.peer().map_err(|e| unavailable(&e))?;
-    let read = bounds::within(
-        gateway.bounds.call,
-        peer.read_resource(ReadResourceRequestParams::new(downstream)),
-    )
+    let mut params = ReadResourceRequestParams::new(downstream.clone());
+    params.request_state.clone_from(&round.state);
+    params.input_responses.clone_from(&round.responses);
+    let options = input::options(&peer, &round, gateway.bounds.call);
+    let sent = ClientRequest::ReadResourceRequest(ReadResourceRequest::new(params));
+    let read = bounds::within(gateway.bounds.call.saturating_add(GRACE), async {
+        peer.send_request_with_option(sent, options)
+            .await?
+            .await_response()
+            .await
+    })
     .await;
     let result = match read {
-        Ok(Ok(r)) => r,
+        Ok(Ok(ServerResult::ReadResourceResult(r))) => r,
+        Ok(Ok(ServerResult::InputRequiredResult(asked))) => {
+            return asked_for_input(app, principal, &id, &digest, asked, &round).map(Into::into);
+        }
+        Ok(Ok(_)) => {
+            return Err(ErrorData::internal_error(
+                format!("source {id} answered the read with something other than its contents"),
+                None,
+            ));
+        }
         Ok(Err(ServiceError::McpError(e))) => return Err(e),
         Ok(Err(e)) => {
             tracing::warn!(source = %id, error = %e, "gateway: read failed");
@@ -118,13 +177,40 @@ pub(crate) async fn read(gateway: &Gateway, uri: &str) -> Result<ReadResourceRes
         .sum();
     let (map, listed) = (gateway.map.clone(), source.listed());
     let mapped = move || mapped(&map, &id, &listed.uris, result);
-    if text > OFF_RUNTIME {
+    let result = if text > OFF_RUNTIME {
         tokio::task::spawn_blocking(mapped)
             .await
             .map_err(|_| ErrorData::internal_error("mapping the answer failed", None))?
     } else {
         mapped()
-    }
+    };
+    result.map(Into::into)
+}
+
+/// A source's request for input on a read, as the agent gets it (see the
+/// module docs), or why it cannot.
+fn asked_for_input(
+    app: &super::super::App,
+    principal: Option<&Principal>,
+    source: &portcullis_core::gateway::SourceId,
+    digest: &portcullis_core::ledger::resume::CallDigest,
+    asked: InputRequiredResult,
+    round: &Round,
+) -> Result<InputRequiredResult, ErrorData> {
+    let refused = |e: String| {
+        tracing::warn!(source = %source, error = %e, "gateway: a source's input request is not passed on");
+        ErrorData::internal_error(e, Some(json!({"source": source.as_str()})))
+    };
+    let principal = principal.ok_or_else(|| {
+        refused(format!(
+            "source {source} asks for input, which an agent token cannot give"
+        ))
+    })?;
+    let (requests, state) =
+        input::for_agent(source, asked, round, &app.public_url).map_err(refused)?;
+    let nil = RequestId::from_bytes([0; 16]);
+    let state = input::wrap(app, principal, digest, nil, state).map_err(refused)?;
+    Ok(InputRequiredResult::new(requests, Some(state)))
 }
 
 /// A source's read result as the gateway answers it: mapped (see the

@@ -46,6 +46,29 @@
 //! asked, so nothing is stored and the same `requestId` works once the
 //! source is back (a `requestId` with a stored result included: the safe
 //! side, it never runs again, at the cost of waiting for the source).
+//!
+//! **A source that asks for input first** (MCP 2026-07-28, multi
+//! round-trip requests; the passing on is [`super::input`]'s). By the
+//! protocol, a source that answers a call with an `InputRequiredResult` has
+//! not completed it: it needs something before it can, and the client's
+//! retry is a new request. So the source's answer is **not an outcome**:
+//! the gateway withdraws the action it was authorized to run
+//! ([`portcullis_core::Engine::withdraw_action`]), which stores nothing and
+//! leaves the ledger request undecided (parked to resume), and the agent
+//! gets the source's requests with a `requestState` that wraps the source's
+//! and names the request. The agent's retry (same request, the source's
+//! state unwrapped, the agent's answers) is judged afresh by the ledger
+//! under that `requestId`: a result already stored (the retry sent twice)
+//! is answered from the store and never runs again; otherwise a new run
+//! calls the source with its state and the answers. The approval the person
+//! gave comes back with the withdrawn action, for that exact call, so one
+//! call is approved once however many rounds its source takes; if it no
+//! longer holds (the grant or the site's policy changed meanwhile), the
+//! person is asked again, and the source's round starts over without its
+//! state. Only the source's completed answer (or a failure that may have
+//! run: a timeout, a broken connection) is recorded, so the downstream
+//! call's effect still happens at most once, provided the source keeps the
+//! protocol's promise that an `InputRequiredResult` comes before any effect.
 
 use std::sync::Arc;
 
@@ -53,21 +76,29 @@ use portcullis_core::bearer::Challenge;
 use portcullis_core::engine::Principal;
 use portcullis_core::error::ErrorCode;
 use portcullis_core::gateway::{Gateway as UriMap, SourceId};
+use portcullis_core::ledger::resume::CallDigest;
 use portcullis_core::ledger::{
     Action, ActionVerdict, BeginAnswer, BeginError, BusinessError, Caller, Completion, Effect,
     ExecuteParams, ExecutionTicket, Report, RequestId, StoredResult,
 };
 use portcullis_core::scope::ScopeSet;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, JsonObject, RequestMetaObject, ResultType, Tool,
+    CallToolRequest, CallToolRequestParams, CallToolResult, ClientRequest, InputRequiredResult,
+    JsonObject, RequestMetaObject, ResultType, ServerResult, Tool,
 };
 use serde_json::{Value, json};
 
 use super::super::Shared;
 use super::super::run::{self, Answer, failure};
+use super::input::{self, Round};
 use super::kind::action_kind;
 use super::{Gateway, Source, bounds};
 use crate::clock;
+
+/// How much longer than the call timeout a forwarded call is waited for:
+/// rmcp's own timeout (which also cancels the request at the source) comes
+/// first.
+const GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The `_meta` key of a call's request id.
 pub(crate) const REQUEST_ID_META: &str = "portcullis/requestId";
@@ -153,6 +184,9 @@ pub(crate) struct Reply {
     pub(crate) result: CallToolResult,
     /// Set for a missing scope.
     pub(crate) challenge: Option<Challenge>,
+    /// The source asked for input: what the agent gets instead of
+    /// `result` (its requests labelled, its state wrapped in ours).
+    pub(crate) input: Option<InputRequiredResult>,
 }
 
 impl Reply {
@@ -171,6 +205,7 @@ impl Reply {
         Self {
             result,
             challenge: answer.challenge,
+            input: None,
         }
     }
 
@@ -193,6 +228,7 @@ impl Reply {
                 Self {
                     result,
                     challenge: None,
+                    input: None,
                 }
             }
             None => Self::ledger(Answer::ok(stored.to_json())),
@@ -206,7 +242,16 @@ fn named_id(meta: Option<&RequestMetaObject>) -> Option<String> {
     meta.get(REQUEST_ID_META)?.as_str().map(str::to_owned)
 }
 
-/// One call of the downstream tool `tool` of `source` by `principal`.
+/// The digest of a call of `tool` of `source` with `arguments`: what a
+/// wrapped source state is bound to.
+pub(crate) fn digest(source: &SourceId, tool: &str, arguments: &JsonObject) -> CallDigest {
+    let bytes = serde_json::to_vec(arguments).unwrap_or_default();
+    input::digest(source, "tools/call", tool, &bytes)
+}
+
+/// One call of the downstream tool `tool` of `source` by `principal`;
+/// `round` is what the agent can take of a source's input round, and on a
+/// retry the source's state and the agent's answers.
 pub(crate) async fn call(
     app: &Shared,
     principal: Principal,
@@ -214,6 +259,7 @@ pub(crate) async fn call(
     tool: Tool,
     meta: Option<&RequestMetaObject>,
     arguments: JsonObject,
+    round: Round,
 ) -> Reply {
     let id = named_id(meta).unwrap_or_else(|| RequestId::random(&mut rand::rng()).to_string());
     let effect = effect(&tool);
@@ -254,10 +300,12 @@ pub(crate) async fn call(
     // claim held.
     let run = Run {
         app: Arc::clone(app),
-        subject: principal.subject.clone(),
+        principal: principal.clone(),
+        digest: digest(&source.spec.id, &tool.name, &arguments),
         source,
         id: rid,
         request: CallToolRequestParams::new(tool.name).with_arguments(arguments),
+        round,
     };
     tokio::spawn(async move {
         let (app, grant) = (Arc::clone(&run.app), principal.grant);
@@ -312,10 +360,21 @@ async fn admit(
 
 struct Run {
     app: Shared,
-    subject: String,
+    principal: Principal,
+    /// The call's digest (a wrapped state's binding).
+    digest: CallDigest,
     source: Arc<Source>,
     id: RequestId,
     request: CallToolRequestParams,
+    round: Round,
+}
+
+/// What a call to the source came to.
+enum Performed {
+    /// It ran (or may have): its outcome.
+    Done(Completion),
+    /// The source needs input first: nothing ran.
+    Asked(InputRequiredResult),
 }
 
 impl Run {
@@ -334,7 +393,10 @@ impl Run {
         };
         match verdict {
             ActionVerdict::Run(t) => {
-                let completion = self.perform().await;
+                let completion = match self.perform().await {
+                    Performed::Done(c) => c,
+                    Performed::Asked(asked) => return self.asked(t, asked).await,
+                };
                 let summary = match &completion {
                     Completion::Value(v) => json!({"isError": v.get("isError").and_then(Value::as_bool).unwrap_or(false)}).to_string(),
                     Completion::Error(e) => e.message.clone(),
@@ -358,7 +420,7 @@ impl Run {
                 self.finish(t, Completion::Error(lost)).await
             }
             ActionVerdict::ApprovalPending(prompt) => {
-                self.app.bump(&self.subject);
+                self.app.bump(&self.principal.subject);
                 let body = BeginAnswer::ApprovalPending(prompt).to_json();
                 Reply::ledger(Answer::ok(body.unwrap_or(Value::Null)))
             }
@@ -371,11 +433,49 @@ impl Run {
         }
     }
 
-    /// Calls the source once, within the bounds; the result rewritten.
-    async fn perform(&self) -> Completion {
+    /// The source asked for input before running the call: the action is
+    /// withdrawn (no outcome; the request parked, the approval kept) and
+    /// the agent gets the source's requests with its state wrapped in
+    /// ours, or, when it cannot take them, a failure that stores nothing.
+    async fn asked(&self, ticket: ExecutionTicket, asked: InputRequiredResult) -> Reply {
+        let withdrawn = run::ticket_write(&self.app, self.id, move |app, txn| match txn {
+            Some(txn) => app.engine().withdraw_action_in(txn, ticket, clock::now()),
+            None => app.engine().withdraw_action(ticket, clock::now()),
+        })
+        .await;
+        if let Err(answer) = withdrawn {
+            return Reply::ledger(answer);
+        }
+        let source = &self.source.spec.id;
+        let refused = |e: &str| {
+            tracing::warn!(source = %source, error = e, "gateway: a source's input request is not passed on");
+            Reply::ledger(failure(ErrorCode::ActionUnavailable, e, Some(self.id)))
+        };
+        let (requests, state) =
+            match input::for_agent(source, asked, &self.round, &self.app.public_url) {
+                Ok(r) => r,
+                Err(e) => return refused(&e),
+            };
+        let state = match input::wrap(&self.app, &self.principal, &self.digest, self.id, state) {
+            Ok(s) => s,
+            Err(e) => return refused(&e),
+        };
+        Reply {
+            result: CallToolResult::success(Vec::new()),
+            challenge: None,
+            input: Some(InputRequiredResult::new(requests, Some(state))),
+        }
+    }
+
+    /// Calls the source once, within the bounds (with the source's state
+    /// and the agent's answers on a retry); the result rewritten.
+    async fn perform(&self) -> Performed {
         let bounds = self.app.gateway.bounds;
         let unavailable = |e: super::Unavailable| {
-            Completion::Error(BusinessError::new("SOURCE_UNAVAILABLE", e.message()))
+            Performed::Done(Completion::Error(BusinessError::new(
+                "SOURCE_UNAVAILABLE",
+                e.message(),
+            )))
         };
         let _slot = match self.source.slot(&bounds).await {
             Ok(s) => s,
@@ -385,9 +485,40 @@ impl Run {
             Ok(p) => p,
             Err(e) => return unavailable(e),
         };
-        let called = bounds::within(bounds.call, peer.call_tool(self.request.clone())).await;
-        match called {
-            Ok(Ok(result)) => self.mapped(result),
+        let mut request = self.request.clone();
+        request.request_state.clone_from(&self.round.state);
+        request.input_responses.clone_from(&self.round.responses);
+        let options = input::options(&peer, &self.round, bounds.call);
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(request));
+        let called = bounds::within(bounds.call.saturating_add(GRACE), async {
+            peer.send_request_with_option(request, options)
+                .await?
+                .await_response()
+                .await
+        })
+        .await;
+        let completion = match called {
+            Ok(Ok(ServerResult::CallToolResult(result))) => self.mapped(result),
+            Ok(Ok(ServerResult::InputRequiredResult(asked))) => return Performed::Asked(asked),
+            Ok(Ok(_)) => Completion::Error(BusinessError::new(
+                "SOURCE_ERROR",
+                format!(
+                    "source {} answered the call with something other than a tool result; \
+                     it may have run and is not repeated",
+                    self.source.spec.id
+                ),
+            )),
+            Ok(Err(rmcp::ServiceError::Timeout { .. })) | Err(bounds::Exceeded::Timeout) => {
+                self.source.failed();
+                Completion::Error(BusinessError::new(
+                    "SOURCE_TIMEOUT",
+                    format!(
+                        "source {} did not answer within {} s; the call may have run and is not repeated",
+                        self.source.spec.id,
+                        bounds.call.as_secs()
+                    ),
+                ))
+            }
             Ok(Err(e)) => {
                 tracing::warn!(source = %self.source.spec.id, error = %e, "gateway: tool call failed");
                 if bounds::too_large(&e) {
@@ -418,18 +549,8 @@ impl Run {
                     ))
                 }
             }
-            Err(bounds::Exceeded::Timeout) => {
-                self.source.failed();
-                Completion::Error(BusinessError::new(
-                    "SOURCE_TIMEOUT",
-                    format!(
-                        "source {} did not answer within {} s; the call may have run and is not repeated",
-                        self.source.spec.id,
-                        bounds.call.as_secs()
-                    ),
-                ))
-            }
-        }
+        };
+        Performed::Done(completion)
     }
 
     /// The source's result as this server answers it: a result of the
