@@ -168,21 +168,24 @@ async def scenario_2026() -> None:
 class HttpDownstream:
     """`downstream_2026.py` over Streamable HTTP on a loopback port."""
 
-    def __init__(self, port: int | None = None) -> None:
-        if port is None:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                port = s.getsockname()[1]
-        self.port = port
+    def __init__(self) -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
         self.err = tempfile.NamedTemporaryFile("w+", prefix="downstream-2026-", suffix=".log")
+        self.proc: subprocess.Popen | None = None
+        self.start()
+
+    def start(self) -> None:
+        """Starts it (again) on its port."""
         self.proc = subprocess.Popen(
-            [sys.executable, str(HERE / "downstream_2026.py"), "http", str(port)],
+            [sys.executable, str(HERE / "downstream_2026.py"), "http", str(self.port)],
             stdout=subprocess.DEVNULL,
             stderr=self.err,
         )
         for _ in range(100):
             with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
+                if s.connect_ex(("127.0.0.1", self.port)) == 0:
                     return
             time.sleep(0.1)
         raise RuntimeError(f"the HTTP downstream did not start: {self.logs()}")
@@ -197,8 +200,10 @@ class HttpDownstream:
         return self.err.read()
 
     def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=20)
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(timeout=20)
+            self.proc = None
 
 
 async def scenario_2026_http() -> None:
@@ -206,7 +211,7 @@ async def scenario_2026_http() -> None:
     server = Server(["--source", f"notes={down.url}"])
     try:
         await run_2026(server, down.logs)
-        down = await down_and_back(server, down)
+        await down_and_back(server, down)
     except BaseException:
         print(server.logs()[-8000:], file=sys.stderr)
         raise
@@ -216,7 +221,7 @@ async def scenario_2026_http() -> None:
     print("ok: an HTTP source that speaks only 2026-07-28 and asks for input, through the gateway")
 
 
-async def down_and_back(server: Server, down: HttpDownstream) -> HttpDownstream:
+async def down_and_back(server: Server, down: HttpDownstream) -> None:
     """The HTTP source goes away: 2026-07-28 has no `ping`, and the gateway's
     `server/discover` finds it gone before any call does (the call is
     refused before the ledger: nothing stored); it comes back on the same
@@ -227,13 +232,12 @@ async def down_and_back(server: Server, down: HttpDownstream) -> HttpDownstream:
         async with Client(streamable_http_client(server.mcp_url, http_client=http)) as client:
             tab = await Tab(server.base, user.cookie).open()
             await tab.connect()
-            port = down.port
             down.stop()
             await asyncio.sleep(7)  # more than the 5 s between two discover probes
             refused = await client.call_tool("linked_account", {})
             assert refused.is_error, refused
             assert structured(refused)["error"]["code"] == "source_unavailable", refused
-            down = HttpDownstream(port)
+            down.start()
             for _ in range(80):
                 back = structured(await client.call_tool("linked_account", {}))
                 if back["error"]["code"] != "source_unavailable":
@@ -244,7 +248,6 @@ async def down_and_back(server: Server, down: HttpDownstream) -> HttpDownstream:
             assert back["error"]["code"] == "ACTION_UNAVAILABLE", back
             assert "declared elicitation" in back["error"]["message"], back
             assert "gateway: source (re)connected" in server.logs()
-    return down
 
 
 async def run_2026(server: Server, downstream_logs) -> None:
