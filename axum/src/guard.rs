@@ -326,7 +326,7 @@ impl<S: HostStore, Svc> std::fmt::Debug for Protect<S, Svc> {
 
 impl<S: HostStore> Portcullis<S> {
     /// `service` (rmcp's `StreamableHttpService`, or any HTTP service)
-    /// behind the bearer check (see the [module docs](self)); mount it at
+    /// behind the bearer check ([`Portcullis::authenticate`]); mount it at
     /// [`Portcullis::mcp_route`]. Its requests carry the verified [`Agent`].
     pub fn protect<Svc>(&self, service: Svc) -> Protect<S, Svc> {
         Protect {
@@ -335,10 +335,16 @@ impl<S: HostStore> Portcullis<S> {
         }
     }
 
-    /// The checks of [`Portcullis::protect`] for a request's `parts`, for a
-    /// host that serves MCP its own way: the verified agent, or the refusal
-    /// to answer with. Once the service answered, pass the response through
-    /// [`Portcullis::finish`].
+    /// The checks of [`Portcullis::protect`] for a request's `parts`, in
+    /// order: a browser's `Origin`, when sent, is one of the site's allowed
+    /// origins (the MCP transport rules ask servers to validate it); the
+    /// path's last segment is the site's current key (else `404`); no token
+    /// in the query (RFC 6750 §2.3 is not offered); the core's bearer check
+    /// with the endpoint scopes (`401`/`403` with the core's challenge, `503`
+    /// with `Retry-After` while the site is off). The verified agent, or the
+    /// refusal to answer with. For a host that serves MCP its own way: once
+    /// the service answered, pass the response through
+    /// [`Portcullis::finish`] (or use [`Portcullis::guarded`]).
     pub async fn authenticate(&self, parts: &Parts) -> Result<Agent, Response> {
         let facts = self.facts();
         if let Some(origin) = parts.headers.get(header::ORIGIN)

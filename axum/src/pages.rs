@@ -1,6 +1,6 @@
 //! The default HTML pages: consent, errors and approvals. Every dynamic
 //! value goes through [`escape`]; no page runs a script. A host that wants
-//! its own look renders [`ConsentPage`](crate::ConsentPage) itself
+//! its own look renders [`ConsentPage`] itself
 //! ([`Host::consent`](crate::Host::consent)) and keeps the form's two
 //! fields (`intent`, `csrf`).
 

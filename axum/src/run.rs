@@ -276,8 +276,9 @@ enum Step<T> {
 }
 
 impl<S: HostStore> Portcullis<S> {
-    /// Runs `action` for `agent` at most once per `request_id` (see the
-    /// [module docs](self)): `run` performs it and returns its result, or
+    /// Runs `action` for `agent` at most once per `request_id` (under
+    /// retries, races, crashes and restarts: see the [crate docs](crate)):
+    /// `run` performs it and returns its result, or
     /// a business error (a failure that is part of the result, stored and
     /// answered again on a repeat).
     ///

@@ -12,7 +12,7 @@
 //! calls the [`Engine`](portcullis_core::Engine) itself should do the same:
 //! `tokio::task::spawn_blocking(move || engine.op(…))`.
 //!
-//! Writes go through a [`Writer`] chosen by the store:
+//! Writes go through a writer chosen by the store:
 //!
 //! * **local** (memory, redb): a [`GroupCommitter`] gathers the operations
 //!   of concurrent requests into one durable commit and answers each only
@@ -21,7 +21,7 @@
 //!   pooled connection (PostgreSQL already shares a WAL flush among
 //!   concurrent commits); a serialization failure runs the operation again
 //!   on a fresh transaction, as the engine's own `op(…)` forms do, but not
-//!   only [`MAX_ATTEMPTS`](portcullis_core::engine::MAX_ATTEMPTS) times in
+//!   only [`MAX_ATTEMPTS`] times in
 //!   a few milliseconds: past those, again after a jittered pause that
 //!   doubles up to [`MAX_PAUSE`], for as long as [`CONFLICT_BUDGET`]
 //!   allows. Each conflict means another writer of the same rows
@@ -268,7 +268,7 @@ impl<W: WriteTransaction> WriteTransaction for Txn<'_, '_, W> {
         }
     }
 
-    /// Refused: the [`Writer`] commits.
+    /// Refused: the writer commits.
     fn commit(self) -> Result<(), StoreError> {
         Err(StoreError::new(
             StoreErrorKind::Other,
