@@ -1,5 +1,6 @@
-//! Fuzz entry point for the agent's side: the answer and challenge parsers,
-//! and the client loop fed whatever they accept.
+//! Fuzz entry point for the agent's side: the answer and challenge parsers
+//! (every revision's form: envelopes, `InputRequiredResult`, tasks,
+//! -32042), and the client loop fed whatever they accept.
 
 use alloc::string::String;
 
@@ -18,13 +19,13 @@ pub fn server_answer(data: &[u8]) {
     let Ok(text) = core::str::from_utf8(rest) else {
         return;
     };
-    let answer = if which % 2 == 0 {
-        match Envelope::parse_text(text) {
+    let json = || serde_json::from_str::<serde_json::Value>(text).ok();
+    let answer = match which % 5 {
+        0 => match Envelope::parse_text(text) {
             Ok(envelope) => Answer::Envelope(envelope),
             Err(e) => Answer::Unreadable(e),
-        }
-    } else {
-        match BearerChallenge::parse(text) {
+        },
+        1 => match BearerChallenge::parse(text) {
             Ok(challenge) => {
                 assert_eq!(BearerChallenge::parse(text), Ok(challenge.clone()));
                 match Answer::from_http(403, Some(text), None) {
@@ -33,7 +34,30 @@ pub fn server_answer(data: &[u8]) {
                 }
             }
             Err(_) => return,
-        }
+        },
+        // A tool result in any revision: an envelope, an
+        // `InputRequiredResult`, a task.
+        2 => match json() {
+            Some(v) => Answer::from_tool_result(&v),
+            None => return,
+        },
+        3 => match json() {
+            Some(v) => Answer::from_task_result(&v),
+            None => return,
+        },
+        // A JSON-RPC error: -32042 with whatever `data` says, or another.
+        _ => match json() {
+            Some(v) => Answer::from_rpc_error(
+                v.get("code")
+                    .and_then(serde_json::Value::as_i64)
+                    .unwrap_or(-32042),
+                v.get("message")
+                    .and_then(serde_json::Value::as_str)
+                    .unwrap_or(""),
+                v.get("data"),
+            ),
+            None => return,
+        },
     };
     let mut rng = ReplayRng::new();
     let mut agent = ClientLoop::with_session(
@@ -62,6 +86,26 @@ pub fn server_answer(data: &[u8]) {
             }) = agent.decide(String::from("other()"), &mut rng)
             {
                 assert_ne!(fresh, request_id, "a new decision takes a new id");
+            }
+        }
+        Step::Retry {
+            request_id: again, ..
+        }
+        | Step::Poll {
+            request_id: again, ..
+        } => assert_eq!(again, request_id, "a retry or a poll keeps its id"),
+        Step::ShowUrl {
+            request_id: again,
+            url,
+            ..
+        } => {
+            assert_eq!(again, request_id);
+            assert!(
+                url.bytes().all(|b| b.is_ascii_graphic()),
+                "a page offered is visible ASCII"
+            );
+            if let Ok(Step::ShowUrl { .. }) = agent.shown() {
+                panic!("a page is shown once");
             }
         }
         Step::Authenticate { .. } | Step::Describe | Step::Done(_) => {}

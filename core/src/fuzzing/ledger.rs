@@ -67,6 +67,42 @@ pub fn outcome_cursor(data: &[u8]) {
     assert!(ledger::open_cursor(&keyring, &lineage, &other, &issued).is_err());
 }
 
+/// A multi round-trip request's sealed state (`ledger::resume`) from
+/// arbitrary text: only a state sealed for this lineage and call opens, and
+/// it opens to what was sealed; one sealed from the input's bytes opens for
+/// its own call only.
+pub fn request_state(data: &[u8]) {
+    use crate::ledger::resume::{self, CallDigest, ResumeState};
+    let keyring = keyring();
+    let lineage = Lineage::of("site", "user", "client");
+    let call = CallDigest::of("tools/call", "t", b"{}");
+    let now = crate::Timestamp::from_secs(1_000);
+    if let Ok(text) = core::str::from_utf8(data)
+        && let Ok(state) = resume::open(&keyring, &lineage, &call, text, now)
+    {
+        let again = resume::seal(&keyring, &lineage, &call, &state).expect("active key");
+        assert_eq!(again, text, "only sealed states open");
+    }
+    let mut id = [0u8; 16];
+    for (i, b) in data.iter().take(16).enumerate() {
+        id[i] = *b;
+    }
+    let state = ResumeState {
+        request_id: RequestId::from_bytes(id),
+        prompted: data.first().is_some_and(|b| b & 1 == 1),
+        expires: crate::Timestamp::from_secs(2_000),
+    };
+    let sealed = resume::seal(&keyring, &lineage, &call, &state).expect("active key");
+    assert_eq!(
+        resume::open(&keyring, &lineage, &call, &sealed, now),
+        Ok(state)
+    );
+    let other = CallDigest::of("tools/call", "t", data);
+    if data != b"{}" {
+        assert!(resume::open(&keyring, &lineage, &other, &sealed, now).is_err());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -80,6 +116,7 @@ mod tests {
         ] {
             super::execute_request(data);
             super::outcome_cursor(data);
+            super::request_state(data);
         }
     }
 }
