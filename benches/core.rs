@@ -11,10 +11,10 @@
 //! loop; the HMAC floor clones a pre-keyed state, as `SigningKey` does.
 //! After the runs the bench prints one machine-readable line per ratio,
 //! `RATIO <name> <value> <le|ge|info> <target>`, read from criterion's
-//! median estimates; `benches/figures.py` turns them into the README's
+//! median estimates; `benches/figures.py` turns them into docs/figures.md's
 //! table and chart, and `benches/guard.sh` fails CI on a missed target.
 //!
-//! `cargo bench --bench core`; the figures are in the README.
+//! `cargo bench --bench core`; the figures are in docs/figures.md.
 #![allow(
     missing_docs,
     reason = "criterion's macros generate undocumented items"

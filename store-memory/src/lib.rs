@@ -38,7 +38,7 @@
 //! `SpinMemoryStore` keeps every table as one vector of entries sorted by
 //! key: a lookup or a range start is a binary search, and an insert or a
 //! removal moves the entries after it. That is a few hundred bytes of code
-//! where a B-tree costs several KiB of flash (README, "Embedded"), and it
+//! where a B-tree costs several KiB of flash (embedded/README.md), and it
 //! is quick for the hundreds or few thousands of records a device holds; a
 //! write is linear in its table's size, so hosts with large tables use
 //! [`MemoryStore`]. Short keys sit inline in either kind of table ([`Key`]).

@@ -19,7 +19,7 @@
 //!   payload both ways, [`encode_string`] and [`decode_segment`]): it picks
 //!   AVX2, SSSE3 or NEON at run time and writes straight into the token's
 //!   `String`. On a 338-byte payload it took the signer from 1.80× to
-//!   1.6× its HMAC floor here (README, "Figures"). It is `no_std` itself,
+//!   1.6× its HMAC floor here (docs/figures.md). It is `no_std` itself,
 //!   and its `unsafe` stays behind its safe API: the core adds none.
 
 use alloc::string::String;

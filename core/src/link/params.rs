@@ -4,7 +4,7 @@
 //! parameters, so a vector kept sorted by name does every job a B-tree would
 //! (ordered iteration, lookup by binary search, replacing insert) in a
 //! fraction of the code: on firmware the B-tree's monomorphised insert,
-//! iterator and drop cost about 1.5 KiB of flash (README "Embedded").
+//! iterator and drop cost about 1.5 KiB of flash (embedded/README.md).
 
 use alloc::string::String;
 use alloc::vec::Vec;

@@ -23,7 +23,7 @@
 //! naming its fields in order (the crate-private `fields!` macro),
 //! over one non-generic [`Reader`]: serde's derived readers are generic
 //! visitors, monomorphized per type: they made the probe firmware 5.8 KiB
-//! larger (README, "Embedded").
+//! larger (embedded/README.md).
 
 use alloc::string::String;
 use alloc::vec::Vec;
