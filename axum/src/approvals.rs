@@ -34,8 +34,9 @@ use portcullis_core::ledger::{ActionFingerprint, RequestId};
 use serde_json::{Value, json};
 
 use crate::csrf::{self, Purpose};
+use crate::forms::{bad_csrf, bad_form, cross_site};
 use crate::host::SignedIn;
-use crate::oauth::{BODY_LIMIT, bad_csrf, bad_form, cross_site, form_text};
+use crate::oauth::{BODY_LIMIT, form_text};
 use crate::store::HostStore;
 use crate::{Portcullis, pages, respond};
 

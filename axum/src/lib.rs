@@ -61,6 +61,7 @@ mod approvals;
 mod builder;
 mod csrf;
 mod documents;
+pub mod forms;
 mod guard;
 mod host;
 pub mod keys;
@@ -86,7 +87,9 @@ pub use host::{ConsentPage, Host, SignedIn};
 pub use portcullis_core::Policy;
 pub use portcullis_core::jwt::Keyring;
 pub use portcullis_core::ledger::{Action, BusinessError, Effect, RequestId};
-pub use respond::{html, see_other};
+pub use respond::{
+    core as core_response, html, internal as internal_error, see_other, store as store_error,
+};
 pub use run::{Outcome, Pending, Ran, Refused};
 pub use store::HostStore;
 

@@ -21,6 +21,7 @@ use portcullis_core::metadata::{AuthorizationServerMetadata, ProtectedResourceMe
 use portcullis_core::token::TokenError;
 
 use crate::csrf::{self, Purpose};
+use crate::forms::{bad_csrf, bad_form, cross_site};
 use crate::host::ConsentPage;
 use crate::respond::{self, HeaderValues};
 use crate::store::HostStore;
@@ -279,33 +280,6 @@ fn answer_page(answer: AuthorizeAnswer) -> Response {
         }
         AuthorizeAnswer::Consent(_) => respond::internal("unexpected consent answer"),
     }
-}
-
-/// 400 for a malformed form.
-pub(crate) fn bad_form() -> Response {
-    respond::html(
-        StatusCode::BAD_REQUEST,
-        pages::error("Bad request", "The form could not be read."),
-    )
-}
-
-/// 403 for a cross-site form post.
-pub(crate) fn cross_site() -> Response {
-    respond::html(
-        StatusCode::FORBIDDEN,
-        pages::error("Forbidden", "Cross-site form posts are refused."),
-    )
-}
-
-/// 403 for a missing or wrong CSRF token.
-pub(crate) fn bad_csrf() -> Response {
-    respond::html(
-        StatusCode::FORBIDDEN,
-        pages::error(
-            "Forbidden",
-            "The form has expired or did not come from this site. Reload the page and try again.",
-        ),
-    )
 }
 
 /// A form body as UTF-8 text.

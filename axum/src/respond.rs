@@ -10,8 +10,10 @@ use portcullis_core::header::HeaderField;
 use portcullis_core::http::HttpResponse;
 use portcullis_core::store::{StoreError, StoreErrorKind};
 
-/// The core's answer: status, headers and body copied as they are.
-pub(crate) fn core(answer: HttpResponse) -> Response {
+/// The core's answer (an [`HttpResponse`] from an engine HTTP operation):
+/// status, headers and body copied as they are.
+#[must_use]
+pub fn core(answer: HttpResponse) -> Response {
     let mut response = Response::new(Body::from(answer.body));
     *response.status_mut() =
         StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
@@ -90,7 +92,8 @@ pub fn see_other(location: &str) -> Response {
 
 /// A 500 whose cause is logged (causes never hold secrets: store errors and
 /// fixed texts) but not shown.
-pub(crate) fn internal(cause: &str) -> Response {
+#[must_use]
+pub fn internal(cause: &str) -> Response {
     tracing::error!(cause, "internal error");
     (StatusCode::INTERNAL_SERVER_ERROR, "internal server error\n").into_response()
 }
@@ -102,8 +105,9 @@ pub(crate) fn internal(cause: &str) -> Response {
 /// ([`StoreErrorKind::Conflict`], see [`crate::store`]): nothing was
 /// applied and a retry may succeed. Else `500`. Either way the cause is
 /// logged (at WARN or ERROR, inside the request's span, so with its id)
-/// and not shown.
-pub(crate) fn store(e: &StoreError) -> Response {
+/// and not shown. The answer for a failed [`crate::Portcullis::commit`].
+#[must_use]
+pub fn store(e: &StoreError) -> Response {
     if matches!(
         e.kind(),
         StoreErrorKind::Unavailable | StoreErrorKind::Conflict

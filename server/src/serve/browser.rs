@@ -6,6 +6,7 @@ use axum::body::Bytes;
 use axum::extract::{FromRequest, RawQuery, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::Response;
+pub(crate) use portcullis_axum::forms::{bad_csrf, bad_form, cross_site};
 use portcullis_core::form::Form;
 use portcullis_core::grant::GrantId;
 use portcullis_core::http::HttpResponse;
@@ -30,33 +31,6 @@ impl<S: Send + Sync> FromRequest<S> for FormBody {
             .map(FormBody)
             .map_err(|_| bad_form())
     }
-}
-
-/// 400 for a malformed form.
-pub(crate) fn bad_form() -> Response {
-    respond::html(
-        StatusCode::BAD_REQUEST,
-        pages::error("Bad request", "The form could not be read."),
-    )
-}
-
-/// 403 for a cross-site form post.
-pub(crate) fn cross_site() -> Response {
-    respond::html(
-        StatusCode::FORBIDDEN,
-        pages::error("Forbidden", "Cross-site form posts are refused."),
-    )
-}
-
-/// 403 for a missing or wrong CSRF token.
-pub(crate) fn bad_csrf() -> Response {
-    respond::html(
-        StatusCode::FORBIDDEN,
-        pages::error(
-            "Forbidden",
-            "The form has expired or did not come from this site. Reload the page and try again.",
-        ),
-    )
 }
 
 impl App {

@@ -1,31 +1,16 @@
-//! Turning answers into axum responses: the core's [`HttpResponse`] copied
+//! Turning answers into axum responses: the core's
+//! [`HttpResponse`](portcullis_core::http::HttpResponse) copied
 //! verbatim, pages with this server's scripts, cookies and internal errors.
-//! Plain HTML pages and redirects are `portcullis-axum`'s ([`html`],
-//! [`see_other`]), so every page has the same security headers.
+//! Plain HTML pages, redirects, the core's answers and store failures are
+//! `portcullis-axum`'s ([`html`], [`see_other`], [`core`], [`store`]), so
+//! every page has the same security headers and every failure the same
+//! status rules.
 
-use axum::body::Body;
-use axum::http::{HeaderName, HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse as _, Response};
-pub(crate) use portcullis_axum::{html, see_other};
-use portcullis_core::http::HttpResponse;
-use portcullis_core::store::{StoreError, StoreErrorKind};
-
-/// The core's answer, status, headers and body copied as they are.
-pub(crate) fn core(answer: HttpResponse) -> Response {
-    let mut response = Response::new(Body::from(answer.body));
-    *response.status_mut() =
-        StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let headers = response.headers_mut();
-    for (name, value) in answer.headers {
-        match HeaderValue::try_from(value) {
-            Ok(v) => {
-                headers.append(HeaderName::from_static(name), v);
-            }
-            Err(_) => return internal("the core produced an invalid header value"),
-        }
-    }
-    response
-}
+pub(crate) use portcullis_axum::{
+    core_response as core, html, internal_error as internal, see_other, store_error as store,
+};
 
 /// An HTML page that runs this server's own scripts (the Agents page, the
 /// connected tab): [`html`] with `script-src 'self'` and `connect-src 'self'`
@@ -48,30 +33,6 @@ pub(crate) fn with_cookie(mut response: Response, cookie: &str) -> Response {
         response.headers_mut().append(header::SET_COOKIE, v);
     }
     response
-}
-
-/// A 500 whose cause is logged (causes never hold secrets: store errors and
-/// fixed texts) but not shown.
-pub(crate) fn internal(cause: &str) -> Response {
-    tracing::error!(cause, "internal error");
-    (StatusCode::INTERNAL_SERVER_ERROR, "internal server error\n").into_response()
-}
-
-/// A store failure as an answer: `503` with `Retry-After` when the store
-/// cannot be reached now ([`StoreErrorKind::Unavailable`]: the database is
-/// down or restarting, or a commit's outcome could not be settled) or the
-/// operation kept losing races past the writer's budget
-/// ([`StoreErrorKind::Conflict`]), else `500`; the cause is logged either
-/// way.
-pub(crate) fn store(e: &StoreError) -> Response {
-    if matches!(
-        e.kind(),
-        StoreErrorKind::Unavailable | StoreErrorKind::Conflict
-    ) {
-        database(&e.to_string())
-    } else {
-        internal(&e.to_string())
-    }
 }
 
 /// `503` with `Retry-After` for a failure of the shared database whose kind
