@@ -36,6 +36,7 @@
 //! | [`metadata`] | discovery documents (RFC 8414, RFC 9728) |
 //! | [`agent_loop`] | the external agent's side: the sans-IO client loop that turns each answer into the next step |
 //! | [`agent_token`] | minted per-user agent tokens, revocable by `jti` |
+//! | [`apps`] | the MCP Apps host: App requests, Views, operations, opt-in context, proposals, the sandbox origin |
 //! | [`engine`] | [`Engine`]: every operation as one store transaction |
 //! | [`store`] | the storage contract, tables and record encoding |
 //! | [`redirect`] | the open-redirect guard [`redirect::SafePath`] |
@@ -86,6 +87,7 @@ extern crate std;
 
 pub mod agent_loop;
 pub mod agent_token;
+pub mod apps;
 pub mod authorize;
 pub mod bearer;
 pub mod client;
