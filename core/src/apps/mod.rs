@@ -19,6 +19,7 @@
 //! | [`View::propose_message`], [`View::propose_link`] | proposals the user sends once or declines; links through the external-link guard |
 //! | [`reconcile`] | "Check result" from the ledger's receipt; never "run again" |
 //! | [`SandboxConfig::check`] | the sandbox listener and origin at startup |
+//! | [`exact_origins`] | the exact origins of an App's CSP declaration, safe to write into a header |
 //!
 //! It never reads a clock, draws randomness or touches I/O: ids (the
 //! [`ViewId`]) and facts (the [`Authority`], what a source offers) come in
@@ -62,7 +63,7 @@ pub use request::{
     AppCall, AppRequest, AppRequestError, MAX_METHOD_LEN, MAX_REQUEST_BYTES, MAX_TOOL_NAME_LEN,
     MAX_URI_LEN, MessageRole, RpcId,
 };
-pub use sandbox::{SandboxConfig, SandboxConfigError, SandboxOrigin};
+pub use sandbox::{SandboxConfig, SandboxConfigError, SandboxOrigin, exact_origins};
 pub use view::{
     ActivateError, ApprovalCard, Authority, Fingerprint, Finished, GrantedSources, LineageKey,
     MAX_IN_FLIGHT, MAX_VIEW_ID_LEN, OpId, OpRefused, OpRule, OpStep, OpTarget, OpTicket, Operation,

@@ -17,6 +17,7 @@
 //!   `localhost`), where plain `http` is allowed for development.
 
 use alloc::string::String;
+use alloc::vec::Vec;
 use core::fmt;
 use core::net::{IpAddr, SocketAddr};
 
@@ -141,15 +142,28 @@ impl SandboxConfig {
         sandbox_listen_addr: &str,
         sandbox_public_url: Option<&str>,
     ) -> Result<SandboxOrigin, SandboxConfigError> {
-        let host = origin_of(host_public_url, false, SandboxConfigError::HostUrl)?;
-        let listen: SocketAddr = sandbox_listen_addr
-            .parse()
-            .map_err(|_| SandboxConfigError::ListenAddr)?;
         // `SocketAddr` also reads an IPv6 scope id (`[fe80::1%2]:80`); a
         // listener is a plain literal.
         if sandbox_listen_addr.contains('%') {
             return Err(SandboxConfigError::ListenAddr);
         }
+        let listen: SocketAddr = sandbox_listen_addr
+            .parse()
+            .map_err(|_| SandboxConfigError::ListenAddr)?;
+        Self::check_addr(host_public_url, listen, sandbox_public_url)
+    }
+
+    /// [`SandboxConfig::check`] for a listen address the caller already
+    /// holds as a [`SocketAddr`] (an IPv6 scope id is refused).
+    pub fn check_addr(
+        host_public_url: &str,
+        listen: SocketAddr,
+        sandbox_public_url: Option<&str>,
+    ) -> Result<SandboxOrigin, SandboxConfigError> {
+        if matches!(listen, SocketAddr::V6(v6) if v6.scope_id() != 0 || v6.flowinfo() != 0) {
+            return Err(SandboxConfigError::ListenAddr);
+        }
+        let host = origin_of(host_public_url, false, SandboxConfigError::HostUrl)?;
         let public = match sandbox_public_url {
             Some(url) => Some(origin_of(url, true, SandboxConfigError::PublicUrl)?),
             None if listen.ip().is_loopback() => None,
@@ -230,6 +244,88 @@ impl SandboxOrigin {
         }
         Ok(())
     }
+}
+
+/// The exact origins among `declared` — an App resource's CSP domains
+/// (`_meta.ui.csp.connectDomains` / `resourceDomains`, SEP-1865 "UI
+/// Resource Format") — normalised, deduplicated, in the order first seen,
+/// at most `max`; anything else is dropped, never widened.
+///
+/// Kept: an absolute `https`, `http`, `wss` or `ws` URL that is an origin
+/// (no credentials, no path but `/`, no query or fragment), whose host is
+/// an IP address or a domain of `[a-z0-9.-]` after the URL parser's
+/// normalisation (IDNA). So a wildcard (`https://*.cdn.net`), a bare host,
+/// or a host with a character CSP treats as syntax (`;`, `,`, `'`) never
+/// reaches a `Content-Security-Policy` header. The host's own origin is the
+/// caller's to leave out (Host-origin network access is blocked).
+///
+/// ```
+/// use portcullis_core::apps::exact_origins;
+///
+/// let kept = exact_origins(
+///     ["https://CDN.example.com/", "https://*.example.com", "https://a;sandbox", "wss://rt.example.com:8443",
+///      "https://cdn.example.com:443", "cdn.example.com"],
+///     8,
+/// );
+/// assert_eq!(kept, ["https://cdn.example.com", "wss://rt.example.com:8443"]);
+/// ```
+#[must_use]
+pub fn exact_origins<'a>(declared: impl IntoIterator<Item = &'a str>, max: usize) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for d in declared {
+        if out.len() >= max {
+            break;
+        }
+        if let Some(o) = exact_origin(d).filter(|o| !out.contains(o)) {
+            out.push(o);
+        }
+    }
+    out
+}
+
+fn exact_origin(input: &str) -> Option<String> {
+    if input.is_empty()
+        || input.len() > MAX_URL_LEN
+        || input
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control() || matches!(c, '\\' | '*' | '@'))
+    {
+        return None;
+    }
+    let url = Url::parse(input).ok()?;
+    let default = match url.scheme() {
+        "https" | "wss" => 443,
+        "http" | "ws" => 80,
+        _ => return None,
+    };
+    if !url.username().is_empty()
+        || url.password().is_some()
+        || !matches!(url.path(), "" | "/")
+        || url.query().is_some()
+        || url.fragment().is_some()
+    {
+        return None;
+    }
+    let host = match url.host()? {
+        Host::Domain(d) => {
+            let d = d.trim_end_matches('.');
+            let ok = !d.is_empty()
+                && d.bytes().all(|b| {
+                    b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'-')
+                });
+            if !ok {
+                return None;
+            }
+            String::from(d)
+        }
+        Host::Ipv4(_) | Host::Ipv6(_) => String::from(url.host_str()?),
+    };
+    let port = url.port_or_known_default()?;
+    Some(if port == default {
+        alloc::format!("{}://{host}", url.scheme())
+    } else {
+        alloc::format!("{}://{host}:{port}", url.scheme())
+    })
 }
 
 /// Why a sandbox configuration was refused. Nothing of the input is echoed.
