@@ -16,6 +16,7 @@ mod alloc_counter;
 mod clients;
 mod failing_store;
 mod forgery;
+mod granted_apps;
 mod jwt;
 mod ledger;
 mod ledger_model;

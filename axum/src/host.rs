@@ -8,6 +8,8 @@ use std::pin::Pin;
 use axum::http::request::Parts;
 use axum::response::Response;
 use portcullis_core::authorize::ConsentScreen;
+use portcullis_core::form::Form;
+use portcullis_core::granted_apps::AppSelection;
 
 use crate::{pages, respond};
 
@@ -53,7 +55,8 @@ impl std::fmt::Debug for SignedIn {
 
 /// What a consent screen shows and where its decision goes. The host's own
 /// page (if it renders one) must post back to [`ConsentPage::action`] a form
-/// with `intent` = `allow` or `deny` and `csrf` = [`ConsentPage::csrf`].
+/// with `intent` = `allow` or `deny`, `csrf` = [`ConsentPage::csrf`], and
+/// the host's own [`ConsentPage::fields`].
 #[derive(Debug)]
 pub struct ConsentPage<'a> {
     /// What the core says the user is consenting to: the client (its name
@@ -70,6 +73,9 @@ pub struct ConsentPage<'a> {
     /// The site's scopes and what each lets an agent do, as the host
     /// declared them.
     pub scope_descriptions: &'a [(String, String)],
+    /// The host's own form fields ([`Host::consent_fields`]: HTML the host
+    /// built), placed inside the form before its buttons.
+    pub fields: &'a str,
 }
 
 impl ConsentPage<'_> {
@@ -126,6 +132,31 @@ pub trait Host: Send + Sync + 'static {
     fn consent(&self, page: &ConsentPage<'_>) -> Response {
         respond::html(axum::http::StatusCode::OK, pages::consent(page))
     }
+
+    /// The host's own fields on the consent form, as HTML the host builds
+    /// (and escapes): for instance which of its apps the new grant may
+    /// reach. They come back in the posted form ([`Host::consent_apps`]).
+    /// The default is none.
+    fn consent_fields(&self, screen: &ConsentScreen, user: &SignedIn) -> String {
+        let _ = (screen, user);
+        String::new()
+    }
+
+    /// The apps the accepted consent grants ([`AppSelection`]), read from
+    /// the posted form (the host's [`Host::consent_fields`] among its
+    /// fields). Called on Allow only, after the CSRF check and before
+    /// anything is stored; the choice is stored in the same transaction as
+    /// the authorization code, and the code's grant reaches exactly it.
+    /// `Err(response)` refuses the form with that answer and changes
+    /// nothing. The default is every app.
+    #[expect(
+        clippy::result_large_err,
+        reason = "the refusal is the response itself, sent at once"
+    )]
+    fn consent_apps(&self, user: &SignedIn, form: &Form<'_>) -> Result<AppSelection, Response> {
+        let _ = (user, form);
+        Ok(AppSelection::All)
+    }
 }
 
 /// A boxed future borrowing `'a`.
@@ -137,6 +168,12 @@ pub(crate) trait DynHost: Send + Sync + 'static {
     fn signed_in<'a>(&'a self, parts: &'a Parts) -> BoxFuture<'a, Option<SignedIn>>;
     fn sign_in(&self, return_to: &str) -> Response;
     fn consent(&self, page: &ConsentPage<'_>) -> Response;
+    fn consent_fields(&self, screen: &ConsentScreen, user: &SignedIn) -> String;
+    #[expect(
+        clippy::result_large_err,
+        reason = "the refusal is the response itself, sent at once"
+    )]
+    fn consent_apps(&self, user: &SignedIn, form: &Form<'_>) -> Result<AppSelection, Response>;
 }
 
 impl<H: Host> DynHost for H {
@@ -150,5 +187,13 @@ impl<H: Host> DynHost for H {
 
     fn consent(&self, page: &ConsentPage<'_>) -> Response {
         Host::consent(self, page)
+    }
+
+    fn consent_fields(&self, screen: &ConsentScreen, user: &SignedIn) -> String {
+        Host::consent_fields(self, screen, user)
+    }
+
+    fn consent_apps(&self, user: &SignedIn, form: &Form<'_>) -> Result<AppSelection, Response> {
+        Host::consent_apps(self, user, form)
     }
 }

@@ -239,12 +239,14 @@ async fn authorize<S: HostStore>(
         return p.inner.host.sign_in(&action);
     };
     let csrf = p.inner.csrf.issue(Purpose::Consent, &user, crate::now());
+    let fields = p.inner.host.consent_fields(&screen, &user);
     p.inner.host.consent(&ConsentPage {
         screen: &screen,
         user: &user,
         action: &action,
         csrf: &csrf,
         scope_descriptions: &p.inner.scopes,
+        fields: &fields,
     })
 }
 
@@ -289,7 +291,9 @@ pub(crate) fn form_text(body: &Bytes) -> Option<&str> {
 
 /// `POST /authorize`: the consent decision (`intent=allow|deny`, with the
 /// form's CSRF token), from a page of this origin. The query of the URL is
-/// the original authorization request, validated again by the core.
+/// the original authorization request, validated again by the core. On
+/// Allow the host's [`Host::consent_apps`](crate::Host::consent_apps) reads
+/// its own fields, and the apps it answers are stored with the code.
 async fn decide<S: HostStore>(
     State(p): State<Portcullis<S>>,
     parts: Parts,
@@ -324,14 +328,25 @@ async fn decide<S: HostStore>(
     ) {
         return bad_csrf();
     }
+    // The apps the grant will reach: the host reads its own fields; its
+    // refusal changes nothing. Stored with the code, in its transaction.
+    let apps = if allow {
+        match p.inner.host.consent_apps(&user, &form) {
+            Ok(apps) => apps,
+            Err(refused) => return refused,
+        }
+    } else {
+        portcullis_core::granted_apps::AppSelection::All
+    };
     let subject = user.subject;
     let answer = with_document(&p, move |p, document| {
-        p.inner.engine.decide(
+        p.inner.engine.decide_with_apps(
             &p.inner.site_id,
             &query,
             document,
             &subject,
             allow,
+            &apps,
             &mut rand::rng(),
             crate::now(),
         )

@@ -1,8 +1,8 @@
 //! The default HTML pages: consent, errors and approvals. Every dynamic
 //! value goes through [`escape`]; no page runs a script. A host that wants
 //! its own look renders [`ConsentPage`] itself
-//! ([`Host::consent`](crate::Host::consent)) and keeps the form's two
-//! fields (`intent`, `csrf`).
+//! ([`Host::consent`](crate::Host::consent)) and keeps the form's fields
+//! (`intent`, `csrf`, and the host's own [`ConsentPage::fields`]).
 
 use std::fmt::Write as _;
 
@@ -91,7 +91,7 @@ just started the connection yourself.</p>"
 {loopback}<p>It asks to:</p><ul>{scopes}</ul>\
 <p>Signed in as <strong>{subject}</strong>.</p>\
 <form method=\"post\" action=\"{action}\">\
-<input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
+<input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">{fields}\
 <button type=\"submit\" name=\"intent\" value=\"allow\">Allow</button>\
 <button type=\"submit\" name=\"intent\" value=\"deny\">Deny</button></form>",
             site = escape(&screen.site_name),
@@ -100,6 +100,7 @@ just started the connection yourself.</p>"
             subject = escape(&page.user.subject),
             action = escape(page.action),
             csrf = escape(page.csrf),
+            fields = page.fields,
         ),
     )
 }

@@ -31,6 +31,7 @@
 //! | [`client`] | clients: redirect-URI policy, stateless registration (RFC 7591), metadata documents |
 //! | [`authorize`] | the authorization endpoint, consent data, codes (RFC 6749 §4.1, RFC 9207) |
 //! | [`grant`] | grants and refresh-token rotation with reuse detection |
+//! | [`granted_apps`] | the apps a grant reaches: every app or a selected set |
 //! | [`token`] | the token endpoint's wire side (RFC 6749 §5) |
 //! | [`bearer`] | `Authorization: Bearer` and `WWW-Authenticate` (RFC 6750, RFC 9728) |
 //! | [`metadata`] | discovery documents (RFC 8414, RFC 9728) |
@@ -101,6 +102,7 @@ pub mod form;
 pub mod fuzzing;
 pub mod gateway;
 pub mod grant;
+pub mod granted_apps;
 pub mod header;
 pub mod hex;
 pub mod http;

@@ -18,7 +18,9 @@ use crate::sealed::TableMap;
 /// The engine scans a user's and a site's grants (`GrantIndex`), the sweep's
 /// due entries (`Expiry`), a grant's requests and their outcomes
 /// (`Requests`, `Outcomes`), a user's agent tokens (`AgentTokens`) and a
-/// browser session's tabs (`Tabs`); everything else it reads by key only.
+/// browser session's tabs (`Tabs`), and a consent's apps at its code's
+/// exchange (`GrantApps`, a one-key range); everything else it reads by key
+/// only.
 /// A table the core adds later is kept ordered until it is listed here.
 const fn ordered(table: Table) -> bool {
     !matches!(

@@ -148,8 +148,9 @@ use r2d2::PooledConnection;
 pub use tls::TlsMode;
 
 /// The schema version this build writes and reads (2: the cached tables
-/// announce their changed rows, see [`PostgresConfig::read_cache`]).
-pub const SCHEMA_VERSION: i32 = 2;
+/// announce their changed rows, see [`PostgresConfig::read_cache`]; 3: the
+/// `grant_apps` table, the apps each grant reaches).
+pub const SCHEMA_VERSION: i32 = 3;
 
 /// The schema used when the host names none.
 pub const DEFAULT_SCHEMA: &str = "portcullis";
@@ -675,6 +676,11 @@ fn migration(schema: &str, version: i32) -> String {
             }
             sql
         }
+        2 => format!(
+            "CREATE TABLE IF NOT EXISTS \"{schema}\".\"{}\" \
+             (key bytea PRIMARY KEY, value bytea NOT NULL);",
+            Table::GrantApps.name()
+        ),
         _ => String::new(),
     }
 }

@@ -35,6 +35,7 @@ const REQUESTS: Def = TableDefinition::new("requests");
 const OUTCOMES: Def = TableDefinition::new("outcomes");
 const APPROVALS: Def = TableDefinition::new("approvals");
 const TABS: Def = TableDefinition::new("tabs");
+const GRANT_APPS: Def = TableDefinition::new("grant_apps");
 
 /// The redb table of a core table. The names match [`Table::name`].
 const fn definition(table: Table) -> Def {
@@ -51,6 +52,7 @@ const fn definition(table: Table) -> Def {
         Table::Outcomes => OUTCOMES,
         Table::Approvals => APPROVALS,
         Table::Tabs => TABS,
+        Table::GrantApps => GRANT_APPS,
         _ => unreachable_table(),
     }
 }

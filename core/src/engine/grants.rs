@@ -595,6 +595,10 @@ impl<S: Store> Engine<S> {
             };
             if table == Table::Codes.index() as u8 {
                 txn.delete(Table::Codes, key)?;
+                // A consent's apps whose code was never exchanged.
+                if let Ok(id) = <&[u8; 16]>::try_from(key) {
+                    txn.delete(Table::GrantApps, &keys::code_apps(id))?;
+                }
             } else if table == Table::Grants.index() as u8 {
                 let Some(grant) = txn.load::<Grant>(key)? else {
                     continue;
@@ -619,6 +623,8 @@ impl<S: Store> Engine<S> {
                 )?;
                 // The auto-approvals of its server runs end with it.
                 txn.delete(Table::Approvals, &keys::grant_auto_approval(&grant.id))?;
+                // And the apps it reached.
+                txn.delete(Table::GrantApps, &keys::grant_apps(&grant.id))?;
             }
         }
         Ok(due.len())

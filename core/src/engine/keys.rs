@@ -104,6 +104,17 @@ fn fill(out: &mut [u8], parts: &[&[u8]]) {
     debug_assert_eq!(at, out.len());
 }
 
+/// `GrantApps`: `g | grant`, the apps a grant reaches.
+pub(crate) fn grant_apps(grant: &GrantId) -> [u8; 17] {
+    fixed(&[b"g", grant.as_bytes()])
+}
+
+/// `GrantApps`: `c | code id`, the apps a consent chose, until its code is
+/// exchanged (then they move to [`grant_apps`]) or swept with it.
+pub(crate) fn code_apps(code: &[u8; 16]) -> [u8; 17] {
+    fixed(&[b"c", code])
+}
+
 /// `Requests`: `q | lineage | request id`, the request record.
 pub(crate) fn request(lineage: &Lineage, id: &RequestId) -> [u8; 49] {
     fixed(&[b"q", &lineage.0, id.as_bytes()])

@@ -10,7 +10,9 @@
 //!   each takes the raw request parts an adapter has (query, body,
 //!   `Authorization` header) and answers with a typed value that maps to a
 //!   complete HTTP response;
-//! * **grant management** — listing, revoking and sweeping;
+//! * **grant management** — listing, revoking and sweeping, and the apps
+//!   a grant reaches ([`Engine::granted_apps`], [`Engine::set_granted_apps`],
+//!   [`Engine::decide_with_apps`]);
 //! * **the execution ledger** — `begin` on the tab or on the server, the
 //!   ticket operations, approvals, tab connections and server executors'
 //!   leases (see [`crate::ledger`] and [`crate::executor`]).
@@ -37,6 +39,7 @@
 mod agent;
 mod approvals;
 mod executor;
+mod granted_apps;
 mod grants;
 mod keys;
 mod ledger;
@@ -56,6 +59,7 @@ use crate::store::{
 
 pub use agent::{AgentPrincipal, AgentTokenRequest, MintError};
 pub use approvals::{MAX_GRANTS_LISTED, MAX_PROMPTS_LISTED};
+pub use granted_apps::GrantAppsError;
 pub use grants::{BearerRejection, GrantPage, GrantSummary, Principal};
 pub use ledger::{AbandonCursor, Abandoned, RequestStatus};
 pub use oauth::RevokeError;

@@ -322,6 +322,7 @@ impl<S: Store> Engine<S> {
                 rng,
                 now,
             )
+            .map(|(answer, _)| answer)
         })
     }
 
@@ -354,17 +355,20 @@ impl<S: Store> Engine<S> {
                 rng,
                 now,
             )
+            .map(|(answer, _)| answer)
         })
     }
 
     /// The body of [`Engine::decide`] and
     /// [`Engine::decide_in`]: both run it on one [`Txn`], so it is compiled once
     /// per store.
+    /// Answers with the id of the code it issued, if it issued one
+    /// ([`Engine::decide_with_apps`] keys the consent's apps by it).
     #[allow(
         clippy::too_many_arguments,
         reason = "each argument is one fact the adapter holds; bundling them would only rename them"
     )]
-    fn decide_body<W: WriteTransaction, R: CryptoRng + ?Sized>(
+    pub(super) fn decide_body<W: WriteTransaction, R: CryptoRng + ?Sized>(
         &self,
         txn: &mut Txn<'_, W>,
         site_id: &SiteId,
@@ -374,10 +378,10 @@ impl<S: Store> Engine<S> {
         allow: bool,
         rng: &mut R,
         now: Timestamp,
-    ) -> Result<AuthorizeAnswer, SiteOpError> {
+    ) -> Result<(AuthorizeAnswer, Option<[u8; 16]>), SiteOpError> {
         let site = load_site(&*txn, site_id)?;
         if let Err(SiteError::Disabled { retry_after_secs }) = site.ensure_enabled() {
-            return Ok(AuthorizeAnswer::Unavailable { retry_after_secs });
+            return Ok((AuthorizeAnswer::Unavailable { retry_after_secs }, None));
         }
         let request = match authorize::validate(
             &site,
@@ -387,7 +391,7 @@ impl<S: Store> Engine<S> {
             self.policy.loopback_client_documents,
         ) {
             Ok(r) => r,
-            Err(refusal) => return Ok(refusal_answer(&site, refusal)),
+            Err(refusal) => return Ok((refusal_answer(&site, refusal), None)),
         };
         if !allow {
             let url = authorize::error_redirect(
@@ -396,7 +400,7 @@ impl<S: Store> Engine<S> {
                 Some(&request.state),
                 &AuthorizeError::AccessDenied,
             );
-            return Ok(AuthorizeAnswer::Redirect(url));
+            return Ok((AuthorizeAnswer::Redirect(url), None));
         }
         let Some((kid, key)) = self.keyring.active_key() else {
             return Err(SiteOpError::Store(StoreError::described(
@@ -434,7 +438,7 @@ impl<S: Store> Engine<S> {
                 ("iss", site.issuer.as_str()),
             ],
         );
-        Ok(AuthorizeAnswer::Redirect(url))
+        Ok((AuthorizeAnswer::Redirect(url), Some(code.id)))
     }
 
     /// The token endpoint: `body` is the raw `application/x-www-form-urlencoded`
@@ -636,6 +640,7 @@ impl<S: Store> Engine<S> {
         code.state = CodeState::Redeemed(grant.id);
         txn.save(&code.id, &code)?;
         self.insert_grant(txn, &grant)?;
+        super::granted_apps::adopt_code_apps(txn, &code.id, &grant.id)?;
         super::ledger::join_live_tab(txn, &grant, self.policy.tab_heartbeat_timeout, now)?;
         let access = self.access_token(&site.issuer, &grant, &grant.scopes, rng, now)?;
         Ok(TokenResponse {

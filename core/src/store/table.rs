@@ -30,11 +30,14 @@ pub enum Table {
     Approvals,
     /// Connected tabs, by (grant id).
     Tabs,
+    /// The apps a grant reaches, by grant id (and a consent's choice, by
+    /// code id, until the code is exchanged): see [`crate::granted_apps`].
+    GrantApps,
 }
 
 impl Table {
     /// Every table, in a fixed order.
-    pub const ALL: [Self; 12] = [
+    pub const ALL: [Self; 13] = [
         Self::Meta,
         Self::Sites,
         Self::Clients,
@@ -47,6 +50,7 @@ impl Table {
         Self::Outcomes,
         Self::Approvals,
         Self::Tabs,
+        Self::GrantApps,
     ];
 
     /// The stable name a store uses for this table.
@@ -65,6 +69,7 @@ impl Table {
             Self::Outcomes => "outcomes",
             Self::Approvals => "approvals",
             Self::Tabs => "tabs",
+            Self::GrantApps => "grant_apps",
         }
     }
 
