@@ -47,7 +47,10 @@ pub struct SandboxOrigin {
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Origin {
     https: bool,
+    /// The host compared (a domain without its trailing dots).
     host: String,
+    /// The host written back, exactly as the URL parser serialised it.
+    text: String,
     port: u16,
     loopback: bool,
 }
@@ -60,9 +63,9 @@ impl Origin {
             ("http", 80)
         };
         if self.port == default {
-            alloc::format!("{scheme}://{}", self.host)
+            alloc::format!("{scheme}://{}", self.text)
         } else {
-            alloc::format!("{scheme}://{}:{}", self.host, self.port)
+            alloc::format!("{scheme}://{}:{}", self.text, self.port)
         }
     }
 }
@@ -115,6 +118,7 @@ fn origin_of(
     Ok(Origin {
         https,
         host,
+        text: String::from(url.host_str().ok_or(bad)?),
         port: url.port_or_known_default().ok_or(bad)?,
         loopback,
     })
@@ -227,6 +231,7 @@ impl SandboxOrigin {
         };
         Origin {
             https: false,
+            text: host.clone(),
             host,
             port,
             loopback: true,
@@ -254,7 +259,7 @@ impl SandboxOrigin {
 /// Kept: an absolute `https`, `http`, `wss` or `ws` URL that is an origin
 /// (no credentials, no path but `/`, no query or fragment), whose host is
 /// an IP address or a domain of `[a-z0-9.-]` after the URL parser's
-/// normalisation (IDNA). So a wildcard (`https://*.cdn.net`), a bare host,
+/// normalisation (IDNA), with no empty label. So a wildcard (`https://*.cdn.net`), a bare host,
 /// or a host with a character CSP treats as syntax (`;`, `,`, `'`) never
 /// reaches a `Content-Security-Policy` header. The host's own origin is the
 /// caller's to leave out (Host-origin network access is blocked).
@@ -308,8 +313,9 @@ fn exact_origin(input: &str) -> Option<String> {
     }
     let host = match url.host()? {
         Host::Domain(d) => {
-            let d = d.trim_end_matches('.');
-            let ok = !d.is_empty()
+            // No empty label (`a..b`, a trailing dot): written back as
+            // read, so the origin re-parses to itself.
+            let ok = !d.split('.').any(str::is_empty)
                 && d.bytes().all(|b| {
                     b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'-')
                 });

@@ -1292,6 +1292,11 @@ fn declared_origins_are_kept_only_when_exact() {
             "javascript:x",
             "'self'",
             " https://a.example",
+            "https://a.example.",
+            "https://a..example",
+            // Found by the fuzzer: with its trailing dots trimmed, this
+            // domain would re-parse as the IPv4 address 0.0.0.0.
+            "https:000000000000.00................",
         ],
         16,
     );

@@ -4,6 +4,7 @@
 //! runs are ordinary Rust that is built and linted with the crate.
 
 pub mod agent;
+pub mod apps;
 pub mod client;
 pub mod foundation;
 pub mod ledger;
