@@ -109,7 +109,7 @@ impl DbArgs {
 pub(crate) enum Command {
     /// Run the HTTP server (OAuth endpoints, metadata, /mcp, consent and
     /// Agents pages, the open route).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// List or revoke grants (on a redb file, needs the server stopped:
     /// redb allows one process at a time; PostgreSQL works while servers
     /// run).
@@ -314,6 +314,28 @@ pub(crate) struct ServeArgs {
     /// Downstream MCP servers exposed through this one (the gateway).
     #[command(flatten)]
     pub(crate) gateway: GatewayArgs,
+    /// The MCP Apps host: the sandbox origin App Views run in.
+    #[command(flatten)]
+    pub(crate) apps: AppsArgs,
+}
+
+/// The MCP Apps host's sandbox: a listener of its own, on an origin that is
+/// not the server's, serving only the proxy page App Views are nested in
+/// (no cookie, no credential, no API). See docs/server.md, "MCP Apps".
+#[derive(Clone, Debug, Args)]
+pub(crate) struct AppsArgs {
+    /// Address the sandbox listens on (port `0`: a free one). A
+    /// non-loopback address needs `--sandbox-public-url`.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub(crate) sandbox_addr: SocketAddr,
+    /// The origin browsers reach the sandbox at (scheme, host and port, no
+    /// path): another origin than `--public-url`, best another host name
+    /// (browsers share cookies across the ports of one host), https unless
+    /// both are on loopback. Default, for a loopback listener and server
+    /// only: `http://<addr>` with the bound port. The start is refused when
+    /// the two would be one origin.
+    #[arg(long)]
+    pub(crate) sandbox_public_url: Option<String>,
 }
 
 /// The resource gateway: downstream MCP servers ("sources") whose tools and

@@ -63,7 +63,7 @@ fn main() -> ExitCode {
             match args.db.clone().resolved() {
                 Ok(db) => {
                     args.db = db;
-                    serve_blocking(args)
+                    serve_blocking(*args)
                 }
                 Err(e) => Err(e),
             }

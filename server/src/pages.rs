@@ -64,6 +64,7 @@ pub(crate) fn agents(
     grants: &[GrantSummary],
     csrf: &str,
     notice: Option<&str>,
+    apps_sandbox: &str,
 ) -> String {
     let mut rows = String::new();
     for g in grants {
@@ -130,14 +131,17 @@ Disconnect it unless another device of yours still uses it.</span>",
 <p id=\"tab-status\">Calls from your agents run in this tab. Connecting…</p>\
 <p><button type=\"button\" id=\"use-this-tab\" hidden>Use this tab</button></p></section>\
 <section id=\"approvals\" aria-live=\"polite\"></section>\
+<section id=\"apps\" data-sandbox=\"{sandbox}\" aria-label=\"MCP Apps\"></section>\
 <section id=\"navigation\" aria-live=\"polite\"></section>\
 <section><h2>Notes</h2><ul id=\"notes\"><li>No notes yet.</li></ul></section>\
 <form method=\"post\" action=\"/agents\"><input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
 <p><button type=\"submit\" name=\"intent\" value=\"signout\">Sign out</button></p></form>\
-<script src=\"/agents/app.js\" defer></script>",
+<script src=\"/agents/app.js\" defer></script>\
+<script src=\"/agents/apps.js\" defer></script>",
             subject = escape(subject),
             mcp = escape(mcp_url),
             csrf = escape(csrf),
+            sandbox = escape(apps_sandbox),
         ),
     )
 }

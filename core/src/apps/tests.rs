@@ -1315,3 +1315,191 @@ fn declared_origins_are_kept_only_when_exact() {
     assert_eq!(exact_origins(many.iter().map(String::as_str), 4).len(), 4);
     assert!(exact_origins(["https://a.example"], 0).is_empty());
 }
+
+// ------------------------------------------------- Model-based property
+
+mod model {
+    use alloc::collections::BTreeMap;
+    use alloc::vec::Vec;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    #[derive(Clone, Debug)]
+    enum Step {
+        AdmitRead,
+        AdmitWrite,
+        Approve(u16),
+        Decline(u16),
+        Finish(u16),
+        ChangeAuthority,
+        Activate,
+        Close,
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            // Closing is rare, so that runs reach the slot bound.
+            80 => Just(Step::AdmitRead),
+            80 => Just(Step::AdmitWrite),
+            20 => any::<u16>().prop_map(Step::Approve),
+            10 => any::<u16>().prop_map(Step::Decline),
+            20 => any::<u16>().prop_map(Step::Finish),
+            4 => Just(Step::ChangeAuthority),
+            15 => Just(Step::Activate),
+            1 => Just(Step::Close),
+        ]
+    }
+
+    fn authority_of(generation: u16) -> Authority {
+        let mut a = authority();
+        a.policy = Fingerprint::of(&generation.to_be_bytes());
+        a
+    }
+
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    enum Held {
+        Awaiting,
+        Dispatched,
+    }
+
+    /// The rules written plainly: slots by id, an activation generation.
+    #[derive(Default)]
+    struct Model {
+        ops: BTreeMap<u64, Held>,
+        next: u64,
+        generation: u16,
+        active: Option<u16>,
+        closed: bool,
+    }
+
+    impl Model {
+        fn withdraw(&mut self) -> Withdrawn {
+            let approvals: Vec<OpId> = self
+                .ops
+                .iter()
+                .filter(|(_, h)| **h == Held::Awaiting)
+                .map(|(id, _)| OpId(*id))
+                .collect();
+            self.ops.retain(|_, h| *h == Held::Dispatched);
+            self.active = None;
+            Withdrawn {
+                approvals,
+                proposals: Vec::new(),
+                running: self.ops.len(),
+            }
+        }
+
+        fn gate(&mut self) -> Result<(), OpRefused> {
+            if self.closed {
+                return Err(OpRefused::Closed);
+            }
+            match self.active {
+                None => Err(OpRefused::NotActive),
+                Some(g) if g == self.generation => Ok(()),
+                Some(_) => Err(OpRefused::AuthorityChanged(self.withdraw())),
+            }
+        }
+
+        fn admit(&mut self, held: Held) -> Result<OpId, OpRefused> {
+            self.gate()?;
+            if self.ops.len() >= MAX_IN_FLIGHT {
+                return Err(OpRefused::TooManyInFlight);
+            }
+            let id = self.next;
+            self.next += 1;
+            self.ops.insert(id, held);
+            Ok(OpId(id))
+        }
+    }
+
+    proptest! {
+        /// A View answers every sequence of steps as the plain model does:
+        /// never more than 128 in flight, nothing undecided evicted, every
+        /// authority change withdrawing exactly the pending approvals.
+        #[test]
+        fn a_view_behaves_as_its_model(steps in proptest::collection::vec(step(), 0..600)) {
+            let mut v = view("v");
+            let mut m = Model::default();
+            let g = gateway();
+            for step in steps {
+                let now = authority_of(m.generation);
+                match step {
+                    Step::AdmitRead | Step::AdmitWrite => {
+                        let (rule, held): (fn(OpTarget<'_>) -> Option<OpRule>, _) =
+                            if matches!(step, Step::AdmitRead) {
+                                (read_rule, Held::Dispatched)
+                            } else {
+                                (write_rule, Held::Awaiting)
+                            };
+                        let got = v.admit(tool("t"), &now, &g, rule).map(|t| t.id);
+                        prop_assert_eq!(got, m.admit(held));
+                    }
+                    Step::Approve(raw) => {
+                        let id = u64::from(raw) % (m.next + 2);
+                        let want = m.gate().and_then(|()| match m.ops.get_mut(&id) {
+                            Some(h @ Held::Awaiting) => {
+                                *h = Held::Dispatched;
+                                Ok(())
+                            }
+                            Some(Held::Dispatched) => Err(OpRefused::NotAwaiting),
+                            None => Err(OpRefused::UnknownOp),
+                        });
+                        prop_assert_eq!(v.approve(OpId(id), &now), want);
+                    }
+                    Step::Decline(raw) => {
+                        let id = u64::from(raw) % (m.next + 2);
+                        let want = match m.ops.get(&id) {
+                            Some(Held::Awaiting) => {
+                                m.ops.remove(&id);
+                                Ok(())
+                            }
+                            Some(Held::Dispatched) => Err(OpRefused::NotAwaiting),
+                            None => Err(OpRefused::UnknownOp),
+                        };
+                        prop_assert_eq!(v.decline(OpId(id)), want);
+                    }
+                    Step::Finish(raw) => {
+                        let id = u64::from(raw) % (m.next + 2);
+                        let want = match m.ops.get(&id) {
+                            Some(Held::Dispatched) => {
+                                m.ops.remove(&id);
+                                Ok(Finished { op: OpId(id), after_close: m.closed })
+                            }
+                            Some(Held::Awaiting) => Err(OpRefused::NotDispatched),
+                            None => Err(OpRefused::UnknownOp),
+                        };
+                        prop_assert_eq!(v.finish(OpId(id)), want);
+                    }
+                    Step::ChangeAuthority => m.generation = m.generation.wrapping_add(1),
+                    Step::Activate => {
+                        let want = if m.closed {
+                            Err(ActivateError::Closed)
+                        } else if m.active == Some(m.generation) {
+                            Ok(Withdrawn::default())
+                        } else {
+                            let w = m.withdraw();
+                            m.active = Some(m.generation);
+                            Ok(w)
+                        };
+                        prop_assert_eq!(v.activate(&now, Some(APP)), want);
+                    }
+                    Step::Close => {
+                        let want = if m.closed {
+                            Withdrawn::default()
+                        } else {
+                            m.closed = true;
+                            m.withdraw()
+                        };
+                        prop_assert_eq!(v.close(), want);
+                    }
+                }
+                prop_assert!(v.in_flight() <= MAX_IN_FLIGHT);
+                prop_assert_eq!(v.in_flight(), m.ops.len());
+                prop_assert_eq!(v.is_active(), m.active.is_some() && !m.closed);
+                prop_assert_eq!(v.is_closed(), m.closed);
+            }
+        }
+    }
+}

@@ -363,6 +363,8 @@
         since = r.json.version;
         showGrants(r.json.grants);
         showApprovals(r.json.approvals);
+        // The MCP Apps host (apps.js) takes the App Views from here.
+        window.dispatchEvent(new CustomEvent("portcullis:work", { detail: r.json }));
         for (const m of r.json.messages || []) await handleMessage(m);
         for (const job of r.json.jobs) await runJob(job);
         await refreshNotes();

@@ -308,15 +308,19 @@ pub(crate) async fn agents(State(app): State<Shared>, headers: HeaderMap) -> Res
         })
         .await;
     match listed {
-        Ok(Ok((site, page))) => respond::html_with_script(
-            StatusCode::OK,
-            pages::agents(
-                &session.subject,
-                &site.resource(),
-                &page.grants,
-                &session.csrf_token(&app.session_key),
-                (!site.enabled).then_some("External agents are switched off for this site."),
+        Ok(Ok((site, page))) => super::apps::frames_sandbox(
+            respond::html_with_script(
+                StatusCode::OK,
+                pages::agents(
+                    &session.subject,
+                    &site.resource(),
+                    &page.grants,
+                    &session.csrf_token(&app.session_key),
+                    (!site.enabled).then_some("External agents are switched off for this site."),
+                    &app.apps.sandbox,
+                ),
             ),
+            &app.apps.sandbox,
         ),
         Ok(Err(portcullis_core::engine::SiteOpError::Store(e))) => respond::store(&e),
         Ok(Err(e)) => respond::internal(&e.to_string()),

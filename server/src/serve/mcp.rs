@@ -485,6 +485,9 @@ impl Tools {
         // or drawn for it) is the one the gateway runs under.
         let mut meta = context.meta.clone();
         meta.insert(REQUEST_ID_META.into(), json!(id.to_string()));
+        // A tool that names an MCP App leaves a View once its call
+        // completes ([`super::apps`]).
+        let view = super::apps::Candidate::of(&p, &source.spec.id, &tool, &arguments);
         let reply = Box::pin(gateway::tools::call(
             &self.app,
             p,
@@ -502,7 +505,12 @@ impl Tools {
         let url = self.app.approval_url(id);
         match reply.result.structured_content {
             Some(body) if is_waiting(&body) => call.answer(agent, body, Some(&url)),
-            _ => Ok(reply.result.into()),
+            _ => {
+                if let Some(view) = view {
+                    self.app.record_view(view, &reply.result, id);
+                }
+                Ok(reply.result.into())
+            }
         }
     }
 }

@@ -17,6 +17,7 @@
 //! | `GET, POST /agents` | sign-in/out, the user's connections, revoke; the connected tab |
 //! | `GET /agents/app.js` | the connected tab's script |
 //! | `/agents/tab/*` | the tab channel ([`tab`]) |
+//! | `GET /agents/apps.js`, `POST /agents/apps/*` | the MCP Apps host: App Views in the Agents page ([`apps`]) |
 //! | `GET, POST /app/notes` | the demo notes app's own API ([`notes`]) |
 //!
 //! The MCP URL is `<public-url>/mcp/<site public key>`: the resource URL of
@@ -29,6 +30,7 @@
 //! the Agents page print the one URL.
 
 mod answer;
+mod apps;
 mod body_timeout;
 mod browser;
 mod gateway;
@@ -126,6 +128,8 @@ pub(crate) struct App {
     /// The downstream MCP servers exposed on the MCP endpoint (none
     /// without `--source`).
     gateway: Arc<gateway::Gateway>,
+    /// The MCP Apps host: App Views and the sandbox's origin ([`apps`]).
+    apps: apps::Apps,
     /// Becomes `true` when the server shuts down: long-polls end at once
     /// instead of holding the graceful shutdown for their 25 s.
     stopping: tokio::sync::watch::Receiver<bool>,
@@ -414,6 +418,7 @@ fn router(app: Shared, mcp_hosts: Vec<String>, limits: ConnLimits) -> Router {
         .route("/agents/tab/decide", post(tab::decide))
         .route("/agents/tab/ack", post(tab::ack))
         .route("/app/notes", get(notes::list).post(notes::create))
+        .merge(apps::routes())
         .route("/", get(browser::home))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(app)
@@ -527,6 +532,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
         navigates: navigate::NavigateQueue::default(),
         notes: notes::Notes::default(),
         gateway: Arc::new(gateway),
+        apps: apps::Apps::start(&args, &public, stop_rx.clone()).await?,
         stopping: stop_rx,
         decisions: tokio::sync::broadcast::channel(256).0,
     });

@@ -12,7 +12,7 @@
 //! | `POST /agents/tab/connect` | `{tabId, pageInstance, visible, takeOver}` | connect (or "use this tab") for each live grant |
 //! | `POST /agents/tab/heartbeat` | `{tabId, pageInstance, visible}` | liveness and visibility |
 //! | `POST /agents/tab/disconnect` | `{tabId, pageInstance}` | end this page's connections |
-//! | `GET /agents/tab/work` | `?tabId&pageInstance&since` | long-poll (≤ 25 s): jobs for this page, pending approvals, connection states, messages |
+//! | `GET /agents/tab/work` | `?tabId&pageInstance&since` | long-poll (≤ 25 s): jobs for this page, pending approvals, connection states, messages, the user's MCP App Views |
 //! | `POST /agents/tab/report` | `{job, ok, code?, summary}` | the outcome of a job |
 //! | `POST /agents/tab/decide` | `{grant, requestId, seq, fingerprint, decision}` | `once`, `auto` or `deny` (only `deny` when the approval's `canApprove` is false) |
 //! | `POST /agents/tab/ack` | `{id}` | a message was applied |
@@ -345,6 +345,8 @@ pub(crate) struct WorkQuery {
 pub(crate) struct Snapshot {
     grants: Vec<(LiveGrant, Option<TabConnection>)>,
     approvals: Vec<Value>,
+    /// The user's open MCP App Views ([`super::apps`]).
+    views: Vec<Value>,
 }
 
 impl App {
@@ -381,7 +383,14 @@ impl App {
             }
             grants.push((g, tab));
         }
-        Ok(Snapshot { grants, approvals })
+        let views = self
+            .apps
+            .listed(subject, |id| grants.iter().any(|(g, _)| g.id == *id));
+        Ok(Snapshot {
+            grants,
+            approvals,
+            views,
+        })
     }
 }
 
@@ -583,6 +592,7 @@ fn answer(
         "jobs": jobs,
         "approvals": snap.approvals,
         "grants": grants,
+        "views": snap.views,
         "messages": messages,
     }))
     .into_response()

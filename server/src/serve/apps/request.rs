@@ -1,0 +1,635 @@
+//! The App's messages, as the page forwards them: `POST /agents/apps/request
+//! {view, message}` (the message the App posted, as the JSON text the page
+//! serialised), and the user's decision on a proposal, `POST
+//! /agents/apps/proposal {view, proposal, decision}`.
+//!
+//! The message is parsed by the core ([`AppRequest::parse`]: one JSON-RPC
+//! message of at most 256 KiB, strict) and answered here in JSON-RPC; the
+//! page posts the answer back into the View. The route's own answer is
+//! `{"ok": true, …}` with one of:
+//!
+//! * `response`: the JSON-RPC answer for the App (and, for `ui/initialize`,
+//!   `afterInitialized`: the `ui/notifications/tool-input` and
+//!   `tool-result` notifications the page sends once the App says
+//!   `ui/notifications/initialized`, SEP-1865 "Lifecycle");
+//! * `pending: true`: a tool call waits for the user's approval in the
+//!   approvals list; the page sends the same message again, which lands on
+//!   the same operation and the same ledger request (run at most once);
+//! * `proposal`: a link or a message for the user to accept or decline
+//!   outside the frame; its answer to the App comes with the decision;
+//! * `size`: the View's content size, for the frame.
+//!
+//! **Operations** (`tools/call`, `resources/read`) are admitted by the
+//! core's [`portcullis_core::apps::View::admit`] under the grant as it is
+//! now (active View, the View's own source, a tool the source offers Apps,
+//! at most 128 in flight), then run through the gateway: a tool call with
+//! [`super::super::gateway::tools::call`], the path of an agent's call
+//! (the execution ledger, its approvals, its `requestId` idempotency), a
+//! read with [`super::super::gateway::resources::read`]. A write's approval
+//! is the ledger's, shown in the Agents page's approvals list (source, tool
+//! and exact arguments, outside the App's frame); once the user decided,
+//! the View's activation is checked again under the grant as it is then
+//! ([`portcullis_core::apps::View::approve`]: a revoked grant or a changed
+//! authority refuses it) before the call is resumed.
+
+use std::time::{Duration, Instant};
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse as _, Response};
+use portcullis_core::apps::{
+    AppCall, AppRequest, Authority, Fingerprint, OpRule, OpTarget, Operation, Proposal, ProposalId,
+    RpcId, SourceCall,
+};
+use portcullis_core::engine::{Principal, RequestStatus};
+use portcullis_core::ledger::RequestId;
+use rmcp::model::{JsonObject, ReadResourceRequestParams};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::super::Shared;
+use super::super::gateway;
+use super::super::tab::check_post;
+use super::{Call, Refusal, body, view_now};
+use crate::clock;
+
+/// How long one request waits for the user's decision on an approval
+/// before answering `pending` (the page asks again).
+const DECISION_WAIT: Duration = Duration::from_secs(20);
+/// The protocol revision of the MCP Apps extension this host speaks.
+const APPS_REVISION: &str = "2026-01-26";
+/// JSON-RPC: the request is not valid.
+const INVALID_REQUEST: i64 = -32600;
+/// JSON-RPC: no such method.
+const METHOD_NOT_FOUND: i64 = -32601;
+/// The extension's implementation-defined refusal.
+const REFUSED: i64 = -32000;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Forwarded {
+    view: String,
+    /// The App's message, as JSON text.
+    message: String,
+}
+
+fn ok(extra: Value) -> Response {
+    let mut body = json!({"ok": true});
+    if let (Some(b), Value::Object(extra)) = (body.as_object_mut(), extra) {
+        b.extend(extra);
+    }
+    Json(body).into_response()
+}
+
+fn result(id: &RpcId, answer: Value) -> Value {
+    let mut out = json!({"jsonrpc": "2.0", "id": id.to_json()});
+    out["result"] = answer;
+    out
+}
+
+fn rpc_error(id: Option<&RpcId>, code: i64, message: &str) -> Value {
+    json!({
+        "jsonrpc": "2.0",
+        "id": id.map_or(Value::Null, RpcId::to_json),
+        "error": {"code": code, "message": message},
+    })
+}
+
+/// An answer for the App.
+fn respond(response: Value) -> Response {
+    let mut out = json!({});
+    out["response"] = response;
+    ok(out)
+}
+
+/// A request refused with `message` (a notification gets nothing).
+fn refuse(id: Option<&RpcId>, message: &str) -> Response {
+    match id {
+        Some(id) => respond(rpc_error(Some(id), REFUSED, message)),
+        None => ok(json!({})),
+    }
+}
+
+/// `POST /agents/apps/request`.
+pub(crate) async fn request(State(app): State<Shared>, headers: HeaderMap, raw: Bytes) -> Response {
+    let session = match check_post(&app, &headers) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let f: Forwarded = match body(&raw) {
+        Ok(f) => f,
+        Err(r) => return r,
+    };
+    let (subject, view) = (session.subject.as_str(), f.view.as_str());
+    if let Err(e) = app.apps.with(subject, view, |_| ()) {
+        return e.response();
+    }
+    let AppRequest { id, call } = match AppRequest::parse(f.message.as_bytes()) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::debug!(error = %e, "MCP Apps: an App message refused");
+            return respond(rpc_error(None, INVALID_REQUEST, &e.to_string()));
+        }
+    };
+    let fingerprint = Fingerprint::of(f.message.as_bytes());
+    match call {
+        AppCall::Initialize { .. } => initialize(&app, subject, view, id.as_ref()),
+        AppCall::Initialized => ok(json!({"initialized": true})),
+        AppCall::Ping => id.map_or_else(|| ok(json!({})), |id| respond(result(&id, json!({})))),
+        AppCall::SizeChanged { width, height } => {
+            ok(json!({"size": {"width": width, "height": height}}))
+        }
+        call @ (AppCall::CallTool { .. } | AppCall::ReadResource { .. }) => match id {
+            Some(id) => Box::pin(operation(&app, subject, view, id, call, fingerprint)).await,
+            None => ok(json!({})),
+        },
+        AppCall::Message { text, .. } => {
+            propose(&app, subject, view, id, |v| v.propose_message(text))
+        }
+        AppCall::OpenLink { url } => {
+            let policy = app.apps.link_policy.clone();
+            propose(&app, subject, view, id, move |v| {
+                v.propose_link(&url, &policy)
+            })
+        }
+        AppCall::UpdateContext(value) => {
+            let offered = app
+                .apps
+                .with(subject, view, |v| v.view.offer_context(value));
+            match (offered, id) {
+                (Ok(Ok(_)), Some(id)) => respond(result(&id, json!({}))),
+                (Ok(Err(e)), id) => refuse(id.as_ref(), &e.to_string()),
+                (Err(e), id) => refuse(id.as_ref(), e.message()),
+                (Ok(Ok(_)), None) => ok(json!({})),
+            }
+        }
+        AppCall::Unsupported(method) => {
+            tracing::debug!(method, "MCP Apps: an unsupported method");
+            match id {
+                Some(id) => respond(rpc_error(
+                    Some(&id),
+                    METHOD_NOT_FOUND,
+                    "method not supported by this host",
+                )),
+                None => ok(json!({})),
+            }
+        }
+        _ => refuse(id.as_ref(), "method not supported by this host"),
+    }
+}
+
+/// `ui/initialize`: the host's capabilities and context (SEP-1865, "Host
+/// Context in `McpUiInitializeResult`", "Host Capabilities"), and the
+/// notifications the page sends once the App is initialized.
+fn initialize(app: &Shared, subject: &str, view: &str, id: Option<&RpcId>) -> Response {
+    let Some(id) = id else {
+        return ok(json!({}));
+    };
+    let parts = app.apps.with(subject, view, |v| {
+        (v.tool.clone(), v.arguments.clone(), v.result.clone())
+    });
+    let Ok((tool, arguments, tool_result)) = parts else {
+        return refuse(Some(id), Refusal::NoView.message());
+    };
+    let answer = json!({
+        "protocolVersion": APPS_REVISION,
+        "hostInfo": {"name": "portcullis", "version": env!("CARGO_PKG_VERSION")},
+        "hostCapabilities": {"openLinks": {}, "serverTools": {}, "serverResources": {}, "logging": {}},
+        "hostContext": {
+            "toolInfo": {"tool": tool},
+            "theme": "light",
+            "displayMode": "inline",
+            "availableDisplayModes": ["inline"],
+            "platform": "web",
+            "containerDimensions": {"maxHeight": 800},
+        },
+    });
+    ok(json!({
+        "response": result(id, answer),
+        "afterInitialized": [
+            {"jsonrpc": "2.0", "method": "ui/notifications/tool-input", "params": {"arguments": arguments}},
+            {"jsonrpc": "2.0", "method": "ui/notifications/tool-result", "params": tool_result},
+        ],
+    }))
+}
+
+/// A link or message proposal: the View must be active; the core checks
+/// the rest ([`portcullis_core::apps::View::propose_link`], …).
+fn propose(
+    app: &Shared,
+    subject: &str,
+    view: &str,
+    id: Option<RpcId>,
+    make: impl FnOnce(
+        &mut portcullis_core::apps::View,
+    ) -> Result<ProposalId, portcullis_core::apps::ProposalError>,
+) -> Response {
+    let Some(id) = id else {
+        return ok(json!({}));
+    };
+    let proposed = app.apps.with(subject, view, |v| {
+        if !v.view.is_active() {
+            return Err("activate interactions first: the App is only shown".to_owned());
+        }
+        let pid = make(&mut v.view).map_err(|e| e.to_string())?;
+        v.proposals.insert(pid, id.clone());
+        let shown = match v.view.proposal(pid) {
+            Some(Proposal::Link(link)) => {
+                json!({"id": pid.0, "kind": "link", "url": link.as_str()})
+            }
+            Some(Proposal::Message { text }) => {
+                json!({"id": pid.0, "kind": "message", "text": text})
+            }
+            _ => Value::Null,
+        };
+        Ok(shown)
+    });
+    match proposed {
+        Ok(Ok(shown)) => {
+            app.bump(subject);
+            ok(json!({"proposal": shown}))
+        }
+        Ok(Err(why)) => {
+            tracing::debug!(why, "MCP Apps: a proposal refused");
+            refuse(Some(&id), &why)
+        }
+        Err(e) => refuse(Some(&id), e.message()),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Decision {
+    view: String,
+    proposal: u64,
+    /// `accept` or `decline`.
+    #[serde(rename = "decision")]
+    choice: String,
+}
+
+/// `POST /agents/apps/proposal {view, proposal, decision}`: `accept`
+/// (open the link, which the page's link does; send the message, which
+/// here is recording it as sent: there is no conversation) or `decline`.
+pub(crate) async fn proposal(
+    State(app): State<Shared>,
+    headers: HeaderMap,
+    raw: Bytes,
+) -> Response {
+    let session = match check_post(&app, &headers) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let d: Decision = match body(&raw) {
+        Ok(d) => d,
+        Err(r) => return r,
+    };
+    let pid = ProposalId(d.proposal);
+    let accept = match d.choice.as_str() {
+        "accept" => true,
+        "decline" => false,
+        _ => {
+            return super::super::tab::error(
+                axum::http::StatusCode::BAD_REQUEST,
+                "INVALID_PARAMS",
+                "bad decision",
+            );
+        }
+    };
+    let done = app.apps.with(&session.subject, &d.view, |v| {
+        let Some(rpc) = v.proposals.get(&pid).cloned() else {
+            return Err("no such proposal awaits you".to_owned());
+        };
+        let settled = if accept {
+            match v.view.proposal(pid) {
+                Some(Proposal::Link(_)) => v
+                    .view
+                    .confirm_link(pid)
+                    .map(|link| (result(&rpc, json!({})), format!("Opened {}", link.as_str()))),
+                _ => v.view.send_message(pid).map(|_text| {
+                    (
+                        result(&rpc, json!({})),
+                        "Sent: recorded as sent and shown here (this page has no conversation)."
+                            .to_owned(),
+                    )
+                }),
+            }
+        } else {
+            v.view
+                .decline_proposal(pid)
+                .map(|()| rpc_error(Some(&rpc), REFUSED, "declined by the user"))
+                .map(|r| (r, "Declined.".to_owned()))
+        };
+        v.proposals.remove(&pid);
+        settled.map_err(|e| e.to_string())
+    });
+    match done {
+        Ok(Ok((response, shown))) => ok(json!({"response": response, "shown": shown})),
+        Ok(Err(why)) => {
+            super::super::tab::error(axum::http::StatusCode::CONFLICT, "EXPECTATION_FAILED", &why)
+        }
+        Err(e) => e.response(),
+    }
+}
+
+/// The rule for an App operation on the View's own source (see
+/// [`OpRule`]): a tool the source owns and offers Apps, with its ledger
+/// effect; any resource of the source, as a read. The scope is left to the
+/// ledger, which checks it on the call like an agent's.
+fn rule(app: &Shared, target: OpTarget<'_>) -> Option<OpRule> {
+    match target {
+        OpTarget::Tool { source, name } => {
+            let (owner, tool) = app.gateway.find(name)?;
+            (&owner.spec.id == source && super::app_visible(&tool)).then(|| OpRule {
+                effect: gateway::tools::effect(&tool),
+                scope: None,
+            })
+        }
+        OpTarget::Resource { .. } => Some(OpRule {
+            effect: portcullis_core::ledger::Effect::Read,
+            scope: None,
+        }),
+    }
+}
+
+/// A tool call or read of the App (see the module docs).
+async fn operation(
+    app: &Shared,
+    subject: &str,
+    view: &str,
+    id: RpcId,
+    call: AppCall,
+    message: Fingerprint,
+) -> Response {
+    let (principal, authority) = match view_now(app, subject, view).await {
+        Ok(a) => a,
+        Err(Refusal::GrantEnded) => {
+            // No authority at all: the activation ends, its approvals go.
+            let _ = app.apps.with(subject, view, |v| {
+                let withdrawn = v.view.deactivate();
+                v.calls.retain(|_, c| !withdrawn.approvals.contains(&c.op));
+            });
+            app.bump(subject);
+            return refuse(Some(&id), Refusal::GrantEnded.message());
+        }
+        Err(e) => return refuse(Some(&id), e.message()),
+    };
+    let original_uri = match &call {
+        AppCall::ReadResource { uri } => Some(uri.clone()),
+        _ => None,
+    };
+    // The same message again (the page asking after `pending`) is the same
+    // operation; the same id with another message is refused.
+    let admitted = app.apps.with(subject, view, |v| {
+        if let Some(c) = v.calls.get(&id) {
+            return if c.message == message {
+                Ok((c.op, c.request, c.asked))
+            } else {
+                Err("this request id is in flight with another request".to_owned())
+            };
+        }
+        let Ok(op) = Operation::from_call(call) else {
+            return Err("not an operation".to_owned());
+        };
+        let ticket = v
+            .view
+            .admit(op, &authority, &app.gateway.map, |t| rule(app, t))
+            .map_err(|e| e.to_string())?;
+        let request = RequestId::random(&mut rand::rng());
+        v.calls.insert(
+            id.clone(),
+            Call {
+                op: ticket.id,
+                request,
+                message,
+                asked: false,
+                target: ticket.call,
+            },
+        );
+        Ok((ticket.id, request, false))
+    });
+    let (op, request, asked) = match admitted {
+        Ok(Ok(a)) => a,
+        Ok(Err(why)) => {
+            tracing::debug!(why, "MCP Apps: an App operation refused");
+            return refuse(Some(&id), &why);
+        }
+        Err(e) => return refuse(Some(&id), e.message()),
+    };
+    let Ok(Some(source_call)) = app.apps.with(subject, view, |v| {
+        v.calls.get(&id).map(|c| c.target.clone())
+    }) else {
+        return refuse(Some(&id), Refusal::NoView.message());
+    };
+    let answer = match source_call {
+        SourceCall::Resource { .. } => {
+            let uri = original_uri.unwrap_or_default();
+            read(app, &principal, uri).await
+        }
+        SourceCall::Tool {
+            name, arguments, ..
+        } => {
+            let run = Tool {
+                app,
+                subject,
+                view,
+                id: &id,
+                op,
+                request,
+                principal,
+                authority,
+            };
+            match run.call(&name, &arguments, asked).await {
+                Some(answer) => answer,
+                None => return ok(json!({"pending": true})),
+            }
+        }
+    };
+    let _ = app.apps.with(subject, view, |v| {
+        if let Err(e) = v.view.finish(op) {
+            tracing::debug!(error = %e, "MCP Apps: finishing an operation");
+            let _ = v.view.decline(op);
+        }
+        v.calls.remove(&id);
+    });
+    let answer = match answer {
+        Value::Object(mut m) if !m.contains_key("jsonrpc") => {
+            let body = Value::Object(std::mem::take(&mut m));
+            result(&id, body)
+        }
+        other => other,
+    };
+    respond(answer)
+}
+
+/// A read of the App's own source, through the gateway.
+async fn read(app: &Shared, principal: &Principal, uri: String) -> Value {
+    let read = gateway::resources::read(
+        app,
+        Some(principal),
+        &ReadResourceRequestParams::new(uri),
+        gateway::input::Round::default(),
+    )
+    .await;
+    match read {
+        Ok(rmcp::model::ReadResourceResponse::Complete(r)) => {
+            serde_json::to_value(r).unwrap_or(Value::Null)
+        }
+        Ok(_) => json!({"jsonrpc": "2.0", "error": {"code": REFUSED,
+            "message": "the source asks for input before this read, which an App cannot give"}}),
+        Err(e) => json!({"jsonrpc": "2.0", "error": {"code": e.code.0, "message": e.message}}),
+    }
+}
+
+/// One App tool call through the gateway.
+struct Tool<'a> {
+    app: &'a Shared,
+    subject: &'a str,
+    view: &'a str,
+    id: &'a RpcId,
+    op: portcullis_core::apps::OpId,
+    request: RequestId,
+    principal: Principal,
+    authority: Authority,
+}
+
+impl Tool<'_> {
+    /// Calls the tool (waiting for the user's decision a bounded time);
+    /// `None` while the approval is still undecided.
+    async fn call(&self, name: &str, arguments: &str, asked: bool) -> Option<Value> {
+        let app = self.app;
+        let Some((source, tool)) = app.gateway.find(name) else {
+            return Some(rpc_error(
+                Some(self.id),
+                REFUSED,
+                "the source no longer offers this tool",
+            ));
+        };
+        let Ok(arguments) = serde_json::from_str::<JsonObject>(arguments) else {
+            return Some(rpc_error(Some(self.id), REFUSED, "bad arguments"));
+        };
+        let mut decided = app.decisions.subscribe();
+        if asked {
+            // Asked before: run it again only once the user decided.
+            if !self.wait(&mut decided).await {
+                return None;
+            }
+            if let Some(refused) = self.approved() {
+                return Some(refused);
+            }
+        }
+        let reply = self.gateway(&source, &tool, &arguments).await;
+        let pending = reply
+            .pointer("/structuredContent/status")
+            .and_then(Value::as_str)
+            == Some("approval_pending");
+        if !pending {
+            // Ran (or was refused by the ledger) without asking now.
+            let _ = self.approved();
+            return Some(reply);
+        }
+        let _ = app.apps.with(self.subject, self.view, |v| {
+            if let Some(c) = v.calls.get_mut(self.id) {
+                c.asked = true;
+            }
+        });
+        if !self.wait(&mut decided).await {
+            return None;
+        }
+        if let Some(refused) = self.approved() {
+            return Some(refused);
+        }
+        Some(self.gateway(&source, &tool, &arguments).await)
+    }
+
+    /// The user decided: the View's activation must still hold under the
+    /// grant as it is now for the operation to go on; the refusal to
+    /// answer otherwise.
+    fn approved(&self) -> Option<Value> {
+        let awaiting = self
+            .app
+            .apps
+            .with(self.subject, self.view, |v| {
+                v.view.pending_approval(self.op).is_some()
+            })
+            .unwrap_or(false);
+        if !awaiting {
+            return None;
+        }
+        let grant = self.principal.grant;
+        let now = match self.app.authority_now(self.subject, &grant) {
+            Ok((_, a)) => a,
+            Err(e) => return Some(rpc_error(Some(self.id), REFUSED, e.message())),
+        };
+        let _ = &self.authority;
+        let approved = self
+            .app
+            .apps
+            .with(self.subject, self.view, |v| v.view.approve(self.op, &now));
+        match approved {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(rpc_error(Some(self.id), REFUSED, &e.to_string())),
+            Err(e) => Some(rpc_error(Some(self.id), REFUSED, e.message())),
+        }
+    }
+
+    /// The call through the gateway's call path, under the operation's
+    /// ledger request.
+    async fn gateway(
+        &self,
+        source: &std::sync::Arc<gateway::Source>,
+        tool: &rmcp::model::Tool,
+        arguments: &JsonObject,
+    ) -> Value {
+        let mut meta = JsonObject::new();
+        meta.insert(
+            gateway::tools::REQUEST_ID_META.into(),
+            Value::String(self.request.to_string()),
+        );
+        let meta = rmcp::model::RequestMetaObject::from(meta);
+        let reply = Box::pin(gateway::tools::call(
+            self.app,
+            self.principal.clone(),
+            std::sync::Arc::clone(source),
+            tool.clone(),
+            Some(&meta),
+            arguments.clone(),
+            gateway::input::Round::default(),
+        ))
+        .await;
+        let mut v = serde_json::to_value(reply.result).unwrap_or(Value::Null);
+        if let Some(m) = v.get_mut("_meta").and_then(Value::as_object_mut) {
+            m.remove(gateway::tools::REQUEST_ID_META);
+        }
+        v
+    }
+
+    /// Waits (a bounded time) until the operation's ledger request is no
+    /// longer awaiting the user's decision; whether it is decided.
+    async fn wait(&self, decided: &mut tokio::sync::broadcast::Receiver<RequestId>) -> bool {
+        let deadline = Instant::now() + DECISION_WAIT;
+        loop {
+            let (principal, request) = (self.principal.clone(), self.request);
+            let status = self
+                .app
+                .blocking(move |app| {
+                    app.engine()
+                        .request_status(&principal, &request, clock::now())
+                })
+                .await;
+            if !matches!(status, Ok(Ok(RequestStatus::AwaitingApproval(_)))) {
+                return true;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            match tokio::time::timeout(left, decided.recv()).await {
+                Ok(Ok(id)) if id != self.request => {}
+                Err(_) => return false,
+                _ => {}
+            }
+        }
+    }
+}
