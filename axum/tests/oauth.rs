@@ -550,3 +550,144 @@ async fn a_hosts_own_consent_screen_is_shown_and_its_form_decides() {
     assert_eq!(answer.body, "served");
     server.abort();
 }
+
+/// A host that lets the user choose which of its apps a grant reaches:
+/// its own fields on the crate's consent page, read back on Allow.
+struct ChoosesApps;
+
+impl portcullis_axum::Host for ChoosesApps {
+    async fn signed_in(
+        &self,
+        parts: &axum::http::request::Parts,
+    ) -> Option<portcullis_axum::SignedIn> {
+        crate::support::CookieHost.signed_in(parts).await
+    }
+
+    fn sign_in(&self, return_to: &str) -> axum::response::Response {
+        crate::support::CookieHost.sign_in(return_to)
+    }
+
+    fn consent_fields(
+        &self,
+        _screen: &portcullis_core::authorize::ConsentScreen,
+        user: &portcullis_axum::SignedIn,
+    ) -> String {
+        format!(
+            "<label><input type=\"checkbox\" name=\"only-notes\"> only notes, {}</label>",
+            user.subject
+        )
+    }
+
+    fn consent_apps(
+        &self,
+        _user: &portcullis_axum::SignedIn,
+        form: &portcullis_core::form::Form<'_>,
+    ) -> Result<portcullis_core::granted_apps::AppSelection, axum::response::Response> {
+        use portcullis_core::granted_apps::AppSelection;
+        match form.get("only-notes") {
+            None => Ok(AppSelection::All),
+            Some("on") => Ok(AppSelection::selected(["notes"]).unwrap()),
+            Some(_) => Err(portcullis_axum::forms::bad_form()),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hosts_consent_fields_choose_the_apps_its_grant_reaches() {
+    use portcullis_core::granted_apps::AppSelection;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let origin = format!("http://{}", listener.local_addr().unwrap());
+    let portcullis =
+        portcullis_axum::Portcullis::builder(MemoryStore::new(), crate::support::keyring())
+            .public_url(&origin)
+            .scope(READ, "see your notes")
+            .endpoint_scope(READ)
+            .build(ChoosesApps)
+            .await
+            .unwrap();
+    let router = axum::Router::new()
+        .merge(portcullis.routes())
+        .route_service(
+            &portcullis.mcp_route(),
+            portcullis.protect(axum::routing::any(|| async { "served" })),
+        );
+    let server = tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let client = OAuthClient::discover(&origin, &portcullis.mcp_url()).await;
+    let grants = |p: &portcullis_axum::Portcullis<MemoryStore>| {
+        let now = portcullis_core::Timestamp::from_secs(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs(),
+        );
+        let page = p
+            .engine()
+            .list_user_grants(p.site_id(), "alice", None, 10, now)
+            .unwrap();
+        page.grants
+            .iter()
+            .map(|g| {
+                p.engine()
+                    .granted_apps(p.site_id(), "alice", &g.id, now)
+                    .unwrap()
+                    .unwrap()
+            })
+            .collect::<Vec<_>>()
+    };
+    // The fields are on the crate's page, inside its form, with the user's
+    // name the host put there.
+    let consent_with = |fields: Vec<(&'static str, &'static str)>| {
+        let client = client.clone();
+        let origin = origin.clone();
+        async move {
+            let verifier = verifier();
+            let query = client.authorization_query(READ, &verifier);
+            let consent = client.consent(&query, "alice").await;
+            assert!(
+                consent
+                    .html
+                    .contains("name=\"only-notes\"> only notes, alice"),
+                "{}",
+                consent.html
+            );
+            let mut posted = vec![("csrf", consent.csrf.as_str()), ("intent", "allow")];
+            posted.extend(fields);
+            let answer = client
+                .post_consent(&consent.action, "alice", &posted, &[("origin", &origin)])
+                .await;
+            (answer, client, verifier)
+        }
+    };
+    // A value the host refuses: its answer, and no code.
+    let (refused, _, _) = consent_with(vec![("only-notes", "maybe")]).await;
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST);
+    // Checked: the grant reaches only notes; unchecked: every app.
+    for (fields, expected) in [
+        (
+            vec![("only-notes", "on")],
+            AppSelection::selected(["notes"]).unwrap(),
+        ),
+        (vec![], AppSelection::All),
+    ] {
+        let (allowed, client, verifier) = consent_with(fields).await;
+        assert_eq!(allowed.status, StatusCode::FOUND, "{}", allowed.body);
+        let code = query_param(allowed.location(), "code").unwrap();
+        OAuthClient::tokens(&client.exchange(&code, &verifier).await);
+        let p = portcullis.clone();
+        let found = tokio::task::spawn_blocking(move || grants(&p))
+            .await
+            .unwrap();
+        assert!(found.contains(&expected), "{found:?}");
+    }
+    assert_eq!(
+        tokio::task::spawn_blocking({
+            let p = portcullis.clone();
+            move || grants(&p).len()
+        })
+        .await
+        .unwrap(),
+        2,
+        "the refused consent made no grant"
+    );
+    server.abort();
+}

@@ -125,7 +125,8 @@ Disconnect it unless another device of yours still uses it.</span>",
         &format!(
             "<h1>Agents</h1>{notice}\
 <p>Signed in as <strong>{subject}</strong>.</p>\
-<p>Connect an MCP client to <code>{mcp}</code>.</p>\
+<p>Connect an MCP client to <code>{mcp}</code>. \
+<a href=\"/agents/granted\">Choose the apps each agent reaches</a>.</p>\
 <table><tr><th>Client</th><th>Scopes</th><th>Status</th><th>Connected</th><th>Last used</th><th></th></tr>{rows}</table>\
 <section id=\"tab\" data-csrf=\"{csrf}\"><h2>This tab</h2>\
 <p id=\"tab-status\">Calls from your agents run in this tab. Connecting…</p>\
@@ -178,7 +179,7 @@ fn short(id: &str) -> String {
 }
 
 /// Seconds since the epoch as `YYYY-MM-DD` (UTC).
-fn date(t: Timestamp) -> String {
+pub(crate) fn date(t: Timestamp) -> String {
     // Civil-from-days (H. Hinnant), valid for the whole u64 range we meet.
     let days = i64::try_from(t.as_secs() / 86_400).unwrap_or(0) + 719_468;
     let era = days.div_euclid(146_097);
@@ -190,6 +191,21 @@ fn date(t: Timestamp) -> String {
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
     format!("{y:04}-{m:02}-{d:02}")
+}
+
+/// The apps each of the user's connected agents reaches (`forms`: one form
+/// per live grant, built by the server's `granted` module).
+pub(crate) fn granted_apps(subject: &str, forms: &str) -> String {
+    layout(
+        "Apps your agents reach",
+        &format!(
+            "<h1>Apps your agents reach</h1>\
+<p>Signed in as <strong>{subject}</strong>. <a href=\"/agents\">Back to Agents</a></p>\
+<p>One connector, a granted set: each connected agent lists, reads and calls only the apps \
+chosen for it. A change takes effect on its next request.</p>{forms}",
+            subject = escape(subject),
+        ),
+    )
 }
 
 #[cfg(test)]

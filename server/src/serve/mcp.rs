@@ -377,6 +377,16 @@ pub(crate) async fn wait_for_decision(
 
 /// Hands a tool's challenge to the guard, which turns the response into
 /// `403 insufficient_scope`.
+/// The grant a request's verified caller holds (`None` for a minted agent
+/// token).
+fn principal_of(context: &RequestContext<RoleServer>) -> Option<Principal> {
+    context
+        .extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<Agent>())
+        .and_then(|agent| agent.principal().cloned())
+}
+
 fn raise(challenge: Option<&Challenge>, agent: &Agent) {
     if let Some(c) = challenge {
         agent.raise(c.clone());
@@ -542,14 +552,21 @@ impl ServerHandler for Tools {
         self.negotiate_initialize(&request)
     }
 
+    /// The tools the caller's grant reaches ([`super::granted`]): the
+    /// built-in ones (the reserved app `_host`) and its sources'.
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let mut tools = TOOLS.clone();
+        let granted = super::granted::of(&self.app, principal_of(&context).as_ref()).await?;
+        let mut tools = if granted.allows_host() {
+            TOOLS.clone()
+        } else {
+            Vec::new()
+        };
         if self.app.gateway.is_active() {
-            tools.extend(self.app.gateway.tools());
+            tools.extend(self.app.gateway.granted_tools(&granted));
         }
         Ok(ListToolsResult {
             tools,
@@ -571,6 +588,23 @@ impl ServerHandler for Tools {
             .extensions
             .remove::<Agent>()
             .ok_or_else(|| ErrorData::internal_error("no verified caller", None))?;
+        // A tool of an app the grant does not reach answers as a tool that
+        // does not exist ([`super::granted`]).
+        let granted = super::granted::of(&self.app, agent.principal()).await?;
+        let reaches = match request.name.as_ref() {
+            "search_skills" | "describe_skill" | "execute" => granted.allows_host(),
+            name => self
+                .app
+                .gateway
+                .source_of(name)
+                .is_none_or(|s| granted.allows_source(&s)),
+        };
+        if !reaches {
+            return Err(ErrorData::invalid_params(
+                format!("no tool named {:?}", request.name),
+                None,
+            ));
+        }
         let args = Value::Object(request.arguments.clone().unwrap_or_default());
         let result = match request.name.as_ref() {
             "search_skills" => {
@@ -683,17 +717,19 @@ impl ServerHandler for Tools {
     async fn list_resources(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
-        Ok(gateway::resources::list(&self.app.gateway))
+        let granted = super::granted::of(&self.app, principal_of(&context).as_ref()).await?;
+        Ok(gateway::resources::list(&self.app.gateway, &granted))
     }
 
     async fn list_resource_templates(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
-        Ok(gateway::resources::templates(&self.app.gateway))
+        let granted = super::granted::of(&self.app, principal_of(&context).as_ref()).await?;
+        Ok(gateway::resources::templates(&self.app.gateway, &granted))
     }
 
     /// A gateway resource's read; a source that asks for input passes its

@@ -17,6 +17,7 @@
 //! | `GET, POST /agents` | sign-in/out, the user's connections, revoke; the connected tab |
 //! | `GET /agents/app.js` | the connected tab's script |
 //! | `/agents/tab/*` | the tab channel ([`tab`]) |
+//! | `GET, POST /agents/granted`, `POST /agents/grants/apps` | the apps each grant reaches: the form per grant, and the same as JSON ([`granted`]) |
 //! | `GET /agents/apps.js`, `POST /agents/apps/*` | the MCP Apps host: App Views in the Agents page ([`apps`]) |
 //! | `GET, POST /app/notes` | the demo notes app's own API ([`notes`]) |
 //!
@@ -34,6 +35,7 @@ mod apps;
 mod body_timeout;
 mod browser;
 mod gateway;
+mod granted;
 mod host;
 mod jobs;
 mod jsonrpc;
@@ -417,6 +419,11 @@ fn router(app: Shared, mcp_hosts: Vec<String>, limits: ConnLimits) -> Router {
         .route("/agents/tab/report", post(tab::report))
         .route("/agents/tab/decide", post(tab::decide))
         .route("/agents/tab/ack", post(tab::ack))
+        .route(
+            "/agents/granted",
+            get(granted::page).post(granted::page_post),
+        )
+        .route("/agents/grants/apps", post(granted::json_post))
         .route("/app/notes", get(notes::list).post(notes::create))
         .merge(apps::routes())
         .route("/", get(browser::home))
@@ -480,6 +487,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
         sessions,
     } = kept_state(&args, &fanout).await?;
     let sessions = Arc::new(sessions);
+    let (host, consent_sources) = host::DemoHost::new(&session_key, &sessions, &public);
     let portcullis = Portcullis::builder(store, keys.keyring)
         .public_url(&public_for_site)
         .site(setup::SITE_ID, setup::SITE_NAME)
@@ -491,11 +499,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
         .endpoint_scope(SKILLS_READ)
         .policy(policy)
         .dev_loopback_client_documents(dev_documents)
-        .build(host::DemoHost {
-            session_key: session_key.clone(),
-            sessions: Arc::clone(&sessions),
-            secure: public.starts_with("https://"),
-        })
+        .build(host)
         .await
         .map_err(|e| e.to_string())?;
     // The synchronous PostgreSQL driver runs a small runtime of its own per
@@ -516,6 +520,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
     } else {
         gateway::Gateway::start(&args.gateway, mcp::builtin_names()).await?
     };
+    let _ = consent_sources.set(gateway.source_ids());
     let app = Arc::new(App {
         portcullis,
         site: site.id.clone(),

@@ -633,6 +633,11 @@ impl Gateway {
         !self.sources.is_empty()
     }
 
+    /// The configured sources' ids, in configuration order.
+    pub(crate) fn source_ids(&self) -> Vec<SourceId> {
+        self.sources.iter().map(|s| s.spec.id.clone()).collect()
+    }
+
     /// Starts a supervisor per source and waits (up to the connect timeout)
     /// for their first connections; refuses tool-name collisions among the
     /// tools then known. `reserved` are the built-in tools' names.
@@ -1105,7 +1110,10 @@ mod tests {
     }
 
     fn offered(g: &Gateway) -> Vec<String> {
-        g.tools().iter().map(|t| t.name.to_string()).collect()
+        g.granted_tools(&portcullis_core::granted_apps::AppSelection::All)
+            .iter()
+            .map(|t| t.name.to_string())
+            .collect()
     }
 
     #[test]

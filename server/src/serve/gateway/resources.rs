@@ -38,6 +38,7 @@
 
 use portcullis_core::engine::Principal;
 use portcullis_core::error::ErrorCode;
+use portcullis_core::granted_apps::AppSelection;
 use portcullis_core::ledger::RequestId;
 use portcullis_core::ledger::resume::is_source_state;
 use rmcp::ErrorData;
@@ -67,19 +68,28 @@ fn unavailable(e: &Unavailable) -> ErrorData {
     )
 }
 
-/// `resources/list` through the gateway.
-pub(crate) fn list(gateway: &Gateway) -> ListResourcesResult {
+/// `resources/list` through the gateway, of the sources `granted` reaches.
+pub(crate) fn list(gateway: &Gateway, granted: &AppSelection) -> ListResourcesResult {
     let mut items = Vec::new();
-    for source in gateway.sources.iter().filter(|s| s.is_up()) {
+    for source in gateway
+        .sources
+        .iter()
+        .filter(|s| s.is_up() && granted.allows_source(&s.spec.id))
+    {
         items.extend(source.listed().resources.iter().cloned());
     }
     ListResourcesResult::with_all_items(items)
 }
 
-/// `resources/templates/list` through the gateway.
-pub(crate) fn templates(gateway: &Gateway) -> ListResourceTemplatesResult {
+/// `resources/templates/list` through the gateway, of the sources
+/// `granted` reaches.
+pub(crate) fn templates(gateway: &Gateway, granted: &AppSelection) -> ListResourceTemplatesResult {
     let mut items = Vec::new();
-    for source in gateway.sources.iter().filter(|s| s.is_up()) {
+    for source in gateway
+        .sources
+        .iter()
+        .filter(|s| s.is_up() && granted.allows_source(&s.spec.id))
+    {
         items.extend(source.listed().templates.iter().cloned());
     }
     ListResourceTemplatesResult::with_all_items(items)
@@ -103,10 +113,13 @@ pub(crate) async fn read(
             Some(json!({"uri": uri})),
         )
     })?;
+    // A source the caller's grant does not reach answers as one that does
+    // not exist (see `super::super::granted`).
+    let granted = super::super::granted::of(app, principal).await?;
     let source: &Source = gateway
         .sources
         .iter()
-        .find(|s| s.spec.id == id)
+        .find(|s| s.spec.id == id && granted.allows_source(&s.spec.id))
         .ok_or_else(|| {
             ErrorData::resource_not_found(
                 format!("no source named {id}"),

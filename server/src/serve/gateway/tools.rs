@@ -76,6 +76,7 @@ use portcullis_core::bearer::Challenge;
 use portcullis_core::engine::Principal;
 use portcullis_core::error::ErrorCode;
 use portcullis_core::gateway::{Gateway as UriMap, SourceId};
+use portcullis_core::granted_apps::AppSelection;
 use portcullis_core::ledger::resume::CallDigest;
 use portcullis_core::ledger::{
     Action, ActionVerdict, BeginAnswer, BeginError, BusinessError, Caller, Completion, Effect,
@@ -147,11 +148,16 @@ pub(crate) fn effect(tool: &Tool) -> Effect {
 }
 
 impl Gateway {
-    /// Every source's tools the endpoint offers, in source order: each the
-    /// tools it lists whose names it owns (see [`super::Names`]).
-    pub(crate) fn tools(&self) -> Vec<Tool> {
+    /// The tools the endpoint offers of every source `granted` reaches
+    /// ([`super::super::granted`]), in source order: each the tools it lists
+    /// whose names it owns (see [`super::Names`]).
+    pub(crate) fn granted_tools(&self, granted: &AppSelection) -> Vec<Tool> {
         let mut out = Vec::new();
-        for source in &self.sources {
+        for source in self
+            .sources
+            .iter()
+            .filter(|s| granted.allows_source(&s.spec.id))
+        {
             let listed = source.listed();
             out.extend(
                 listed
@@ -162,6 +168,13 @@ impl Gateway {
             );
         }
         out
+    }
+
+    /// The source that owns the tool name `name`, if one does.
+    pub(crate) fn source_of(&self, name: &str) -> Option<SourceId> {
+        self.sources
+            .get(self.names.owner(name)?)
+            .map(|s| s.spec.id.clone())
     }
 
     /// The source and descriptor of the offered tool `name`.
@@ -261,6 +274,27 @@ pub(crate) async fn call(
     arguments: JsonObject,
     round: Round,
 ) -> Reply {
+    // Only a source the grant reaches (`super::super::granted`), on every
+    // path here (an agent's call, checked before with the same answer as an
+    // unknown tool, or an App View's): refused before the ledger, as a tool
+    // that does not exist.
+    match super::super::granted::of(app, Some(&principal)).await {
+        Ok(granted) if granted.allows_source(&source.spec.id) => {}
+        Ok(_) => {
+            return Reply::ledger(failure(
+                ErrorCode::ActionNotFound,
+                &format!("no tool named {:?}", tool.name),
+                None,
+            ));
+        }
+        Err(_) => {
+            return Reply::ledger(failure(
+                ErrorCode::ServerError,
+                "temporary server error",
+                None,
+            ));
+        }
+    }
     let id = named_id(meta).unwrap_or_else(|| RequestId::random(&mut rand::rng()).to_string());
     let effect = effect(&tool);
     let code =
