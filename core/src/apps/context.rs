@@ -1,16 +1,5 @@
 //! Context the user opts into: an App's offer, the user's selection, and
 //! the [`Submission`] that captures exactly what was selected.
-//!
-//! The host document ("Context is opt-in"): an App may offer its latest text
-//! or structured value (`ui/update-model-context`, SEP-1865 "MCP Apps
-//! Specific Messages": each update overwrites the last). Nothing is attached
-//! unless the user selects it. Sending captures the exact selected values;
-//! a later update cannot rewrite a submission in flight, and a selection
-//! whose value was replaced, discarded or is missing fails visibly — never
-//! is newer context substituted. Each value is at most
-//! [`MAX_CONTEXT_BYTES`] (64 KiB) and one submission selects at most
-//! [`MAX_SUBMISSION_VIEWS`] (8) Views. Captured context is data attributed
-//! to its source, not instructions from the host.
 
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -120,6 +109,17 @@ pub struct Captured {
 
 /// The context of one composer submission, captured at the moment of
 /// sending. It owns copies: later offers cannot change it.
+///
+/// The host document ("Context is opt-in"): an App may offer its latest text
+/// or structured value (`ui/update-model-context`, SEP-1865 "MCP Apps
+/// Specific Messages": each update overwrites the last). Nothing is attached
+/// unless the user selects it. Sending captures the exact selected values;
+/// a later update cannot rewrite a submission in flight, and a selection
+/// whose value was replaced, discarded or is missing fails visibly — never
+/// is newer context substituted. Each value is at most
+/// [`MAX_CONTEXT_BYTES`] (64 KiB) and one submission selects at most
+/// [`MAX_SUBMISSION_VIEWS`] (8) Views. Captured context is data attributed
+/// to its source, not instructions from the host.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Submission {
     captured: Vec<Captured>,

@@ -1,23 +1,5 @@
 //! Proposals an App makes that only the user can carry out: a message for
 //! the conversation (`ui/message`) and an external link (`ui/open-link`).
-//!
-//! Both follow one small state machine held by the [`View`]:
-//! `Proposed → Sent | Declined`, once. A second send, a send after a
-//! decline, or a proposal of a closed View is refused; closing the View
-//! withdraws what is still proposed. The host shows each proposal in its
-//! trusted card, outside the App's frame (SEP-1865 "MCP Apps Specific
-//! Messages": the host MAY ask for consent; this host always does).
-//!
-//! **Links.** A link passes the external-link guard
-//! ([`crate::link::ExternalLink`]) with the host's and the sandbox's origins
-//! refused; the card shows the normalised URL, and [`View::confirm_link`]
-//! hands it out once. **The caller opens it in a new browsing context
-//! without an opener** (`window.open(url, "_blank", "noopener,noreferrer")`
-//! or `<a target="_blank" rel="noopener noreferrer">`), never in the
-//! workbench itself. Opening a link needs no activation and no connection.
-//!
-//! **Messages.** After an uncertain answer to a send, the caller checks the
-//! receipt ([`super::reconcile`]); it never sends the same proposal again.
 
 use alloc::collections::BTreeMap;
 use alloc::string::String;
@@ -41,7 +23,27 @@ const MAX_SETTLED: usize = 64;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ProposalId(pub u64);
 
-/// What the trusted card shows for a proposal.
+/// What the trusted card shows for a proposal: a message for the
+/// conversation (`ui/message`) or an external link (`ui/open-link`), which
+/// only the user can carry out.
+///
+/// Both follow one small state machine held by the [`View`]:
+/// `Proposed → Sent | Declined`, once. A second send, a send after a
+/// decline, or a proposal of a closed View is refused; closing the View
+/// withdraws what is still proposed. The host shows each proposal in its
+/// trusted card, outside the App's frame (SEP-1865 "MCP Apps Specific
+/// Messages": the host MAY ask for consent; this host always does).
+///
+/// **Links.** A link passes the external-link guard
+/// ([`crate::link::ExternalLink`]) with the host's and the sandbox's origins
+/// refused; the card shows the normalised URL, and [`View::confirm_link`]
+/// hands it out once. **The caller opens it in a new browsing context
+/// without an opener** (`window.open(url, "_blank", "noopener,noreferrer")`
+/// or `<a target="_blank" rel="noopener noreferrer">`), never in the
+/// workbench itself. Opening a link needs no activation and no connection.
+///
+/// **Messages.** After an uncertain answer to a send, the caller checks the
+/// receipt ([`super::reconcile`]); it never sends the same proposal again.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Proposal {
     /// A message to send as the user, to the View's conversation.
@@ -169,7 +171,9 @@ impl View {
     }
 
     /// The user confirmed the link: its normalised URL, handed out once.
-    /// Open it without an opener (module docs).
+    /// **Open it in a new tab without an opener**
+    /// (`window.open(url, "_blank", "noopener,noreferrer")`), never in the
+    /// workbench itself (see [`Proposal`]).
     pub fn confirm_link(&mut self, id: ProposalId) -> Result<ExternalLink, ProposalError> {
         if self.is_closed() {
             return Err(ProposalError::ViewClosed);

@@ -1,10 +1,4 @@
 //! "Check result": reconciling an uncertain operation from its receipt.
-//!
-//! When the answer to an App operation is lost (the tab reloaded, the
-//! connection dropped), the host reads the operation's receipt — the
-//! execution ledger's record of its request — and reports what it says.
-//! It **never repeats the call** and never promises that an unconfirmed
-//! write had no effect: there is no "run again" answer here.
 
 use alloc::string::String;
 
@@ -78,6 +72,12 @@ pub enum Reconciled {
 }
 
 /// Reconciles an uncertain operation from its receipt ("Check result").
+///
+/// When the answer to an App operation is lost (the tab reloaded, the
+/// connection dropped), the host reads the operation's receipt — the
+/// execution ledger's record of its request — and reports what it says.
+/// It **never repeats the call** and never promises that an unconfirmed
+/// write had no effect: there is no "run again" answer here.
 ///
 /// ```
 /// use portcullis_core::apps::{reconcile, Receipt, Reconciled, UnknownWhy};

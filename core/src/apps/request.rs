@@ -1,45 +1,4 @@
 //! [`AppRequest`]: one JSON-RPC 2.0 message an App sent the host.
-//!
-//! An App (a "View" in the extension's words) talks to its host over
-//! `postMessage` in JSON-RPC 2.0, as an MCP client would (MCP Apps,
-//! SEP-1865, "Communication Protocol" and "Transport Layer"). The connected
-//! tab forwards each message it receives from the sandbox to the server
-//! untouched; the server parses it here and acts only on what this parser
-//! returns. A parsed request never carries anything the parser did not
-//! read: a `tools/call` is its tool name and arguments, nothing else the App
-//! put beside them, so nothing unread can be forwarded to a source.
-//!
-//! What is read (the extension's "Standard MCP Messages" and "MCP Apps
-//! Specific Messages"):
-//!
-//! | method | kind | becomes |
-//! |---|---|---|
-//! | `ui/initialize` | request | [`AppCall::Initialize`] |
-//! | `ui/notifications/initialized` | notification | [`AppCall::Initialized`] |
-//! | `ping` | request | [`AppCall::Ping`] |
-//! | `tools/call` `{name, arguments}` | request | [`AppCall::CallTool`] |
-//! | `resources/read` `{uri}` | request | [`AppCall::ReadResource`] |
-//! | `ui/message` `{role, content}` | request | [`AppCall::Message`] |
-//! | `ui/open-link` `{url}` | request | [`AppCall::OpenLink`] |
-//! | `ui/update-model-context` `{content?, structuredContent?}` | request | [`AppCall::UpdateContext`] |
-//! | `ui/notifications/size-changed` `{width?, height?}` | notification | [`AppCall::SizeChanged`] |
-//! | anything else | either | [`AppCall::Unsupported`] with the method name |
-//!
-//! The host supports text messages and text or structured context only (the
-//! host document: no image context, no App-provided tools, no fullscreen), so
-//! a content block of another type is refused
-//! ([`AppRequestError::UnsupportedContent`]) rather than dropped.
-//!
-//! **Strictness.** A message is at most [`MAX_REQUEST_BYTES`] (256 KiB, the
-//! host's per-request bound), checked before parsing. A member name repeated
-//! in any object, at any depth, is refused (RFC 8259 §4 leaves duplicates to
-//! the parser; two readers must never see two different requests). The
-//! envelope may have only `jsonrpc` (exactly `"2.0"`), `id`, `method` and
-//! `params`; a response (`result`/`error`) is not a request. An id is a
-//! string or an integer (MCP forbids `null`). A method the table lists as a
-//! request must have an id, a notification must not. Inside `params`, members
-//! the table does not name are ignored (MCP lets every `params` carry `_meta`
-//! and extensions add members), and never passed on.
 
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -151,6 +110,48 @@ pub enum AppCall {
 }
 
 /// One parsed message: its id (`None` for a notification) and its call.
+///
+/// An App (a "View" in the extension's words) talks to its host over
+/// `postMessage` in JSON-RPC 2.0, as an MCP client would (MCP Apps,
+/// SEP-1865, "Communication Protocol" and "Transport Layer"). The connected
+/// tab forwards each message it receives from the sandbox to the server
+/// untouched; the server parses it here and acts only on what this parser
+/// returns. A parsed request never carries anything the parser did not
+/// read: a `tools/call` is its tool name and arguments, nothing else the App
+/// put beside them, so nothing unread can be forwarded to a source.
+///
+/// What is read (the extension's "Standard MCP Messages" and "MCP Apps
+/// Specific Messages"):
+///
+/// | method | kind | becomes |
+/// |---|---|---|
+/// | `ui/initialize` | request | [`AppCall::Initialize`] |
+/// | `ui/notifications/initialized` | notification | [`AppCall::Initialized`] |
+/// | `ping` | request | [`AppCall::Ping`] |
+/// | `tools/call` `{name, arguments}` | request | [`AppCall::CallTool`] |
+/// | `resources/read` `{uri}` | request | [`AppCall::ReadResource`] |
+/// | `ui/message` `{role, content}` | request | [`AppCall::Message`] |
+/// | `ui/open-link` `{url}` | request | [`AppCall::OpenLink`] |
+/// | `ui/update-model-context` `{content?, structuredContent?}` | request | [`AppCall::UpdateContext`] |
+/// | `ui/notifications/size-changed` `{width?, height?}` | notification | [`AppCall::SizeChanged`] |
+/// | anything else | either | [`AppCall::Unsupported`] with the method name |
+///
+/// The host supports text messages and text or structured context only (the
+/// host document: no image context, no App-provided tools, no fullscreen), so
+/// a content block of another type is refused
+/// ([`AppRequestError::UnsupportedContent`]) rather than dropped.
+///
+/// **Strictness.** A message is at most [`MAX_REQUEST_BYTES`] (256 KiB, the
+/// host's per-request bound), checked before parsing. A member name repeated
+/// in any object, at any depth, is refused (RFC 8259 §4 leaves duplicates to
+/// the parser; two readers must never see two different requests). The
+/// envelope may have only `jsonrpc` (exactly `"2.0"`), `id`, `method` and
+/// `params`; a response (`result`/`error`) is not a request. An id is a
+/// printable string of 1 to 128 bytes or an integer that fits `i64` (MCP
+/// forbids `null`). A method the table lists as a
+/// request must have an id, a notification must not. Inside `params`, members
+/// the table does not name are ignored (MCP lets every `params` carry `_meta`
+/// and extensions add members), and never passed on.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AppRequest {
     /// The request id, `None` for a notification.
@@ -167,7 +168,7 @@ enum Kind {
 }
 
 impl AppRequest {
-    /// Parses one message (see the [module docs](self) for the rules).
+    /// Parses one message (the rules are in the [module docs](crate::apps)).
     ///
     /// ```
     /// use portcullis_core::apps::{AppCall, AppRequest, RpcId};

@@ -1,20 +1,4 @@
 //! The sandbox origin's configuration, checked once at startup.
-//!
-//! Apps run in an opaque iframe nested in a sandbox proxy served from an
-//! origin other than the host's (SEP-1865 "Sandbox proxy": host and sandbox
-//! MUST have different origins). The proxy carries no host credential, so
-//! it must never share the host's origin. The host document ("Local, Docker
-//! and reverse-proxy origins") fixes the rules checked here:
-//!
-//! - the listener is a literal `IPv4:port` or `[IPv6]:port` (port 0 picks a
-//!   free port);
-//! - a listener that is not loopback needs an explicit public URL (an
-//!   internal address is never advertised);
-//! - a public URL is an origin: `http` or `https`, no credentials, no path
-//!   but `/`, no query, no fragment;
-//! - the sandbox origin differs from the host's (scheme, host, port);
-//! - both are `https`, unless both are loopback (`127.0.0.0/8`, `[::1]`,
-//!   `localhost`), where plain `http` is allowed for development.
 
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -30,6 +14,22 @@ use crate::link::ExternalLinkPolicy;
 const MAX_URL_LEN: usize = 2048;
 
 /// The checks of [`SandboxConfig::check`].
+///
+/// Apps run in an opaque iframe nested in a sandbox proxy served from an
+/// origin other than the host's (SEP-1865 "Sandbox proxy": host and sandbox
+/// MUST have different origins). The proxy carries no host credential, so
+/// it must never share the host's origin. The host document ("Local, Docker
+/// and reverse-proxy origins") fixes the rules checked here:
+///
+/// - the listener is a literal `IPv4:port` or `[IPv6]:port` (port 0 picks a
+///   free port);
+/// - a listener that is not loopback needs an explicit public URL (an
+///   internal address is never advertised);
+/// - a public URL is an origin: `http` or `https`, no credentials, no path
+///   but `/`, no query, no fragment;
+/// - the sandbox origin differs from the host's (scheme, host, port);
+/// - both are `https`, unless both are loopback (`127.0.0.0/8`, `[::1]`,
+///   `localhost`), where plain `http` is allowed for development.
 #[derive(Clone, Copy, Debug)]
 pub struct SandboxConfig;
 
