@@ -1,0 +1,77 @@
+//! Schema migrations: a database written by an earlier build opens under
+//! this one and gains what this one needs (version 3: the `grant_apps`
+//! table), keeping its rows; a database newer than this build is refused.
+//!
+//! Needs `PORTCULLIS_TEST_POSTGRES_URL`; without it each test says so and
+//! passes. Each test uses a schema of its own.
+#![allow(
+    clippy::unwrap_used,
+    reason = "tests: a failed unwrap is a failed test"
+)]
+
+use portcullis_core::store::{ReadTransaction as _, Store as _, Table, WriteTransaction as _};
+use portcullis_store_postgres::{PostgresConfig, SCHEMA_VERSION};
+
+#[test]
+fn a_version_2_database_gains_the_grant_apps_table_and_keeps_its_rows() {
+    let Ok(url) = std::env::var("PORTCULLIS_TEST_POSTGRES_URL") else {
+        eprintln!("PORTCULLIS_TEST_POSTGRES_URL not set: migration test skipped");
+        return;
+    };
+    let schema = format!("migrate_v2_{}", std::process::id());
+    let config = || {
+        PostgresConfig::parse(&url)
+            .unwrap()
+            .schema(&schema)
+            .unwrap()
+    };
+    let mut admin = PostgresConfig::parse(&url).unwrap().connect().unwrap();
+    admin
+        .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+        .unwrap();
+    // A database as version 2 left it: every table but grant_apps.
+    {
+        let store = config().open().unwrap();
+        let mut w = store.begin_write().unwrap();
+        w.put(Table::Grants, b"g", b"kept").unwrap();
+        w.commit().unwrap();
+    }
+    admin
+        .batch_execute(&format!(
+            "DROP TABLE {schema}.grant_apps; UPDATE {schema}.schema_version SET version = 2;"
+        ))
+        .unwrap();
+    // This build migrates it.
+    let store = config().open().unwrap();
+    let version: i32 = admin
+        .query_one(&format!("SELECT version FROM {schema}.schema_version"), &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(version, SCHEMA_VERSION);
+    assert_eq!(SCHEMA_VERSION, 3);
+    let mut w = store.begin_write().unwrap();
+    w.put(Table::GrantApps, b"g1", b"apps").unwrap();
+    w.commit().unwrap();
+    let r = store.begin_read().unwrap();
+    assert_eq!(
+        r.get(Table::Grants, b"g").unwrap().as_deref(),
+        Some(&b"kept"[..])
+    );
+    assert_eq!(
+        r.get(Table::GrantApps, b"g1").unwrap().as_deref(),
+        Some(&b"apps"[..])
+    );
+    drop(r);
+    drop(store);
+    // A database newer than this build is refused.
+    admin
+        .batch_execute(&format!(
+            "UPDATE {schema}.schema_version SET version = {};",
+            SCHEMA_VERSION + 1
+        ))
+        .unwrap();
+    assert!(config().open().is_err());
+    admin
+        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+        .unwrap();
+}
