@@ -3,7 +3,7 @@
 use alloc::string::String;
 
 use crate::engine::RequestStatus;
-use crate::ledger::{BusinessError, End, Failure, StoredResult};
+use crate::ledger::{BusinessError, End, Failure, OutcomesError, StoredResult};
 
 /// The ledger's receipt of one operation's request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,6 +31,21 @@ impl<'a> Receipt<'a> {
             Some(RequestStatus::Done(result)) => Self::Done(result),
             // `InProgress`, and any state a later version adds: not final.
             Some(_) => Self::InProgress,
+        }
+    }
+
+    /// The receipt in what [`crate::Engine::request_status`] answered:
+    /// `None` when the answer is not a receipt at all (the grant is not
+    /// live, the store failed, a bad input): report that error instead, and
+    /// never guess an outcome from it.
+    #[must_use]
+    pub fn from_answer(answer: &'a Result<RequestStatus, OutcomesError>) -> Option<Self> {
+        match answer {
+            Ok(status) => Some(Self::from_status(Some(status))),
+            Err(OutcomesError::NotFound) => Some(Self::Missing),
+            Err(OutcomesError::ResultExpired) => Some(Self::Expired),
+            Err(OutcomesError::Pending) => Some(Self::InProgress),
+            Err(_) => None,
         }
     }
 }

@@ -11,7 +11,9 @@ use crate::engine::RequestStatus;
 use crate::error::WireError;
 use crate::gateway::{Gateway, SourceId};
 use crate::grant::GrantId;
-use crate::ledger::{BusinessError, Effect, End, Failure, OutcomePage, RequestId, StoredResult};
+use crate::ledger::{
+    BusinessError, Effect, End, Failure, OutcomePage, OutcomesError, RequestId, StoredResult,
+};
 use crate::link::{ExternalLinkError, ExternalLinkPolicy};
 use crate::scope::ScopeSet;
 
@@ -1067,6 +1069,16 @@ fn check_result_reconciles_from_the_receipt_and_never_reruns() {
     );
     let status = RequestStatus::Done(done.clone());
     assert_eq!(Receipt::from_status(Some(&status)), Receipt::Done(&done));
+    let answer = Ok(status.clone());
+    assert_eq!(Receipt::from_answer(&answer), Some(Receipt::Done(&done)));
+    for (answer, want) in [
+        (Err(OutcomesError::NotFound), Some(Receipt::Missing)),
+        (Err(OutcomesError::ResultExpired), Some(Receipt::Expired)),
+        (Err(OutcomesError::Pending), Some(Receipt::InProgress)),
+        (Err(OutcomesError::Session(Failure::Revoked)), None),
+    ] {
+        assert_eq!(Receipt::from_answer(&answer), want);
+    }
 }
 
 // --------------------------------------------------------------- Sandbox

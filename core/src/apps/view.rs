@@ -209,6 +209,7 @@ impl Operation {
 
 /// What the caller's rule lookup is asked about: an operation on the
 /// View's own source.
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OpTarget<'a> {
     /// A tool of the source.
