@@ -272,9 +272,10 @@ pub struct ApprovalCard {
     pub op: OpId,
     /// The source.
     pub source: SourceId,
-    /// The tool.
+    /// The tool (for a resource read the rule made a write:
+    /// `resources/read <downstream uri>`).
     pub tool: String,
-    /// The exact arguments (JSON text).
+    /// The exact arguments (JSON text; `{}` for a resource read).
     pub arguments: String,
     /// The effect.
     pub effect: Effect,
