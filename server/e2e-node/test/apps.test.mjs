@@ -24,7 +24,10 @@ import { join, resolve, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 import { createServer as createHttpServer } from "node:http";
 import { chromium } from "playwright-core";
-import { startServer, sleep } from "./helpers.mjs";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { auth } from "@modelcontextprotocol/sdk/client/auth.js";
+import { startServer, sleep, Provider, csrfOf } from "./helpers.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const SHOTS = process.env.SCREENSHOT_DIR ?? resolve(here, "../../../target/e2e-screenshots");
@@ -89,6 +92,7 @@ test("an MCP App from a gateway tool, in the sandbox, under activation, approval
   const SANDBOX = `http://localhost:${sandboxPort}`;
   const server = await startServer([
     "--source", `counter=${counter.url}`,
+    "--source", `board=cmd:${process.execPath} ${join(here, "downstream.mjs")} stdio`,
     "--sandbox-addr", `127.0.0.1:${sandboxPort}`,
     "--sandbox-public-url", SANDBOX,
   ]);
@@ -250,6 +254,42 @@ test("an MCP App from a gateway tool, in the sandbox, under activation, approval
   await message.locator("button:has-text('Send once')").click();
   await appFrame.locator("#status:has-text('message done')").waitFor();
   await page.screenshot({ path: join(SHOTS, "app-proposals.png"), fullPage: true });
+
+  // A second agent of the same user, given only the board source at
+  // consent, sees none of the counter's tools or its App, and cannot call
+  // or read them (one connector, a granted set).
+  const boardOnly = new Provider("alice", {
+    name: "Board Agent",
+    authorize: async (authorizationUrl, user) => {
+      const signIn = await fetch(`${HOST}/sign-in?${new URLSearchParams({ next: "/agents" })}`, {
+        method: "POST", redirect: "manual",
+        headers: { "content-type": "application/x-www-form-urlencoded" },
+        body: new URLSearchParams({ intent: "signin", username: user }),
+      });
+      const cookie = signIn.headers.getSetCookie()[0].split(";")[0];
+      const html = await (await fetch(authorizationUrl, { headers: { cookie } })).text();
+      const r = await fetch(authorizationUrl, {
+        method: "POST", redirect: "manual",
+        headers: { "content-type": "application/x-www-form-urlencoded", cookie },
+        body: new URLSearchParams([["intent", "allow"], ["csrf", csrfOf(html)], ["apps", "selected"], ["app:board", "on"]]),
+      });
+      assert.equal(r.status, 302);
+      const back = new URL(r.headers.get("location"));
+      return { cookie, code: back.searchParams.get("code"), iss: back.searchParams.get("iss") ?? undefined };
+    },
+  });
+  const serverUrl = new URL(server.mcpUrl);
+  assert.equal(await auth(boardOnly, { serverUrl }), "REDIRECT");
+  assert.equal(await auth(boardOnly, { serverUrl, authorizationCode: boardOnly.code }), "AUTHORIZED");
+  const second = new Client({ name: "board-only", version: "1.0.0" });
+  await second.connect(new StreamableHTTPClientTransport(serverUrl, { authProvider: boardOnly }));
+  t.after(() => second.close());
+  const seen = (await second.listTools()).tools.map((x) => x.name).sort();
+  assert.deepEqual(seen, ["big_text", "board_status", "pin_card"]);
+  assert.deepEqual((await second.listResources()).resources.map((r) => r.uri), ["ui://portcullis/board/widget/board.html"]);
+  await assert.rejects(second.callTool({ name: "increment", arguments: { by: 1 } }), /no tool named/);
+  await assert.rejects(second.readResource({ uri: "ui://portcullis/counter/counter/app.html" }), /no source named counter/);
+  assert.deepEqual(await counter.state(), { count: 2, increments: 1 });
 
   // The agent's grant is revoked: the View's authority ends with it.
   const revoked = await fetch(`${HOST}/revoke`, {

@@ -350,6 +350,7 @@ fn rule(app: &Shared, target: OpTarget<'_>) -> Option<OpRule> {
             effect: portcullis_core::ledger::Effect::Read,
             scope: None,
         }),
+        _ => None,
     }
 }
 
