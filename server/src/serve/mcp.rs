@@ -99,7 +99,7 @@ impl Tools {
     /// The caller of a task call and the request its task id names: the
     /// id must be one sealed for the caller's grant lineage (an agent token
     /// has none).
-    fn task_of(
+    async fn task_of(
         &self,
         context: &mut RequestContext<RoleServer>,
         task_id: &str,
@@ -115,6 +115,15 @@ impl Tools {
             .engine()
             .open_task_id(&principal, task_id, crate::clock::now())
             .map_err(|_| ErrorData::invalid_params("unknown task", None))?;
+        // Tasks are `execute`'s, a built-in tool: a grant that no longer
+        // reaches the built-ins (the reserved app `_host`) no longer reads
+        // them either ([`super::granted`]).
+        if !super::granted::of(&self.app, Some(&principal))
+            .await?
+            .allows_host()
+        {
+            return Err(ErrorData::invalid_params("unknown task", None));
+        }
         Ok((principal, id))
     }
 
@@ -652,7 +661,7 @@ impl ServerHandler for Tools {
         request: GetTaskParams,
         mut context: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, ErrorData> {
-        let (principal, id) = self.task_of(&mut context, &request.task_id)?;
+        let (principal, id) = self.task_of(&mut context, &request.task_id).await?;
         let p = principal.clone();
         let status = self
             .app
@@ -710,7 +719,7 @@ impl ServerHandler for Tools {
         request: CancelTaskParams,
         mut context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.task_of(&mut context, &request.task_id)?;
+        self.task_of(&mut context, &request.task_id).await?;
         Ok(())
     }
 
