@@ -212,7 +212,7 @@ test("an MCP App from a gateway tool, in the sandbox, under activation, approval
   const approval = page.locator("#approvals .approval");
   await approval.waitFor();
   const asked = await approval.textContent();
-  assert.match(asked, /increment from source counter/);
+  assert.match(asked, /The App of source counter \(shown for “Apps Agent”\) wants to run increment from source counter/);
   assert.match(asked, /"by": 2/);
   assert.equal(await page.locator(".app-view .approval").count(), 0, "the approval is not inside the App's card");
   assert.deepEqual(await counter.state(), { count: 0, increments: 0 }, "nothing runs before the approval");

@@ -307,7 +307,11 @@
       // so it is never mistaken for the app's own skill of the same name.
       const what = a.source ? `${a.action} from source ${a.source}` : a.kind;
       const h = document.createElement("h3");
-      h.textContent = `${clientName(a.client)} wants to run ${what}`;
+      // An MCP App asks through its View (shown for the agent's call).
+      h.textContent = a.appView
+        ? `The App of source ${a.source} (shown for ${clientName(a.client)}) wants to run ${what}`
+        : `${clientName(a.client)} wants to run ${what}`;
+      if (a.appView) box.dataset.appView = a.appView;
       const who = document.createElement("p");
       const id = document.createElement("code");
       id.textContent = a.client.id;

@@ -379,6 +379,8 @@ impl App {
                     "offerAutoApprove": p.offer_auto_approve,
                     "canApprove": p.can_approve(),
                     "args": p.arguments.as_deref().map(shown_arguments),
+                    // Asked by an MCP App View, not by the agent itself.
+                    "appView": self.apps.view_of_request(&p.request_id),
                 }));
             }
             grants.push((g, tab));

@@ -381,6 +381,16 @@ impl Apps {
         true
     }
 
+    /// The View whose App request runs under ledger request `id`, if any
+    /// (the approval card says the App asks, not the agent).
+    pub(crate) fn view_of_request(&self, id: &RequestId) -> Option<String> {
+        let views = self.lock();
+        views
+            .values()
+            .find(|v| v.calls.values().any(|c| c.request == *id))
+            .map(|v| v.view.id().as_str().to_owned())
+    }
+
     /// The user's open Views as the tab's snapshot lists them; `live` says
     /// whether a grant is live now.
     pub(crate) fn listed(&self, subject: &str, live: impl Fn(&GrantId) -> bool) -> Vec<Value> {
@@ -690,7 +700,7 @@ pub(crate) async fn resource(
             );
         }
         Err(e) => {
-            tracing::debug!(error = %e.message, "MCP Apps: reading the App failed");
+            tracing::warn!(error = %e.message, "MCP Apps: reading the App failed");
             return error(StatusCode::BAD_GATEWAY, "SOURCE_UNAVAILABLE", &e.message);
         }
     };
@@ -747,4 +757,58 @@ fn app_html(result: &Value, own: &[&str]) -> Option<AppDocument> {
         exact_origins(declared, own)
     };
     Some((html, (list("connectDomains"), list("resourceDomains"))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tool(meta: Value) -> Tool {
+        let mut t = Tool::new("show", "", std::sync::Arc::new(JsonObject::new()));
+        t.meta = serde_json::from_value(meta).unwrap();
+        t
+    }
+
+    #[test]
+    fn a_tool_names_its_app_and_who_may_call_it() {
+        let gw = "ui://portcullis/counter/counter/app.html";
+        assert_eq!(
+            ui_resource(&tool(json!({"ui": {"resourceUri": gw}}))).as_deref(),
+            Some(gw)
+        );
+        assert_eq!(
+            ui_resource(&tool(json!({"ui/resourceUri": gw}))).as_deref(),
+            Some(gw)
+        );
+        assert_eq!(
+            ui_resource(&tool(json!({"ui": {"resourceUri": "https://x"}}))),
+            None
+        );
+        assert!(app_visible(&tool(json!({"ui": {"resourceUri": gw}}))));
+        assert!(app_visible(&tool(json!({"ui": {"visibility": ["app"]}}))));
+        assert!(!app_visible(&tool(
+            json!({"ui": {"visibility": ["model"]}})
+        )));
+        assert!(!app_visible(&tool(json!({"ui": {"visibility": "app"}}))));
+    }
+
+    #[test]
+    fn the_app_document_keeps_only_exact_foreign_origins() {
+        let read = json!({"contents": [
+            {"uri": "ui://x", "mimeType": "text/plain", "text": "not this"},
+            {"uri": "ui://y", "mimeType": APP_MIME, "text": "<p>app</p>", "_meta": {"ui": {"csp": {
+                "connectDomains": ["https://api.example.com", "https://*.example.net",
+                    "http://127.0.0.1:8787", "https://api.example.com/"],
+                "resourceDomains": ["https://cdn.example.com/lib/", "javascript:alert(1)"],
+            }}}},
+        ]});
+        let (html, (connect, resource)) = app_html(&read, &["http://127.0.0.1:8787"]).unwrap();
+        assert_eq!(html, "<p>app</p>");
+        assert_eq!(connect, ["https://api.example.com"]);
+        assert!(resource.is_empty());
+        let blob =
+            json!({"contents": [{"uri": "ui://y", "mimeType": APP_MIME, "blob": "PGI+PC9iPg=="}]});
+        assert_eq!(app_html(&blob, &[]).unwrap().0, "<b></b>");
+        assert!(app_html(&json!({"contents": []}), &[]).is_none());
+    }
 }
