@@ -255,6 +255,34 @@ test("an MCP App from a gateway tool, in the sandbox, under activation, approval
   await appFrame.locator("#status:has-text('message done')").waitFor();
   await page.screenshot({ path: join(SHOTS, "app-proposals.png"), fullPage: true });
 
+  // The grant's apps change on the Agents page (no longer the counter):
+  // the View's activation ends with the authority it was given, and its
+  // next call is refused; given back, it must be activated again.
+  const grant = await card.getAttribute("data-grant");
+  const setApps = (apps) => page.evaluate(async ([grant, apps]) => {
+    const csrf = document.getElementById("tab").dataset.csrf;
+    const r = await fetch("/agents/grants/apps", {
+      method: "POST",
+      headers: { "content-type": "application/json", "x-csrf-token": csrf },
+      body: JSON.stringify({ grant, apps }),
+    });
+    return r.status;
+  }, [grant, apps]);
+  assert.equal(await setApps(["_host", "board"]), 200);
+  await appFrame.locator("#inc").click();
+  await appFrame.locator("#status:has-text('increment refused')").waitFor();
+  assert.match(await appFrame.locator("#status").textContent(), /changed since activation/);
+  await card.locator(".app-state:has-text('Interactions ended')").waitFor();
+  assert.equal(await setApps("all"), 200);
+  await card.locator("button.app-activate").click();
+  await card.locator(".app-state:has-text('Interactions are active')").waitFor();
+  // A write the user denies never runs; the App is told.
+  await appFrame.locator("#inc").click();
+  await approval.waitFor();
+  await approval.locator("button[data-decision=deny]").click();
+  await appFrame.locator("#status:has-text('increment failed')").waitFor();
+  assert.deepEqual(await counter.state(), { count: 2, increments: 1 });
+
   // A second agent of the same user, given only the board source at
   // consent, sees none of the counter's tools or its App, and cannot call
   // or read them (one connector, a granted set).

@@ -145,7 +145,11 @@
       return;
     }
     if (typeof m.method === "string" && m.method.startsWith("ui/notifications/sandbox-")) return;
-    if (m.method === undefined) return; // an answer to the host: none is asked
+    if (m.method === undefined) {
+      // The one request the host sends: the App's answer to the teardown.
+      if (m.id === "teardown" && v.tornDown) v.tornDown();
+      return;
+    }
     v.queue = v.queue.then(() => forward(v, m)).catch(() => {});
   };
 
@@ -163,8 +167,12 @@
   };
 
   const close = async (v) => {
+    // The App is told first and given a moment to answer (SEP-1865,
+    // "Cleanup"); its controls end on the server at once.
+    const answered = new Promise((ok) => { v.tornDown = ok; setTimeout(ok, 1000); });
     toApp(v, { jsonrpc: "2.0", id: "teardown", method: "ui/resource-teardown", params: { reason: "closed by the user" } });
     await api("/agents/apps/close", { view: v.id });
+    await answered;
     v.box.remove();
     views.delete(v.id);
   };
@@ -187,6 +195,7 @@
       el("h3", { textContent: `App from source ${d.source}: result of ${d.tool}, called by ${who}` }),
       v.stateEl, el("p", {}, v.activateEl, " ", closeEl), v.proposalsEl, v.frame);
     v.box.dataset.view = d.id;
+    v.box.dataset.grant = d.grant;
     setState(v, v.active ? "Interactions are active." :
       "Shown only: the App can call nothing until you choose “Activate interactions”.");
     views.set(d.id, v);
@@ -200,7 +209,16 @@
     for (const d of list) if (!views.has(d.id)) add(d);
     for (const d of list) {
       const v = views.get(d.id);
-      if (v && d.live === false) setState(v, "Its connection was revoked: the App can no longer call anything.");
+      if (!v) continue;
+      if (d.live === false) {
+        setState(v, "Its connection was revoked: the App can no longer call anything.");
+      } else if (v.active && d.active === false) {
+        // The server ended the activation (the grant's authority changed).
+        v.active = false;
+        v.activateEl.hidden = false;
+        v.activateEl.disabled = false;
+        setState(v, "Interactions ended (the connection's permissions changed): activate again to continue.");
+      }
     }
   });
 })();

@@ -380,49 +380,11 @@ async fn operation(
         AppCall::ReadResource { uri } => Some(uri.clone()),
         _ => None,
     };
-    // The same message again (the page asking after `pending`) is the same
-    // operation; the same id with another message is refused.
-    let admitted = app.apps.with(subject, view, |v| {
-        if let Some(c) = v.calls.get(&id) {
-            return if c.message == message {
-                Ok((c.op, c.request, c.asked))
-            } else {
-                Err("this request id is in flight with another request".to_owned())
-            };
-        }
-        let Ok(op) = Operation::from_call(call) else {
-            return Err("not an operation".to_owned());
+    let (op, request, asked, source_call) =
+        match admit(app, subject, view, &id, call, message, &authority) {
+            Ok(a) => a,
+            Err(why) => return refuse(Some(&id), &why),
         };
-        let ticket = v
-            .view
-            .admit(op, &authority, &app.gateway.map, |t| rule(app, t))
-            .map_err(|e| e.to_string())?;
-        let request = RequestId::random(&mut rand::rng());
-        v.calls.insert(
-            id.clone(),
-            Call {
-                op: ticket.id,
-                request,
-                message,
-                asked: false,
-                target: ticket.call,
-            },
-        );
-        Ok((ticket.id, request, false))
-    });
-    let (op, request, asked) = match admitted {
-        Ok(Ok(a)) => a,
-        Ok(Err(why)) => {
-            tracing::debug!(why, "MCP Apps: an App operation refused");
-            return refuse(Some(&id), &why);
-        }
-        Err(e) => return refuse(Some(&id), e.message()),
-    };
-    let Ok(Some(source_call)) = app.apps.with(subject, view, |v| {
-        v.calls.get(&id).map(|c| c.target.clone())
-    }) else {
-        return refuse(Some(&id), Refusal::NoView.message());
-    };
     let answer = match source_call {
         SourceCall::Resource { .. } => {
             let uri = original_uri.unwrap_or_default();
@@ -462,6 +424,67 @@ async fn operation(
         other => other,
     };
     respond(answer)
+}
+
+/// Admits an App operation in its View (or finds it again: the same message
+/// under the same id, the page asking after `pending`; the same id with
+/// another message is refused): its operation, ledger request, whether the
+/// gateway was asked already, and what it calls. A refusal that ended the
+/// activation (the authority changed) wakes the page.
+fn admit(
+    app: &Shared,
+    subject: &str,
+    view: &str,
+    id: &RpcId,
+    call: AppCall,
+    message: Fingerprint,
+    authority: &Authority,
+) -> Result<(portcullis_core::apps::OpId, RequestId, bool, SourceCall), String> {
+    let was_active = app
+        .apps
+        .with(subject, view, |v| v.view.is_active())
+        .unwrap_or(false);
+    let admitted = app.apps.with(subject, view, |v| {
+        if let Some(c) = v.calls.get(id) {
+            return if c.message == message {
+                Ok((c.op, c.request, c.asked, c.target.clone()))
+            } else {
+                Err("this request id is in flight with another request".to_owned())
+            };
+        }
+        let Ok(op) = Operation::from_call(call) else {
+            return Err("not an operation".to_owned());
+        };
+        let ticket = v
+            .view
+            .admit(op, authority, &app.gateway.map, |t| rule(app, t))
+            .map_err(|e| e.to_string())?;
+        let request = RequestId::random(&mut rand::rng());
+        v.calls.insert(
+            id.clone(),
+            Call {
+                op: ticket.id,
+                request,
+                message,
+                asked: false,
+                target: ticket.call.clone(),
+            },
+        );
+        Ok((ticket.id, request, false, ticket.call))
+    });
+    match admitted {
+        Ok(Ok(a)) => Ok(a),
+        Ok(Err(why)) => {
+            tracing::debug!(why, "MCP Apps: an App operation refused");
+            let active = app.apps.with(subject, view, |v| v.view.is_active());
+            if was_active && active.is_ok_and(|a| !a) {
+                // The authority changed: the page shows the activation ended.
+                app.bump(subject);
+            }
+            Err(why)
+        }
+        Err(e) => Err(e.message().to_owned()),
+    }
 }
 
 /// A read of the App's own source, through the gateway.
