@@ -324,10 +324,13 @@ pub(crate) struct ServeArgs {
 /// (no cookie, no credential, no API). See docs/server.md, "MCP Apps".
 #[derive(Clone, Debug, Args)]
 pub(crate) struct AppsArgs {
-    /// Address the sandbox listens on (port `0`: a free one). A
-    /// non-loopback address needs `--sandbox-public-url`.
-    #[arg(long, default_value = "127.0.0.1:0")]
-    pub(crate) sandbox_addr: SocketAddr,
+    /// Address the sandbox listens on (default `127.0.0.1:0`: loopback, a
+    /// free port). A non-loopback address needs `--sandbox-public-url`.
+    /// The sandbox runs only with `--source`s (Apps come from sources);
+    /// without either flag, a server whose configuration leaves no safe
+    /// default (a public URL off loopback) runs without Apps and says so.
+    #[arg(long)]
+    pub(crate) sandbox_addr: Option<SocketAddr>,
     /// The origin browsers reach the sandbox at (scheme, host and port, no
     /// path): another origin than `--public-url`, best another host name
     /// (browsers share cookies across the ports of one host), https unless

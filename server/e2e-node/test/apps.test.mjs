@@ -334,3 +334,17 @@ test("an MCP App from a gateway tool, in the sandbox, under activation, approval
   await page.screenshot({ path: join(SHOTS, "app-revoked.png"), fullPage: true });
   assert.ok(Date.now() - started < 60000, `took ${Date.now() - started} ms`);
 });
+
+test("an unsafe sandbox configuration refuses the start", async (t) => {
+  const counter = await startCounter();
+  t.after(() => counter.stop().catch(() => {}));
+  const port = await freePort();
+  for (const [flags, why] of [
+    [["--sandbox-addr", "0.0.0.0:0"], /MCP Apps sandbox.*--sandbox-public-url/],
+    [["--public-url", `http://127.0.0.1:${port}`, "--sandbox-public-url", `http://127.0.0.1:${port}/`], /must differ from the host origin/],
+    [["--sandbox-public-url", "https://apps.example.net"], /use https for both origins/],
+    [["--sandbox-public-url", "http://localhost:9/apps"], /MCP Apps sandbox/],
+  ]) {
+    await assert.rejects(startServer(["--source", `counter=${counter.url}`, ...flags]), why, flags.join(" "));
+  }
+});

@@ -31,7 +31,12 @@ export async function startServer(extra = []) {
       const m = out.match(/Agents page: (http:\/\/[^\s]+)\/agents/);
       if (m) { clearTimeout(timer); ok(m[1]); }
     });
-    child.on("exit", (code) => fail(new Error(`server exited ${code}: ${err}`)));
+    child.on("exit", (code) => {
+      // A refused start: no timer or temporary directory left behind.
+      clearTimeout(timer);
+      rmSync(dir, { recursive: true, force: true });
+      fail(new Error(`server exited ${code}: ${err}`));
+    });
   });
   const mcpUrl = out.match(/MCP URL:\s+(\S+)/)[1];
   return {

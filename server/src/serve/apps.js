@@ -25,6 +25,7 @@
   if (!root || !section) return;
   const csrf = root.dataset.csrf;
   const SANDBOX = section.dataset.sandbox;
+  if (!SANDBOX) return; // the server shows no Apps (no sandbox)
   const views = new Map();
 
   const api = async (path, body) => {

@@ -129,6 +129,9 @@ async fn script() -> Response {
 /// the one origin it may frame (`frame-src`): the page frames only the
 /// sandbox proxy.
 pub(crate) fn frames_sandbox(mut page: Response, sandbox: &str) -> Response {
+    if sandbox.is_empty() {
+        return page;
+    }
     let h = page.headers_mut();
     let csp = h
         .get(axum::http::header::CONTENT_SECURITY_POLICY)
@@ -259,11 +262,12 @@ impl Entry {
 /// The host's Views and the sandbox's origin.
 pub(crate) struct Apps {
     /// The sandbox's public origin (what the page frames, what a link may
-    /// not point at).
+    /// not point at); empty when the host is off (no sources, or no safe
+    /// sandbox configuration given): then no View is recorded.
     pub(crate) sandbox: String,
     /// What an App's link may not point at: this server's origin and the
-    /// sandbox's.
-    pub(crate) link_policy: portcullis_core::link::ExternalLinkPolicy,
+    /// sandbox's (`None` when the host is off).
+    pub(crate) link_policy: Option<portcullis_core::link::ExternalLinkPolicy>,
     views: Mutex<HashMap<String, Entry>>,
 }
 
@@ -271,15 +275,41 @@ impl Apps {
     /// Binds and starts the sandbox of the server at `host` (its public
     /// origin), serving until `stopping` turns `true`; the host of its Views.
     /// An unsafe sandbox configuration is refused ([`sandbox::bind`]).
+    ///
+    /// The host is off (no listener, no View) without `--source`s, and when
+    /// neither sandbox flag was given and the defaults are not safe for this
+    /// server (a public URL off loopback needs `--sandbox-public-url`): the
+    /// server runs without Apps and logs why. Flags that were given and are
+    /// unsafe refuse the start.
     pub(crate) async fn start(
         args: &crate::cli::ServeArgs,
         host: &str,
         mut stopping: tokio::sync::watch::Receiver<bool>,
     ) -> Result<Self, String> {
-        let sandbox = sandbox::bind(&args.apps, host).await?;
+        let off = || Self {
+            sandbox: String::new(),
+            link_policy: None,
+            views: Mutex::new(HashMap::new()),
+        };
+        if args.gateway.sources.is_empty() && args.gateway.sources_file.is_none() {
+            return Ok(off());
+        }
+        let explicit = args.apps.sandbox_addr.is_some() || args.apps.sandbox_public_url.is_some();
+        let sandbox = match sandbox::bind(&args.apps, host).await {
+            Ok(s) => s,
+            Err(e) if !explicit => {
+                tracing::warn!(
+                    error = %e,
+                    "MCP Apps are off: give --sandbox-public-url (and --sandbox-addr) to show \
+                     sources' Apps"
+                );
+                return Ok(off());
+            }
+            Err(e) => return Err(e),
+        };
         let apps = Self {
             sandbox: sandbox.origin.clone(),
-            link_policy: sandbox.link_policy.clone(),
+            link_policy: Some(sandbox.link_policy.clone()),
             views: Mutex::new(HashMap::new()),
         };
         tokio::spawn(sandbox.serve(args.limits, async move {
@@ -381,6 +411,11 @@ impl Apps {
         true
     }
 
+    /// Whether the host is on (a sandbox is served).
+    pub(crate) fn is_on(&self) -> bool {
+        self.link_policy.is_some()
+    }
+
     /// The View whose App request runs under ledger request `id`, if any
     /// (the approval card says the App asks, not the agent).
     pub(crate) fn view_of_request(&self, id: &RequestId) -> Option<String> {
@@ -468,7 +503,7 @@ impl App {
     /// Records the View an agent's completed gateway call leaves (see the
     /// module docs), and wakes the user's tab.
     pub(crate) fn record_view(&self, c: Candidate, result: &CallToolResult, origin: RequestId) {
-        if result.is_error == Some(true) {
+        if result.is_error == Some(true) || !self.apps.is_on() {
             return;
         }
         let subject = c.principal.subject.clone();

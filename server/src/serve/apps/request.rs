@@ -149,7 +149,9 @@ pub(crate) async fn request(State(app): State<Shared>, headers: HeaderMap, raw: 
             propose(&app, subject, view, id, |v| v.propose_message(text))
         }
         AppCall::OpenLink { url } => {
-            let policy = app.apps.link_policy.clone();
+            let Some(policy) = app.apps.link_policy.clone() else {
+                return refuse(id.as_ref(), "this host opens no links");
+            };
             propose(&app, subject, view, id, move |v| {
                 v.propose_link(&url, &policy)
             })

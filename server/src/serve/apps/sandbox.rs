@@ -55,6 +55,11 @@ use tower_http::timeout::TimeoutLayer;
 
 use crate::cli::{AppsArgs, ConnLimits};
 
+/// Where the sandbox listens without `--sandbox-addr`: loopback, a free
+/// port.
+const DEFAULT_ADDR: std::net::SocketAddr =
+    std::net::SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 0);
+
 /// The proxy page's script.
 const PROXY_JS: &str = include_str!("sandbox.js");
 
@@ -81,15 +86,16 @@ pub(crate) struct Sandbox {
 /// the host's, an explicit public URL for a listener that is not loopback
 /// or a host that is not, https unless both are loopback).
 pub(crate) async fn bind(args: &AppsArgs, host: &str) -> Result<Sandbox, String> {
+    let addr = args.sandbox_addr.unwrap_or(DEFAULT_ADDR);
     let checked = portcullis_core::apps::SandboxConfig::check_addr(
         host,
-        args.sandbox_addr,
+        addr,
         args.sandbox_public_url.as_deref(),
     )
     .map_err(|e| format!("MCP Apps sandbox (--sandbox-addr, --sandbox-public-url): {e}"))?;
     let listener = tokio::net::TcpListener::bind(checked.listen_addr())
         .await
-        .map_err(|e| format!("binding the sandbox at {}: {e}", args.sandbox_addr))?;
+        .map_err(|e| format!("binding the sandbox at {addr}: {e}"))?;
     let bound = listener.local_addr().map_err(|e| e.to_string())?;
     let origin = checked
         .origin(bound.port())
