@@ -753,11 +753,14 @@ pub(crate) async fn resource(
             }))
             .into_response()
         }
-        None => error(
-            StatusCode::BAD_GATEWAY,
-            "EXPECTATION_FAILED",
-            "the resource holds no text/html;profile=mcp-app content",
-        ),
+        None => {
+            tracing::warn!("MCP Apps: the App's resource holds no text/html;profile=mcp-app");
+            error(
+                StatusCode::BAD_GATEWAY,
+                "EXPECTATION_FAILED",
+                "the resource holds no text/html;profile=mcp-app content",
+            )
+        }
     }
 }
 
@@ -845,5 +848,80 @@ mod tests {
             json!({"contents": [{"uri": "ui://y", "mimeType": APP_MIME, "blob": "PGI+PC9iPg=="}]});
         assert_eq!(app_html(&blob, &[]).unwrap().0, "<b></b>");
         assert!(app_html(&json!({"contents": []}), &[]).is_none());
+    }
+}
+
+#[cfg(test)]
+mod registry {
+    use super::*;
+    use portcullis_core::scope::ScopeSet;
+
+    fn principal(subject: &str, grant: u8) -> Principal {
+        Principal {
+            site: portcullis_core::site::SiteId::parse("site").unwrap(),
+            grant: GrantId::from_bytes([grant; 16]),
+            subject: subject.into(),
+            client_id: "client".into(),
+            client_name: Some("Agent".into()),
+            scopes: ScopeSet::parse("skills:read").unwrap(),
+            token_id: String::new(),
+            expires: portcullis_core::time::Timestamp::from_secs(0),
+        }
+    }
+
+    fn candidate(subject: &str, grant: u8) -> Candidate {
+        let mut tool = Tool::new("show", "", std::sync::Arc::new(JsonObject::new()));
+        tool.meta = serde_json::from_value(
+            json!({"ui": {"resourceUri": "ui://portcullis/counter/counter/app.html"}}),
+        )
+        .unwrap();
+        let source = SourceId::new("counter").unwrap();
+        Candidate::of(
+            &principal(subject, grant),
+            &source,
+            &tool,
+            &JsonObject::new(),
+        )
+        .unwrap()
+    }
+
+    fn apps() -> Apps {
+        Apps {
+            sandbox: "http://127.0.0.1:2".into(),
+            link_policy: None,
+            views: Mutex::new(HashMap::new()),
+        }
+    }
+
+    #[test]
+    fn views_are_bounded_per_user_and_recorded_once_per_call() {
+        let (apps, map) = (apps(), portcullis_core::gateway::Gateway::default());
+        let ok = CallToolResult::success(Vec::new());
+        let id = |n: u8| RequestId::from_bytes([n; 16]);
+        assert!(apps.record("site", &map, candidate("ann", 1), &ok, id(1)));
+        assert!(
+            !apps.record("site", &map, candidate("ann", 1), &ok, id(1)),
+            "a repeat of the same call leaves no second View"
+        );
+        for n in 2..=u8::try_from(MAX_VIEWS_PER_USER + 4).unwrap() {
+            assert!(apps.record("site", &map, candidate("ann", 1), &ok, id(n)));
+        }
+        assert_eq!(apps.listed("ann", |_| true).len(), MAX_VIEWS_PER_USER);
+        assert!(apps.listed("bob", |_| true).is_empty());
+        assert!(apps.record("site", &map, candidate("bob", 2), &ok, id(1)));
+        let bob = apps.listed("bob", |_| false);
+        assert_eq!(bob.len(), 1);
+        assert_eq!(bob[0]["live"], false);
+        assert_eq!(bob[0]["active"], false);
+        assert_eq!(
+            bob[0]["resourceUri"],
+            "ui://portcullis/counter/counter/app.html"
+        );
+        let view = bob[0]["id"].as_str().unwrap().to_owned();
+        assert!(matches!(
+            apps.with("ann", &view, |_| ()),
+            Err(Refusal::NoView)
+        ));
+        assert!(apps.with("bob", &view, |_| ()).is_ok());
     }
 }
