@@ -739,37 +739,35 @@ pub(crate) async fn resource(
             return error(StatusCode::BAD_GATEWAY, "SOURCE_UNAVAILABLE", &e.message);
         }
     };
-    match app_html(&result, &[&app.public_url, &app.apps.sandbox]) {
-        Some((html, (connect, resource))) => {
-            tracing::debug!(
-                connect = connect.len(),
-                resource = resource.len(),
-                "MCP Apps: App read; its CSP origins kept"
-            );
-            Json(json!({
-                "ok": true,
-                "html": html,
-                "csp": {"connectDomains": connect, "resourceDomains": resource},
-            }))
-            .into_response()
-        }
-        None => {
-            tracing::warn!("MCP Apps: the App's resource holds no text/html;profile=mcp-app");
-            error(
-                StatusCode::BAD_GATEWAY,
-                "EXPECTATION_FAILED",
-                "the resource holds no text/html;profile=mcp-app content",
-            )
-        }
-    }
+    let Some((html, (connect, resource))) =
+        app_html(&result, &[&app.public_url, &app.apps.sandbox])
+    else {
+        tracing::warn!("MCP Apps: the App's resource holds no text/html;profile=mcp-app");
+        return error(
+            StatusCode::BAD_GATEWAY,
+            "EXPECTATION_FAILED",
+            "the resource holds no text/html;profile=mcp-app content",
+        );
+    };
+    tracing::debug!(
+        connect = connect.len(),
+        resource = resource.len(),
+        "MCP Apps: App read; its CSP origins kept"
+    );
+    Json(json!({
+        "ok": true,
+        "html": html,
+        "csp": {"connectDomains": connect, "resourceDomains": resource},
+    }))
+    .into_response()
 }
 
-/// The App's HTML in a read result, and its declared exact origins
-/// (`connectDomains`, `resourceDomains`).
 /// An App's HTML and its kept CSP origins (`connectDomains`,
 /// `resourceDomains`).
 type AppDocument = (String, (Vec<String>, Vec<String>));
 
+/// The App's HTML in a read result, and its declared exact origins
+/// without `own`.
 fn app_html(result: &Value, own: &[&str]) -> Option<AppDocument> {
     let content = result
         .get("contents")?
