@@ -359,7 +359,8 @@ pub(crate) struct GatewayArgs {
     /// `{"NAME": {"command": ["program", "arg", …], "env": {"K": "V"}}}`.
     #[arg(long = "sources", value_name = "FILE")]
     pub(crate) sources_file: Option<PathBuf>,
-    /// Seconds a source has to connect and answer `initialize` at its first
+    /// Seconds a source has to connect and open its session (`server/discover`
+    /// at 2026-07-28, `initialize` for an older source) at its first
     /// attempt; each failed attempt doubles it for the next, up to eight
     /// times this (a slow start gets there in the end).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=300))]
