@@ -335,8 +335,10 @@ pub(crate) struct AppsArgs {
     /// path): another origin than `--public-url`, best another host name
     /// (browsers share cookies across the ports of one host), https unless
     /// both are on loopback. Default, for a loopback listener and server
-    /// only: `http://<addr>` with the bound port. The start is refused when
-    /// the two would be one origin.
+    /// only: `http://localhost:<port>` (the bound port), or
+    /// `http://<addr>:<port>` when the server is on `localhost`: another
+    /// host name than the server's, so its cookies never reach the sandbox.
+    /// The start is refused when the two would be one origin.
     #[arg(long)]
     pub(crate) sandbox_public_url: Option<String>,
 }

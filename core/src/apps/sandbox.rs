@@ -135,7 +135,7 @@ impl SandboxConfig {
     ///     Some("https://apps.example.net")).unwrap();
     /// assert_eq!(s.origin(8766).unwrap(), "https://apps.example.net");
     /// let local = SandboxConfig::check("http://127.0.0.1:8080", "127.0.0.1:0", None).unwrap();
-    /// assert_eq!(local.origin(40123).unwrap(), "http://127.0.0.1:40123");
+    /// assert_eq!(local.origin(40123).unwrap(), "http://localhost:40123");
     /// assert_eq!(
     ///     SandboxConfig::check("https://chat.example.com", "0.0.0.0:8766", None),
     ///     Err(SandboxConfigError::PublicUrlRequired)
@@ -205,8 +205,11 @@ impl SandboxOrigin {
     }
 
     /// The sandbox origin the browser loads, once the listener is bound to
-    /// `bound_port` (only used without a public URL: the loopback listener's
-    /// own origin, `http://127.0.0.1:<port>` or `http://[::1]:<port>`).
+    /// `bound_port`. Without a public URL it is the loopback listener's, on
+    /// another host name than the server's so that no cookie of the server
+    /// reaches it: `http://localhost:<port>`, or the listener's address
+    /// (`http://127.0.0.1:<port>`, `http://[::1]:<port>`) for a server on
+    /// `localhost`.
     pub fn origin(&self, bound_port: u16) -> Result<String, SandboxConfigError> {
         if let Some(p) = &self.public {
             return Ok(p.serialize());
@@ -225,9 +228,16 @@ impl SandboxOrigin {
     }
 
     fn listener_origin(&self, port: u16) -> Origin {
-        let host = match self.listen.ip() {
-            IpAddr::V4(ip) => alloc::format!("{ip}"),
-            IpAddr::V6(ip) => alloc::format!("[{ip}]"),
+        // Another host name than the server's: browsers keep cookies per
+        // host, not per port (RFC 6265, section 8.5), so a sandbox on the
+        // server's own host name would be sent the server's cookies.
+        let host = if self.host.host == "localhost" {
+            match self.listen.ip() {
+                IpAddr::V4(ip) => alloc::format!("{ip}"),
+                IpAddr::V6(ip) => alloc::format!("[{ip}]"),
+            }
+        } else {
+            String::from("localhost")
         };
         Origin {
             https: false,

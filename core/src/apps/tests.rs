@@ -1103,7 +1103,13 @@ fn sandbox_configurations_accepted() {
     .unwrap();
     assert_eq!(s.origin(1).unwrap(), "https://apps.example.net");
     // Loopback development over http, ephemeral port.
+    // The default origin is on another host name than the server's, so
+    // the server's cookies (per host, not per port) never reach it.
     let s = SandboxConfig::check("http://127.0.0.1:8080", "127.0.0.1:0", None).unwrap();
+    assert_eq!(s.origin(40000).unwrap(), "http://localhost:40000");
+    let s = SandboxConfig::check("http://[::1]:8080", "[::1]:0", None).unwrap();
+    assert_eq!(s.origin(40000).unwrap(), "http://localhost:40000");
+    let s = SandboxConfig::check("http://localhost:8080", "127.0.0.1:0", None).unwrap();
     assert_eq!(s.origin(40000).unwrap(), "http://127.0.0.1:40000");
     let s = SandboxConfig::check("http://localhost:8080", "[::1]:0", None).unwrap();
     assert_eq!(s.origin(40000).unwrap(), "http://[::1]:40000");
@@ -1218,8 +1224,8 @@ fn sandbox_origins_must_differ_and_be_https_unless_loopback() {
         ),
         (
             "http://127.0.0.1:8080",
-            "127.0.0.1:8080",
-            None,
+            "127.0.0.1:9000",
+            Some("http://127.0.0.1:8080"),
             E::SameOrigin,
         ),
         // https for both unless both are loopback.
@@ -1265,9 +1271,12 @@ fn sandbox_origins_must_differ_and_be_https_unless_loopback() {
     for (h, l, p, want) in cases {
         assert_eq!(check(h, l, *p), Err(*want), "{h} {l} {p:?}");
     }
-    // An ephemeral loopback port is compared once bound.
+    // An ephemeral loopback port is compared once bound: on the server's
+    // own port, the default is still another host, so another origin.
     let s = SandboxConfig::check("http://127.0.0.1:8080", "127.0.0.1:0", None).unwrap();
-    assert_eq!(s.origin(8080), Err(E::SameOrigin));
+    assert_eq!(s.origin(8080).unwrap(), "http://localhost:8080");
+    let s = SandboxConfig::check("http://localhost:8080", "127.0.0.1:0", None).unwrap();
+    assert_eq!(s.origin(8080).unwrap(), "http://127.0.0.1:8080");
     assert_eq!(E::PublicUrlRequired.reason(), "sandbox_public_url_required");
     assert_eq!(E::SameOrigin.code().as_str(), "invalid_request");
     let v6: core::net::SocketAddr = "[fe80::1%2]:80".parse().unwrap();

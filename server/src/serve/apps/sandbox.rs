@@ -36,12 +36,11 @@
 //! ([`portcullis_core::apps::SandboxConfig`]): another origin than the
 //! server's, an explicit `--sandbox-public-url` for a listener or a server
 //! that is not on loopback, https unless both are on loopback. Browsers
-//! share cookies across the ports of one host, so a sandbox on the
-//! server's host name (the loopback default, `http://127.0.0.1:<port>`)
-//! is sent the server's cookies: it never reads them, they are `HttpOnly`,
-//! and an App runs in an opaque origin that sees none; a distinct host
-//! name (`--sandbox-public-url http://localhost:<port>` in development, a
-//! separate domain in production) keeps them from the sandbox entirely.
+//! share cookies across the ports of one host, so the loopback default is
+//! on another host name than the server's (`http://localhost:<port>`, or
+//! `http://127.0.0.1:<port>` for a server on `localhost`) and is never
+//! sent the server's cookies; in production a separate domain does the
+//! same.
 
 use std::future::Future;
 use std::time::Duration;
