@@ -125,13 +125,12 @@ impl Proposals {
 }
 
 impl View {
-    /// The App proposes a message (`ui/message`). Refused on a closed View,
-    /// for an empty text or one over [`MAX_MESSAGE_BYTES`], and past
+    /// The App proposes a message (`ui/message`). Refused on a closed View
+    /// or one the user has not activated (a View is shown only until then:
+    /// it proposes nothing, as it calls nothing), for an empty text or one over [`MAX_MESSAGE_BYTES`], and past
     /// [`MAX_PENDING_PROPOSALS`].
     pub fn propose_message(&mut self, text: String) -> Result<ProposalId, ProposalError> {
-        if self.is_closed() {
-            return Err(ProposalError::ViewClosed);
-        }
+        self.may_propose()?;
         if text.is_empty() || text.len() > MAX_MESSAGE_BYTES {
             return Err(ProposalError::MessageSize);
         }
@@ -140,17 +139,27 @@ impl View {
 
     /// The App proposes a link (`ui/open-link`), checked by the
     /// external-link guard under `policy` (the host's and the sandbox's
-    /// origins refused, see [`super::SandboxOrigin::link_policy`]).
+    /// origins refused, see [`super::SandboxOrigin::link_policy`]); like a
+    /// message, only from an active View.
     pub fn propose_link(
         &mut self,
         url: &str,
         policy: &ExternalLinkPolicy,
     ) -> Result<ProposalId, ProposalError> {
-        if self.is_closed() {
-            return Err(ProposalError::ViewClosed);
-        }
+        self.may_propose()?;
         let link = ExternalLink::parse(url, policy).map_err(ProposalError::Link)?;
         self.proposals.add(Proposal::Link(link))
+    }
+
+    /// Whether the App may propose now: an open, active View.
+    fn may_propose(&self) -> Result<(), ProposalError> {
+        if self.is_closed() {
+            Err(ProposalError::ViewClosed)
+        } else if self.is_active() {
+            Ok(())
+        } else {
+            Err(ProposalError::NotActive)
+        }
     }
 
     /// What a pending proposal shows.
@@ -196,6 +205,9 @@ impl View {
 pub enum ProposalError {
     /// The View is closed.
     ViewClosed,
+    /// The View is shown but not active: the user has not chosen
+    /// "Activate interactions" (or its authority changed since).
+    NotActive,
     /// [`MAX_PENDING_PROPOSALS`] proposals await the user.
     TooMany,
     /// The message is empty or over [`MAX_MESSAGE_BYTES`].
@@ -222,6 +234,7 @@ impl ProposalError {
     pub const fn reason(&self) -> &'static str {
         match self {
             Self::ViewClosed => "proposal_view_closed",
+            Self::NotActive => "proposal_view_not_active",
             Self::TooMany => "proposal_limit",
             Self::MessageSize => "proposal_message_size",
             Self::Link(_) => "proposal_link_refused",
@@ -239,6 +252,7 @@ impl fmt::Display for ProposalError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::ViewClosed => f.write_str("the view is closed"),
+            Self::NotActive => f.write_str("activate interactions first: the App is only shown"),
             Self::TooMany => f.write_str("16 proposals already await the user"),
             Self::MessageSize => f.write_str("a message is 1 byte to 64 KiB"),
             Self::Link(e) => write!(f, "link refused: {e}"),
@@ -259,6 +273,7 @@ impl WireError for ProposalError {
             Self::MessageSize | Self::Unknown | Self::WrongKind => ErrorCode::InvalidParams,
             Self::TooMany => ErrorCode::ActionUnavailable,
             Self::ViewClosed
+            | Self::NotActive
             | Self::AlreadySent
             | Self::AlreadyDeclined
             | Self::Withdrawn

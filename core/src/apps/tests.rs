@@ -889,7 +889,17 @@ fn link_policy() -> ExternalLinkPolicy {
 
 #[test]
 fn a_message_is_sent_once_or_declined() {
-    let mut v = view("v");
+    // Only an active View proposes.
+    let mut shown = view("shown");
+    assert_eq!(
+        shown.propose_message("hello".into()),
+        Err(ProposalError::NotActive)
+    );
+    assert_eq!(
+        shown.propose_link("https://example.org", &link_policy()),
+        Err(ProposalError::NotActive)
+    );
+    let mut v = active("v");
     let p = v.propose_message("hello".into()).unwrap();
     assert_eq!(
         v.proposal(p),
@@ -923,7 +933,7 @@ fn a_message_is_sent_once_or_declined() {
 
 #[test]
 fn pending_proposals_at_and_past_the_bound() {
-    let mut v = view("v");
+    let mut v = active("v");
     let ids: Vec<ProposalId> = (0..MAX_PENDING_PROPOSALS)
         .map(|i| v.propose_message(format!("m{i}")).unwrap())
         .collect();
@@ -955,7 +965,7 @@ fn pending_proposals_at_and_past_the_bound() {
 
 #[test]
 fn a_link_passes_the_guard_and_opens_once_after_confirmation() {
-    let mut v = view("v");
+    let mut v = active("v");
     let policy = link_policy();
     let p = v
         .propose_link("HTTPS://Docs.Example.org:443/a/../b", &policy)
@@ -1138,7 +1148,7 @@ fn sandbox_configurations_accepted() {
     )
     .unwrap();
     let policy = s.link_policy(8766).unwrap();
-    let mut v = view("v");
+    let mut v = active("v");
     assert_eq!(
         v.propose_link("https://apps.example.net/x", &policy),
         Err(ProposalError::Link(ExternalLinkError::SandboxOrigin))

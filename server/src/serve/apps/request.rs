@@ -217,8 +217,8 @@ fn initialize(app: &Shared, subject: &str, view: &str, id: Option<&RpcId>) -> Re
     }))
 }
 
-/// A link or message proposal: the View must be active; the core checks
-/// the rest ([`portcullis_core::apps::View::propose_link`], …).
+/// A link or message proposal, judged by the core (an open, active View;
+/// [`portcullis_core::apps::View::propose_link`], …).
 fn propose(
     app: &Shared,
     subject: &str,
@@ -232,9 +232,6 @@ fn propose(
         return ok(json!({}));
     };
     let proposed = app.apps.with(subject, view, |v| {
-        if !v.view.is_active() {
-            return Err("activate interactions first: the App is only shown".to_owned());
-        }
         let pid = make(&mut v.view).map_err(|e| e.to_string())?;
         v.proposals.insert(pid, id.clone());
         let shown = match v.view.proposal(pid) {
@@ -246,7 +243,7 @@ fn propose(
             }
             _ => Value::Null,
         };
-        Ok(shown)
+        Ok::<_, String>(shown)
     });
     match proposed {
         Ok(Ok(shown)) => {
