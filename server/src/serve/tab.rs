@@ -124,7 +124,7 @@ fn body<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, Response> {
     clippy::result_large_err,
     reason = "the refusal is the response itself, sent at once; boxing it buys nothing"
 )]
-fn post_body<T: DeserializeOwned>(
+pub(crate) fn post_body<T: DeserializeOwned>(
     app: &App,
     headers: &HeaderMap,
     raw: &Bytes,

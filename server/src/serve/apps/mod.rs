@@ -79,7 +79,7 @@ use rmcp::model::{CallToolResult, JsonObject, ReadResourceRequestParams, Tool};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::tab::{check_post, error};
+use super::tab::{error, post_body};
 use super::{App, Shared};
 use crate::clock;
 
@@ -578,15 +578,6 @@ struct ViewRef {
     view: String,
 }
 
-#[expect(
-    clippy::result_large_err,
-    reason = "the refusal is the response itself, sent at once"
-)]
-pub(crate) fn body<T: serde::de::DeserializeOwned>(raw: &Bytes) -> Result<T, Response> {
-    serde_json::from_slice(raw)
-        .map_err(|_| error(StatusCode::BAD_REQUEST, "INVALID_PARAMS", "malformed body"))
-}
-
 /// The user's View `id`'s grant as it is now (on the blocking pool).
 pub(crate) async fn view_now(
     app: &Shared,
@@ -622,12 +613,8 @@ pub(crate) async fn activate(
     headers: HeaderMap,
     raw: Bytes,
 ) -> Response {
-    let session = match check_post(&app, &headers) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
-    let r: ViewRef = match body(&raw) {
-        Ok(r) => r,
+    let (session, r): (_, ViewRef) = match post_body(&app, &headers, &raw) {
+        Ok(checked) => checked,
         Err(r) => return r,
     };
     let authority = match view_now(&app, &session.subject, &r.view).await {
@@ -657,12 +644,8 @@ pub(crate) async fn activate(
 /// `POST /agents/apps/close {view}`: its controls and open proposals end
 /// (calls already dispatched may still finish).
 pub(crate) async fn close(State(app): State<Shared>, headers: HeaderMap, raw: Bytes) -> Response {
-    let session = match check_post(&app, &headers) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
-    let r: ViewRef = match body(&raw) {
-        Ok(r) => r,
+    let (session, r): (_, ViewRef) = match post_body(&app, &headers, &raw) {
+        Ok(checked) => checked,
         Err(r) => return r,
     };
     match app.apps.with(&session.subject, &r.view, |v| {
@@ -689,12 +672,8 @@ pub(crate) async fn resource(
     headers: HeaderMap,
     raw: Bytes,
 ) -> Response {
-    let session = match check_post(&app, &headers) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
-    let r: ViewRef = match body(&raw) {
-        Ok(r) => r,
+    let (session, r): (_, ViewRef) = match post_body(&app, &headers, &raw) {
+        Ok(checked) => checked,
         Err(r) => return r,
     };
     let (principal, authority) = match view_now(&app, &session.subject, &r.view).await {

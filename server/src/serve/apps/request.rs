@@ -51,8 +51,8 @@ use serde_json::{Value, json};
 
 use super::super::Shared;
 use super::super::gateway;
-use super::super::tab::check_post;
-use super::{Call, Refusal, body, view_now};
+use super::super::tab::post_body;
+use super::{Call, Refusal, view_now};
 use crate::clock;
 
 /// How long one request waits for the user's decision on an approval
@@ -114,12 +114,8 @@ fn refuse(id: Option<&RpcId>, message: &str) -> Response {
 
 /// `POST /agents/apps/request`.
 pub(crate) async fn request(State(app): State<Shared>, headers: HeaderMap, raw: Bytes) -> Response {
-    let session = match check_post(&app, &headers) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
-    let f: Forwarded = match body(&raw) {
-        Ok(f) => f,
+    let (session, f): (_, Forwarded) = match post_body(&app, &headers, &raw) {
+        Ok(checked) => checked,
         Err(r) => return r,
     };
     let (subject, view) = (session.subject.as_str(), f.view.as_str());
@@ -276,12 +272,8 @@ pub(crate) async fn proposal(
     headers: HeaderMap,
     raw: Bytes,
 ) -> Response {
-    let session = match check_post(&app, &headers) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
-    let d: Decision = match body(&raw) {
-        Ok(d) => d,
+    let (session, d): (_, Decision) = match post_body(&app, &headers, &raw) {
+        Ok(checked) => checked,
         Err(r) => return r,
     };
     let pid = ProposalId(d.proposal);
