@@ -283,6 +283,24 @@ test("an MCP App from a gateway tool, in the sandbox, under activation, approval
   await appFrame.locator("#status:has-text('increment failed')").waitFor();
   assert.deepEqual(await counter.state(), { count: 2, increments: 1 });
 
+  // Closing a View ends its pending confirmations: the approval its App
+  // asked for leaves the approvals list, and the write never runs.
+  const again = await callTool(server.mcpUrl, tokens.access_token, "show_counter", {});
+  assert.deepEqual(again.structuredContent, { count: 2 }, JSON.stringify(again));
+  const closing = page.locator(".app-view").nth(1);
+  await closing.waitFor();
+  const closingApp = page.frameLocator(".app-frame").nth(1).frameLocator("iframe");
+  await closingApp.locator("#status:has-text('ready')").waitFor();
+  await closing.locator("button.app-activate").click();
+  await closing.locator(".app-state:has-text('Interactions are active')").waitFor();
+  await closingApp.locator("#inc").click();
+  await approval.waitFor();
+  await closing.locator("button.app-close").click();
+  await closing.waitFor({ state: "detached" });
+  await approval.waitFor({ state: "detached" });
+  await sleep(300);
+  assert.deepEqual(await counter.state(), { count: 2, increments: 1 }, "a closed View's write never runs");
+
   // A second agent of the same user, given only the board source at
   // consent, sees none of the counter's tools or its App, and cannot call
   // or read them (one connector, a granted set).

@@ -67,6 +67,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse as _, Response};
 use axum::routing::post;
+use portcullis_core::approval::ApprovalDecision;
 use portcullis_core::apps::{
     Authority, Fingerprint, GrantedSources, LineageKey, OpId, ProposalId, RpcId, View, ViewId,
     ViewOrigin,
@@ -641,26 +642,88 @@ pub(crate) async fn activate(
     }
 }
 
-/// `POST /agents/apps/close {view}`: its controls and open proposals end
-/// (calls already dispatched may still finish).
+/// `POST /agents/apps/close {view}`: its controls, open proposals and
+/// pending confirmations end (calls already dispatched may still finish).
+/// An App write that was waiting for the user's approval is denied in the
+/// ledger ([`deny_waiting`]), so its card leaves the approvals list and the
+/// action never runs: nobody is left to approve it for.
 pub(crate) async fn close(State(app): State<Shared>, headers: HeaderMap, raw: Bytes) -> Response {
     let (session, r): (_, ViewRef) = match post_body(&app, &headers, &raw) {
         Ok(checked) => checked,
         Err(r) => return r,
     };
-    match app.apps.with(&session.subject, &r.view, |v| {
+    let closed = app.apps.with(&session.subject, &r.view, |v| {
         let withdrawn = v.view.close();
         for p in &withdrawn.proposals {
             v.proposals.remove(p);
         }
-        withdrawn.running
-    }) {
-        Ok(running) => {
+        let waiting: Vec<RequestId> = v
+            .calls
+            .values()
+            .filter(|c| withdrawn.approvals.contains(&c.op))
+            .map(|c| c.request)
+            .collect();
+        v.calls.retain(|_, c| !withdrawn.approvals.contains(&c.op));
+        (withdrawn.running, v.view.origin().grant, waiting)
+    });
+    match closed {
+        Ok((running, grant, waiting)) => {
+            if !waiting.is_empty() {
+                deny_waiting(&app, &session.subject, grant, &waiting).await;
+            }
             app.bump(&session.subject);
-            tracing::debug!(running, "MCP Apps: View closed");
+            tracing::debug!(running, denied = waiting.len(), "MCP Apps: View closed");
             Json(json!({"ok": true, "running": running})).into_response()
         }
         Err(e) => e.response(),
+    }
+}
+
+/// Denies, as the user would, the ledger approvals still pending for
+/// `requests` of `grant` (App operations whose View no longer waits for
+/// them). A decision the user made meanwhile stands: the approval is then
+/// no longer pending and is left alone. Failures are logged, not answered:
+/// the View is closed either way, and an approval left behind runs nothing
+/// unless the App asks again, which a closed View cannot.
+async fn deny_waiting(app: &Shared, subject: &str, grant: GrantId, requests: &[RequestId]) {
+    let who = subject.to_owned();
+    let prompts = app
+        .blocking(move |app| app.engine().pending_approvals(&app.site, &who, &grant))
+        .await;
+    let prompts = match prompts {
+        Ok(Ok(p)) => p,
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "MCP Apps: a closed View's approvals not read");
+            return;
+        }
+        Err(_) => return,
+    };
+    for prompt in prompts
+        .into_iter()
+        .filter(|p| requests.contains(&p.request_id))
+    {
+        let (who, approval) = (subject.to_owned(), prompt.reference());
+        let denied = app
+            .write(move |app, txn| {
+                app.engine().decide_approval_in(
+                    txn,
+                    &app.site,
+                    &who,
+                    &approval,
+                    ApprovalDecision::Deny,
+                    clock::now(),
+                )
+            })
+            .await;
+        match denied {
+            Ok(Ok(())) => {
+                let _ = app.decisions.send(prompt.request_id);
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "MCP Apps: a closed View's approval not denied")
+            }
+            Err(_) => {}
+        }
     }
 }
 
