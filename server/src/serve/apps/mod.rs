@@ -720,7 +720,7 @@ async fn deny_waiting(app: &Shared, subject: &str, grant: GrantId, requests: &[R
                 let _ = app.decisions.send(prompt.request_id);
             }
             Ok(Err(e)) => {
-                tracing::warn!(error = %e, "MCP Apps: a closed View's approval not denied")
+                tracing::warn!(error = %e, "MCP Apps: a closed View's approval not denied");
             }
             Err(_) => {}
         }
