@@ -268,11 +268,19 @@ test("an MCP App from a gateway tool, in the sandbox, under activation, approval
     });
     return r.status;
   }, [grant, apps]);
+  // An approval the App is waiting for does not outlive that authority:
+  // its card goes at once and the write never runs.
+  await appFrame.locator("#inc").click();
+  await approval.waitFor();
   assert.equal(await setApps(["_host", "board"]), 200);
+  await approval.waitFor({ state: "detached" });
+  await appFrame.locator("#status:has-text('increment refused')").waitFor();
+  assert.match(await appFrame.locator("#status").textContent(), /interactions ended/);
+  await card.locator(".app-state:has-text('Interactions ended')").waitFor();
+  assert.deepEqual(await counter.state(), { count: 2, increments: 1 });
   await appFrame.locator("#inc").click();
   await appFrame.locator("#status:has-text('increment refused')").waitFor();
-  assert.match(await appFrame.locator("#status").textContent(), /changed since activation/);
-  await card.locator(".app-state:has-text('Interactions ended')").waitFor();
+  assert.match(await appFrame.locator("#status").textContent(), /not activated/);
   assert.equal(await setApps("all"), 200);
   await card.locator("button.app-activate").click();
   await card.locator(".app-state:has-text('Interactions are active')").waitFor();

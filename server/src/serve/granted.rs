@@ -215,11 +215,19 @@ async fn set(
     grant: GrantId,
     selection: AppSelection,
 ) -> Result<Result<(), GrantAppsError>, Response> {
-    app.write(move |app, txn| {
-        app.engine()
-            .set_granted_apps_in(txn, &app.site, &subject, &grant, &selection, clock::now())
-    })
-    .await
+    let who = subject.clone();
+    let set = app
+        .write(move |app, txn| {
+            app.engine()
+                .set_granted_apps_in(txn, &app.site, &who, &grant, &selection, clock::now())
+        })
+        .await;
+    if matches!(set, Ok(Ok(()))) {
+        // The grant's authority changed: its App Views' activations and
+        // the approvals they wait for are judged again now.
+        super::apps::revisit_grant(app, &subject, grant).await;
+    }
+    set
 }
 
 /// `POST /agents/granted`: the page's form (same origin, session, CSRF).

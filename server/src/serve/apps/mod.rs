@@ -70,7 +70,7 @@ use axum::routing::post;
 use portcullis_core::approval::ApprovalDecision;
 use portcullis_core::apps::{
     Authority, Fingerprint, GrantedSources, LineageKey, OpId, ProposalId, RpcId, View, ViewId,
-    ViewOrigin,
+    ViewOrigin, Withdrawn,
 };
 use portcullis_core::engine::Principal;
 use portcullis_core::gateway::SourceId;
@@ -246,6 +246,21 @@ pub(crate) struct Entry {
 }
 
 impl Entry {
+    /// Forgets the App calls of the operations the core withdrew (their
+    /// View's activation ended or the View closed), and answers their
+    /// ledger requests, for [`deny_waiting`].
+    pub(crate) fn drop_withdrawn(&mut self, withdrawn: &Withdrawn) -> Vec<RequestId> {
+        let mut requests = Vec::new();
+        self.calls.retain(|_, c| {
+            let gone = withdrawn.approvals.contains(&c.op);
+            if gone {
+                requests.push(c.request);
+            }
+            !gone
+        });
+        requests
+    }
+
     fn listed(&self, live: bool) -> Value {
         json!({
             "id": self.view.id().as_str(),
@@ -440,6 +455,17 @@ impl Apps {
         out.into_iter().map(|(_, j)| j).collect()
     }
 
+    /// The ids of the user's open Views of `grant`.
+    fn views_of(&self, subject: &str, grant: &GrantId) -> Vec<String> {
+        self.lock()
+            .values()
+            .filter(|v| {
+                v.subject == subject && v.view.origin().grant == *grant && !v.view.is_closed()
+            })
+            .map(|v| v.view.id().as_str().to_owned())
+            .collect()
+    }
+
     /// Runs `f` on the user's View `id` (refused when it is not theirs).
     pub(crate) fn with<T>(
         &self,
@@ -630,10 +656,15 @@ pub(crate) async fn activate(
     };
     let done = app.apps.with(&session.subject, &r.view, |v| {
         let current = current_app_uri(&app, v.view.source(), &v.tool.name);
-        v.view.activate(&authority, current.as_deref())
+        let activated = v.view.activate(&authority, current.as_deref());
+        // Approvals asked under an earlier activation do not carry over.
+        activated.map(|withdrawn| (v.drop_withdrawn(&withdrawn), v.view.origin().grant))
     });
     match done {
-        Ok(Ok(_withdrawn)) => {
+        Ok(Ok((waiting, grant))) => {
+            if !waiting.is_empty() {
+                deny_waiting(&app, &session.subject, grant, &waiting).await;
+            }
             tracing::debug!("MCP Apps: View activated");
             Json(json!({"ok": true})).into_response()
         }
@@ -657,13 +688,7 @@ pub(crate) async fn close(State(app): State<Shared>, headers: HeaderMap, raw: By
         for p in &withdrawn.proposals {
             v.proposals.remove(p);
         }
-        let waiting: Vec<RequestId> = v
-            .calls
-            .values()
-            .filter(|c| withdrawn.approvals.contains(&c.op))
-            .map(|c| c.request)
-            .collect();
-        v.calls.retain(|_, c| !withdrawn.approvals.contains(&c.op));
+        let waiting = v.drop_withdrawn(&withdrawn);
         (withdrawn.running, v.view.origin().grant, waiting)
     });
     match closed {
@@ -679,13 +704,56 @@ pub(crate) async fn close(State(app): State<Shared>, headers: HeaderMap, raw: By
     }
 }
 
+/// Looks again at the user's Views of `grant` once its authority changed
+/// (its apps were set): a View whose activation no longer holds under the
+/// grant as it is now ends it ([`View::check`]) and the approvals it was
+/// waiting for are denied at once, not when the user next clicks, so no
+/// approval asked under the old authority is left to be given under the
+/// new one. A grant that can no longer be read is left to the next
+/// operation, which refuses it.
+pub(crate) async fn revisit_grant(app: &Shared, subject: &str, grant: GrantId) {
+    if !app.apps.is_on() {
+        return;
+    }
+    let ids = app.apps.views_of(subject, &grant);
+    if ids.is_empty() {
+        return;
+    }
+    let who = subject.to_owned();
+    let Ok(Ok((_, authority))) = app
+        .blocking(move |app| app.authority_now(&who, &grant))
+        .await
+    else {
+        return;
+    };
+    let mut waiting = Vec::new();
+    for id in ids {
+        let _ = app.apps.with(subject, &id, |v| {
+            if let Err(withdrawn) = v.view.check(&authority) {
+                waiting.extend(v.drop_withdrawn(&withdrawn));
+            }
+        });
+    }
+    if !waiting.is_empty() {
+        deny_waiting(app, subject, grant, &waiting).await;
+    }
+    app.bump(subject);
+}
+
 /// Denies, as the user would, the ledger approvals still pending for
-/// `requests` of `grant` (App operations whose View no longer waits for
-/// them). A decision the user made meanwhile stands: the approval is then
+/// `requests` of `grant`: App operations whose View no longer waits for
+/// them (it closed, or its activation ended because the authority it was
+/// given changed: an approval asked under one authority is never used
+/// under another). A decision the user made meanwhile stands: the approval is then
 /// no longer pending and is left alone. Failures are logged, not answered:
 /// the View is closed either way, and an approval left behind runs nothing
 /// unless the App asks again, which a closed View cannot.
-async fn deny_waiting(app: &Shared, subject: &str, grant: GrantId, requests: &[RequestId]) {
+pub(crate) async fn deny_waiting(
+    app: &Shared,
+    subject: &str,
+    grant: GrantId,
+    requests: &[RequestId],
+) {
     let who = subject.to_owned();
     let prompts = app
         .blocking(move |app| app.engine().pending_approvals(&app.site, &who, &grant))

@@ -40,8 +40,8 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse as _, Response};
 use portcullis_core::apps::{
-    AppCall, AppRequest, Authority, Fingerprint, OpRule, OpTarget, Operation, Proposal, ProposalId,
-    RpcId, SourceCall,
+    AppCall, AppRequest, Authority, Fingerprint, OpRefused, OpRule, OpTarget, Operation, Proposal,
+    ProposalId, RpcId, SourceCall,
 };
 use portcullis_core::engine::{Principal, RequestStatus};
 use portcullis_core::ledger::RequestId;
@@ -372,7 +372,7 @@ async fn operation(
         _ => None,
     };
     let (op, request, asked, source_call) =
-        match admit(app, subject, view, &id, call, message, &authority) {
+        match admit(app, subject, view, &id, call, message, &authority).await {
             Ok(a) => a,
             Err(why) => return refuse(Some(&id), &why),
         };
@@ -421,8 +421,9 @@ async fn operation(
 /// under the same id, the page asking after `pending`; the same id with
 /// another message is refused): its operation, ledger request, whether the
 /// gateway was asked already, and what it calls. A refusal that ended the
-/// activation (the authority changed) wakes the page.
-fn admit(
+/// activation (the authority changed) wakes the page and denies the
+/// approvals the View was waiting for ([`super::deny_waiting`]).
+async fn admit(
     app: &Shared,
     subject: &str,
     view: &str,
@@ -436,20 +437,30 @@ fn admit(
         .with(subject, view, |v| v.view.is_active())
         .unwrap_or(false);
     let admitted = app.apps.with(subject, view, |v| {
+        let refused = |why: &str| (why.to_owned(), Vec::new(), v.view.origin().grant);
         if let Some(c) = v.calls.get(id) {
             return if c.message == message {
                 Ok((c.op, c.request, c.asked, c.target.clone()))
             } else {
-                Err("this request id is in flight with another request".to_owned())
+                Err(refused("this request id is in flight with another request"))
             };
         }
         let Ok(op) = Operation::from_call(call) else {
-            return Err("not an operation".to_owned());
+            return Err(refused("not an operation"));
         };
-        let ticket = v
+        let ticket = match v
             .view
             .admit(op, authority, &app.gateway.map, |t| rule(app, t))
-            .map_err(|e| e.to_string())?;
+        {
+            Ok(ticket) => ticket,
+            Err(e) => {
+                let waiting = match &e {
+                    OpRefused::AuthorityChanged(withdrawn) => v.drop_withdrawn(withdrawn),
+                    _ => Vec::new(),
+                };
+                return Err((e.to_string(), waiting, v.view.origin().grant));
+            }
+        };
         let request = RequestId::random(&mut rand::rng());
         v.calls.insert(
             id.clone(),
@@ -465,8 +476,11 @@ fn admit(
     });
     match admitted {
         Ok(Ok(a)) => Ok(a),
-        Ok(Err(why)) => {
+        Ok(Err((why, waiting, grant))) => {
             tracing::debug!(why, "MCP Apps: an App operation refused");
+            if !waiting.is_empty() {
+                super::deny_waiting(app, subject, grant, &waiting).await;
+            }
             let active = app.apps.with(subject, view, |v| v.view.is_active());
             if was_active && active.is_ok_and(|a| !a) {
                 // The authority changed: the page shows the activation ended.
@@ -530,7 +544,7 @@ impl Tool<'_> {
             if !self.wait(&mut decided).await {
                 return None;
             }
-            if let Some(refused) = self.approved() {
+            if let Some(refused) = self.approved().await {
                 return Some(refused);
             }
         }
@@ -541,7 +555,7 @@ impl Tool<'_> {
             == Some("approval_pending");
         if !pending {
             // Ran (or was refused by the ledger) without asking now.
-            let _ = self.approved();
+            let _ = self.approved().await;
             return Some(reply);
         }
         let _ = app.apps.with(self.subject, self.view, |v| {
@@ -552,7 +566,7 @@ impl Tool<'_> {
         if !self.wait(&mut decided).await {
             return None;
         }
-        if let Some(refused) = self.approved() {
+        if let Some(refused) = self.approved().await {
             return Some(refused);
         }
         Some(self.gateway(&source, &tool, &arguments).await)
@@ -561,16 +575,28 @@ impl Tool<'_> {
     /// The user decided: the View's activation must still hold under the
     /// grant as it is now for the operation to go on; the refusal to
     /// answer otherwise.
-    fn approved(&self) -> Option<Value> {
-        let awaiting = self
+    async fn approved(&self) -> Option<Value> {
+        let (awaiting, active) = self
             .app
             .apps
             .with(self.subject, self.view, |v| {
-                v.view.pending_approval(self.op).is_some()
+                (
+                    v.view.pending_approval(self.op).is_some(),
+                    v.view.is_active(),
+                )
             })
-            .unwrap_or(false);
+            .unwrap_or((false, false));
         if !awaiting {
-            return None;
+            // It never waited in the View (it ran, or the ledger refused
+            // it, without asking), or the View withdrew it: closed, or its
+            // activation ended, and then no approval of it holds.
+            return (!active).then(|| {
+                rpc_error(
+                    Some(self.id),
+                    REFUSED,
+                    "the App's interactions ended: activate them and try again",
+                )
+            });
         }
         let grant = self.principal.grant;
         let now = match self.app.authority_now(self.subject, &grant) {
@@ -578,13 +604,23 @@ impl Tool<'_> {
             Err(e) => return Some(rpc_error(Some(self.id), REFUSED, e.message())),
         };
         let _ = &self.authority;
-        let approved = self
-            .app
-            .apps
-            .with(self.subject, self.view, |v| v.view.approve(self.op, &now));
+        let approved = self.app.apps.with(self.subject, self.view, |v| {
+            v.view.approve(self.op, &now).map_err(|e| {
+                let waiting = match &e {
+                    OpRefused::AuthorityChanged(withdrawn) => v.drop_withdrawn(withdrawn),
+                    _ => Vec::new(),
+                };
+                (e.to_string(), waiting)
+            })
+        });
         match approved {
             Ok(Ok(())) => None,
-            Ok(Err(e)) => Some(rpc_error(Some(self.id), REFUSED, &e.to_string())),
+            Ok(Err((why, waiting))) => {
+                if !waiting.is_empty() {
+                    super::deny_waiting(self.app, self.subject, grant, &waiting).await;
+                }
+                Some(rpc_error(Some(self.id), REFUSED, &why))
+            }
             Err(e) => Some(rpc_error(Some(self.id), REFUSED, e.message())),
         }
     }
