@@ -421,8 +421,12 @@ pub(crate) enum GrantsAction {
     },
     /// Revoke one grant by id, every grant of a user, or every grant of the site.
     Revoke {
-        /// The grant id.
-        #[arg(required_unless_present_any = ["subject", "all"], conflicts_with_all = ["subject", "all"])]
+        /// The grant id (base64url: it may begin with `-`).
+        #[arg(
+            required_unless_present_any = ["subject", "all"],
+            conflicts_with_all = ["subject", "all"],
+            allow_hyphen_values = true
+        )]
         id: Option<String>,
         /// Every grant of this user.
         #[arg(long, conflicts_with = "all")]
@@ -476,7 +480,8 @@ pub(crate) enum TokensAction {
     },
     /// Revoke an agent token by its `jti`.
     Revoke {
-        /// The token id.
+        /// The token id (base64url: it may begin with `-`).
+        #[arg(allow_hyphen_values = true)]
         jti: String,
     },
 }
@@ -549,4 +554,38 @@ pub(crate) enum CheckGuard {
         #[arg(long, default_value = "at+jwt")]
         typ: String,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::{Cli, Command, GrantsAction, TokensAction};
+
+    /// Ids are base64url, so one in 64 begins with `-`: it is still the id,
+    /// not an unknown flag.
+    #[test]
+    fn an_id_that_begins_with_a_hyphen_is_an_id() {
+        let cli = Cli::try_parse_from(["portcullis", "grants", "revoke", "-7qXsM2j7zpz78k1kspcyA"])
+            .expect("parsed");
+        let Command::Grants {
+            action: GrantsAction::Revoke { id, .. },
+            ..
+        } = cli.command
+        else {
+            panic!("not grants revoke");
+        };
+        assert_eq!(id.as_deref(), Some("-7qXsM2j7zpz78k1kspcyA"));
+        let cli = Cli::try_parse_from(["portcullis", "tokens", "revoke", "-Ab3"]).expect("parsed");
+        let Command::Tokens {
+            action: TokensAction::Revoke { jti },
+            ..
+        } = cli.command
+        else {
+            panic!("not tokens revoke");
+        };
+        assert_eq!(jti, "-Ab3");
+        // A real flag is still one.
+        assert!(Cli::try_parse_from(["portcullis", "grants", "revoke", "--all"]).is_ok());
+    }
 }

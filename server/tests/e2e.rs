@@ -2880,6 +2880,7 @@ fn dribble(port: u16) -> Option<Duration> {
 async fn half_open_connections_neither_starve_others_nor_stay_open() {
     const HELD: usize = 2000;
     const TIMEOUT: Duration = Duration::from_secs(8);
+    const FRESH_CLIENT_BOUND: Duration = Duration::from_secs(3);
     let s = Server::start(&["--header-timeout-secs", "8"]).await;
     let port = s.port;
     let dribbler = std::thread::spawn(move || dribble(port));
@@ -2888,17 +2889,21 @@ async fn half_open_connections_neither_starve_others_nor_stay_open() {
     let opened = started.elapsed();
     let last_opened = Instant::now();
 
+    // Well before the header timeout frees anything: a server starved by
+    // the half-open connections would keep the fresh client waiting for it
+    // (8 s). Not 1 s: the other tests of this binary run beside this one
+    // on the same cores (a CI run once took longer than that).
     let t = Instant::now();
     let r = s
         .http
         .get(s.url("/.well-known/oauth-authorization-server"))
-        .timeout(Duration::from_secs(1))
+        .timeout(FRESH_CLIENT_BOUND)
         .send()
         .await
-        .expect("a fresh client is served within 1 s");
+        .expect("a fresh client is served well before the header timeout");
     let fresh = t.elapsed();
     assert_eq!(r.status(), StatusCode::OK);
-    assert!(fresh < Duration::from_secs(1), "{fresh:?}");
+    assert!(fresh < FRESH_CLIENT_BOUND, "{fresh:?}");
     // The last one opened is still open, so the server held them all
     // rather than refusing past some count; so is the first, unless this
     // machine was slow enough that it already met the header timeout.
