@@ -359,8 +359,9 @@ async fn operation(
         Err(Refusal::GrantEnded) => {
             // No authority at all: the activation ends, its approvals go.
             let _ = app.apps.with(subject, view, |v| {
+                // The grant's approvals end with it: nothing to deny.
                 let withdrawn = v.view.deactivate();
-                v.calls.retain(|_, c| !withdrawn.approvals.contains(&c.op));
+                let _ = v.drop_withdrawn(&withdrawn);
             });
             app.bump(subject);
             return refuse(Some(&id), Refusal::GrantEnded.message());
@@ -392,7 +393,6 @@ async fn operation(
                 op,
                 request,
                 principal,
-                authority,
             };
             match run.call(&name, &arguments, asked).await {
                 Some(answer) => answer,
@@ -520,7 +520,6 @@ struct Tool<'a> {
     op: portcullis_core::apps::OpId,
     request: RequestId,
     principal: Principal,
-    authority: Authority,
 }
 
 impl Tool<'_> {
@@ -603,7 +602,6 @@ impl Tool<'_> {
             Ok((_, a)) => a,
             Err(e) => return Some(rpc_error(Some(self.id), REFUSED, e.message())),
         };
-        let _ = &self.authority;
         let approved = self.app.apps.with(self.subject, self.view, |v| {
             v.view.approve(self.op, &now).map_err(|e| {
                 let waiting = match &e {
