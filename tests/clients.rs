@@ -233,8 +233,12 @@ fn look_alikes_custom_schemes_userinfo_and_fragments_are_refused() {
         ("http://LOCALHOST/cb", RedirectUriError::NotLoopback),
         ("http://app.example.com/cb", RedirectUriError::NotLoopback),
         ("https://127.1/cb", RedirectUriError::NotCanonical),
-        ("myapp://callback", RedirectUriError::Scheme),
-        ("com.example.app:/oauth2redirect", RedirectUriError::Scheme),
+        (
+            "javascript://callback/%0aalert(1)",
+            RedirectUriError::Scheme,
+        ),
+        ("data:text/html,callback", RedirectUriError::Scheme),
+        ("file:///callback", RedirectUriError::Scheme),
         (
             "https://user@app.example.com/cb",
             RedirectUriError::Userinfo,
@@ -287,7 +291,7 @@ fn registration_refuses_what_it_cannot_honour() {
             ErrorCode::InvalidClientMetadata,
         ),
         (
-            r#"{"redirect_uris":["https://a.example/cb"],"token_endpoint_auth_method":"client_secret_post"}"#,
+            r#"{"redirect_uris":["https://a.example/cb"],"token_endpoint_auth_method":"client_secret_jwt"}"#,
             ErrorCode::InvalidClientMetadata,
         ),
         (

@@ -655,7 +655,9 @@ fn revocation_cancels_a_running_request<S: Store>(store: &S) {
 }
 
 fn refresh_reuse_cancels_running_requests<S: Store>(store: &S) {
-    let mut l = Ledger::new(store);
+    let mut policy = no_rate_limit();
+    policy.refresh_reuse_grace = std::time::Duration::ZERO;
+    let mut l = Ledger::with_policy(store, policy);
     let Ok(BeginAnswer::Run(t)) = l.begin(1, "read()") else {
         panic!("expected a run")
     };

@@ -13,6 +13,7 @@ mod support;
 
 mod agent_loop;
 mod alloc_counter;
+mod client_keys;
 mod clients;
 mod failing_store;
 mod forgery;
@@ -25,5 +26,7 @@ mod links;
 mod oauth;
 mod oauth_model;
 mod pkce;
+mod private_key_jwt;
 mod seam;
+mod shared_refresh;
 mod store_contract;

@@ -50,6 +50,9 @@ struct ModelGrant {
     client_id: String,
     /// Every refresh token issued, oldest first; the last one is current.
     refresh_tokens: Vec<String>,
+    /// When each token but the current one was spent (its successor
+    /// issued), in the same order.
+    spent_at: Vec<u64>,
     /// The latest access token and when it was issued.
     access: TokenResponse,
     access_issued: u64,
@@ -134,6 +137,7 @@ fn run<S: Store>(store: S, ops: &[Op], mode: Mode) -> Result<(), TestCaseError> 
                     m.grants.push(ModelGrant {
                         client_id: w.client_id.clone(),
                         refresh_tokens: vec![t.refresh_token.expose_secret().to_string()],
+                        spent_at: Vec::new(),
                         access: t,
                         access_issued: now,
                         revoked: false,
@@ -155,14 +159,20 @@ fn run<S: Store>(store: S, ops: &[Op], mode: Mode) -> Result<(), TestCaseError> 
                 if !m.grants.is_empty() =>
             {
                 let i = i % m.grants.len();
+                // The reuse grace (Policy's default, 10 minutes) covers a
+                // spent token while its spending is recent and among the
+                // last four rotations.
+                let mut in_grace = false;
                 let (token, kind) = {
                     let g = &m.grants[i];
                     match *op {
                         Op::RefreshCurrent(_) => (g.refresh_tokens.last().unwrap().clone(), 0),
-                        Op::RefreshOld(_, k) if g.refresh_tokens.len() > 1 => (
-                            g.refresh_tokens[k % (g.refresh_tokens.len() - 1)].clone(),
-                            1,
-                        ),
+                        Op::RefreshOld(_, k) if g.refresh_tokens.len() > 1 => {
+                            let k = k % (g.refresh_tokens.len() - 1);
+                            let back = g.refresh_tokens.len() - 1 - k;
+                            in_grace = back <= 4 && now < g.spent_at[k] + 600;
+                            (g.refresh_tokens[k].clone(), 1)
+                        }
                         Op::RefreshOld(..) => continue,
                         _ => {
                             let mut parts: Vec<String> = g
@@ -199,12 +209,18 @@ fn run<S: Store>(store: S, ops: &[Op], mode: Mode) -> Result<(), TestCaseError> 
                 }
                 let result = call!(w.token(&pairs));
                 if landed && m.enabled && kind == 0 && live {
-                    // The rotation happened: the retry presents a spent
-                    // token, which is reuse (no retry window by default),
-                    // and the grant is revoked. (A landed revocation for
-                    // reuse is simply revoked again below.)
-                    prop_assert_eq!(result.unwrap_err(), TokenError::InvalidGrant);
-                    m.grants[i].revoked = true;
+                    // The rotation happened: the retry presents the token
+                    // it spent a moment ago, which the grace answers with
+                    // the successor that landed.
+                    let t =
+                        result.map_err(|e| TestCaseError::fail(format!("retry failed: {e:?}")))?;
+                    let g = &mut m.grants[i];
+                    g.spent_at.push(now);
+                    g.refresh_tokens
+                        .push(t.refresh_token.expose_secret().to_string());
+                    g.access = t;
+                    g.access_issued = now;
+                    g.last_refreshed = now;
                 } else if !m.enabled {
                     prop_assert_eq!(
                         result.unwrap_err(),
@@ -214,6 +230,17 @@ fn run<S: Store>(store: S, ops: &[Op], mode: Mode) -> Result<(), TestCaseError> 
                     );
                 } else if kind == 2 || !live {
                     prop_assert_eq!(result.unwrap_err(), TokenError::InvalidGrant);
+                } else if kind == 1 && in_grace {
+                    // The current token again; nothing rotates.
+                    let t =
+                        result.map_err(|e| TestCaseError::fail(format!("grace failed: {e:?}")))?;
+                    let g = &mut m.grants[i];
+                    prop_assert_eq!(
+                        t.refresh_token.expose_secret(),
+                        g.refresh_tokens.last().unwrap().as_str()
+                    );
+                    g.access = t;
+                    g.access_issued = now;
                 } else if kind == 1 {
                     prop_assert_eq!(result.unwrap_err(), TokenError::InvalidGrant);
                     m.grants[i].revoked = true;
@@ -221,6 +248,7 @@ fn run<S: Store>(store: S, ops: &[Op], mode: Mode) -> Result<(), TestCaseError> 
                     let t = result
                         .map_err(|e| TestCaseError::fail(format!("refresh failed: {e:?}")))?;
                     let g = &mut m.grants[i];
+                    g.spent_at.push(now);
                     g.refresh_tokens
                         .push(t.refresh_token.expose_secret().to_string());
                     g.access = t;

@@ -16,7 +16,7 @@ use crate::on_every_store;
 /// commit) re-runs it on a fresh transaction: the caller sees one rotation.
 fn a_conflict_reruns_the_operation<S: Store>(store: &S) {
     let failing = FailingStore::new(store);
-    let mut w = World::new(&failing);
+    let mut w = World::with_policy(&failing, crate::oauth::strict_rotation());
     let first = w.login();
     for call in [None, Some(Call::Commit)] {
         let before = w.login();
@@ -25,7 +25,7 @@ fn a_conflict_reruns_the_operation<S: Store>(store: &S) {
         assert_eq!(failing.fired(), 1, "the conflict fired ({call:?})");
         failing.disarm();
         // Exactly one rotation happened: the successor works once and the
-        // spent token is still inside its retry window.
+        // spent token, presented again, is reuse.
         let next = w.refresh(rotated.refresh_token.expose_secret()).unwrap();
         w.advance(60);
         assert_eq!(
@@ -338,19 +338,20 @@ mod group {
     /// revokes the grant — the answers of one commit each.
     #[test]
     fn two_refreshes_of_one_token_in_one_batch_rotate_once() {
+        use portcullis::Engine;
         use portcullis::header::HeaderField;
         use portcullis::token::TokenError;
-        use portcullis::{Engine, Policy};
 
         let db = crate::support::TempRedb::new();
         let crate::support::TempRedb { store, dir, .. } = db;
         let store = Arc::new(store);
-        let mut w = crate::oauth::World::new(Arc::clone(&store));
+        let mut w =
+            crate::oauth::World::with_policy(Arc::clone(&store), crate::oauth::strict_rotation());
         let t = w.login();
         let engine = Arc::new(Engine::new(
             Arc::clone(&store),
             crate::oauth::keyring(),
-            Policy::default(),
+            crate::oauth::strict_rotation(),
         ));
         let committer = Arc::new(GroupCommitter::new(Arc::clone(&store)));
         let holder = hold_leader(&committer, 2);

@@ -1060,10 +1060,13 @@ mod crash {
             "{kills} kills: {rotations} rotations and {runs} executions acknowledged, \
              final generations {generations:?}, last request ids {executed:?}"
         );
-        // A spent refresh token stays spent; an acknowledged id is answered
-        // from the ledger, never run again.
+        // A spent refresh token stays spent (judged under strict rotation,
+        // since the child's clock stood still inside the reuse grace); an
+        // acknowledged id is answered from the ledger, never run again.
         let store = Arc::new(RedbStore::open(&path).unwrap());
-        let engine = Engine::new(Arc::clone(&store), crate::oauth::keyring(), crash_policy());
+        let mut strict = crash_policy();
+        strict.refresh_reuse_grace = Duration::ZERO;
+        let engine = Engine::new(Arc::clone(&store), crate::oauth::keyring(), strict);
         for (t, g) in setup.rotating.iter().enumerate() {
             if generations[t] == first_generations[t] {
                 continue;

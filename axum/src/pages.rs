@@ -82,12 +82,27 @@ just started the connection yourself.</p>"
     } else {
         ""
     };
+    // A private-use scheme (RFC 8252 §7.1): no web address receives the
+    // code, an installed app does, and any app may claim a scheme.
+    let destination = match &screen.callback_app_scheme {
+        Some(scheme) => format!(
+            "the app registered on your computer for <code>{}:</code> links{}. Any installed \
+app can register that scheme: allow only if you just started the connection yourself from that app",
+            escape(scheme),
+            if screen.callback_host.is_empty() {
+                String::new()
+            } else {
+                format!(" (<code>{}</code>)", escape(&screen.callback_host))
+            }
+        ),
+        None => format!("<code>{}</code>", escape(&screen.callback_host)),
+    };
     layout(
         "Connect an agent",
         &format!(
             "<h1>Connect an agent to {site}</h1>\
 <p>{name} wants to act for you on <strong>{site}</strong>.</p>\
-<p>Client ID: <code>{client_id}</code><br>You will be sent back to: <code>{host}</code></p>\
+<p>Client ID: <code>{client_id}</code><br>You will be sent back to: {destination}</p>\
 {loopback}<p>It asks to:</p><ul>{scopes}</ul>\
 <p>Signed in as <strong>{subject}</strong>.</p>\
 <form method=\"post\" action=\"{action}\">\
@@ -96,7 +111,6 @@ just started the connection yourself.</p>"
 <button type=\"submit\" name=\"intent\" value=\"deny\">Deny</button></form>",
             site = escape(&screen.site_name),
             client_id = escape(&screen.client_id),
-            host = escape(&screen.callback_host),
             subject = escape(&page.user.subject),
             action = escape(page.action),
             csrf = escape(page.csrf),

@@ -24,7 +24,7 @@ use crate::describe::{Describe, display_by_describe};
 use crate::jwt::b64;
 use serde::{Deserialize, Serialize};
 
-use crate::client::{self, Client, FetchRequest};
+use crate::client::{self, Client, ClientAuth, FetchRequest};
 use crate::error::{ErrorCode, WireError};
 use crate::form::{self, Form};
 use crate::grant::GrantId;
@@ -70,8 +70,14 @@ pub struct ConsentScreen {
     pub client_name_unverified: Option<String>,
     /// The client id.
     pub client_id: String,
-    /// The host the browser will be sent back to.
+    /// The host the browser will be sent back to (for a private-use scheme
+    /// URI, its authority, possibly empty).
     pub callback_host: String,
+    /// For a native app's private-use scheme redirect (RFC 8252 §7.1,
+    /// `cursor://…`), the scheme: the code goes to whichever installed app
+    /// registered it, and the screen should say so. `None` for `https` and
+    /// loopback redirects.
+    pub callback_app_scheme: Option<String>,
     /// The scopes asked for.
     pub scopes: ScopeSet,
     /// Every redirect URI of the client is loopback: the client runs on the
@@ -120,8 +126,6 @@ pub enum AuthorizeError {
     Pkce(PkceError),
     /// No `code_challenge`.
     MissingChallenge,
-    /// `resource` is missing.
-    MissingResource,
     /// `resource` is not this site's resource.
     InvalidResource,
     /// A scope the site does not offer, or a malformed scope.
@@ -146,7 +150,6 @@ impl Describe for AuthorizeError {
             Self::InvalidState => f.write_str("state must be 1-1024 characters"),
             Self::Pkce(e) => e.describe(f),
             Self::MissingChallenge => f.write_str("code_challenge is required"),
-            Self::MissingResource => f.write_str("resource is required"),
             Self::InvalidResource => f.write_str("resource is not served here"),
             Self::InvalidScope => f.write_str("scope asks for something this site does not offer"),
             Self::AccessDenied => f.write_str("the user denied the request"),
@@ -238,10 +241,13 @@ pub(crate) fn validate(
         .ok_or_else(|| redirect(AuthorizeError::MissingChallenge))?;
     let challenge =
         CodeChallenge::parse(challenge, method).map_err(|e| redirect(AuthorizeError::Pkce(e)))?;
-    let resource = q
-        .get("resource")
-        .ok_or_else(|| redirect(AuthorizeError::MissingResource))?;
-    if !site.resource_matches(resource) {
+    // RFC 8707 §2 leaves a request without `resource` to the server's
+    // default, and a site serves exactly one resource: its own. Claude Code
+    // and the claude.ai connector send none (docs/clients.md). A resource
+    // naming anything else is still refused.
+    if let Some(resource) = q.get("resource")
+        && !site.resource_matches(resource)
+    {
         return Err(redirect(AuthorizeError::InvalidResource));
     }
     let scopes = match q.get("scope") {
@@ -345,15 +351,22 @@ impl AuthorizationRequest {
     /// The consent screen for this request.
     #[must_use]
     pub fn consent_screen(&self, site: &Site) -> ConsentScreen {
-        let callback_host = client::RedirectUri::parse(&self.redirect_uri)
+        let callback = client::RedirectUri::parse(&self.redirect_uri).ok();
+        let callback_host = callback
+            .as_ref()
             .map(|r| String::from(r.host()))
             .unwrap_or_default();
+        let callback_app_scheme = callback
+            .as_ref()
+            .filter(|r| r.is_private_use())
+            .map(|r| String::from(r.scheme()));
         ConsentScreen {
             site_name: site.name.clone(),
             site_id: site.id.as_str().into(),
             client_name_unverified: self.client.metadata().client_name.clone(),
             client_id: self.client.id().into(),
             callback_host,
+            callback_app_scheme,
             scopes: self.scopes.clone(),
             loopback_only: self.client.all_redirects_loopback(),
         }
@@ -418,6 +431,9 @@ pub struct AuthorizationCode {
     pub expires: Timestamp,
     /// Issued or redeemed.
     pub state: CodeState,
+    /// How the client must authenticate to exchange it (schema version 2;
+    /// older codes read as [`ClientAuth::ById`]).
+    pub client_auth: ClientAuth,
 }
 
 codec::fields!(AuthorizationCode {
@@ -433,11 +449,18 @@ codec::fields!(AuthorizationCode {
     subject,
     expires,
     state,
+    client_auth @ 2,
 });
 
+/// Version 2 appends [`AuthorizationCode::client_auth`]; version 1 codes
+/// read as [`ClientAuth::ById`].
 impl Record for AuthorizationCode {
     const TABLE: Table = Table::Codes;
-    const VERSION: u8 = 1;
+    const VERSION: u8 = 2;
+
+    fn upgrade(version: u8, body: &[u8]) -> Option<Result<Self, codec::CodecError>> {
+        (version == 1).then(|| codec::decode_body(version, body))
+    }
 }
 
 impl AuthorizationCode {
@@ -527,6 +550,7 @@ mod tests {
             subject: "u".into(),
             expires: Timestamp::from_secs(60),
             state: CodeState::Issued,
+            client_auth: ClientAuth::ById,
         };
         let text = code.code("k1", key);
         assert_eq!(verify_code(&k, text.expose_secret()), Some(id));
@@ -570,6 +594,7 @@ mod tests {
                 subject: "u".into(),
                 expires: Timestamp::from_secs(1_800_000_000),
                 state,
+                client_auth: ClientAuth::PrivateKeyJwt,
             });
         }
     }

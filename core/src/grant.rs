@@ -13,11 +13,22 @@
 //! refresh-token rotation of RFC 9700 §4.14.2):
 //!
 //! * a valid tag for the **current** generation rotates the grant;
-//! * a valid tag for an **older** generation is reuse of a spent token:
-//!   someone holds a copy, so the whole grant is revoked (unless it is the
-//!   immediately previous token retried inside [`Policy::refresh_retry_window`],
-//!   which answers with the very same successor);
+//! * a valid tag for an **older** generation is a spent token. Spent less
+//!   than [`Policy::refresh_reuse_grace`] ago (and at most
+//!   [`TRACKED_ROTATIONS`] generations back), it is one of the client's
+//!   own processes that shared the token and lost the race: it gets the
+//!   grant's **current** refresh token again (derived, not stored: nothing
+//!   rotates, no deadline moves) and a fresh access token, so every process
+//!   ends up on one token. Spent longer ago, it is a replay no honest
+//!   client makes: the whole grant is revoked (reuse detection);
 //! * an **invalid** tag revokes nothing, so a forger cannot log anyone out.
+//!
+//! What the grace costs, and why it is there, is written out in
+//! `docs/clients.md` ("One refresh token, several processes"): a thief
+//! holding a token spent less than the grace ago is answered like the
+//! client's own process, and reuse detection catches only a token spent
+//! longer ago. `Policy::refresh_reuse_grace = Duration::ZERO` is strict
+//! rotation: every spent token revokes.
 //!
 //! The grant id is no secret (every access token carries it as `gid`), so
 //! naming a grant proves nothing: every path that acts on a presented token
@@ -28,7 +39,7 @@
 //! Reuse and unknown tokens answer with the same `invalid_grant`, so the
 //! answer is no oracle for which tokens once existed.
 //!
-//! [`Policy::refresh_retry_window`]: crate::Policy::refresh_retry_window
+//! [`Policy::refresh_reuse_grace`]: crate::Policy::refresh_reuse_grace
 
 use alloc::string::String;
 use core::fmt;
@@ -36,6 +47,7 @@ use core::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::client::ClientAuth;
 use crate::jwt::{Keyring, SigningKey, b64};
 use crate::policy::Policy;
 use crate::scope::ScopeSet;
@@ -117,17 +129,112 @@ pub struct Revocation {
 
 codec::fields!(Revocation { at, reason });
 
-/// The rotation that produced the current generation, kept for the retry
-/// window.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Rotation {
-    /// When it happened.
-    pub at: Timestamp,
-    /// The scope the client asked for in that refresh.
-    pub requested: ScopeSet,
+/// How many generations back a spent refresh token can still be
+/// recognised as the client's own (see the [module docs](self)): enough
+/// for a process idle through several rotations of its siblings (one per
+/// access-token lifetime), few enough to keep the record small.
+pub const TRACKED_ROTATIONS: usize = 4;
+
+/// When the grant's most recent rotations happened, newest first: entry
+/// `i` is when generation `current - 1 - i` was spent. At most
+/// [`TRACKED_ROTATIONS`].
+///
+/// Stored since schema version 2 of [`Grant`]; a version 1 grant kept only
+/// its last rotation (with the scope asked for then, which no rule reads
+/// any more), read here as a list of one.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Rotations(heapless::Vec<Timestamp, TRACKED_ROTATIONS>);
+
+impl Rotations {
+    /// Records a rotation at `at`, forgetting the oldest beyond the bound.
+    pub fn push(&mut self, at: Timestamp) {
+        if self.0.is_full() {
+            self.0.pop();
+        }
+        // Cannot fail: a slot was just made free.
+        let _ = self.0.insert(0, at);
+    }
+
+    /// When the generation `back` steps before the current one was spent
+    /// (`back = 1`: the immediately previous token); `None` when that
+    /// rotation is not tracked.
+    #[must_use]
+    pub fn spent_at(&self, back: u32) -> Option<Timestamp> {
+        let index = usize::try_from(back.checked_sub(1)?).ok()?;
+        self.0.get(index).copied()
+    }
+
+    /// The most recent rotation, if any.
+    #[must_use]
+    pub fn latest(&self) -> Option<Timestamp> {
+        self.0.first().copied()
+    }
 }
 
-codec::fields!(Rotation { at, requested });
+impl codec::Encode for Rotations {
+    fn encode(&self, out: &mut alloc::vec::Vec<u8>) {
+        codec::write_varint(out, self.0.len() as u64);
+        for at in &self.0 {
+            at.encode(out);
+        }
+    }
+}
+
+impl codec::Decode<'_> for Rotations {
+    fn decode(r: &mut codec::Reader<'_>) -> Result<Self, codec::Malformed> {
+        let mut rotations = heapless::Vec::new();
+        read_rotations(r, |at| rotations.push(at).map_err(|_| codec::Malformed))?;
+        Ok(Self(rotations))
+    }
+}
+
+/// Reads the rotation times of a grant of the reader's schema version,
+/// newest first, handing each to `each`. Version 1 stored
+/// `Option<(at, requested scope)>`; version 2 a list of times.
+fn read_rotations(
+    r: &mut codec::Reader<'_>,
+    mut each: impl FnMut(Timestamp) -> Result<(), codec::Malformed>,
+) -> Result<(), codec::Malformed> {
+    if r.version() < 2 {
+        match r.byte()? {
+            0 => Ok(()),
+            1 => {
+                let at = codec::Decode::decode(r)?;
+                let _requested: SkippedStrings = codec::Decode::decode(r)?;
+                each(at)
+            }
+            _ => Err(codec::Malformed),
+        }
+    } else {
+        let n = r.list_len()?;
+        if n > TRACKED_ROTATIONS {
+            return Err(codec::Malformed);
+        }
+        for _ in 0..n {
+            each(codec::Decode::decode(r)?)?;
+        }
+        Ok(())
+    }
+}
+
+/// [`Rotations`] read in place: the latest rotation only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RotationsView {
+    /// The most recent rotation, if any.
+    pub latest: Option<Timestamp>,
+}
+
+impl codec::Decode<'_> for RotationsView {
+    fn decode(r: &mut codec::Reader<'_>) -> Result<Self, codec::Malformed> {
+        let mut latest = None;
+        read_rotations(r, |at| {
+            latest = latest.or(Some(at));
+            Ok(())
+        })?;
+        Ok(Self { latest })
+    }
+}
 
 /// A stored grant.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -159,10 +266,13 @@ pub struct Grant {
     salt: [u8; 16],
     /// The key that tags the current generation's token.
     pub kid: String,
-    /// The rotation into the current generation, if any.
-    pub last_rotation: Option<Rotation>,
+    /// When the most recent generations were spent.
+    pub rotations: Rotations,
     /// Set once the grant is revoked; never cleared.
     pub revoked: Option<Revocation>,
+    /// How the client must authenticate to refresh or revoke it (schema
+    /// version 2; older grants read as [`ClientAuth::ById`]).
+    pub client_auth: ClientAuth,
 }
 
 impl fmt::Debug for Grant {
@@ -181,13 +291,22 @@ impl fmt::Debug for Grant {
     }
 }
 
+/// Version 2 keeps the times of the last [`TRACKED_ROTATIONS`] rotations
+/// (for the reuse grace) and the client's [`ClientAuth`]; version 1 grants
+/// are read in place, by the view too (the bearer check's path), with
+/// their one rotation and [`ClientAuth::ById`].
 impl Record for Grant {
     const TABLE: Table = Table::Grants;
-    const VERSION: u8 = 1;
+    const VERSION: u8 = 2;
+
+    fn upgrade(version: u8, body: &[u8]) -> Option<Result<Self, codec::CodecError>> {
+        (version == 1).then(|| codec::decode_body(version, body))
+    }
 }
 
 impl Viewed for Grant {
     type View<'a> = GrantView<'a>;
+    const VIEW_SINCE: u8 = 1;
 }
 
 /// A stored [`Grant`] read in place: strings borrowed from the stored
@@ -222,10 +341,12 @@ pub struct GrantView<'a> {
     salt: [u8; 16],
     /// The key that tags the current generation's token.
     pub kid: &'a str,
-    /// The rotation into the current generation, if any (its time).
-    pub last_rotation: Option<RotationView>,
+    /// When the grant last rotated.
+    pub rotations: RotationsView,
     /// Set once the grant is revoked.
     pub revoked: Option<Revocation>,
+    /// How the client must authenticate to refresh or revoke it.
+    pub client_auth: ClientAuth,
 }
 
 codec::fields!(Grant, view GrantView {
@@ -242,8 +363,9 @@ codec::fields!(Grant, view GrantView {
     generation,
     salt,
     kid,
-    last_rotation,
+    rotations,
     revoked,
+    client_auth @ 2,
 });
 
 impl fmt::Debug for GrantView<'_> {
@@ -256,24 +378,6 @@ impl fmt::Debug for GrantView<'_> {
             .field("generation", &self.generation)
             .field("revoked", &self.revoked)
             .finish_non_exhaustive()
-    }
-}
-
-/// [`Rotation`] read in place: its time, the requested scopes skipped.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RotationView {
-    /// When it happened.
-    pub at: Timestamp,
-    /// The scope asked for (skipped).
-    pub requested: SkippedStrings,
-}
-
-impl codec::Decode<'_> for RotationView {
-    fn decode(r: &mut codec::Reader<'_>) -> Result<Self, codec::Malformed> {
-        Ok(Self {
-            at: codec::Decode::decode(r)?,
-            requested: codec::Decode::decode(r)?,
-        })
     }
 }
 
@@ -327,15 +431,18 @@ pub enum GrantStatus {
 pub enum RefreshVerdict {
     /// The current token: rotate to the next generation.
     Rotate,
-    /// The previous token retried inside the window by the same client with
-    /// the same scope: answer with the current (already issued) successor.
-    RetrySameSuccessor,
-    /// A spent token: revoke the grant.
+    /// A token spent less than the grace ago, by one of the client's own
+    /// processes: answer with the current refresh token (already issued;
+    /// nothing rotates) and a fresh access token.
+    Grace,
+    /// A token spent longer ago (or further back than tracked): revoke the
+    /// grant.
     Reuse,
 }
 
 impl Grant {
-    /// A new live grant at generation 1.
+    /// A new live grant at generation 1, whose client authenticates as
+    /// its id says ([`ClientAuth::ById`]; see [`Grant::client_auth`]).
     #[allow(
         clippy::too_many_arguments,
         reason = "a grant is the sum of a code's facts; a builder would only rename them"
@@ -366,8 +473,9 @@ impl Grant {
             generation: 1,
             salt,
             kid,
-            last_rotation: None,
+            rotations: Rotations::default(),
             revoked: None,
+            client_auth: ClientAuth::ById,
         }
     }
 
@@ -417,42 +525,40 @@ impl Grant {
         }
     }
 
-    /// Judges a correctly tagged token of `generation`, presented with
-    /// `requested` scope, against the retry `window`.
+    /// Judges a correctly tagged token of `generation` at `now`, under the
+    /// reuse `grace` ([`crate::Policy::refresh_reuse_grace`]; zero is strict
+    /// rotation). A spent token counts as the client's own process only
+    /// while its spending is tracked and less than `grace` ago.
     #[must_use]
     pub fn judge_refresh(
         &self,
         generation: u32,
-        requested: &ScopeSet,
         now: Timestamp,
-        window: Option<Duration>,
+        grace: Duration,
     ) -> RefreshVerdict {
         if generation == self.generation {
             return RefreshVerdict::Rotate;
         }
-        let retry = generation.checked_add(1) == Some(self.generation)
-            && window.is_some_and(|w| {
-                self.last_rotation
-                    .as_ref()
-                    .is_some_and(|r| now < r.at.saturating_add(w) && r.requested == *requested)
-            });
-        if retry {
-            RefreshVerdict::RetrySameSuccessor
-        } else {
-            RefreshVerdict::Reuse
+        let spent = self
+            .generation
+            .checked_sub(generation)
+            .and_then(|back| self.rotations.spent_at(back));
+        match spent {
+            Some(at) if now < at.saturating_add(grace) => RefreshVerdict::Grace,
+            _ => RefreshVerdict::Reuse,
         }
     }
 
     /// Moves to the next generation, tagged by `kid`. The idle lifetime
     /// restarts; the absolute deadline does not move.
-    pub fn rotate(&mut self, requested: ScopeSet, kid: &str, now: Timestamp) {
+    pub fn rotate(&mut self, kid: &str, now: Timestamp) {
         self.generation += 1;
         if self.kid != kid {
             self.kid.clear();
             self.kid.push_str(kid);
         }
         self.last_refreshed = now;
-        self.last_rotation = Some(Rotation { at: now, requested });
+        self.rotations.push(now);
     }
 
     /// The refresh token of the current generation.
@@ -607,11 +713,9 @@ mod tests {
     fn view_mirrors_the_stored_grant() {
         let (mut site, mut grant, _) = fixture();
         grant.client_name = Some("Agent".into());
-        grant.last_rotation = Some(Rotation {
-            at: Timestamp::from_secs(1_500),
-            requested: ScopeSet::parse("skills:read skills:write").unwrap(),
-        });
-        grant.generation = 3;
+        grant.rotate("k1", Timestamp::from_secs(1_400));
+        grant.rotate("k1", Timestamp::from_secs(1_500));
+        grant.client_auth = ClientAuth::PrivateKeyJwt;
         let policy = Policy::default();
         let check = |grant: &Grant, site: &Site, now: Timestamp| {
             let bytes = codec::encode(grant).unwrap();
@@ -635,11 +739,9 @@ mod tests {
                 (v.generation, v.kid),
                 (grant.generation, grant.kid.as_str())
             );
-            assert_eq!(
-                v.last_rotation.map(|r| r.at),
-                grant.last_rotation.as_ref().map(|r| r.at)
-            );
+            assert_eq!(v.rotations.latest, grant.rotations.latest());
             assert_eq!(v.revoked, grant.revoked);
+            assert_eq!(v.client_auth, grant.client_auth);
             assert_eq!(
                 v.status(site.id.as_str(), site.epoch, now, &policy),
                 grant.status(site, now, &policy)
@@ -701,55 +803,118 @@ mod tests {
         assert_eq!(grant.status(&site, day(31), &p), GrantStatus::Expired);
         // Refreshing every 20 days keeps it alive, but never past day 90.
         for d in [20, 40, 60, 80] {
-            grant.rotate(grant.scopes.clone(), "k1", day(d));
+            grant.rotate("k1", day(d));
         }
         assert_eq!(grant.status(&site, day(89), &p), GrantStatus::Live);
         assert_eq!(grant.status(&site, day(91), &p), GrantStatus::Expired);
     }
 
+    const MINUTE: Duration = Duration::from_secs(60);
+
     #[test]
-    fn reuse_and_the_retry_window() {
+    fn strict_rotation_revokes_every_spent_token() {
         let (site, mut grant, _) = fixture();
-        let scope = grant.scopes.clone();
         let t0 = Timestamp::from_secs(2_000);
         assert_eq!(
-            grant.judge_refresh(1, &scope, t0, None),
+            grant.judge_refresh(1, t0, Duration::ZERO),
             RefreshVerdict::Rotate
         );
-        grant.rotate(scope.clone(), "k1", t0);
+        grant.rotate("k1", t0);
         assert_eq!(
-            grant.judge_refresh(1, &scope, t0, None),
-            RefreshVerdict::Reuse
-        );
-        let w = Some(Duration::from_secs(30));
-        assert_eq!(
-            grant.judge_refresh(1, &scope, t0.saturating_add(Duration::from_secs(29)), w),
-            RefreshVerdict::RetrySameSuccessor
-        );
-        assert_eq!(
-            grant.judge_refresh(1, &scope, t0.saturating_add(Duration::from_secs(30)), w),
+            grant.judge_refresh(1, t0, Duration::ZERO),
             RefreshVerdict::Reuse
         );
         assert_eq!(
-            grant.judge_refresh(1, &ScopeSet::new(), t0, w),
-            RefreshVerdict::Reuse
-        );
-        grant.rotate(scope.clone(), "k1", t0);
-        assert_eq!(
-            grant.judge_refresh(1, &scope, t0, w),
-            RefreshVerdict::Reuse,
-            "only the immediately previous token"
+            grant.judge_refresh(2, t0, Duration::ZERO),
+            RefreshVerdict::Rotate
         );
         grant.revoke(RevocationReason::RefreshReuse, t0);
         grant.revoke(RevocationReason::Revoked, t0);
         assert_eq!(
             grant.revoked.unwrap().reason,
-            RevocationReason::RefreshReuse
+            RevocationReason::RefreshReuse,
+            "the first revocation wins"
         );
         assert_eq!(
             grant.status(&site, t0, &Policy::default()),
             GrantStatus::Revoked
         );
+    }
+
+    /// The grace counts from when each token was spent, for the last
+    /// [`TRACKED_ROTATIONS`] generations; never for a token of the future.
+    #[test]
+    fn a_spent_token_is_the_clients_own_within_the_grace_of_its_spending() {
+        let (_, mut grant, _) = fixture();
+        let grace = 10 * MINUTE;
+        let t = |m: u64| Timestamp::from_secs(10_000 + m * 60);
+        grant.rotate("k1", t(0)); // 1 spent at 0
+        grant.rotate("k1", t(5)); // 2 spent at 5
+        assert_eq!(grant.generation, 3);
+        assert_eq!(grant.judge_refresh(3, t(7), grace), RefreshVerdict::Rotate);
+        assert_eq!(grant.judge_refresh(2, t(7), grace), RefreshVerdict::Grace);
+        // Generation 1, two behind, was spent at minute 0.
+        assert_eq!(grant.judge_refresh(1, t(9), grace), RefreshVerdict::Grace);
+        assert_eq!(grant.judge_refresh(1, t(10), grace), RefreshVerdict::Reuse);
+        assert_eq!(grant.judge_refresh(2, t(14), grace), RefreshVerdict::Grace);
+        assert_eq!(grant.judge_refresh(2, t(15), grace), RefreshVerdict::Reuse);
+        assert_eq!(grant.judge_refresh(4, t(7), grace), RefreshVerdict::Reuse);
+        // Beyond the tracked rotations, any age revokes.
+        for m in 6..=9 {
+            grant.rotate("k1", t(m));
+        }
+        assert_eq!(grant.generation, 7);
+        assert_eq!(grant.judge_refresh(3, t(9), grace), RefreshVerdict::Grace);
+        assert_eq!(grant.judge_refresh(2, t(9), grace), RefreshVerdict::Reuse);
+        assert_eq!(grant.rotations.spent_at(4), Some(t(6)));
+        assert_eq!(grant.rotations.spent_at(5), None);
+        assert_eq!(grant.rotations.spent_at(0), None);
+    }
+
+    /// A version 1 grant (one rotation with its requested scope, no
+    /// client auth) is read by the record and the view alike, and written
+    /// back as version 2.
+    #[test]
+    fn version_1_grants_are_read_in_place() {
+        let (site, grant, _) = fixture();
+        let scope = ScopeSet::parse("skills:read").unwrap();
+        for last in [None, Some(Timestamp::from_secs(1_500))] {
+            let mut v1 = alloc::vec![1u8];
+            let fields = (
+                &grant.id,
+                grant.site.as_str(),
+                grant.epoch,
+                grant.client_id.as_str(),
+                &grant.client_name,
+                grant.subject.as_str(),
+                &grant.scopes,
+                grant.resource.as_str(),
+                grant.created,
+                grant.last_refreshed,
+                grant.generation,
+                grant.salt,
+                grant.kid.as_str(),
+            );
+            v1.extend(postcard::to_allocvec(&fields).unwrap());
+            v1.extend(postcard::to_allocvec(&last.map(|at| (at, &scope))).unwrap());
+            v1.extend(postcard::to_allocvec(&grant.revoked).unwrap());
+            let read: Grant = codec::decode(&v1).unwrap();
+            assert_eq!(read.rotations.latest(), last);
+            assert_eq!(read.client_auth, ClientAuth::ById);
+            assert_eq!((read.id, read.generation), (grant.id, grant.generation));
+            let view = codec::decode_view::<Grant>(&v1).unwrap();
+            assert_eq!(view.rotations.latest, last);
+            assert_eq!(
+                view.status(
+                    site.id.as_str(),
+                    site.epoch,
+                    Timestamp::from_secs(2_000),
+                    &Policy::default()
+                ),
+                GrantStatus::Live
+            );
+            assert_eq!(codec::encode(&read).unwrap()[0], 2);
+        }
     }
 
     #[test]
@@ -768,10 +933,12 @@ mod tests {
         let (_, mut grant, _) = fixture();
         codec::assert_postcard_agrees(&grant);
         grant.client_name = Some("Agënt \u{2603}".into());
-        grant.last_rotation = Some(Rotation {
-            at: Timestamp::MAX,
-            requested: ScopeSet::parse("skills:read skills:write").unwrap(),
-        });
+        for at in [1, 2, 3, 4, 5] {
+            grant.rotate("k2", Timestamp::from_secs(at));
+            codec::assert_postcard_agrees(&grant);
+        }
+        grant.rotations.push(Timestamp::MAX);
+        grant.client_auth = ClientAuth::PrivateKeyJwt;
         grant.generation = u32::MAX;
         grant.epoch = 128;
         for reason in [

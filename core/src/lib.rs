@@ -21,6 +21,7 @@
 //! | [`secret`] | secret types: elided `Debug`, constant-time equality |
 //! | [`error`] | stable wire codes and HTTP statuses |
 //! | [`jwt`] | HS256 compact JWS (RFC 7515/7519) and the signing [`jwt::Keyring`] |
+//! | [`jwk`] | JSON Web Keys (RFC 7517): a client's public key set, and the signature algorithms accepted from clients |
 //! | [`mac`] | HMAC-SHA256, the one MAC |
 //! | [`pkce`] | PKCE S256 (RFC 7636) |
 //! | [`scope`] | scope sets (RFC 6749 §3.3) |
@@ -106,6 +107,7 @@ pub mod granted_apps;
 pub mod header;
 pub mod hex;
 pub mod http;
+pub mod jwk;
 pub mod jwt;
 pub mod ledger;
 pub mod link;

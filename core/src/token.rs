@@ -9,6 +9,7 @@ use core::fmt;
 
 use serde::Serialize;
 
+use crate::client::assertion::{AssertionError, VerifiedAssertion};
 use crate::error::{ErrorCode, WireError};
 use crate::form::{self, Form, FormError};
 use crate::header::{HeaderError, HeaderField};
@@ -30,59 +31,156 @@ const MAX_BASIC_LEN: usize = "Basic ".len()
     + (crate::client::MAX_CLIENT_ID_LEN + 1 + crate::client::CLIENT_SECRET_LEN).div_ceil(3) * 4
     + 16;
 
+/// How a client authenticates at the token and revocation endpoints, as
+/// the adapter hands it over: every `Authorization` value the request
+/// carried and, for a `private_key_jwt` client, the assertion the host
+/// verified ([`client::assertion`](crate::client::assertion)). A bare
+/// [`HeaderField`] converts into it, for every request without an
+/// assertion.
+#[derive(Clone, Copy, Debug)]
+pub struct ClientAuthentication<'a> {
+    authorization: HeaderField<'a>,
+    assertion: Option<&'a VerifiedAssertion>,
+}
+
+impl<'a> ClientAuthentication<'a> {
+    /// A request whose client assertion the host verified: the form's
+    /// `client_assertion` must be exactly the one `verified` was made from.
+    #[must_use]
+    pub fn assertion(authorization: HeaderField<'a>, verified: &'a VerifiedAssertion) -> Self {
+        Self {
+            authorization,
+            assertion: Some(verified),
+        }
+    }
+
+    /// The `Authorization` values.
+    #[must_use]
+    pub fn authorization(&self) -> HeaderField<'a> {
+        self.authorization
+    }
+
+    /// The verified assertion, if the host passed one.
+    pub(crate) fn assertion_used(&self) -> Option<&'a VerifiedAssertion> {
+        self.assertion
+    }
+}
+
+impl<'a> From<HeaderField<'a>> for ClientAuthentication<'a> {
+    fn from(authorization: HeaderField<'a>) -> Self {
+        Self {
+            authorization,
+            assertion: None,
+        }
+    }
+}
+
+/// How a client authenticated in one request (RFC 6749 §2.3: exactly one
+/// way).
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Presented {
+    /// Nothing: a public client naming itself with `client_id`.
+    Nothing,
+    /// A secret in `Authorization: Basic` (RFC 6749 §2.3.1).
+    Basic,
+    /// A secret in the `client_secret` form parameter (RFC 6749 §2.3.1).
+    Post,
+    /// A verified `private_key_jwt` assertion (RFC 7523 §2.2).
+    Assertion,
+}
+
 /// The client's identity as presented: `Authorization: Basic` (RFC 6749
-/// §2.3.1) or a bare `client_id` parameter for public clients (§2.3).
+/// §2.3.1), a `client_secret` form parameter, a verified client assertion
+/// (RFC 7523 §2.2), or a bare `client_id` parameter for public clients
+/// (§2.3).
 #[derive(Clone)]
 pub struct ClientCredentials<'a> {
     /// The client id.
     pub client_id: Cow<'a, str>,
-    /// The secret, when Basic authentication was used.
+    /// The secret, when Basic authentication or `client_secret` was used.
     pub secret: Option<Cow<'a, str>>,
-    /// Whether the credentials came in a Basic header (so a failure answers
-    /// with a `Basic` challenge, RFC 6749 §5.2).
-    pub via_basic: bool,
+    /// How the client authenticated.
+    pub presented: Presented,
 }
 
 impl fmt::Debug for ClientCredentials<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ClientCredentials")
             .field("client_id", &self.client_id)
+            .field("presented", &self.presented)
             .finish_non_exhaustive()
     }
 }
 
 impl<'a> ClientCredentials<'a> {
     /// Reads the credentials from every `Authorization` value the request
-    /// carried and the form. A repeated field is ambiguous and refused
-    /// ([`TokenError::Header`], `invalid_request`) whichever of its values
-    /// would authenticate. Exactly one method may be used: a secret in the
-    /// body (`client_secret_post`) is refused, and a body `client_id` next
-    /// to a Basic header must name the same client.
-    pub fn read(form: &Form<'a>, authorization: HeaderField<'a>) -> Result<Self, TokenError> {
+    /// carried, the host's verified assertion and the form. A repeated field
+    /// is ambiguous and refused ([`TokenError::Header`], `invalid_request`)
+    /// whichever of its values would authenticate. Exactly one method may
+    /// be used (RFC 6749 §2.3): a Basic header, a `client_secret`, or a
+    /// `client_assertion` (which must be the very one the host verified);
+    /// a body `client_id` beside any of them must name the same client.
+    pub fn read(
+        form: &Form<'a>,
+        authentication: impl Into<ClientAuthentication<'a>>,
+    ) -> Result<Self, TokenError> {
+        let ClientAuthentication {
+            authorization,
+            assertion,
+        } = authentication.into();
         let authorization = authorization.value().map_err(TokenError::authorization)?;
         let basic = authorization.is_some_and(is_basic_scheme);
         let refused = || TokenError::InvalidClient { basic };
-        if form.get("client_secret").is_some() {
-            return Err(refused());
-        }
         let body_id = form.get_cow("client_id");
+        let body_secret = form.get_cow("client_secret");
+        let body_assertion = form.get("client_assertion");
         if let Some(header) = authorization {
+            if body_secret.is_some() || body_assertion.is_some() || assertion.is_some() {
+                return Err(refused());
+            }
             let (id, secret) = parse_basic(header).ok_or_else(refused)?;
             if body_id.is_some_and(|b| *b != *id) {
                 return Err(refused());
             }
-            Ok(Self {
+            return Ok(Self {
                 client_id: Cow::Owned(id),
                 secret: Some(Cow::Owned(secret)),
-                via_basic: true,
-            })
-        } else {
-            Ok(Self {
-                client_id: body_id.ok_or_else(refused)?,
-                secret: None,
-                via_basic: false,
-            })
+                presented: Presented::Basic,
+            });
         }
+        match (body_assertion, assertion) {
+            (None, None) => {}
+            (Some(text), Some(verified)) if body_secret.is_none() && verified.is_of(text) => {
+                if body_id
+                    .as_deref()
+                    .is_some_and(|b| b != verified.client_id())
+                {
+                    return Err(refused());
+                }
+                return Ok(Self {
+                    client_id: Cow::Owned(verified.client_id().into()),
+                    secret: None,
+                    presented: Presented::Assertion,
+                });
+            }
+            // An assertion nobody verified, or a verification of another
+            // request's assertion.
+            _ => return Err(refused()),
+        }
+        let client_id = body_id.ok_or_else(refused)?;
+        Ok(match body_secret {
+            Some(secret) => Self {
+                client_id,
+                secret: Some(secret),
+                presented: Presented::Post,
+            },
+            None => Self {
+                client_id,
+                secret: None,
+                presented: Presented::Nothing,
+            },
+        })
     }
 
     /// The refusal of these credentials: `invalid_client`, with a `Basic`
@@ -90,7 +188,7 @@ impl<'a> ClientCredentials<'a> {
     #[must_use]
     pub fn refused(&self) -> TokenError {
         TokenError::InvalidClient {
-            basic: self.via_basic,
+            basic: self.presented == Presented::Basic,
         }
     }
 }
@@ -202,6 +300,9 @@ pub enum TokenError {
         /// how the client authenticated, and the answer follows from it.
         basic: bool,
     },
+    /// A client assertion was refused (`invalid_client`); the variant says
+    /// which rule failed, for the log.
+    ClientAssertion(AssertionError),
     /// The client did not register this grant type.
     UnauthorizedClient,
     /// The code or refresh token is invalid, expired, spent, revoked, or was
@@ -230,7 +331,9 @@ impl fmt::Display for TokenError {
             Self::UnsupportedGrantType => {
                 f.write_str("grant_type must be authorization_code or refresh_token")
             }
-            Self::InvalidClient { .. } => f.write_str("client authentication failed"),
+            Self::InvalidClient { .. } | Self::ClientAssertion(_) => {
+                f.write_str("client authentication failed")
+            }
             Self::UnauthorizedClient => f.write_str("the client did not register this grant type"),
             Self::InvalidGrant | Self::Pkce(_) => {
                 f.write_str("the grant is invalid, expired or revoked")
@@ -250,7 +353,7 @@ impl WireError for TokenError {
                 ErrorCode::InvalidRequest
             }
             Self::UnsupportedGrantType => ErrorCode::UnsupportedGrantType,
-            Self::InvalidClient { .. } => ErrorCode::InvalidClient,
+            Self::InvalidClient { .. } | Self::ClientAssertion(_) => ErrorCode::InvalidClient,
             Self::UnauthorizedClient => ErrorCode::UnauthorizedClient,
             Self::InvalidGrant | Self::Pkce(_) => ErrorCode::InvalidGrant,
             Self::InvalidScope => ErrorCode::InvalidScope,
@@ -317,9 +420,20 @@ mod tests {
             TokenError::InvalidClient { basic: true }
         );
         let post = Form::parse("client_id=a&client_secret=b", 100).unwrap();
+        let c = ClientCredentials::read(&post, HeaderField::ABSENT).unwrap();
         assert_eq!(
-            ClientCredentials::read(&post, HeaderField::ABSENT).unwrap_err(),
-            TokenError::InvalidClient { basic: false }
+            (&*c.client_id, c.secret.as_deref(), c.presented),
+            ("a", Some("b"), Presented::Post)
+        );
+        let unverified = Form::parse(
+            "client_assertion_type=urn%3Aietf%3Aparams%3Aoauth%3Aclient-assertion-type%3Ajwt-bearer&client_assertion=a.b.c",
+            500,
+        )
+        .unwrap();
+        assert_eq!(
+            ClientCredentials::read(&unverified, HeaderField::ABSENT).unwrap_err(),
+            TokenError::InvalidClient { basic: false },
+            "an assertion the host did not verify"
         );
         // A secret in the body next to a Basic header, or a malformed Basic
         // header: refused, challenging Basic.

@@ -279,10 +279,12 @@ pub(crate) struct ServeArgs {
     /// A grant lapses after this many seconds without a refresh (default 30 days).
     #[arg(long)]
     pub(crate) grant_idle_ttl_secs: Option<u64>,
-    /// Refresh-token retry window in seconds (default: off, a spent token
-    /// revokes its grant).
+    /// How long after a refresh token was spent presenting it again still
+    /// counts as the client's own process and gets the current token, in
+    /// seconds (default 600; 0: strict rotation, every spent token revokes
+    /// its grant). See docs/clients.md.
     #[arg(long)]
-    pub(crate) refresh_retry_window_secs: Option<u64>,
+    pub(crate) refresh_reuse_grace_secs: Option<u64>,
     /// Clock-skew leeway of JWT checks in seconds (default 5).
     #[arg(long)]
     pub(crate) jwt_leeway_secs: Option<u64>,

@@ -429,11 +429,11 @@ async fn one_refresh_token_raced_across_two_instances_rotates_once() {
     let Some(url) = database("refresh race") else {
         return;
     };
-    // With the retry window on, the loser of each race is answered with the
-    // very successor the winner got (RFC 9700 §4.14.2 allows a short grace
-    // for a lost response), and the grant lives on, so one grant serves
-    // every repetition; two rotations would show as two successors.
-    let pair = Pair::start(&url, "refresh", &["--refresh-retry-window-secs", "60"]).await;
+    // With the default reuse grace, the loser of each race is answered
+    // with the very successor the winner got (the client's own process, see
+    // docs/clients.md), and the grant lives on, so one grant serves every
+    // repetition; two rotations would show as two successors.
+    let pair = Pair::start(&url, "refresh", &[]).await;
     let (client_id, tokens) = pair.login("alice").await;
     let mut current = tokens["refresh_token"].as_str().unwrap().to_owned();
     let started = Instant::now();
@@ -467,11 +467,11 @@ async fn one_refresh_token_raced_across_two_instances_rotates_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_a_retry_window_a_raced_refresh_rotates_once_and_revokes() {
+async fn with_strict_rotation_a_raced_refresh_rotates_once_and_revokes() {
     let Some(url) = database("refresh reuse race") else {
         return;
     };
-    let pair = Pair::start(&url, "reuse", &[]).await;
+    let pair = Pair::start(&url, "reuse", &["--refresh-reuse-grace-secs", "0"]).await;
     for round in 0..20 {
         let (client_id, tokens) = pair.login(&format!("user{round}")).await;
         let token = tokens["refresh_token"].as_str().unwrap();
@@ -1466,19 +1466,19 @@ async fn a_refresh_token_raced_many_ways_never_answers_a_server_error() {
     let Some(url) = database("many-way refresh race") else {
         return;
     };
-    // With the retry window every racer is answered with the one
-    // successor; without it one rotates and the others are reuse
+    // With the reuse grace every racer is answered with the one
+    // successor; with strict rotation one rotates and the others are reuse
     // (`invalid_grant`, and the grant is revoked). Either way never a 5xx:
     // a racer that lost to another's commit runs again, with a pause, for
     // as long as the writer's conflict budget allows.
     for (name, extra) in [
-        ("window", &["--refresh-retry-window-secs", "60"][..]),
-        ("strict", &[][..]),
+        ("grace", &[][..]),
+        ("strict", &["--refresh-reuse-grace-secs", "0"][..]),
     ] {
         let pair = std::sync::Arc::new(Pair::start(&url, &format!("race{name}"), extra).await);
         let (client_id, tokens) = pair.login("alice").await;
         let mut token = tokens["refresh_token"].as_str().unwrap().to_owned();
-        let rounds = if extra.is_empty() { 1 } else { 40 };
+        let rounds = if extra.is_empty() { 40 } else { 1 };
         for round in 0..rounds {
             let mut racing = tokio::task::JoinSet::new();
             for i in 0..RACERS {

@@ -19,7 +19,8 @@ use crate::sealed::TableMap;
 /// due entries (`Expiry`), a grant's requests and their outcomes
 /// (`Requests`, `Outcomes`), a user's agent tokens (`AgentTokens`) and a
 /// browser session's tabs (`Tabs`), and a consent's apps at its code's
-/// exchange (`GrantApps`, a one-key range); everything else it reads by key
+/// exchange (`GrantApps`, a one-key range); everything else (an accepted
+/// client assertion's `jti`, `ClientAssertions`, among them) it reads by key
 /// only.
 /// A table the core adds later is kept ordered until it is listed here.
 const fn ordered(table: Table) -> bool {
@@ -31,6 +32,7 @@ const fn ordered(table: Table) -> bool {
             | Table::Codes
             | Table::Grants
             | Table::Approvals
+            | Table::ClientAssertions
     )
 }
 

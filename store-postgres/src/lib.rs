@@ -149,8 +149,9 @@ pub use tls::TlsMode;
 
 /// The schema version this build writes and reads (2: the cached tables
 /// announce their changed rows, see [`PostgresConfig::read_cache`]; 3: the
-/// `grant_apps` table, the apps each grant reaches).
-pub const SCHEMA_VERSION: i32 = 3;
+/// `grant_apps` table, the apps each grant reaches; 4: the
+/// `client_assertions` table, the `jti`s of accepted client assertions).
+pub const SCHEMA_VERSION: i32 = 4;
 
 /// The schema used when the host names none.
 pub const DEFAULT_SCHEMA: &str = "portcullis";
@@ -676,13 +677,20 @@ fn migration(schema: &str, version: i32) -> String {
             }
             sql
         }
-        2 => format!(
-            "CREATE TABLE IF NOT EXISTS \"{schema}\".\"{}\" \
-             (key bytea PRIMARY KEY, value bytea NOT NULL);",
-            Table::GrantApps.name()
-        ),
+        2 => new_table(schema, Table::GrantApps),
+        3 => new_table(schema, Table::ClientAssertions),
         _ => String::new(),
     }
+}
+
+/// The SQL that creates the table of `table` (a table a later version
+/// added; version 0 created the first ones).
+fn new_table(schema: &str, table: Table) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS \"{schema}\".\"{}\" \
+         (key bytea PRIMARY KEY, value bytea NOT NULL);",
+        table.name()
+    )
 }
 
 /// A stable 64-bit key for the schema's advisory lock (FNV-1a).

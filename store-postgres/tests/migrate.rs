@@ -1,6 +1,7 @@
 //! Schema migrations: a database written by an earlier build opens under
 //! this one and gains what this one needs (version 3: the `grant_apps`
-//! table), keeping its rows; a database newer than this build is refused.
+//! table; version 4: the `client_assertions` table), keeping its rows; a
+//! database newer than this build is refused.
 //!
 //! Needs `PORTCULLIS_TEST_POSTGRES_URL`; without it each test says so and
 //! passes. Each test uses a schema of its own.
@@ -13,7 +14,7 @@ use portcullis_core::store::{ReadTransaction as _, Store as _, Table, WriteTrans
 use portcullis_store_postgres::{PostgresConfig, SCHEMA_VERSION};
 
 #[test]
-fn a_version_2_database_gains_the_grant_apps_table_and_keeps_its_rows() {
+fn a_version_2_database_gains_the_later_tables_and_keeps_its_rows() {
     let Ok(url) = std::env::var("PORTCULLIS_TEST_POSTGRES_URL") else {
         eprintln!("PORTCULLIS_TEST_POSTGRES_URL not set: migration test skipped");
         return;
@@ -29,7 +30,8 @@ fn a_version_2_database_gains_the_grant_apps_table_and_keeps_its_rows() {
     admin
         .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
         .unwrap();
-    // A database as version 2 left it: every table but grant_apps.
+    // A database as version 2 left it: every table but grant_apps and
+    // client_assertions.
     {
         let store = config().open().unwrap();
         let mut w = store.begin_write().unwrap();
@@ -38,7 +40,8 @@ fn a_version_2_database_gains_the_grant_apps_table_and_keeps_its_rows() {
     }
     admin
         .batch_execute(&format!(
-            "DROP TABLE {schema}.grant_apps; UPDATE {schema}.schema_version SET version = 2;"
+            "DROP TABLE {schema}.grant_apps; DROP TABLE {schema}.client_assertions; \
+             UPDATE {schema}.schema_version SET version = 2;"
         ))
         .unwrap();
     // This build migrates it.
@@ -48,9 +51,10 @@ fn a_version_2_database_gains_the_grant_apps_table_and_keeps_its_rows() {
         .unwrap()
         .get(0);
     assert_eq!(version, SCHEMA_VERSION);
-    assert_eq!(SCHEMA_VERSION, 3);
+    assert_eq!(SCHEMA_VERSION, 4);
     let mut w = store.begin_write().unwrap();
     w.put(Table::GrantApps, b"g1", b"apps").unwrap();
+    w.put(Table::ClientAssertions, b"j1", b"").unwrap();
     w.commit().unwrap();
     let r = store.begin_read().unwrap();
     assert_eq!(
@@ -60,6 +64,10 @@ fn a_version_2_database_gains_the_grant_apps_table_and_keeps_its_rows() {
     assert_eq!(
         r.get(Table::GrantApps, b"g1").unwrap().as_deref(),
         Some(&b"apps"[..])
+    );
+    assert_eq!(
+        r.get(Table::ClientAssertions, b"j1").unwrap().as_deref(),
+        Some(&b""[..])
     );
     drop(r);
     drop(store);

@@ -36,6 +36,7 @@ const OUTCOMES: Def = TableDefinition::new("outcomes");
 const APPROVALS: Def = TableDefinition::new("approvals");
 const TABS: Def = TableDefinition::new("tabs");
 const GRANT_APPS: Def = TableDefinition::new("grant_apps");
+const CLIENT_ASSERTIONS: Def = TableDefinition::new("client_assertions");
 
 /// The redb table of a core table. The names match [`Table::name`].
 const fn definition(table: Table) -> Def {
@@ -53,6 +54,7 @@ const fn definition(table: Table) -> Def {
         Table::Approvals => APPROVALS,
         Table::Tabs => TABS,
         Table::GrantApps => GRANT_APPS,
+        Table::ClientAssertions => CLIENT_ASSERTIONS,
         _ => unreachable_table(),
     }
 }

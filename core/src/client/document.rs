@@ -15,7 +15,10 @@ use core::fmt;
 use url::{Host, Url};
 
 use super::json::{self, JsonFault};
-use super::metadata::{RegistrationError, TokenEndpointAuthMethod, metadata_from_members, take};
+use super::metadata::{
+    RegistrationError, TokenEndpointAuthMethod, metadata_from_members, take_string,
+    take_string_list,
+};
 use super::redirect_uri::{Authority, TextFault, check_uri_text, split_scheme};
 use super::stateless::Client;
 use crate::describe::{Describe, display_by_describe};
@@ -42,6 +45,9 @@ pub struct ClientIdUrl {
     url: String,
     host_start: usize,
     host_end: usize,
+    /// An `http` loopback URL, accepted under the development flag: the
+    /// document's `jwks_uri` is judged under the flag too.
+    loopback_http: bool,
 }
 
 /// Checks a client id as a metadata-document URL (the draft's client
@@ -129,6 +135,7 @@ pub fn parse_client_id_url_with(
         url: client_id.into(),
         host_start: authority.host_start,
         host_end: authority.host_end,
+        loopback_http: loopback,
     })
 }
 
@@ -210,17 +217,29 @@ impl ClientIdUrl {
 ///   repeated.
 /// * `client_id` is present and equals the URL exactly (simple string
 ///   comparison, RFC 3986 §6.2.1).
-/// * No `client_secret` or `client_secret_expires_at`, and no
-///   `token_endpoint_auth_method` based on a shared secret
-///   (`client_secret_basic`, `client_secret_post`, `client_secret_jwt`):
-///   there is no way to share one with a document client. An absent method
-///   means `none`; any other method is unsupported.
+/// * No `client_secret` or `client_secret_expires_at`: there is no way to
+///   share a secret with a document client.
+/// * **How it authenticates at the token endpoint** is chosen from what the
+///   document offers, under OpenID Connect RP Metadata Choices 1.0
+///   (`token_endpoint_auth_methods_supported`, a list; the singular
+///   `token_endpoint_auth_method`, if present too, must be in it; neither
+///   means `none`): `private_key_jwt` (RFC 7523 §2.2) when offered and the
+///   document has a usable `jwks_uri`, else `none` when offered. Offering
+///   only `private_key_jwt` without a usable `jwks_uri` is
+///   [`DocumentError::MissingJwksUri`]; offering only shared-secret methods
+///   (`client_secret_basic`, `client_secret_post`, `client_secret_jwt`) is
+///   [`DocumentError::SharedSecretMethod`]. ChatGPT's documents ask for
+///   `private_key_jwt` in both forms (docs/clients.md).
+/// * `jwks_uri`, when present, obeys the rules of a client-ID URL
+///   ([`parse_client_id_url`]); `token_endpoint_auth_signing_alg`, when
+///   present, names an accepted [`SignatureAlgorithm`](crate::jwk::SignatureAlgorithm)
+///   and pins the client's assertions to it.
 /// * Everything else as for a registration request
 ///   ([`parse_registration`](super::parse_registration)): redirect URIs obey
 ///   [`RedirectUri`](super::RedirectUri), grant and response types are
 ///   supported, and so on.
 ///
-/// The result is a public [`Client`] whose id is the URL.
+/// The result is a [`Client`] whose id is the URL.
 pub fn validate_document(url: &ClientIdUrl, body: &[u8]) -> Result<Client, DocumentError> {
     if body.len() > MAX_DOCUMENT_LEN {
         return Err(DocumentError::TooLarge);
@@ -236,23 +255,69 @@ pub fn validate_document(url: &ClientIdUrl, body: &[u8]) -> Result<Client, Docum
     if members.contains_key("client_secret") || members.contains_key("client_secret_expires_at") {
         return Err(DocumentError::ClientSecretPresent);
     }
-    match take(&members, "token_endpoint_auth_method") {
-        None => {}
-        Some(serde_json::Value::String(method)) => match method.as_str() {
-            "none" => {}
-            "client_secret_basic" | "client_secret_post" | "client_secret_jwt" => {
-                return Err(DocumentError::SharedSecretMethod);
-            }
-            _ => return Err(DocumentError::UnsupportedAuthMethod),
-        },
-        Some(_) => return Err(DocumentError::UnsupportedAuthMethod),
+    let jwks_uri = match take_string(&members, "jwks_uri") {
+        Ok(None) => None,
+        Ok(Some(uri)) => Some(
+            parse_client_id_url_with(&uri, url.loopback_http)
+                .map_err(|_| DocumentError::InvalidJwksUri)?
+                .url,
+        ),
+        Err(_) => return Err(DocumentError::InvalidJwksUri),
+    };
+    let signing_alg = match take_string(&members, "token_endpoint_auth_signing_alg") {
+        Ok(None) => None,
+        Ok(Some(name)) => Some(
+            crate::jwk::SignatureAlgorithm::from_name(&name)
+                .ok_or(DocumentError::UnsupportedSigningAlgorithm)?,
+        ),
+        Err(_) => return Err(DocumentError::UnsupportedSigningAlgorithm),
+    };
+    let method = choose_auth_method(&members, jwks_uri.is_some())?;
+    let mut metadata = metadata_from_members(&members, method).map_err(DocumentError::Metadata)?;
+    if method == TokenEndpointAuthMethod::PrivateKeyJwt {
+        metadata.jwks_uri = jwks_uri;
+        metadata.token_endpoint_auth_signing_alg = signing_alg;
     }
-    let metadata = metadata_from_members(&members, TokenEndpointAuthMethod::None)
-        .map_err(DocumentError::Metadata)?;
     Ok(Client::Document {
         client_id: url.url.clone(),
         metadata,
     })
+}
+
+/// The token endpoint method of a document (see [`validate_document`]).
+fn choose_auth_method(
+    members: &serde_json::Map<String, serde_json::Value>,
+    has_keys: bool,
+) -> Result<TokenEndpointAuthMethod, DocumentError> {
+    let wrong = |_| DocumentError::UnsupportedAuthMethod;
+    let singular = take_string(members, "token_endpoint_auth_method").map_err(wrong)?;
+    let offered =
+        match take_string_list(members, "token_endpoint_auth_methods_supported").map_err(wrong)? {
+            Some(list) => {
+                if singular.as_ref().is_some_and(|one| !list.contains(one)) {
+                    return Err(DocumentError::InconsistentAuthMethods);
+                }
+                list
+            }
+            None => alloc::vec![singular.unwrap_or_else(|| String::from("none"))],
+        };
+    let offers = |name: &str| offered.iter().any(|m| m == name);
+    if offers("private_key_jwt") && has_keys {
+        Ok(TokenEndpointAuthMethod::PrivateKeyJwt)
+    } else if offers("none") {
+        Ok(TokenEndpointAuthMethod::None)
+    } else if offers("private_key_jwt") {
+        Err(DocumentError::MissingJwksUri)
+    } else if offered.iter().any(|m| {
+        matches!(
+            m.as_str(),
+            "client_secret_basic" | "client_secret_post" | "client_secret_jwt"
+        )
+    }) {
+        Err(DocumentError::SharedSecretMethod)
+    } else {
+        Err(DocumentError::UnsupportedAuthMethod)
+    }
 }
 
 /// Why a client-ID URL or its metadata document was refused. None of the
@@ -295,8 +360,21 @@ pub enum DocumentError {
     ClientSecretPresent,
     /// The document's `token_endpoint_auth_method` uses a shared secret.
     SharedSecretMethod,
-    /// The document's `token_endpoint_auth_method` is not `none`.
+    /// The document offers no token endpoint method this server supports
+    /// (`none` or `private_key_jwt`).
     UnsupportedAuthMethod,
+    /// The document's `token_endpoint_auth_method` is not among its
+    /// `token_endpoint_auth_methods_supported` (RP Metadata Choices).
+    InconsistentAuthMethods,
+    /// The document asks for `private_key_jwt` only and has no `jwks_uri`
+    /// to fetch its keys from.
+    MissingJwksUri,
+    /// The `jwks_uri` breaks the rules of a client-ID URL (https, a public
+    /// domain, no fragment, query or userinfo).
+    InvalidJwksUri,
+    /// `token_endpoint_auth_signing_alg` names no accepted asymmetric
+    /// algorithm.
+    UnsupportedSigningAlgorithm,
     /// The rest of the metadata breaks a registration rule.
     Metadata(RegistrationError),
 }
@@ -324,7 +402,23 @@ impl Describe for DocumentError {
                 "client metadata document must not use a shared-secret auth method"
             }
             Self::UnsupportedAuthMethod => {
-                "client metadata document token_endpoint_auth_method must be none"
+                "client metadata document must offer token_endpoint_auth_method none or \
+                 private_key_jwt"
+            }
+            Self::InconsistentAuthMethods => {
+                "client metadata document token_endpoint_auth_method is not among its \
+                 token_endpoint_auth_methods_supported"
+            }
+            Self::MissingJwksUri => {
+                "client metadata document asks for private_key_jwt but has no usable jwks_uri"
+            }
+            Self::InvalidJwksUri => {
+                "client metadata document jwks_uri must be an https URL on a public domain \
+                 without query, fragment or userinfo"
+            }
+            Self::UnsupportedSigningAlgorithm => {
+                "client metadata document token_endpoint_auth_signing_alg must be one of RS256, \
+                 RS384, RS512, PS256, PS384, PS512, ES256, ES384, EdDSA"
             }
             Self::Metadata(e) => {
                 f.write_str("client metadata document: ")?;
@@ -494,6 +588,66 @@ mod tests {
         assert_eq!(client.metadata().client_name.as_deref(), Some("Agent"));
     }
 
+    /// OpenID Connect RP Metadata Choices: the strongest offered method
+    /// this server can use; ChatGPT's two forms (docs/clients.md).
+    #[test]
+    fn the_auth_method_is_chosen_from_what_the_document_offers() {
+        let keys = r#","jwks_uri":"https://keys.example.com/.well-known/jwks.json""#;
+        for (extra, method) in [
+            (String::new(), TokenEndpointAuthMethod::None),
+            (String::from(keys), TokenEndpointAuthMethod::None),
+            (
+                format!(
+                    r#","token_endpoint_auth_method":"private_key_jwt","token_endpoint_auth_signing_alg":"RS256"{keys}"#
+                ),
+                TokenEndpointAuthMethod::PrivateKeyJwt,
+            ),
+            (
+                format!(
+                    r#","token_endpoint_auth_methods_supported":["none","private_key_jwt"]{keys}"#
+                ),
+                TokenEndpointAuthMethod::PrivateKeyJwt,
+            ),
+            (
+                format!(
+                    r#","token_endpoint_auth_method":"none","token_endpoint_auth_methods_supported":["none","private_key_jwt"]{keys}"#
+                ),
+                TokenEndpointAuthMethod::PrivateKeyJwt,
+            ),
+            (
+                String::from(
+                    r#","token_endpoint_auth_methods_supported":["none","private_key_jwt"]"#,
+                ),
+                TokenEndpointAuthMethod::None,
+            ),
+            (
+                String::from(
+                    r#","token_endpoint_auth_methods_supported":["client_secret_basic","none"]"#,
+                ),
+                TokenEndpointAuthMethod::None,
+            ),
+        ] {
+            let client = validate_document(&url(), doc(&extra).as_bytes())
+                .unwrap_or_else(|e| panic!("{extra}: {e}"));
+            let m = client.metadata();
+            assert_eq!(m.token_endpoint_auth_method, method, "{extra}");
+            assert_eq!(
+                m.jwks_uri.is_some(),
+                method == TokenEndpointAuthMethod::PrivateKeyJwt,
+                "{extra}"
+            );
+        }
+        let pinned = validate_document(
+            &url(),
+            doc(&format!(r#","token_endpoint_auth_method":"private_key_jwt","token_endpoint_auth_signing_alg":"RS256"{keys}"#)).as_bytes(),
+        )
+        .unwrap();
+        assert_eq!(
+            pinned.metadata().token_endpoint_auth_signing_alg,
+            Some(crate::jwk::SignatureAlgorithm::Rs256)
+        );
+    }
+
     #[test]
     fn invalid_documents_are_refused() {
         let other = r#"{"client_id":"https://client.example.com/oauth/other.json","redirect_uris":["http://127.0.0.1/cb"]}"#;
@@ -513,6 +667,40 @@ mod tests {
             ),
             (
                 doc(r#","token_endpoint_auth_method":"private_key_jwt""#),
+                DocumentError::MissingJwksUri,
+            ),
+            (
+                doc(
+                    r#","token_endpoint_auth_method":"private_key_jwt","jwks_uri":"http://keys.example.com/jwks""#,
+                ),
+                DocumentError::InvalidJwksUri,
+            ),
+            (
+                doc(
+                    r#","token_endpoint_auth_method":"private_key_jwt","jwks_uri":"https://10.0.0.1/jwks""#,
+                ),
+                DocumentError::InvalidJwksUri,
+            ),
+            (
+                doc(
+                    r#","token_endpoint_auth_method":"private_key_jwt","jwks_uri":"https://keys.example.com/jwks","token_endpoint_auth_signing_alg":"HS256""#,
+                ),
+                DocumentError::UnsupportedSigningAlgorithm,
+            ),
+            (
+                doc(
+                    r#","token_endpoint_auth_method":"private_key_jwt","token_endpoint_auth_methods_supported":["none"]"#,
+                ),
+                DocumentError::InconsistentAuthMethods,
+            ),
+            (
+                doc(
+                    r#","token_endpoint_auth_methods_supported":["client_secret_post","client_secret_jwt"]"#,
+                ),
+                DocumentError::SharedSecretMethod,
+            ),
+            (
+                doc(r#","token_endpoint_auth_methods_supported":["tls_client_auth"]"#),
                 DocumentError::UnsupportedAuthMethod,
             ),
             (
@@ -533,7 +721,7 @@ mod tests {
                 }),
             ),
             (
-                format!(r#"{{"client_id":"{ID}","redirect_uris":["myapp://cb"]}}"#),
+                format!(r#"{{"client_id":"{ID}","redirect_uris":["javascript://cb/%0a1"]}}"#),
                 DocumentError::Metadata(RegistrationError::RedirectUri {
                     index: 0,
                     reason: RedirectUriError::Scheme,

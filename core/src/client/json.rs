@@ -15,7 +15,7 @@ use crate::jwt::json::{ValueFault, parse_value};
 
 /// Why bytes are not an acceptable JSON object.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum JsonFault {
+pub(crate) enum JsonFault {
     /// Not JSON, not an object, or trailing data.
     Malformed,
     /// A member name appears twice in one object.
@@ -23,7 +23,7 @@ pub(super) enum JsonFault {
 }
 
 /// Parses `bytes` as one JSON object.
-pub(super) fn parse_object(bytes: &[u8]) -> Result<Map<String, Value>, JsonFault> {
+pub(crate) fn parse_object(bytes: &[u8]) -> Result<Map<String, Value>, JsonFault> {
     match parse_value(bytes, true) {
         Ok(Value::Object(map)) => Ok(map),
         Err(ValueFault::Duplicate) => Err(JsonFault::DuplicateMember),

@@ -37,6 +37,16 @@ pub enum TokenEndpointAuthMethod {
     /// HTTP Basic (RFC 6749 §2.3.1). The RFC 7591 §2 default when the
     /// request names no method.
     ClientSecretBasic,
+    /// `client_secret_post`: a confidential client sending its secret as a
+    /// `client_secret` form parameter (RFC 6749 §2.3.1, OAuth 2.1 §2.4.1).
+    /// The hosted Claude connector registers with it (docs/clients.md).
+    ClientSecretPost,
+    /// `private_key_jwt`: a client signing an assertion with a key of the
+    /// set at its `jwks_uri` (RFC 7523 §2.2; OpenID Connect Core §9). Only
+    /// for clients identified by a metadata document
+    /// ([`validate_document`](super::validate_document)), which publish
+    /// their keys; see [`super::assertion`].
+    PrivateKeyJwt,
 }
 
 impl TokenEndpointAuthMethod {
@@ -46,6 +56,8 @@ impl TokenEndpointAuthMethod {
         match self {
             Self::None => "none",
             Self::ClientSecretBasic => "client_secret_basic",
+            Self::ClientSecretPost => "client_secret_post",
+            Self::PrivateKeyJwt => "private_key_jwt",
         }
     }
 
@@ -55,7 +67,48 @@ impl TokenEndpointAuthMethod {
         match name {
             "none" => Some(Self::None),
             "client_secret_basic" => Some(Self::ClientSecretBasic),
+            "client_secret_post" => Some(Self::ClientSecretPost),
+            "private_key_jwt" => Some(Self::PrivateKeyJwt),
             _ => None,
+        }
+    }
+}
+
+/// What the token endpoint requires of a code's or a grant's client beyond
+/// what its client id says, bound when the user consented: the client must
+/// authenticate the same way at the code exchange, at every refresh and at
+/// revocation, so a stolen refresh token of a `private_key_jwt` client is
+/// useless without its private key.
+#[non_exhaustive]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+pub enum ClientAuth {
+    /// What the client id says: a registered (`pc1.`) id names its method
+    /// (none, or its derived secret); a metadata-document client without
+    /// keys is public. Every grant made before clients could authenticate
+    /// otherwise reads as this.
+    #[default]
+    ById,
+    /// A `private_key_jwt` assertion (RFC 7523 §2.2) signed by a key of the
+    /// client's published key set.
+    PrivateKeyJwt,
+}
+
+crate::store::codec::unit_enum!(ClientAuth {
+    ById,
+    PrivateKeyJwt
+});
+
+impl ClientAuth {
+    /// What a client that authenticates with `method` must present.
+    #[must_use]
+    pub fn of(method: TokenEndpointAuthMethod) -> Self {
+        match method {
+            TokenEndpointAuthMethod::PrivateKeyJwt => Self::PrivateKeyJwt,
+            TokenEndpointAuthMethod::None
+            | TokenEndpointAuthMethod::ClientSecretBasic
+            | TokenEndpointAuthMethod::ClientSecretPost => Self::ById,
         }
     }
 }
@@ -128,6 +181,13 @@ pub struct ClientMetadata {
     pub client_uri: Option<String>,
     /// The client's logo: an `https` URL.
     pub logo_uri: Option<String>,
+    /// Where a `private_key_jwt` client publishes its public keys (RFC 7591
+    /// §2): an `https` URL under the rules of a client-ID URL. Only a
+    /// metadata document sets it.
+    pub jwks_uri: Option<String>,
+    /// The one algorithm the client signs its assertions with, when it
+    /// pins one (`token_endpoint_auth_signing_alg`, RFC 7591 §2).
+    pub token_endpoint_auth_signing_alg: Option<crate::jwk::SignatureAlgorithm>,
 }
 
 impl ClientMetadata {
@@ -146,7 +206,19 @@ impl ClientMetadata {
             scope: None,
             client_uri: None,
             logo_uri: None,
+            jwks_uri: None,
+            token_endpoint_auth_signing_alg: None,
         }
+    }
+
+    /// Whether the client authenticates with a secret derived for it
+    /// (`client_secret_basic` or `client_secret_post`).
+    #[must_use]
+    pub fn uses_secret(&self) -> bool {
+        matches!(
+            self.token_endpoint_auth_method,
+            TokenEndpointAuthMethod::ClientSecretBasic | TokenEndpointAuthMethod::ClientSecretPost
+        )
     }
 
     /// Whether the client registered `grant`.
@@ -178,6 +250,11 @@ impl ClientMetadata {
         if let Some(uri) = &self.logo_uri {
             check_info_uri(uri, "logo_uri")?;
         }
+        if self.token_endpoint_auth_method == TokenEndpointAuthMethod::PrivateKeyJwt
+            && self.jwks_uri.is_none()
+        {
+            return Err(RegistrationError::UnsupportedAuthMethod);
+        }
         Ok(())
     }
 }
@@ -195,7 +272,12 @@ impl ClientMetadata {
 /// * `redirect_uris` (required) must hold 1 to [`MAX_REDIRECT_URIS`]
 ///   distinct URIs, each obeying [`RedirectUri`].
 /// * `token_endpoint_auth_method` defaults to `client_secret_basic`
-///   (RFC 7591 §2); only it and `none` are supported.
+///   (RFC 7591 §2); it, `client_secret_post` and `none` are supported.
+///   Any other method is refused with an error that names the member
+///   (`private_key_jwt` is for metadata-document clients, which publish
+///   their keys).
+/// * `scope` of `""` counts as absent (Gemini CLI and MCP Inspector send
+///   it when they have nothing to ask for).
 /// * `grant_types` (default `["authorization_code"]`) must be drawn from
 ///   `authorization_code` and `refresh_token` and include
 ///   `authorization_code`; `response_types` (default `["code"]`) must be
@@ -218,8 +300,14 @@ pub fn parse_registration(json: &[u8]) -> Result<ClientMetadata, RegistrationErr
     }
     let auth = match take(&members, "token_endpoint_auth_method") {
         None => TokenEndpointAuthMethod::ClientSecretBasic,
-        Some(Value::String(name)) => TokenEndpointAuthMethod::from_name(name)
-            .ok_or(RegistrationError::UnsupportedAuthMethod)?,
+        Some(Value::String(name)) => match TokenEndpointAuthMethod::from_name(name) {
+            // A registered client has no published key set to check an
+            // assertion with: `private_key_jwt` is for metadata documents.
+            Some(TokenEndpointAuthMethod::PrivateKeyJwt) | None => {
+                return Err(RegistrationError::UnsupportedAuthMethod);
+            }
+            Some(method) => method,
+        },
         Some(_) => return Err(RegistrationError::WrongType("token_endpoint_auth_method")),
     };
     metadata_from_members(&members, auth)
@@ -246,7 +334,9 @@ pub(super) fn metadata_from_members(
     if let Some(names) = take_string_list(members, "response_types")? {
         check_response_types(&names)?;
     }
-    let scope = take_string(members, "scope")?;
+    // Gemini CLI and MCP Inspector send `"scope": ""` when they have none
+    // to ask for (docs/clients.md): the empty list is no list.
+    let scope = take_string(members, "scope")?.filter(|s| !s.is_empty());
     if let Some(scope) = &scope {
         check_scope(scope)?;
     }
@@ -266,6 +356,8 @@ pub(super) fn metadata_from_members(
         scope,
         client_uri,
         logo_uri,
+        jwks_uri: None,
+        token_endpoint_auth_signing_alg: None,
     })
 }
 
@@ -274,7 +366,7 @@ pub(super) fn take<'m>(members: &'m Map<String, Value>, name: &str) -> Option<&'
     members.get(name).filter(|v| !v.is_null())
 }
 
-fn take_string(
+pub(super) fn take_string(
     members: &Map<String, Value>,
     name: &'static str,
 ) -> Result<Option<String>, RegistrationError> {
@@ -285,7 +377,7 @@ fn take_string(
     }
 }
 
-fn take_string_list(
+pub(super) fn take_string_list(
     members: &Map<String, Value>,
     name: &'static str,
 ) -> Result<Option<Vec<String>>, RegistrationError> {
@@ -465,8 +557,8 @@ pub enum RegistrationError {
     /// `client_name` is empty, too long, or has control or invisible
     /// characters.
     ClientName,
-    /// `token_endpoint_auth_method` is neither `none` nor
-    /// `client_secret_basic`.
+    /// `token_endpoint_auth_method` is not `none`, `client_secret_basic` or
+    /// `client_secret_post`.
     UnsupportedAuthMethod,
     /// A grant type other than `authorization_code` and `refresh_token`.
     UnsupportedGrantType,
@@ -506,9 +598,10 @@ impl Describe for RegistrationError {
             Self::ClientName => f.write_str(
                 "client_name must be 1-200 characters without control or invisible characters",
             ),
-            Self::UnsupportedAuthMethod => {
-                f.write_str("token_endpoint_auth_method must be none or client_secret_basic")
-            }
+            Self::UnsupportedAuthMethod => f.write_str(
+                "token_endpoint_auth_method must be none, client_secret_basic or \
+                     client_secret_post",
+            ),
             Self::UnsupportedGrantType => {
                 f.write_str("grant_types may only contain authorization_code and refresh_token")
             }
@@ -604,7 +697,7 @@ mod tests {
                 RegistrationError::WrongType("redirect_uris"),
             ),
             (
-                r#"{"redirect_uris":["https://a.example/cb","myapp://cb"]}"#,
+                r#"{"redirect_uris":["https://a.example/cb","javascript://cb/%0a1"]}"#,
                 RegistrationError::RedirectUri {
                     index: 1,
                     reason: RedirectUriError::Scheme,
@@ -642,7 +735,7 @@ mod tests {
                 RegistrationError::ServerAssigned("client_secret"),
             ),
             (
-                r#""token_endpoint_auth_method":"client_secret_post""#,
+                r#""token_endpoint_auth_method":"client_secret_jwt""#,
                 RegistrationError::UnsupportedAuthMethod,
             ),
             (
@@ -695,7 +788,6 @@ mod tests {
             ),
             (r#""scope":"a  b""#, RegistrationError::Scope),
             (r#""scope":"a\"b""#, RegistrationError::Scope),
-            (r#""scope":"""#, RegistrationError::Scope),
             (
                 r#""client_uri":"http://a.example""#,
                 RegistrationError::InvalidUri("client_uri"),

@@ -4,9 +4,10 @@
 //! client, and it stores none of it:
 //!
 //! * [`RedirectUri`] — the redirect-URI policy (RFC 6749 §3.1.2, OAuth 2.1
-//!   §2.3.1 and §7.5, RFC 8252 §7.3 and §8.3): `https`, or `http` to a
-//!   literal loopback host whose port is ignored when matching; everything
-//!   else is compared byte for byte. It is checked at registration, again
+//!   §2.3.1 and §7.5, RFC 8252 §7.1, §7.3 and §8.3): `https`, `http` to a
+//!   literal loopback host whose port is ignored when matching, or a native
+//!   app's private-use scheme (never one a browser handles itself);
+//!   everything else is compared byte for byte. It is checked at registration, again
 //!   whenever a stateless id is resolved, and again for every presented URI.
 //! * [`parse_registration`] — the RFC 7591 §2/§3.1 registration request,
 //!   parsed strictly into [`ClientMetadata`].
@@ -51,10 +52,14 @@
 //! client::authenticate(&client, &keyring, None).unwrap();
 //! ```
 
+pub mod assertion;
 mod document;
 mod json;
+pub(crate) use json::parse_object as parse_json_object;
 mod metadata;
 mod redirect_uri;
+#[cfg(feature = "client-assertions")]
+mod signature;
 mod stateless;
 
 pub use document::{
@@ -62,10 +67,11 @@ pub use document::{
     is_document_client_id, parse_client_id_url, parse_client_id_url_with, validate_document,
 };
 pub use metadata::{
-    ClientMetadata, GrantType, MAX_CLIENT_NAME_CHARS, MAX_REDIRECT_URIS, MAX_REGISTRATION_LEN,
-    MAX_SCOPE_LEN, RegistrationError, TokenEndpointAuthMethod, parse_registration,
+    ClientAuth, ClientMetadata, GrantType, MAX_CLIENT_NAME_CHARS, MAX_REDIRECT_URIS,
+    MAX_REGISTRATION_LEN, MAX_SCOPE_LEN, RegistrationError, TokenEndpointAuthMethod,
+    parse_registration,
 };
-pub use redirect_uri::{RedirectUri, RedirectUriError};
+pub use redirect_uri::{RedirectKind, RedirectUri, RedirectUriError, is_browser_scheme};
 pub(crate) use stateless::authenticate_registered;
 pub use stateless::{
     CLIENT_ID_PREFIX, CLIENT_SECRET_LEN, Client, ClientError, MAX_CLIENT_ID_LEN, RegisteredClient,

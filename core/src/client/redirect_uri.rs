@@ -14,18 +14,27 @@ const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "[::1]"];
 
 /// A registered redirect URI that passed the redirect policy.
 ///
-/// Accepted (RFC 6749 §3.1.2, OAuth 2.1 §2.3.1):
+/// Accepted, in three kinds ([`RedirectKind`]):
 ///
-/// * `https://host[:port][/path][?query]` with a non-empty host, or
-/// * `http://` to one of the literal loopback hosts `localhost`,
-///   `127.0.0.1` or `[::1]`, with any port (RFC 8252 §7.3 and §8.3).
+/// * **web**: `https://host[:port][/path][?query]` with a non-empty host
+///   (RFC 6749 §3.1.2, OAuth 2.1 §2.3.1);
+/// * **loopback**: `http://` to one of the literal loopback hosts
+///   `localhost`, `127.0.0.1` or `[::1]`, with any port (RFC 8252 §7.3 and
+///   §8.3);
+/// * **private-use scheme** (RFC 8252 §7.1): a native app's own scheme,
+///   such as `cursor://anysphere.cursor-mcp/oauth/callback` or
+///   `com.example.app:/oauth2redirect`. The scheme must be a lower-case
+///   RFC 3986 §3.1 scheme and not one a browser handles itself
+///   ([`is_browser_scheme`]: `javascript`, `data`, `file`, `about`,
+///   `blob`, …), so the code can only ever reach an installed app. Any app
+///   may claim a scheme, so PKCE is what protects the code (RFC 8252 §8.1).
 ///
-/// Refused: other schemes (custom schemes, RFC 8252 §7.1, are not
-/// supported), `http` to any other host; a fragment, even an empty `#`
-/// (RFC 6749 §3.1.2); userinfo, even an empty `@`; more than
-/// [`RedirectUri::MAX_LEN`] bytes; any byte outside the URI character set of
-/// RFC 3986 §2 (so whitespace, controls, non-ASCII text and `\` are refused;
-/// international hosts are written in punycode) and malformed `%` escapes.
+/// Refused for every kind: a fragment, even an empty `#` (RFC 6749
+/// §3.1.2); userinfo, even an empty `@`; more than [`RedirectUri::MAX_LEN`]
+/// bytes; any byte outside the URI character set of RFC 3986 §2 (so
+/// whitespace, controls, non-ASCII text and `\` are refused; international
+/// hosts are written in punycode) and malformed `%` escapes; `http` to any
+/// host but the three literals.
 ///
 /// The text must also already be in the form a URL Standard parser (what
 /// browsers run, here the `url` crate) would serialize it to — the only
@@ -42,13 +51,19 @@ const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "[::1]"];
 /// except that a loopback URI accepts any port (RFC 8252 §7.3).
 ///
 /// ```
-/// use portcullis_core::client::{RedirectUri, RedirectUriError};
+/// use portcullis_core::client::{RedirectKind, RedirectUri, RedirectUriError};
 ///
 /// let uri = RedirectUri::parse("http://127.0.0.1/cb").unwrap();
 /// assert!(uri.is_loopback());
 /// assert!(uri.matches("http://127.0.0.1:49152/cb"));
 /// assert!(!uri.matches("http://127.0.0.1:49152/cb/"));
 /// assert_eq!(RedirectUri::parse("http://127.1/cb"), Err(RedirectUriError::NotLoopback));
+///
+/// let app = RedirectUri::parse("cursor://anysphere.cursor-mcp/oauth/callback").unwrap();
+/// assert_eq!(app.kind(), RedirectKind::PrivateUse);
+/// assert_eq!(app.scheme(), "cursor");
+/// assert!(!app.matches("cursor://anysphere.cursor-mcp/oauth/callback/"));
+/// assert_eq!(RedirectUri::parse("javascript://x/%0aalert(1)"), Err(RedirectUriError::Scheme));
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct RedirectUri {
@@ -58,7 +73,67 @@ pub struct RedirectUri {
     host_end: usize,
     /// Where the authority ends: the path, query or end of text.
     rest_start: usize,
-    loopback: bool,
+    kind: RedirectKind,
+}
+
+/// The three kinds of redirect URI the policy accepts (see [`RedirectUri`]).
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RedirectKind {
+    /// `https` to any host.
+    Web,
+    /// `http` to a literal loopback host, any port (RFC 8252 §7.3).
+    Loopback,
+    /// A private-use URI scheme of a native app (RFC 8252 §7.1).
+    PrivateUse,
+}
+
+/// Schemes a browser handles itself rather than handing to an installed
+/// app: the URL Standard's special schemes and local schemes, schemes that
+/// run code, and the browsers' own internal schemes (and Android's
+/// `intent:`, which launches arbitrary app components). A redirect to any
+/// of them could run script on, read from or reveal the code to something
+/// other than the client, so none is a private-use scheme.
+const BROWSER_SCHEMES: &[&str] = &[
+    "about",
+    "blob",
+    "brave",
+    "chrome",
+    "chrome-extension",
+    "chrome-search",
+    "chrome-untrusted",
+    "data",
+    "devtools",
+    "edge",
+    "file",
+    "filesystem",
+    "ftp",
+    "intent",
+    "jar",
+    "javascript",
+    "livescript",
+    "mailto",
+    "moz-extension",
+    "ms-browser-extension",
+    "opera",
+    "resource",
+    "safari-extension",
+    "safari-web-extension",
+    "sms",
+    "tel",
+    "view-source",
+    "vbscript",
+    "vivaldi",
+    "webkit",
+    "ws",
+    "wss",
+];
+
+/// Whether `scheme` (lower case) is one a browser handles itself and so can
+/// never be a private-use redirect scheme (see [`RedirectUri`]).
+#[must_use]
+pub fn is_browser_scheme(scheme: &str) -> bool {
+    BROWSER_SCHEMES.contains(&scheme)
 }
 
 impl RedirectUri {
@@ -81,13 +156,19 @@ impl RedirectUri {
             return Err(RedirectUriError::Fragment);
         }
         let (scheme, after_scheme) = split_scheme(s).ok_or(RedirectUriError::Malformed)?;
-        let https = match scheme {
-            "https" => true,
-            "http" => false,
+        let web = match scheme {
+            "https" => Some(true),
+            "http" => Some(false),
             _ if scheme.eq_ignore_ascii_case("https") || scheme.eq_ignore_ascii_case("http") => {
                 return Err(RedirectUriError::NotCanonical);
             }
-            _ => return Err(RedirectUriError::Scheme),
+            _ if is_browser_scheme(&scheme.to_ascii_lowercase()) => {
+                return Err(RedirectUriError::Scheme);
+            }
+            _ => None,
+        };
+        let Some(https) = web else {
+            return Self::parse_private_use(s, scheme, after_scheme);
         };
         let authority = Authority::split(s, after_scheme).ok_or(RedirectUriError::Malformed)?;
         if authority.has_userinfo {
@@ -118,7 +199,58 @@ impl RedirectUri {
             host_start: authority.host_start,
             host_end: authority.host_end,
             rest_start: authority.rest_start,
-            loopback,
+            kind: if loopback {
+                RedirectKind::Loopback
+            } else {
+                RedirectKind::Web
+            },
+        })
+    }
+
+    /// A private-use scheme URI (RFC 8252 §7.1): `scheme://authority/path`
+    /// or `scheme:/path`. The scheme is in lower case (the serialized form
+    /// checks it), the authority, if any, carries no userinfo, and the text
+    /// is what the URL Standard serializes it to.
+    fn parse_private_use(
+        s: &str,
+        scheme: &str,
+        after_scheme: usize,
+    ) -> Result<Self, RedirectUriError> {
+        let has_authority = s[scheme.len() + 1..].starts_with("//");
+        let (host_start, host_end, rest_start) = if has_authority {
+            let authority = Authority::split(s, after_scheme).ok_or(RedirectUriError::Malformed)?;
+            if authority.has_userinfo {
+                return Err(RedirectUriError::Userinfo);
+            }
+            (
+                authority.host_start,
+                authority.host_end,
+                authority.rest_start,
+            )
+        } else {
+            (after_scheme, after_scheme, after_scheme)
+        };
+        if rest_start == s.len() && host_start == host_end {
+            // `myapp:` or `myapp://`: nothing says where in the app to go.
+            return Err(RedirectUriError::Malformed);
+        }
+        let url = Url::parse(s).map_err(|_| RedirectUriError::Malformed)?;
+        // `myapp:callback` has an opaque path: no app documents that form.
+        if url.cannot_be_a_base() {
+            return Err(RedirectUriError::Malformed);
+        }
+        if url.as_str() != s {
+            return Err(RedirectUriError::NotCanonical);
+        }
+        if !url.username().is_empty() || url.password().is_some() || url.fragment().is_some() {
+            return Err(RedirectUriError::Malformed);
+        }
+        Ok(Self {
+            uri: s.into(),
+            host_start,
+            host_end,
+            rest_start,
+            kind: RedirectKind::PrivateUse,
         })
     }
 
@@ -128,13 +260,33 @@ impl RedirectUri {
         &self.uri
     }
 
+    /// Which kind of redirect URI this is.
+    #[must_use]
+    pub fn kind(&self) -> RedirectKind {
+        self.kind
+    }
+
     /// Whether the host is a literal loopback host (`localhost`, `127.0.0.1`,
     /// `[::1]`). Such a URI matches any port, and a client whose redirect URIs
     /// are all loopback earns a warning on the consent screen: any local
     /// process can listen there.
     #[must_use]
     pub fn is_loopback(&self) -> bool {
-        self.loopback
+        self.kind == RedirectKind::Loopback
+    }
+
+    /// Whether this is a native app's private-use scheme URI (RFC 8252
+    /// §7.1): the code goes to whichever installed app claimed the scheme,
+    /// and the consent screen says so.
+    #[must_use]
+    pub fn is_private_use(&self) -> bool {
+        self.kind == RedirectKind::PrivateUse
+    }
+
+    /// The scheme, in lower case (`https`, `http`, or an app's own).
+    #[must_use]
+    pub fn scheme(&self) -> &str {
+        &self.uri[..self.uri.find(':').unwrap_or(0)]
     }
 
     /// Whether `presented` (the `redirect_uri` of an authorization or token
@@ -147,7 +299,7 @@ impl RedirectUri {
     /// allocates and never parses `presented` as a URL.
     #[must_use]
     pub fn matches(&self, presented: &str) -> bool {
-        if !self.loopback {
+        if self.kind != RedirectKind::Loopback {
             return presented == self.uri;
         }
         let Some(after_host) = presented.strip_prefix(&self.uri[..self.host_end]) else {
@@ -168,7 +320,8 @@ impl RedirectUri {
 
     /// The host as written, which is also how the URL Standard serializes it
     /// (`example.com`, `127.0.0.1`, `[::1]`): the "callback host" shown on the
-    /// consent screen.
+    /// consent screen. Empty for a private-use URI without an authority
+    /// (`com.example.app:/cb`).
     #[must_use]
     pub fn host(&self) -> &str {
         &self.uri[self.host_start..self.host_end]
@@ -218,10 +371,11 @@ pub enum RedirectUriError {
     PercentEncoding,
     /// The URI has a fragment, even an empty one (RFC 6749 §3.1.2).
     Fragment,
-    /// The scheme is neither `https` nor `http`; custom schemes are not
-    /// supported.
+    /// The scheme is one a browser handles itself ([`is_browser_scheme`]),
+    /// so it is neither `https`, loopback `http` nor a private-use scheme.
     Scheme,
-    /// Not of the form `scheme://authority…`, or not a URL at all.
+    /// Not of the form `scheme://authority…` (or, for a private-use scheme,
+    /// `scheme:/path`), or not a URL at all.
     Malformed,
     /// The authority carries userinfo, even an empty one.
     Userinfo,
@@ -247,7 +401,10 @@ impl Describe for RedirectUriError {
             }
             Self::PercentEncoding => "redirect URI has a malformed percent-encoding",
             Self::Fragment => "redirect URI must not have a fragment",
-            Self::Scheme => "redirect URI must use https, or http to a loopback host",
+            Self::Scheme => {
+                "redirect URI must use https, http to a loopback host, or an app's own scheme \
+                 (not one a browser handles itself, such as javascript, data or file)"
+            }
             Self::Malformed => "redirect URI is not an absolute URL with an authority",
             Self::Userinfo => "redirect URI must not carry userinfo",
             Self::MissingHost => "redirect URI has no host",
@@ -500,12 +657,79 @@ mod tests {
         }
     }
 
+    /// RFC 8252 §7.1: the schemes native MCP clients register (Cursor,
+    /// VS Code extensions, reverse-domain app schemes) are accepted as
+    /// written and matched byte for byte.
+    #[test]
+    fn private_use_schemes_are_accepted_exactly() {
+        for (ok, host) in [
+            (
+                "cursor://anysphere.cursor-mcp/oauth/callback",
+                "anysphere.cursor-mcp",
+            ),
+            (
+                "vscode://saoudrizwan.claude-dev/mcp-auth/callback",
+                "saoudrizwan.claude-dev",
+            ),
+            (
+                "vscode-insiders://ms-vscode.agent/cb?x=1",
+                "ms-vscode.agent",
+            ),
+            ("com.example.app:/oauth2redirect/example-provider", ""),
+            ("myapp:///callback", ""),
+            ("my.app+v2://cb", "cb"),
+        ] {
+            let uri = RedirectUri::parse(ok).unwrap_or_else(|e| panic!("{ok}: {e}"));
+            assert_eq!(uri.kind(), RedirectKind::PrivateUse, "{ok}");
+            assert!(uri.is_private_use() && !uri.is_loopback());
+            assert_eq!(uri.host(), host, "{ok}");
+            assert_eq!(uri.scheme(), &ok[..ok.find(':').unwrap()]);
+            assert!(uri.matches(ok));
+            assert!(!uri.matches(&format!("{ok}x")));
+            assert!(!uri.matches(&ok.to_uppercase()));
+        }
+        assert_eq!(
+            refused("Cursor://anysphere.cursor-mcp/oauth/callback"),
+            RedirectUriError::NotCanonical
+        );
+        assert_eq!(refused("myapp://a/b/../c"), RedirectUriError::NotCanonical);
+        assert_eq!(refused("myapp://u@cb/x"), RedirectUriError::Userinfo);
+        assert_eq!(refused("myapp://cb/x#f"), RedirectUriError::Fragment);
+        assert_eq!(refused("myapp:callback"), RedirectUriError::Malformed);
+        assert_eq!(refused("myapp:"), RedirectUriError::Malformed);
+        assert_eq!(refused("myapp://"), RedirectUriError::Malformed);
+        assert_eq!(refused("1app://cb"), RedirectUriError::Malformed);
+    }
+
+    #[test]
+    fn schemes_a_browser_handles_itself_are_refused() {
+        for s in [
+            "javascript:alert(1)",
+            "javascript://x/%0aalert(1)",
+            "JavaScript://x/%0aalert(1)",
+            "data:text/html,x",
+            "data://text/html,x",
+            "file:///etc/passwd",
+            "vbscript:msgbox",
+            "about:blank",
+            "blob:https://a.example/1",
+            "filesystem:https://a.example/temporary/x",
+            "view-source:https://a.example/",
+            "intent://scan/cb",
+            "chrome://settings",
+            "chrome-extension://abc/cb",
+            "moz-extension://abc/cb",
+            "ftp://example.com/",
+            "ws://localhost/cb",
+            "wss://a.example/cb",
+            "mailto:a@example.com",
+        ] {
+            assert_eq!(refused(s), RedirectUriError::Scheme, "{s}");
+        }
+    }
+
     #[test]
     fn schemes_fragments_userinfo_and_text_are_refused() {
-        assert_eq!(refused("myapp://callback"), RedirectUriError::Scheme);
-        assert_eq!(refused("com.example.app:/cb"), RedirectUriError::Scheme);
-        assert_eq!(refused("javascript:alert(1)"), RedirectUriError::Scheme);
-        assert_eq!(refused("ftp://example.com/"), RedirectUriError::Scheme);
         assert_eq!(refused("https:example.com/cb"), RedirectUriError::Malformed);
         assert_eq!(
             refused("https:/example.com/cb"),

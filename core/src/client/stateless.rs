@@ -98,7 +98,7 @@ struct Payload<'a> {
     /// Fresh randomness, so identical metadata never yields the same id.
     nonce: [u8; NONCE_LEN],
     issued_at: u64,
-    /// 0 = `none`, 1 = `client_secret_basic`.
+    /// 0 = `none`, 1 = `client_secret_basic`, 2 = `client_secret_post`.
     auth: u8,
     /// Bit 0 = `authorization_code`, bit 1 = `refresh_token`.
     grants: u8,
@@ -136,6 +136,15 @@ pub fn register<R: CryptoRng + ?Sized>(
     now: Timestamp,
 ) -> Result<RegisteredClient, RegistrationError> {
     metadata.validate()?;
+    let auth = match metadata.token_endpoint_auth_method {
+        TokenEndpointAuthMethod::None => 0,
+        TokenEndpointAuthMethod::ClientSecretBasic => 1,
+        TokenEndpointAuthMethod::ClientSecretPost => 2,
+        // No key set travels in an id: assertions are for document clients.
+        TokenEndpointAuthMethod::PrivateKeyJwt => {
+            return Err(RegistrationError::UnsupportedAuthMethod);
+        }
+    };
     // The id carries grant types as a set; keep the echo equal to what
     // resolving will return.
     metadata.grant_types.sort_unstable();
@@ -143,10 +152,7 @@ pub fn register<R: CryptoRng + ?Sized>(
     let payload = Payload {
         nonce: rand::bytes::<NONCE_LEN, _>(rng),
         issued_at: now.as_secs(),
-        auth: match metadata.token_endpoint_auth_method {
-            TokenEndpointAuthMethod::None => 0,
-            TokenEndpointAuthMethod::ClientSecretBasic => 1,
-        },
+        auth,
         grants: metadata.grant_types.iter().fold(0, |bits, g| {
             bits | match g {
                 GrantType::AuthorizationCode => 1,
@@ -181,10 +187,7 @@ pub fn register<R: CryptoRng + ?Sized>(
     );
     client_id.push('.');
     b64::encode_string(&tag, &mut client_id);
-    let client_secret = match metadata.token_endpoint_auth_method {
-        TokenEndpointAuthMethod::None => None,
-        TokenEndpointAuthMethod::ClientSecretBasic => Some(derive_secret(key, &client_id)),
-    };
+    let client_secret = (auth != 0).then(|| derive_secret(key, &client_id));
     Ok(RegisteredClient {
         client_id,
         client_secret,
@@ -316,10 +319,11 @@ impl Client {
     }
 
     /// Whether the client must authenticate with a secret
-    /// (`client_secret_basic`).
+    /// (`client_secret_basic` or `client_secret_post`). A `private_key_jwt` client authenticates
+    /// with an assertion instead ([`super::assertion`]).
     #[must_use]
     pub fn is_confidential(&self) -> bool {
-        self.metadata().token_endpoint_auth_method == TokenEndpointAuthMethod::ClientSecretBasic
+        self.metadata().uses_secret()
     }
 
     /// The registered redirect URI that `presented` designates, if any
@@ -396,11 +400,7 @@ fn resolve_parts(client_id: &str, keyring: &Keyring) -> Option<Client> {
             .map(|uri| RedirectUri::parse(uri).ok())
             .collect::<Option<Vec<_>>>()?,
         client_name: payload.client_name.map(String::from),
-        token_endpoint_auth_method: match payload.auth {
-            0 => TokenEndpointAuthMethod::None,
-            1 => TokenEndpointAuthMethod::ClientSecretBasic,
-            _ => return None,
-        },
+        token_endpoint_auth_method: method_of(payload.auth)?,
         grant_types: match payload.grants {
             1 => alloc::vec![GrantType::AuthorizationCode],
             3 => alloc::vec![GrantType::AuthorizationCode, GrantType::RefreshToken],
@@ -409,6 +409,8 @@ fn resolve_parts(client_id: &str, keyring: &Keyring) -> Option<Client> {
         scope: payload.scope.map(String::from),
         client_uri: payload.client_uri.map(String::from),
         logo_uri: payload.logo_uri.map(String::from),
+        jwks_uri: None,
+        token_endpoint_auth_signing_alg: None,
     };
     metadata.validate().ok()?;
     Some(Client::Registered {
@@ -459,15 +461,34 @@ impl Decode<'_> for PayloadHead {
 /// varint) + 2 the head can take; whole groups, so no trailing bits.
 const HEAD_CHARS: usize = 40;
 
+/// The method of a payload's `auth` byte.
+fn method_of(auth: u8) -> Option<TokenEndpointAuthMethod> {
+    match auth {
+        0 => Some(TokenEndpointAuthMethod::None),
+        1 => Some(TokenEndpointAuthMethod::ClientSecretBasic),
+        2 => Some(TokenEndpointAuthMethod::ClientSecretPost),
+        _ => None,
+    }
+}
+
 /// What the token endpoint knows of a registered client from
-/// [`authenticate_registered`]: the grant types it registered.
+/// [`authenticate_registered`]: its method and the grant types it
+/// registered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct RegisteredGrants(u8);
+pub(crate) struct RegisteredGrants {
+    grants: u8,
+    method: TokenEndpointAuthMethod,
+}
 
 impl RegisteredGrants {
+    /// How the client registered to authenticate.
+    pub(crate) fn method(self) -> TokenEndpointAuthMethod {
+        self.method
+    }
+
     /// Whether the client registered `grant` (RFC 7591 §2, `grant_types`).
     pub(crate) fn allows(self, grant: GrantType) -> bool {
-        self.0
+        self.grants
             & match grant {
                 GrantType::AuthorizationCode => 1,
                 GrantType::RefreshToken => 2,
@@ -503,16 +524,16 @@ pub(crate) fn authenticate_registered(
     };
     let head = PayloadHead::decode(&mut Reader::new(encoded, PAYLOAD_VERSION))
         .map_err(|_| ClientError::UnknownClient)?;
-    let confidential = match head.auth {
-        0 => false,
-        1 => true,
-        _ => return Err(ClientError::UnknownClient),
-    };
+    let method = method_of(head.auth).ok_or(ClientError::UnknownClient)?;
     if !matches!(head.grants, 1 | 3) {
         return Err(ClientError::UnknownClient);
     }
+    let confidential = method != TokenEndpointAuthMethod::None;
     check_secret(confidential, client_id, presented_secret, || Some(key))?;
-    Ok(RegisteredGrants(head.grants))
+    Ok(RegisteredGrants {
+        grants: head.grants,
+        method,
+    })
 }
 
 /// Authenticates `client` at the token endpoint (RFC 6749 §2.3.1).
@@ -528,6 +549,9 @@ pub fn authenticate(
     keyring: &Keyring,
     presented_secret: Option<&str>,
 ) -> Result<(), ClientError> {
+    if client.metadata().token_endpoint_auth_method == TokenEndpointAuthMethod::PrivateKeyJwt {
+        return Err(ClientError::AssertionRequired);
+    }
     let key = || match client {
         Client::Registered { client_id, .. } => {
             keyring.verifying_key(IdParts::split(client_id)?.kid).ok()
@@ -586,6 +610,9 @@ pub enum ClientError {
     SecretMismatch,
     /// A public client presented a secret.
     UnexpectedSecret,
+    /// The client authenticates with a signed assertion (`private_key_jwt`),
+    /// which [`assertion`](super::assertion) checks, not a secret.
+    AssertionRequired,
 }
 
 impl fmt::Display for ClientError {
@@ -595,6 +622,7 @@ impl fmt::Display for ClientError {
             Self::SecretRequired => "client authentication required",
             Self::SecretMismatch => "client authentication failed",
             Self::UnexpectedSecret => "public client must not present a secret",
+            Self::AssertionRequired => "client must authenticate with a signed assertion",
         })
     }
 }

@@ -625,6 +625,8 @@ impl<S: Store> Engine<S> {
                 txn.delete(Table::Approvals, &keys::grant_auto_approval(&grant.id))?;
                 // And the apps it reached.
                 txn.delete(Table::GrantApps, &keys::grant_apps(&grant.id))?;
+            } else if table == Table::ClientAssertions.index() as u8 {
+                txn.delete(Table::ClientAssertions, key)?;
             }
         }
         Ok(due.len())

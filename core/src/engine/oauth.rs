@@ -11,11 +11,14 @@ use super::{Engine, SiteOpError, Txn, keys, load_site};
 use crate::authorize::{
     self, AuthorizationCode, AuthorizeAnswer, AuthorizeError, CodeState, Refusal,
 };
-use crate::client::{self, GrantType, RegisteredClient, RegistrationError};
+use crate::client::assertion::{AssertionError, VerifiedAssertion};
+use crate::client::{
+    self, ClientAuth, GrantType, RegisteredClient, RegistrationError, TokenEndpointAuthMethod,
+};
 use crate::error::{ErrorCode, WireError};
 use crate::form::Form;
 use crate::grant::{Grant, GrantId, RefreshTokenParts, RefreshVerdict, RevocationReason};
-use crate::header::{HeaderError, HeaderField};
+use crate::header::HeaderError;
 use crate::http::HttpResponse;
 use crate::jwt::{AudienceRef, ClaimsRef, TokenType};
 use crate::pkce::{CodeVerifier, PkceError};
@@ -25,7 +28,9 @@ use crate::secret::SecretString;
 use crate::site::{Site, SiteConfig, SiteError, SiteId};
 use crate::store::{ReadTransaction, Store, StoreError, Table, WriteTransaction};
 use crate::time::Timestamp;
-use crate::token::{self, ClientCredentials, TokenError, TokenResponse};
+use crate::token::{
+    self, ClientAuthentication, ClientCredentials, Presented, TokenError, TokenResponse,
+};
 
 impl<S: Store> Engine<S> {
     /// Creates a site with a fresh random public key.
@@ -422,6 +427,7 @@ impl<S: Store> Engine<S> {
             subject: subject.into(),
             expires: now.saturating_add(self.policy.authorization_code_ttl),
             state: CodeState::Issued,
+            client_auth: ClientAuth::of(request.client.metadata().token_endpoint_auth_method),
         };
         txn.save(&code.id, &code)?;
         txn.put(
@@ -442,52 +448,61 @@ impl<S: Store> Engine<S> {
     }
 
     /// The token endpoint: `body` is the raw `application/x-www-form-urlencoded`
-    /// request body, `authorization` every `Authorization` value the request
-    /// carried (a repeated field is refused first, `invalid_request`: the
-    /// request is ambiguous whichever value would authenticate).
+    /// request body; `authentication` how the client authenticates: every
+    /// `Authorization` value the request carried (a [`HeaderField`](crate::header::HeaderField); a
+    /// repeated field is refused first, `invalid_request`: the request is
+    /// ambiguous whichever value would authenticate) and, for a
+    /// `private_key_jwt` client, the assertion the host verified
+    /// ([`ClientAuthentication::assertion`]), whose `jti` this operation
+    /// accepts once.
     /// One write transaction; see [`TokenError::to_response`] for the answer
     /// on failure.
-    pub fn token<R: CryptoRng + ?Sized>(
+    pub fn token<'a, R: CryptoRng + ?Sized>(
         &self,
         site_id: &SiteId,
-        body: &str,
-        authorization: HeaderField<'_>,
+        body: &'a str,
+        authentication: impl Into<ClientAuthentication<'a>>,
         rng: &mut R,
         now: Timestamp,
     ) -> Result<TokenResponse, TokenError> {
-        self.run_write(|txn| self.token_body(txn, site_id, body, authorization, rng, now))
+        let authentication = authentication.into();
+        self.run_write(|txn| self.token_body(txn, site_id, body, authentication, rng, now))
     }
 
     /// [`Engine::token`] inside `txn`, a transaction the caller owns and
     /// commits: see [operations in a shared
     /// transaction](crate::store#operations-in-a-shared-transaction).
-    pub fn token_in<W: WriteTransaction, R: CryptoRng + ?Sized>(
+    pub fn token_in<'a, W: WriteTransaction, R: CryptoRng + ?Sized>(
         &self,
         txn: &mut W,
         site_id: &SiteId,
-        body: &str,
-        authorization: HeaderField<'_>,
+        body: &'a str,
+        authentication: impl Into<ClientAuthentication<'a>>,
         rng: &mut R,
         now: Timestamp,
     ) -> Result<TokenResponse, TokenError> {
+        let authentication = authentication.into();
         Self::within(txn, |txn| {
-            self.token_body(txn, site_id, body, authorization, rng, now)
+            self.token_body(txn, site_id, body, authentication, rng, now)
         })
     }
 
     /// The body of [`Engine::token`] and
     /// [`Engine::token_in`]: both run it on one [`Txn`], so it is compiled once
     /// per store.
-    fn token_body<W: WriteTransaction, R: CryptoRng + ?Sized>(
+    fn token_body<'a, W: WriteTransaction, R: CryptoRng + ?Sized>(
         &self,
         txn: &mut Txn<'_, W>,
         site_id: &SiteId,
-        body: &str,
-        authorization: HeaderField<'_>,
+        body: &'a str,
+        authentication: ClientAuthentication<'a>,
         rng: &mut R,
         now: Timestamp,
     ) -> Result<TokenResponse, TokenError> {
-        authorization.value().map_err(TokenError::authorization)?;
+        authentication
+            .authorization()
+            .value()
+            .map_err(TokenError::authorization)?;
         let form = Form::parse(body, token::MAX_BODY_LEN).map_err(TokenError::Malformed)?;
         let grant_type = form
             .get("grant_type")
@@ -497,7 +512,7 @@ impl<S: Store> Engine<S> {
             "refresh_token" => GrantType::RefreshToken,
             _ => return Err(TokenError::UnsupportedGrantType),
         };
-        let credentials = ClientCredentials::read(&form, authorization)?;
+        let credentials = ClientCredentials::read(&form, authentication)?;
         if grant == GrantType::AuthorizationCode {
             let site = load_site(&*txn, site_id).map_err(|e| match e {
                 SiteOpError::Store(e) => TokenError::Store(e),
@@ -507,8 +522,9 @@ impl<S: Store> Engine<S> {
                 return Err(TokenError::Unavailable { retry_after_secs });
             }
             // Client authentication comes first (RFC 6749 §3.2.1).
-            self.authenticate_client(&credentials, Some(grant))?;
-            self.exchange_code(txn, &site, &credentials.client_id, &form, rng, now)
+            let auth = self.authenticate_client(&credentials, Some(grant))?;
+            accept_assertion(txn, authentication.assertion_used(), now)?;
+            self.exchange_code(txn, &site, &credentials, auth, &form, rng, now)
         } else {
             // A refresh needs three facts of its site: read in place,
             // only the issuer copied out.
@@ -520,72 +536,98 @@ impl<S: Store> Engine<S> {
             if let Err(SiteError::Disabled { retry_after_secs }) = enabled {
                 return Err(TokenError::Unavailable { retry_after_secs });
             }
-            self.authenticate_client(&credentials, Some(grant))?;
+            let auth = self.authenticate_client(&credentials, Some(grant))?;
+            accept_assertion(txn, authentication.assertion_used(), now)?;
             let site = RefreshSite {
                 id: site_id.as_str(),
                 epoch,
                 issuer: &issuer,
             };
-            self.refresh(txn, &site, &credentials.client_id, &form, rng, now)
+            self.refresh(txn, &site, &credentials, auth, &form, rng, now)
         }
     }
 
     /// Authenticates the client and, for a registered client, checks that
     /// it registered `grant` (RFC 7591 §2: `grant_types` bounds what a client
-    /// may use; RFC 6749 §5.2 `unauthorized_client`). On success the
-    /// credentials' `client_id` is the authenticated client.
+    /// may use; RFC 6749 §5.2 `unauthorized_client`) and authenticated the
+    /// way it registered (a `client_secret_basic` client in the header, a
+    /// `client_secret_post` client in the body). On success the
+    /// credentials' `client_id` is the authenticated client, and the answer
+    /// is how it authenticated, which the code or grant it acts on must
+    /// require ([`ClientAuth`]).
     fn authenticate_client(
         &self,
         credentials: &ClientCredentials<'_>,
         grant: Option<GrantType>,
-    ) -> Result<(), TokenError> {
+    ) -> Result<ClientAuth, TokenError> {
         let id = &*credentials.client_id;
         if client::is_document_client_id(id) {
-            // Metadata-document clients are public by rule (no shared
-            // secret); their document was validated at authorization and the
-            // code binds the id.
+            // Metadata-document clients are public, or authenticate with a
+            // client assertion the host verified against their published
+            // keys; never with a secret. Their document was validated at
+            // authorization and the code binds the id and the method.
             client::parse_client_id_url_with(id, self.policy.loopback_client_documents)
                 .map_err(|_| credentials.refused())?;
-            if credentials.secret.is_some() {
-                return Err(credentials.refused());
-            }
-            return Ok(());
+            return match credentials.presented {
+                Presented::Nothing => Ok(ClientAuth::ById),
+                Presented::Assertion => Ok(ClientAuth::PrivateKeyJwt),
+                _ => Err(credentials.refused()),
+            };
         }
         let secret = credentials.secret.as_deref();
-        let allows = if grant == Some(GrantType::AuthorizationCode) {
+        let (method, allows) = if grant == Some(GrantType::AuthorizationCode) {
             // The code exchange names a redirect URI: the whole id is
             // resolved, its metadata under today's rules.
             let client =
                 client::resolve_stateless(id, &self.keyring).map_err(|_| credentials.refused())?;
             client::authenticate(&client, &self.keyring, secret)
                 .map_err(|_| credentials.refused())?;
-            client.metadata().allows_grant(GrantType::AuthorizationCode)
+            let m = client.metadata();
+            (
+                m.token_endpoint_auth_method,
+                m.allows_grant(GrantType::AuthorizationCode),
+            )
         } else {
             // A refresh or a revocation redirects nowhere: the tag, the
             // secret and the grant types are all that protect anything
             // (see `authenticate_registered`); the grant checks the rest.
             let grants = client::authenticate_registered(id, &self.keyring, secret)
                 .map_err(|_| credentials.refused())?;
-            grant.is_none_or(|g| grants.allows(g))
+            (grants.method(), grant.is_none_or(|g| grants.allows(g)))
         };
+        let presented_as_registered = matches!(
+            (method, credentials.presented),
+            (TokenEndpointAuthMethod::None, Presented::Nothing)
+                | (TokenEndpointAuthMethod::ClientSecretBasic, Presented::Basic)
+                | (TokenEndpointAuthMethod::ClientSecretPost, Presented::Post)
+        );
+        if !presented_as_registered {
+            return Err(credentials.refused());
+        }
         if !allows {
             return Err(TokenError::UnauthorizedClient);
         }
-        Ok(())
+        Ok(ClientAuth::ById)
     }
 
     /// RFC 6749 §4.1.3 with PKCE (RFC 7636 §4.6) and the replay rule of
     /// §4.1.2: a code used twice fails, and when the replay is otherwise
     /// valid the grant from its first use is revoked.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "each argument is one fact of the request; bundling them would only rename them"
+    )]
     fn exchange_code<W: WriteTransaction, R: CryptoRng + ?Sized>(
         &self,
         txn: &mut Txn<'_, W>,
         site: &Site,
-        client_id: &str,
+        credentials: &ClientCredentials<'_>,
+        auth: ClientAuth,
         form: &Form<'_>,
         rng: &mut R,
         now: Timestamp,
     ) -> Result<TokenResponse, TokenError> {
+        let client_id = &*credentials.client_id;
         let code_text = form
             .get("code")
             .ok_or(TokenError::MissingParameter("code"))?;
@@ -600,6 +642,11 @@ impl<S: Store> Engine<S> {
         }
         if code.client_id != client_id || code.redirect_uri != redirect_uri {
             return Err(TokenError::InvalidGrant);
+        }
+        // The client authenticates as its consent bound it to: a
+        // `private_key_jwt` client's code is useless without its key.
+        if code.client_auth != auth {
+            return Err(credentials.refused());
         }
         // Every code carries a challenge, so a missing verifier is a
         // downgrade attempt (OAuth 2.1 §4.1.3) and fails like a wrong one.
@@ -637,6 +684,8 @@ impl<S: Store> Engine<S> {
             kid.into(),
             now,
         );
+        let mut grant = grant;
+        grant.client_auth = code.client_auth;
         code.state = CodeState::Redeemed(grant.id);
         txn.save(&code.id, &code)?;
         self.insert_grant(txn, &grant)?;
@@ -680,15 +729,21 @@ impl<S: Store> Engine<S> {
 
     /// RFC 6749 §6 with rotation on every use; see [`crate::grant`] for the
     /// three cases and why forged tokens revoke nothing.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "each argument is one fact of the request; bundling them would only rename them"
+    )]
     fn refresh<W: WriteTransaction, R: CryptoRng + ?Sized>(
         &self,
         txn: &mut Txn<'_, W>,
         site: &RefreshSite<'_>,
-        client_id: &str,
+        credentials: &ClientCredentials<'_>,
+        auth: ClientAuth,
         form: &Form<'_>,
         rng: &mut R,
         now: Timestamp,
     ) -> Result<TokenResponse, TokenError> {
+        let client_id = &*credentials.client_id;
         let text = form
             .get("refresh_token")
             .ok_or(TokenError::MissingParameter("refresh_token"))?;
@@ -701,6 +756,12 @@ impl<S: Store> Engine<S> {
             // Another client's token (RFC 6749 §6): refused, and revoking
             // would let that client log the user out.
             return Err(TokenError::InvalidGrant);
+        }
+        if grant.client_auth != auth {
+            // The client did not authenticate as the grant requires (a
+            // `private_key_jwt` client without its assertion): nothing
+            // about the token is judged, so nothing is revoked.
+            return Err(credentials.refused());
         }
         if grant.status_in(site.id, site.epoch, now, &self.policy)
             != crate::grant::GrantStatus::Live
@@ -719,19 +780,16 @@ impl<S: Store> Engine<S> {
         {
             return Err(TokenError::InvalidTarget);
         }
-        match grant.judge_refresh(
-            parts.generation,
-            &requested,
-            now,
-            self.policy.refresh_retry_window,
-        ) {
+        match grant.judge_refresh(parts.generation, now, self.policy.refresh_reuse_grace) {
             RefreshVerdict::Reuse => {
                 grant.revoke(RevocationReason::RefreshReuse, now);
                 txn.save(grant.id.as_bytes(), &grant)?;
                 super::ledger::cancel_grant_requests(txn, &grant.id, now)?;
                 Err(TokenError::InvalidGrant)
             }
-            RefreshVerdict::RetrySameSuccessor => {
+            RefreshVerdict::Grace => {
+                // One of the client's processes with a token another spent:
+                // the current token again, nothing rotated or extended.
                 let key = self
                     .keyring
                     .verifying_key(&grant.kid)
@@ -742,7 +800,7 @@ impl<S: Store> Engine<S> {
             }
             RefreshVerdict::Rotate => {
                 let (kid, key) = self.keyring.active_key().ok_or(TokenError::InvalidGrant)?;
-                grant.rotate(requested.clone(), kid, now);
+                grant.rotate(kid, now);
                 txn.save(grant.id.as_bytes(), &grant)?;
                 let access = self.access_token(site.issuer, &grant, &requested, rng, now)?;
                 Ok(self.token_response(access, grant.refresh_token(key), requested))
@@ -833,55 +891,63 @@ impl<S: Store> Engine<S> {
     ///
     /// `authorization` is every `Authorization` value the request carried; a
     /// repeated field is refused first ([`RevokeError::Header`]).
-    pub fn revoke_token(
+    pub fn revoke_token<'a>(
         &self,
         site_id: &SiteId,
-        body: &str,
-        authorization: HeaderField<'_>,
+        body: &'a str,
+        authentication: impl Into<ClientAuthentication<'a>>,
         now: Timestamp,
     ) -> Result<(), RevokeError> {
-        self.run_write(|txn| self.revoke_token_body(txn, site_id, body, authorization, now))
+        let authentication = authentication.into();
+        self.run_write(|txn| self.revoke_token_body(txn, site_id, body, authentication, now))
     }
 
     /// [`Engine::revoke_token`] inside `txn`, a transaction the caller owns and
     /// commits: see [operations in a shared
     /// transaction](crate::store#operations-in-a-shared-transaction).
-    pub fn revoke_token_in<W: WriteTransaction>(
+    pub fn revoke_token_in<'a, W: WriteTransaction>(
         &self,
         txn: &mut W,
         site_id: &SiteId,
-        body: &str,
-        authorization: HeaderField<'_>,
+        body: &'a str,
+        authentication: impl Into<ClientAuthentication<'a>>,
         now: Timestamp,
     ) -> Result<(), RevokeError> {
+        let authentication = authentication.into();
         Self::within(txn, |txn| {
-            self.revoke_token_body(txn, site_id, body, authorization, now)
+            self.revoke_token_body(txn, site_id, body, authentication, now)
         })
     }
 
     /// The body of [`Engine::revoke_token`] and
     /// [`Engine::revoke_token_in`]: both run it on one [`Txn`], so it is compiled once
     /// per store.
-    fn revoke_token_body<W: WriteTransaction>(
+    fn revoke_token_body<'a, W: WriteTransaction>(
         &self,
         txn: &mut Txn<'_, W>,
         site_id: &SiteId,
-        body: &str,
-        authorization: HeaderField<'_>,
+        body: &'a str,
+        authentication: ClientAuthentication<'a>,
         now: Timestamp,
     ) -> Result<(), RevokeError> {
-        authorization.value().map_err(RevokeError::authorization)?;
+        authentication
+            .authorization()
+            .value()
+            .map_err(RevokeError::authorization)?;
         let form = Form::parse(body, token::MAX_BODY_LEN).map_err(|_| RevokeError::Malformed)?;
         let token = form.get("token").ok_or(RevokeError::Malformed)?;
-        let credentials = ClientCredentials::read(&form, authorization).map_err(|e| match e {
+        let credentials = ClientCredentials::read(&form, authentication).map_err(|e| match e {
             TokenError::Header { field, error } => RevokeError::Header { field, error },
             TokenError::InvalidClient { basic } => RevokeError::InvalidClient { basic },
             _ => RevokeError::InvalidClient { basic: false },
         })?;
-        self.authenticate_client(&credentials, None)
-            .map_err(|_| RevokeError::InvalidClient {
-                basic: credentials.via_basic,
-            })?;
+        let refused = || RevokeError::InvalidClient {
+            basic: credentials.presented == Presented::Basic,
+        };
+        let auth = self
+            .authenticate_client(&credentials, None)
+            .map_err(|_| refused())?;
+        accept_assertion(txn, authentication.assertion_used(), now).map_err(|_| refused())?;
         let client_id = &*credentials.client_id;
         let site = load_site(&*txn, site_id).map_err(|e| match e {
             SiteOpError::Store(e) => RevokeError::Store(e),
@@ -900,6 +966,9 @@ impl<S: Store> Engine<S> {
         let Some(mut grant) = grant else {
             return Ok(());
         };
+        if grant.client_id == client_id && grant.client_auth != auth {
+            return Err(refused());
+        }
         if grant.client_id == client_id && grant.revoked.is_none() {
             grant.revoke(RevocationReason::ClientRequest, now);
             txn.save(grant.id.as_bytes(), &grant)?;
@@ -916,6 +985,33 @@ impl<S: Store> Engine<S> {
         let claims = self.keyring.verify(token, &expect, now).ok()?.claims;
         GrantId::parse(claims.gid.as_deref()?)
     }
+}
+
+/// Accepts a verified client assertion's `jti` once (RFC 7523 §3 item 7):
+/// remembered, under a digest of the client and the `jti`, until the
+/// assertion expires (the sweep deletes it then, through the expiry index).
+/// A `jti` seen before is [`AssertionError::Replayed`]. In the operation's
+/// transaction, so an operation that fails leaves the `jti` unspent, and
+/// two racing requests with one assertion cannot both succeed.
+fn accept_assertion<W: WriteTransaction>(
+    txn: &mut Txn<'_, W>,
+    assertion: Option<&VerifiedAssertion>,
+    now: Timestamp,
+) -> Result<(), TokenError> {
+    let Some(assertion) = assertion else {
+        return Ok(());
+    };
+    let key = assertion.jti_key();
+    if txn.get(Table::ClientAssertions, key)?.is_some() {
+        return Err(TokenError::ClientAssertion(AssertionError::Replayed));
+    }
+    txn.put(Table::ClientAssertions, key, &[])?;
+    txn.put(
+        Table::Expiry,
+        &keys::expiry(assertion.expires().max(now), Table::ClientAssertions, key),
+        &[],
+    )?;
+    Ok(())
 }
 
 fn refusal_answer(site: &Site, refusal: Refusal) -> AuthorizeAnswer {

@@ -34,10 +34,16 @@ pub struct Policy {
     pub max_undecided_requests: u32,
     /// Largest execution result stored, in bytes. Default 256 KiB.
     pub max_result_bytes: u32,
-    /// How long after a rotation a retry of the previous refresh token gets
-    /// the same successor instead of revoking the grant. Default `None` (off):
-    /// a spent token always revokes.
-    pub refresh_retry_window: Option<Duration>,
+    /// How long after a refresh token was spent (its grant rotated past
+    /// it) presenting it again still counts as one of the client's own
+    /// processes, which shared the token and lost the race: it is answered
+    /// with the grant's current refresh token, nothing revoked (see
+    /// [`crate::grant`]). Presented later, it is a replay and revokes the
+    /// grant (RFC 9700 §4.14.2). Default 10 minutes: Codex presented a
+    /// stale copy 7 min 45 s after rotation, Claude Code sessions within
+    /// minutes (docs/clients.md). `Duration::ZERO` is strict rotation:
+    /// every spent token revokes.
+    pub refresh_reuse_grace: Duration,
     /// Clock skew tolerated on JWT `exp`/`nbf`/`iat`. Default 5 s.
     pub jwt_leeway: Duration,
     /// Per-grant rate of `execute` calls (GCRA). Default one call per 100 ms
@@ -73,7 +79,7 @@ impl Default for Policy {
             result_retention: Duration::from_secs(24 * HOUR),
             max_undecided_requests: 128,
             max_result_bytes: 256 * 1024,
-            refresh_retry_window: None,
+            refresh_reuse_grace: Duration::from_secs(10 * MINUTE),
             jwt_leeway: Duration::from_secs(5),
             execute_rate: RateLimit::new(100, 32),
             tab_heartbeat_timeout: Duration::from_secs(45),
@@ -98,7 +104,7 @@ mod tests {
         assert_eq!(p.result_retention.as_secs(), 86_400);
         assert_eq!(p.max_undecided_requests, 128);
         assert_eq!(p.max_result_bytes, 262_144);
-        assert_eq!(p.refresh_retry_window, None);
+        assert_eq!(p.refresh_reuse_grace.as_secs(), 600);
         assert_eq!(p.execute_rate, RateLimit::new(100, 32));
         assert_eq!(p.tab_heartbeat_timeout.as_secs(), 45);
         assert_eq!(p.executor_lease_timeout.as_secs(), 30);

@@ -55,12 +55,18 @@ pub trait Record: Encode + for<'a> Decode<'a> {
 /// same fields in the same order (the format is positional), whose strings
 /// are `&str` into the stored bytes and whose unneeded lists are skipped
 /// without allocating. A view reads only the current
-/// [`Record::VERSION`]; a record stored under an older version is refused
-/// by [`decode_view`], so a type that gains an [`Record::upgrade`] path
-/// must read such records through [`decode`] instead.
+/// [`Record::VERSION`] (and the older ones from [`Viewed::VIEW_SINCE`]);
+/// a record stored under any other version is refused by [`decode_view`],
+/// so a type that gains an [`Record::upgrade`] path of another shape must
+/// read such records through [`decode`] instead.
 pub trait Viewed: Record {
     /// The borrowed view.
     type View<'a>: Decode<'a>;
+    /// The oldest schema version the view reads as well as the current
+    /// one: a record whose layout only gained fields (read with their
+    /// default from older records, see `fields!`'s `name @ version`) keeps
+    /// its fast read path for the records written before.
+    const VIEW_SINCE: u8 = Self::VERSION;
 }
 
 /// Writes a value in the wire format (see the [module docs](self)).
@@ -193,7 +199,7 @@ impl<'a> Reader<'a> {
     /// A list's length, for a list whose elements take at least one byte
     /// each: a length longer than what is left is refused before anything
     /// is allocated for it.
-    fn list_len(&mut self) -> Result<usize, Malformed> {
+    pub(crate) fn list_len(&mut self) -> Result<usize, Malformed> {
         let n = self.len()?;
         if n > self.bytes.len() {
             return Err(Malformed);
@@ -370,10 +376,14 @@ impl<'a, T: Decode<'a>> Decode<'a> for Vec<T> {
 /// `Name<'a>`; `Record, view View` does both from one list, so a record and
 /// its view cannot disagree on the order; `borrowed` implements both
 /// traits for a struct `Name<'a>` that borrows from what it decodes.
+///
+/// A field a later schema version appended is written `name @ version`:
+/// it is always written, and read only from records of that version or
+/// newer ([`Reader::version`]); older records get its `Default`.
 macro_rules! fields {
-    ($ty:ident, view $view:ident { $($field:ident),+ $(,)? }) => {
-        $crate::store::codec::fields!($ty { $($field),+ });
-        $crate::store::codec::fields!(view $view { $($field),+ });
+    ($ty:ident, view $view:ident { $($field:ident $(@ $since:literal)?),+ $(,)? }) => {
+        $crate::store::codec::fields!($ty { $($field $(@ $since)?),+ });
+        $crate::store::codec::fields!(view $view { $($field $(@ $since)?),+ });
     };
     (borrowed $ty:ident { $($field:ident),+ $(,)? }) => {
         impl $crate::store::codec::Encode for $ty<'_> {
@@ -384,7 +394,7 @@ macro_rules! fields {
 
         $crate::store::codec::fields!(view $ty { $($field),+ });
     };
-    ($ty:ident { $($field:ident),+ $(,)? }) => {
+    ($ty:ident { $($field:ident $(@ $since:literal)?),+ $(,)? }) => {
         impl $crate::store::codec::Encode for $ty {
             fn encode(&self, out: &mut alloc::vec::Vec<u8>) {
                 $($crate::store::codec::Encode::encode(&self.$field, out);)+
@@ -396,7 +406,7 @@ macro_rules! fields {
                 r: &mut $crate::store::codec::Reader<'_>,
             ) -> Result<Self, $crate::store::codec::Malformed> {
                 Ok(Self {
-                    $($field: $crate::store::codec::Decode::decode(r)?,)+
+                    $($field: $crate::store::codec::decode_field!(r $(, $since)?),)+
                 })
             }
         }
@@ -416,19 +426,35 @@ macro_rules! fields {
             }
         }
     };
-    (view $ty:ident { $($field:ident),+ $(,)? }) => {
+    (view $ty:ident { $($field:ident $(@ $since:literal)?),+ $(,)? }) => {
         impl<'a> $crate::store::codec::Decode<'a> for $ty<'a> {
             fn decode(
                 r: &mut $crate::store::codec::Reader<'a>,
             ) -> Result<Self, $crate::store::codec::Malformed> {
                 Ok(Self {
-                    $($field: $crate::store::codec::Decode::decode(r)?,)+
+                    $($field: $crate::store::codec::decode_field!(r $(, $since)?),)+
                 })
             }
         }
     };
 }
 pub(crate) use fields;
+
+/// One field of `fields!`: read, or (appended in schema `since`, reading
+/// an older record) its `Default`.
+macro_rules! decode_field {
+    ($r:ident) => {
+        $crate::store::codec::Decode::decode($r)?
+    };
+    ($r:ident, $since:literal) => {
+        if $r.version() >= $since {
+            $crate::store::codec::Decode::decode($r)?
+        } else {
+            Default::default()
+        }
+    };
+}
+pub(crate) use decode_field;
 
 /// Implements [`Encode`] and [`Decode`] for an enum without fields: its
 /// variant index, in declaration order (given here in that order).
@@ -457,7 +483,7 @@ pub(crate) use unit_enum;
 /// Decodes the borrowed view of a record written by [`encode`].
 pub fn decode_view<R: Viewed>(bytes: &[u8]) -> Result<R::View<'_>, CodecError> {
     let (&version, body) = bytes.split_first().ok_or(CodecError::Empty)?;
-    if version != R::VERSION {
+    if !(R::VIEW_SINCE..=R::VERSION).contains(&version) {
         return Err(CodecError::Version {
             found: version,
             expected: R::VERSION,

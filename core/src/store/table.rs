@@ -33,11 +33,14 @@ pub enum Table {
     /// The apps a grant reaches, by grant id (and a consent's choice, by
     /// code id, until the code is exchanged): see [`crate::granted_apps`].
     GrantApps,
+    /// The `jti`s of accepted client assertions, until they expire: see
+    /// [`crate::client::assertion`].
+    ClientAssertions,
 }
 
 impl Table {
     /// Every table, in a fixed order.
-    pub const ALL: [Self; 13] = [
+    pub const ALL: [Self; 14] = [
         Self::Meta,
         Self::Sites,
         Self::Clients,
@@ -51,6 +54,7 @@ impl Table {
         Self::Approvals,
         Self::Tabs,
         Self::GrantApps,
+        Self::ClientAssertions,
     ];
 
     /// The stable name a store uses for this table.
@@ -70,6 +74,7 @@ impl Table {
             Self::Approvals => "approvals",
             Self::Tabs => "tabs",
             Self::GrantApps => "grant_apps",
+            Self::ClientAssertions => "client_assertions",
         }
     }
 

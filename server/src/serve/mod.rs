@@ -335,8 +335,8 @@ fn policy(args: &ServeArgs) -> Policy {
     if let Some(s) = args.grant_idle_ttl_secs {
         p.grant_idle_ttl = Duration::from_secs(s);
     }
-    if let Some(s) = args.refresh_retry_window_secs {
-        p.refresh_retry_window = Some(Duration::from_secs(s));
+    if let Some(s) = args.refresh_reuse_grace_secs {
+        p.refresh_reuse_grace = Duration::from_secs(s);
     }
     if let Some(s) = args.jwt_leeway_secs {
         p.jwt_leeway = Duration::from_secs(s);
