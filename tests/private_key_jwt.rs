@@ -212,7 +212,7 @@ fn chatgpt_documents_exchange_and_refresh_with_rs256_assertions<S: Store>(store:
     }
 }
 
-/// Every algorithm of the allow-list verifies: PS256, ES256, EdDSA.
+/// Every algorithm of the allow-list verifies: `PS256`, `ES256`, `EdDSA`.
 fn every_accepted_algorithm_authenticates<S: Store>(store: &S) {
     let mut w = World::new(store);
     for key in [

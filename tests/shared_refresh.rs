@@ -146,7 +146,7 @@ fn replays_past_the_grace_still_revoke<S: Store>(store: &S) {
     // Further back than the tracked rotations, however recent: a replay.
     let login = w.login();
     let mut active = processes(&login, 1).pop().unwrap();
-    for _ in 0..portcullis::grant::TRACKED_ROTATIONS + 1 {
+    for _ in 0..=portcullis::grant::TRACKED_ROTATIONS {
         w.advance(30);
         active.refresh(&mut w);
     }

@@ -1,7 +1,9 @@
 //! Client ID metadata documents (draft-ietf-oauth-client-id-metadata-document,
 //! which the MCP authorization spec of 2025-11-25 asks servers to support),
 //! fetched by the server when the core answers
-//! [`AuthorizeAnswer::FetchClientDocument`](portcullis_core::authorize::AuthorizeAnswer).
+//! [`AuthorizeAnswer::FetchClientDocument`](portcullis_core::authorize::AuthorizeAnswer),
+//! and the key sets at their `jwks_uri` that `private_key_jwt` clients sign
+//! with ([`crate::assertions`]): one fetcher, one set of rules, one cache.
 //!
 //! The core has already checked the URL (https, a path, no dot segments,
 //! fragment, query or userinfo, a domain host) and checks the document the
@@ -19,14 +21,19 @@
 //! * **no redirects** (a 3xx is a failure) and **200 only**;
 //! * a short connect ([`CONNECT_TIMEOUT`]) and total ([`TOTAL_TIMEOUT`])
 //!   timeout;
-//! * at most [`MAX_DOCUMENT_LEN`] bytes read;
+//! * at most the bytes the core's [`FetchRequest`] allows read
+//!   ([`MAX_DOCUMENT_LEN`] for a document, 32 KiB for a key set);
 //! * **bounded**: at most [`MAX_FETCHES`] fetches at once, at most
 //!   [`MAX_FETCHES_PER_HOST`] to one host; past either a fetch fails at
 //!   once (an unauthenticated `/authorize` cannot make the server open an
 //!   unbounded number of outbound connections);
 //! * a document is cached only after the core accepted it, for as long as its
 //!   `Cache-Control: max-age` says (at most [`MAX_TTL`]), in a cache of at most
-//!   [`MAX_ENTRIES`] entries; failures are never cached.
+//!   [`MAX_ENTRIES`] entries; failures are never cached;
+//! * a cached key set is fetched again before its time only when an
+//!   assertion names a `kid` it lacks (the client rotated its keys), and
+//!   then at most once per [`REFETCH_INTERVAL`] for that URL, so forged
+//!   `kid`s cannot make the server fetch in a loop.
 //!
 //! The reqwest client runs over rustls (ring), with the platform's roots.
 
@@ -37,7 +44,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use portcullis_core::client::{FetchRequest, MAX_DOCUMENT_LEN};
+use portcullis_core::client::FetchRequest;
+#[cfg(doc)]
+use portcullis_core::client::MAX_DOCUMENT_LEN;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
 /// Longest wait for the TCP (and TLS) connection.
@@ -52,6 +61,9 @@ pub(crate) const MAX_ENTRIES: usize = 256;
 pub(crate) const MAX_FETCHES: usize = 16;
 /// Most fetches in flight to one host at once.
 pub(crate) const MAX_FETCHES_PER_HOST: usize = 2;
+/// The shortest time between two fetches of one key set that bypass its
+/// cached copy (on an unknown `kid`).
+pub(crate) const REFETCH_INTERVAL: Duration = Duration::from_mins(1);
 
 /// Why a document could not be fetched. The text is shown to the user on
 /// the authorization page (the client is never redirected to).
@@ -72,7 +84,7 @@ pub(crate) enum FetchError {
     Redirect(u16),
     /// The document URL answered with another status than 200.
     Status(u16),
-    /// The document is larger than 5 KB.
+    /// The document is larger than the core allows.
     TooLarge,
     /// The response broke off or was not HTTP.
     Read,
@@ -118,9 +130,7 @@ impl fmt::Display for FetchError {
                 f,
                 "the client's metadata document URL answered {s} instead of 200"
             ),
-            Self::TooLarge => {
-                f.write_str("the client's metadata document is larger than 5120 bytes")
-            }
+            Self::TooLarge => f.write_str("the client's metadata document is too large"),
             Self::Read => f.write_str("the client's metadata document could not be read"),
             Self::Busy => f.write_str("too many client metadata documents are being fetched"),
         }
@@ -128,6 +138,19 @@ impl fmt::Display for FetchError {
 }
 
 impl StdError for FetchError {}
+
+impl FetchError {
+    /// Whether the failure is the network's or this server's, not the
+    /// client's: a retry later may succeed (a token request is then
+    /// answered `503`, so a client keeps its credentials).
+    pub(crate) fn is_transient(self) -> bool {
+        match self {
+            Self::Resolve | Self::Connect | Self::Timeout | Self::Read | Self::Busy => true,
+            Self::Status(status) => status >= 500,
+            _ => false,
+        }
+    }
+}
 
 /// A fetched (or cached) document body, with how long it may be cached.
 #[derive(Clone)]
@@ -152,6 +175,8 @@ pub(crate) struct Documents {
     cache: Mutex<HashMap<String, Entry>>,
     /// Fetches in flight, per host (their sum is at most [`MAX_FETCHES`]).
     in_flight: Mutex<HashMap<String, usize>>,
+    /// When each URL was last fetched past its cached copy.
+    refetched: Mutex<HashMap<String, Instant>>,
 }
 
 /// A fetch's place among those in flight, given back when dropped.
@@ -322,6 +347,7 @@ impl Documents {
             loopback_http,
             cache: Mutex::new(HashMap::new()),
             in_flight: Mutex::new(HashMap::new()),
+            refetched: Mutex::new(HashMap::new()),
         })
     }
 
@@ -336,6 +362,42 @@ impl Documents {
                 cached: true,
             });
         }
+        self.fetch(request).await
+    }
+
+    /// `request` fetched past its cached copy, unless that was done less
+    /// than [`REFETCH_INTERVAL`] ago (`Ok(None)`): for a key set that lacks
+    /// the `kid` an assertion names.
+    pub(crate) async fn refetch(
+        &self,
+        request: &FetchRequest,
+    ) -> Result<Option<Fetched>, FetchError> {
+        {
+            let mut last = self
+                .refetched
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let now = Instant::now();
+            if last
+                .get(&request.url)
+                .is_some_and(|at| now.duration_since(*at) < REFETCH_INTERVAL)
+            {
+                return Ok(None);
+            }
+            if last.len() >= MAX_ENTRIES {
+                last.retain(|_, at| now.duration_since(*at) < REFETCH_INTERVAL);
+            }
+            if last.len() >= MAX_ENTRIES {
+                return Ok(None);
+            }
+            last.insert(request.url.clone(), now);
+        }
+        self.forget(&request.url);
+        self.fetch(request).await.map(Some)
+    }
+
+    /// One fetch under the rules of the module docs.
+    async fn fetch(&self, request: &FetchRequest) -> Result<Fetched, FetchError> {
         let url = reqwest::Url::parse(&request.url).map_err(|_| FetchError::NotHttps)?;
         match url.scheme() {
             "https" => {}
@@ -374,7 +436,7 @@ impl Documents {
         if status != reqwest::StatusCode::OK {
             return Err(FetchError::Status(status.as_u16()));
         }
-        let max = request.max_bytes.min(MAX_DOCUMENT_LEN);
+        let max = request.max_bytes;
         if response.content_length().is_some_and(|n| n > max as u64) {
             return Err(FetchError::TooLarge);
         }

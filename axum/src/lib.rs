@@ -58,6 +58,7 @@
 //! your own calls to the [`Engine`].
 
 mod approvals;
+mod assertions;
 mod builder;
 mod csrf;
 mod documents;

@@ -13,12 +13,13 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse as _, Response};
 use axum::routing::{get, post};
 use portcullis_core::authorize::AuthorizeAnswer;
+use portcullis_core::client::assertion::VerifiedAssertion;
 use portcullis_core::engine::{RevokeError, SiteOpError};
 use portcullis_core::error::{ErrorCode, WireError as _};
 use portcullis_core::form::Form;
 use portcullis_core::http::HttpResponse;
 use portcullis_core::metadata::{AuthorizationServerMetadata, ProtectedResourceMetadata};
-use portcullis_core::token::TokenError;
+use portcullis_core::token::{ClientAuthentication, TokenError};
 
 use crate::csrf::{self, Purpose};
 use crate::forms::{bad_csrf, bad_form, cross_site};
@@ -433,7 +434,20 @@ fn form_request(headers: &HeaderMap, body: &Bytes) -> Result<(HeaderValues, Stri
     Ok((authorization, body))
 }
 
-/// `POST /token`: the core's answer, copied.
+/// How the client authenticated: its `Authorization` values and, when it
+/// sent one, the assertion [`crate::assertions::verify`] checked.
+fn client_authentication<'a>(
+    authorization: &'a HeaderValues,
+    assertion: Option<&'a VerifiedAssertion>,
+) -> ClientAuthentication<'a> {
+    match assertion {
+        Some(verified) => ClientAuthentication::assertion(authorization.field(), verified),
+        None => authorization.field().into(),
+    }
+}
+
+/// `POST /token`: a client assertion checked first
+/// ([`crate::assertions`]), then the core's answer, copied.
 async fn token<S: HostStore>(
     State(p): State<Portcullis<S>>,
     headers: HeaderMap,
@@ -443,13 +457,17 @@ async fn token<S: HostStore>(
         Ok(parts) => parts,
         Err(r) => return r,
     };
+    let assertion = match crate::assertions::verify(&p, &body).await {
+        Ok(assertion) => assertion,
+        Err(r) => return r,
+    };
     let answer = p
         .write(move |p, txn| {
             p.inner.engine.token_in(
                 txn,
                 &p.inner.site_id,
                 &body,
-                authorization.field(),
+                client_authentication(&authorization, assertion.as_ref()),
                 &mut rand::rng(),
                 crate::now(),
             )
@@ -484,13 +502,17 @@ async fn revoke<S: HostStore>(
         Ok(parts) => parts,
         Err(r) => return r,
     };
+    let assertion = match crate::assertions::verify(&p, &body).await {
+        Ok(assertion) => assertion,
+        Err(r) => return r,
+    };
     let answer = p
         .write(move |p, txn| {
             p.inner.engine.revoke_token_in(
                 txn,
                 &p.inner.site_id,
                 &body,
-                authorization.field(),
+                client_authentication(&authorization, assertion.as_ref()),
                 crate::now(),
             )
         })

@@ -8,6 +8,7 @@
 mod support;
 
 mod builder;
+mod clients;
 mod crash;
 mod documents;
 mod oauth;

@@ -809,7 +809,7 @@ mod tests {
         assert_eq!(grant.status(&site, day(91), &p), GrantStatus::Expired);
     }
 
-    const MINUTE: Duration = Duration::from_secs(60);
+    const MINUTE: Duration = Duration::from_mins(1);
 
     #[test]
     fn strict_rotation_revokes_every_spent_token() {

@@ -234,27 +234,23 @@ impl JwkSet {
     ///   is this one); two such keys are ambiguous and refused.
     pub fn find(&self, kid: Option<&str>, alg: SignatureAlgorithm) -> Result<&Jwk, KeyLookup> {
         let usable = |k: &&Jwk| alg.fits(&k.key) && k.alg.is_none_or(|a| a == alg);
-        match kid {
-            Some(kid) => {
-                let key = self
-                    .keys
-                    .iter()
-                    .find(|k| k.kid.as_deref() == Some(kid))
-                    .ok_or(KeyLookup::UnknownKid)?;
-                if usable(&key) {
-                    Ok(key)
-                } else {
-                    Err(KeyLookup::WrongKeyType)
-                }
-            }
-            None => {
-                let mut fitting = self.keys.iter().filter(usable);
-                match (fitting.next(), fitting.next()) {
-                    (Some(key), None) => Ok(key),
-                    (None, _) => Err(KeyLookup::NoKey),
-                    (Some(_), Some(_)) => Err(KeyLookup::Ambiguous),
-                }
-            }
+        if let Some(kid) = kid {
+            let key = self
+                .keys
+                .iter()
+                .find(|k| k.kid.as_deref() == Some(kid))
+                .ok_or(KeyLookup::UnknownKid)?;
+            return if usable(&key) {
+                Ok(key)
+            } else {
+                Err(KeyLookup::WrongKeyType)
+            };
+        }
+        let mut fitting = self.keys.iter().filter(usable);
+        match (fitting.next(), fitting.next()) {
+            (Some(key), None) => Ok(key),
+            (None, _) => Err(KeyLookup::NoKey),
+            (Some(_), Some(_)) => Err(KeyLookup::Ambiguous),
         }
     }
 }
@@ -482,7 +478,7 @@ mod tests {
             rsa(r#","alg":"none""#),
         ] {
             assert_eq!(
-                set(&[skipped.clone()]).unwrap().keys().len(),
+                set(core::slice::from_ref(&skipped)).unwrap().keys().len(),
                 0,
                 "{skipped}"
             );

@@ -30,10 +30,19 @@ pub struct AuthorizationServerMetadata {
     pub grant_types_supported: [&'static str; 2],
     /// `["S256"]` (RFC 7636 §6.2).
     pub code_challenge_methods_supported: [&'static str; 1],
-    /// `["none", "client_secret_basic"]`.
-    pub token_endpoint_auth_methods_supported: [&'static str; 2],
-    /// `["none", "client_secret_basic"]`.
-    pub revocation_endpoint_auth_methods_supported: [&'static str; 2],
+    /// `none`, `client_secret_basic` and `client_secret_post` (registered
+    /// clients), and `private_key_jwt` when the site accepts client-ID
+    /// metadata documents (whose clients may authenticate with it).
+    pub token_endpoint_auth_methods_supported: Vec<&'static str>,
+    /// The algorithms of `private_key_jwt` assertions (RFC 8414 §2 asks
+    /// for this list whenever the method is listed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token_endpoint_auth_signing_alg_values_supported: Option<Vec<&'static str>>,
+    /// The same methods as the token endpoint.
+    pub revocation_endpoint_auth_methods_supported: Vec<&'static str>,
+    /// The same algorithms as the token endpoint.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub revocation_endpoint_auth_signing_alg_values_supported: Option<Vec<&'static str>>,
     /// The site's scopes.
     pub scopes_supported: Vec<String>,
     /// Whether client-ID metadata documents are accepted (per site).
@@ -55,8 +64,10 @@ impl AuthorizationServerMetadata {
             response_types_supported: ["code"],
             grant_types_supported: ["authorization_code", "refresh_token"],
             code_challenge_methods_supported: ["S256"],
-            token_endpoint_auth_methods_supported: ["none", "client_secret_basic"],
-            revocation_endpoint_auth_methods_supported: ["none", "client_secret_basic"],
+            token_endpoint_auth_methods_supported: auth_methods(site),
+            token_endpoint_auth_signing_alg_values_supported: assertion_algorithms(site),
+            revocation_endpoint_auth_methods_supported: auth_methods(site),
+            revocation_endpoint_auth_signing_alg_values_supported: assertion_algorithms(site),
             scopes_supported: site.scopes.iter().map(String::from).collect(),
             client_id_metadata_document_supported: site.client_metadata_documents,
             authorization_response_iss_parameter_supported: true,
@@ -68,6 +79,26 @@ impl AuthorizationServerMetadata {
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).unwrap_or_default()
     }
+}
+
+/// How clients of `site` may authenticate at its token and revocation
+/// endpoints.
+fn auth_methods(site: &Site) -> Vec<&'static str> {
+    let mut methods = alloc::vec!["none", "client_secret_basic", "client_secret_post"];
+    if site.client_metadata_documents {
+        methods.push("private_key_jwt");
+    }
+    methods
+}
+
+/// The assertion algorithms, when `private_key_jwt` is listed.
+fn assertion_algorithms(site: &Site) -> Option<Vec<&'static str>> {
+    site.client_metadata_documents.then(|| {
+        crate::jwk::SignatureAlgorithm::ALL
+            .iter()
+            .map(|a| a.as_str())
+            .collect()
+    })
 }
 
 /// The RFC 9728 §2 document.
@@ -182,6 +213,19 @@ mod tests {
             serde_json::json!(["S256"])
         );
         assert_eq!(md["token_endpoint"], "https://a.example/tenant/token");
+        assert_eq!(
+            md["token_endpoint_auth_methods_supported"],
+            serde_json::json!([
+                "none",
+                "client_secret_basic",
+                "client_secret_post",
+                "private_key_jwt"
+            ])
+        );
+        assert_eq!(
+            md["token_endpoint_auth_signing_alg_values_supported"][0],
+            "RS256"
+        );
         let pr: serde_json::Value =
             serde_json::from_str(&ProtectedResourceMetadata::for_site(&site).to_json()).unwrap();
         assert_eq!(

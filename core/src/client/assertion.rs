@@ -67,7 +67,7 @@ pub const MAX_ASSERTION_LEN: usize = 8 * 1024;
 /// Longest `jti`, in bytes.
 pub const MAX_JTI_LEN: usize = 256;
 /// The furthest in the future an assertion's `exp` may lie.
-pub const MAX_ASSERTION_LIFETIME: Duration = Duration::from_secs(10 * 60);
+pub const MAX_ASSERTION_LIFETIME: Duration = Duration::from_mins(10);
 
 /// A client assertion as presented, read but not trusted.
 pub struct PresentedAssertion<'a> {

@@ -187,6 +187,20 @@ pub struct FetchRequest {
     pub max_bytes: usize,
 }
 
+impl FetchRequest {
+    /// The fetch of a `private_key_jwt` client's key set at its `jwks_uri`
+    /// (which [`validate_document`] checked like a client-ID URL): the
+    /// same rules as a document's fetch, at most
+    /// [`MAX_KEY_SET_LEN`](crate::jwk::MAX_KEY_SET_LEN) bytes.
+    #[must_use]
+    pub fn key_set(jwks_uri: &str) -> Self {
+        Self {
+            url: jwks_uri.into(),
+            max_bytes: crate::jwk::MAX_KEY_SET_LEN,
+        }
+    }
+}
+
 impl ClientIdUrl {
     /// The URL, which is the client id.
     #[must_use]
@@ -649,6 +663,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::too_many_lines, reason = "one table of refused documents")]
     fn invalid_documents_are_refused() {
         let other = r#"{"client_id":"https://client.example.com/oauth/other.json","redirect_uris":["http://127.0.0.1/cb"]}"#;
         let cases = [

@@ -278,10 +278,11 @@ impl ClientMetadata {
 ///   their keys).
 /// * `scope` of `""` counts as absent (Gemini CLI and MCP Inspector send
 ///   it when they have nothing to ask for).
-/// * `grant_types` (default `["authorization_code"]`) must be drawn from
-///   `authorization_code` and `refresh_token` and include
-///   `authorization_code`; `response_types` (default `["code"]`) must be
-///   exactly `code` (§2.1: the two lists must agree). No duplicates.
+/// * `grant_types` (default `["authorization_code"]`) must include
+///   `authorization_code`; of the others, `refresh_token` is registered and
+///   any this server does not support is left out (§3.2.1: the response
+///   says what was registered). `response_types` (default `["code"]`) must
+///   be exactly `code` (§2.1: the two lists must agree). No duplicates.
 ///
 /// Redirect-URI problems are `invalid_redirect_uri`, everything else
 /// `invalid_client_metadata` (RFC 7591 §3.2.2).
@@ -452,16 +453,28 @@ fn check_client_name(name: &str) -> Result<(), RegistrationError> {
     }
 }
 
+/// The grant types of `names` this server supports, sorted. A grant type
+/// it does not support is left out rather than refused (RFC 7591 §3.2.1
+/// lets the server register other values than asked, and the response
+/// says which): VS Code's metadata document lists the device-code grant
+/// beside `authorization_code` (docs/clients.md). Without
+/// `authorization_code` among them nothing can be registered:
+/// [`RegistrationError::UnsupportedGrantType`] when grant types were left
+/// out, [`RegistrationError::InconsistentTypes`] when none was asked for.
 fn parse_grant_types(names: &[String]) -> Result<Vec<GrantType>, RegistrationError> {
-    let mut grants = Vec::with_capacity(names.len());
-    for name in names {
-        let grant = GrantType::from_name(name).ok_or(RegistrationError::UnsupportedGrantType)?;
-        if grants.contains(&grant) {
+    for (i, name) in names.iter().enumerate() {
+        if names[..i].contains(name) {
             return Err(RegistrationError::DuplicateValue("grant_types"));
         }
-        grants.push(grant);
     }
+    let mut grants: Vec<GrantType> = names
+        .iter()
+        .filter_map(|name| GrantType::from_name(name))
+        .collect();
     grants.sort_unstable();
+    if grants.len() < names.len() && !grants.contains(&GrantType::AuthorizationCode) {
+        return Err(RegistrationError::UnsupportedGrantType);
+    }
     check_grant_types(&grants)?;
     Ok(grants)
 }
@@ -668,6 +681,21 @@ mod tests {
         m.validate().unwrap();
     }
 
+    /// VS Code's metadata document (and a DCR body that copies it) lists
+    /// the device-code grant: left out, the rest registered.
+    #[test]
+    fn unsupported_grant_types_are_left_out() {
+        let m = parse(
+            r#"{"redirect_uris":["http://127.0.0.1:33418/"],"token_endpoint_auth_method":"none",
+                "grant_types":["authorization_code","refresh_token","urn:ietf:params:oauth:grant-type:device_code"]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            m.grant_types,
+            [GrantType::AuthorizationCode, GrantType::RefreshToken]
+        );
+    }
+
     #[test]
     fn defaults_follow_rfc_7591() {
         let m = parse(r#"{"redirect_uris":["https://a.example/cb"],"client_uri":null}"#).unwrap();
@@ -751,7 +779,7 @@ mod tests {
                 RegistrationError::UnsupportedGrantType,
             ),
             (
-                r#""grant_types":["client_credentials","authorization_code"]"#,
+                r#""grant_types":["client_credentials","refresh_token"]"#,
                 RegistrationError::UnsupportedGrantType,
             ),
             (
