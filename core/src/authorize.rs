@@ -457,10 +457,7 @@ codec::fields!(AuthorizationCode {
 impl Record for AuthorizationCode {
     const TABLE: Table = Table::Codes;
     const VERSION: u8 = 2;
-
-    fn upgrade(version: u8, body: &[u8]) -> Option<Result<Self, codec::CodecError>> {
-        (version == 1).then(|| codec::decode_body(version, body))
-    }
+    const READ_SINCE: u8 = 1;
 }
 
 impl AuthorizationCode {

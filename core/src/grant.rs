@@ -142,18 +142,24 @@ pub const TRACKED_ROTATIONS: usize = 4;
 /// Stored since schema version 2 of [`Grant`]; a version 1 grant kept only
 /// its last rotation (with the scope asked for then, which no rule reads
 /// any more), read here as a list of one.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct Rotations(heapless::Vec<Timestamp, TRACKED_ROTATIONS>);
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Rotations {
+    at: [Timestamp; TRACKED_ROTATIONS],
+    len: u8,
+}
 
 impl Rotations {
+    /// The rotation times, newest first.
+    #[must_use]
+    pub fn as_slice(&self) -> &[Timestamp] {
+        &self.at[..usize::from(self.len)]
+    }
+
     /// Records a rotation at `at`, forgetting the oldest beyond the bound.
     pub fn push(&mut self, at: Timestamp) {
-        if self.0.is_full() {
-            self.0.pop();
-        }
-        // Cannot fail: a slot was just made free.
-        let _ = self.0.insert(0, at);
+        self.at.copy_within(..TRACKED_ROTATIONS - 1, 1);
+        self.at[0] = at;
+        self.len = (self.len + 1).min(TRACKED_ROTATIONS as u8);
     }
 
     /// When the generation `back` steps before the current one was spent
@@ -162,77 +168,70 @@ impl Rotations {
     #[must_use]
     pub fn spent_at(&self, back: u32) -> Option<Timestamp> {
         let index = usize::try_from(back.checked_sub(1)?).ok()?;
-        self.0.get(index).copied()
+        self.as_slice().get(index).copied()
     }
 
     /// The most recent rotation, if any.
     #[must_use]
     pub fn latest(&self) -> Option<Timestamp> {
-        self.0.first().copied()
+        self.as_slice().first().copied()
+    }
+}
+
+/// Written as a list of times (postcard's sequence).
+impl Serialize for Rotations {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.as_slice().serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Rotations {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let list = heapless::Vec::<Timestamp, TRACKED_ROTATIONS>::deserialize(d)?;
+        let mut rotations = Self::default();
+        for at in list.iter().rev() {
+            rotations.push(*at);
+        }
+        Ok(rotations)
     }
 }
 
 impl codec::Encode for Rotations {
     fn encode(&self, out: &mut alloc::vec::Vec<u8>) {
-        codec::write_varint(out, self.0.len() as u64);
-        for at in &self.0 {
+        codec::write_varint(out, u64::from(self.len));
+        for at in self.as_slice() {
             at.encode(out);
         }
     }
 }
 
+/// Reads the rotation times of a grant of the reader's schema version.
+/// Version 1 stored `Option<(at, requested scope)>`; version 2 a list of
+/// times, newest first.
 impl codec::Decode<'_> for Rotations {
     fn decode(r: &mut codec::Reader<'_>) -> Result<Self, codec::Malformed> {
-        let mut rotations = heapless::Vec::new();
-        read_rotations(r, |at| rotations.push(at).map_err(|_| codec::Malformed))?;
-        Ok(Self(rotations))
-    }
-}
-
-/// Reads the rotation times of a grant of the reader's schema version,
-/// newest first, handing each to `each`. Version 1 stored
-/// `Option<(at, requested scope)>`; version 2 a list of times.
-fn read_rotations(
-    r: &mut codec::Reader<'_>,
-    mut each: impl FnMut(Timestamp) -> Result<(), codec::Malformed>,
-) -> Result<(), codec::Malformed> {
-    if r.version() < 2 {
-        match r.byte()? {
-            0 => Ok(()),
-            1 => {
-                let at = codec::Decode::decode(r)?;
-                let _requested: SkippedStrings = codec::Decode::decode(r)?;
-                each(at)
+        let mut rotations = Self::default();
+        if r.version() < 2 {
+            match r.byte()? {
+                0 => {}
+                1 => {
+                    rotations.at[0] = codec::Decode::decode(r)?;
+                    rotations.len = 1;
+                    let _requested: SkippedStrings = codec::Decode::decode(r)?;
+                }
+                _ => return Err(codec::Malformed),
             }
-            _ => Err(codec::Malformed),
+        } else {
+            let n = r.list_len()?;
+            if n > TRACKED_ROTATIONS {
+                return Err(codec::Malformed);
+            }
+            for slot in &mut rotations.at[..n] {
+                *slot = codec::Decode::decode(r)?;
+            }
+            rotations.len = n as u8;
         }
-    } else {
-        let n = r.list_len()?;
-        if n > TRACKED_ROTATIONS {
-            return Err(codec::Malformed);
-        }
-        for _ in 0..n {
-            each(codec::Decode::decode(r)?)?;
-        }
-        Ok(())
-    }
-}
-
-/// [`Rotations`] read in place: the latest rotation only.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RotationsView {
-    /// The most recent rotation, if any.
-    pub latest: Option<Timestamp>,
-}
-
-impl codec::Decode<'_> for RotationsView {
-    fn decode(r: &mut codec::Reader<'_>) -> Result<Self, codec::Malformed> {
-        let mut latest = None;
-        read_rotations(r, |at| {
-            latest = latest.or(Some(at));
-            Ok(())
-        })?;
-        Ok(Self { latest })
+        Ok(rotations)
     }
 }
 
@@ -298,15 +297,11 @@ impl fmt::Debug for Grant {
 impl Record for Grant {
     const TABLE: Table = Table::Grants;
     const VERSION: u8 = 2;
-
-    fn upgrade(version: u8, body: &[u8]) -> Option<Result<Self, codec::CodecError>> {
-        (version == 1).then(|| codec::decode_body(version, body))
-    }
+    const READ_SINCE: u8 = 1;
 }
 
 impl Viewed for Grant {
     type View<'a> = GrantView<'a>;
-    const VIEW_SINCE: u8 = 1;
 }
 
 /// A stored [`Grant`] read in place: strings borrowed from the stored
@@ -341,8 +336,8 @@ pub struct GrantView<'a> {
     salt: [u8; 16],
     /// The key that tags the current generation's token.
     pub kid: &'a str,
-    /// When the grant last rotated.
-    pub rotations: RotationsView,
+    /// When the most recent generations were spent.
+    pub rotations: Rotations,
     /// Set once the grant is revoked.
     pub revoked: Option<Revocation>,
     /// How the client must authenticate to refresh or revoke it.
@@ -739,7 +734,7 @@ mod tests {
                 (v.generation, v.kid),
                 (grant.generation, grant.kid.as_str())
             );
-            assert_eq!(v.rotations.latest, grant.rotations.latest());
+            assert_eq!(v.rotations.latest(), grant.rotations.latest());
             assert_eq!(v.revoked, grant.revoked);
             assert_eq!(v.client_auth, grant.client_auth);
             assert_eq!(
@@ -903,7 +898,7 @@ mod tests {
             assert_eq!(read.client_auth, ClientAuth::ById);
             assert_eq!((read.id, read.generation), (grant.id, grant.generation));
             let view = codec::decode_view::<Grant>(&v1).unwrap();
-            assert_eq!(view.rotations.latest, last);
+            assert_eq!(view.rotations.latest(), last);
             assert_eq!(
                 view.status(
                     site.id.as_str(),

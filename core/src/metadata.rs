@@ -85,15 +85,22 @@ impl AuthorizationServerMetadata {
 /// endpoints.
 fn auth_methods(site: &Site) -> Vec<&'static str> {
     let mut methods = alloc::vec!["none", "client_secret_basic", "client_secret_post"];
-    if site.client_metadata_documents {
+    if accepts_assertions(site) {
         methods.push("private_key_jwt");
     }
     methods
 }
 
+/// Whether `site`'s clients may use `private_key_jwt`: its metadata-document
+/// clients, where this build checks assertions (feature
+/// `client-assertions`).
+fn accepts_assertions(site: &Site) -> bool {
+    site.client_metadata_documents && cfg!(feature = "client-assertions")
+}
+
 /// The assertion algorithms, when `private_key_jwt` is listed.
 fn assertion_algorithms(site: &Site) -> Option<Vec<&'static str>> {
-    site.client_metadata_documents.then(|| {
+    accepts_assertions(site).then(|| {
         crate::jwk::SignatureAlgorithm::ALL
             .iter()
             .map(|a| a.as_str())

@@ -149,6 +149,7 @@ impl<'a> ClientCredentials<'a> {
                 presented: Presented::Basic,
             });
         }
+        #[cfg(feature = "client-assertions")]
         match (body_assertion, assertion) {
             (None, None) => {}
             (Some(text), Some(verified)) if body_secret.is_none() && verified.is_of(text) => {
@@ -167,6 +168,11 @@ impl<'a> ClientCredentials<'a> {
             // An assertion nobody verified, or a verification of another
             // request's assertion.
             _ => return Err(refused()),
+        }
+        // Without the feature no assertion can have been verified.
+        #[cfg(not(feature = "client-assertions"))]
+        if body_assertion.is_some() || assertion.is_some() {
+            return Err(refused());
         }
         let client_id = body_id.ok_or_else(refused)?;
         Ok(match body_secret {

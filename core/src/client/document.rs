@@ -269,25 +269,17 @@ pub fn validate_document(url: &ClientIdUrl, body: &[u8]) -> Result<Client, Docum
     if members.contains_key("client_secret") || members.contains_key("client_secret_expires_at") {
         return Err(DocumentError::ClientSecretPresent);
     }
-    let jwks_uri = match take_string(&members, "jwks_uri") {
-        Ok(None) => None,
-        Ok(Some(uri)) => Some(
-            parse_client_id_url_with(&uri, url.loopback_http)
-                .map_err(|_| DocumentError::InvalidJwksUri)?
-                .url,
-        ),
-        Err(_) => return Err(DocumentError::InvalidJwksUri),
-    };
-    let signing_alg = match take_string(&members, "token_endpoint_auth_signing_alg") {
-        Ok(None) => None,
-        Ok(Some(name)) => Some(
-            crate::jwk::SignatureAlgorithm::from_name(&name)
-                .ok_or(DocumentError::UnsupportedSigningAlgorithm)?,
-        ),
-        Err(_) => return Err(DocumentError::UnsupportedSigningAlgorithm),
-    };
+    // Keys are read only where assertions can be checked (feature
+    // `client-assertions`): elsewhere a document never gets
+    // `private_key_jwt`, which nothing could verify.
+    #[cfg(feature = "client-assertions")]
+    let (jwks_uri, signing_alg) = document_keys(&members, url.loopback_http)?;
+    #[cfg(not(feature = "client-assertions"))]
+    let jwks_uri: Option<String> = None;
     let method = choose_auth_method(&members, jwks_uri.is_some())?;
+    #[cfg_attr(not(feature = "client-assertions"), allow(unused_mut))]
     let mut metadata = metadata_from_members(&members, method).map_err(DocumentError::Metadata)?;
+    #[cfg(feature = "client-assertions")]
     if method == TokenEndpointAuthMethod::PrivateKeyJwt {
         metadata.jwks_uri = jwks_uri;
         metadata.token_endpoint_auth_signing_alg = signing_alg;
@@ -296,6 +288,34 @@ pub fn validate_document(url: &ClientIdUrl, body: &[u8]) -> Result<Client, Docum
         client_id: url.url.clone(),
         metadata,
     })
+}
+
+/// A document's `jwks_uri` (under the rules of a client-ID URL) and
+/// `token_endpoint_auth_signing_alg` (an accepted algorithm), each `None`
+/// when absent.
+#[cfg(feature = "client-assertions")]
+fn document_keys(
+    members: &serde_json::Map<String, serde_json::Value>,
+    loopback_http: bool,
+) -> Result<(Option<String>, Option<crate::jwk::SignatureAlgorithm>), DocumentError> {
+    let jwks_uri = match take_string(members, "jwks_uri") {
+        Ok(None) => None,
+        Ok(Some(uri)) => Some(
+            parse_client_id_url_with(&uri, loopback_http)
+                .map_err(|_| DocumentError::InvalidJwksUri)?
+                .url,
+        ),
+        Err(_) => return Err(DocumentError::InvalidJwksUri),
+    };
+    let signing_alg = match take_string(members, "token_endpoint_auth_signing_alg") {
+        Ok(None) => None,
+        Ok(Some(name)) => Some(
+            crate::jwk::SignatureAlgorithm::from_name(&name)
+                .ok_or(DocumentError::UnsupportedSigningAlgorithm)?,
+        ),
+        Err(_) => return Err(DocumentError::UnsupportedSigningAlgorithm),
+    };
+    Ok((jwks_uri, signing_alg))
 }
 
 /// The token endpoint method of a document (see [`validate_document`]).
@@ -320,7 +340,7 @@ fn choose_auth_method(
         Ok(TokenEndpointAuthMethod::PrivateKeyJwt)
     } else if offers("none") {
         Ok(TokenEndpointAuthMethod::None)
-    } else if offers("private_key_jwt") {
+    } else if offers("private_key_jwt") && cfg!(feature = "client-assertions") {
         Err(DocumentError::MissingJwksUri)
     } else if offered.iter().any(|m| {
         matches!(
@@ -416,23 +436,15 @@ impl Describe for DocumentError {
                 "client metadata document must not use a shared-secret auth method"
             }
             Self::UnsupportedAuthMethod => {
-                "client metadata document must offer token_endpoint_auth_method none or \
-                 private_key_jwt"
+                "client metadata document offers no supported token_endpoint_auth_method"
             }
             Self::InconsistentAuthMethods => {
-                "client metadata document token_endpoint_auth_method is not among its \
-                 token_endpoint_auth_methods_supported"
+                "client metadata document token_endpoint_auth_method is not in its list"
             }
-            Self::MissingJwksUri => {
-                "client metadata document asks for private_key_jwt but has no usable jwks_uri"
-            }
-            Self::InvalidJwksUri => {
-                "client metadata document jwks_uri must be an https URL on a public domain \
-                 without query, fragment or userinfo"
-            }
+            Self::MissingJwksUri => "client metadata document needs private_key_jwt, no jwks_uri",
+            Self::InvalidJwksUri => "client metadata document jwks_uri is not a public https URL",
             Self::UnsupportedSigningAlgorithm => {
-                "client metadata document token_endpoint_auth_signing_alg must be one of RS256, \
-                 RS384, RS512, PS256, PS384, PS512, ES256, ES384, EdDSA"
+                "client metadata document token_endpoint_auth_signing_alg is not supported"
             }
             Self::Metadata(e) => {
                 f.write_str("client metadata document: ")?;

@@ -94,46 +94,17 @@ pub enum RedirectKind {
 /// `intent:`, which launches arbitrary app components). A redirect to any
 /// of them could run script on, read from or reveal the code to something
 /// other than the client, so none is a private-use scheme.
-const BROWSER_SCHEMES: &[&str] = &[
-    "about",
-    "blob",
-    "brave",
-    "chrome",
-    "chrome-extension",
-    "chrome-search",
-    "chrome-untrusted",
-    "data",
-    "devtools",
-    "edge",
-    "file",
-    "filesystem",
-    "ftp",
-    "intent",
-    "jar",
-    "javascript",
-    "livescript",
-    "mailto",
-    "moz-extension",
-    "ms-browser-extension",
-    "opera",
-    "resource",
-    "safari-extension",
-    "safari-web-extension",
-    "sms",
-    "tel",
-    "view-source",
-    "vbscript",
-    "vivaldi",
-    "webkit",
-    "ws",
-    "wss",
-];
+const BROWSER_SCHEMES: &str = "about blob brave chrome chrome-extension chrome-search \
+chrome-untrusted data devtools edge file filesystem ftp intent jar javascript livescript mailto \
+moz-extension ms-browser-extension opera resource safari-extension safari-web-extension sms tel \
+view-source vbscript vivaldi webkit ws wss";
 
 /// Whether `scheme` (lower case) is one a browser handles itself and so can
 /// never be a private-use redirect scheme (see [`RedirectUri`]).
 #[must_use]
 pub fn is_browser_scheme(scheme: &str) -> bool {
-    BROWSER_SCHEMES.contains(&scheme)
+    // One string, not a table of slices: smaller in a firmware image.
+    BROWSER_SCHEMES.split(' ').any(|s| s == scheme)
 }
 
 impl RedirectUri {
@@ -401,10 +372,7 @@ impl Describe for RedirectUriError {
             }
             Self::PercentEncoding => "redirect URI has a malformed percent-encoding",
             Self::Fragment => "redirect URI must not have a fragment",
-            Self::Scheme => {
-                "redirect URI must use https, http to a loopback host, or an app's own scheme \
-                 (not one a browser handles itself, such as javascript, data or file)"
-            }
+            Self::Scheme => "redirect URI scheme is one a browser handles itself",
             Self::Malformed => "redirect URI is not an absolute URL with an authority",
             Self::Userinfo => "redirect URI must not carry userinfo",
             Self::MissingHost => "redirect URI has no host",

@@ -11,7 +11,9 @@ use super::{Engine, SiteOpError, Txn, keys, load_site};
 use crate::authorize::{
     self, AuthorizationCode, AuthorizeAnswer, AuthorizeError, CodeState, Refusal,
 };
-use crate::client::assertion::{AssertionError, VerifiedAssertion};
+#[cfg(feature = "client-assertions")]
+use crate::client::assertion::AssertionError;
+use crate::client::assertion::VerifiedAssertion;
 use crate::client::{
     self, ClientAuth, GrantType, RegisteredClient, RegistrationError, TokenEndpointAuthMethod,
 };
@@ -993,6 +995,7 @@ impl<S: Store> Engine<S> {
 /// A `jti` seen before is [`AssertionError::Replayed`]. In the operation's
 /// transaction, so an operation that fails leaves the `jti` unspent, and
 /// two racing requests with one assertion cannot both succeed.
+#[cfg(feature = "client-assertions")]
 fn accept_assertion<W: WriteTransaction>(
     txn: &mut Txn<'_, W>,
     assertion: Option<&VerifiedAssertion>,
@@ -1011,6 +1014,21 @@ fn accept_assertion<W: WriteTransaction>(
         &keys::expiry(assertion.expires().max(now), Table::ClientAssertions, key),
         &[],
     )?;
+    Ok(())
+}
+
+/// Without the `client-assertions` feature no assertion is ever verified
+/// ([`ClientCredentials::read`] refuses one), so there is none to accept.
+#[cfg(not(feature = "client-assertions"))]
+#[allow(
+    clippy::unnecessary_wraps,
+    reason = "the same signature as with the feature"
+)]
+fn accept_assertion<W: WriteTransaction>(
+    _txn: &mut Txn<'_, W>,
+    _assertion: Option<&VerifiedAssertion>,
+    _now: Timestamp,
+) -> Result<(), TokenError> {
     Ok(())
 }
 

@@ -39,6 +39,11 @@ pub trait Record: Encode + for<'a> Decode<'a> {
     const TABLE: Table;
     /// The schema version written before the record's bytes.
     const VERSION: u8;
+    /// The oldest schema version read in place, by the same decoder as the
+    /// current one: a record whose layout only gained fields (read with
+    /// their default from older records, see `fields!`'s `name @ version`)
+    /// sets it, and its older records need no [`Record::upgrade`].
+    const READ_SINCE: u8 = Self::VERSION;
 
     /// Reads the `body` of a record written under an older schema
     /// `version` of this type, migrated to the current one; `None` when this
@@ -55,18 +60,13 @@ pub trait Record: Encode + for<'a> Decode<'a> {
 /// same fields in the same order (the format is positional), whose strings
 /// are `&str` into the stored bytes and whose unneeded lists are skipped
 /// without allocating. A view reads only the current
-/// [`Record::VERSION`] (and the older ones from [`Viewed::VIEW_SINCE`]);
+/// [`Record::VERSION`] (and the older ones from [`Record::READ_SINCE`]);
 /// a record stored under any other version is refused by [`decode_view`],
 /// so a type that gains an [`Record::upgrade`] path of another shape must
 /// read such records through [`decode`] instead.
 pub trait Viewed: Record {
     /// The borrowed view.
     type View<'a>: Decode<'a>;
-    /// The oldest schema version the view reads as well as the current
-    /// one: a record whose layout only gained fields (read with their
-    /// default from older records, see `fields!`'s `name @ version`) keeps
-    /// its fast read path for the records written before.
-    const VIEW_SINCE: u8 = Self::VERSION;
 }
 
 /// Writes a value in the wire format (see the [module docs](self)).
@@ -483,7 +483,7 @@ pub(crate) use unit_enum;
 /// Decodes the borrowed view of a record written by [`encode`].
 pub fn decode_view<R: Viewed>(bytes: &[u8]) -> Result<R::View<'_>, CodecError> {
     let (&version, body) = bytes.split_first().ok_or(CodecError::Empty)?;
-    if !(R::VIEW_SINCE..=R::VERSION).contains(&version) {
+    if !(R::READ_SINCE..=R::VERSION).contains(&version) {
         return Err(CodecError::Version {
             found: version,
             expected: R::VERSION,
@@ -526,7 +526,7 @@ pub fn encode<R: Record>(record: &R) -> Result<Vec<u8>, CodecError> {
 /// [`Record::upgrade`]) an older one.
 pub fn decode<R: Record>(bytes: &[u8]) -> Result<R, CodecError> {
     let (&version, body) = bytes.split_first().ok_or(CodecError::Empty)?;
-    if version != R::VERSION {
+    if !(R::READ_SINCE..=R::VERSION).contains(&version) {
         return R::upgrade(version, body).unwrap_or(Err(CodecError::Version {
             found: version,
             expected: R::VERSION,
