@@ -275,6 +275,35 @@ fn authorize_params<'a>(
     p
 }
 
+/// The whole flow of a client that registered `client_id`: consent in
+/// alice's browser with `scope` (none: the client sends none) and
+/// `resource` when `with_resource`, the code delivered to `redirect`, the
+/// exchange (with `resource` likewise). Its tokens.
+async fn connects<S: HostStore>(
+    r: &Replay<S>,
+    client_id: &str,
+    redirect: &str,
+    scope: Option<&str>,
+    with_resource: bool,
+) -> (String, String) {
+    let v = verifier();
+    let challenge = s256(&v);
+    let resource = r.resource();
+    let resource = with_resource.then_some(resource.as_str());
+    let params = authorize_params(client_id, redirect, &challenge, scope, resource);
+    let location = r.consent("alice", &params, |_| {}).await;
+    let code = code_at(&location, redirect, &r.app.origin);
+    let mut exchange = vec![
+        ("grant_type", "authorization_code"),
+        ("code", code.as_str()),
+        ("redirect_uri", redirect),
+        ("client_id", client_id),
+        ("code_verifier", v.as_str()),
+    ];
+    exchange.extend(resource.map(|r| ("resource", r)));
+    Replay::<S>::tokens(&r.token(&exchange).await)
+}
+
 // ----------------------------------------------------------------- Claude
 
 /// Claude Code 2.1.251 sends no RFC 8707 `resource` on `/authorize` or
@@ -628,23 +657,7 @@ async fn cline_both_callbacks() {
             }))
             .await;
         let client_id = client["client_id"].as_str().unwrap();
-        let v = verifier();
-        let challenge = s256(&v);
-        let resource = r.resource();
-        let params = authorize_params(client_id, redirect, &challenge, None, Some(&resource));
-        let location = r.consent("alice", &params, |_| {}).await;
-        let code = code_at(&location, redirect, &r.app.origin);
-        let (access, _) = Replay::<MemoryStore>::tokens(
-            &r.token(&[
-                ("grant_type", "authorization_code"),
-                ("code", &code),
-                ("redirect_uri", redirect),
-                ("client_id", client_id),
-                ("code_verifier", &v),
-                ("resource", &resource),
-            ])
-            .await,
-        );
+        let (access, _) = connects(&r, client_id, redirect, None, true).await;
         assert!(r.call_works(&access).await, "{redirect}");
     }
 }
@@ -673,29 +686,8 @@ async fn codex_five_processes_refreshing_at_once() {
         }))
         .await;
     let client_id = client["client_id"].as_str().unwrap();
-    let v = verifier();
-    let challenge = s256(&v);
     let resource = r.resource();
-    let params = authorize_params(
-        client_id,
-        redirect,
-        &challenge,
-        Some("notes:read"),
-        Some(&resource),
-    );
-    let location = r.consent("alice", &params, |_| {}).await;
-    let code = code_at(&location, redirect, &r.app.origin);
-    let (_, refresh) = Replay::<MemoryStore>::tokens(
-        &r.token(&[
-            ("grant_type", "authorization_code"),
-            ("code", &code),
-            ("redirect_uri", redirect),
-            ("client_id", client_id),
-            ("code_verifier", &v),
-            ("resource", &resource),
-        ])
-        .await,
-    );
+    let (_, refresh) = connects(&r, client_id, redirect, Some("notes:read"), true).await;
     let body = [
         ("grant_type", "refresh_token"),
         ("refresh_token", refresh.as_str()),
@@ -769,29 +761,8 @@ async fn vscode_both_forms() {
     let dcr_id = registered["client_id"].as_str().unwrap().to_owned();
     for client_id in [dcr_id, document_id] {
         let redirect = "http://127.0.0.1:33418/";
-        let v = verifier();
-        let challenge = s256(&v);
         let resource = r.resource();
-        let params = authorize_params(
-            &client_id,
-            redirect,
-            &challenge,
-            Some("notes:read"),
-            Some(&resource),
-        );
-        let location = r.consent("alice", &params, |_| {}).await;
-        let code = code_at(&location, redirect, &r.app.origin);
-        let (access, refresh) = Replay::<MemoryStore>::tokens(
-            &r.token(&[
-                ("grant_type", "authorization_code"),
-                ("code", &code),
-                ("redirect_uri", redirect),
-                ("client_id", &client_id),
-                ("code_verifier", &v),
-                ("resource", &resource),
-            ])
-            .await,
-        );
+        let (access, refresh) = connects(&r, &client_id, redirect, Some("notes:read"), true).await;
         assert!(r.call_works(&access).await, "{client_id}");
         let (access, _) = Replay::<MemoryStore>::tokens(
             &r.token(&[
@@ -840,24 +811,96 @@ async fn gemini_cli_and_inspector_register_an_empty_scope() {
         let client = r.registered(&body).await;
         assert!(client.get("scope").is_none(), "{client}");
         let client_id = client["client_id"].as_str().unwrap();
-        let v = verifier();
-        let challenge = s256(&v);
+        let (access, _) = connects(&r, client_id, redirect, None, true).await;
+        assert!(r.call_works(&access).await, "{name}");
+    }
+}
+
+/// The clients that passed before this round, replayed as published, so
+/// they keep passing: goose (rmcp's body, `client_name "goose"`,
+/// `http://127.0.0.1:<port>/oauth_callback`; block/goose
+/// `crates/goose/src/oauth/mod.rs`@06423fd), Zed (`client_name "Zed"`,
+/// `http://127.0.0.1:<port>/callback`, `resource` on every request;
+/// zed-industries/zed `crates/context_server/src/oauth.rs`@04afc35),
+/// mcp-remote (geelen/mcp-remote `src/lib/node-oauth-client-provider.ts`
+/// @d26e5a8: its `software_id` and a stable port) and MCP Inspector v1 (two
+/// callbacks, `client_uri`; modelcontextprotocol/inspector
+/// `client/src/lib/auth.ts`@cc416f0), each followed by a refresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn goose_zed_mcp_remote_and_inspector() {
+    let r = Replay::start(MemoryStore::new()).await;
+    let clients = [
+        (
+            json!({
+                "client_name": "goose",
+                "redirect_uris": ["http://127.0.0.1:51234/oauth_callback"],
+                "grant_types": ["authorization_code", "refresh_token"],
+                "token_endpoint_auth_method": "none",
+                "response_types": ["code"],
+                "application_type": "native",
+            }),
+            "http://127.0.0.1:51234/oauth_callback",
+            true,
+        ),
+        (
+            json!({
+                "client_name": "Zed",
+                "redirect_uris": ["http://127.0.0.1:27523/callback"],
+                "grant_types": ["authorization_code", "refresh_token"],
+                "response_types": ["code"],
+                "token_endpoint_auth_method": "none",
+            }),
+            "http://127.0.0.1:27523/callback",
+            true,
+        ),
+        (
+            json!({
+                "redirect_uris": ["http://localhost:20341/oauth/callback"],
+                "token_endpoint_auth_method": "none",
+                "grant_types": ["authorization_code", "refresh_token"],
+                "response_types": ["code"],
+                "client_name": "MCP CLI Client",
+                "client_uri": "https://github.com/modelcontextprotocol/mcp-cli",
+                "software_id": "2e6dc280-f3c3-4e01-99a7-8181dbd1d23d",
+                "software_version": "0.1.38",
+                "scope": "notes:read",
+            }),
+            "http://localhost:20341/oauth/callback",
+            true,
+        ),
+        (
+            json!({
+                "redirect_uris": [
+                    "http://localhost:6274/oauth/callback",
+                    "http://localhost:6274/oauth/callback/debug",
+                ],
+                "token_endpoint_auth_method": "none",
+                "grant_types": ["authorization_code", "refresh_token"],
+                "response_types": ["code"],
+                "client_name": "MCP Inspector",
+                "client_uri": "https://github.com/modelcontextprotocol/inspector",
+            }),
+            "http://localhost:6274/oauth/callback",
+            true,
+        ),
+    ];
+    for (body, redirect, with_resource) in clients {
+        let client = r.registered(&body).await;
+        let client_id = client["client_id"].as_str().unwrap();
+        let (access, refresh) =
+            connects(&r, client_id, redirect, Some("notes:read"), with_resource).await;
+        assert!(r.call_works(&access).await, "{body}");
         let resource = r.resource();
-        let params = authorize_params(client_id, redirect, &challenge, None, Some(&resource));
-        let location = r.consent("alice", &params, |_| {}).await;
-        let code = code_at(&location, redirect, &r.app.origin);
         let (access, _) = Replay::<MemoryStore>::tokens(
             &r.token(&[
-                ("grant_type", "authorization_code"),
-                ("code", &code),
-                ("redirect_uri", redirect),
+                ("grant_type", "refresh_token"),
+                ("refresh_token", &refresh),
                 ("client_id", client_id),
-                ("code_verifier", &v),
                 ("resource", &resource),
             ])
             .await,
         );
-        assert!(r.call_works(&access).await, "{name}");
+        assert!(r.call_works(&access).await, "{body}");
     }
 }
 

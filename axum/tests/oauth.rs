@@ -326,9 +326,19 @@ async fn codes_exchange_once_with_their_verifier_and_refresh_tokens_rotate() {
     );
 }
 
+/// Under strict rotation (no reuse grace); the default grace is
+/// `tests/clients.rs` and the core's `tests/shared_refresh.rs`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reusing_a_spent_refresh_token_revokes_the_grant() {
-    let app = TestApp::start(MemoryStore::new()).await;
+    let mut options = crate::support::Options::default();
+    options.policy.refresh_reuse_grace = std::time::Duration::ZERO;
+    let app = TestApp::start_with(
+        MemoryStore::new(),
+        crate::support::keyring(),
+        crate::support::Effects::default(),
+        &options,
+    )
+    .await;
     let (client, first) = app.connect("alice", READ).await;
     let second = OAuthClient::tokens(&client.refresh(&first.refresh).await);
     assert_eq!(whoami(&client, &second.access).await, StatusCode::OK);

@@ -69,8 +69,11 @@ pub const CLIENT_ASSERTION_TYPE: &str = "urn:ietf:params:oauth:client-assertion-
 pub const MAX_ASSERTION_LEN: usize = 8 * 1024;
 /// Longest `jti`, in bytes.
 pub const MAX_JTI_LEN: usize = 256;
-/// The furthest in the future an assertion's `exp` may lie.
-pub const MAX_ASSERTION_LIFETIME: Duration = Duration::from_mins(10);
+/// The furthest in the future an assertion's `exp` may lie: an hour, as
+/// Cloudflare's provider allows (docs/clients.md); RFC 7523 §3 item 4 lets
+/// the server refuse one "unreasonably far in the future", and the `jti`s
+/// remembered are bounded by it.
+pub const MAX_ASSERTION_LIFETIME: Duration = Duration::from_hours(1);
 
 /// A client assertion whose signature and claims have been checked: the
 /// only way to present `private_key_jwt` to the token endpoint. It is bound
