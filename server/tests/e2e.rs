@@ -623,7 +623,16 @@ async fn the_agents_page_lists_and_disconnects_your_agents() {
 
 #[tokio::test]
 async fn refresh_tokens_rotate_and_reuse_revokes_the_grant() {
-    let s = Server::start(&["--access-token-ttl-secs", "2", "--jwt-leeway-secs", "0"]).await;
+    // Strict rotation: the default reuse grace is docs/clients.md's.
+    let s = Server::start(&[
+        "--access-token-ttl-secs",
+        "2",
+        "--jwt-leeway-secs",
+        "0",
+        "--refresh-reuse-grace-secs",
+        "0",
+    ])
+    .await;
     let login = s.login("alice", "skills:read").await;
     tokio::time::sleep(Duration::from_millis(3100)).await;
     let r = s.mcp(Some(&login.access)).await;
