@@ -1,7 +1,8 @@
 //! Fuzz entry points for client registration and metadata documents.
 
 use crate::client::{
-    self, Client, ClientIdUrl, RedirectUri, TokenEndpointAuthMethod, parse_client_id_url,
+    self, Client, ClientIdUrl, RedirectKind, RedirectUri, TokenEndpointAuthMethod,
+    is_browser_scheme, parse_client_id_url,
 };
 use crate::jwt::{Keyring, SigningKey};
 use crate::time::Timestamp;
@@ -30,8 +31,16 @@ fn check_client(client: &Client) {
             Some(uri.as_str())
         );
         assert!(!uri.as_str().contains(['#', ' ', '\\']));
-        let (scheme, _) = uri.as_str().split_once("://").expect("absolute URI");
-        assert!(scheme == "https" || (scheme == "http" && uri.is_loopback()));
+        let scheme = uri.scheme();
+        match uri.kind() {
+            RedirectKind::Web => assert!(uri.as_str().starts_with("https://")),
+            RedirectKind::Loopback => assert!(uri.as_str().starts_with("http://")),
+            RedirectKind::PrivateUse => {
+                assert!(!matches!(scheme, "http" | "https"));
+                assert!(!is_browser_scheme(&scheme.to_ascii_lowercase()));
+                assert_eq!(scheme, scheme.to_ascii_lowercase());
+            }
+        }
     }
 }
 
@@ -62,8 +71,10 @@ pub fn registration_json(data: &[u8]) {
     assert_eq!(resolved.metadata(), &metadata);
     assert_eq!(resolved.issued_at(), Some(now));
     check_client(&resolved);
-    let confidential =
-        metadata.token_endpoint_auth_method == TokenEndpointAuthMethod::ClientSecretBasic;
+    let confidential = matches!(
+        metadata.token_endpoint_auth_method,
+        TokenEndpointAuthMethod::ClientSecretBasic | TokenEndpointAuthMethod::ClientSecretPost
+    );
     assert_eq!(resolved.is_confidential(), confidential);
     assert_eq!(registered.client_secret.is_some(), confidential);
     let secret = registered
@@ -120,7 +131,18 @@ pub fn client_metadata_document(data: &[u8]) {
         assert_eq!(client.id(), DOCUMENT_URL);
         assert!(client.is_document());
         assert!(!client.is_confidential());
-        assert!(client::authenticate(&client, &keyring(), None).is_ok());
+        let pkj =
+            client.metadata().token_endpoint_auth_method == TokenEndpointAuthMethod::PrivateKeyJwt;
+        // A document client is public, or authenticates with assertions
+        // against the key set at its (checked) `jwks_uri`.
+        assert_eq!(
+            client::authenticate(&client, &keyring(), None).is_ok(),
+            !pkj
+        );
+        assert_eq!(client.metadata().jwks_uri.is_some(), pkj);
+        if let Some(jwks) = &client.metadata().jwks_uri {
+            assert!(parse_client_id_url(jwks).is_ok());
+        }
         check_client(&client);
     }
     let Ok(text) = core::str::from_utf8(data) else {
@@ -143,6 +165,76 @@ pub fn client_metadata_document(data: &[u8]) {
     }
 }
 
+/// Parses arbitrary bytes as a JWK Set: an accepted set holds at most
+/// [`MAX_KEYS`](crate::jwk::MAX_KEYS) keys with distinct `kid`s, no private
+/// material ever passes, and every lookup answers without panicking; a
+/// key found for an algorithm fits it.
+pub fn jwk_set(data: &[u8]) {
+    use crate::jwk::{JwkSet, SignatureAlgorithm};
+    let Ok(set) = JwkSet::parse(data) else {
+        return;
+    };
+    assert!(data.len() <= crate::jwk::MAX_KEY_SET_LEN);
+    assert!(set.keys().len() <= crate::jwk::MAX_KEYS);
+    // No key object of an accepted set carries private material.
+    let value: serde_json::Value = serde_json::from_slice(data).expect("a parsed set is JSON");
+    for key in value["keys"].as_array().expect("a keys array") {
+        for private in ["d", "p", "q", "dp", "dq", "qi", "oth", "k"] {
+            assert!(key.get(private).is_none(), "{private} in {key}");
+        }
+    }
+    for (i, key) in set.keys().iter().enumerate() {
+        if key.kid.is_some() {
+            assert!(set.keys()[..i].iter().all(|k| k.kid != key.kid));
+        }
+        for alg in SignatureAlgorithm::ALL {
+            if let Ok(found) = set.find(key.kid.as_deref(), alg) {
+                assert!(alg.fits(&found.key));
+            }
+            let _ = set.find(None, alg);
+        }
+    }
+}
+
+/// Reads arbitrary bytes as a token request form carrying a client
+/// assertion and checks it against a fixed client and key set: nothing
+/// panics, and nothing that was not signed by the client's key verifies.
+#[cfg(feature = "client-assertions")]
+pub fn client_assertion(data: &[u8]) {
+    use crate::client::assertion::PresentedAssertion;
+    use crate::form::Form;
+    use crate::jwk::JwkSet;
+    let Ok(text) = core::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(form) = Form::parse(text, 16 * 1024) else {
+        return;
+    };
+    let Ok(Some(presented)) = PresentedAssertion::read(&form) else {
+        return;
+    };
+    let url = parse_client_id_url(DOCUMENT_URL).expect("valid URL");
+    let document = alloc::format!(
+        r#"{{"client_id":"{DOCUMENT_URL}","redirect_uris":["https://c.example/cb"],"token_endpoint_auth_method":"private_key_jwt","jwks_uri":"https://client.example.com/jwks.json"}}"#
+    );
+    let client = client::validate_document(&url, document.as_bytes()).expect("a valid document");
+    // RFC 8037 Appendix A.2's public key: its private half is not here.
+    let keys = JwkSet::parse(
+        br#"{"keys":[{"kty":"OKP","crv":"Ed25519","x":"11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"}]}"#,
+    )
+    .expect("a key set");
+    let verdict = presented.verify(
+        &client,
+        &keys,
+        &["https://as.example"],
+        Timestamp::from_secs(1_700_000_000),
+        core::time::Duration::from_secs(5),
+    );
+    // RFC 8037 A.4's signed message is not a client assertion for this
+    // client, so nothing a fuzzer writes verifies.
+    assert!(verdict.is_err(), "{verdict:?}");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -163,6 +255,9 @@ mod tests {
         ] {
             registration_json(input);
             client_metadata_document(input);
+            jwk_set(input);
+            #[cfg(feature = "client-assertions")]
+            client_assertion(input);
         }
     }
 }
