@@ -220,18 +220,17 @@ mod tests {
             serde_json::json!(["S256"])
         );
         assert_eq!(md["token_endpoint"], "https://a.example/tenant/token");
+        let mut methods = alloc::vec!["none", "client_secret_basic", "client_secret_post"];
+        if cfg!(feature = "client-assertions") {
+            methods.push("private_key_jwt");
+            assert_eq!(
+                md["token_endpoint_auth_signing_alg_values_supported"][0],
+                "RS256"
+            );
+        }
         assert_eq!(
             md["token_endpoint_auth_methods_supported"],
-            serde_json::json!([
-                "none",
-                "client_secret_basic",
-                "client_secret_post",
-                "private_key_jwt"
-            ])
-        );
-        assert_eq!(
-            md["token_endpoint_auth_signing_alg_values_supported"][0],
-            "RS256"
+            serde_json::json!(methods)
         );
         let pr: serde_json::Value =
             serde_json::from_str(&ProtectedResourceMetadata::for_site(&site).to_json()).unwrap();

@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use url::Url;
 
 use crate::error::{ErrorCode, WireError};
+use crate::jwt::Algorithm;
 use crate::scope::{KnownScope, ScopeSet};
 use crate::store::codec::SkippedStrings;
 use crate::store::{Record, Table, Viewed};
@@ -95,6 +96,12 @@ pub struct SiteConfig {
     /// (see [`crate::client::FetchRequest`]) should turn this on; the
     /// discovery document advertises it.
     pub client_metadata_documents: bool,
+    /// How the site's access tokens are signed. Default
+    /// [`Algorithm::Hs256`]: only a holder of the secret checks them (the
+    /// host itself, firmware). [`Algorithm::EdDsa`] or
+    /// [`Algorithm::Es256`] lets any service holding the published key set
+    /// check them; the keyring then needs an active key of that algorithm.
+    pub access_token_alg: Algorithm,
 }
 
 impl SiteConfig {
@@ -113,6 +120,7 @@ impl SiteConfig {
             auto_approval_allowed: true,
             retry_after_secs: 60,
             client_metadata_documents: true,
+            access_token_alg: Algorithm::Hs256,
         }
     }
 
@@ -135,6 +143,9 @@ impl SiteConfig {
         }
         if self.scopes.is_empty() {
             return Err(SiteError::NoScopes);
+        }
+        if !self.access_token_alg.supported() {
+            return Err(SiteError::UnsupportedAlgorithm);
         }
         if let Some(reconnect) = &self.reconnect_url {
             let url = Url::parse(reconnect).map_err(|_| SiteError::ReconnectUrlNotAllowed)?;
@@ -200,11 +211,17 @@ pub struct Site {
     pub policy_version: u32,
     /// When the site was created.
     pub created: Timestamp,
+    /// How its access tokens are signed (schema version 2; older sites
+    /// read as [`Algorithm::Hs256`]).
+    pub access_token_alg: Algorithm,
 }
 
+/// Version 2 appends [`Site::access_token_alg`]; version 1 sites are read
+/// in place, as HS256 sites.
 impl Record for Site {
     const TABLE: Table = Table::Sites;
-    const VERSION: u8 = 1;
+    const VERSION: u8 = 2;
+    const READ_SINCE: u8 = 1;
 }
 
 impl Viewed for Site {
@@ -247,6 +264,8 @@ pub struct SiteView<'a> {
     pub policy_version: u32,
     /// When the site was created.
     pub created: Timestamp,
+    /// How its access tokens are signed.
+    pub access_token_alg: Algorithm,
 }
 
 crate::store::codec::fields!(Site, view SiteView {
@@ -265,6 +284,7 @@ crate::store::codec::fields!(Site, view SiteView {
     epoch,
     policy_version,
     created,
+    access_token_alg @ 2,
 });
 
 impl SiteView<'_> {
@@ -313,6 +333,7 @@ impl Site {
             epoch: 0,
             policy_version: 0,
             created: now,
+            access_token_alg: config.access_token_alg,
         })
     }
 
@@ -337,6 +358,7 @@ impl Site {
         self.auto_approval_allowed = config.auto_approval_allowed;
         self.retry_after_secs = config.retry_after_secs;
         self.client_metadata_documents = config.client_metadata_documents;
+        self.access_token_alg = config.access_token_alg;
         Ok(())
     }
 
@@ -439,6 +461,9 @@ pub enum SiteError {
     NoScopes,
     /// The reconnect URL is not on an allowed origin.
     ReconnectUrlNotAllowed,
+    /// The access-token algorithm is not in this build (EdDSA needs the
+    /// `eddsa` feature, ES256 `es256`).
+    UnsupportedAlgorithm,
     /// The site is switched off.
     Disabled {
         /// Seconds to send in `Retry-After`.
@@ -461,6 +486,9 @@ impl fmt::Display for SiteError {
             Self::NoScopes => f.write_str("a site must offer at least one scope"),
             Self::ReconnectUrlNotAllowed => {
                 f.write_str("reconnect URL is not on an allowed origin")
+            }
+            Self::UnsupportedAlgorithm => {
+                f.write_str("the access-token algorithm is not in this build")
             }
             Self::Disabled { retry_after_secs } => {
                 write!(

@@ -323,6 +323,9 @@ pub enum TokenError {
     InvalidTarget,
     /// The store failed; nothing was changed.
     Store(StoreError),
+    /// The access token could not be signed: the keyring has no active key
+    /// of the site's algorithm (a server misconfiguration, `server_error`).
+    Signing(crate::jwt::SignError),
 }
 
 impl fmt::Display for TokenError {
@@ -347,6 +350,7 @@ impl fmt::Display for TokenError {
             Self::InvalidScope => f.write_str("scope is wider than granted"),
             Self::InvalidTarget => f.write_str("resource does not match the grant"),
             Self::Store(_) => f.write_str("temporary server error"),
+            Self::Signing(_) => f.write_str("the server cannot sign tokens"),
         }
     }
 }
@@ -364,7 +368,7 @@ impl WireError for TokenError {
             Self::InvalidGrant | Self::Pkce(_) => ErrorCode::InvalidGrant,
             Self::InvalidScope => ErrorCode::InvalidScope,
             Self::InvalidTarget => ErrorCode::InvalidTarget,
-            Self::Store(_) => ErrorCode::ServerError,
+            Self::Store(_) | Self::Signing(_) => ErrorCode::ServerError,
         }
     }
 }

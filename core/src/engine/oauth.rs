@@ -528,11 +528,16 @@ impl<S: Store> Engine<S> {
             accept_assertion(txn, authentication.assertion_used(), now)?;
             self.exchange_code(txn, &site, &credentials, auth, &form, rng, now)
         } else {
-            // A refresh needs three facts of its site: read in place,
+            // A refresh needs four facts of its site: read in place,
             // only the issuer copied out.
-            let (enabled, epoch, issuer) = txn
+            let (enabled, epoch, issuer, alg) = txn
                 .view::<Site, _>(site_id.as_str().as_bytes(), |v| {
-                    (v.ensure_enabled(), v.epoch, String::from(v.issuer))
+                    (
+                        v.ensure_enabled(),
+                        v.epoch,
+                        String::from(v.issuer),
+                        v.access_token_alg,
+                    )
                 })?
                 .ok_or(TokenError::InvalidGrant)?;
             if let Err(SiteError::Disabled { retry_after_secs }) = enabled {
@@ -543,7 +548,10 @@ impl<S: Store> Engine<S> {
             let site = RefreshSite {
                 id: site_id.as_str(),
                 epoch,
-                issuer: &issuer,
+                signer: Signer {
+                    issuer: &issuer,
+                    alg,
+                },
             };
             self.refresh(txn, &site, &credentials, auth, &form, rng, now)
         }
@@ -693,7 +701,11 @@ impl<S: Store> Engine<S> {
         self.insert_grant(txn, &grant)?;
         super::granted_apps::adopt_code_apps(txn, &code.id, &grant.id)?;
         super::ledger::join_live_tab(txn, &grant, self.policy.tab_heartbeat_timeout, now)?;
-        let access = self.access_token(&site.issuer, &grant, &grant.scopes, rng, now)?;
+        let signer = Signer {
+            issuer: &site.issuer,
+            alg: site.access_token_alg,
+        };
+        let access = self.access_token(&signer, &grant, &grant.scopes, rng, now)?;
         Ok(TokenResponse {
             access_token: access,
             expires_in: self.policy.access_token_ttl.as_secs(),
@@ -797,14 +809,14 @@ impl<S: Store> Engine<S> {
                     .verifying_key(&grant.kid)
                     .map_err(|_| TokenError::InvalidGrant)?;
                 let refresh = grant.refresh_token(key);
-                let access = self.access_token(site.issuer, &grant, &requested, rng, now)?;
+                let access = self.access_token(&site.signer, &grant, &requested, rng, now)?;
                 Ok(self.token_response(access, refresh, requested))
             }
             RefreshVerdict::Rotate => {
                 let (kid, key) = self.keyring.active_key().ok_or(TokenError::InvalidGrant)?;
                 grant.rotate(kid, now);
                 txn.save(grant.id.as_bytes(), &grant)?;
-                let access = self.access_token(site.issuer, &grant, &requested, rng, now)?;
+                let access = self.access_token(&site.signer, &grant, &requested, rng, now)?;
                 Ok(self.token_response(access, grant.refresh_token(key), requested))
             }
         }
@@ -826,11 +838,11 @@ impl<S: Store> Engine<S> {
 
     /// Signs an RFC 9068 access token (§2.2: `iss`, `sub`, `aud`, `exp`,
     /// `iat`, `jti`, `client_id`, `scope`) for `grant` with `scope`, from
-    /// `issuer`. The claims borrow the grant's strings; `jti` and `gid` are
+    /// the site's issuer, with the active key of the site's algorithm. The claims borrow the grant's strings; `jti` and `gid` are
     /// encoded on the stack; only the token is allocated.
     fn access_token<R: CryptoRng + ?Sized>(
         &self,
-        issuer: &str,
+        signer: &Signer<'_>,
         grant: &Grant,
         scope: &ScopeSet,
         rng: &mut R,
@@ -840,7 +852,7 @@ impl<S: Store> Engine<S> {
         let jti = crate::jwt::b64::encode_16(&rand::bytes::<16, _>(rng), &mut jti);
         let gid = crate::jwt::b64::encode_16(grant.id.as_bytes(), &mut gid);
         let claims = ClaimsRef {
-            iss: Some(Cow::Borrowed(issuer)),
+            iss: Some(Cow::Borrowed(signer.issuer)),
             sub: Some(Cow::Borrowed(&grant.subject)),
             aud: Some(AudienceRef::One(Cow::Borrowed(&grant.resource))),
             exp: Some(
@@ -855,8 +867,8 @@ impl<S: Store> Engine<S> {
             ..ClaimsRef::default()
         };
         self.keyring
-            .sign_ref(TokenType::AccessToken, &claims)
-            .map_err(|_| TokenError::InvalidGrant)
+            .sign_ref_with(signer.alg, TokenType::AccessToken, &claims)
+            .map_err(TokenError::Signing)
     }
 
     /// The grant a presented refresh token names, **only if the token is
@@ -1142,11 +1154,17 @@ impl RevokeError {
 }
 
 /// What a refresh needs of its site, borrowed.
+/// Who signs a site's access tokens: its issuer, and its algorithm.
+struct Signer<'a> {
+    issuer: &'a str,
+    alg: crate::jwt::Algorithm,
+}
+
 struct RefreshSite<'a> {
     /// The site's id.
     id: &'a str,
     /// Its epoch: a grant of another is revoked.
     epoch: u32,
-    /// Its issuer, for the access token.
-    issuer: &'a str,
+    /// How its access tokens are signed.
+    signer: Signer<'a>,
 }

@@ -6,6 +6,7 @@ use alloc::string::String;
 use alloc::vec;
 use alloc::vec::Vec;
 
+use super::Algorithm;
 use super::b64;
 use super::claims::TokenType;
 use super::json::Reader;
@@ -13,6 +14,8 @@ use super::{MAX_TOKEN_LEN, Segment, VerifyError};
 
 /// Length of an HS256 signature in unpadded base64url.
 pub(super) const SIGNATURE_B64_LEN: usize = 43;
+/// Length of a 64-byte signature (Ed25519, ES256) in unpadded base64url.
+pub(super) const SIGNATURE_64_B64_LEN: usize = 86;
 
 /// Decoded segments up to this size are decoded on the stack.
 const STACK_SEGMENT: usize = 1024;
@@ -47,9 +50,10 @@ impl<'a> Compact<'a> {
             + first
             + 1;
         let signature = &token[second + 1..];
-        // The signature is 43 bytes, so this last scan is short; a longer
-        // tail is refused without a scan unless it hides a dot.
-        if signature.len() != SIGNATURE_B64_LEN || signature.as_bytes().contains(&b'.') {
+        // A signature is 43 or 86 characters, so this last scan is short; a
+        // longer tail is refused without a scan unless it hides a dot.
+        let known_len = matches!(signature.len(), SIGNATURE_B64_LEN | SIGNATURE_64_B64_LEN);
+        if !known_len || signature.as_bytes().contains(&b'.') {
             return Err(if signature.as_bytes().contains(&b'.') {
                 VerifyError::SegmentCount
             } else {
@@ -73,12 +77,17 @@ impl<'a> Compact<'a> {
 
     /// The segments of a token whose first `header_len` bytes are a header
     /// already recognised (this keyring's own), finding the dots without a
-    /// scan: one right after the header, one 43 bytes from the end. A dot
-    /// anywhere else lies inside the payload, which the MAC covers and
-    /// whose decoder refuses it. `None` sends the token to [`Compact::split`].
-    pub(super) fn with_known_header(token: &'a str, header_len: usize) -> Option<Self> {
+    /// scan: one right after the header, one `signature_len` bytes from the
+    /// end. A dot anywhere else lies inside the payload, which the signature
+    /// covers and whose decoder refuses it. `None` sends the token to
+    /// [`Compact::split`].
+    pub(super) fn with_known_header(
+        token: &'a str,
+        header_len: usize,
+        signature_len: usize,
+    ) -> Option<Self> {
         let bytes = token.as_bytes();
-        let second = bytes.len().checked_sub(SIGNATURE_B64_LEN + 1)?;
+        let second = bytes.len().checked_sub(signature_len + 1)?;
         let ok = token.len() <= MAX_TOKEN_LEN
             && second > header_len + 1
             && bytes[header_len] == b'.'
@@ -91,11 +100,11 @@ impl<'a> Compact<'a> {
         })
     }
 
-    /// The 32 signature bytes.
-    pub(super) fn signature_bytes(&self) -> Result<[u8; 32], VerifyError> {
-        let mut out = [0u8; 32];
+    /// The `N` signature bytes (32 for HS256, 64 for Ed25519 and ES256).
+    pub(super) fn signature_bytes<const N: usize>(&self) -> Result<[u8; N], VerifyError> {
+        let mut out = [0u8; N];
         match b64::decode_into(self.signature.as_bytes(), &mut out) {
-            Some(32) => Ok(out),
+            Some(n) if n == N => Ok(out),
             _ => Err(VerifyError::Base64(Segment::Signature)),
         }
     }
@@ -128,14 +137,18 @@ pub(super) fn decode(segment: &str, which: Segment) -> Result<Vec<u8>, VerifyErr
 }
 
 /// Parses and checks the header: a JSON object, no member twice, `alg`
-/// exactly `HS256` (RFC 8725 §3.1), `typ` as expected (§3.11), no `crit`
-/// (RFC 7515 §4.1.11). Unknown members are ignored (RFC 7515 §4). The
-/// `kid`, if any.
-pub(super) fn parse_header(segment: &str, typ: TokenType) -> Result<Option<String>, VerifyError> {
+/// one this keyring signs with (`HS256`, `EdDSA`, `ES256`; never `none`),
+/// which the caller then pins to the key the `kid` names (RFC 8725 §3.1),
+/// `typ` as expected (§3.11), no `crit` (RFC 7515 §4.1.11). Unknown members
+/// are ignored (RFC 7515 §4). The algorithm and the `kid`, if any.
+pub(super) fn parse_header(
+    segment: &str,
+    typ: TokenType,
+) -> Result<(Algorithm, Option<String>), VerifyError> {
     with_decoded(segment, Segment::Header, |bytes| check_header(bytes, typ))
 }
 
-fn check_header(bytes: &[u8], typ: TokenType) -> Result<Option<String>, VerifyError> {
+fn check_header(bytes: &[u8], typ: TokenType) -> Result<(Algorithm, Option<String>), VerifyError> {
     let malformed = |_| VerifyError::HeaderMalformed;
     let mut r = Reader::new(bytes);
     if !r.begin_object() {
@@ -165,15 +178,14 @@ fn check_header(bytes: &[u8], typ: TokenType) -> Result<Option<String>, VerifyEr
     if crit {
         return Err(VerifyError::CriticalHeader);
     }
-    match alg.as_deref() {
+    let alg = match alg.as_deref() {
         None => return Err(VerifyError::MissingAlgorithm),
-        Some("HS256") => {}
-        Some(_) => return Err(VerifyError::AlgorithmNotAllowed),
-    }
+        Some(name) => Algorithm::from_name(name).ok_or(VerifyError::AlgorithmNotAllowed)?,
+    };
     if !typ_value.as_deref().is_some_and(|t| typ.matches(t)) {
         return Err(VerifyError::TypeMismatch);
     }
-    Ok(kid.map(Cow::into_owned))
+    Ok((alg, kid.map(Cow::into_owned)))
 }
 
 #[cfg(test)]

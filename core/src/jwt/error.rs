@@ -44,7 +44,8 @@ pub enum VerifyError {
     DuplicateHeaderMember,
     /// The header has no `alg`.
     MissingAlgorithm,
-    /// `alg` is anything but `HS256` (including `none`).
+    /// `alg` is not the algorithm of the key the `kid` names (`none` never
+    /// is).
     AlgorithmNotAllowed,
     /// `typ` is missing or not the expected type.
     TypeMismatch,
@@ -98,7 +99,7 @@ impl Describe for VerifyError {
             Self::HeaderMalformed => f.write_str("token header is not a JSON object"),
             Self::DuplicateHeaderMember => f.write_str("token header repeats a member"),
             Self::MissingAlgorithm => f.write_str("token header has no alg"),
-            Self::AlgorithmNotAllowed => f.write_str("token alg is not HS256"),
+            Self::AlgorithmNotAllowed => f.write_str("token alg is not its key's"),
             Self::TypeMismatch => f.write_str("token typ is missing or unexpected"),
             Self::CriticalHeader => f.write_str("token header has crit extensions"),
             Self::MissingKeyId => f.write_str("token header has no kid"),
@@ -177,6 +178,11 @@ pub enum KeyringError {
     KeyRetired,
     /// The active key cannot be retired; activate another first.
     RetiringActiveKey,
+    /// The bytes are not a valid key of their algorithm (a point off the
+    /// curve, a zero scalar).
+    InvalidKey,
+    /// A public key verifies but cannot sign, so it cannot be active.
+    CannotSign,
 }
 
 impl fmt::Display for KeyringError {
@@ -188,6 +194,8 @@ impl fmt::Display for KeyringError {
             Self::UnknownKeyId => "no key with this kid",
             Self::KeyRetired => "a retired key cannot be activated",
             Self::RetiringActiveKey => "the active key cannot be retired",
+            Self::InvalidKey => "the bytes are not a valid key of their algorithm",
+            Self::CannotSign => "a public key cannot be the active signing key",
         })
     }
 }

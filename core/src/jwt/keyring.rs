@@ -7,9 +7,11 @@ use core::fmt;
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
+#[cfg(any(feature = "eddsa", feature = "es256"))]
+use super::TokenKey;
 use super::claims::{Claims, ClaimsRef, Expect, TokenType, Validation};
-use super::compact::{self, Compact, SIGNATURE_B64_LEN};
-use super::{KeyringError, MAX_TOKEN_LEN, Segment, SignError, VerifyError, b64, json};
+use super::compact::{self, Compact, SIGNATURE_64_B64_LEN, SIGNATURE_B64_LEN};
+use super::{Algorithm, KeyringError, MAX_TOKEN_LEN, Segment, SignError, VerifyError, b64, json};
 use crate::secret::SecretString;
 use crate::time::Timestamp;
 
@@ -64,7 +66,9 @@ impl SigningKey {
     /// [`Validation::check_claims`]. A `kid` in the header is ignored.
     pub fn verify_signature(&self, token: &str, typ: TokenType) -> Result<Claims, VerifyError> {
         let compact = Compact::split(token)?;
-        compact::parse_header(compact.header, typ)?;
+        if compact::parse_header(compact.header, typ)?.0 != Algorithm::Hs256 {
+            return Err(VerifyError::AlgorithmNotAllowed);
+        }
         self.check_signature(&compact)?;
         compact::with_decoded(compact.payload, Segment::Payload, Claims::parse)
     }
@@ -72,7 +76,7 @@ impl SigningKey {
     /// Checks the MAC over the signing input, in constant time, before any
     /// claim byte is decoded (RFC 7515 §5.2 step 8).
     fn check_signature(&self, compact: &Compact<'_>) -> Result<(), VerifyError> {
-        let signature = compact.signature_bytes()?;
+        let signature = compact.signature_bytes::<32>()?;
         let mut mac = self.mac.clone();
         mac.update(compact.signing_input.as_bytes());
         mac.verify_slice(&signature)
@@ -120,20 +124,80 @@ enum KeyState {
     Retired,
 }
 
+/// What an entry signs and verifies with.
+#[derive(Clone, Debug)]
+enum Material {
+    /// An HS256 key: tokens and every MAC the core derives.
+    Hmac(SigningKey),
+    /// An asymmetric access-token key.
+    #[cfg(any(feature = "eddsa", feature = "es256"))]
+    Token(TokenKey),
+}
+
+impl Material {
+    fn algorithm(&self) -> Algorithm {
+        match self {
+            Self::Hmac(_) => Algorithm::Hs256,
+            #[cfg(any(feature = "eddsa", feature = "es256"))]
+            Self::Token(key) => key.algorithm(),
+        }
+    }
+
+    /// Checks the signature over the signing input (RFC 7515 §5.2 step 8),
+    /// before any claim byte is decoded.
+    fn check_signature(&self, compact: &Compact<'_>) -> Result<(), VerifyError> {
+        match self {
+            Self::Hmac(key) => key.check_signature(compact),
+            #[cfg(any(feature = "eddsa", feature = "es256"))]
+            Self::Token(key) => {
+                let signature = compact.signature_bytes::<64>()?;
+                if key.verify(compact.signing_input.as_bytes(), &signature) {
+                    Ok(())
+                } else {
+                    Err(VerifyError::BadSignature)
+                }
+            }
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 struct Entry {
     kid: KeyId,
-    key: SigningKey,
+    material: Material,
     state: KeyState,
     /// The encoded header this key writes, per [`TokenType`]: signing copies
     /// it, and verification recognises it byte for byte without decoding.
     headers: [String; TokenType::COUNT],
 }
 
-/// `base64url({"alg":"HS256","typ":…,"kid":…})`.
-fn encoded_header(typ: TokenType, kid: &str) -> String {
+impl Entry {
+    fn new(kid: KeyId, material: Material) -> Self {
+        let alg = material.algorithm();
+        let headers = TokenType::ALL.map(|typ| encoded_header(alg, typ, kid.as_str()));
+        Self {
+            kid,
+            material,
+            state: KeyState::Verifying,
+            headers,
+        }
+    }
+}
+
+/// Length of the base64url signature `alg` writes.
+fn signature_b64_len(alg: Algorithm) -> usize {
+    match alg.signature_len() {
+        32 => SIGNATURE_B64_LEN,
+        _ => SIGNATURE_64_B64_LEN,
+    }
+}
+
+/// `base64url({"alg":…,"typ":…,"kid":…})`.
+fn encoded_header(alg: Algorithm, typ: TokenType, kid: &str) -> String {
     let mut json = String::with_capacity(48 + kid.len());
-    json.push_str(r#"{"alg":"HS256","typ":""#);
+    json.push_str(r#"{"alg":""#);
+    json.push_str(alg.as_str());
+    json.push_str(r#"","typ":""#);
     json.push_str(typ.as_str());
     json.push_str(r#"","kid":""#);
     json.push_str(kid);
@@ -146,8 +210,19 @@ fn encoded_header(typ: TokenType, kid: &str) -> String {
 
 /// The host's signing keys, by `kid`.
 ///
-/// Rotation without logging anyone out: `insert` the new key, `set_active`
-/// it (new tokens use it; old tokens still verify), and `retire` the old key
+/// Two kinds of key live here. **HS256 keys** ([`SigningKey`]) sign HS256
+/// tokens and every MAC the core derives (authorization codes, refresh-token
+/// tags, stateless client ids); one is active. **Access-token keys**
+/// ([`TokenKey`](crate::jwt::TokenKey), features `eddsa` and `es256`) sign
+/// the access tokens of a site that chose [`Algorithm::EdDsa`] or
+/// [`Algorithm::Es256`], so that services holding only the published key
+/// set ([`Keyring::public_key_set`]) can check them; one per algorithm is
+/// active. A resource server's keyring holds only public keys
+/// ([`Keyring::from_key_set`]) and verifies.
+///
+/// Rotation without logging anyone out: `insert` the new key (an
+/// access-token key is then published, and verifies), `set_active` it
+/// (new tokens use it; old tokens still verify), and `retire` the old key
 /// once every token it signed has expired (or at once, to revoke them all).
 /// The keyring lives in the host's secret storage, never in the [`Store`].
 ///
@@ -155,7 +230,20 @@ fn encoded_header(typ: TokenType, kid: &str) -> String {
 #[derive(Clone, Debug, Default)]
 pub struct Keyring {
     entries: Vec<Entry>,
+    /// The active HS256 key.
     active: Option<usize>,
+    /// The active access-token key of each asymmetric algorithm
+    /// (`EdDSA`, `ES256`).
+    signers: [Option<usize>; 2],
+}
+
+/// The slot of an asymmetric algorithm in [`Keyring::signers`].
+fn signer_slot(alg: Algorithm) -> Option<usize> {
+    match alg {
+        Algorithm::Hs256 => None,
+        Algorithm::EdDsa => Some(0),
+        Algorithm::Es256 => Some(1),
+    }
 }
 
 /// A token that passed every check, its claims borrowed from the decoded
@@ -184,65 +272,153 @@ impl Keyring {
         Self::default()
     }
 
-    /// Adds a verifying key.
+    /// Adds a verifying HS256 key.
     pub fn insert(&mut self, kid: &str, key: SigningKey) -> Result<(), KeyringError> {
+        self.insert_material(kid, Material::Hmac(key))
+    }
+
+    /// Adds an access-token key: it verifies, and is published in
+    /// [`Keyring::public_key_set`], from now on; `set_active` makes it the
+    /// one new tokens of its algorithm are signed with.
+    #[cfg(any(feature = "eddsa", feature = "es256"))]
+    pub fn insert_token_key(&mut self, kid: &str, key: TokenKey) -> Result<(), KeyringError> {
+        self.insert_material(kid, Material::Token(key))
+    }
+
+    fn insert_material(&mut self, kid: &str, material: Material) -> Result<(), KeyringError> {
         let kid = KeyId::parse(kid)?;
         if self.position(kid.as_str()).is_some() {
             return Err(KeyringError::DuplicateKeyId);
         }
-        let headers = TokenType::ALL.map(|typ| encoded_header(typ, kid.as_str()));
-        self.entries.push(Entry {
-            kid,
-            key,
-            state: KeyState::Verifying,
-            headers,
-        });
+        self.entries.push(Entry::new(kid, material));
         Ok(())
     }
 
-    /// Makes `kid` the key new tokens are signed with.
+    /// A keyring of the public keys of `set` this build verifies with
+    /// (Ed25519 with `eddsa`, P-256 with `es256`; every other key is left
+    /// out): what a resource server in another process checks a site's
+    /// tokens with. Keys without a `kid` are left out too, since a token
+    /// names the key that signed it.
+    #[cfg(any(feature = "eddsa", feature = "es256"))]
+    #[must_use]
+    pub fn from_key_set(set: &crate::jwk::JwkSet) -> Self {
+        let mut keyring = Self::new();
+        for jwk in set.keys() {
+            if let (Some(kid), Some(key)) = (jwk.kid.as_deref(), TokenKey::from_jwk(&jwk.key)) {
+                let _ = keyring.insert_token_key(kid, key);
+            }
+        }
+        keyring
+    }
+
+    /// Makes `kid` the key new tokens are signed with: the HS256 key (of
+    /// HS256 tokens and every MAC) for an HS256 key, the access-token key of
+    /// its algorithm for another.
     pub fn set_active(&mut self, kid: &str) -> Result<(), KeyringError> {
         let i = self.position(kid).ok_or(KeyringError::UnknownKeyId)?;
-        if self.entries[i].state == KeyState::Retired {
+        let entry = &self.entries[i];
+        if entry.state == KeyState::Retired {
             return Err(KeyringError::KeyRetired);
         }
-        self.active = Some(i);
+        match &entry.material {
+            Material::Hmac(_) => self.active = Some(i),
+            #[cfg(any(feature = "eddsa", feature = "es256"))]
+            Material::Token(key) => {
+                if !key.can_sign() {
+                    return Err(KeyringError::CannotSign);
+                }
+                if let Some(slot) = signer_slot(key.algorithm()) {
+                    self.signers[slot] = Some(i);
+                }
+            }
+        }
         Ok(())
     }
 
-    /// Retires `kid`: tokens it signed stop verifying at once.
+    /// Retires `kid`: tokens it signed stop verifying at once, and an
+    /// access-token key leaves the published key set.
     pub fn retire(&mut self, kid: &str) -> Result<(), KeyringError> {
         let i = self.position(kid).ok_or(KeyringError::UnknownKeyId)?;
-        if self.active == Some(i) {
+        if self.active == Some(i) || self.signers.contains(&Some(i)) {
             return Err(KeyringError::RetiringActiveKey);
         }
         self.entries[i].state = KeyState::Retired;
         Ok(())
     }
 
-    /// The `kid` of the active key.
+    /// The `kid` of the active HS256 key.
     #[must_use]
     pub fn active_kid(&self) -> Option<&str> {
         self.active.map(|i| self.entries[i].kid.as_str())
     }
 
-    /// The active key, for deriving MACs other than token signatures.
+    /// The `kid` of the key new tokens of `alg` are signed with.
     #[must_use]
-    pub fn active_key(&self) -> Option<(&str, &SigningKey)> {
-        self.active
-            .map(|i| (self.entries[i].kid.as_str(), &self.entries[i].key))
+    pub fn active_kid_for(&self, alg: Algorithm) -> Option<&str> {
+        self.active_index(alg).map(|i| self.entries[i].kid.as_str())
     }
 
-    /// A key that still verifies, by `kid`.
+    fn active_index(&self, alg: Algorithm) -> Option<usize> {
+        match signer_slot(alg) {
+            None => self.active,
+            Some(slot) => self.signers[slot],
+        }
+    }
+
+    /// The active HS256 key, for deriving MACs other than token signatures.
+    #[must_use]
+    pub fn active_key(&self) -> Option<(&str, &SigningKey)> {
+        self.active.and_then(|i| {
+            let entry = &self.entries[i];
+            match &entry.material {
+                Material::Hmac(key) => Some((entry.kid.as_str(), key)),
+                #[cfg(any(feature = "eddsa", feature = "es256"))]
+                Material::Token(_) => None,
+            }
+        })
+    }
+
+    /// An HS256 key that still verifies, by `kid` (the MACs' key: an
+    /// access-token key is [`VerifyError::UnknownKey`] here).
     pub fn verifying_key(&self, kid: &str) -> Result<&SigningKey, VerifyError> {
         let entry = self
             .position(kid)
             .map(|i| &self.entries[i])
             .ok_or(VerifyError::UnknownKey)?;
+        let key = match &entry.material {
+            Material::Hmac(key) => key,
+            #[cfg(any(feature = "eddsa", feature = "es256"))]
+            Material::Token(_) => return Err(VerifyError::UnknownKey),
+        };
         match entry.state {
             KeyState::Retired => Err(VerifyError::RetiredKey),
-            KeyState::Verifying => Ok(&entry.key),
+            KeyState::Verifying => Ok(key),
         }
+    }
+
+    /// The published key set (RFC 7517 §5): the public half of every
+    /// access-token key not retired, each with its `kid`, `use: sig` and
+    /// `alg`; never an HS256 key. What a site serves at its `jwks_uri`.
+    #[must_use]
+    pub fn public_key_set(&self) -> String {
+        #[cfg(any(feature = "eddsa", feature = "es256"))]
+        let keys: Vec<serde_json::Value> = self
+            .entries
+            .iter()
+            .filter(|e| e.state != KeyState::Retired)
+            .filter_map(|e| match &e.material {
+                Material::Token(key) => Some(key.public_jwk(e.kid.as_str())),
+                Material::Hmac(_) => None,
+            })
+            .collect();
+        #[cfg(not(any(feature = "eddsa", feature = "es256")))]
+        let keys: Vec<serde_json::Value> = Vec::new();
+        let mut set = serde_json::Map::new();
+        set.insert("keys".into(), serde_json::Value::Array(keys));
+        let mut out = Vec::new();
+        json::write_value(&mut out, &serde_json::Value::Object(set));
+        // The writer writes UTF-8 JSON.
+        String::from_utf8(out).unwrap_or_default()
     }
 
     fn position(&self, kid: &str) -> Option<usize> {
@@ -261,7 +437,7 @@ impl Keyring {
     /// its encoding. The only allocation is the token (claims over 1 KiB of
     /// JSON spill to the heap first).
     pub fn sign(&self, typ: TokenType, claims: &Claims) -> Result<SecretString, SignError> {
-        self.sign_json(typ, |out| claims.write_json(out))
+        self.sign_json(Algorithm::Hs256, typ, |out| claims.write_json(out))
     }
 
     /// [`Keyring::sign`] for borrowed claims: what a caller holding the
@@ -273,17 +449,29 @@ impl Keyring {
         typ: TokenType,
         claims: &ClaimsRef<'_>,
     ) -> Result<SecretString, SignError> {
-        self.sign_json(typ, |out| claims.write_json(out))
+        self.sign_json(Algorithm::Hs256, typ, |out| claims.write_json(out))
+    }
+
+    /// [`Keyring::sign_ref`] with the active key of `alg`: how a site that
+    /// chose an asymmetric algorithm signs its access tokens.
+    pub fn sign_ref_with(
+        &self,
+        alg: Algorithm,
+        typ: TokenType,
+        claims: &ClaimsRef<'_>,
+    ) -> Result<SecretString, SignError> {
+        self.sign_json(alg, typ, |out| claims.write_json(out))
     }
 
     /// The signer: `write_json` writes the payload JSON.
     fn sign_json(
         &self,
+        alg: Algorithm,
         typ: TokenType,
         write_json: impl FnOnce(&mut json::Spill),
     ) -> Result<SecretString, SignError> {
         let entry = self
-            .active
+            .active_index(alg)
             .map(|i| &self.entries[i])
             .ok_or(SignError::NoActiveKey)?;
         let header = entry.headers[typ.index()].as_str();
@@ -292,7 +480,7 @@ impl Keyring {
         let json = json.as_bytes();
         let payload_at = header.len() + 1;
         let signed_len = payload_at + b64::encoded_len(json.len());
-        let total = signed_len + 1 + SIGNATURE_B64_LEN;
+        let total = signed_len + 1 + signature_b64_len(alg);
         if total > MAX_TOKEN_LEN {
             return Err(SignError::TooLong);
         }
@@ -300,9 +488,19 @@ impl Keyring {
         token.push_str(header);
         token.push('.');
         b64::encode_string(json, &mut token);
-        let signature = entry.key.mac(token.as_bytes());
-        token.push('.');
-        b64::encode_string(&signature, &mut token);
+        match &entry.material {
+            Material::Hmac(key) => {
+                let signature = key.mac(token.as_bytes());
+                token.push('.');
+                b64::encode_string(&signature, &mut token);
+            }
+            #[cfg(any(feature = "eddsa", feature = "es256"))]
+            Material::Token(key) => {
+                let signature = key.sign(token.as_bytes()).ok_or(SignError::NoActiveKey)?;
+                token.push('.');
+                b64::encode_string(&signature, &mut token);
+            }
+        }
         debug_assert_eq!(token.len(), total);
         Ok(SecretString::new(token))
     }
@@ -397,9 +595,10 @@ impl Keyring {
         // full and goes through the strict header parser.
         let known = self.entries.iter().find_map(|e| {
             let header = &e.headers[typ.index()];
+            let signature_len = signature_b64_len(e.material.algorithm());
             token
                 .starts_with(header.as_str())
-                .then(|| Compact::with_known_header(token, header.len()))
+                .then(|| Compact::with_known_header(token, header.len(), signature_len))
                 .flatten()
                 .map(|compact| (e, compact))
         });
@@ -407,18 +606,23 @@ impl Keyring {
             known
         } else {
             let compact = Compact::split(token)?;
-            let kid =
-                compact::parse_header(compact.header, typ)?.ok_or(VerifyError::MissingKeyId)?;
+            let (alg, kid) = compact::parse_header(compact.header, typ)?;
+            let kid = kid.ok_or(VerifyError::MissingKeyId)?;
             let entry = self
                 .position(&kid)
                 .map(|i| &self.entries[i])
                 .ok_or(VerifyError::UnknownKey)?;
+            // The algorithm is the key's, whatever the header says
+            // (RFC 8725 §3.1): an HS256 header never reaches a public key.
+            if entry.material.algorithm() != alg {
+                return Err(VerifyError::AlgorithmNotAllowed);
+            }
             (entry, compact)
         };
         if entry.state == KeyState::Retired {
             return Err(VerifyError::RetiredKey);
         }
-        entry.key.check_signature(&compact)?;
+        entry.material.check_signature(&compact)?;
         Ok((entry, compact))
     }
 }
@@ -427,6 +631,8 @@ impl Keyring {
 mod tests {
     use super::*;
     use crate::jwt::Audience;
+    #[cfg(any(feature = "eddsa", feature = "es256"))]
+    use crate::jwt::TokenKey;
     use alloc::format;
 
     fn keyring() -> Keyring {
@@ -543,6 +749,112 @@ mod tests {
         assert_eq!(
             k.sign(TokenType::Jwt, &Claims::default()).err(),
             Some(SignError::NoActiveKey)
+        );
+    }
+
+    /// An EdDSA and an ES256 key beside the HS256 one: each signs the access
+    /// tokens of its algorithm, every one verifies with its own key only,
+    /// and a keyring of the published set (a resource server's) verifies
+    /// the asymmetric ones and signs nothing.
+    #[cfg(all(feature = "eddsa", feature = "es256"))]
+    #[test]
+    fn asymmetric_keys_sign_verify_and_publish() {
+        let mut k = keyring();
+        k.insert_token_key("ed1", TokenKey::ed25519(&[3; 32]))
+            .unwrap();
+        k.insert_token_key("ec1", TokenKey::es256(&[4; 32]).unwrap())
+            .unwrap();
+        let c = claims();
+        let v = Validation::new(TokenType::AccessToken, "r");
+        let now = Timestamp::from_secs(10);
+        assert_eq!(
+            k.sign_ref_with(Algorithm::EdDsa, TokenType::AccessToken, &c.as_ref())
+                .err(),
+            Some(SignError::NoActiveKey),
+            "published, not yet active"
+        );
+        k.set_active("ed1").unwrap();
+        k.set_active("ec1").unwrap();
+        assert_eq!(k.active_kid(), Some("k1"), "the HS256 key stays active");
+        assert_eq!(k.active_kid_for(Algorithm::EdDsa), Some("ed1"));
+        let set = crate::jwk::JwkSet::parse(k.public_key_set().as_bytes()).unwrap();
+        assert_eq!(
+            set.keys().len(),
+            2,
+            "the two public keys, never the HS256 key"
+        );
+        let mut remote = Keyring::from_key_set(&set);
+        for (alg, kid) in [(Algorithm::EdDsa, "ed1"), (Algorithm::Es256, "ec1")] {
+            let token = k
+                .sign_ref_with(alg, TokenType::AccessToken, &c.as_ref())
+                .unwrap();
+            let text = token.expose_secret();
+            assert_eq!(text.rsplit('.').next().unwrap().len(), 86);
+            assert_eq!(k.verify(text, &v, now).unwrap().kid, kid);
+            let verified = remote.verify(text, &v, now).unwrap();
+            assert_eq!((verified.kid.as_str(), verified.claims), (kid, c.clone()));
+            let mut tampered = String::from(text);
+            tampered.pop();
+            tampered.push(if text.ends_with('A') { 'B' } else { 'A' });
+            assert!(remote.verify(&tampered, &v, now).is_err());
+        }
+        // HS256 tokens verify only where the secret is.
+        let hs = k.sign(TokenType::AccessToken, &c).unwrap();
+        assert_eq!(
+            remote.verify(hs.expose_secret(), &v, now),
+            Err(VerifyError::UnknownKey)
+        );
+        assert_eq!(remote.set_active("ed1"), Err(KeyringError::CannotSign));
+        assert!(
+            remote
+                .sign_ref_with(Algorithm::EdDsa, TokenType::AccessToken, &c.as_ref())
+                .is_err()
+        );
+        assert!(k.verifying_key("ed1").is_err(), "no MAC under a token key");
+        // Retired: out of the published set, and its tokens stop verifying.
+        k.insert_token_key("ed2", TokenKey::ed25519(&[5; 32]))
+            .unwrap();
+        let old = k
+            .sign_ref_with(Algorithm::EdDsa, TokenType::AccessToken, &c.as_ref())
+            .unwrap();
+        k.set_active("ed2").unwrap();
+        k.retire("ed1").unwrap();
+        assert_eq!(
+            k.verify(old.expose_secret(), &v, now),
+            Err(VerifyError::RetiredKey)
+        );
+        let published = k.public_key_set();
+        assert!(published.contains("\"ed2\"") && !published.contains("\"ed1\""));
+        assert_eq!(k.retire("ed2"), Err(KeyringError::RetiringActiveKey));
+    }
+
+    /// The algorithm is the key's (RFC 8725 §3.1): a token whose header
+    /// names another `alg` for a key's `kid` is refused before any
+    /// signature check, so an HS256 "signature" keyed with a public key is
+    /// never tried.
+    #[cfg(feature = "eddsa")]
+    #[test]
+    fn a_header_algorithm_other_than_the_keys_is_refused() {
+        let mut k = Keyring::new();
+        k.insert_token_key("ed1", TokenKey::ed25519(&[3; 32]))
+            .unwrap();
+        let public = k.public_key_set();
+        let x = serde_json::from_str::<serde_json::Value>(&public).unwrap()["keys"][0]["x"]
+            .as_str()
+            .map(String::from)
+            .unwrap();
+        let header = b64::encode(br#"{"alg":"HS256","typ":"at+jwt","kid":"ed1"}"#);
+        let payload = b64::encode(br#"{"aud":"r","exp":1000}"#);
+        let input = format!("{header}.{payload}");
+        let forged_key = SigningKey::from_bytes(x.as_bytes()).unwrap();
+        let token = format!("{input}.{}", b64::encode(&forged_key.mac(input.as_bytes())));
+        assert_eq!(
+            k.verify(
+                &token,
+                &Validation::new(TokenType::AccessToken, "r"),
+                Timestamp::from_secs(10)
+            ),
+            Err(VerifyError::AlgorithmNotAllowed)
         );
     }
 
