@@ -29,14 +29,14 @@ use crate::ledger::{
 use crate::oauth::{USER, VERIFIER, World};
 use crate::on_every_store;
 
-const LIST: Step = ("notes.list", Effect::Read, "notes:read", "{}");
-const ADD: Step = (
+pub(crate) const LIST: Step = ("notes.list", Effect::Read, "notes:read", "{}");
+pub(crate) const ADD: Step = (
     "notes.add",
     Effect::Write,
     "notes:write",
     r#"{"title":"a"}"#,
 );
-const ADD_B: Step = (
+pub(crate) const ADD_B: Step = (
     "notes.add",
     Effect::Write,
     "notes:write",
@@ -50,15 +50,15 @@ const ADD_C: Step = (
 );
 const PURGE: Step = ("notes.purge", Effect::Unknown, "notes:write", "{}");
 /// The host's scopes: what its site declares and its full login asks for.
-const NOTES: &str = "notes:read notes:write";
+pub(crate) const NOTES: &str = "notes:read notes:write";
 
 /// A world whose site declares only the host's scopes, a login with both,
 /// and one started server executor. No tab ever connects.
-fn server<S: Store>(store: S) -> (Ledger<S>, ExecutorId) {
+pub(crate) fn server<S: Store>(store: S) -> (Ledger<S>, ExecutorId) {
     server_with(store, no_rate_limit())
 }
 
-fn server_with<S: Store>(store: S, policy: Policy) -> (Ledger<S>, ExecutorId) {
+pub(crate) fn server_with<S: Store>(store: S, policy: Policy) -> (Ledger<S>, ExecutorId) {
     let mut w = World::with_policy(store, policy);
     let site = w.engine.site(&w.site).unwrap();
     let mut config = SiteConfig::new(
@@ -90,12 +90,12 @@ fn consent<S: Store>(w: &mut World<S>, scope: &str) -> (TokenResponse, Principal
     (tokens, p)
 }
 
-fn login<S: Store>(l: &mut Ledger<S>, scope: &str) -> (TokenResponse, Principal) {
+pub(crate) fn login<S: Store>(l: &mut Ledger<S>, scope: &str) -> (TokenResponse, Principal) {
     consent(&mut l.w, scope)
 }
 
 /// The scopes a program's steps name: what the host knows its tool needs.
-fn needed(program: &[Step]) -> ScopeSet {
+pub(crate) fn needed(program: &[Step]) -> ScopeSet {
     ScopeSet::from_tokens(program.iter().map(|s| s.2)).unwrap()
 }
 
@@ -138,7 +138,7 @@ fn run_on<S: Store>(l: &Ledger<S>, on: ExecutorId, n: u32, code: &str) -> Execut
 }
 
 /// Moves the clock on, renewing the leases of `alive` as a host would.
-fn advance<S: Store>(l: &mut Ledger<S>, secs: u64, alive: &[ExecutorId]) {
+pub(crate) fn advance<S: Store>(l: &mut Ledger<S>, secs: u64, alive: &[ExecutorId]) {
     let mut left = secs;
     while left > 0 {
         let step = left.min(20);
@@ -150,7 +150,7 @@ fn advance<S: Store>(l: &mut Ledger<S>, secs: u64, alive: &[ExecutorId]) {
     }
 }
 
-fn rid(n: u32) -> RequestId {
+pub(crate) fn rid(n: u32) -> RequestId {
     RequestId::parse(&id(n)).unwrap()
 }
 

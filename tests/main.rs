@@ -20,6 +20,7 @@ mod forgery;
 mod granted_apps;
 mod jwt;
 mod ledger;
+mod ledger_join;
 mod ledger_model;
 mod ledger_server;
 mod links;

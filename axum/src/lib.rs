@@ -19,7 +19,10 @@
 //!   server performs for an agent: it runs **at most once** per request id
 //!   under retries, races, crashes and restarts, asks the person first when
 //!   it writes (the approval bound to the exact arguments and used once),
-//!   and answers a repeated call with the stored result.
+//!   and answers a repeated call with the stored result;
+//!   [`Portcullis::run_joining`] is the same for a client that cannot name
+//!   a request id: its identical calls join the unfinished one, so a retry
+//!   shows no second card and gets the result once it is approved.
 //!
 //! What you supply is a [`Host`]: who is signed in on a request, where a
 //! signed-out user signs in, and, if you like, your own consent screen.

@@ -90,9 +90,23 @@ pub const APPROVAL_INPUT: &str = "portcullis_approval";
 ///
 /// The request id is the sealed state's, else `_meta["portcullis/requestId"]`
 /// (a UUID), else a fresh one (every answer names it).
+///
+/// **A call without a request id joins an unfinished identical one.** Most
+/// clients (every one that gets the JSON form, and any whose model cannot
+/// set `_meta`) cannot send an id back, so their model simply calls the
+/// tool again. Such a call — no sealed state, no `_meta` id — made while an
+/// identical call (the same grant lineage, tool action and exact
+/// arguments) is unfinished is answered as that request: the same approval
+/// card, not another; the result once it is approved; the action run once
+/// ([`Portcullis::run_joining`]). Once that request has ended (done,
+/// failed, denied, cancelled, expired), an identical call is a new write
+/// and asks again. A call that names its request id never joins anything.
 #[derive(Debug)]
 pub struct Call {
     request_id: RequestId,
+    /// The client named no request id (no sealed state, no `_meta` id):
+    /// the call joins an unfinished identical one.
+    joins: bool,
     digest: CallDigest,
     form: PendingForm,
     /// The client's retry carried our state.
@@ -189,6 +203,7 @@ impl Call {
                     .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?,
             ),
         };
+        let joins = resumed.is_none() && context.meta.get(REQUEST_ID_META).is_none();
         let request_id = match (&resumed, context.meta.get(REQUEST_ID_META)) {
             (Some(state), _) => state.request_id,
             (None, None) => RequestId::random(&mut rand::rng()),
@@ -204,6 +219,7 @@ impl Call {
         };
         Ok(Self {
             request_id,
+            joins,
             digest,
             form: PendingForm::of(context, agent),
             resumed,
@@ -223,10 +239,23 @@ impl Call {
         self
     }
 
-    /// The ledger request this call runs under.
+    /// The request id this call names (its sealed state's or `_meta`'s), or
+    /// the fresh one drawn for a call that names none. Such a call runs
+    /// under it only if it joins no unfinished identical request
+    /// ([`Call::joins`]): [`Call::run`]'s answer names the request it ran
+    /// under.
     #[must_use]
     pub fn request_id(&self) -> RequestId {
         self.request_id
+    }
+
+    /// Whether the client named no request id (no sealed state, no
+    /// `_meta["portcullis/requestId"]`): [`Call::run`] then joins an
+    /// unfinished identical request instead of opening another (see
+    /// [`Call`]).
+    #[must_use]
+    pub fn joins(&self) -> bool {
+        self.joins
     }
 
     /// Whether the client sent back a state of ours: this call is a retry
@@ -253,8 +282,10 @@ impl Call {
     }
 
     /// Runs `action` for `agent` at most once under this call's request
-    /// id ([`Portcullis::run_once`]) and answers in the client's revision
-    /// (see [`Call`]).
+    /// id ([`Portcullis::run_once`]) — or, for a call that names none, under
+    /// the unfinished identical request it joins or a new one
+    /// ([`Portcullis::run_joining`]) — and answers in the client's revision
+    /// (see [`Call`]), naming the request it ran under.
     pub async fn run<S, T, F, Fut>(
         &self,
         portcullis: &Portcullis<S>,
@@ -270,13 +301,18 @@ impl Call {
     {
         let wait = self.wait(portcullis.inner.approval_wait);
         let ran = portcullis
-            .run_once_waiting(agent, self.request_id, action, wait, run)
+            .run_once_waiting(agent, self.request_id, self.joins, action, wait, run)
             .await;
         let approval_url = match ran.outcome() {
             Outcome::Pending(p) => p.approval_url.clone(),
             _ => None,
         };
-        self.answer(agent, ran.answer().clone(), approval_url.as_deref())
+        self.answer_as(
+            agent,
+            ran.answer().clone(),
+            approval_url.as_deref(),
+            ran.request_id(),
+        )
     }
 
     /// A ledger JSON answer (`{"ok", "status", "requestId", …}`, as every
@@ -290,6 +326,20 @@ impl Call {
         agent: &Agent,
         answer: Value,
         approval_url: Option<&str>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        self.answer_as(agent, answer, approval_url, self.request_id)
+    }
+
+    /// [`Call::answer`] for the ledger request `request_id`: this call's
+    /// own, or the one a call that names no request id joined. The sealed
+    /// state and -32042's `requestId` name it, so the client's retry lands
+    /// on it.
+    fn answer_as(
+        &self,
+        agent: &Agent,
+        answer: Value,
+        approval_url: Option<&str>,
+        request_id: RequestId,
     ) -> Result<CallToolResponse, ErrorData> {
         let status = answer["status"].as_str().unwrap_or_default();
         let approval = status == "approval_pending";
@@ -322,7 +372,7 @@ impl Call {
                 let prompt_now = url && approval && !self.resumed.is_some_and(|r| r.prompted);
                 let prompted = prompt_now || self.resumed.is_some_and(|r| r.prompted);
                 let state = agent
-                    .seal_request_state(&self.digest, self.request_id, prompted)
+                    .seal_request_state(&self.digest, request_id, prompted)
                     .ok_or_else(|| ErrorData::internal_error("no active signing key", None))?;
                 let mut result = json!({ "resultType": "input_required", "requestState": state });
                 if prompt_now && let Some(approval_url) = approval_url {
@@ -345,9 +395,9 @@ impl Call {
                         "mode": "url",
                         "message": message,
                         "url": approval_url.unwrap_or_default(),
-                        "elicitationId": self.request_id.to_string(),
+                        "elicitationId": request_id.to_string(),
                     }],
-                    "requestId": self.request_id.to_string(),
+                    "requestId": request_id.to_string(),
                 })),
             )),
             _ => {

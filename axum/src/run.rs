@@ -30,6 +30,14 @@
 //! [`Builder::approval_wait`](crate::Builder::approval_wait) and then
 //! answers `approval_pending` with the page's URL; the agent calls again
 //! with the same request id, and the approved action runs then.
+//!
+//! **Calls that name no request id** ([`Portcullis::run_joining`], an rmcp
+//! `Call` without one): most clients cannot carry an id from one call to
+//! the next, so the agent just calls again. An identical call (same grant
+//! lineage, kind, effect, scope and exact arguments) made while an earlier
+//! one is unfinished joins it: the same card, one run, the result for
+//! whichever call comes once it is approved. Once that request has ended,
+//! an identical call is a new write and asks again.
 
 use std::future::Future;
 
@@ -95,6 +103,7 @@ impl Events {
 pub struct Ran<T> {
     outcome: Outcome<T>,
     answer: Value,
+    request_id: RequestId,
 }
 
 /// How a `run_once` call ended.
@@ -158,6 +167,15 @@ impl<T> Ran<T> {
         &self.answer
     }
 
+    /// The ledger request this answer is about: the id the call named, or
+    /// for a call that named none ([`Portcullis::run_joining`], an rmcp
+    /// `Call` without a request id) the unfinished identical request it
+    /// joined, else the fresh one it opened. A refusal before the ledger
+    /// looked at any request names the id the call was made under.
+    pub fn request_id(&self) -> RequestId {
+        self.request_id
+    }
+
     /// Whether the answer is a protocol failure (`"ok": false`).
     pub fn is_error(&self) -> bool {
         matches!(self.outcome, Outcome::Refused(_))
@@ -171,9 +189,10 @@ impl<T> Ran<T> {
         }
     }
 
-    fn refused(code: ErrorCode, message: &str, id: Option<RequestId>) -> Self {
+    fn refused(code: ErrorCode, message: &str, id: RequestId) -> Self {
         Self {
-            answer: failure_json(code, message, id),
+            request_id: id,
+            answer: failure_json(code, message, Some(id)),
             outcome: Outcome::Refused(Refused {
                 code,
                 message: message.into(),
@@ -184,7 +203,7 @@ impl<T> Ran<T> {
     }
 
     fn internal(id: RequestId) -> Self {
-        Self::refused(ErrorCode::ServerError, "temporary server error", Some(id))
+        Self::refused(ErrorCode::ServerError, "temporary server error", id)
     }
 
     fn begin_error(e: &BeginError, id: RequestId) -> Self {
@@ -194,6 +213,7 @@ impl<T> Ran<T> {
             _ => None,
         };
         Self {
+            request_id: id,
             answer: e.to_json(Some(id)),
             outcome: Outcome::Refused(Refused {
                 code: e.code(),
@@ -207,6 +227,7 @@ impl<T> Ran<T> {
     fn ticket_error(e: &TicketError, id: RequestId) -> Self {
         use portcullis_core::WireError as _;
         Self {
+            request_id: id,
             answer: e.to_json(id),
             outcome: Outcome::Refused(Refused {
                 code: e.code(),
@@ -233,6 +254,7 @@ impl<T> Ran<T> {
             );
         }
         Self {
+            request_id: id,
             answer: json,
             outcome: Outcome::Pending(Pending {
                 request_id: id,
@@ -263,7 +285,11 @@ impl<T: DeserializeOwned> Ran<T> {
                 challenge: None,
             }),
         };
-        Self { outcome, answer }
+        Self {
+            outcome,
+            answer,
+            request_id: result.request_id,
+        }
     }
 }
 
@@ -301,16 +327,41 @@ impl<S: HostStore> Portcullis<S> {
         Fut: Future<Output = Result<T, BusinessError>> + Send + 'static,
     {
         let wait = self.inner.approval_wait;
-        self.run_once_waiting(agent, request_id, action, wait, run)
+        self.run_once_waiting(agent, request_id, false, action, wait, run)
+            .await
+    }
+
+    /// Runs `action` for `agent` for a call that names **no request id**
+    /// (its client cannot carry one from a call to the next): an identical
+    /// call (the same grant lineage, and the same kind, effect, scope and
+    /// exact arguments) made while an earlier one is unfinished **joins**
+    /// it — the same approval card, one run, and the result for whichever
+    /// call comes once it is approved — and once that request has ended an
+    /// identical call is a new write that asks again (see
+    /// [`ExecuteParams::joining`]). Otherwise as [`Portcullis::run_once`],
+    /// under a fresh request id; [`Ran::request_id`] names the request the
+    /// call ran under, joined or new.
+    pub async fn run_joining<T, F, Fut>(&self, agent: &Agent, action: Action, run: F) -> Ran<T>
+    where
+        T: Serialize + DeserializeOwned + Send + 'static,
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, BusinessError>> + Send + 'static,
+    {
+        let wait = self.inner.approval_wait;
+        let fresh = RequestId::random(&mut rand::rng());
+        self.run_once_waiting(agent, fresh, true, action, wait, run)
             .await
     }
 
     /// [`Portcullis::run_once`] waiting at most `wait` for a person's
-    /// decision (or a run in progress) before it answers pending.
+    /// decision (or a run in progress) before it answers pending; with
+    /// `join`, for a call that names no request id (`request_id` is a fresh
+    /// one), as [`Portcullis::run_joining`].
     pub(crate) async fn run_once_waiting<T, F, Fut>(
         &self,
         agent: &Agent,
         request_id: RequestId,
+        join: bool,
         action: Action,
         wait: std::time::Duration,
         run: F,
@@ -326,10 +377,12 @@ impl<S: HostStore> Portcullis<S> {
         // A task of its own: a caller that goes away never leaves a ticket
         // dropped between an effect and its record.
         let me = self.clone();
-        let ran =
-            tokio::spawn(async move { me.drive(&principal, request_id, action, wait, run).await })
+        let ran = tokio::spawn(async move {
+            me.drive(&principal, request_id, join, action, wait, run)
                 .await
-                .unwrap_or_else(|_| Ran::internal(request_id));
+        })
+        .await
+        .unwrap_or_else(|_| Ran::internal(request_id));
         if let Some(c) = ran.challenge() {
             agent.raise(c.clone());
         }
@@ -341,6 +394,7 @@ impl<S: HostStore> Portcullis<S> {
         &self,
         principal: &Principal,
         id: RequestId,
+        join: bool,
         action: Action,
         wait: std::time::Duration,
         run: F,
@@ -350,7 +404,8 @@ impl<S: HostStore> Portcullis<S> {
         F: FnOnce() -> Fut + Send + 'static,
         Fut: Future<Output = Result<T, BusinessError>> + Send + 'static,
     {
-        let params = match request_params(id, &action) {
+        let mut params = match request_params(id, &action) {
+            Ok(p) if join => p.joining(),
             Ok(p) => p,
             Err(e) => return Ran::begin_error(&BeginError::Invalid(e), id),
         };
@@ -363,11 +418,18 @@ impl<S: HostStore> Portcullis<S> {
         let mut run = Some(run);
         loop {
             let step = self
-                .step(principal, id, &params, &needed, &action, &mut run)
+                .step(principal, &params, &needed, &action, &mut run)
                 .await;
             match step {
                 Step::Answer(ran) => return ran,
                 Step::Wait(pending) => {
+                    // From here on the call is the request it waits for:
+                    // the one it opened, or the unfinished identical one it
+                    // joined (whose end it must not mistake for a reason to
+                    // open another).
+                    params.request_id = pending.request_id;
+                    params.join = false;
+                    let id = params.request_id;
                     if !self.wait(&mut events, principal.grant, id, deadline).await {
                         return pending;
                     }
@@ -376,11 +438,11 @@ impl<S: HostStore> Portcullis<S> {
         }
     }
 
-    /// One pass: begin, and what the answer says.
+    /// One pass: begin, and what the answer says (about the request it
+    /// names: a call that names no request id may have joined another).
     async fn step<T, F, Fut>(
         &self,
         principal: &Principal,
-        id: RequestId,
         params: &ExecuteParams,
         needed: &ScopeSet,
         action: &Action,
@@ -391,6 +453,7 @@ impl<S: HostStore> Portcullis<S> {
         F: FnOnce() -> Fut + Send + 'static,
         Fut: Future<Output = Result<T, BusinessError>> + Send + 'static,
     {
+        let id = params.request_id;
         let (p, q, n) = (principal.clone(), params.clone(), needed.clone());
         let executor = self.inner.executor;
         let begun = self
@@ -407,7 +470,14 @@ impl<S: HostStore> Portcullis<S> {
                 self.perform(ticket, principal.grant, action, run).await
             }
             Ok(Ok(BeginAnswer::Stored(result))) => Step::Answer(Ran::stored(&result)),
-            Ok(Ok(pending)) => Step::Wait(Ran::pending(&pending, Some(self.approval_url(id)), id)),
+            Ok(Ok(pending)) => {
+                let id = match &pending {
+                    BeginAnswer::ApprovalPending(prompt) => prompt.request_id,
+                    BeginAnswer::ExecutionPending(joined) => *joined,
+                    _ => id,
+                };
+                Step::Wait(Ran::pending(&pending, Some(self.approval_url(id)), id))
+            }
         }
     }
 
@@ -631,10 +701,12 @@ impl<S: HostStore> Portcullis<S> {
             (Outcome::Done(_), Ok(value)) => Ran {
                 outcome: Outcome::Done(value),
                 answer: ran.answer,
+                request_id: ran.request_id,
             },
             (outcome, _) => Ran {
                 outcome,
                 answer: ran.answer,
+                request_id: ran.request_id,
             },
         }
     }
@@ -688,6 +760,7 @@ impl Ran<()> {
         Ran {
             outcome,
             answer: self.answer,
+            request_id: self.request_id,
         }
     }
 

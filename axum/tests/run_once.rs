@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 use crate::on_every_store;
 use crate::support::client::{attribute, challenge_param, form};
 use crate::support::{
-    AddArgs, Effects, OAuthClient, Options, READ, READ_WRITE, TestApp, WRITE, call_body, done,
-    error_code, keyring, request_id, spawn_call,
+    AddArgs, Effects, OAuthClient, Options, READ, READ_WRITE, TestApp, UNNAMED, WRITE, call_body,
+    done, error_code, keyring, request_id, spawn_call, unnamed_call_body,
 };
 
 on_every_store!(
@@ -32,6 +32,8 @@ on_every_store!(
     a_read_action_runs_without_asking,
     the_action_runs_to_its_end_when_the_agent_goes_away,
     revoking_the_connection_withdraws_its_pending_approvals,
+    calls_without_a_request_id_wait_on_one_card_and_the_write_runs_once,
+    a_retry_without_a_request_id_gets_the_approved_result_and_a_later_one_asks_again,
 );
 
 /// The `add` tool's call body.
@@ -808,4 +810,142 @@ async fn calls_beyond_the_rate_are_refused_with_when_to_retry() {
     let retry = limited["error"]["retryAfterMs"].as_u64().unwrap();
     assert!(retry > 0 && retry <= 60_000, "{limited}");
     assert_eq!(app.effects.runs(), 2);
+}
+
+/// The one approval waiting for `person`, once it has appeared: the CSRF
+/// token of the page and the card.
+async fn the_one_card(person: &crate::support::Person) -> (String, Value) {
+    for _ in 0..500 {
+        let (csrf, mut approvals) = person.pending().await;
+        match approvals.len() {
+            0 => tokio::time::sleep(Duration::from_millis(10)).await,
+            1 => return (csrf, approvals.remove(0)),
+            n => panic!("{n} cards for one write: {approvals:?}"),
+        }
+    }
+    panic!("no approval appeared")
+}
+
+/// A client whose model cannot name a request id (the JSON form: Codex,
+/// Cursor, Gemini CLI, Cline…) calls the same write three times while the
+/// person has not decided: one card, one run, the result for every call.
+async fn calls_without_a_request_id_wait_on_one_card_and_the_write_runs_once<S: HostStore>(
+    store: S,
+) {
+    let (app, client, access) = connected(store).await;
+    let alice = app.person("alice");
+    let args = AddArgs::text("milk");
+    let body = unnamed_call_body("add", &args);
+    let first = spawn_call(&client, &access, body.clone());
+    let (csrf, approval) = the_one_card(&alice).await;
+    let id = approval["requestId"].as_str().unwrap().to_owned();
+    let second = spawn_call(&client, &access, body.clone());
+    let third = spawn_call(&client, &access, body.clone());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !second.is_finished() && !third.is_finished(),
+        "they wait too"
+    );
+    assert_eq!(pending_ids(&alice).await, vec![id.clone()], "one card");
+    assert_eq!(app.effects.runs(), 0);
+
+    alice.decide(&csrf, &approval, "once").await;
+    let answers = [
+        joined(first).await,
+        joined(second).await,
+        joined(third).await,
+    ];
+    for answer in &answers {
+        assert_eq!(done(answer), &json!({"note": "milk", "run": 1}), "{answer}");
+        assert_eq!(answer["requestId"], id.as_str(), "{answer}");
+        assert_eq!(answer["_requestId"], id.as_str(), "{answer}");
+    }
+    assert_eq!(app.effects.runs(), 1, "the write ran once");
+    assert_eq!(
+        app.effects.log(),
+        vec![(UNNAMED.to_string(), "milk".into())]
+    );
+    assert!(pending_ids(&alice).await.is_empty());
+
+    // That write has ended: the same call again is another write, and
+    // asks again, under a request of its own.
+    let again = spawn_call(&client, &access, body);
+    let (csrf, approval) = the_one_card(&alice).await;
+    assert_ne!(approval["requestId"], id.as_str());
+    alice.decide(&csrf, &approval, "deny").await;
+    let denied = joined(again).await;
+    assert_eq!(error_code(&denied), "PERMISSION_DENIED", "{denied}");
+    assert_eq!(denied["requestId"], approval["requestId"]);
+    assert_eq!(app.effects.runs(), 1);
+}
+
+/// The JSON form with an approval wait shorter than the person: each call
+/// answers `approval_pending` under the one request, the retry after the
+/// approval gets the result, and a call after that asks again. A call that
+/// names its own request id never joins.
+async fn a_retry_without_a_request_id_gets_the_approved_result_and_a_later_one_asks_again<
+    S: HostStore,
+>(
+    store: S,
+) {
+    let options = Options {
+        approval_wait: Duration::from_millis(300),
+        ..Options::default()
+    };
+    let app = TestApp::start_with(store, keyring(), Effects::default(), &options).await;
+    let (client, tokens) = app.connect("alice", READ_WRITE).await;
+    let alice = app.person("alice");
+    let args = AddArgs::text("eggs");
+    let body = unnamed_call_body("add", &args);
+    let pending = client.call_ok(&tokens.access, &body).await;
+    assert_eq!(pending["status"], "approval_pending", "{pending}");
+    let id = pending["requestId"].as_str().unwrap().to_owned();
+    assert_eq!(pending["_requestId"], id.as_str());
+    assert_eq!(
+        pending["approvalUrl"],
+        format!("{}#r-{id}", app.portcullis.approvals_url())
+    );
+    for _ in 0..2 {
+        let again = client.call_ok(&tokens.access, &body).await;
+        assert_eq!(again["status"], "approval_pending", "{again}");
+        assert_eq!(again["requestId"], id.as_str(), "{again}");
+        assert_eq!(again["approvalUrl"], pending["approvalUrl"]);
+    }
+    assert_eq!(pending_ids(&alice).await, vec![id.clone()], "one card");
+
+    alice.approve(&id, "once").await;
+    let answer = client.call_ok(&tokens.access, &body).await;
+    assert_eq!(
+        done(&answer),
+        &json!({"note": "eggs", "run": 1}),
+        "{answer}"
+    );
+    assert_eq!(answer["requestId"], id.as_str());
+    assert_eq!(app.effects.runs(), 1);
+    // By its id, the request answers its result as ever.
+    let named = client
+        .call_ok(
+            &tokens.access,
+            &add(portcullis_axum::RequestId::parse(&id).unwrap(), &args),
+        )
+        .await;
+    assert_eq!(done(&named), done(&answer));
+
+    // It ended: the next identical call is a new write and asks again.
+    let later = client.call_ok(&tokens.access, &body).await;
+    assert_eq!(later["status"], "approval_pending", "{later}");
+    let later_id = later["requestId"].as_str().unwrap().to_owned();
+    assert_ne!(later_id, id);
+    // A call naming its own id opens its own request, and is never joined.
+    let own = request_id();
+    let mine = client.call_ok(&tokens.access, &add(own, &args)).await;
+    assert_eq!(mine["requestId"], own.to_string(), "{mine}");
+    let joining = client.call_ok(&tokens.access, &body).await;
+    assert_eq!(joining["requestId"], later_id.as_str(), "{joining}");
+    let mut ids = pending_ids(&alice).await;
+    ids.sort();
+    let mut want = vec![later_id, own.to_string()];
+    want.sort();
+    assert_eq!(ids, want);
+    assert_eq!(app.effects.runs(), 1);
 }

@@ -20,7 +20,8 @@ use crate::sealed::TableMap;
 /// (`Requests`, `Outcomes`), a user's agent tokens (`AgentTokens`) and a
 /// browser session's tabs (`Tabs`), and a consent's apps at its code's
 /// exchange (`GrantApps`, a one-key range); everything else (an accepted
-/// client assertion's `jti`, `ClientAssertions`, among them) it reads by key
+/// client assertion's `jti`, `ClientAssertions`, and the unfinished request
+/// an identical call joins, `WaitingCalls`, among them) it reads by key
 /// only.
 /// A table the core adds later is kept ordered until it is listed here.
 const fn ordered(table: Table) -> bool {
@@ -33,6 +34,7 @@ const fn ordered(table: Table) -> bool {
             | Table::Grants
             | Table::Approvals
             | Table::ClientAssertions
+            | Table::WaitingCalls
     )
 }
 

@@ -150,7 +150,9 @@ pub use tls::TlsMode;
 /// The schema version this build writes and reads (2: the cached tables
 /// announce their changed rows, see [`PostgresConfig::read_cache`]; 3: the
 /// `grant_apps` table, the apps each grant reaches; 4: the
-/// `client_assertions` table, the `jti`s of accepted client assertions).
+/// `client_assertions` table, the `jti`s of accepted client assertions, and
+/// the `waiting_calls` table, the unfinished request an identical call that
+/// names no request id joins).
 pub const SCHEMA_VERSION: i32 = 4;
 
 /// The schema used when the host names none.
@@ -678,7 +680,7 @@ fn migration(schema: &str, version: i32) -> String {
             sql
         }
         2 => new_table(schema, Table::GrantApps),
-        3 => new_table(schema, Table::ClientAssertions),
+        3 => new_table(schema, Table::ClientAssertions) + &new_table(schema, Table::WaitingCalls),
         _ => String::new(),
     }
 }

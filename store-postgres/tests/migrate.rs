@@ -1,7 +1,7 @@
 //! Schema migrations: a database written by an earlier build opens under
 //! this one and gains what this one needs (version 3: the `grant_apps`
-//! table; version 4: the `client_assertions` table), keeping its rows; a
-//! database newer than this build is refused.
+//! table; version 4: the `client_assertions` and `waiting_calls` tables),
+//! keeping its rows; a database newer than this build is refused.
 //!
 //! Needs `PORTCULLIS_TEST_POSTGRES_URL`; without it each test says so and
 //! passes. Each test uses a schema of its own.
@@ -30,8 +30,8 @@ fn a_version_2_database_gains_the_later_tables_and_keeps_its_rows() {
     admin
         .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
         .unwrap();
-    // A database as version 2 left it: every table but grant_apps and
-    // client_assertions.
+    // A database as version 2 left it: every table but grant_apps,
+    // client_assertions and waiting_calls.
     {
         let store = config().open().unwrap();
         let mut w = store.begin_write().unwrap();
@@ -41,6 +41,7 @@ fn a_version_2_database_gains_the_later_tables_and_keeps_its_rows() {
     admin
         .batch_execute(&format!(
             "DROP TABLE {schema}.grant_apps; DROP TABLE {schema}.client_assertions; \
+             DROP TABLE {schema}.waiting_calls; \
              UPDATE {schema}.schema_version SET version = 2;"
         ))
         .unwrap();
@@ -55,6 +56,7 @@ fn a_version_2_database_gains_the_later_tables_and_keeps_its_rows() {
     let mut w = store.begin_write().unwrap();
     w.put(Table::GrantApps, b"g1", b"apps").unwrap();
     w.put(Table::ClientAssertions, b"j1", b"").unwrap();
+    w.put(Table::WaitingCalls, b"w1", b"request").unwrap();
     w.commit().unwrap();
     let r = store.begin_read().unwrap();
     assert_eq!(
@@ -68,6 +70,10 @@ fn a_version_2_database_gains_the_later_tables_and_keeps_its_rows() {
     assert_eq!(
         r.get(Table::ClientAssertions, b"j1").unwrap().as_deref(),
         Some(&b""[..])
+    );
+    assert_eq!(
+        r.get(Table::WaitingCalls, b"w1").unwrap().as_deref(),
+        Some(&b"request"[..])
     );
     drop(r);
     drop(store);

@@ -37,6 +37,7 @@ const APPROVALS: Def = TableDefinition::new("approvals");
 const TABS: Def = TableDefinition::new("tabs");
 const GRANT_APPS: Def = TableDefinition::new("grant_apps");
 const CLIENT_ASSERTIONS: Def = TableDefinition::new("client_assertions");
+const WAITING_CALLS: Def = TableDefinition::new("waiting_calls");
 
 /// The redb table of a core table. The names match [`Table::name`].
 const fn definition(table: Table) -> Def {
@@ -55,6 +56,7 @@ const fn definition(table: Table) -> Def {
         Table::Tabs => TABS,
         Table::GrantApps => GRANT_APPS,
         Table::ClientAssertions => CLIENT_ASSERTIONS,
+        Table::WaitingCalls => WAITING_CALLS,
         _ => unreachable_table(),
     }
 }

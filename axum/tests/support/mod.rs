@@ -390,6 +390,16 @@ pub(crate) fn call_body(tool: &str, id: RequestId, arguments: &AddArgs) -> Value
     json!({"tool": tool, "requestId": id.to_string(), "arguments": arguments})
 }
 
+/// The body of a tool call that names no request id, as most clients'
+/// models make it: `{"tool", "arguments"}`.
+pub(crate) fn unnamed_call_body(tool: &str, arguments: &AddArgs) -> Value {
+    json!({"tool": tool, "arguments": arguments})
+}
+
+/// The request id the effects of a call that named none are logged under
+/// (its action cannot know which request it runs for).
+pub(crate) const UNNAMED: RequestId = RequestId::from_bytes([0; 16]);
+
 /// A tool call on a task of its own (it may wait for a person).
 pub(crate) fn spawn_call(
     client: &OAuthClient,
@@ -415,6 +425,11 @@ pub(crate) fn request_id() -> RequestId {
 ///   `run_once`;
 /// * `lookup`: a read action (kind `lookup`, scope `notes:read`) under
 ///   `run_once`.
+///
+/// A call of `add`, `delete` or `lookup` without `requestId` runs under
+/// `run_joining` instead (its effects logged under [`UNNAMED`]). Every
+/// answer carries `_outcome` (the typed outcome) and `_requestId`
+/// ([`portcullis_axum::Ran::request_id`]) beside the agent's JSON.
 async fn tool<S: HostStore>(State(t): State<Tools<S>>, parts: Parts, body: Bytes) -> Response {
     let Some(agent) = Agent::of(&parts).cloned() else {
         return (StatusCode::INTERNAL_SERVER_ERROR, "no agent in extensions").into_response();
@@ -434,11 +449,12 @@ async fn tool<S: HostStore>(State(t): State<Tools<S>>, parts: Parts, body: Bytes
             Err(e) => Json(json!({"error": e.to_string()})).into_response(),
         },
         Some(name @ ("add" | "delete" | "lookup")) => {
-            let Some(id) = call["requestId"]
-                .as_str()
-                .and_then(|s| RequestId::parse(s).ok())
-            else {
-                return (StatusCode::BAD_REQUEST, "requestId").into_response();
+            let id = match &call["requestId"] {
+                Value::Null => None,
+                named => match named.as_str().and_then(|s| RequestId::parse(s).ok()) {
+                    Some(id) => Some(id),
+                    None => return (StatusCode::BAD_REQUEST, "requestId").into_response(),
+                },
             };
             let Ok(args) = serde_json::from_value::<AddArgs>(call["arguments"].clone()) else {
                 return (StatusCode::BAD_REQUEST, "arguments").into_response();
@@ -451,11 +467,20 @@ async fn tool<S: HostStore>(State(t): State<Tools<S>>, parts: Parts, body: Bytes
             }
             .expect("a valid action");
             let effects = t.effects.clone();
-            let ran = t
-                .portcullis
-                .run_once(&agent, id, action, move || perform(effects, id, args))
-                .await;
+            let ran = match id {
+                Some(id) => {
+                    t.portcullis
+                        .run_once(&agent, id, action, move || perform(effects, id, args))
+                        .await
+                }
+                None => {
+                    t.portcullis
+                        .run_joining(&agent, action, move || perform(effects, UNNAMED, args))
+                        .await
+                }
+            };
             let mut answer = ran.answer().clone();
+            answer["_requestId"] = json!(ran.request_id().to_string());
             // The typed outcome, as the tool saw it, next to the agent's JSON.
             answer["_outcome"] = json!(match ran.outcome() {
                 Outcome::Done(_) => "done",

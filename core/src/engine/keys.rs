@@ -5,7 +5,7 @@
 use alloc::vec::Vec;
 
 use crate::grant::GrantId;
-use crate::ledger::{Lineage, RequestId};
+use crate::ledger::{CodeFingerprint, Lineage, RequestId};
 use crate::site::SiteId;
 use crate::store::Table;
 use crate::time::Timestamp;
@@ -167,6 +167,26 @@ pub(crate) fn split_ledger_expiry(key: &[u8]) -> Option<(Timestamp, Lineage, Req
         RequestId::from_bytes(id),
     ))
 }
+
+/// `WaitingCalls`: `lineage | caller | code fingerprint` → request id, the
+/// request an identical call that names no request id joins while it is
+/// unfinished. `caller` is where the call runs and who submitted it
+/// ([`WAITING_TAB_CLIENT`], [`WAITING_TAB_IN_PAGE`], [`WAITING_SERVER`]):
+/// calls that differ there never join each other.
+pub(crate) fn waiting_call(
+    lineage: &Lineage,
+    caller: u8,
+    fingerprint: &CodeFingerprint,
+) -> [u8; 65] {
+    fixed(&[&lineage.0, &[caller], fingerprint.as_bytes()])
+}
+
+/// The [`waiting_call`] caller of a tab call an external client submitted.
+pub(crate) const WAITING_TAB_CLIENT: u8 = 0;
+/// The [`waiting_call`] caller of a tab call an in-page caller submitted.
+pub(crate) const WAITING_TAB_IN_PAGE: u8 = 1;
+/// The [`waiting_call`] caller of a call on a server executor.
+pub(crate) const WAITING_SERVER: u8 = 2;
 
 /// `Requests`: `r | grant`, the grant's GCRA state.
 pub(crate) fn rate(grant: &GrantId) -> [u8; 17] {
@@ -349,6 +369,11 @@ mod tests {
             cat(&[&server_runs(9), g.as_bytes(), r.as_bytes()])
         );
         assert_eq!(grant_auto_approval(&g).to_vec(), cat(&[b"a", g.as_bytes()]));
+        let code = CodeFingerprint::of(b"code");
+        assert_eq!(
+            waiting_call(&lineage, WAITING_SERVER, &code).to_vec(),
+            cat(&[&lineage.0, &[WAITING_SERVER], code.as_bytes()])
+        );
     }
 
     #[test]

@@ -22,9 +22,9 @@ use crate::executor::{ExecutorId, ExecutorLease};
 use crate::grant::{Grant, GrantId, GrantStatus};
 use crate::ledger::{
     self, Action, ActionStep, ActionVerdict, BeginAnswer, BeginError, BeginStep, Caller,
-    Completion, Effect, End, ExecuteParams, ExecutionRequest, ExecutionTicket, Executor, Failure,
-    Lineage, NextAction, Outcome, OutcomePage, OutcomesError, Owner, ReconnectLink, Repeat, Report,
-    RequestId, RequestState, StoredResult, TicketError,
+    CodeFingerprint, Completion, Effect, End, ExecuteParams, ExecutionRequest, ExecutionTicket,
+    Executor, Failure, Lineage, NextAction, Outcome, OutcomePage, OutcomesError, Owner,
+    ReconnectLink, Repeat, Report, RequestId, RequestState, StoredResult, TicketError,
 };
 use crate::metadata;
 use crate::scope::ScopeSet;
@@ -82,6 +82,28 @@ pub(super) fn server_run_key(rec: &ExecutionRequest) -> Option<[u8; 37]> {
 enum RunOn {
     Tab(Caller),
     Server(ExecutorId),
+}
+
+impl RunOn {
+    /// The caller part of a `WaitingCalls` key ([`keys::waiting_call`]).
+    fn waiting_caller(self) -> u8 {
+        match self {
+            Self::Tab(Caller::Client) => keys::WAITING_TAB_CLIENT,
+            Self::Tab(Caller::InPage) => keys::WAITING_TAB_IN_PAGE,
+            Self::Server(_) => keys::WAITING_SERVER,
+        }
+    }
+}
+
+/// The `WaitingCalls` key an identical call that names no request id would
+/// look `rec` up under.
+fn waiting_key(lineage: &Lineage, rec: &ExecutionRequest) -> [u8; 65] {
+    let caller = match (rec.executor(), rec.submitted_in_page()) {
+        (Executor::Server, _) => keys::WAITING_SERVER,
+        (Executor::Tab, true) => keys::WAITING_TAB_IN_PAGE,
+        (Executor::Tab, false) => keys::WAITING_TAB_CLIENT,
+    };
+    keys::waiting_call(lineage, caller, rec.fingerprint())
 }
 
 fn prefix_bounds(prefix: &[u8]) -> (Bound<&[u8]>, Option<Vec<u8>>) {
@@ -327,6 +349,19 @@ pub struct Abandoned {
     pub next: Option<AbandonCursor>,
 }
 
+/// The request a `begin` looks at, as [`Engine::request_for`] finds it.
+struct Lookup {
+    /// For a call that names no request id, the unfinished identical
+    /// request it joins, if there is one; else the request under the
+    /// call's own id, if any.
+    found: Option<ExecutionRequest>,
+    /// For a call that names no request id and joined nothing, the
+    /// `WaitingCalls` key a request it opens is filed under.
+    waiting: Option<[u8; 65]>,
+    /// The fingerprint of the call's code.
+    fingerprint: CodeFingerprint,
+}
+
 /// What a ticket operation works on, once the ticket is known current.
 struct RunContext {
     key: [u8; 49],
@@ -440,6 +475,13 @@ impl<S: Store> Engine<S> {
     /// needs, the undecided limit and the live tab. Only an admitted run, a
     /// state change the check itself causes (a cut-off run, an adoption) and
     /// the rate limiter write anything.
+    ///
+    /// A call whose client named no request id ([`ExecuteParams::joining`],
+    /// on every `begin` form) is answered, while an identical request is
+    /// unfinished, exactly as if it had named that request's id (the
+    /// answer carries the joined id); otherwise it opens a request under
+    /// its own id, which later identical joining calls join until it ends
+    /// (see [`crate::ledger`], "Calls that name no request id").
     pub fn begin(
         &self,
         principal: &Principal,
@@ -580,8 +622,9 @@ impl<S: Store> Engine<S> {
         let now_s = now.timestamp();
         let (site, grant) = self.admit_caller(txn, principal, needed, now)?;
         let lineage = Lineage::of(site.id.as_str(), &grant.subject, &grant.client_id);
-        let key = keys::request(&lineage, &params.request_id);
         let (executor, dispatch_to) = self.dispatch_to(&*txn, on, &site, &grant.id, now_s)?;
+        let lookup = self.request_for(&*txn, &site, &grant, &lineage, params, on, now_s)?;
+        let fingerprint = lookup.fingerprint;
         let ticket = |rec: &ExecutionRequest| ExecutionTicket {
             lineage,
             request_id: rec.id(),
@@ -595,7 +638,7 @@ impl<S: Store> Engine<S> {
             client_name: grant.client_name.clone(),
             approved: None,
         };
-        let Some(mut rec) = txn.load::<ExecutionRequest>(&key)? else {
+        let Some(mut rec) = lookup.found else {
             if !needed.is_subset(&principal.scopes) {
                 return Err(insufficient_scope(&site, &needed.union(&principal.scopes)));
             }
@@ -614,7 +657,7 @@ impl<S: Store> Engine<S> {
             };
             let rec = ExecutionRequest::new(
                 params.request_id,
-                params.fingerprint(),
+                fingerprint,
                 grant.id,
                 grant.absolute_deadline(&self.policy),
                 on == RunOn::Tab(Caller::InPage),
@@ -623,9 +666,14 @@ impl<S: Store> Engine<S> {
                 now_s,
             );
             self.save_request(txn, &lineage, &rec)?;
+            if let Some(waiting) = &lookup.waiting {
+                // Identical calls join this one until it ends; an entry
+                // naming an ended request is replaced.
+                txn.put(Table::WaitingCalls, waiting, params.request_id.as_bytes())?;
+            }
             return Ok(BeginAnswer::Run(ticket(&rec)));
         };
-        if !rec.is_for(&params.fingerprint(), executor) {
+        if !rec.is_for(&fingerprint, executor) {
             return Err(BeginError::ReplayDetected);
         }
         let from = match from {
@@ -671,6 +719,78 @@ impl<S: Store> Engine<S> {
             }
             BeginStep::Run => Ok(BeginAnswer::Run(ticket(&rec))),
         }
+    }
+
+    /// The request a `begin` of `params` on `on` looks at (see [`Lookup`]).
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the facts begin_body already holds, passed on rather than loaded twice"
+    )]
+    fn request_for<R: ReadTransaction>(
+        &self,
+        txn: &R,
+        site: &Site,
+        grant: &Grant,
+        lineage: &Lineage,
+        params: &ExecuteParams,
+        on: RunOn,
+        now: Timestamp,
+    ) -> Result<Lookup, StoreError> {
+        let fingerprint = params.fingerprint();
+        let waiting = params
+            .join
+            .then(|| keys::waiting_call(lineage, on.waiting_caller(), &fingerprint));
+        if let Some(waiting) = &waiting
+            && let Some(joined) = self.joinable(txn, site, grant, lineage, waiting, now)?
+        {
+            return Ok(Lookup {
+                found: Some(joined),
+                waiting: None,
+                fingerprint,
+            });
+        }
+        Ok(Lookup {
+            found: txn.load(&keys::request(lineage, &params.request_id))?,
+            waiting,
+            fingerprint,
+        })
+    }
+
+    /// The unfinished request a call that names no request id joins: the
+    /// one the `WaitingCalls` entry `waiting` names, if it is still
+    /// undecided (running, awaiting approval or parked), is for this very
+    /// call (code, executor) and belongs to a live grant of the lineage.
+    /// `None` otherwise (no entry, a malformed or stale one, a request that
+    /// ended, or one whose grant is no longer live, which only its own id
+    /// may end): the call is new work under its own id. Reads only.
+    fn joinable<R: ReadTransaction>(
+        &self,
+        txn: &R,
+        site: &Site,
+        grant: &Grant,
+        lineage: &Lineage,
+        waiting: &[u8; 65],
+        now: Timestamp,
+    ) -> Result<Option<ExecutionRequest>, StoreError> {
+        let Some(Some(id)) = txn.get_with(Table::WaitingCalls, waiting, |bytes| {
+            <[u8; 16]>::try_from(bytes).ok().map(RequestId::from_bytes)
+        })?
+        else {
+            return Ok(None);
+        };
+        let Some(rec) = txn.load::<ExecutionRequest>(&keys::request(lineage, &id))? else {
+            return Ok(None);
+        };
+        if !rec.is_undecided() || waiting_key(lineage, &rec) != *waiting {
+            return Ok(None);
+        }
+        if rec.grant() != grant.id {
+            let (_, owner) = self.grant_status(txn, site, &rec.grant(), now)?;
+            if owner != Some(GrantStatus::Live) {
+                return Ok(None);
+            }
+        }
+        Ok(Some(rec))
     }
 
     /// The executor a call on `on` runs on, and where a new run of it would
@@ -1339,6 +1459,16 @@ impl<S: Store> Engine<S> {
                 txn.delete(Table::Requests, &keys::grant_request(&rec.grant(), &id))?;
                 if let Some(run) = server_run_key(&rec) {
                     txn.delete(Table::Requests, &run)?;
+                }
+                // The entry identical calls would join it by goes with it,
+                // unless it names a later request already: the table is
+                // never larger than the requests it points at.
+                let waiting = waiting_key(&lineage, &rec);
+                let names_it = txn.get_with(Table::WaitingCalls, &waiting, |bytes| {
+                    bytes == id.as_bytes()
+                })?;
+                if names_it == Some(true) {
+                    txn.delete(Table::WaitingCalls, &waiting)?;
                 }
                 txn.delete(Table::Requests, &key)?;
             } else {

@@ -39,6 +39,14 @@ pub struct ExecuteParams {
     pub code: String,
     /// A later page of outcomes, for a stored result.
     pub outcome_cursor: Option<String>,
+    /// The client named no request id: `request_id` is a fresh one the
+    /// adapter drew, and the call **joins** an unfinished identical
+    /// request (same lineage, executor, caller and code) if there is one,
+    /// answering as if it had named that request's id. `false` (the
+    /// default, and always for a parsed envelope, which names its id): the
+    /// call is exactly the request it names. See [`ExecuteParams::joining`]
+    /// and [`crate::ledger`], "Calls that name no request id".
+    pub join: bool,
 }
 
 impl ExecuteParams {
@@ -74,7 +82,20 @@ impl ExecuteParams {
             request_id,
             code,
             outcome_cursor,
+            join: false,
         })
+    }
+
+    /// These params as a call whose client named no request id (`request_id`
+    /// is a fresh one drawn for it, [`RequestId::random`]): it joins an
+    /// unfinished identical request instead of opening another, so a
+    /// client that cannot carry an id and simply calls again gets one
+    /// approval per write and the result once it is approved; once that
+    /// request has ended, an identical call is new work and asks again.
+    #[must_use]
+    pub fn joining(mut self) -> Self {
+        self.join = true;
+        self
     }
 
     /// The fingerprint the request id is bound to.

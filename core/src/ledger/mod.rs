@@ -53,6 +53,37 @@
 //!   id is judged afresh next time. Effects are never re-run by the core: an
 //!   action authorized but never confirmed leaves `unknownTail`.
 //!
+//! # Calls that name no request id
+//!
+//! Many clients cannot carry a request id from one call to the next (their
+//! model sees the `approval_pending` JSON but has no way to send
+//! `requestId` back), so their retry of a write would open another request
+//! and show the person another card each time. An adapter marks such a
+//! call ([`ExecuteParams::joining`], under a fresh random id), and the
+//! ledger makes an **identical** call — the same lineage, executor and
+//! caller (a tab call's client or in-page caller), and the same code
+//! (for a host's tool: its kind, effect, scope and exact arguments) —
+//! **join** the unfinished request it repeats:
+//!
+//! * while that request is unfinished (running, awaiting approval or
+//!   parked) and its grant is live, the call is answered exactly as if it
+//!   had named that request's id: the same card, `approval_pending` or
+//!   `execution_pending` under the joined `requestId`, and once approved a
+//!   run of that request (so the action runs once, whichever call runs it);
+//! * once that request has ended (completed, failed, denied, cancelled,
+//!   expired), an identical call is new work under its own id and asks the
+//!   person again: **identical repeated writes always ask again**, one
+//!   card per write, never one per retry;
+//! * a call that names its id (in its envelope, `_meta`, a sealed state)
+//!   keeps the rules above exactly: it never joins anything, and only a
+//!   request a joining call opened is ever joined.
+//!
+//! The index behind it (table `WaitingCalls`) maps (lineage, caller, code)
+//! to the latest request a joining call opened; an entry naming an ended
+//! request is stale and replaced by the next one, and the ledger sweep
+//! deletes an entry with the request it names, so the index never outgrows
+//! the requests table.
+//!
 //! # Scopes and executors are the host's
 //!
 //! Every [`Action`] names the scope it needs ([`Action::scope`]), whatever

@@ -501,6 +501,12 @@ impl ExecutionRequest {
         self.executor
     }
 
+    /// Submitted by an in-page caller (never auto-approved).
+    #[must_use]
+    pub(crate) fn submitted_in_page(&self) -> bool {
+        self.in_page
+    }
+
     /// Where the latest run was dispatched: the tab connection, or the
     /// number of the server executor.
     #[must_use]

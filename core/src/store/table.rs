@@ -36,11 +36,15 @@ pub enum Table {
     /// The `jti`s of accepted client assertions, until they expire: see
     /// [`crate::client::assertion`].
     ClientAssertions,
+    /// Index: the unfinished request an identical call that names no
+    /// request id joins, by (lineage, caller, code fingerprint): see
+    /// [`crate::ledger`], "Calls that name no request id".
+    WaitingCalls,
 }
 
 impl Table {
     /// Every table, in a fixed order.
-    pub const ALL: [Self; 14] = [
+    pub const ALL: [Self; 15] = [
         Self::Meta,
         Self::Sites,
         Self::Clients,
@@ -55,6 +59,7 @@ impl Table {
         Self::Tabs,
         Self::GrantApps,
         Self::ClientAssertions,
+        Self::WaitingCalls,
     ];
 
     /// The stable name a store uses for this table.
@@ -75,6 +80,7 @@ impl Table {
             Self::Tabs => "tabs",
             Self::GrantApps => "grant_apps",
             Self::ClientAssertions => "client_assertions",
+            Self::WaitingCalls => "waiting_calls",
         }
     }
 
