@@ -125,6 +125,10 @@ enum KeyState {
 }
 
 /// What an entry signs and verifies with.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "a keyring holds a handful of keys, built once; boxing would add a hop to every verify"
+)]
 #[derive(Clone, Debug)]
 enum Material {
     /// An HS256 key: tokens and every MAC the core derives.

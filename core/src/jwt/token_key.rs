@@ -22,6 +22,10 @@ use super::{Algorithm, KeyringError};
 #[derive(Clone)]
 pub struct TokenKey(Inner);
 
+#[allow(
+    clippy::large_enum_variant,
+    reason = "a keyring holds a handful of keys, built once; boxing would add a hop to every verify"
+)]
 #[derive(Clone)]
 enum Inner {
     #[cfg(feature = "eddsa")]
