@@ -31,3 +31,4 @@ mod private_key_jwt;
 mod seam;
 mod shared_refresh;
 mod store_contract;
+mod token_keys;

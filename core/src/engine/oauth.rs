@@ -867,7 +867,7 @@ impl<S: Store> Engine<S> {
             ..ClaimsRef::default()
         };
         self.keyring
-            .sign_ref_with(signer.alg, TokenType::AccessToken, &claims)
+            .sign_ref_with(signer.alg, TokenType::AccessToken, &claims, now)
             .map_err(TokenError::Signing)
     }
 

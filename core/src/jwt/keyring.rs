@@ -170,6 +170,11 @@ struct Entry {
     kid: KeyId,
     material: Material,
     state: KeyState,
+    /// From when an access-token key signs, if it was scheduled
+    /// ([`Keyring::schedule`]).
+    active_from: Option<Timestamp>,
+    /// From when an access-token key no longer verifies, if scheduled.
+    retire_at: Option<Timestamp>,
     /// The encoded header this key writes, per [`TokenType`]: signing copies
     /// it, and verification recognises it byte for byte without decoding.
     headers: [String; TokenType::COUNT],
@@ -183,8 +188,15 @@ impl Entry {
             kid,
             material,
             state: KeyState::Verifying,
+            active_from: None,
+            retire_at: None,
             headers,
         }
+    }
+
+    /// Whether it still verifies at `now`.
+    fn verifies_at(&self, now: Timestamp) -> bool {
+        self.state == KeyState::Verifying && self.retire_at.is_none_or(|at| now < at)
     }
 }
 
@@ -228,7 +240,12 @@ fn encoded_header(alg: Algorithm, typ: TokenType, kid: &str) -> String {
 /// access-token key is then published, and verifies), `set_active` it
 /// (new tokens use it; old tokens still verify), and `retire` the old key
 /// once every token it signed has expired (or at once, to revoke them all).
-/// The keyring lives in the host's secret storage, never in the [`Store`].
+/// An access-token key can instead carry its schedule
+/// ([`Keyring::schedule`]): published from the moment it is in the keyring,
+/// signing from its `active_from`, verifying until its `retire_at`. The
+/// core reads the clock it is given, so every instance of a fleet holding
+/// the same keys switches at the same instant, with no coordination. The
+/// keyring lives in the host's secret storage, never in the [`Store`].
 ///
 /// [`Store`]: crate::store::Store
 #[derive(Clone, Debug, Default)]
@@ -339,6 +356,37 @@ impl Keyring {
         Ok(())
     }
 
+    /// Schedules the access-token key `kid`: it signs the tokens of its
+    /// algorithm from `active_from` (the scheduled key whose `active_from`
+    /// is the latest not after `now` signs; when none has begun, the key
+    /// [`Keyring::set_active`] chose), and verifies until `retire_at`, when
+    /// it also leaves the published key set. Meant for routine rotation: a
+    /// new key is published at once and signs only once resource servers
+    /// have had time to fetch it; the old one retires once every token it
+    /// signed has expired. An HS256 key is [`KeyringError::CannotSign`]
+    /// here: HS256 keys are made active by hand.
+    pub fn schedule(
+        &mut self,
+        kid: &str,
+        active_from: Timestamp,
+        retire_at: Option<Timestamp>,
+    ) -> Result<(), KeyringError> {
+        let i = self.position(kid).ok_or(KeyringError::UnknownKeyId)?;
+        let entry = &mut self.entries[i];
+        match &entry.material {
+            Material::Hmac(_) => Err(KeyringError::CannotSign),
+            #[cfg(any(feature = "eddsa", feature = "es256"))]
+            Material::Token(key) => {
+                if !key.can_sign() {
+                    return Err(KeyringError::CannotSign);
+                }
+                entry.active_from = Some(active_from);
+                entry.retire_at = retire_at;
+                Ok(())
+            }
+        }
+    }
+
     /// Retires `kid`: tokens it signed stop verifying at once, and an
     /// access-token key leaves the published key set.
     pub fn retire(&mut self, kid: &str) -> Result<(), KeyringError> {
@@ -356,17 +404,33 @@ impl Keyring {
         self.active.map(|i| self.entries[i].kid.as_str())
     }
 
-    /// The `kid` of the key new tokens of `alg` are signed with.
+    /// The `kid` of the key new tokens of `alg` are signed with at `now`.
     #[must_use]
-    pub fn active_kid_for(&self, alg: Algorithm) -> Option<&str> {
-        self.active_index(alg).map(|i| self.entries[i].kid.as_str())
+    pub fn active_kid_for(&self, alg: Algorithm, now: Timestamp) -> Option<&str> {
+        self.active_index(alg, now)
+            .map(|i| self.entries[i].kid.as_str())
     }
 
-    fn active_index(&self, alg: Algorithm) -> Option<usize> {
-        match signer_slot(alg) {
-            None => self.active,
-            Some(slot) => self.signers[slot],
-        }
+    /// The entry that signs `alg` at `now`: the scheduled key of `alg`
+    /// whose `active_from` is the latest not after `now` (the later entry
+    /// on a tie), still verifying; else the one `set_active` chose.
+    fn active_index(&self, alg: Algorithm, now: Timestamp) -> Option<usize> {
+        let Some(slot) = signer_slot(alg) else {
+            return self.active;
+        };
+        let scheduled = self
+            .entries
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.material.algorithm() == alg && e.verifies_at(now))
+            .filter_map(|(i, e)| {
+                e.active_from
+                    .filter(|from| *from <= now)
+                    .map(|from| (from, i))
+            })
+            .max()
+            .map(|(_, i)| i);
+        scheduled.or(self.signers[slot].filter(|i| self.entries[*i].verifies_at(now)))
     }
 
     /// The active HS256 key, for deriving MACs other than token signatures.
@@ -400,23 +464,28 @@ impl Keyring {
         }
     }
 
-    /// The published key set (RFC 7517 §5): the public half of every
-    /// access-token key not retired, each with its `kid`, `use: sig` and
-    /// `alg`; never an HS256 key. What a site serves at its `jwks_uri`.
+    /// The published key set at `now` (RFC 7517 §5): the public half of
+    /// every access-token key that still verifies (scheduled ones from the
+    /// moment they are in the keyring, before they sign), each with its
+    /// `kid`, `use: sig` and `alg`; never an HS256 key. What a site serves
+    /// at its `jwks_uri`.
     #[must_use]
-    pub fn public_key_set(&self) -> String {
+    pub fn public_key_set(&self, now: Timestamp) -> String {
         #[cfg(any(feature = "eddsa", feature = "es256"))]
         let keys: Vec<serde_json::Value> = self
             .entries
             .iter()
-            .filter(|e| e.state != KeyState::Retired)
+            .filter(|e| e.verifies_at(now))
             .filter_map(|e| match &e.material {
                 Material::Token(key) => Some(key.public_jwk(e.kid.as_str())),
                 Material::Hmac(_) => None,
             })
             .collect();
         #[cfg(not(any(feature = "eddsa", feature = "es256")))]
-        let keys: Vec<serde_json::Value> = Vec::new();
+        let keys: Vec<serde_json::Value> = {
+            let _ = now;
+            Vec::new()
+        };
         let mut set = serde_json::Map::new();
         set.insert("keys".into(), serde_json::Value::Array(keys));
         let mut out = Vec::new();
@@ -441,7 +510,7 @@ impl Keyring {
     /// its encoding. The only allocation is the token (claims over 1 KiB of
     /// JSON spill to the heap first).
     pub fn sign(&self, typ: TokenType, claims: &Claims) -> Result<SecretString, SignError> {
-        self.sign_json(Algorithm::Hs256, typ, |out| claims.write_json(out))
+        self.sign_json(typ, |out| claims.write_json(out))
     }
 
     /// [`Keyring::sign`] for borrowed claims: what a caller holding the
@@ -453,31 +522,45 @@ impl Keyring {
         typ: TokenType,
         claims: &ClaimsRef<'_>,
     ) -> Result<SecretString, SignError> {
-        self.sign_json(Algorithm::Hs256, typ, |out| claims.write_json(out))
+        self.sign_json(typ, |out| claims.write_json(out))
     }
 
-    /// [`Keyring::sign_ref`] with the active key of `alg`: how a site that
-    /// chose an asymmetric algorithm signs its access tokens.
+    /// [`Keyring::sign_ref`] with the key of `alg` that signs at `now`
+    /// (see [`Keyring::schedule`]): how a site signs its access tokens.
     pub fn sign_ref_with(
         &self,
         alg: Algorithm,
         typ: TokenType,
         claims: &ClaimsRef<'_>,
+        now: Timestamp,
     ) -> Result<SecretString, SignError> {
-        self.sign_json(alg, typ, |out| claims.write_json(out))
+        let entry = self
+            .active_index(alg, now)
+            .map(|i| &self.entries[i])
+            .ok_or(SignError::NoActiveKey)?;
+        Self::sign_entry(entry, typ, |out| claims.write_json(out))
     }
 
-    /// The signer: `write_json` writes the payload JSON.
+    /// The HS256 signer: `write_json` writes the payload JSON.
     fn sign_json(
         &self,
-        alg: Algorithm,
         typ: TokenType,
         write_json: impl FnOnce(&mut json::Spill),
     ) -> Result<SecretString, SignError> {
         let entry = self
-            .active_index(alg)
+            .active
             .map(|i| &self.entries[i])
             .ok_or(SignError::NoActiveKey)?;
+        Self::sign_entry(entry, typ, write_json)
+    }
+
+    /// Signs with `entry`.
+    fn sign_entry(
+        entry: &Entry,
+        typ: TokenType,
+        write_json: impl FnOnce(&mut json::Spill),
+    ) -> Result<SecretString, SignError> {
+        let alg = entry.material.algorithm();
         let header = entry.headers[typ.index()].as_str();
         let mut json = json::Spill::new();
         write_json(&mut json);
@@ -543,6 +626,7 @@ impl Keyring {
         self.verify_checked(
             token,
             expect.token_type(),
+            now,
             |claims| expect.check_claims_ref(claims, now),
             f,
         )
@@ -560,6 +644,7 @@ impl Keyring {
         self.verify_checked(
             token,
             expect.typ,
+            now,
             |claims| expect.check_claims_ref(claims, now),
             f,
         )
@@ -571,10 +656,11 @@ impl Keyring {
         &self,
         token: &str,
         typ: TokenType,
+        now: Timestamp,
         check: impl FnOnce(&ClaimsRef<'_>) -> Result<(), VerifyError>,
         f: impl FnOnce(VerifiedRef<'_>) -> R,
     ) -> Result<R, VerifyError> {
-        let (entry, compact) = self.signed_by(token, typ)?;
+        let (entry, compact) = self.signed_by(token, typ, now)?;
         compact::with_decoded(compact.payload, Segment::Payload, |json| {
             let claims = ClaimsRef::parse(json)?;
             check(&claims)?;
@@ -593,6 +679,7 @@ impl Keyring {
         &self,
         token: &'t str,
         typ: TokenType,
+        now: Timestamp,
     ) -> Result<(&Entry, Compact<'t>), VerifyError> {
         // A header this keyring writes is recognised byte for byte, and
         // then the dots are where they must be; anything else is split in
@@ -623,7 +710,7 @@ impl Keyring {
             }
             (entry, compact)
         };
-        if entry.state == KeyState::Retired {
+        if !entry.verifies_at(now) {
             return Err(VerifyError::RetiredKey);
         }
         entry.material.check_signature(&compact)?;
@@ -772,7 +859,7 @@ mod tests {
         let v = Validation::new(TokenType::AccessToken, "r");
         let now = Timestamp::from_secs(10);
         assert_eq!(
-            k.sign_ref_with(Algorithm::EdDsa, TokenType::AccessToken, &c.as_ref())
+            k.sign_ref_with(Algorithm::EdDsa, TokenType::AccessToken, &c.as_ref(), now)
                 .err(),
             Some(SignError::NoActiveKey),
             "published, not yet active"
@@ -780,8 +867,8 @@ mod tests {
         k.set_active("ed1").unwrap();
         k.set_active("ec1").unwrap();
         assert_eq!(k.active_kid(), Some("k1"), "the HS256 key stays active");
-        assert_eq!(k.active_kid_for(Algorithm::EdDsa), Some("ed1"));
-        let set = crate::jwk::JwkSet::parse(k.public_key_set().as_bytes()).unwrap();
+        assert_eq!(k.active_kid_for(Algorithm::EdDsa, now), Some("ed1"));
+        let set = crate::jwk::JwkSet::parse(k.public_key_set(now).as_bytes()).unwrap();
         assert_eq!(
             set.keys().len(),
             2,
@@ -790,7 +877,7 @@ mod tests {
         let mut remote = Keyring::from_key_set(&set);
         for (alg, kid) in [(Algorithm::EdDsa, "ed1"), (Algorithm::Es256, "ec1")] {
             let token = k
-                .sign_ref_with(alg, TokenType::AccessToken, &c.as_ref())
+                .sign_ref_with(alg, TokenType::AccessToken, &c.as_ref(), now)
                 .unwrap();
             let text = token.expose_secret();
             assert_eq!(text.rsplit('.').next().unwrap().len(), 86);
@@ -811,7 +898,7 @@ mod tests {
         assert_eq!(remote.set_active("ed1"), Err(KeyringError::CannotSign));
         assert!(
             remote
-                .sign_ref_with(Algorithm::EdDsa, TokenType::AccessToken, &c.as_ref())
+                .sign_ref_with(Algorithm::EdDsa, TokenType::AccessToken, &c.as_ref(), now)
                 .is_err()
         );
         assert!(k.verifying_key("ed1").is_err(), "no MAC under a token key");
@@ -819,7 +906,7 @@ mod tests {
         k.insert_token_key("ed2", TokenKey::ed25519(&[5; 32]))
             .unwrap();
         let old = k
-            .sign_ref_with(Algorithm::EdDsa, TokenType::AccessToken, &c.as_ref())
+            .sign_ref_with(Algorithm::EdDsa, TokenType::AccessToken, &c.as_ref(), now)
             .unwrap();
         k.set_active("ed2").unwrap();
         k.retire("ed1").unwrap();
@@ -827,9 +914,62 @@ mod tests {
             k.verify(old.expose_secret(), &v, now),
             Err(VerifyError::RetiredKey)
         );
-        let published = k.public_key_set();
+        let published = k.public_key_set(now);
         assert!(published.contains("\"ed2\"") && !published.contains("\"ed1\""));
         assert_eq!(k.retire("ed2"), Err(KeyringError::RetiringActiveKey));
+    }
+
+    /// Routine rotation on a schedule: the new key is published at once,
+    /// signs from its `active_from`, and the old one verifies until its
+    /// `retire_at`; a resource server's keyring built from the set published
+    /// before the switch verifies the new tokens.
+    #[cfg(feature = "eddsa")]
+    #[test]
+    fn scheduled_rotation_publishes_first_then_signs_then_retires() {
+        let mut k = Keyring::new();
+        let t = Timestamp::from_secs;
+        k.insert_token_key("old", TokenKey::ed25519(&[3; 32]))
+            .unwrap();
+        k.schedule("old", t(0), None).unwrap();
+        let c = claims();
+        let sign = |k: &Keyring, now| {
+            k.sign_ref_with(Algorithm::EdDsa, TokenType::AccessToken, &c.as_ref(), now)
+                .unwrap()
+        };
+        let old_token = sign(&k, t(100));
+        // The rotation: published at 100, signing from 1 100, the old key
+        // retiring 300 s (an access token's life) after that.
+        k.insert_token_key("new", TokenKey::ed25519(&[4; 32]))
+            .unwrap();
+        k.schedule("new", t(1_100), None).unwrap();
+        k.schedule("old", t(0), Some(t(1_400))).unwrap();
+        let published_early = k.public_key_set(t(100));
+        assert!(published_early.contains("\"new\"") && published_early.contains("\"old\""));
+        assert_eq!(k.active_kid_for(Algorithm::EdDsa, t(1_099)), Some("old"));
+        assert_eq!(k.active_kid_for(Algorithm::EdDsa, t(1_100)), Some("new"));
+        let remote =
+            Keyring::from_key_set(&crate::jwk::JwkSet::parse(published_early.as_bytes()).unwrap());
+        let v = Validation::new(TokenType::AccessToken, "r");
+        let new_token = sign(&k, t(1_200));
+        assert_eq!(
+            remote
+                .verify(new_token.expose_secret(), &v, t(900))
+                .unwrap()
+                .kid,
+            "new"
+        );
+        assert_eq!(
+            k.verify(old_token.expose_secret(), &v, t(999)).unwrap().kid,
+            "old"
+        );
+        assert_eq!(
+            k.verify(old_token.expose_secret(), &v, t(1_400)),
+            Err(VerifyError::RetiredKey)
+        );
+        assert!(!k.public_key_set(t(1_400)).contains("\"old\""));
+        assert_eq!(k.schedule("old", t(0), None), Ok(()));
+        let mut h = keyring();
+        assert_eq!(h.schedule("k1", t(0), None), Err(KeyringError::CannotSign));
     }
 
     /// The algorithm is the key's (RFC 8725 §3.1): a token whose header
@@ -842,7 +982,7 @@ mod tests {
         let mut k = Keyring::new();
         k.insert_token_key("ed1", TokenKey::ed25519(&[3; 32]))
             .unwrap();
-        let public = k.public_key_set();
+        let public = k.public_key_set(Timestamp::EPOCH);
         let x = serde_json::from_str::<serde_json::Value>(&public).unwrap()["keys"][0]["x"]
             .as_str()
             .map(String::from)
