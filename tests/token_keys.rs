@@ -69,7 +69,7 @@ fn remote_check<S: Store>(
 ) -> Result<String, portcullis::jwt::VerifyError> {
     let keys = Keyring::from_key_set(&JwkSet::parse(set.as_bytes()).unwrap());
     let expect =
-        Validation::new(TokenType::AccessToken, &w.resource()).issuer("https://app.example.com");
+        Validation::new(TokenType::AccessToken, w.resource()).issuer("https://app.example.com");
     keys.verify(token.access_token.expose_secret(), &expect, w.now)
         .map(|v| v.kid)
 }
@@ -102,7 +102,7 @@ fn asymmetric_access_tokens_verify_with_the_published_set<S: Store>(store: &S) {
                 .is_err()
         );
         let other_issuer =
-            Validation::new(TokenType::AccessToken, &w.resource()).issuer("https://evil.example");
+            Validation::new(TokenType::AccessToken, w.resource()).issuer("https://evil.example");
         assert!(
             keys.verify(t.access_token.expose_secret(), &other_issuer, w.now)
                 .is_err()
@@ -139,7 +139,7 @@ fn routine_rotation_logs_nobody_out<S: Store>(store: &S) {
     // The rotation: published now, signing in an hour, the old key retired
     // an access token's life (plus the leeway) after that.
     let ttl = Policy::default().access_token_ttl + Policy::default().jwt_leeway;
-    let switch = start.saturating_add(Duration::from_secs(3_600));
+    let switch = start.saturating_add(Duration::from_hours(1));
     k.insert_token_key("ed-2", TokenKey::ed25519(&[0x23; 32]))
         .unwrap();
     k.schedule("ed-2", switch, None).unwrap();
@@ -175,7 +175,7 @@ fn routine_rotation_logs_nobody_out<S: Store>(store: &S) {
     assert_eq!(header(&current[0])["kid"], "ed-2");
     // Every agent refreshes across the switch (the other two with
     // refresh tokens from an hour ago, as idle agents do).
-    while w.now < switch.saturating_add(Duration::from_secs(900)) {
+    while w.now < switch.saturating_add(Duration::from_mins(15)) {
         w.advance(290);
         for t in &mut current {
             *t = w.refresh(t.refresh_token.expose_secret()).unwrap();
