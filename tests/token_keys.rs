@@ -146,7 +146,7 @@ fn routine_rotation_logs_nobody_out<S: Store>(store: &S) {
     k.schedule("ed-1", Timestamp::EPOCH, Some(switch.saturating_add(ttl)))
         .unwrap();
     // The host reloads its keys: an engine over the same store.
-    w.engine = portcullis::Engine::new(w.engine.store().clone(), k, Policy::default());
+    w.engine = portcullis::Engine::new(store, k, Policy::default());
     let published = w.engine.keyring().public_key_set(w.now);
     assert!(published.contains("ed-2"), "published before it signs");
     for a in &agents {
