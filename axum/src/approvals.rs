@@ -92,7 +92,7 @@ impl<S: HostStore> Portcullis<S> {
         match self
             .blocking(move |p| {
                 p.inner
-                    .engine
+                    .engine()
                     .pending_approvals_of(&p.inner.site_id, &subject, crate::now())
             })
             .await?
@@ -113,7 +113,7 @@ impl<S: HostStore> Portcullis<S> {
         let Decision { approval, decision } = d;
         let answer = self
             .write(move |p, txn| {
-                p.inner.engine.decide_approval_in(
+                p.inner.engine().decide_approval_in(
                     txn,
                     &p.inner.site_id,
                     &subject,

@@ -48,7 +48,8 @@ pub(crate) async fn verify<S: HostStore>(
     };
     let facts = p.facts();
     let site = &facts.site;
-    let policy = p.inner.engine.policy();
+    let engine = p.inner.engine();
+    let policy = engine.policy();
     if !site.client_metadata_documents {
         return Err(refused(AssertionError::NotAnAssertionClient));
     }

@@ -2,10 +2,12 @@
 //! once at start.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use portcullis_core::engine::SiteOpError;
+use portcullis_core::jwt::Algorithm;
 use portcullis_core::scope::ScopeSet;
 use portcullis_core::site::{Site, SiteConfig, SiteError, SiteId};
 use portcullis_core::{Engine, Policy};
@@ -13,6 +15,8 @@ use portcullis_core::{Engine, Policy};
 use crate::csrf::Csrf;
 use crate::documents::Documents;
 use crate::host::Host;
+use crate::key_reload::{self, KeyFile};
+use crate::keys::LoosePermissions;
 use crate::store::{HostStore, Writer};
 use crate::{Inner, Keyring, Portcullis, SiteFacts, run, sweep};
 
@@ -28,6 +32,9 @@ pub enum BuildError {
     Executor(portcullis_core::executor::ExecutorError),
     /// A blocking task failed.
     Join,
+    /// The keyring has no active key of this algorithm now: HS256 (every
+    /// site needs one, for its MACs) or the site's access-token algorithm.
+    NoActiveKey(Algorithm),
 }
 
 impl fmt::Display for BuildError {
@@ -37,11 +44,29 @@ impl fmt::Display for BuildError {
             Self::Site(e) => write!(f, "the site: {e}"),
             Self::Executor(e) => write!(f, "the server executor: {e}"),
             Self::Join => f.write_str("a blocking task failed"),
+            Self::NoActiveKey(alg) => write!(f, "the keyring has no active {alg} key"),
         }
     }
 }
 
 impl std::error::Error for BuildError {}
+
+/// Checks that `keyring` can serve a site whose access tokens are signed
+/// with `alg` at `now`: an active HS256 key (codes, refresh tokens and the
+/// other MACs), and an active key of `alg`.
+pub(crate) fn check_keyring(
+    keyring: &Keyring,
+    alg: Algorithm,
+    now: portcullis_core::Timestamp,
+) -> Result<(), BuildError> {
+    if keyring.active_key().is_none() {
+        return Err(BuildError::NoActiveKey(Algorithm::Hs256));
+    }
+    if keyring.active_kid_for(alg, now).is_none() {
+        return Err(BuildError::NoActiveKey(alg));
+    }
+    Ok(())
+}
 
 /// Puts a [`Portcullis`] together: [`Portcullis::builder`].
 #[must_use]
@@ -50,6 +75,7 @@ pub struct Builder<S: HostStore> {
     keyring: Keyring,
     policy: Policy,
     public_url: Option<String>,
+    mcp_origin: Option<String>,
     site_id: String,
     site_name: String,
     mcp_path: String,
@@ -60,7 +86,9 @@ pub struct Builder<S: HostStore> {
     auto_approval: bool,
     client_documents: bool,
     dev_loopback_documents: bool,
+    access_token_alg: Algorithm,
     approval_wait: Duration,
+    key_file: Option<KeyFile>,
 }
 
 impl<S: HostStore> fmt::Debug for Builder<S> {
@@ -79,6 +107,7 @@ impl<S: HostStore> Builder<S> {
             keyring,
             policy: Policy::default(),
             public_url: None,
+            mcp_origin: None,
             site_id: "default".into(),
             site_name: "this app".into(),
             mcp_path: "/mcp".into(),
@@ -89,7 +118,9 @@ impl<S: HostStore> Builder<S> {
             auto_approval: true,
             client_documents: true,
             dev_loopback_documents: false,
+            access_token_alg: Algorithm::Hs256,
             approval_wait: Duration::from_secs(20),
+            key_file: None,
         }
     }
 
@@ -98,6 +129,18 @@ impl<S: HostStore> Builder<S> {
     /// routes are served. Required.
     pub fn public_url(mut self, url: impl Into<String>) -> Self {
         self.public_url = Some(url.into());
+        self
+    }
+
+    /// The origin the MCP service is served at when it is not the app's
+    /// own: a resource server in another process, which checks the site's
+    /// tokens with its published key set
+    /// ([`RemoteResource`](crate::remote::RemoteResource); sign with
+    /// [`Builder::access_token_algorithm`] EdDSA or ES256). The MCP URL,
+    /// which tokens name as their audience, becomes `<mcp origin><mcp
+    /// path>/<site key>`. Default: the public URL.
+    pub fn mcp_origin(mut self, origin: impl Into<String>) -> Self {
+        self.mcp_origin = Some(origin.into());
         self
     }
 
@@ -179,6 +222,32 @@ impl<S: HostStore> Builder<S> {
         self
     }
 
+    /// How the site's access tokens are signed (default
+    /// [`Algorithm::Hs256`]: only this process, holding the secret, checks
+    /// them). [`Algorithm::EdDsa`] or [`Algorithm::Es256`] lets resource
+    /// servers in other processes check them with the published key set
+    /// (`jwks_uri`, [`crate::remote`]); the keyring needs an active key of
+    /// that algorithm (a new [key file](crate::keys) has one of each).
+    pub fn access_token_algorithm(mut self, alg: Algorithm) -> Self {
+        self.access_token_alg = alg;
+        self
+    }
+
+    /// Reloads the keys from the key file at `path` when it changes
+    /// (looked at every [`key_reload::POLL_EVERY`](crate::key_reload::POLL_EVERY)): a routine rotation
+    /// ([`keys::rotate`](crate::keys::rotate), `portcullis keys rotate`)
+    /// reaches the running server without a restart. Give it the file the
+    /// builder's keyring was loaded from; `loose` is applied on every
+    /// reload as on the first load. A file that does not load, or lacks a
+    /// key the site signs with, is logged and the keys in use stay.
+    pub fn watch_key_file(mut self, path: impl Into<PathBuf>, loose: LoosePermissions) -> Self {
+        self.key_file = Some(KeyFile {
+            path: path.into(),
+            loose,
+        });
+        self
+    }
+
     /// How long [`Portcullis::run_once`] waits for a person's decision
     /// before it answers `approval_pending` (default 20 s; the agent calls
     /// again with the same request id).
@@ -217,11 +286,15 @@ impl<S: HostStore> Builder<S> {
                 "an endpoint scope is not a declared scope".into(),
             ));
         }
+        let mcp_origin = match &self.mcp_origin {
+            Some(url) => origin_of(Some(url))?,
+            None => origin.clone(),
+        };
         let mut config = SiteConfig::new(
             site_id.clone(),
             &self.site_name,
             &origin,
-            &format!("{origin}{mcp_path}/"),
+            &format!("{mcp_origin}{mcp_path}/"),
         );
         config.scopes = scopes;
         config.allowed_origins = std::iter::once(origin.clone())
@@ -229,6 +302,8 @@ impl<S: HostStore> Builder<S> {
             .collect();
         config.auto_approval_allowed = self.auto_approval;
         config.client_metadata_documents = self.client_documents;
+        config.access_token_alg = self.access_token_alg;
+        check_keyring(&self.keyring, self.access_token_alg, crate::now())?;
         let csrf_key = self
             .keyring
             .active_key()
@@ -253,7 +328,7 @@ impl<S: HostStore> Builder<S> {
         let portcullis = Portcullis {
             inner: Arc::new(Inner {
                 writer: Writer::for_store(engine.store()),
-                engine,
+                engine: RwLock::new(Arc::new(engine)),
                 site_id,
                 site: RwLock::new(Arc::new(SiteFacts::of(site))),
                 host: Box::new(host),
@@ -271,6 +346,9 @@ impl<S: HostStore> Builder<S> {
                 _stop: stop,
             }),
         };
+        if let Some(file) = self.key_file {
+            key_reload::start(&portcullis, file, stopped.clone());
+        }
         sweep::start(&portcullis, stopped);
         Ok(portcullis)
     }
@@ -353,6 +431,7 @@ fn same_settings(site: &Site, config: &SiteConfig) -> bool {
         && site.allowed_origins == config.allowed_origins
         && site.auto_approval_allowed == config.auto_approval_allowed
         && site.client_metadata_documents == config.client_metadata_documents
+        && site.access_token_alg == config.access_token_alg
 }
 
 #[cfg(test)]

@@ -274,7 +274,7 @@ impl Resolve for GuardedResolver {
 
 /// The seconds of `Cache-Control: max-age`, unless `no-store` or `no-cache`
 /// forbid keeping the response; `None` means not cacheable.
-fn cache_ttl(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+pub(crate) fn cache_ttl(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     let mut max_age = None;
     for value in headers.get_all(reqwest::header::CACHE_CONTROL) {
         let text = value.to_str().ok()?;

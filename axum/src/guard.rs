@@ -48,9 +48,10 @@ use portcullis_core::ledger::RequestId;
 use portcullis_core::ledger::resume::{CallDigest, ResumeState, StateError};
 use portcullis_core::scope::ScopeSet;
 
+use crate::Portcullis;
 use crate::respond::{self, HeaderValues};
 use crate::store::HostStore;
-use crate::{Portcullis, SiteFacts};
+use portcullis_core::resource_server::RemoteGrant;
 
 /// Who an MCP request acts for.
 #[derive(Clone, Debug)]
@@ -61,6 +62,11 @@ pub enum Identity {
     /// A minted agent token (for clients that cannot do OAuth). It has no
     /// grant, so it cannot run ledger actions.
     Minted(AgentPrincipal),
+    /// An access token checked by a resource server in another process
+    /// with the site's published keys alone ([`crate::remote`]): what its
+    /// claims say. The grant was live when the token was signed; whether
+    /// it still is, only the site knows. No ledger actions here either.
+    Remote(RemoteGrant),
 }
 
 /// The verified caller of an MCP request, in the request's extensions
@@ -78,9 +84,9 @@ struct AgentInner {
     /// multi round-trip request's state): the [`Portcullis`] that checked
     /// the request, type-erased so `Agent` has no store parameter.
     services: Arc<dyn Services>,
-    /// The site as it was when the request was checked: every challenge
-    /// names its RFC 9728 document.
-    site: Arc<SiteFacts>,
+    /// The RFC 9728 document of the resource the request was checked
+    /// for, which every challenge names.
+    resource_metadata: Arc<str>,
     /// A challenge raised by a tool, for the guard to answer with.
     challenge: Mutex<Option<Challenge>>,
 }
@@ -113,6 +119,31 @@ pub(crate) trait Services: Send + Sync + 'static {
     /// Whether `principal`'s client declared URL elicitation in its last
     /// `initialize` here ([`Initialized`]).
     fn declared_url_elicitation(&self, principal: &Principal) -> bool;
+    /// Notes whether `principal`'s client, in an `initialize` let through
+    /// now, declared URL elicitation.
+    fn note_initialize(&self, principal: &Principal, url: bool);
+}
+
+/// The services of an agent that has no [`Principal`] (a remote one):
+/// never asked, since every caller needs a principal first.
+pub(crate) struct NoServices;
+
+impl Services for NoServices {
+    fn seal_state(&self, _: &Principal, _: &CallDigest, _: RequestId, _: bool) -> Option<String> {
+        None
+    }
+    fn open_state(
+        &self,
+        _: &Principal,
+        _: &CallDigest,
+        _: &str,
+    ) -> Result<ResumeState, StateError> {
+        Err(StateError::Refused)
+    }
+    fn declared_url_elicitation(&self, _: &Principal) -> bool {
+        false
+    }
+    fn note_initialize(&self, _: &Principal, _: bool) {}
 }
 
 /// On the shared state itself, so an agent holds it as one more count of
@@ -122,6 +153,10 @@ impl<S: HostStore> Services for crate::Inner<S> {
         self.initialized.declared_url(principal)
     }
 
+    fn note_initialize(&self, principal: &Principal, url: bool) {
+        self.initialized.note(principal, url);
+    }
+
     fn seal_state(
         &self,
         principal: &Principal,
@@ -129,7 +164,7 @@ impl<S: HostStore> Services for crate::Inner<S> {
         request: RequestId,
         prompted: bool,
     ) -> Option<String> {
-        self.engine
+        self.engine()
             .seal_request_state(principal, call, request, prompted, crate::now())
     }
 
@@ -139,7 +174,7 @@ impl<S: HostStore> Services for crate::Inner<S> {
         call: &CallDigest,
         text: &str,
     ) -> Result<ResumeState, StateError> {
-        self.engine
+        self.engine()
             .open_request_state(principal, call, text, crate::now())
     }
 }
@@ -168,14 +203,14 @@ impl std::error::Error for ScopeRequired {}
 impl Agent {
     pub(crate) fn new(
         identity: Identity,
-        facts: Arc<SiteFacts>,
+        resource_metadata: Arc<str>,
         services: Arc<dyn Services>,
     ) -> Self {
         Self {
             inner: Arc::new(AgentInner {
                 identity,
                 services,
-                site: facts,
+                resource_metadata,
                 challenge: Mutex::new(None),
             }),
         }
@@ -198,7 +233,7 @@ impl Agent {
     pub fn principal(&self) -> Option<&Principal> {
         match &self.inner.identity {
             Identity::Grant(p) => Some(p),
-            Identity::Minted(_) => None,
+            Identity::Minted(_) | Identity::Remote(_) => None,
         }
     }
 
@@ -208,6 +243,7 @@ impl Agent {
         match &self.inner.identity {
             Identity::Grant(p) => &p.subject,
             Identity::Minted(m) => &m.subject,
+            Identity::Remote(r) => &r.subject,
         }
     }
 
@@ -217,6 +253,7 @@ impl Agent {
         match &self.inner.identity {
             Identity::Grant(p) => &p.scopes,
             Identity::Minted(m) => &m.scopes,
+            Identity::Remote(r) => &r.scopes,
         }
     }
 
@@ -236,7 +273,7 @@ impl Agent {
         }
         let ask = needed.union(self.scopes());
         self.raise(Challenge::insufficient_scope(
-            &self.inner.site.resource_metadata,
+            &self.inner.resource_metadata,
             &ask,
         ));
         Err(ScopeRequired { ask })
@@ -303,36 +340,145 @@ impl Agent {
     }
 }
 
-/// A service behind the bearer check: [`Portcullis::protect`].
-pub struct Protect<S: HostStore, Svc> {
-    portcullis: Portcullis<S>,
+/// What lets a request through to a protected service: the site itself
+/// ([`Portcullis`]), or a resource server in another process that checks
+/// the site's tokens with its published keys
+/// ([`RemoteResource`](crate::remote::RemoteResource)). Sealed: this crate
+/// makes both.
+pub trait Gatekeeper: sealed::Sealed + Clone + Send + Sync + 'static {
+    /// The checks before the service sees a request with these `parts`:
+    /// the verified agent, or the refusal to answer with.
+    fn admit(&self, parts: &Parts) -> impl Future<Output = Result<Agent, Response>> + Send;
+}
+
+mod sealed {
+    /// Only this crate's gatekeepers.
+    pub trait Sealed {}
+}
+
+impl<S: HostStore> sealed::Sealed for Portcullis<S> {}
+
+impl<S: HostStore> Gatekeeper for Portcullis<S> {
+    fn admit(&self, parts: &Parts) -> impl Future<Output = Result<Agent, Response>> + Send {
+        self.authenticate(parts)
+    }
+}
+
+impl sealed::Sealed for crate::remote::RemoteResource {}
+
+impl Gatekeeper for crate::remote::RemoteResource {
+    fn admit(&self, parts: &Parts) -> impl Future<Output = Result<Agent, Response>> + Send {
+        self.authenticate(parts)
+    }
+}
+
+/// A service behind a gatekeeper's checks: [`Portcullis::protect`],
+/// [`RemoteResource::protect`](crate::remote::RemoteResource::protect).
+pub struct Protect<G, Svc> {
+    gate: G,
     inner: Svc,
 }
 
-impl<S: HostStore, Svc: Clone> Clone for Protect<S, Svc> {
+impl<G: Clone, Svc: Clone> Clone for Protect<G, Svc> {
     fn clone(&self) -> Self {
         Self {
-            portcullis: self.portcullis.clone(),
+            gate: self.gate.clone(),
             inner: self.inner.clone(),
         }
     }
 }
 
-impl<S: HostStore, Svc> std::fmt::Debug for Protect<S, Svc> {
+impl<G, Svc> std::fmt::Debug for Protect<G, Svc> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Protect")
     }
+}
+
+impl<G, Svc> Protect<G, Svc> {
+    pub(crate) fn new(gate: G, inner: Svc) -> Self {
+        Self { gate, inner }
+    }
+}
+
+/// `request` through `gate`'s checks: `serve` answers it with the verified
+/// [`Agent`] in its extensions, and the answer passes through [`finish`];
+/// a refused request is answered here (after reading and dropping a small
+/// body, so the client's keep-alive connection stays usable for its next
+/// request).
+pub(crate) async fn guarded<G, F, Fut>(gate: &G, request: Request<Body>, serve: F) -> Response
+where
+    G: Gatekeeper,
+    F: FnOnce(Request<Body>) -> Fut,
+    Fut: Future<Output = Response>,
+{
+    let (mut parts, body) = request.into_parts();
+    let agent = match gate.admit(&parts).await {
+        Ok(agent) => agent,
+        Err(refusal) => {
+            drain(body).await;
+            return refusal;
+        }
+    };
+    let body = match note_initialize(&parts, &agent, body).await {
+        Ok(body) => body,
+        Err(refusal) => return refusal,
+    };
+    parts.extensions.insert(agent.clone());
+    let response = serve(Request::from_parts(parts, body)).await;
+    finish(&agent, response)
+}
+
+/// Notes what an `initialize` declares ([`Initialized`]) and hands the
+/// body on unchanged. Only a small `POST` without `MCP-Protocol-Version`
+/// (the header every request after the handshake carries), from an agent
+/// with a grant, is read here.
+async fn note_initialize(parts: &Parts, agent: &Agent, body: Body) -> Result<Body, Response> {
+    let small = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
+        .is_some_and(|n| n <= INITIALIZE_LIMIT);
+    let Some(principal) = agent.principal() else {
+        return Ok(body);
+    };
+    if parts.method != Method::POST || parts.headers.contains_key("mcp-protocol-version") || !small
+    {
+        return Ok(body);
+    }
+    let Ok(bytes) = axum::body::to_bytes(body, INITIALIZE_LIMIT).await else {
+        return Err((
+            StatusCode::BAD_REQUEST,
+            "the request body could not be read\n",
+        )
+            .into_response());
+    };
+    if let Some(url) = initialize_declares_url(&bytes) {
+        agent.inner.services.note_initialize(principal, url);
+    }
+    Ok(Body::from(bytes))
+}
+
+/// The response to an authenticated request, as the client gets it: `403
+/// insufficient_scope` with its challenge if a tool found a scope
+/// missing, else `response` unchanged.
+pub(crate) fn finish(agent: &Agent, mut response: Response) -> Response {
+    if let Some(c) = agent.take_challenge() {
+        tracing::debug!(status = c.status, "scope missing: step-up challenge");
+        if let Ok(v) = HeaderValue::try_from(c.www_authenticate) {
+            *response.status_mut() =
+                StatusCode::from_u16(c.status).unwrap_or(StatusCode::FORBIDDEN);
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+        }
+    }
+    response
 }
 
 impl<S: HostStore> Portcullis<S> {
     /// `service` (rmcp's `StreamableHttpService`, or any HTTP service)
     /// behind the bearer check ([`Portcullis::authenticate`]); mount it at
     /// [`Portcullis::mcp_route`]. Its requests carry the verified [`Agent`].
-    pub fn protect<Svc>(&self, service: Svc) -> Protect<S, Svc> {
-        Protect {
-            portcullis: self.clone(),
-            inner: service,
-        }
+    pub fn protect<Svc>(&self, service: Svc) -> Protect<Self, Svc> {
+        Protect::new(self.clone(), service)
     }
 
     /// The checks of [`Portcullis::protect`] for a request's `parts`, in
@@ -373,7 +519,7 @@ impl<S: HostStore> Portcullis<S> {
         // runtime; a miss (or no cache) goes to the blocking pool.
         let inline = self
             .inner
-            .engine
+            .engine()
             .store()
             .in_memory(|| self.check(authorization.field()))
             .filter(|v| !matches!(v, Err(BearerRejection::Store(_))));
@@ -384,7 +530,11 @@ impl<S: HostStore> Portcullis<S> {
         match verdict {
             Ok(identity) => {
                 let services: Arc<dyn Services> = self.inner.clone();
-                Ok(Agent::new(identity, facts, services))
+                Ok(Agent::new(
+                    identity,
+                    Arc::clone(&facts.resource_metadata),
+                    services,
+                ))
             }
             Err(rejection) => Err(refused(rejection)),
         }
@@ -400,73 +550,15 @@ impl<S: HostStore> Portcullis<S> {
         F: FnOnce(Request<Body>) -> Fut,
         Fut: Future<Output = Response>,
     {
-        let (mut parts, body) = request.into_parts();
-        let agent = match self.authenticate(&parts).await {
-            Ok(agent) => agent,
-            Err(refusal) => {
-                drain(body).await;
-                return refusal;
-            }
-        };
-        let body = match self.note_initialize(&parts, &agent, body).await {
-            Ok(body) => body,
-            Err(refusal) => return refusal,
-        };
-        parts.extensions.insert(agent.clone());
-        let response = serve(Request::from_parts(parts, body)).await;
-        Self::finish(&agent, response)
-    }
-
-    /// Notes what an `initialize` declares ([`Initialized`]) and hands the
-    /// body on unchanged. Only a small `POST` without `MCP-Protocol-Version`
-    /// (the header every request after the handshake carries) is read here.
-    async fn note_initialize(
-        &self,
-        parts: &Parts,
-        agent: &Agent,
-        body: Body,
-    ) -> Result<Body, Response> {
-        let small = parts
-            .headers
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
-            .is_some_and(|n| n <= INITIALIZE_LIMIT);
-        let Some(principal) = agent.principal() else {
-            return Ok(body);
-        };
-        if parts.method != Method::POST
-            || parts.headers.contains_key("mcp-protocol-version")
-            || !small
-        {
-            return Ok(body);
-        }
-        let Ok(bytes) = axum::body::to_bytes(body, INITIALIZE_LIMIT).await else {
-            return Err((
-                StatusCode::BAD_REQUEST,
-                "the request body could not be read\n",
-            )
-                .into_response());
-        };
-        if let Some(url) = initialize_declares_url(&bytes) {
-            self.inner.initialized.note(principal, url);
-        }
-        Ok(Body::from(bytes))
+        guarded(self, request, serve).await
     }
 
     /// The response to an authenticated request, as the client gets it:
     /// `403 insufficient_scope` with its challenge if a tool found a scope
     /// missing, else `response` unchanged.
     #[must_use]
-    pub fn finish(agent: &Agent, mut response: Response) -> Response {
-        if let Some(c) = agent.take_challenge() {
-            tracing::debug!(status = c.status, "scope missing: step-up challenge");
-            if let Ok(v) = HeaderValue::try_from(c.www_authenticate) {
-                *response.status_mut() =
-                    StatusCode::from_u16(c.status).unwrap_or(StatusCode::FORBIDDEN);
-                response.headers_mut().insert(header::WWW_AUTHENTICATE, v);
-            }
-        }
-        response
+    pub fn finish(agent: &Agent, response: Response) -> Response {
+        finish(agent, response)
     }
 
     /// The bearer check: one read transaction for an access token, a second
@@ -476,7 +568,7 @@ impl<S: HostStore> Portcullis<S> {
         authorization: portcullis_core::header::HeaderField<'_>,
     ) -> Result<Identity, BearerRejection> {
         let (engine, site, required) = (
-            &self.inner.engine,
+            &self.inner.engine(),
             &self.inner.site_id,
             &self.inner.endpoint_scopes,
         );
@@ -592,9 +684,9 @@ fn refused(rejection: BearerRejection) -> Response {
     }
 }
 
-impl<S, Svc, B> tower::Service<Request<Body>> for Protect<S, Svc>
+impl<G, Svc, B> tower::Service<Request<Body>> for Protect<G, Svc>
 where
-    S: HostStore,
+    G: Gatekeeper,
     Svc: tower::Service<Request<Body>, Response = axum::http::Response<B>, Error = Infallible>
         + Clone
         + Send
@@ -616,16 +708,15 @@ where
         // clone stays behind for the next (the usual tower pattern).
         let fresh = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, fresh);
-        let portcullis = self.portcullis.clone();
+        let gate = self.gate.clone();
         Box::pin(async move {
-            let response = portcullis
-                .guarded(request, |request| async move {
-                    match inner.call(request).await {
-                        Ok(r) => r.map(Body::new),
-                        Err(never) => match never {},
-                    }
-                })
-                .await;
+            let response = guarded(&gate, request, |request| async move {
+                match inner.call(request).await {
+                    Ok(r) => r.map(Body::new),
+                    Err(never) => match never {},
+                }
+            })
+            .await;
             Ok(response)
         })
     }

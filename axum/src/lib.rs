@@ -68,9 +68,11 @@ mod documents;
 pub mod forms;
 mod guard;
 mod host;
+pub mod key_reload;
 pub mod keys;
 mod oauth;
 pub mod pages;
+pub mod remote;
 mod respond;
 #[cfg(feature = "rmcp")]
 pub mod rmcp;
@@ -86,7 +88,7 @@ use portcullis_core::scope::ScopeSet;
 use portcullis_core::site::{Site, SiteId};
 
 pub use builder::{BuildError, Builder};
-pub use guard::{Agent, Identity, Protect, ScopeRequired};
+pub use guard::{Agent, Gatekeeper, Identity, Protect, ScopeRequired};
 pub use host::{ConsentPage, Host, SignedIn};
 pub use portcullis_core::Policy;
 pub use portcullis_core::jwt::Keyring;
@@ -130,7 +132,10 @@ impl<S: HostStore> std::fmt::Debug for Portcullis<S> {
 
 /// What every route, the guard and `run_once` share.
 pub(crate) struct Inner<S: HostStore> {
-    engine: Engine<Arc<S>>,
+    /// The engine, replaced whole when the keys change
+    /// ([`Portcullis::set_keyring`]): an operation holds the one it began
+    /// with to its end.
+    engine: RwLock<Arc<Engine<Arc<S>>>>,
     writer: Writer<S>,
     site_id: SiteId,
     /// What the routes and the guard need of the site, re-read by
@@ -162,6 +167,18 @@ pub(crate) struct Inner<S: HostStore> {
     _stop: tokio::sync::watch::Sender<bool>,
 }
 
+impl<S: HostStore> Inner<S> {
+    /// The engine as it is now.
+    pub(crate) fn engine(&self) -> Arc<Engine<Arc<S>>> {
+        Arc::clone(
+            &self
+                .engine
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
+}
+
 /// The site as the routes and the guard use it.
 #[derive(Debug)]
 pub(crate) struct SiteFacts {
@@ -169,15 +186,17 @@ pub(crate) struct SiteFacts {
     pub(crate) site: Site,
     /// Its MCP URL (`resource_prefix + public_key`).
     pub(crate) resource: String,
-    /// Where its RFC 9728 document is served (absolute URL).
-    pub(crate) resource_metadata: String,
+    /// Where its RFC 9728 document is served (absolute URL; shared with
+    /// every [`Agent`] checked against it).
+    pub(crate) resource_metadata: Arc<str>,
 }
 
 impl SiteFacts {
     pub(crate) fn of(site: Site) -> Self {
         Self {
             resource: site.resource(),
-            resource_metadata: portcullis_core::metadata::protected_resource_metadata_url(&site),
+            resource_metadata: portcullis_core::metadata::protected_resource_metadata_url(&site)
+                .into(),
             site,
         }
     }
@@ -192,9 +211,35 @@ impl<S: HostStore> Portcullis<S> {
 
     /// The engine, for what this crate does not wrap (administration,
     /// listings). Its operations block: call them on the blocking pool.
+    /// The keys may change ([`Portcullis::set_keyring`]): take it again for
+    /// each operation rather than keeping it.
     #[must_use]
-    pub fn engine(&self) -> &Engine<Arc<S>> {
-        &self.inner.engine
+    pub fn engine(&self) -> Arc<Engine<Arc<S>>> {
+        self.inner.engine()
+    }
+
+    /// Signs and verifies with `keyring` from now on: new tokens with its
+    /// active keys, tokens already issued while their keys still verify.
+    /// How a host applies a routine rotation ([`keys::rotate`]) without a
+    /// restart; [`Builder::watch_key_file`] calls it when the file changes. Refused,
+    /// changing nothing, when `keyring` has no active HS256 key or no key
+    /// that signs the site's access tokens now.
+    pub fn set_keyring(&self, keyring: Keyring) -> Result<(), BuildError> {
+        let alg = self.facts().site.access_token_alg;
+        builder::check_keyring(&keyring, alg, now())?;
+        let engine = self.inner.engine();
+        let next = Arc::new(Engine::new(
+            Arc::clone(engine.store()),
+            keyring,
+            engine.policy().clone(),
+        ));
+        *self
+            .inner
+            .engine
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = next;
+        tracing::info!("signing keys replaced");
+        Ok(())
     }
 
     /// The site's id.
@@ -228,7 +273,7 @@ impl<S: HostStore> Portcullis<S> {
     /// admin command rotated its key or turned it off; on PostgreSQL, when
     /// its notification arrives). Blocking: call it on the blocking pool.
     pub fn reload_site(&self) -> Result<(), portcullis_core::engine::SiteOpError> {
-        let site = self.inner.engine.site(&self.inner.site_id)?;
+        let site = self.inner.engine().site(&self.inner.site_id)?;
         let mut facts = self
             .inner
             .site
@@ -253,7 +298,7 @@ impl<S: HostStore> Portcullis<S> {
         T: Send + 'static,
         F: for<'t, 'b, 'w> Fn(&mut store::Txn<'t, 'b, S::Write<'w>>) -> T + Send + Sync + 'static,
     {
-        self.inner.writer.commit(self.inner.engine.store(), op)
+        self.inner.writer.commit(self.inner.engine().store(), op)
     }
 
     /// [`Portcullis::commit`] for an operation that consumes what only the

@@ -18,7 +18,9 @@ use portcullis_core::engine::{RevokeError, SiteOpError};
 use portcullis_core::error::{ErrorCode, WireError as _};
 use portcullis_core::form::Form;
 use portcullis_core::http::HttpResponse;
-use portcullis_core::metadata::{AuthorizationServerMetadata, ProtectedResourceMetadata};
+use portcullis_core::metadata::{
+    AuthorizationServerMetadata, KEY_SET_PATH, ProtectedResourceMetadata,
+};
 use portcullis_core::token::{ClientAuthentication, TokenError};
 
 use crate::csrf::{self, Purpose};
@@ -40,6 +42,7 @@ impl<S: HostStore> Portcullis<S> {
     /// |---|---|
     /// | `GET /.well-known/oauth-authorization-server` | RFC 8414 §3 |
     /// | `GET /.well-known/oauth-protected-resource<mcp path>/{key}` | RFC 9728 §3.1, at the resource's own path-suffixed URL |
+    /// | `GET /.well-known/jwks.json` | the key set (RFC 7517 §5) at the `jwks_uri`, cached for [`keys::KEY_SET_MAX_AGE`](crate::keys::KEY_SET_MAX_AGE) |
     /// | `POST /register` | RFC 7591 §3 (stateless: nothing stored) |
     /// | `GET, POST /authorize` | sign-in (the host's), consent, decision |
     /// | `POST /token`, `POST /revoke` | RFC 6749 §3.2, RFC 7009 §2 |
@@ -62,6 +65,7 @@ impl<S: HostStore> Portcullis<S> {
                 ),
                 get(protected_resource_metadata::<S>),
             )
+            .route(KEY_SET_PATH, get(key_set::<S>))
             .route("/register", post(register::<S>))
             .route("/authorize", get(authorize::<S>).post(decide::<S>))
             .route("/token", post(token::<S>))
@@ -91,7 +95,7 @@ impl<S: HostStore> Portcullis<S> {
         &self,
         f: impl FnOnce(&Self) -> T + Send + 'static,
     ) -> Result<T, Response> {
-        if self.inner.engine.store().is_local() {
+        if self.inner.engine().store().is_local() {
             Ok(f(self))
         } else {
             self.blocking(f).await
@@ -126,7 +130,7 @@ impl<S: HostStore> Portcullis<S> {
     {
         let me = self.clone();
         tokio::task::spawn_blocking(move || {
-            let store = std::sync::Arc::clone(me.inner.engine.store());
+            let store = std::sync::Arc::clone(me.inner.engine().store());
             let inner = me.clone();
             me.inner
                 .writer
@@ -169,6 +173,26 @@ async fn authorization_server_metadata<S: HostStore>(State(p): State<Portcullis<
     )
 }
 
+/// The site's key set, at its `jwks_uri` (RFC 8414 §2): the public keys
+/// of its access tokens, as of now. Caches may keep it for
+/// [`KEY_SET_MAX_AGE`](crate::keys::KEY_SET_MAX_AGE): a routine rotation
+/// publishes a new key well before it signs
+/// ([`keys::rotate`](crate::keys::rotate)), so a resource server that
+/// refetches on that schedule knows every key before it sees a token of it.
+async fn key_set<S: HostStore>(State(p): State<Portcullis<S>>) -> Response {
+    let body = p.inner.engine().keyring().public_key_set(crate::now());
+    let mut response = respond::json(StatusCode::OK, body);
+    response.headers_mut().insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static(KEY_SET_CACHE_CONTROL),
+    );
+    response
+}
+
+/// `Cache-Control` of the key set: public, for [`crate::keys::KEY_SET_MAX_AGE`].
+const KEY_SET_CACHE_CONTROL: &str = "public, max-age=300";
+const _: () = assert!(crate::keys::KEY_SET_MAX_AGE.as_secs() == 300);
+
 /// RFC 9728 §3.1, at the resource's own path-suffixed URL only: §3.3 has
 /// the client check that `resource` equals the URL it used, so no other URL
 /// serves this document.
@@ -194,7 +218,7 @@ async fn register<S: HostStore>(State(p): State<Portcullis<S>>, body: Bytes) -> 
     let answer = p
         .read(move |p| {
             p.inner
-                .engine
+                .engine()
                 .register_client(&body, &mut rand::rng(), crate::now())
         })
         .await;
@@ -225,7 +249,7 @@ async fn authorize<S: HostStore>(
     let query = query.unwrap_or_default();
     let q = query.clone();
     let answer = match with_document(&p, move |p, document| {
-        p.inner.engine.authorize(&p.inner.site_id, &q, document)
+        p.inner.engine().authorize(&p.inner.site_id, &q, document)
     })
     .await
     {
@@ -341,7 +365,7 @@ async fn decide<S: HostStore>(
     };
     let subject = user.subject;
     let answer = with_document(&p, move |p, document| {
-        p.inner.engine.decide_with_apps(
+        p.inner.engine().decide_with_apps(
             &p.inner.site_id,
             &query,
             document,
@@ -463,7 +487,7 @@ async fn token<S: HostStore>(
     };
     let answer = p
         .write(move |p, txn| {
-            p.inner.engine.token_in(
+            p.inner.engine().token_in(
                 txn,
                 &p.inner.site_id,
                 &body,
@@ -508,7 +532,7 @@ async fn revoke<S: HostStore>(
     };
     let answer = p
         .write(move |p, txn| {
-            p.inner.engine.revoke_token_in(
+            p.inner.engine().revoke_token_in(
                 txn,
                 &p.inner.site_id,
                 &body,

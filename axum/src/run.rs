@@ -459,7 +459,7 @@ impl<S: HostStore> Portcullis<S> {
         let begun = self
             .write(move |me, txn| {
                 me.inner
-                    .engine
+                    .engine()
                     .begin_server_in(txn, &p, &q, &n, executor, now_ms())
             })
             .await;
@@ -615,7 +615,7 @@ impl<S: HostStore> Portcullis<S> {
     ) -> Result<ActionVerdict, Ran<T>> {
         let id = ticket.request_id();
         self.ticket_op(id, move |me, txn| {
-            let engine = &me.inner.engine;
+            let engine = &me.inner.engine();
             match txn {
                 Some(txn) => engine.authorize_action_in(txn, ticket, &action, now()),
                 None => engine.authorize_action(ticket, &action, now()),
@@ -644,7 +644,7 @@ impl<S: HostStore> Portcullis<S> {
                 ))
             }
         };
-        let limit = self.inner.engine.policy().max_result_bytes as usize;
+        let limit = self.inner.engine().policy().max_result_bytes as usize;
         let completion = match &result {
             Ok(value) => match serde_json::to_value(value) {
                 Ok(v) if v.to_string().len() <= limit => Completion::Value(v),
@@ -672,7 +672,7 @@ impl<S: HostStore> Portcullis<S> {
         };
         let recorded = self
             .ticket_op(id, move |me, mut txn| {
-                let engine = &me.inner.engine;
+                let engine = &me.inner.engine();
                 let mut record = |ticket, report| match txn.as_deref_mut() {
                     Some(txn) => engine.record_outcome_in(txn, ticket, report, now()),
                     None => engine.record_outcome(ticket, report, now()),
@@ -722,7 +722,7 @@ impl<S: HostStore> Portcullis<S> {
         let id = ticket.request_id();
         let stored = self
             .ticket_op(id, move |me, mut txn| {
-                let engine = &me.inner.engine;
+                let engine = &me.inner.engine();
                 let mut complete = |ticket, completion: &Completion| match txn.as_deref_mut() {
                     Some(txn) => engine.complete_in(txn, ticket, completion, now()),
                     None => engine.complete(ticket, completion, now()),

@@ -32,7 +32,7 @@ const BUDGET: usize = 512;
 /// so or the last handle is gone.
 pub(crate) fn start<S: HostStore>(portcullis: &Portcullis<S>, mut stopped: watch::Receiver<bool>) {
     let weak: Weak<Inner<S>> = Arc::downgrade(&portcullis.inner);
-    let renew_period = renew_every(portcullis.inner.engine.policy().executor_lease_timeout);
+    let renew_period = renew_every(portcullis.inner.engine().policy().executor_lease_timeout);
     tokio::spawn(async move {
         let mut renew = tokio::time::interval(renew_period);
         let mut sweep = tokio::time::interval(SWEEP_EVERY);
@@ -67,7 +67,7 @@ impl<S: HostStore> Portcullis<S> {
         let renewed = self
             .blocking(move |p| {
                 p.inner
-                    .engine
+                    .engine()
                     .renew_executor(&p.inner.site_id, executor, now())
             })
             .await;
@@ -82,7 +82,7 @@ impl<S: HostStore> Portcullis<S> {
             let swept = self
                 .write(|p, txn| {
                     let now = now();
-                    let engine = &p.inner.engine;
+                    let engine = &p.inner.engine();
                     let grants = engine.sweep_in(txn, now, BUDGET)?;
                     let ledger = engine.sweep_ledger_in(txn, now, BUDGET)?;
                     let leases = engine.sweep_executors_in(txn, now, BUDGET)?;
@@ -98,7 +98,7 @@ impl<S: HostStore> Portcullis<S> {
                 _ => break,
             }
         }
-        let ended = self.blocking(|p| end_lost_runs(&p.inner.engine)).await;
+        let ended = self.blocking(|p| end_lost_runs(&p.inner.engine())).await;
         match ended {
             Ok(Ok(n)) if n > 0 => tracing::info!(n, "ended server runs whose executor is gone"),
             Ok(Err(e)) => tracing::warn!(error = %e, "ending lost runs failed"),

@@ -142,7 +142,7 @@ async fn the_key_file_is_created_private_and_a_readable_one_is_refused() {
     portcullis_axum::keys::load_or_create(&path).unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
     let refused = portcullis_axum::keys::load_or_create(&path).unwrap_err();
-    assert!(refused.contains("chmod 600"), "{refused}");
+    assert!(refused.to_string().contains("chmod 600"), "{refused}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -13,4 +13,5 @@ mod crash;
 mod documents;
 mod oauth;
 mod protect;
+mod remote;
 mod run_once;

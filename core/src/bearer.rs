@@ -179,6 +179,16 @@ impl Challenge {
         )
     }
 
+    /// The answer: the status with `WWW-Authenticate` and no body.
+    #[must_use]
+    pub fn to_response(&self) -> crate::http::HttpResponse {
+        crate::http::HttpResponse {
+            status: self.status,
+            headers: alloc::vec![("www-authenticate", self.www_authenticate.clone())],
+            body: String::new(),
+        }
+    }
+
     fn error(status: u16, code: ErrorCode, resource_metadata: &str, description: &str) -> Self {
         let mut v = String::from("Bearer ");
         param(&mut v, "error", code.as_str());

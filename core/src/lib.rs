@@ -117,6 +117,8 @@ pub mod pkce;
 pub mod policy;
 pub mod rand;
 pub mod redirect;
+#[cfg(any(feature = "eddsa", feature = "es256"))]
+pub mod resource_server;
 pub mod scope;
 pub mod secret;
 pub mod site;

@@ -11,6 +11,10 @@ use url::Url;
 
 use crate::site::Site;
 
+/// Where, under the issuer, the site's key set is served (its
+/// `jwks_uri`).
+pub const KEY_SET_PATH: &str = "/.well-known/jwks.json";
+
 /// The RFC 8414 §2 document.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct AuthorizationServerMetadata {
@@ -24,6 +28,12 @@ pub struct AuthorizationServerMetadata {
     pub registration_endpoint: String,
     /// `{issuer}/revoke` (RFC 7009).
     pub revocation_endpoint: String,
+    /// `{issuer}/.well-known/jwks.json` ([`KEY_SET_PATH`]): the public keys
+    /// of the site's EdDSA and ES256 access tokens (RFC 8414 §2, RFC 7517
+    /// §5), with which a service holding no secret checks them
+    /// (the `resource_server` module, with feature `eddsa` or `es256`). Empty of keys while only HS256 keys
+    /// exist.
+    pub jwks_uri: String,
     /// `["code"]`.
     pub response_types_supported: [&'static str; 1],
     /// `["authorization_code", "refresh_token"]`.
@@ -61,6 +71,7 @@ impl AuthorizationServerMetadata {
             token_endpoint: site.endpoint("/token"),
             registration_endpoint: site.endpoint("/register"),
             revocation_endpoint: site.endpoint("/revoke"),
+            jwks_uri: site.endpoint(KEY_SET_PATH),
             response_types_supported: ["code"],
             grant_types_supported: ["authorization_code", "refresh_token"],
             code_challenge_methods_supported: ["S256"],
@@ -164,6 +175,14 @@ pub fn authorization_server_metadata_url(site: &Site) -> String {
     well_known(&site.issuer, "/.well-known/oauth-authorization-server").unwrap_or_default()
 }
 
+/// Where the RFC 8414 document of the authorization server `issuer` is
+/// served (RFC 8414 §3.1); `None` if `issuer` is not a URL. What a
+/// resource server in another process fetches first.
+#[must_use]
+pub fn authorization_server_metadata_url_for(issuer: &str) -> Option<String> {
+    well_known(issuer, "/.well-known/oauth-authorization-server")
+}
+
 /// Where the site's RFC 9728 document is served: the path-suffixed form for
 /// the resource URL (RFC 9728 §3.1), an absolute URL for the challenge's
 /// `resource_metadata`, not a route pattern: the site key in it changes
@@ -175,6 +194,14 @@ pub fn authorization_server_metadata_url(site: &Site) -> String {
 #[must_use]
 pub fn protected_resource_metadata_url(site: &Site) -> String {
     resource_metadata_url(&site.resource_prefix, &site.public_key)
+}
+
+/// Where the RFC 9728 document of the resource `resource` is served (the
+/// path-suffixed form, RFC 9728 §3.1); `None` if `resource` is not a URL.
+/// What a resource server in another process names in its challenges.
+#[must_use]
+pub fn resource_metadata_url_for(resource: &str) -> Option<String> {
+    well_known(resource, "/.well-known/oauth-protected-resource")
 }
 
 /// [`protected_resource_metadata_url`] from the two stored parts of the

@@ -125,13 +125,7 @@ impl SiteConfig {
     }
 
     fn validate(&self) -> Result<(), SiteError> {
-        let issuer = Url::parse(&self.issuer).map_err(|_| SiteError::InvalidIssuer)?;
-        if !is_secure_or_loopback(&issuer)
-            || issuer.query().is_some()
-            || issuer.fragment().is_some()
-            || !issuer.username().is_empty()
-            || self.issuer.ends_with('/')
-        {
+        if !is_server_url(&self.issuer) {
             return Err(SiteError::InvalidIssuer);
         }
         let prefix = Url::parse(&self.resource_prefix).map_err(|_| SiteError::InvalidResource)?;
@@ -166,6 +160,20 @@ impl SiteConfig {
 #[must_use]
 pub fn default_scopes() -> ScopeSet {
     ScopeSet::known([KnownScope::SKILLS_READ, KnownScope::SKILLS_WRITE])
+}
+
+/// Whether `url` names a server as an issuer or a resource must (RFC 8414
+/// §2, RFC 8707 §2): absolute, `https` (or `http` to loopback), no
+/// userinfo, query or fragment, no trailing slash.
+pub(crate) fn is_server_url(url: &str) -> bool {
+    Url::parse(url).is_ok_and(|parsed| {
+        is_secure_or_loopback(&parsed)
+            && parsed.query().is_none()
+            && parsed.fragment().is_none()
+            && parsed.username().is_empty()
+            && parsed.password().is_none()
+            && !url.ends_with('/')
+    })
 }
 
 fn is_secure_or_loopback(url: &Url) -> bool {

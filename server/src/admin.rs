@@ -22,7 +22,7 @@ use portcullis_core::site::Site;
 use portcullis_core::{Engine, Policy};
 use serde_json::{Value, json};
 
-use crate::cli::{DbArgs, GrantsAction, SiteAction, TokenAction, TokensAction};
+use crate::cli::{DbArgs, GrantsAction, KeysAction, SiteAction, TokenAction, TokensAction};
 use crate::db::Db;
 use crate::keys::{self, LoosePermissions};
 use crate::{clock, input, notify, setup};
@@ -160,6 +160,46 @@ pub(crate) fn site(db: &DbArgs, action: SiteAction, out: &mut impl Write) -> Res
     emit(out, &site_json(&site))
 }
 
+/// `portcullis keys …`: on the key file alone (no database is opened),
+/// so it runs beside running servers, which reload the file.
+pub(crate) fn keys(db: &DbArgs, action: KeysAction, out: &mut impl Write) -> Result<(), String> {
+    let path = keys::key_path(db)?;
+    let now = clock::now();
+    let shown = |k: &portcullis_axum::keys::KeyInfo| json!({"kid": k.kid, "alg": k.alg, "active_from": k.active_from, "retire_at": k.retire_at});
+    match action {
+        KeysAction::List => {
+            for key in portcullis_axum::keys::list(&path).map_err(|e| e.to_string())? {
+                emit(out, &shown(&key))?;
+            }
+            Ok(())
+        }
+        KeysAction::Rotate {
+            alg,
+            publish_for_secs,
+            retire_after_secs,
+        } => {
+            let rotation = portcullis_axum::keys::rotate(
+                &path,
+                alg.algorithm(),
+                now,
+                Duration::from_secs(publish_for_secs),
+                Duration::from_secs(retire_after_secs),
+            )
+            .map_err(|e| e.to_string())?;
+            let retiring: Vec<Value> = rotation.retiring.iter().map(shown).collect();
+            emit(
+                out,
+                &json!({"added": shown(&rotation.added), "retiring": retiring}),
+            )
+        }
+        KeysAction::Retire { kid } => {
+            let retired =
+                portcullis_axum::keys::retire(&path, &kid, now).map_err(|e| e.to_string())?;
+            emit(out, &json!({"retired": shown(&retired)}))
+        }
+    }
+}
+
 /// `portcullis tokens …`.
 pub(crate) fn tokens(
     db: &DbArgs,
@@ -231,7 +271,8 @@ pub(crate) fn token(
         return Err(input::refused_on_argv("token", "--token-file"));
     }
     let jwt = input::read_secret(&token_file, "token", stdin)?;
-    let keys = keys::load(&keys::key_path(&db)?, false, LoosePermissions::Warn)?;
+    let keys = keys::load(&keys::key_path(&db)?, false, LoosePermissions::Warn)
+        .map_err(|e| e.to_string())?;
     let now = clock::now();
     let verify = |keyring: &Keyring, typ| {
         let mut expect = aud.as_ref().map_or_else(

@@ -130,6 +130,18 @@ pub(crate) enum Command {
         #[command(subcommand)]
         action: SiteAction,
     },
+    /// The signing keys of the key file: list them, rotate one
+    /// algorithm's key on a schedule that logs nobody out, or retire one at
+    /// once. Works while servers run: each reloads the file within seconds.
+    Keys {
+        /// The database (only to find its key file: `--key-file` or
+        /// `<db>.keys`).
+        #[command(flatten)]
+        db: DbArgs,
+        /// The action.
+        #[command(subcommand)]
+        action: KeysAction,
+    },
     /// Mint, list and revoke agent tokens.
     Tokens {
         /// The database.
@@ -291,6 +303,11 @@ pub(crate) struct ServeArgs {
     /// Browser session lifetime in seconds.
     #[arg(long, default_value_t = 12 * 3600)]
     pub(crate) session_ttl_secs: u64,
+    /// How the site's access tokens are signed: `hs256` (only this server
+    /// checks them), or `eddsa`/`es256` (any service holding the key set
+    /// published at `/.well-known/jwks.json` checks them).
+    #[arg(long, value_enum, default_value_t = TokenAlg::Hs256)]
+    pub(crate) access_token_alg: TokenAlg,
     /// Start even when the key file (`<db>.keys`) is readable or writable
     /// by its group or other users (otherwise `serve` refuses: `chmod 600`
     /// it).
@@ -449,8 +466,69 @@ pub(crate) enum SiteAction {
     Disable,
     /// Switch external agents back on; existing grants work again.
     Enable,
-    /// The emergency path: a new public key (new MCP URL) and every grant revoked.
+    /// The emergency path: a new public key (new MCP URL) and every grant
+    /// revoked, so every agent must be connected again. Routine signing-key
+    /// rotation, which logs nobody out, is `keys rotate`.
     RotateKey,
+}
+
+/// A signing algorithm of access tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum TokenAlg {
+    /// HMAC-SHA256: only a holder of the secret checks the tokens.
+    Hs256,
+    /// Ed25519 (RFC 8037): anyone with the published key set checks them.
+    Eddsa,
+    /// ECDSA P-256: the same, for verifiers without Ed25519.
+    Es256,
+}
+
+impl TokenAlg {
+    /// The core's algorithm.
+    pub(crate) fn algorithm(self) -> portcullis_core::jwt::Algorithm {
+        use portcullis_core::jwt::Algorithm;
+        match self {
+            Self::Hs256 => Algorithm::Hs256,
+            Self::Eddsa => Algorithm::EdDsa,
+            Self::Es256 => Algorithm::Es256,
+        }
+    }
+}
+
+/// `portcullis keys …`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum KeysAction {
+    /// The keys, without their secrets: kid, algorithm, from when each
+    /// signs, when it retires.
+    List,
+    /// Routine rotation, which logs nobody out: a new key of `--alg`,
+    /// published in the key set at once and signing after
+    /// `--publish-for-secs` (so resource servers have fetched it); the
+    /// keys it replaces retire `--retire-after-secs` later, once every
+    /// token they signed has expired. A new HS256 key signs at once, and
+    /// the old ones keep verifying (they also check refresh tokens).
+    Rotate {
+        /// The algorithm whose key is replaced.
+        #[arg(long, value_enum)]
+        alg: TokenAlg,
+        /// Seconds the new key is published before it signs (default
+        /// 3600; at least twice the key set's cache lifetime, 300).
+        #[arg(long, default_value_t = 3600)]
+        publish_for_secs: u64,
+        /// Seconds after the new key starts signing that the old ones
+        /// retire: longer than the access-token lifetime and the leeway
+        /// (default 600).
+        #[arg(long, default_value_t = 600)]
+        retire_after_secs: u64,
+    },
+    /// Retires one key at once: every token it signed stops verifying
+    /// (for an HS256 key also the refresh tokens, codes and registered
+    /// clients it authenticated). Not the routine path (`rotate`); the
+    /// emergency path that revokes every grant is `site rotate-key`.
+    Retire {
+        /// The key's `kid` (see `keys list`).
+        kid: String,
+    },
 }
 
 /// `portcullis tokens …`.

@@ -88,7 +88,7 @@ pub(crate) fn open(
 ) -> Result<(Db, Keys), String> {
     let key_path = keys::key_path(db)?;
     let store = open_store(db, read_cache)?;
-    let keys = keys::load(&key_path, create, loose)?;
+    let keys = keys::load(&key_path, create, loose).map_err(|e| e.to_string())?;
     Ok((store, keys))
 }
 

@@ -1444,6 +1444,19 @@ async fn logs_hold_no_token_code_secret_or_cookie() {
     let keyfile = std::fs::read_to_string(format!("{}.keys", s.db().display())).unwrap();
     let keyfile: Value = serde_json::from_str(&keyfile).unwrap();
     let cookie_value = login.cookie.split_once('=').unwrap().1.to_owned();
+    let key_secrets: Vec<String> = keyfile["keys"]
+        .as_array()
+        .expect("the key file's keys")
+        .iter()
+        .map(|k| k["secret"].as_str().expect("a secret").to_owned())
+        .collect();
+    assert_eq!(key_secrets.len(), 3, "one key of each algorithm");
+    for secret in &key_secrets {
+        assert!(
+            !logs.contains(secret.as_str()),
+            "a signing key appears in the logs"
+        );
+    }
     let secrets = [
         ("access token", login.access.as_str()),
         ("refresh token", login.refresh.as_str()),
@@ -1454,7 +1467,6 @@ async fn logs_hold_no_token_code_secret_or_cookie() {
         ("state", STATE),
         ("session cookie", cookie_value.as_str()),
         ("csrf token", csrf.as_str()),
-        ("signing key", keyfile["signing_key"].as_str().unwrap()),
         (
             "session secret",
             keyfile["session_secret"].as_str().unwrap(),

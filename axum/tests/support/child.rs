@@ -4,7 +4,10 @@
 //!
 //! The directory holds `port` (written by the parent: the port to serve on,
 //! the same at every start, since the issuer and the MCP URL name it),
-//! `db.redb`, `keys.json`, `effects.log` (one fsynced line per effect),
+//! `db.redb`, `keys.json` (reloaded when it changes), `effects.log` (one
+//! fsynced line per effect), optionally `alg` (how access tokens are
+//! signed: `EdDSA`, `ES256`) and `mcp_origin` (where another process
+//! serves the MCP URL),
 //! `ready` (written by the child once it serves: its MCP URL) and
 //! `child.log` (the child's stderr).
 
@@ -70,12 +73,26 @@ fn run<S: portcullis_axum::HostStore>(
             .trim()
             .parse()
             .expect("a port");
-        let keyring =
-            portcullis_axum::keys::load_or_create(dir.join("keys.json")).expect("the key file");
+        let key_file = dir.join("keys.json");
+        let keyring = portcullis_axum::keys::load_or_create(&key_file).expect("the key file");
+        // A resource server in the parent: tokens signed with the file
+        // `alg` names, for the MCP origin the file `mcp_origin` names.
+        let setting = |name: &str| {
+            std::fs::read_to_string(dir.join(name))
+                .ok()
+                .map(|s| s.trim().to_owned())
+        };
+        let access_token_alg = setting("alg")
+            .map_or(portcullis_core::jwt::Algorithm::Hs256, |alg| {
+                portcullis_core::jwt::Algorithm::from_name(&alg).expect("an algorithm")
+            });
         let options = Options {
             approval_wait,
             bind: format!("127.0.0.1:{port}"),
             policy,
+            access_token_alg,
+            mcp_origin: setting("mcp_origin"),
+            key_file: Some(key_file),
             ..Options::default()
         };
         let app = TestApp::start_with(

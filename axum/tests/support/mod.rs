@@ -161,6 +161,12 @@ pub(crate) struct Options {
     pub(crate) dev_loopback_documents: bool,
     /// The declared scopes and what each lets an agent do.
     pub(crate) scopes: Vec<(&'static str, &'static str)>,
+    /// How access tokens are signed.
+    pub(crate) access_token_alg: portcullis_core::jwt::Algorithm,
+    /// Where the MCP service is, when another process serves it.
+    pub(crate) mcp_origin: Option<String>,
+    /// The key file to reload when it changes.
+    pub(crate) key_file: Option<PathBuf>,
 }
 
 impl Default for Options {
@@ -176,6 +182,9 @@ impl Default for Options {
                 (READ, "read your notes"),
                 (WRITE, "add notes (you approve each one)"),
             ],
+            access_token_alg: portcullis_core::jwt::Algorithm::Hs256,
+            mcp_origin: None,
+            key_file: None,
         }
     }
 }
@@ -253,6 +262,13 @@ impl<S: HostStore> TestApp<S> {
         for (scope, description) in &options.scopes {
             builder = builder.scope(*scope, *description);
         }
+        if let Some(mcp_origin) = &options.mcp_origin {
+            builder = builder.mcp_origin(mcp_origin);
+        }
+        if let Some(key_file) = &options.key_file {
+            builder =
+                builder.watch_key_file(key_file, portcullis_axum::keys::LoosePermissions::Refuse);
+        }
         let portcullis = builder
             .public_url(&origin)
             .site("notes", "Notes")
@@ -261,6 +277,7 @@ impl<S: HostStore> TestApp<S> {
             .auto_approval(options.auto_approval)
             .policy(options.policy.clone())
             .dev_loopback_client_documents(options.dev_loopback_documents)
+            .access_token_algorithm(options.access_token_alg)
             .build(CookieHost)
             .await
             .expect("build portcullis");

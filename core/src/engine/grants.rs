@@ -108,11 +108,7 @@ impl BearerRejection {
     #[must_use]
     pub fn to_response(&self) -> HttpResponse {
         match self {
-            Self::Challenge(c) => HttpResponse {
-                status: c.status,
-                headers: alloc::vec![("www-authenticate", c.www_authenticate.clone())],
-                body: String::new(),
-            },
+            Self::Challenge(c) => c.to_response(),
             Self::Unavailable { retry_after_secs } => {
                 HttpResponse::error(self, Some(*retry_after_secs))
             }

@@ -373,6 +373,9 @@ impl Keyring {
     ) -> Result<(), KeyringError> {
         let i = self.position(kid).ok_or(KeyringError::UnknownKeyId)?;
         let entry = &mut self.entries[i];
+        // Without an access-token key kind, only HMAC keys exist.
+        #[cfg(not(any(feature = "eddsa", feature = "es256")))]
+        let _ = (active_from, retire_at);
         match &entry.material {
             Material::Hmac(_) => Err(KeyringError::CannotSign),
             #[cfg(any(feature = "eddsa", feature = "es256"))]
@@ -926,50 +929,66 @@ mod tests {
     #[cfg(feature = "eddsa")]
     #[test]
     fn scheduled_rotation_publishes_first_then_signs_then_retires() {
-        let mut k = Keyring::new();
-        let t = Timestamp::from_secs;
-        k.insert_token_key("old", TokenKey::ed25519(&[3; 32]))
+        let mut ring = Keyring::new();
+        let at = Timestamp::from_secs;
+        ring.insert_token_key("old", TokenKey::ed25519(&[3; 32]))
             .unwrap();
-        k.schedule("old", t(0), None).unwrap();
-        let c = claims();
-        let sign = |k: &Keyring, now| {
-            k.sign_ref_with(Algorithm::EdDsa, TokenType::AccessToken, &c.as_ref(), now)
-                .unwrap()
+        ring.schedule("old", at(0), None).unwrap();
+        let signed_claims = claims();
+        let sign = |ring: &Keyring, now| {
+            ring.sign_ref_with(
+                Algorithm::EdDsa,
+                TokenType::AccessToken,
+                &signed_claims.as_ref(),
+                now,
+            )
+            .unwrap()
         };
-        let old_token = sign(&k, t(100));
+        let old_token = sign(&ring, at(100));
         // The rotation: published at 100, signing from 1 100, the old key
         // retiring 300 s (an access token's life) after that.
-        k.insert_token_key("new", TokenKey::ed25519(&[4; 32]))
+        ring.insert_token_key("new", TokenKey::ed25519(&[4; 32]))
             .unwrap();
-        k.schedule("new", t(1_100), None).unwrap();
-        k.schedule("old", t(0), Some(t(1_400))).unwrap();
-        let published_early = k.public_key_set(t(100));
+        ring.schedule("new", at(1_100), None).unwrap();
+        ring.schedule("old", at(0), Some(at(1_400))).unwrap();
+        let published_early = ring.public_key_set(at(100));
         assert!(published_early.contains("\"new\"") && published_early.contains("\"old\""));
-        assert_eq!(k.active_kid_for(Algorithm::EdDsa, t(1_099)), Some("old"));
-        assert_eq!(k.active_kid_for(Algorithm::EdDsa, t(1_100)), Some("new"));
+        assert_eq!(
+            ring.active_kid_for(Algorithm::EdDsa, at(1_099)),
+            Some("old")
+        );
+        assert_eq!(
+            ring.active_kid_for(Algorithm::EdDsa, at(1_100)),
+            Some("new")
+        );
         let remote =
             Keyring::from_key_set(&crate::jwk::JwkSet::parse(published_early.as_bytes()).unwrap());
-        let v = Validation::new(TokenType::AccessToken, "r");
-        let new_token = sign(&k, t(1_200));
+        let validation = Validation::new(TokenType::AccessToken, "r");
+        let new_token = sign(&ring, at(1_200));
         assert_eq!(
             remote
-                .verify(new_token.expose_secret(), &v, t(900))
+                .verify(new_token.expose_secret(), &validation, at(900))
                 .unwrap()
                 .kid,
             "new"
         );
         assert_eq!(
-            k.verify(old_token.expose_secret(), &v, t(999)).unwrap().kid,
+            ring.verify(old_token.expose_secret(), &validation, at(999))
+                .unwrap()
+                .kid,
             "old"
         );
         assert_eq!(
-            k.verify(old_token.expose_secret(), &v, t(1_400)),
+            ring.verify(old_token.expose_secret(), &validation, at(1_400)),
             Err(VerifyError::RetiredKey)
         );
-        assert!(!k.public_key_set(t(1_400)).contains("\"old\""));
-        assert_eq!(k.schedule("old", t(0), None), Ok(()));
-        let mut h = keyring();
-        assert_eq!(h.schedule("k1", t(0), None), Err(KeyringError::CannotSign));
+        assert!(!ring.public_key_set(at(1_400)).contains("\"old\""));
+        assert_eq!(ring.schedule("old", at(0), None), Ok(()));
+        let mut hmac = keyring();
+        assert_eq!(
+            hmac.schedule("k1", at(0), None),
+            Err(KeyringError::CannotSign)
+        );
     }
 
     /// The algorithm is the key's (RFC 8725 §3.1): a token whose header

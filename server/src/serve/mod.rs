@@ -146,7 +146,7 @@ type Shared = Arc<App>;
 
 impl App {
     /// The engine (its operations block: call them on the blocking pool).
-    fn engine(&self) -> &Engine<Arc<Db>> {
+    fn engine(&self) -> Arc<Engine<Arc<Db>>> {
         self.portcullis.engine()
     }
 
@@ -475,6 +475,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
     let dev_documents = args.dev_loopback_client_documents;
     let read_cache =
         (args.db_read_cache_ms > 0).then(|| Duration::from_millis(args.db_read_cache_ms));
+    let key_path = crate::keys::key_path(&args.db)?;
     let (store, keys) =
         tokio::task::spawn_blocking(move || setup::open(&db, true, loose, read_cache))
             .await
@@ -497,6 +498,8 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
             "run skills that change data (each write still asks you)",
         )
         .endpoint_scope(SKILLS_READ)
+        .access_token_algorithm(args.access_token_alg.algorithm())
+        .watch_key_file(key_path, loose)
         .policy(policy)
         .dev_loopback_client_documents(dev_documents)
         .build(host)
@@ -710,7 +713,7 @@ fn end_runs_of_dead_instances(app: &App) -> Result<(), String> {
         .iter()
         .filter_map(|(g, r)| Some((GrantId::parse(g)?, RequestId::parse(r).ok()?)))
         .collect();
-    abandon_lost_runs(app.engine(), |g, r| lost.contains(&(*g, *r)))?;
+    abandon_lost_runs(&app.engine(), |g, r| lost.contains(&(*g, *r)))?;
     for (g, r) in &taken {
         table.release_run(g, r, me)?;
     }
