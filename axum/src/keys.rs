@@ -501,7 +501,18 @@ pub fn retire(path: &Path, kid: &str, now: Timestamp) -> Result<KeyInfo, KeyFile
         .ok_or_else(|| KeyFileError::UnknownKey(kid.to_owned()))?;
     key.retire_at = Some(now.as_secs());
     let retired = info(key);
-    keys_of(path, &file, now)?;
+    let before = keys_of(path, &read(path)?, now)?.keyring;
+    let after = keys_of(path, &file, now)?.keyring;
+    // A key that signs now stays until another takes over (rotate first):
+    // a file the running servers would refuse is never written.
+    for alg in [Algorithm::EdDsa, Algorithm::Es256] {
+        if before.active_kid_for(alg, now).is_some() && after.active_kid_for(alg, now).is_none() {
+            return Err(KeyFileError::Key {
+                kid: kid.to_owned(),
+                error: KeyringError::RetiringActiveKey,
+            });
+        }
+    }
     replace(path, &file)?;
     Ok(retired)
 }
@@ -604,6 +615,18 @@ mod tests {
             retire(&path, "nope", t(3_100)),
             Err(KeyFileError::UnknownKey(_))
         ));
+        // The key that signs ES256 now stays until a rotation replaces it,
+        // and the file is left as it was.
+        let es = signer(&keys.keyring, Algorithm::Es256, t(3_100)).unwrap();
+        let before = std::fs::read(&path).unwrap();
+        assert!(matches!(
+            retire(&path, &es, t(3_100)),
+            Err(KeyFileError::Key {
+                error: KeyringError::RetiringActiveKey,
+                ..
+            })
+        ));
+        assert_eq!(std::fs::read(&path).unwrap(), before);
     }
 
     #[test]

@@ -1251,6 +1251,93 @@ async fn admin_commands_manage_grants_tokens_and_the_site_key() {
     );
 }
 
+/// The kids of the key set the server publishes.
+async fn published_kids(s: &Server) -> Vec<String> {
+    let set: Value = s
+        .http
+        .get(s.url("/.well-known/jwks.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    set["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["kid"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Waits until the running server's key set says `done` (it reloads the
+/// key file within seconds).
+async fn until_published(s: &Server, done: impl Fn(&[String]) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !done(&published_kids(s).await) {
+        assert!(
+            Instant::now() < deadline,
+            "the server did not reload the key file"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// `keys rotate` while the server runs: the new key is published and signs
+/// (here at once: published for no time), tokens of the old key keep
+/// working, refresh keeps working, and nobody consents again; `keys
+/// retire` ends the old key's tokens at once.
+#[tokio::test]
+async fn keys_rotate_reaches_the_running_server_and_logs_nobody_out() {
+    let s = Server::start(&["--access-token-alg", "eddsa"]).await;
+    let login = s.login("alice", "skills:read").await;
+    let keys = s.cli_json(&["keys", "list"]);
+    let algs: Vec<&str> = keys.iter().map(|k| k["alg"].as_str().unwrap()).collect();
+    assert_eq!(algs, ["HS256", "EdDSA", "ES256"], "{keys:?}");
+    let old_kid = jwt_segment(&login.access, 0)["kid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(keys[1]["kid"], old_kid.as_str());
+
+    let rotation = s.cli_json(&[
+        "keys",
+        "rotate",
+        "--alg",
+        "eddsa",
+        "--publish-for-secs",
+        "0",
+        "--retire-after-secs",
+        "600",
+    ]);
+    let new_kid = rotation[0]["added"]["kid"].as_str().unwrap().to_owned();
+    assert_eq!(rotation[0]["retiring"][0]["kid"], old_kid.as_str());
+    until_published(&s, |kids| kids.contains(&new_kid)).await;
+    assert!(
+        published_kids(&s).await.contains(&old_kid),
+        "still published"
+    );
+    assert_eq!(s.mcp(Some(&login.access)).await.status(), StatusCode::OK);
+    let r = s.refresh(&login.client_id, &login.refresh).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let refreshed: Value = r.json().await.unwrap();
+    let access = refreshed["access_token"].as_str().unwrap();
+    assert_eq!(jwt_segment(access, 0)["kid"], new_kid.as_str());
+    assert_eq!(s.mcp(Some(access)).await.status(), StatusCode::OK);
+
+    let retired = s.cli_json(&["keys", "retire", &old_kid]);
+    assert_eq!(retired[0]["retired"]["kid"], old_kid.as_str());
+    until_published(&s, |kids| !kids.contains(&old_kid)).await;
+    assert_eq!(
+        s.mcp(Some(&login.access)).await.status(),
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(s.mcp(Some(access)).await.status(), StatusCode::OK);
+    let unknown = s.cli(&["keys", "retire", "no-such-kid"]);
+    assert!(!unknown.status.success());
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("no key no-such-kid"));
+}
+
 #[tokio::test]
 async fn the_open_route_signs_in_and_redirects_only_on_site() {
     let s = Server::start(&[]).await;
