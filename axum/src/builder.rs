@@ -24,8 +24,29 @@ use crate::{Inner, Keyring, Portcullis, SiteFacts, run, sweep};
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum BuildError {
-    /// A setting is malformed (the text says which).
-    Config(String),
+    /// No [`Builder::public_url`] was given.
+    NoPublicUrl,
+    /// A URL that must be an origin (`https://host[:port]`, or `http://`
+    /// for loopback development) is not: [`Builder::public_url`] or
+    /// [`Builder::mcp_origin`] (named).
+    NotAnOrigin(&'static str),
+    /// A route path is not a path like `/mcp` (letters, digits, `- _ .`
+    /// and `/`, no trailing `/`): the setting named.
+    NotARoutePath(&'static str),
+    /// Two of this crate's routes would be served at one path (the paths
+    /// settings chose: [`Builder::mcp_path`], [`Builder::approvals_path`],
+    /// [`Builder::oauth_path`]).
+    RouteClash(String),
+    /// The site id is not 1–64 of `A-Z a-z 0-9 - _`.
+    SiteId(SiteError),
+    /// A declared scope is not a scope token (RFC 6749 §3.3).
+    Scope(String),
+    /// No scope was declared ([`Builder::scope`]).
+    NoScopes,
+    /// An endpoint scope is not one of the declared scopes.
+    EndpointScope(String),
+    /// The client-document fetcher could not be built (its TLS setup).
+    Fetcher(String),
     /// The site could not be created or read.
     Site(SiteOpError),
     /// This process could not start as a server executor.
@@ -40,7 +61,24 @@ pub enum BuildError {
 impl fmt::Display for BuildError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Config(why) => f.write_str(why),
+            Self::NoPublicUrl => f.write_str("public_url is required"),
+            Self::NotAnOrigin(what) => write!(
+                f,
+                "{what} must be an origin: https:// (or http:// for loopback development), \
+                 host and port only"
+            ),
+            Self::NotARoutePath(what) => write!(
+                f,
+                "{what} must be a path like /mcp (letters, digits, - _ . and /)"
+            ),
+            Self::RouteClash(path) => write!(f, "two routes would be served at {path}"),
+            Self::SiteId(e) => write!(f, "site id: {e}"),
+            Self::Scope(scope) => write!(f, "scope {scope:?} is not a scope token"),
+            Self::NoScopes => f.write_str("declare at least one scope (Builder::scope)"),
+            Self::EndpointScope(scope) => {
+                write!(f, "endpoint scope {scope:?} is not a declared scope")
+            }
+            Self::Fetcher(why) => write!(f, "the client-document fetcher: {why}"),
             Self::Site(e) => write!(f, "the site: {e}"),
             Self::Executor(e) => write!(f, "the server executor: {e}"),
             Self::Join => f.write_str("a blocking task failed"),
@@ -76,6 +114,7 @@ pub struct Builder<S: HostStore> {
     policy: Policy,
     public_url: Option<String>,
     mcp_origin: Option<String>,
+    oauth_path: Option<String>,
     site_id: String,
     site_name: String,
     mcp_path: String,
@@ -108,6 +147,7 @@ impl<S: HostStore> Builder<S> {
             policy: Policy::default(),
             public_url: None,
             mcp_origin: None,
+            oauth_path: None,
             site_id: "default".into(),
             site_name: "this app".into(),
             mcp_path: "/mcp".into(),
@@ -141,6 +181,21 @@ impl<S: HostStore> Builder<S> {
     /// path>/<site key>`. Default: the public URL.
     pub fn mcp_origin(mut self, origin: impl Into<String>) -> Self {
         self.mcp_origin = Some(origin.into());
+        self
+    }
+
+    /// Where the authorization server's routes live under the public URL
+    /// (default: its root). With `/oauth` the issuer is
+    /// `https://notes.example/oauth`; the endpoints are `/oauth/authorize`,
+    /// `/oauth/token`, `/oauth/register`, `/oauth/revoke`, the key set
+    /// `/oauth/.well-known/jwks.json`, and the RFC 8414 document
+    /// `/.well-known/oauth-authorization-server/oauth` (RFC 8414 §3.1
+    /// inserts the well-known part before the issuer's path). For an app
+    /// that serves its own `/register` or `/token`. Changing it changes the
+    /// issuer: tokens already issued stop verifying (their `iss` differs),
+    /// and agents sign in again.
+    pub fn oauth_path(mut self, path: impl Into<String>) -> Self {
+        self.oauth_path = Some(path.into());
         self
     }
 
@@ -262,38 +317,40 @@ impl<S: HostStore> Builder<S> {
     /// the periodic sweeps (expired codes, grants, results; lost runs). Must
     /// be called inside a tokio runtime.
     pub async fn build(self, host: impl Host) -> Result<Portcullis<S>, BuildError> {
-        let origin = origin_of(self.public_url.as_deref())?;
-        let mcp_path = route_path(&self.mcp_path, "mcp_path")?;
-        let approvals_path = route_path(&self.approvals_path, "approvals_path")?;
-        let site_id = SiteId::parse(&self.site_id)
-            .map_err(|e| BuildError::Config(format!("site id: {e}")))?;
+        let origin = origin_of(self.public_url.as_deref().ok_or(BuildError::NoPublicUrl)?)
+            .ok_or(BuildError::NotAnOrigin("public_url"))?;
+        let mcp_path = route_path(&self.mcp_path).ok_or(BuildError::NotARoutePath("mcp_path"))?;
+        let approvals_path =
+            route_path(&self.approvals_path).ok_or(BuildError::NotARoutePath("approvals_path"))?;
+        let oauth_path = match self.oauth_path.as_deref() {
+            None | Some("" | "/") => String::new(),
+            Some(path) => route_path(path).ok_or(BuildError::NotARoutePath("oauth_path"))?,
+        };
+        check_clashes(&mcp_path, &approvals_path, &oauth_path)?;
+        let site_id = SiteId::parse(&self.site_id).map_err(BuildError::SiteId)?;
         let mut scopes = ScopeSet::new();
         for (scope, _) in &self.scopes {
             scopes
                 .insert(scope)
-                .map_err(|e| BuildError::Config(format!("scope {scope:?}: {e}")))?;
+                .map_err(|_| BuildError::Scope(scope.clone()))?;
         }
         if scopes.is_empty() {
-            return Err(BuildError::Config(
-                "declare at least one scope (Builder::scope)".into(),
-            ));
+            return Err(BuildError::NoScopes);
         }
-        let endpoint_scopes =
-            ScopeSet::from_tokens(self.endpoint_scopes.iter().map(String::as_str))
-                .map_err(|e| BuildError::Config(format!("endpoint scope: {e}")))?;
-        if !endpoint_scopes.is_subset(&scopes) {
-            return Err(BuildError::Config(
-                "an endpoint scope is not a declared scope".into(),
-            ));
+        let mut endpoint_scopes = ScopeSet::new();
+        for scope in &self.endpoint_scopes {
+            if !scopes.contains(scope) || endpoint_scopes.insert(scope).is_err() {
+                return Err(BuildError::EndpointScope(scope.clone()));
+            }
         }
         let mcp_origin = match &self.mcp_origin {
-            Some(url) => origin_of(Some(url))?,
+            Some(url) => origin_of(url).ok_or(BuildError::NotAnOrigin("mcp_origin"))?,
             None => origin.clone(),
         };
         let mut config = SiteConfig::new(
             site_id.clone(),
             &self.site_name,
-            &origin,
+            &format!("{origin}{oauth_path}"),
             &format!("{mcp_origin}{mcp_path}/"),
         );
         config.scopes = scopes;
@@ -308,8 +365,8 @@ impl<S: HostStore> Builder<S> {
             .keyring
             .active_key()
             .map(|(_, key)| Csrf::derived_from(key))
-            .ok_or_else(|| BuildError::Config("the keyring has no active key".into()))?;
-        let documents = Documents::new(self.dev_loopback_documents).map_err(BuildError::Config)?;
+            .ok_or(BuildError::NoActiveKey(Algorithm::Hs256))?;
+        let documents = Documents::new(self.dev_loopback_documents).map_err(BuildError::Fetcher)?;
         let engine = Engine::new(Arc::clone(&self.store), self.keyring, self.policy);
         let (engine, site, executor) = tokio::task::spawn_blocking(move || {
             let site = ensure_site(&engine, &config)?;
@@ -338,6 +395,7 @@ impl<S: HostStore> Builder<S> {
                 endpoint_scopes,
                 origin,
                 mcp_path,
+                oauth_path,
                 approvals_path,
                 executor,
                 events: run::Events::default(),
@@ -355,38 +413,60 @@ impl<S: HostStore> Builder<S> {
 }
 
 /// The origin of `url`: scheme, host and port, no path, no trailing slash.
-fn origin_of(url: Option<&str>) -> Result<String, BuildError> {
-    let url = url.ok_or_else(|| BuildError::Config("public_url is required".into()))?;
+fn origin_of(url: &str) -> Option<String> {
     let url = url.trim_end_matches('/');
     let rest = url
         .strip_prefix("https://")
-        .or_else(|| url.strip_prefix("http://"))
-        .ok_or_else(|| {
-            BuildError::Config("public_url must start with https:// or http://".into())
-        })?;
-    if rest.is_empty() || rest.contains(['/', '?', '#', '@']) {
-        return Err(BuildError::Config(
-            "public_url must be an origin (scheme, host and port only)".into(),
-        ));
-    }
-    Ok(url.to_owned())
+        .or_else(|| url.strip_prefix("http://"))?;
+    (!rest.is_empty() && !rest.contains(['/', '?', '#', '@'])).then(|| url.to_owned())
 }
 
 /// A route path: starts with `/`, no trailing `/`, no query, no `{`.
-fn route_path(path: &str, what: &str) -> Result<String, BuildError> {
+fn route_path(path: &str) -> Option<String> {
     let ok = path.starts_with('/')
         && path.len() > 1
         && !path.ends_with('/')
         && path
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"/-_.".contains(&b));
-    if ok {
-        Ok(path.to_owned())
-    } else {
-        Err(BuildError::Config(format!(
-            "{what} must be a path like /mcp (letters, digits, - _ . and /)"
-        )))
+    ok.then(|| path.to_owned())
+}
+
+/// Refuses settings under which two of this crate's routes would be
+/// served at one path (axum would panic when the router is put together):
+/// the authorization server's routes under `oauth_path`, the approvals
+/// page and its two JSON routes, and the MCP route and its RFC 9728
+/// document.
+fn check_clashes(mcp_path: &str, approvals_path: &str, oauth_path: &str) -> Result<(), BuildError> {
+    let mut paths: Vec<String> = crate::oauth::AS_ROUTES
+        .iter()
+        .map(|route| format!("{oauth_path}{route}"))
+        .collect();
+    paths.push(format!(
+        "/.well-known/oauth-authorization-server{oauth_path}"
+    ));
+    paths.push(format!(
+        "/.well-known/oauth-protected-resource{mcp_path}/{{key}}"
+    ));
+    for suffix in ["", "/pending", "/decide"] {
+        paths.push(format!("{approvals_path}{suffix}"));
     }
+    let mcp_route = format!("{mcp_path}/{{key}}");
+    for (i, path) in paths.iter().enumerate() {
+        // The MCP route's `{key}` matches any one segment under mcp_path.
+        let under_mcp = path
+            .strip_prefix(mcp_path)
+            .and_then(|rest| rest.strip_prefix('/'))
+            .is_some_and(|rest| !rest.is_empty() && !rest.contains('/'));
+        if under_mcp || paths[..i].contains(path) {
+            return Err(BuildError::RouteClash(if under_mcp {
+                mcp_route
+            } else {
+                path.clone()
+            }));
+        }
+    }
+    Ok(())
 }
 
 /// The site as configured: created on first run; when its settings
@@ -441,24 +521,45 @@ mod tests {
     #[test]
     fn the_public_url_is_an_origin() {
         assert_eq!(
-            origin_of(Some("https://a.example/")).unwrap(),
+            origin_of("https://a.example/").unwrap(),
             "https://a.example"
         );
         for bad in [
-            None,
-            Some("a.example"),
-            Some("https://a.example/x"),
-            Some("https://u@a.example"),
+            "a.example",
+            "https://a.example/x",
+            "https://u@a.example",
+            "https://",
         ] {
-            assert!(origin_of(bad).is_err(), "{bad:?}");
+            assert!(origin_of(bad).is_none(), "{bad:?}");
         }
     }
 
     #[test]
     fn route_paths_are_plain() {
-        assert_eq!(route_path("/mcp", "p").unwrap(), "/mcp");
+        assert_eq!(route_path("/mcp").unwrap(), "/mcp");
         for bad in ["mcp", "/", "/mcp/", "/{x}", "/a?b"] {
-            assert!(route_path(bad, "p").is_err(), "{bad}");
+            assert!(route_path(bad).is_none(), "{bad}");
         }
+    }
+
+    #[test]
+    fn two_routes_at_one_path_are_refused() {
+        assert!(check_clashes("/mcp", "/agent-approvals", "").is_ok());
+        assert!(check_clashes("/mcp", "/agent-approvals", "/oauth").is_ok());
+        let clash = |mcp, approvals, oauth| match check_clashes(mcp, approvals, oauth) {
+            Err(BuildError::RouteClash(path)) => path,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(clash("/mcp", "/token", ""), "/token");
+        assert_eq!(
+            clash("/mcp", "/oauth/authorize", "/oauth"),
+            "/oauth/authorize"
+        );
+        // The approvals page one segment under the MCP path: {key} takes it.
+        assert_eq!(clash("/mcp", "/mcp/approvals", ""), "/mcp/{key}");
+        assert_eq!(
+            clash("/oauth", "/agent-approvals", "/oauth"),
+            "/oauth/{key}"
+        );
     }
 }

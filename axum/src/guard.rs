@@ -400,6 +400,69 @@ impl<G, Svc> Protect<G, Svc> {
     }
 }
 
+/// The gatekeeper's checks as a [`tower::Layer`]: what
+/// [`Portcullis::layer`] and
+/// [`RemoteResource::layer`](crate::remote::RemoteResource::layer) give, for
+/// `Router::route_layer`, `MethodRouter::layer` or a `ServiceBuilder`.
+/// Each service it wraps is a [`Protect`].
+#[derive(Clone)]
+pub struct ProtectLayer<G> {
+    gate: G,
+}
+
+impl<G> std::fmt::Debug for ProtectLayer<G> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ProtectLayer")
+    }
+}
+
+impl<G> ProtectLayer<G> {
+    pub(crate) fn new(gate: G) -> Self {
+        Self { gate }
+    }
+}
+
+impl<G: Clone, Svc> tower::Layer<Svc> for ProtectLayer<G> {
+    type Service = Protect<G, Svc>;
+
+    fn layer(&self, inner: Svc) -> Self::Service {
+        Protect::new(self.gate.clone(), inner)
+    }
+}
+
+/// A handler asked for an [`Agent`] on a request no gatekeeper let
+/// through: the route is not behind [`Portcullis::protect`] (or its
+/// layer). A wiring mistake of the host, answered `500` so it is found at
+/// once, never a request served without its checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MissingAgent;
+
+impl std::fmt::Display for MissingAgent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("no verified agent: this route is not behind Portcullis::protect")
+    }
+}
+
+impl std::error::Error for MissingAgent {}
+
+impl axum::response::IntoResponse for MissingAgent {
+    fn into_response(self) -> Response {
+        tracing::error!("{self}");
+        respond::internal("a protected route is not behind the bearer check")
+    }
+}
+
+/// An axum handler takes the verified caller as an argument:
+/// `async fn tool(agent: Agent, …)`. Refused with [`MissingAgent`] when the
+/// route is not behind the bearer check.
+impl<T: Send + Sync> axum::extract::FromRequestParts<T> for Agent {
+    type Rejection = MissingAgent;
+
+    async fn from_request_parts(parts: &mut Parts, _: &T) -> Result<Self, Self::Rejection> {
+        Agent::of(parts).cloned().ok_or(MissingAgent)
+    }
+}
+
 /// `request` through `gate`'s checks: `serve` answers it with the verified
 /// [`Agent`] in its extensions, and the answer passes through [`finish`];
 /// a refused request is answered here (after reading and dropping a small
@@ -479,6 +542,13 @@ impl<S: HostStore> Portcullis<S> {
     /// [`Portcullis::mcp_route`]. Its requests carry the verified [`Agent`].
     pub fn protect<Svc>(&self, service: Svc) -> Protect<Self, Svc> {
         Protect::new(self.clone(), service)
+    }
+
+    /// [`Portcullis::protect`] as a layer:
+    /// `Router::new().route(&p.mcp_route(), post(mcp)).route_layer(p.layer())`.
+    #[must_use]
+    pub fn layer(&self) -> ProtectLayer<Self> {
+        ProtectLayer::new(self.clone())
     }
 
     /// The checks of [`Portcullis::protect`] for a request's `parts`, in

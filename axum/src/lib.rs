@@ -88,7 +88,7 @@ use portcullis_core::scope::ScopeSet;
 use portcullis_core::site::{Site, SiteId};
 
 pub use builder::{BuildError, Builder};
-pub use guard::{Agent, Gatekeeper, Identity, Protect, ScopeRequired};
+pub use guard::{Agent, Gatekeeper, Identity, MissingAgent, Protect, ProtectLayer, ScopeRequired};
 pub use host::{ConsentPage, Host, SignedIn};
 pub use portcullis_core::Policy;
 pub use portcullis_core::jwt::Keyring;
@@ -152,6 +152,8 @@ pub(crate) struct Inner<S: HostStore> {
     origin: String,
     /// The path of the MCP endpoint, without the site key (`/mcp`).
     mcp_path: String,
+    /// Where the authorization server's routes live (`""` or `/oauth`).
+    oauth_path: String,
     /// The path of the approvals page.
     approvals_path: String,
     /// This process as the server executor of `run_once`.

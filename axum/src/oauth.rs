@@ -30,6 +30,12 @@ use crate::respond::{self, HeaderValues};
 use crate::store::HostStore;
 use crate::{Portcullis, pages};
 
+/// The authorization server's routes under its path
+/// ([`Builder::oauth_path`](crate::Builder::oauth_path)), for the
+/// builder's clash check.
+pub(crate) const AS_ROUTES: [&str; 5] =
+    [KEY_SET_PATH, "/register", "/authorize", "/token", "/revoke"];
+
 /// Largest request body on these routes (the token endpoint's limit;
 /// registration documents and forms are smaller).
 pub(crate) const BODY_LIMIT: usize = portcullis_core::token::MAX_BODY_LEN;
@@ -40,22 +46,27 @@ impl<S: HostStore> Portcullis<S> {
     ///
     /// | route | what |
     /// |---|---|
-    /// | `GET /.well-known/oauth-authorization-server` | RFC 8414 §3 |
+    /// | `GET /.well-known/oauth-authorization-server<oauth path>` | RFC 8414 §3 |
     /// | `GET /.well-known/oauth-protected-resource<mcp path>/{key}` | RFC 9728 §3.1, at the resource's own path-suffixed URL |
-    /// | `GET /.well-known/jwks.json` | the key set (RFC 7517 §5) at the `jwks_uri`, cached for [`keys::KEY_SET_MAX_AGE`](crate::keys::KEY_SET_MAX_AGE) |
-    /// | `POST /register` | RFC 7591 §3 (stateless: nothing stored) |
-    /// | `GET, POST /authorize` | sign-in (the host's), consent, decision |
-    /// | `POST /token`, `POST /revoke` | RFC 6749 §3.2, RFC 7009 §2 |
+    /// | `GET <oauth path>/.well-known/jwks.json` | the key set (RFC 7517 §5) at the `jwks_uri`, cached for [`keys::KEY_SET_MAX_AGE`](crate::keys::KEY_SET_MAX_AGE) |
+    /// | `POST <oauth path>/register` | RFC 7591 §3 (stateless: nothing stored) |
+    /// | `GET, POST <oauth path>/authorize` | sign-in (the host's), consent, decision |
+    /// | `POST <oauth path>/token`, `POST <oauth path>/revoke` | RFC 6749 §3.2, RFC 7009 §2 |
+    ///
+    /// The `<oauth path>` is [`Builder::oauth_path`](crate::Builder::oauth_path)
+    /// (empty by default).
     /// | `GET, POST <approvals path>` | the approvals page, and its decision form |
     /// | `GET <approvals path>/pending`, `POST <approvals path>/decide` | the same as JSON |
     ///
     /// Every answer carries `Cache-Control: no-store` (unless the route set
-    /// its own) and `X-Content-Type-Options: nosniff`.
-    pub fn routes(&self) -> Router {
+    /// its own) and `X-Content-Type-Options: nosniff`. The router takes any
+    /// state type, so it merges into the host's `Router<AppState>`.
+    pub fn routes<T: Clone + Send + Sync + 'static>(&self) -> Router<T> {
         let approvals = self.inner.approvals_path.clone();
+        let oauth = self.inner.oauth_path.clone();
         Router::new()
             .route(
-                "/.well-known/oauth-authorization-server",
+                &format!("/.well-known/oauth-authorization-server{oauth}"),
                 get(authorization_server_metadata::<S>),
             )
             .route(
@@ -65,11 +76,14 @@ impl<S: HostStore> Portcullis<S> {
                 ),
                 get(protected_resource_metadata::<S>),
             )
-            .route(KEY_SET_PATH, get(key_set::<S>))
-            .route("/register", post(register::<S>))
-            .route("/authorize", get(authorize::<S>).post(decide::<S>))
-            .route("/token", post(token::<S>))
-            .route("/revoke", post(revoke::<S>))
+            .route(&format!("{oauth}{KEY_SET_PATH}"), get(key_set::<S>))
+            .route(&format!("{oauth}/register"), post(register::<S>))
+            .route(
+                &format!("{oauth}/authorize"),
+                get(authorize::<S>).post(decide::<S>),
+            )
+            .route(&format!("{oauth}/token"), post(token::<S>))
+            .route(&format!("{oauth}/revoke"), post(revoke::<S>))
             .route(
                 &approvals,
                 get(crate::approvals::page::<S>).post(crate::approvals::decide_form::<S>),
@@ -234,8 +248,8 @@ async fn register<S: HostStore>(State(p): State<Portcullis<S>>, body: Bytes) -> 
 
 /// The authorization URL a form on the page posts back to: this path and
 /// the query exactly as received, so the decision re-submits it.
-fn self_url(query: &str) -> String {
-    format!("/authorize?{query}")
+fn self_url(oauth_path: &str, query: &str) -> String {
+    format!("{oauth_path}/authorize?{query}")
 }
 
 /// `GET /authorize`: the core validates the request; a valid one shows the
@@ -259,7 +273,7 @@ async fn authorize<S: HostStore>(
     let AuthorizeAnswer::Consent(screen) = answer else {
         return answer_page(answer);
     };
-    let action = self_url(&query);
+    let action = self_url(&p.inner.oauth_path, &query);
     let Some(user) = p.inner.host.signed_in(&parts).await else {
         return p.inner.host.sign_in(&action);
     };
@@ -342,7 +356,7 @@ async fn decide<S: HostStore>(
         _ => return bad_form(),
     };
     let Some(user) = p.inner.host.signed_in(&parts).await else {
-        return p.inner.host.sign_in(&self_url(&query));
+        return p.inner.host.sign_in(&self_url(&p.inner.oauth_path, &query));
     };
     let now = crate::now();
     if !p.inner.csrf.check(

@@ -70,7 +70,7 @@ use portcullis_core::resource_server::{Refusal, RemoteSite};
 use portcullis_core::scope::ScopeSet;
 use serde::Deserialize;
 
-use crate::guard::{Agent, Identity, NoServices, Protect};
+use crate::guard::{Agent, Identity, NoServices, Protect, ProtectLayer};
 pub use crate::keys::KEY_SET_MAX_AGE;
 use crate::respond::{self, HeaderValues};
 
@@ -319,7 +319,7 @@ impl RemoteResource {
     /// The resource's RFC 9728 document, at its path-suffixed URL (RFC
     /// 9728 §3.1), to merge into the router: the challenges name it, and a
     /// client finds the site's authorization server there.
-    pub fn routes(&self) -> Router {
+    pub fn routes<T: Clone + Send + Sync + 'static>(&self) -> Router<T> {
         let document = self.inner.document.clone();
         Router::new().route(
             &self.inner.document_path,
@@ -332,6 +332,12 @@ impl RemoteResource {
     /// [`Agent`].
     pub fn protect<Svc>(&self, service: Svc) -> Protect<Self, Svc> {
         Protect::new(self.clone(), service)
+    }
+
+    /// [`RemoteResource::protect`] as a layer.
+    #[must_use]
+    pub fn layer(&self) -> ProtectLayer<Self> {
+        ProtectLayer::new(self.clone())
     }
 
     /// The checks of [`RemoteResource::protect`] for a request's `parts`:

@@ -14,28 +14,24 @@ use crate::support::{
     call_body, done, keyring, request_id, spawn_call,
 };
 
-/// Builds over a memory store with `configure` applied: the error's text,
-/// if it failed.
+/// Builds over a memory store with `configure` applied: the error, if it
+/// failed.
 async fn build_error(
     configure: impl FnOnce(
         portcullis_axum::Builder<MemoryStore>,
     ) -> portcullis_axum::Builder<MemoryStore>,
-) -> Option<String> {
+) -> Option<BuildError> {
     let builder = Portcullis::builder(MemoryStore::new(), keyring());
-    match configure(builder).build(CookieHost).await {
-        Ok(_) => None,
-        Err(e @ BuildError::Config(_)) => Some(e.to_string()),
-        Err(e) => panic!("not a configuration error: {e}"),
-    }
+    configure(builder).build(CookieHost).await.err()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn malformed_settings_are_refused_at_build() {
+async fn malformed_settings_are_refused_at_build_with_typed_errors() {
     let ok = |b: portcullis_axum::Builder<MemoryStore>| {
         b.public_url("https://notes.example").scope(READ, "read")
     };
-    assert_eq!(build_error(ok).await, None);
-    for (why, error) in [
+    assert!(build_error(ok).await.is_none());
+    let refused = [
         (
             "no public url",
             build_error(|b| b.scope(READ, "read")).await,
@@ -72,9 +68,104 @@ async fn malformed_settings_are_refused_at_build() {
             "an approvals path with a trailing slash",
             build_error(|b| ok(b).approvals_path("/approvals/")).await,
         ),
-    ] {
-        assert!(error.is_some(), "{why} was accepted");
+        (
+            "an approvals page at the token endpoint",
+            build_error(|b| ok(b).approvals_path("/token")).await,
+        ),
+        (
+            "the OAuth routes under the MCP path",
+            build_error(|b| ok(b).oauth_path("/mcp")).await,
+        ),
+    ];
+    let expected = |why: &str, e: &BuildError| match why {
+        "no public url" => matches!(e, BuildError::NoPublicUrl),
+        "a public url with a path" | "no scheme" => {
+            matches!(e, BuildError::NotAnOrigin("public_url"))
+        }
+        "no scope" => matches!(e, BuildError::NoScopes),
+        "a malformed scope" => matches!(e, BuildError::Scope(s) if s == "two words"),
+        "an undeclared endpoint scope" => matches!(e, BuildError::EndpointScope(s) if s == WRITE),
+        "a malformed site id" => matches!(e, BuildError::SiteId(_)),
+        "an MCP path with a parameter" => matches!(e, BuildError::NotARoutePath("mcp_path")),
+        "an approvals path with a trailing slash" => {
+            matches!(e, BuildError::NotARoutePath("approvals_path"))
+        }
+        "an approvals page at the token endpoint" => {
+            matches!(e, BuildError::RouteClash(p) if p == "/token")
+        }
+        "the OAuth routes under the MCP path" => {
+            matches!(e, BuildError::RouteClash(p) if p == "/mcp/{key}")
+        }
+        _ => false,
+    };
+    for (why, error) in refused {
+        let error = error.unwrap_or_else(|| panic!("{why} was accepted"));
+        assert!(expected(why, &error), "{why}: {error:?}");
+        assert!(!error.to_string().is_empty());
     }
+}
+
+/// An app with its own `POST /register` and `/token` puts the crate's
+/// authorization server under `/oauth`: both routers merge, the issuer
+/// and every endpoint move there (the RFC 8414 document at its
+/// path-inserted URL), and a client's whole flow works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_authorization_server_lives_under_a_prefix_beside_the_apps_own_routes() {
+    use axum::routing::post;
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let origin = format!("http://{}", listener.local_addr().unwrap());
+    let portcullis = Portcullis::builder(MemoryStore::new(), keyring())
+        .public_url(&origin)
+        .oauth_path("/oauth")
+        .scope(READ, "read")
+        .endpoint_scope(READ)
+        .build(CookieHost)
+        .await
+        .expect("build");
+    async fn whoami(agent: portcullis_axum::Agent) -> String {
+        agent.subject().to_owned()
+    }
+    // `route_layer` guards the routes added before it: the MCP route's
+    // own router.
+    let mcp = axum::Router::new()
+        .route(&portcullis.mcp_route(), post(whoami))
+        .route_layer(portcullis.layer());
+    let router = axum::Router::new()
+        .route("/register", post(|| async { "the app's own sign-up" }))
+        .route("/token", post(|| async { "the app's own token" }))
+        .route("/login", axum::routing::get(|| async { "sign in" }))
+        .merge(portcullis.routes())
+        .merge(mcp);
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+
+    let own = crate::support::client::http()
+        .post(format!("{origin}/register"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(own.text().await.unwrap(), "the app's own sign-up");
+    let client = OAuthClient::discover(&origin, &portcullis.mcp_url()).await;
+    assert_eq!(client.issuer, format!("{origin}/oauth"));
+    assert_eq!(client.token_endpoint, format!("{origin}/oauth/token"));
+    let metadata = crate::support::client::get_json(
+        &client.http,
+        &format!("{origin}/.well-known/oauth-authorization-server/oauth"),
+    )
+    .await;
+    assert_eq!(
+        metadata["jwks_uri"],
+        format!("{origin}/oauth/.well-known/jwks.json")
+    );
+    let tokens = client.connect("alice", READ).await;
+    let me = client
+        .http
+        .post(portcullis.mcp_url())
+        .bearer_auth(&tokens.access)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(me.text().await.unwrap(), "alice");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

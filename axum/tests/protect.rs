@@ -290,3 +290,46 @@ async fn a_minted_agent_token_passes_the_guard_but_cannot_run_ledger_actions() {
     assert_eq!(crate::support::error_code(&answer), "ACTION_UNAVAILABLE");
     assert_eq!(app.effects.runs(), 0);
 }
+
+/// The guard as a layer (`route_layer`), and `Agent` as a handler's
+/// argument; a route outside the layer that asks for an `Agent` is a
+/// wiring mistake answered 500, never served unchecked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_layer_and_the_extractor_serve_a_plain_axum_handler() {
+    use axum::routing::post;
+    use portcullis_axum::Agent;
+
+    async fn whoami(agent: Agent) -> String {
+        agent.subject().to_owned()
+    }
+
+    let app = TestApp::start(MemoryStore::new()).await;
+    let (_, tokens) = app.connect("alice", READ).await;
+    let p = &app.portcullis;
+    let router = axum::Router::new()
+        .route(&p.mcp_route(), post(whoami))
+        .route_layer(p.layer())
+        .route("/unguarded", post(whoami));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let origin = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let path = app.mcp_url().strip_prefix(&app.origin).unwrap().to_owned();
+    let call = |url: String, token: Option<&str>| {
+        let mut request = http().post(url).body("{}");
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        request.send()
+    };
+    let ok = call(format!("{origin}{path}"), Some(&tokens.access))
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), StatusCode::OK);
+    assert_eq!(ok.text().await.unwrap(), "alice");
+    let refused = call(format!("{origin}{path}"), None).await.unwrap();
+    assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+    let unguarded = call(format!("{origin}/unguarded"), Some(&tokens.access))
+        .await
+        .unwrap();
+    assert_eq!(unguarded.status(), StatusCode::INTERNAL_SERVER_ERROR);
+}

@@ -149,6 +149,8 @@ pub(crate) struct Consent {
 pub(crate) struct OAuthClient {
     pub(crate) http: reqwest::Client,
     pub(crate) origin: String,
+    /// The issuer: the origin, or the origin and the crate's OAuth path.
+    pub(crate) issuer: String,
     pub(crate) mcp_url: String,
     pub(crate) client_id: String,
     pub(crate) authorization_endpoint: String,
@@ -195,10 +197,13 @@ impl OAuthClient {
             .as_str()
             .expect("authorization_servers")
             .to_owned();
-        assert_eq!(issuer, origin);
+        let issuer_path = issuer
+            .strip_prefix(origin)
+            .unwrap_or_else(|| panic!("the issuer {issuer} is on the app's origin {origin}"));
+        // RFC 8414 §3.1: the well-known part goes before the issuer's path.
         let server = get_json(
             &http,
-            &format!("{issuer}/.well-known/oauth-authorization-server"),
+            &format!("{origin}/.well-known/oauth-authorization-server{issuer_path}"),
         )
         .await;
         assert_eq!(server["issuer"], issuer.as_str(), "RFC 8414 §3.3: {server}");
@@ -238,6 +243,7 @@ impl OAuthClient {
         Self {
             http,
             origin: origin.to_owned(),
+            issuer: issuer.clone(),
             mcp_url: mcp_url.to_owned(),
             client_id,
             authorization_endpoint: endpoint("authorization_endpoint"),
@@ -325,9 +331,13 @@ impl OAuthClient {
         );
         let location = signed_out.location();
         assert!(location.starts_with("/login?"), "{location}");
+        let authorize_path = self
+            .authorization_endpoint
+            .strip_prefix(&self.origin)
+            .expect("the authorization endpoint is on the app's origin");
         assert_eq!(
             query_param(location, "next").as_deref(),
-            Some(format!("/authorize?{query}").as_str()),
+            Some(format!("{authorize_path}?{query}").as_str()),
             "the whole authorization request comes back after sign-in"
         );
         let consent = self.consent(&query, user).await;
@@ -345,7 +355,7 @@ impl OAuthClient {
         assert_eq!(query_param(location, "state").as_deref(), Some("st4te"));
         assert_eq!(
             query_param(location, "iss").as_deref(),
-            Some(self.origin.as_str()),
+            Some(self.issuer.as_str()),
             "RFC 9207"
         );
         query_param(location, "code").expect("a code")
