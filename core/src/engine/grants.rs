@@ -283,7 +283,7 @@ impl<S: Store> Engine<S> {
     /// enabled, so revocation takes effect at once, then the scopes.
     ///
     /// One read transaction; the site and the grant are read in place
-    /// ([`SiteView`], [`GrantView`](crate::grant::GrantView)) and only the answer's fields are
+    /// ([`SiteView`], [`GrantView`]) and only the answer's fields are
     /// copied out.
     pub fn verify_bearer(
         &self,
