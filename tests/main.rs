@@ -18,6 +18,7 @@ mod clients;
 mod failing_store;
 mod forgery;
 mod granted_apps;
+mod introspection;
 mod jwt;
 mod ledger;
 mod ledger_join;

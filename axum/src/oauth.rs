@@ -1,7 +1,7 @@
 //! The authorization server's routes: the metadata documents (RFC 8414,
 //! RFC 9728), registration (RFC 7591), the authorization endpoint (sign-in
-//! through the host, consent, decision), token (RFC 6749 §3.2) and
-//! revocation (RFC 7009). Every route hands the raw request parts to the
+//! through the host, consent, decision), token (RFC 6749 §3.2),
+//! revocation (RFC 7009) and introspection (RFC 7662). Every route hands the raw request parts to the
 //! core and copies its answer; decided here are only transport matters
 //! (which page, the CSRF and `Origin` checks, the document fetch).
 
@@ -18,6 +18,7 @@ use portcullis_core::engine::{RevokeError, SiteOpError};
 use portcullis_core::error::{ErrorCode, WireError as _};
 use portcullis_core::form::Form;
 use portcullis_core::http::HttpResponse;
+use portcullis_core::introspect::IntrospectError;
 use portcullis_core::metadata::{
     AuthorizationServerMetadata, KEY_SET_PATH, ProtectedResourceMetadata,
 };
@@ -33,8 +34,14 @@ use crate::{Portcullis, pages};
 /// The authorization server's routes under its path
 /// ([`Builder::oauth_path`](crate::Builder::oauth_path)), for the
 /// builder's clash check.
-pub(crate) const AS_ROUTES: [&str; 5] =
-    [KEY_SET_PATH, "/register", "/authorize", "/token", "/revoke"];
+pub(crate) const AS_ROUTES: [&str; 6] = [
+    KEY_SET_PATH,
+    "/register",
+    "/authorize",
+    "/token",
+    "/revoke",
+    "/introspect",
+];
 
 /// Largest request body on these routes (the token endpoint's limit;
 /// registration documents and forms are smaller).
@@ -52,6 +59,7 @@ impl<S: HostStore> Portcullis<S> {
     /// | `POST <oauth path>/register` | RFC 7591 §3 (stateless: nothing stored) |
     /// | `GET, POST <oauth path>/authorize` | sign-in (the host's), consent, decision |
     /// | `POST <oauth path>/token`, `POST <oauth path>/revoke` | RFC 6749 §3.2, RFC 7009 §2 |
+    /// | `POST <oauth path>/introspect` | RFC 7662 §2, for resource servers holding a [credential](portcullis_core::introspect::ResourceServerCredential) |
     ///
     /// The `<oauth path>` is [`Builder::oauth_path`](crate::Builder::oauth_path)
     /// (empty by default).
@@ -84,6 +92,7 @@ impl<S: HostStore> Portcullis<S> {
             )
             .route(&format!("{oauth}/token"), post(token::<S>))
             .route(&format!("{oauth}/revoke"), post(revoke::<S>))
+            .route(&format!("{oauth}/introspect"), post(introspect::<S>))
             .route(
                 &approvals,
                 get(crate::approvals::page::<S>).post(crate::approvals::decide_form::<S>),
@@ -570,5 +579,51 @@ async fn revoke<S: HostStore>(
             respond::core(e.to_response())
         }
         Err(r) => r,
+    }
+}
+
+/// `POST /introspect` (RFC 7662): the core authenticates the resource
+/// server and answers. It only reads, so it reads as the bearer check does
+/// ([`Portcullis::authenticate`]): from memory on the runtime when a shared
+/// store can answer so, else through [`Portcullis::read`] (inline on a
+/// local store, the blocking pool on a shared one); never through the
+/// writer. The log line says whether the token was active, never which.
+async fn introspect<S: HostStore>(
+    State(p): State<Portcullis<S>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let (authorization, body) = match form_request(&headers, &body) {
+        Ok(parts) => parts,
+        Err(r) => return r,
+    };
+    let ask = |p: &Portcullis<S>, authorization: &HeaderValues, body: &str| {
+        p.inner
+            .engine()
+            .introspect(&p.inner.site_id, body, authorization.field(), crate::now())
+    };
+    let inline = p
+        .inner
+        .engine()
+        .store()
+        .in_memory(|| ask(&p, &authorization, &body))
+        .filter(|v| !matches!(v, Err(IntrospectError::Store(_))));
+    let answer = match inline {
+        Some(answer) => answer,
+        None => match p.read(move |p| ask(p, &authorization, &body)).await {
+            Ok(answer) => answer,
+            Err(r) => return r,
+        },
+    };
+    match answer {
+        Ok(answer) => {
+            tracing::debug!(active = answer.is_active(), "introspection answered");
+            respond::core(answer.to_response())
+        }
+        Err(IntrospectError::Store(e)) => respond::store(&e),
+        Err(e) => {
+            tracing::debug!(error = e.code().as_str(), "introspection refused");
+            respond::core(e.to_response())
+        }
     }
 }

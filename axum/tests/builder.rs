@@ -113,6 +113,10 @@ async fn malformed_settings_are_refused_at_build_with_typed_errors() {
 async fn the_authorization_server_lives_under_a_prefix_beside_the_apps_own_routes() {
     use axum::routing::post;
 
+    async fn whoami(agent: portcullis_axum::Agent) -> String {
+        agent.subject().to_owned()
+    }
+
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let origin = format!("http://{}", listener.local_addr().unwrap());
     let portcullis = Portcullis::builder(MemoryStore::new(), keyring())
@@ -123,9 +127,6 @@ async fn the_authorization_server_lives_under_a_prefix_beside_the_apps_own_route
         .build(CookieHost)
         .await
         .expect("build");
-    async fn whoami(agent: portcullis_axum::Agent) -> String {
-        agent.subject().to_owned()
-    }
     // `route_layer` guards the routes added before it: the MCP route's
     // own router.
     let mcp = axum::Router::new()

@@ -11,6 +11,7 @@ mod builder;
 mod clients;
 mod crash;
 mod documents;
+mod introspection;
 mod oauth;
 mod protect;
 mod remote;

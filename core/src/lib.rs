@@ -35,6 +35,7 @@
 //! | [`granted_apps`] | the apps a grant reaches: every app or a selected set |
 //! | [`token`] | the token endpoint's wire side (RFC 6749 §5) |
 //! | [`bearer`] | `Authorization: Bearer` and `WWW-Authenticate` (RFC 6750, RFC 9728) |
+//! | [`introspect`] | token introspection for resource servers that ask (RFC 7662): their credentials and the answers |
 //! | [`metadata`] | discovery documents (RFC 8414, RFC 9728) |
 //! | [`agent_loop`] | the external agent's side: the sans-IO client loop that turns each answer into the next step |
 //! | [`agent_token`] | minted per-user agent tokens, revocable by `jti` |
@@ -107,6 +108,7 @@ pub mod granted_apps;
 pub mod header;
 pub mod hex;
 pub mod http;
+pub mod introspect;
 pub mod jwk;
 pub mod jwt;
 pub mod ledger;

@@ -53,6 +53,11 @@ pub struct AuthorizationServerMetadata {
     /// The same algorithms as the token endpoint.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub revocation_endpoint_auth_signing_alg_values_supported: Option<Vec<&'static str>>,
+    /// `{issuer}/introspect` (RFC 7662, listed as RFC 8414 §2 names it).
+    pub introspection_endpoint: String,
+    /// `["client_secret_basic"]`: resource servers present the credentials
+    /// of [`crate::introspect`] with HTTP Basic.
+    pub introspection_endpoint_auth_methods_supported: [&'static str; 1],
     /// The site's scopes.
     pub scopes_supported: Vec<String>,
     /// Whether client-ID metadata documents are accepted (per site).
@@ -79,6 +84,8 @@ impl AuthorizationServerMetadata {
             token_endpoint_auth_signing_alg_values_supported: assertion_algorithms(site),
             revocation_endpoint_auth_methods_supported: auth_methods(site),
             revocation_endpoint_auth_signing_alg_values_supported: assertion_algorithms(site),
+            introspection_endpoint: site.endpoint("/introspect"),
+            introspection_endpoint_auth_methods_supported: ["client_secret_basic"],
             scopes_supported: site.scopes.iter().map(String::from).collect(),
             client_id_metadata_document_supported: site.client_metadata_documents,
             authorization_response_iss_parameter_supported: true,
@@ -247,6 +254,14 @@ mod tests {
             serde_json::json!(["S256"])
         );
         assert_eq!(md["token_endpoint"], "https://a.example/tenant/token");
+        assert_eq!(
+            md["introspection_endpoint"],
+            "https://a.example/tenant/introspect"
+        );
+        assert_eq!(
+            md["introspection_endpoint_auth_methods_supported"],
+            serde_json::json!(["client_secret_basic"])
+        );
         let mut methods = alloc::vec!["none", "client_secret_basic", "client_secret_post"];
         if cfg!(feature = "client-assertions") {
             methods.push("private_key_jwt");

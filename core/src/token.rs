@@ -201,7 +201,7 @@ impl<'a> ClientCredentials<'a> {
 
 /// Whether an `Authorization` value uses the Basic scheme
 /// (case-insensitive, RFC 7617 §2).
-fn is_basic_scheme(header: &str) -> bool {
+pub(crate) fn is_basic_scheme(header: &str) -> bool {
     header
         .get(..6)
         .is_some_and(|s| s.eq_ignore_ascii_case("basic "))
@@ -209,7 +209,7 @@ fn is_basic_scheme(header: &str) -> bool {
 
 /// `Basic base64(urlencode(id) ":" urlencode(secret))` (RFC 6749 §2.3.1,
 /// RFC 7617 §2); the scheme is case-insensitive.
-fn parse_basic(header: &str) -> Option<(String, String)> {
+pub(crate) fn parse_basic(header: &str) -> Option<(String, String)> {
     if header.len() > MAX_BASIC_LEN {
         return None;
     }

@@ -1,5 +1,6 @@
 //! The admin subcommands on the server's database: grants, the site's off
-//! switch and key, agent tokens, and token inspection.
+//! switch and key, agent tokens, token inspection, and resource servers'
+//! introspection credentials.
 //!
 //! They open the database directly. On a redb file, which allows one
 //! process at a time, they refuse with a clear message while `portcullis
@@ -16,6 +17,7 @@ use std::time::Duration;
 use portcullis_core::agent_token::AgentToken;
 use portcullis_core::engine::{AgentTokenRequest, GrantSummary};
 use portcullis_core::grant::{GrantId, GrantStatus};
+use portcullis_core::introspect::ResourceServerCredential;
 use portcullis_core::jwt::{Keyring, TokenType, Validation};
 use portcullis_core::scope::ScopeSet;
 use portcullis_core::site::Site;
@@ -254,19 +256,25 @@ pub(crate) fn tokens(
 /// `portcullis token inspect`: verifies against the key file only (no
 /// database access, so it works while the server runs). Tries the access-
 /// token type, then the agent-token type; reports the core's reason when
-/// verification fails.
+/// verification fails. `portcullis token introspection-credential`: see
+/// [`introspection_credential`].
 pub(crate) fn token(
     action: TokenAction,
     stdin: impl std::io::Read,
     out: &mut impl Write,
 ) -> Result<(), String> {
-    let TokenAction::Inspect {
-        db,
-        aud,
-        iss,
-        token_file,
-        jwt,
-    } = action;
+    let (db, aud, iss, token_file, jwt) = match action {
+        TokenAction::Inspect {
+            db,
+            aud,
+            iss,
+            token_file,
+            jwt,
+        } => (db, aud, iss, token_file, jwt),
+        TokenAction::IntrospectionCredential { db, name } => {
+            return introspection_credential(&db, &name, out);
+        }
+    };
     if jwt.is_some() {
         return Err(input::refused_on_argv("token", "--token-file"));
     }
@@ -299,4 +307,82 @@ pub(crate) fn token(
         Err(e) => json!({"valid": false, "reason": e.to_string()}),
     };
     emit(out, &value)
+}
+
+/// `portcullis token introspection-credential`: the demo site's
+/// introspection credential for resource server `name`
+/// ([`ResourceServerCredential::mint`]), one JSON object for the operator
+/// to hand over. Derived, not stored: printing it again gives the same
+/// secret while the key file's HS256 key stays, and a new key (retiring
+/// the old) revokes it.
+fn introspection_credential(db: &DbArgs, name: &str, out: &mut impl Write) -> Result<(), String> {
+    let keys = keys::load(&keys::key_path(db)?, false, LoosePermissions::Warn)
+        .map_err(|e| e.to_string())?;
+    let site = setup::site_id();
+    let credential = ResourceServerCredential::mint(&keys.keyring, &site, name)
+        .map_err(|e| format!("--name: {e}"))?;
+    emit(
+        out,
+        &json!({
+            "site": site.as_str(),
+            "client_id": credential.id(),
+            "client_secret": credential.secret().expose_secret(),
+            "kid": credential.kid(),
+            "token_endpoint_auth_method": "client_secret_basic",
+        }),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use portcullis_core::header::HeaderField;
+    use portcullis_core::introspect;
+
+    use super::*;
+    use crate::db::Location;
+
+    /// The printed credential is the demo site's, under the key file's
+    /// key: the core authenticates it, and only for that site.
+    #[test]
+    fn an_introspection_credential_authenticates_at_the_demo_site() {
+        let dir = tempfile::tempdir().unwrap();
+        let key_file = dir.path().join("portcullis.keys");
+        let keys = keys::load(&key_file, true, LoosePermissions::Refuse).unwrap();
+        let db = DbArgs {
+            db: Location::Redb(dir.path().join("portcullis.redb")),
+            key_file: Some(key_file),
+            db_schema: None,
+            db_password_file: None,
+            db_ca_file: None,
+        };
+        let mut out = Vec::new();
+        introspection_credential(&db, "billing-api", &mut out).unwrap();
+        let printed: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(printed["site"], "demo");
+        assert_eq!(printed["client_id"], "billing-api");
+        assert_eq!(printed["kid"], keys.keyring.active_kid().unwrap());
+        let secret = printed["client_secret"].as_str().unwrap();
+        let header = format!(
+            "Basic {}",
+            base64::Engine::encode(
+                &base64::engine::general_purpose::STANDARD,
+                format!("billing-api:{secret}")
+            )
+        );
+        let who =
+            introspect::authenticate(&keys.keyring, &setup::site_id(), HeaderField::one(&header))
+                .unwrap();
+        assert_eq!(who.name, "billing-api");
+        let elsewhere = portcullis_core::site::SiteId::parse("elsewhere").unwrap();
+        assert!(
+            introspect::authenticate(&keys.keyring, &elsewhere, HeaderField::one(&header)).is_err()
+        );
+        // The same name prints the same credential; a bad name is refused.
+        let mut again = Vec::new();
+        introspection_credential(&db, "billing-api", &mut again).unwrap();
+        assert_eq!(out, again);
+        let e = introspection_credential(&db, "no spaces", &mut Vec::new()).unwrap_err();
+        assert!(e.starts_with("--name:"), "{e}");
+        assert!(!e.contains(secret));
+    }
 }

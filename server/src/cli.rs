@@ -589,6 +589,22 @@ pub(crate) enum TokenAction {
         #[arg(hide = true)]
         jwt: Option<String>,
     },
+    /// Print the credential a resource server presents at `POST
+    /// /introspect` (RFC 7662, HTTP Basic): `client_id` and
+    /// `client_secret`, derived from the key file (nothing is stored, no
+    /// database is opened, so it works while the server runs). The same
+    /// name gives the same credential until the HS256 key changes;
+    /// retiring the key that minted it revokes it.
+    IntrospectionCredential {
+        /// The database: its key file is `--key-file`, or `<db>.keys`
+        /// beside a redb file.
+        #[command(flatten)]
+        db: DbArgs,
+        /// The resource server's name (its `client_id`): 1 to 64
+        /// characters of `A-Z a-z 0-9 - _ .`.
+        #[arg(long)]
+        name: String,
+    },
 }
 
 /// `portcullis check …`.
@@ -640,7 +656,7 @@ pub(crate) enum CheckGuard {
 mod tests {
     use clap::Parser as _;
 
-    use super::{Cli, Command, GrantsAction, TokensAction};
+    use super::{Cli, Command, GrantsAction, TokenAction, TokensAction};
 
     /// Ids are base64url, so one in 64 begins with `-`: it is still the id,
     /// not an unknown flag.
@@ -667,5 +683,28 @@ mod tests {
         assert_eq!(jti, "-Ab3");
         // A real flag is still one.
         assert!(Cli::try_parse_from(["portcullis", "grants", "revoke", "--all"]).is_ok());
+    }
+
+    #[test]
+    fn an_introspection_credential_is_asked_for_by_name() {
+        let cli = Cli::try_parse_from([
+            "portcullis",
+            "token",
+            "introspection-credential",
+            "--name",
+            "billing-api",
+        ])
+        .expect("parsed");
+        let Command::Token {
+            action: TokenAction::IntrospectionCredential { name, .. },
+        } = cli.command
+        else {
+            panic!("not token introspection-credential");
+        };
+        assert_eq!(name, "billing-api");
+        assert!(
+            Cli::try_parse_from(["portcullis", "token", "introspection-credential"]).is_err(),
+            "the name is required"
+        );
     }
 }

@@ -1,5 +1,6 @@
 //! Protected-resource checks and grant management: bearer verification,
-//! listing, revocation and the expiry sweep.
+//! token introspection (RFC 7662) on the same read path, listing,
+//! revocation and the expiry sweep.
 
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -10,10 +11,12 @@ use super::{Engine, SiteOpError, Txn, keys, load_site};
 use crate::bearer::{self, BearerError, Challenge};
 use crate::describe::Describe as _;
 use crate::error::{ErrorCode, WireError};
-use crate::grant::{Grant, GrantId, GrantStatus, RevocationReason};
+use crate::form::Form;
+use crate::grant::{Grant, GrantId, GrantStatus, GrantView, RevocationReason};
 use crate::header::HeaderField;
 use crate::http::HttpResponse;
-use crate::jwt::{ClaimsRef, Expect, TokenType};
+use crate::introspect::{self, ActiveToken, IntrospectError, Introspection};
+use crate::jwt::{ClaimsRef, Expect, TokenType, VerifyError};
 use crate::metadata;
 use crate::scope::ScopeSet;
 use crate::site::{Site, SiteError, SiteId, SiteView};
@@ -223,15 +226,8 @@ impl<S: Store> Engine<S> {
                 }
                 Err(e) => return Err(invalid(&e.description())),
             };
-            let expect = Expect {
-                typ,
-                audience: (site.resource_prefix, site.public_key),
-                issuer: site.issuer,
-                leeway: self.policy.jwt_leeway,
-            };
             let claims = self
-                .keyring
-                .verify_expect(token, &expect, now, |v| take(&v.claims))
+                .verify_for_site(&site, token, typ, now, take)
                 .map_err(|e| match bearer::parse_authorization(authorization) {
                     // The characters were left to the decoder: name a header
                     // fault as the header's.
@@ -243,6 +239,37 @@ impl<S: Store> Engine<S> {
         .unwrap_or(Err(BearerRejection::UnknownSite))
     }
 
+    /// The token checks of the bearer path against a site read in place:
+    /// the JWT verifies as `typ` (signature by a key not retired, `typ`,
+    /// `kid`) for the site's resource (`aud`) and issuer (`iss`) at `now`,
+    /// `exp` and `nbf` with the policy's leeway; then `take` reads the
+    /// claims borrowed from the decoded payload. What a bearer check and
+    /// an introspection both verify, so the two cannot drift apart.
+    fn verify_for_site<T>(
+        &self,
+        site: &SiteView<'_>,
+        token: &str,
+        typ: TokenType,
+        now: Timestamp,
+        take: impl FnOnce(&ClaimsRef<'_>) -> T,
+    ) -> Result<T, VerifyError> {
+        let expect = Expect {
+            typ,
+            audience: (site.resource_prefix, site.public_key),
+            issuer: site.issuer,
+            leeway: self.policy.jwt_leeway,
+        };
+        self.keyring
+            .verify_expect(token, &expect, now, |v| take(&v.claims))
+    }
+
+    /// Whether `grant`, read in place, is live for `site` at `now`: not
+    /// revoked (by itself or by the site's epoch), of this site, and within
+    /// its lifetimes. The grant check of the bearer path.
+    fn grant_is_live(&self, grant: &GrantView<'_>, site: &SiteView<'_>, now: Timestamp) -> bool {
+        grant.status(site.id, site.epoch, now, &self.policy) == GrantStatus::Live
+    }
+
     /// Checks a protected-resource request: every `Authorization` value the
     /// request carried, the `scope` the request needs, at `now`. No field is
     /// a 401 challenge without `error`; a repeated field is ambiguous and
@@ -252,7 +279,7 @@ impl<S: Store> Engine<S> {
     /// enabled, so revocation takes effect at once, then the scopes.
     ///
     /// One read transaction; the site and the grant are read in place
-    /// ([`SiteView`], [`GrantView`](crate::grant::GrantView)) and only the answer's fields are
+    /// ([`SiteView`], [`GrantView`]) and only the answer's fields are
     /// copied out.
     pub fn verify_bearer(
         &self,
@@ -281,8 +308,7 @@ impl<S: Store> Engine<S> {
                     let invalid = |why: &str| invalid_token(site, why);
                     let grant_id = grant_id.ok_or_else(|| invalid("token names no grant"))?;
                     txn.view::<Grant, _>(grant_id.as_bytes(), |grant| {
-                        if grant.status(site.id, site.epoch, now, &self.policy) != GrantStatus::Live
-                        {
+                        if !self.grant_is_live(&grant, site, now) {
                             return Err(invalid("the grant is revoked or expired"));
                         }
                         let scopes = scopes
@@ -306,6 +332,141 @@ impl<S: Store> Engine<S> {
                 },
             )
         })
+    }
+
+    /// Token introspection (RFC 7662 §2): `body` is the raw
+    /// `application/x-www-form-urlencoded` request body (`token`, and an
+    /// optional `token_type_hint`, which §2.1 lets the server ignore and
+    /// this one does: every kind of token is looked at), `authorization`
+    /// every `Authorization` value the request carried.
+    ///
+    /// In order: a repeated or non-text `Authorization` field is
+    /// [`IntrospectError::Header`]; a body over
+    /// [`MAX_BODY_LEN`](introspect::MAX_BODY_LEN), with a repeated or
+    /// malformed parameter, is [`IntrospectError::Malformed`]; a caller
+    /// that is not a resource server of the site
+    /// ([`introspect::authenticate`], RFC 7662 §2.1), or that also sends
+    /// credentials in the body (RFC 6749 §2.3: one method per request), is
+    /// [`IntrospectError::InvalidClient`]; a body without `token` is
+    /// [`IntrospectError::MissingToken`]. None of these reads the store.
+    ///
+    /// Then, in one read transaction: a site switched off is
+    /// [`IntrospectError::Unavailable`]; an access token of the site that
+    /// passes every check of [`Engine::verify_bearer`] (the same code:
+    /// signature by a key not retired, `typ`, issuer, audience = the site's
+    /// resource, `exp`/`nbf` with the policy's leeway, then its grant read
+    /// in place and live) is [`Introspection::Active`]; every other token
+    /// is [`Introspection::Inactive`], one answer whatever failed (§2.2).
+    /// A store failure is [`IntrospectError::Store`], never an answer about
+    /// the token. Nothing is written.
+    pub fn introspect(
+        &self,
+        site_id: &SiteId,
+        body: &str,
+        authorization: HeaderField<'_>,
+        now: Timestamp,
+    ) -> Result<Introspection, IntrospectError> {
+        let form = self.introspection_request(site_id, body, authorization)?;
+        let token = form.get("token").unwrap_or_default();
+        self.read(|txn| self.introspect_token(txn, site_id, token, now))
+    }
+
+    /// [`Engine::introspect`] inside `txn`, a transaction the caller owns
+    /// (read or write: introspection only reads, so there is nothing to
+    /// roll back and `txn` is left as it was).
+    pub fn introspect_in<R: ReadTransaction>(
+        &self,
+        txn: &R,
+        site_id: &SiteId,
+        body: &str,
+        authorization: HeaderField<'_>,
+        now: Timestamp,
+    ) -> Result<Introspection, IntrospectError> {
+        let form = self.introspection_request(site_id, body, authorization)?;
+        let token = form.get("token").unwrap_or_default();
+        self.introspect_token(txn, site_id, token, now)
+    }
+
+    /// The checks of an introspection request that need no store: the
+    /// header, the body, the caller (see [`Engine::introspect`]). The form,
+    /// which has a `token`, when they pass.
+    fn introspection_request<'b>(
+        &self,
+        site_id: &SiteId,
+        body: &'b str,
+        authorization: HeaderField<'_>,
+    ) -> Result<Form<'b>, IntrospectError> {
+        authorization
+            .value()
+            .map_err(IntrospectError::authorization)?;
+        let form =
+            Form::parse(body, introspect::MAX_BODY_LEN).map_err(IntrospectError::Malformed)?;
+        let caller = introspect::authenticate(&self.keyring, site_id, authorization)?;
+        let other_method = form.get("client_secret").is_some()
+            || form.get("client_assertion").is_some()
+            || form.get("client_id").is_some_and(|id| id != caller.name);
+        if other_method {
+            return Err(IntrospectError::InvalidClient { basic: true });
+        }
+        if form.get("token").is_none() {
+            return Err(IntrospectError::MissingToken);
+        }
+        Ok(form)
+    }
+
+    /// The store side of [`Engine::introspect`]: the site and then the
+    /// token's grant read in place in `txn`, as [`Engine::verify_bearer`]
+    /// reads them.
+    fn introspect_token<R: ReadTransaction>(
+        &self,
+        txn: &R,
+        site_id: &SiteId,
+        token: &str,
+        now: Timestamp,
+    ) -> Result<Introspection, IntrospectError> {
+        txn.view::<Site, _>(site_id.as_str().as_bytes(), |site| {
+            if let Err(SiteError::Disabled { retry_after_secs }) = site.ensure_enabled() {
+                return Err(IntrospectError::Unavailable { retry_after_secs });
+            }
+            let verified = self.verify_for_site(&site, token, TokenType::AccessToken, now, |c| {
+                (
+                    c.gid.as_deref().and_then(GrantId::parse),
+                    c.scope
+                        .as_deref()
+                        .map_or(Ok(ScopeSet::new()), ScopeSet::parse),
+                    c.jti.as_deref().map(String::from),
+                    c.exp.and_then(|e| u64::try_from(e).ok()),
+                    c.iat.and_then(|i| u64::try_from(i).ok()),
+                )
+            });
+            // Every refusal is the same answer: which check failed is
+            // nobody's business but the log's, and no log is written.
+            let Ok((Some(grant_id), Ok(scope), jti, Some(exp), iat)) = verified else {
+                return Ok(Introspection::Inactive);
+            };
+            let answer = txn.view::<Grant, _>(grant_id.as_bytes(), |grant| {
+                if !self.grant_is_live(&grant, &site, now) {
+                    return Introspection::Inactive;
+                }
+                let mut audience =
+                    String::with_capacity(site.resource_prefix.len() + site.public_key.len());
+                audience.push_str(site.resource_prefix);
+                audience.push_str(site.public_key);
+                Introspection::Active(ActiveToken {
+                    scope,
+                    client_id: grant.client_id.into(),
+                    subject: grant.subject.into(),
+                    expires: Timestamp::from_secs(exp),
+                    issued_at: iat.map(Timestamp::from_secs),
+                    issuer: site.issuer.into(),
+                    audience,
+                    token_id: jti,
+                    grant: grant.id,
+                })
+            })?;
+            Ok(answer.unwrap_or(Introspection::Inactive))
+        })?
+        .unwrap_or(Err(IntrospectError::UnknownSite))
     }
 
     /// A grant by id.
