@@ -47,7 +47,7 @@
 //!     .scope("notes:write", "add notes (each one asks you first)")
 //!     .build(App)
 //!     .await?;
-//! let app = axum::Router::new()
+//! let app: axum::Router = axum::Router::new()
 //!     .merge(portcullis.routes())
 //!     .route_service(&portcullis.mcp_route(), portcullis.protect(mcp));
 //! # let _ = app; Ok(()) }

@@ -12,7 +12,7 @@
 //!     .endpoint_scope("notes:read")
 //!     .build()
 //!     .await?;
-//! let app = axum::Router::new()
+//! let app: axum::Router = axum::Router::new()
 //!     .route_service(resource.route(), resource.protect(mcp))
 //!     .merge(resource.routes());
 //! # let _ = app; Ok(()) }

@@ -60,6 +60,95 @@ impl Timestamp {
     pub const fn saturating_since(self, earlier: Self) -> Duration {
         Duration::from_secs(self.0.saturating_sub(earlier.0))
     }
+
+    /// This instant as a UTC calendar date and time of day: what a page or
+    /// an RFC 3339 field shows.
+    #[must_use]
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "hours, minutes and seconds of a day are below 256"
+    )]
+    pub fn utc(self) -> UtcTime {
+        let days = self.0 / 86_400;
+        let of_day = self.0 % 86_400;
+        let (year, month, day) = civil_from_days(days);
+        UtcTime {
+            year,
+            month,
+            day,
+            hour: (of_day / 3600) as u8,
+            minute: (of_day % 3600 / 60) as u8,
+            second: (of_day % 60) as u8,
+        }
+    }
+}
+
+/// A [`Timestamp`] on the proleptic Gregorian calendar, UTC. `Display`
+/// writes RFC 3339 §5.6 (`2026-12-06T07:30:00Z`); [`UtcTime::date`] the
+/// date alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct UtcTime {
+    /// The year.
+    pub year: u64,
+    /// 1 to 12.
+    pub month: u8,
+    /// 1 to 31.
+    pub day: u8,
+    /// 0 to 23.
+    pub hour: u8,
+    /// 0 to 59.
+    pub minute: u8,
+    /// 0 to 59.
+    pub second: u8,
+}
+
+impl UtcTime {
+    /// `YYYY-MM-DD`.
+    #[must_use]
+    pub fn date(&self) -> impl fmt::Display + '_ {
+        struct Date<'a>(&'a UtcTime);
+        impl fmt::Display for Date<'_> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(
+                    f,
+                    "{:04}-{:02}-{:02}",
+                    self.0.year, self.0.month, self.0.day
+                )
+            }
+        }
+        Date(self)
+    }
+}
+
+impl fmt::Display for UtcTime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}T{:02}:{:02}:{:02}Z",
+            self.date(),
+            self.hour,
+            self.minute,
+            self.second
+        )
+    }
+}
+
+/// The civil date `days` after 1970-01-01 (H. Hinnant's `civil_from_days`,
+/// on unsigned days: no date before the epoch is ever shown).
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "month and day are below 32 by construction"
+)]
+fn civil_from_days(days: u64) -> (u64, u8, u8) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z % 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u8;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u8;
+    (yoe + era * 400 + u64::from(month <= 2), month, day)
 }
 
 /// Milliseconds since the Unix epoch: the clock input of the few decisions
@@ -109,6 +198,21 @@ impl fmt::Display for Timestamp {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use alloc::string::ToString as _;
+
+    #[test]
+    fn utc_times_are_rfc_3339() {
+        for (secs, text) in [
+            (0, "1970-01-01T00:00:00Z"),
+            (951_782_400, "2000-02-29T00:00:00Z"),
+            (1_798_529_523, "2026-12-29T07:32:03Z"),
+            (253_402_300_799, "9999-12-31T23:59:59Z"),
+        ] {
+            let utc = Timestamp::from_secs(secs).utc();
+            assert_eq!(utc.to_string(), text);
+            assert_eq!(utc.date().to_string(), text[..10]);
+        }
+    }
 
     #[test]
     fn arithmetic_saturates_instead_of_wrapping() {

@@ -180,17 +180,7 @@ fn short(id: &str) -> String {
 
 /// Seconds since the epoch as `YYYY-MM-DD` (UTC).
 pub(crate) fn date(t: Timestamp) -> String {
-    // Civil-from-days (H. Hinnant), valid for the whole u64 range we meet.
-    let days = i64::try_from(t.as_secs() / 86_400).unwrap_or(0) + 719_468;
-    let era = days.div_euclid(146_097);
-    let doe = days.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}")
+    t.utc().date().to_string()
 }
 
 /// The apps each of the user's connected agents reaches (`forms`: one form
