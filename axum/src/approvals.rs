@@ -34,7 +34,7 @@ use portcullis_core::ledger::{ActionFingerprint, RequestId};
 use serde_json::{Value, json};
 
 use crate::csrf::{self, Purpose};
-use crate::forms::{bad_csrf, bad_form, cross_site};
+use crate::forms::{bad_csrf, bad_form, cross_site, json_refusal};
 use crate::host::SignedIn;
 use crate::oauth::{BODY_LIMIT, form_text};
 use crate::store::HostStore;
@@ -281,14 +281,6 @@ pub(crate) async fn decide_json<S: HostStore>(
 
 fn bad_request(why: &str) -> Response {
     json_refusal(StatusCode::BAD_REQUEST, "invalid_request", why)
-}
-
-/// A refusal of a JSON route, as JSON like its other answers.
-fn json_refusal(status: StatusCode, code: &str, why: &str) -> Response {
-    respond::json(
-        status,
-        json!({"ok": false, "error": {"code": code, "message": why}}).to_string(),
-    )
 }
 
 /// The HTTP status of a refused decision.

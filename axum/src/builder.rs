@@ -115,6 +115,7 @@ pub struct Builder<S: HostStore> {
     public_url: Option<String>,
     mcp_origin: Option<String>,
     oauth_path: Option<String>,
+    agents_path: String,
     site_id: String,
     site_name: String,
     mcp_path: String,
@@ -148,6 +149,7 @@ impl<S: HostStore> Builder<S> {
             public_url: None,
             mcp_origin: None,
             oauth_path: None,
+            agents_path: "/connected-agents".into(),
             site_id: "default".into(),
             site_name: "this app".into(),
             mcp_path: "/mcp".into(),
@@ -181,6 +183,14 @@ impl<S: HostStore> Builder<S> {
     /// path>/<site key>`. Default: the public URL.
     pub fn mcp_origin(mut self, origin: impl Into<String>) -> Self {
         self.mcp_origin = Some(origin.into());
+        self
+    }
+
+    /// Where the connected-agents page is served (default
+    /// `/connected-agents`): a signed-in user's agents, what each may do,
+    /// and Disconnect (served by [`Portcullis::routes`]).
+    pub fn agents_path(mut self, path: impl Into<String>) -> Self {
+        self.agents_path = path.into();
         self
     }
 
@@ -322,11 +332,13 @@ impl<S: HostStore> Builder<S> {
         let mcp_path = route_path(&self.mcp_path).ok_or(BuildError::NotARoutePath("mcp_path"))?;
         let approvals_path =
             route_path(&self.approvals_path).ok_or(BuildError::NotARoutePath("approvals_path"))?;
+        let agents_path =
+            route_path(&self.agents_path).ok_or(BuildError::NotARoutePath("agents_path"))?;
         let oauth_path = match self.oauth_path.as_deref() {
             None | Some("" | "/") => String::new(),
             Some(path) => route_path(path).ok_or(BuildError::NotARoutePath("oauth_path"))?,
         };
-        check_clashes(&mcp_path, &approvals_path, &oauth_path)?;
+        check_clashes(&mcp_path, &[&approvals_path, &agents_path], &oauth_path)?;
         let site_id = SiteId::parse(&self.site_id).map_err(BuildError::SiteId)?;
         let mut scopes = ScopeSet::new();
         for (scope, _) in &self.scopes {
@@ -396,6 +408,7 @@ impl<S: HostStore> Builder<S> {
                 origin,
                 mcp_path,
                 oauth_path,
+                agents_path,
                 approvals_path,
                 executor,
                 events: run::Events::default(),
@@ -435,9 +448,9 @@ fn route_path(path: &str) -> Option<String> {
 /// Refuses settings under which two of this crate's routes would be
 /// served at one path (axum would panic when the router is put together):
 /// the authorization server's routes under `oauth_path`, the approvals
-/// page and its two JSON routes, and the MCP route and its RFC 9728
-/// document.
-fn check_clashes(mcp_path: &str, approvals_path: &str, oauth_path: &str) -> Result<(), BuildError> {
+/// and connected-agents pages (`pages`, in that order) and their JSON
+/// routes, and the MCP route and its RFC 9728 document.
+fn check_clashes(mcp_path: &str, pages: &[&str], oauth_path: &str) -> Result<(), BuildError> {
     let mut paths: Vec<String> = crate::oauth::AS_ROUTES
         .iter()
         .map(|route| format!("{oauth_path}{route}"))
@@ -448,8 +461,14 @@ fn check_clashes(mcp_path: &str, approvals_path: &str, oauth_path: &str) -> Resu
     paths.push(format!(
         "/.well-known/oauth-protected-resource{mcp_path}/{{key}}"
     ));
+    let [approvals_path, agents_path] = pages else {
+        unreachable!("the approvals page and the agents page")
+    };
     for suffix in ["", "/pending", "/decide"] {
         paths.push(format!("{approvals_path}{suffix}"));
+    }
+    for suffix in ["", "/list", "/disconnect"] {
+        paths.push(format!("{agents_path}{suffix}"));
     }
     let mcp_route = format!("{mcp_path}/{{key}}");
     for (i, path) in paths.iter().enumerate() {
@@ -544,9 +563,15 @@ mod tests {
 
     #[test]
     fn two_routes_at_one_path_are_refused() {
-        assert!(check_clashes("/mcp", "/agent-approvals", "").is_ok());
-        assert!(check_clashes("/mcp", "/agent-approvals", "/oauth").is_ok());
-        let clash = |mcp, approvals, oauth| match check_clashes(mcp, approvals, oauth) {
+        assert!(check_clashes("/mcp", &["/agent-approvals", "/connected-agents"], "").is_ok());
+        assert!(
+            check_clashes("/mcp", &["/agent-approvals", "/connected-agents"], "/oauth").is_ok()
+        );
+        let clash = |mcp, approvals, oauth| match check_clashes(
+            mcp,
+            &[approvals, "/connected-agents"],
+            oauth,
+        ) {
             Err(BuildError::RouteClash(path)) => path,
             other => panic!("{other:?}"),
         };

@@ -1,4 +1,5 @@
-//! CSRF tokens of the forms this crate renders (consent, approvals), and
+//! CSRF tokens of the forms this crate renders (consent, approvals,
+//! connected agents), and
 //! the `Origin` / `Sec-Fetch-Site` check of every form post.
 //!
 //! A token is `<expiry>.<tag>`: an HMAC-SHA256 tag, under a key derived
@@ -27,6 +28,8 @@ pub(crate) enum Purpose {
     Consent,
     /// The approvals page.
     Approval,
+    /// The connected-agents page.
+    Agents,
 }
 
 impl Purpose {
@@ -34,6 +37,7 @@ impl Purpose {
         match self {
             Self::Consent => b"consent",
             Self::Approval => b"approval",
+            Self::Agents => b"agents",
         }
     }
 }

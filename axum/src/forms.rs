@@ -5,6 +5,7 @@
 
 use axum::http::StatusCode;
 use axum::response::Response;
+use serde_json::json;
 
 use crate::{pages, respond};
 
@@ -35,5 +36,15 @@ pub fn bad_csrf() -> Response {
             "Forbidden",
             "The form has expired or did not come from this site. Reload the page and try again.",
         ),
+    )
+}
+
+/// A refusal of one of the crate's JSON routes (approvals, connected
+/// agents), as JSON like their other answers: `{"ok": false, "error":
+/// {"code", "message"}}`.
+pub(crate) fn json_refusal(status: StatusCode, code: &str, why: &str) -> Response {
+    respond::json(
+        status,
+        json!({"ok": false, "error": {"code": code, "message": why}}).to_string(),
     )
 }

@@ -39,7 +39,7 @@
 use std::fmt;
 use std::fs::OpenOptions;
 use std::io::Write as _;
-use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -93,6 +93,9 @@ pub enum KeyFileError {
     },
     /// No key of this `kid` (for [`retire`]).
     UnknownKey(String),
+    /// [`default_path`]: neither `XDG_STATE_HOME` nor `HOME` is set, or the
+    /// app name is not a plain name.
+    NoDefaultPath,
 }
 
 impl fmt::Display for KeyFileError {
@@ -111,6 +114,10 @@ impl fmt::Display for KeyFileError {
             Self::Malformed { path, why } => write!(f, "{}: {why}", path.display()),
             Self::Key { kid, error } => write!(f, "key {kid}: {error}"),
             Self::UnknownKey(kid) => write!(f, "no key {kid} in the key file"),
+            Self::NoDefaultPath => f.write_str(
+                "no default key file path: set XDG_STATE_HOME or HOME, and name the app with \
+                 letters, digits, - and _",
+            ),
         }
     }
 }
@@ -194,6 +201,39 @@ pub enum LoosePermissions {
 /// Permission bits that let someone other than the owner read or replace
 /// the keys.
 const LOOSE_BITS: u32 = 0o066;
+
+/// Where `app` keeps its key file when the host names no other:
+/// `$XDG_STATE_HOME/portcullis/<app>.keys`, else
+/// `$HOME/.local/state/portcullis/<app>.keys` (the XDG base directory
+/// specification's state directory): per user, and outside any source tree
+/// or served directory, where a file beside the database would often land.
+/// The directory is created with mode 0700. `app` is 1–64 of `A-Z a-z 0-9 -
+/// _`.
+pub fn default_path(app: &str) -> Result<PathBuf, KeyFileError> {
+    let plain = (1..=64).contains(&app.len())
+        && app
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if !plain {
+        return Err(KeyFileError::NoDefaultPath);
+    }
+    let state = std::env::var_os("XDG_STATE_HOME")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|d| !d.is_empty())
+                .map(|home| PathBuf::from(home).join(".local/state"))
+        })
+        .ok_or(KeyFileError::NoDefaultPath)?;
+    let dir = state.join("portcullis");
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .map_err(|error| io(&dir, error))?;
+    Ok(dir.join(format!("{app}.keys")))
+}
 
 /// The keyring of the key file at `path`, created with fresh random keys
 /// if it does not exist; a file others can read or write is refused.

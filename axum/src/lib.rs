@@ -9,12 +9,16 @@
 //!   dynamic registration (RFC 7591, stateless) and client ID metadata
 //!   documents, `/authorize` with PKCE and a consent screen (CSRF and
 //!   `Origin` checked), `/token` with refresh rotation and reuse detection,
-//!   `/revoke` — and the approvals page where a person approves an agent's
-//!   write;
-//! * [`Portcullis::protect`]: a tower layer in front of your MCP service
-//!   (rmcp's `StreamableHttpService`, or any HTTP service): the bearer
-//!   check, `401`/`403` challenges that tell a client how to sign in and
-//!   step up, and the verified [`Agent`] in the request's extensions;
+//!   `/revoke`, the key set and introspection for other services — the
+//!   approvals page where a person approves an agent's write, and the
+//!   connected-agents page where they see and disconnect their agents;
+//! * [`Portcullis::protect`] (or [`Portcullis::layer`]): the bearer check in
+//!   front of your MCP service (rmcp's `StreamableHttpService`, or any HTTP
+//!   service), `401`/`403` challenges that tell a client how to sign in and
+//!   step up, and the verified [`Agent`], which a handler takes as an
+//!   argument (an extractor) or reads from the request's extensions;
+//!   [`remote::RemoteResource`] is the same check in another process, with
+//!   the site's published keys alone;
 //! * [`Portcullis::run_once`]: the execution ledger around one action your
 //!   server performs for an agent: it runs **at most once** per request id
 //!   under retries, races, crashes and restarts, asks the person first when
@@ -27,6 +31,18 @@
 //! What you supply is a [`Host`]: who is signed in on a request, where a
 //! signed-out user signs in, and, if you like, your own consent screen.
 //!
+//! ```toml
+//! [dependencies]
+//! portcullis-axum = { version = "0.1", features = ["rmcp"] }
+//! ```
+//!
+//! | feature | what it adds |
+//! |---|---|
+//! | (none) | everything above, over [`RedbStore`] (one process, a durable file) |
+//! | `rmcp` | glue for rmcp servers: [`Agent`] as a tool argument, [`rmcp::Call`] (a run's answer as a `CallToolResult`, the request id from a call's `_meta`) |
+//! | `postgres` | [`HostStore`] for the shared PostgreSQL store (several instances) |
+//! | `memory` | [`HostStore`] for the in-memory store (tests, demos) |
+//!
 //! ```no_run
 //! # use axum::http::request::Parts;
 //! # use axum::response::Response;
@@ -38,8 +54,8 @@
 //! # async fn run(mcp: axum::routing::MethodRouter) -> Result<(), Box<dyn std::error::Error>> {
 //! use portcullis_axum::{Portcullis, Keyring};
 //!
-//! let store = portcullis_store_redb::RedbStore::open("agents.redb")?;
-//! let keyring = portcullis_axum::keys::load_or_create("agents.keys")?;
+//! let store = portcullis_axum::RedbStore::open("agents.redb")?;
+//! let keyring = portcullis_axum::keys::load_or_create(portcullis_axum::keys::default_path("notes")?)?;
 //! let portcullis = Portcullis::builder(store, keyring)
 //!     .public_url("https://notes.example")
 //!     .site("notes", "Notes")
@@ -60,6 +76,7 @@
 //! group commit there); see [`store`] for the details, and do the same in
 //! your own calls to the [`Engine`].
 
+mod agents;
 mod approvals;
 mod assertions;
 mod builder;
@@ -91,8 +108,12 @@ pub use builder::{BuildError, Builder};
 pub use guard::{Agent, Gatekeeper, Identity, MissingAgent, Protect, ProtectLayer, ScopeRequired};
 pub use host::{ConsentPage, Host, SignedIn};
 pub use portcullis_core::Policy;
-pub use portcullis_core::jwt::Keyring;
+pub use portcullis_core::jwt::{Algorithm, Keyring};
 pub use portcullis_core::ledger::{Action, BusinessError, Effect, RequestId};
+pub use portcullis_core::redirect::SafePath;
+/// The durable single-process store (a redb file), so a host depends on
+/// this crate alone.
+pub use portcullis_store_redb::RedbStore;
 pub use respond::{
     core as core_response, html, internal as internal_error, see_other, store as store_error,
 };
@@ -154,6 +175,8 @@ pub(crate) struct Inner<S: HostStore> {
     mcp_path: String,
     /// Where the authorization server's routes live (`""` or `/oauth`).
     oauth_path: String,
+    /// The connected-agents page.
+    agents_path: String,
     /// The path of the approvals page.
     approvals_path: String,
     /// This process as the server executor of `run_once`.

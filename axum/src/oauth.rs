@@ -65,6 +65,7 @@ impl<S: HostStore> Portcullis<S> {
     /// (empty by default).
     /// | `GET, POST <approvals path>` | the approvals page, and its decision form |
     /// | `GET <approvals path>/pending`, `POST <approvals path>/decide` | the same as JSON |
+    /// | `GET, POST <agents path>`, `GET <agents path>/list`, `POST <agents path>/disconnect` | the connected-agents page and its JSON |
     ///
     /// Every answer carries `Cache-Control: no-store` (unless the route set
     /// its own) and `X-Content-Type-Options: nosniff`. The router takes any
@@ -72,6 +73,7 @@ impl<S: HostStore> Portcullis<S> {
     pub fn routes<T: Clone + Send + Sync + 'static>(&self) -> Router<T> {
         let approvals = self.inner.approvals_path.clone();
         let oauth = self.inner.oauth_path.clone();
+        let agents = self.inner.agents_path.clone();
         Router::new()
             .route(
                 &format!("/.well-known/oauth-authorization-server{oauth}"),
@@ -104,6 +106,18 @@ impl<S: HostStore> Portcullis<S> {
             .route(
                 &format!("{approvals}/decide"),
                 post(crate::approvals::decide_json::<S>),
+            )
+            .route(
+                &agents,
+                get(crate::agents::page::<S>).post(crate::agents::disconnect_form::<S>),
+            )
+            .route(
+                &format!("{agents}/list"),
+                get(crate::agents::list_json::<S>),
+            )
+            .route(
+                &format!("{agents}/disconnect"),
+                post(crate::agents::disconnect_json::<S>),
             )
             .layer(DefaultBodyLimit::max(BODY_LIMIT))
             .layer(axum::middleware::map_response(common_headers))

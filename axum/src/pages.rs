@@ -186,6 +186,60 @@ fn approval_card(out: &mut String, prompt: &ApprovalPrompt, action: &str, csrf: 
     );
 }
 
+/// The connected-agents page: each of `subject`'s agents, what it may
+/// do, and its Disconnect form (posting to `action`).
+pub(crate) fn connected_agents(
+    subject: &str,
+    agents: &[crate::agents::Connected],
+    action: &str,
+    csrf: &str,
+) -> String {
+    let mut body = format!(
+        "<h1>Connected agents</h1><p>Signed in as <strong>{}</strong>. These agents can act \
+for you. Disconnect one and it stops at once; connect it again from the agent.</p>",
+        escape(subject)
+    );
+    if agents.is_empty() {
+        body.push_str("<p>No agent is connected.</p>");
+    }
+    for agent in agents {
+        let g = &agent.grant;
+        let client = g.client_name.as_deref().map_or_else(
+            || format!("<code>{}</code>", escape(&g.client_id)),
+            |n| {
+                format!(
+                    "“{}” <em>(unverified name)</em> <code>{}</code>",
+                    escape(n),
+                    escape(&g.client_id)
+                )
+            },
+        );
+        let mut scopes = String::new();
+        for (scope, description) in &agent.scopes {
+            let _ = write!(
+                scopes,
+                "<li><code>{}</code> {}</li>",
+                escape(scope),
+                escape(description)
+            );
+        }
+        let _ = write!(
+            body,
+            "<div class=\"approval\" id=\"g-{grant}\"><p>{client}</p><p>May:</p><ul>{scopes}</ul>\
+<p>Connected {connected}, last used {used}.</p><form method=\"post\" action=\"{action}\">\
+<input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
+<input type=\"hidden\" name=\"grant\" value=\"{grant}\">\
+<button type=\"submit\">Disconnect</button></form></div>",
+            grant = g.id,
+            connected = g.created.utc().date(),
+            used = g.last_used.utc().date(),
+            action = escape(action),
+            csrf = escape(csrf),
+        );
+    }
+    layout("Connected agents", &body)
+}
+
 /// The approvals page: every approval waiting for `subject`.
 #[must_use]
 pub fn approvals(subject: &str, prompts: &[ApprovalPrompt], action: &str, csrf: &str) -> String {

@@ -35,7 +35,7 @@
 //! audience (this resource), issuer (the site) and the endpoint scopes,
 //! refused with the same RFC 6750 challenges, naming this resource's RFC
 //! 9728 document, which [`RemoteResource::routes`] serves. The [`Agent`]
-//! is [`Identity::Remote`](crate::Identity::Remote).
+//! is [`Identity::Remote`].
 //!
 //! **What it cannot know.** A grant revoked, or the site switched off, a
 //! moment ago: a token signed before keeps working here until it expires

@@ -7,6 +7,7 @@
 
 mod support;
 
+mod agents;
 mod builder;
 mod clients;
 mod crash;

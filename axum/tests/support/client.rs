@@ -606,4 +606,32 @@ impl Person {
         let (csrf, approval) = self.wait_for(id).await;
         self.decide(&csrf, &approval, decision).await;
     }
+
+    /// A POST of `body` (`content_type`) to `path` with the cookie, from
+    /// `origin` (the app's own when `None`).
+    pub(crate) async fn post(
+        &self,
+        path: &str,
+        content_type: &str,
+        body: String,
+        origin: Option<&str>,
+    ) -> Answer {
+        let origin = origin.unwrap_or(&self.origin);
+        let request = self
+            .http
+            .post(format!("{}{path}", self.origin))
+            .header(header::COOKIE, self.cookie())
+            .header(header::CONTENT_TYPE, content_type)
+            .header(header::ORIGIN, origin)
+            .header(
+                "sec-fetch-site",
+                if origin == self.origin {
+                    "same-origin"
+                } else {
+                    "cross-site"
+                },
+            )
+            .body(body);
+        Answer::of(request.send().await.expect("POST")).await
+    }
 }

@@ -191,6 +191,7 @@ impl Server {
         let mut child = command
             .env("NOTES_ADDR", "127.0.0.1:0")
             .env("NOTES_DB", dir.path().join("notes.redb"))
+            .env("NOTES_KEYS", dir.path().join("notes.keys"))
             .envs(envs.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())

@@ -66,6 +66,7 @@ class App:
             **os.environ,
             "NOTES_ADDR": "127.0.0.1:0",
             "NOTES_DB": os.path.join(self.dir, "notes.redb"),
+            "NOTES_KEYS": os.path.join(self.dir, "notes.keys"),
             "NOTES_TOKEN_TTL_SECS": str(TTL),
             "RUST_LOG": "debug",
         }

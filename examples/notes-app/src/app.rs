@@ -99,7 +99,7 @@ async fn home(State(app): State<App>, headers: HeaderMap) -> Response {
                 items.push_str("</li>");
             }
             Html(format!(
-                "<h1>Notes of {}</h1><ul>{items}</ul><p><a href=\"/agent-approvals\">Agent approvals</a></p>",
+                "<h1>Notes of {}</h1><ul>{items}</ul><p><a href=\"/agent-approvals\">Agent approvals</a> · <a href=\"/connected-agents\">Connected agents</a></p>",
                 escape(&user)
             ))
             .into_response()

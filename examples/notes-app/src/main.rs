@@ -14,8 +14,9 @@ use axum::http::request::Parts;
 use axum::response::Response;
 // glue:begin
 use portcullis_axum::rmcp::Call;
-use portcullis_axum::{Agent, Effect, Host, Portcullis, SignedIn, see_other, url_encode};
-use portcullis_store_redb::RedbStore;
+use portcullis_axum::{
+    Agent, Effect, Host, Portcullis, RedbStore, SignedIn, see_other, url_encode,
+};
 // glue:end
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResponse, CallToolResult, ServerCapabilities, ServerConfig};
@@ -101,9 +102,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut policy = portcullis_axum::Policy::default();
     policy.access_token_ttl =
         Duration::from_secs(app::setting("NOTES_TOKEN_TTL_SECS", "300").parse()?);
+    // The key file: NOTES_KEYS, else the user's state directory (never
+    // beside the database, which may sit in a source tree).
+    let key_file = match std::env::var_os("NOTES_KEYS") {
+        Some(path) => path.into(),
+        None => portcullis_axum::keys::default_path("notes-app")?,
+    };
     let portcullis = Portcullis::builder(
         RedbStore::open(&db)?,
-        portcullis_axum::keys::load_or_create(format!("{db}.keys"))?,
+        portcullis_axum::keys::load_or_create(&key_file)?,
     )
     .public_url(&public_url)
     .site("notes", "Notes")
@@ -122,10 +129,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Stateless, JSON answers (see transport.rs).
     let mcp = transport::streamable(tools);
     // glue:begin
-    let router = app
-        .router()
-        .merge(portcullis.routes())
-        .route_service(&portcullis.mcp_route(), portcullis.protect(mcp));
+    // The MCP route behind the bearer check, as a layer of its own router;
+    // `routes()` brings discovery, sign-in and consent, token, and the
+    // approvals and connected-agents pages.
+    let mcp_route = axum::Router::new()
+        .route_service(&portcullis.mcp_route(), mcp)
+        .route_layer(portcullis.layer());
+    let router = app.router().merge(portcullis.routes()).merge(mcp_route);
     app::serve(listener, router, &portcullis.mcp_url()).await?;
     // glue:end
     Ok(())

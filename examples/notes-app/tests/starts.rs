@@ -24,6 +24,7 @@ fn a_fresh_app_challenges_an_agent_and_serves_its_metadata() {
     let mut app = Command::new(env!("CARGO_BIN_EXE_notes-app"))
         .env("NOTES_ADDR", "127.0.0.1:0")
         .env("NOTES_DB", dir.path().join("notes.redb"))
+        .env("NOTES_KEYS", dir.path().join("notes.keys"))
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()

@@ -246,7 +246,7 @@ export async function startNotesApp(env = {}) {
   const dir = mkdtempSync(join(tmpdir(), "notes-app-e2e-"));
   const child = spawn(NOTES_BIN, [], {
     stdio: ["ignore", "pipe", "pipe"],
-    env: { ...process.env, NOTES_ADDR: "127.0.0.1:0", NOTES_DB: join(dir, "notes.redb"), RUST_LOG: "debug", ...env },
+    env: { ...process.env, NOTES_ADDR: "127.0.0.1:0", NOTES_DB: join(dir, "notes.redb"), NOTES_KEYS: join(dir, "notes.keys"), RUST_LOG: "debug", ...env },
   });
   let out = "";
   let err = "";

@@ -1,0 +1,284 @@
+//! The connected-agents page: every agent the signed-in user has connected
+//! (each live grant: the client, what it may do, since when, when it was
+//! last used) with a Disconnect button, and the same as JSON for a host
+//! that renders its own. What every host otherwise writes by hand; served
+//! by [`Portcullis::routes`] at [`Builder::agents_path`](crate::Builder::agents_path).
+//!
+//! | route | what |
+//! |---|---|
+//! | `GET <path>` | the page (the host's sign-in when signed out) |
+//! | `POST <path>` | its form: `csrf`, `grant`; disconnects and answers `303` back to the page |
+//! | `GET <path>/list` | `{"csrf": …, "agents": [{"grant", "clientId", "clientName", "scopes": [{"scope", "description"}], "connected", "lastUsed", "expires"}]}` |
+//! | `POST <path>/disconnect` | `{"csrf", "grant"}` as JSON; `{"ok": true}` |
+//!
+//! Disconnecting revokes the grant at once (its access and refresh tokens
+//! stop working, a pending approval of it is void) and only for the user
+//! who holds it: another user's grant id is refused as unknown, in the same
+//! transaction as the revocation. Client names are the clients' own claims
+//! and shown as unverified. The JSON routes refuse as JSON, like the
+//! approvals routes: `401 login_required`, `403 cross_site` / `bad_csrf`,
+//! `400 invalid_request`, `404 not_found`.
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::http::request::Parts;
+use axum::response::Response;
+use portcullis_core::engine::{GrantSummary, SiteOpError};
+use portcullis_core::form::Form;
+use portcullis_core::grant::{GrantId, GrantStatus};
+use serde_json::{Value, json};
+
+use crate::csrf::{self, Purpose};
+use crate::forms::{bad_csrf, bad_form, cross_site, json_refusal};
+use crate::host::SignedIn;
+use crate::oauth::{BODY_LIMIT, form_text};
+use crate::store::HostStore;
+use crate::{Portcullis, pages, respond};
+
+/// Most agents listed (a user with more sees the most recent first ones
+/// by id; a page per agent would be another design).
+const MAX_LISTED: usize = 200;
+
+/// One connected agent as the page and the JSON show it.
+pub(crate) struct Connected {
+    pub(crate) grant: GrantSummary,
+    /// Each scope with the description the host declared.
+    pub(crate) scopes: Vec<(String, String)>,
+}
+
+impl Connected {
+    fn to_json(&self) -> Value {
+        let g = &self.grant;
+        json!({
+            "grant": g.id.to_string(),
+            "clientId": g.client_id,
+            "clientName": g.client_name,
+            "scopes": self.scopes.iter()
+                .map(|(scope, description)| json!({"scope": scope, "description": description}))
+                .collect::<Vec<_>>(),
+            "connected": g.created.utc().to_string(),
+            "lastUsed": g.last_used.utc().to_string(),
+            "expires": g.expires.utc().to_string(),
+        })
+    }
+}
+
+impl<S: HostStore> Portcullis<S> {
+    /// The live grants of `user` on the site, with their scopes described.
+    async fn connected(&self, user: &SignedIn) -> Result<Vec<Connected>, Response> {
+        let subject = user.subject.clone();
+        let listed = self
+            .read(move |p| {
+                let engine = p.inner.engine();
+                let now = crate::now();
+                let mut live = Vec::new();
+                let mut after = None;
+                loop {
+                    let page = engine.list_user_grants(
+                        &p.inner.site_id,
+                        &subject,
+                        after,
+                        MAX_LISTED,
+                        now,
+                    )?;
+                    live.extend(
+                        page.grants
+                            .into_iter()
+                            .filter(|g| g.status == GrantStatus::Live),
+                    );
+                    match page.next {
+                        Some(next) if live.len() < MAX_LISTED => after = Some(next),
+                        _ => break,
+                    }
+                }
+                live.truncate(MAX_LISTED);
+                Ok::<_, SiteOpError>(live)
+            })
+            .await?
+            .map_err(|e| crate::oauth::store_failure(&e))?;
+        Ok(listed
+            .into_iter()
+            .map(|grant| Connected {
+                scopes: grant
+                    .scopes
+                    .iter()
+                    .map(|scope| (scope.to_owned(), self.describe_scope(scope)))
+                    .collect(),
+                grant,
+            })
+            .collect())
+    }
+
+    /// The description the host declared for `scope`.
+    fn describe_scope(&self, scope: &str) -> String {
+        self.inner
+            .scopes
+            .iter()
+            .find(|(s, _)| s == scope)
+            .map_or_else(String::new, |(_, d)| d.clone())
+    }
+
+    /// Revokes `grant` if `user` holds it: `Some(())` when it was theirs
+    /// (revoked now, or already over), `None` when it is not.
+    async fn disconnect(&self, user: &SignedIn, grant: GrantId) -> Result<Option<()>, Response> {
+        let subject = user.subject.clone();
+        let revoked = self
+            .write(move |p, txn| {
+                p.inner.engine().revoke_own_grant_in(
+                    txn,
+                    &p.inner.site_id,
+                    &subject,
+                    &grant,
+                    crate::now(),
+                )
+            })
+            .await?
+            .map_err(|e| respond::store(&e))?;
+        tracing::info!(found = revoked.is_some(), "agent disconnected by its user");
+        Ok(revoked.map(|_| ()))
+    }
+
+    /// The signed-in user of a page request, or the host's sign-in.
+    async fn agents_page_user(&self, parts: &Parts) -> Result<SignedIn, Response> {
+        match self.inner.host.signed_in(parts).await {
+            Some(user) => Ok(user),
+            None => Err(self.inner.host.sign_in(&self.inner.agents_path)),
+        }
+    }
+
+    fn same_origin(&self, parts: &Parts) -> bool {
+        csrf::same_origin(
+            &parts.headers,
+            &self.inner.origin,
+            &self.facts().site.allowed_origins,
+        )
+    }
+}
+
+/// `GET <path>`: the page.
+pub(crate) async fn page<S: HostStore>(State(p): State<Portcullis<S>>, parts: Parts) -> Response {
+    let user = match p.agents_page_user(&parts).await {
+        Ok(u) => u,
+        Err(r) => return r,
+    };
+    let agents = match p.connected(&user).await {
+        Ok(v) => v,
+        Err(r) => return r,
+    };
+    let csrf = p.inner.csrf.issue(Purpose::Agents, &user, crate::now());
+    respond::html(
+        StatusCode::OK,
+        pages::connected_agents(&user.subject, &agents, &p.inner.agents_path, &csrf),
+    )
+}
+
+/// `POST <path>`: the page's Disconnect form.
+pub(crate) async fn disconnect_form<S: HostStore>(
+    State(p): State<Portcullis<S>>,
+    parts: Parts,
+    body: Bytes,
+) -> Response {
+    if !p.same_origin(&parts) {
+        return cross_site();
+    }
+    let Some(form) = form_text(&body).and_then(|b| Form::parse(b, BODY_LIMIT).ok()) else {
+        return bad_form();
+    };
+    let user = match p.agents_page_user(&parts).await {
+        Ok(u) => u,
+        Err(r) => return r,
+    };
+    if !p.inner.csrf.check(
+        Purpose::Agents,
+        &user,
+        form.get("csrf").unwrap_or_default(),
+        crate::now(),
+    ) {
+        return bad_csrf();
+    }
+    let Some(grant) = form.get("grant").and_then(GrantId::parse) else {
+        return bad_form();
+    };
+    match p.disconnect(&user, grant).await {
+        Ok(Some(())) => respond::see_other(&p.inner.agents_path),
+        Ok(None) => respond::html(
+            StatusCode::NOT_FOUND,
+            pages::error("No such agent", "You have no connected agent with this id."),
+        ),
+        Err(r) => r,
+    }
+}
+
+/// `GET <path>/list`: the page's data as JSON.
+pub(crate) async fn list_json<S: HostStore>(
+    State(p): State<Portcullis<S>>,
+    parts: Parts,
+) -> Response {
+    let Some(user) = p.inner.host.signed_in(&parts).await else {
+        return json_refusal(StatusCode::UNAUTHORIZED, "login_required", "sign in first");
+    };
+    let agents = match p.connected(&user).await {
+        Ok(v) => v,
+        Err(r) => return r,
+    };
+    let body = json!({
+        "csrf": p.inner.csrf.issue(Purpose::Agents, &user, crate::now()),
+        "agents": agents.iter().map(Connected::to_json).collect::<Vec<_>>(),
+    });
+    respond::json(StatusCode::OK, body.to_string())
+}
+
+/// `POST <path>/disconnect`: a disconnection as JSON.
+pub(crate) async fn disconnect_json<S: HostStore>(
+    State(p): State<Portcullis<S>>,
+    parts: Parts,
+    body: Bytes,
+) -> Response {
+    if !p.same_origin(&parts) {
+        return json_refusal(
+            StatusCode::FORBIDDEN,
+            "cross_site",
+            "cross-site requests are refused",
+        );
+    }
+    let Some(user) = p.inner.host.signed_in(&parts).await else {
+        return json_refusal(StatusCode::UNAUTHORIZED, "login_required", "sign in first");
+    };
+    let Ok(Value::Object(fields)) = serde_json::from_slice::<Value>(&body) else {
+        return json_refusal(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "the body is not a JSON object",
+        );
+    };
+    let field = |k: &str| fields.get(k).and_then(Value::as_str);
+    if !p.inner.csrf.check(
+        Purpose::Agents,
+        &user,
+        field("csrf").unwrap_or_default(),
+        crate::now(),
+    ) {
+        return json_refusal(
+            StatusCode::FORBIDDEN,
+            "bad_csrf",
+            "bad or expired csrf token",
+        );
+    }
+    let Some(grant) = field("grant").and_then(GrantId::parse) else {
+        return json_refusal(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "grant is required",
+        );
+    };
+    match p.disconnect(&user, grant).await {
+        Ok(Some(())) => respond::json(StatusCode::OK, json!({"ok": true}).to_string()),
+        Ok(None) => json_refusal(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "you have no connected agent with this id",
+        ),
+        Err(r) => r,
+    }
+}
