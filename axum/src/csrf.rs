@@ -4,7 +4,9 @@
 //!
 //! A token is `<expiry>.<tag>`: an HMAC-SHA256 tag, under a key derived
 //! from the site's active signing key, over the form's purpose, the signed-in
-//! subject, the host's session id (when it gives one) and the expiry. It
+//! subject, the host's session id (when it gives one), what the form is
+//! about when it is about one thing (the consent form: its authorization
+//! request) and the expiry. It
 //! needs no server-side state, is worthless for another user, session or
 //! form, and lapses after [`LIFETIME`]. Rotating the signing key voids
 //! every open form (the user reloads the page).
@@ -57,7 +59,7 @@ impl Csrf {
         }
     }
 
-    fn tag(&self, purpose: Purpose, user: &SignedIn, expires: u64) -> [u8; 32] {
+    fn tag(&self, purpose: Purpose, user: &SignedIn, bound: &[u8], expires: u64) -> [u8; 32] {
         let session = user.session.as_deref().unwrap_or_default();
         self.key.mac_labeled(
             "form",
@@ -65,6 +67,7 @@ impl Csrf {
                 purpose.label(),
                 user.subject.as_bytes(),
                 session.as_bytes(),
+                bound,
                 &expires.to_be_bytes(),
             ],
         )
@@ -72,8 +75,21 @@ impl Csrf {
 
     /// A token for `user`'s form of `purpose`, valid for [`LIFETIME`].
     pub(crate) fn issue(&self, purpose: Purpose, user: &SignedIn, now: Timestamp) -> String {
+        self.issue_bound(purpose, user, &[], now)
+    }
+
+    /// [`Csrf::issue`] for a form about one thing only, `bound` (the
+    /// consent form: its authorization request, as received): the token
+    /// is worthless for a form about anything else.
+    pub(crate) fn issue_bound(
+        &self,
+        purpose: Purpose,
+        user: &SignedIn,
+        bound: &[u8],
+        now: Timestamp,
+    ) -> String {
         let expires = now.saturating_add(LIFETIME).as_secs();
-        let tag = self.tag(purpose, user, expires);
+        let tag = self.tag(purpose, user, bound, expires);
         format!("{expires}.{}", portcullis_core::hex::encode(&tag))
     }
 
@@ -83,6 +99,19 @@ impl Csrf {
         &self,
         purpose: Purpose,
         user: &SignedIn,
+        presented: &str,
+        now: Timestamp,
+    ) -> bool {
+        self.check_bound(purpose, user, &[], presented, now)
+    }
+
+    /// [`Csrf::check`] of a token issued by [`Csrf::issue_bound`] for
+    /// `bound`.
+    pub(crate) fn check_bound(
+        &self,
+        purpose: Purpose,
+        user: &SignedIn,
+        bound: &[u8],
         presented: &str,
         now: Timestamp,
     ) -> bool {
@@ -98,7 +127,7 @@ impl Csrf {
         if expires < now.as_secs() {
             return false;
         }
-        bool::from(self.tag(purpose, user, expires).ct_eq(&tag))
+        bool::from(self.tag(purpose, user, bound, expires).ct_eq(&tag))
     }
 }
 

@@ -29,7 +29,7 @@
 //! insufficient_scope` naming the scopes to ask for (RFC 6750 §3.1), which
 //! is how the MCP authorization spec has a client step up.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
@@ -682,36 +682,53 @@ fn initialize_declares_url(body: &[u8]) -> Option<bool> {
 
 /// Per user and client of the site, whether the client's last `initialize`
 /// let through here declared URL elicitation (see the [module docs](self)).
-/// Only those that did are kept, at most [`Initialized::MAX`] (then the
-/// record starts over: a client forgotten is answered the ledger's JSON,
-/// as any client that declared nothing).
+/// Only those that did are kept: per user at most
+/// [`Initialized::PER_USER`] clients (a user's oldest is forgotten first),
+/// and at most [`Initialized::USERS`] users (then one other user's entry
+/// is forgotten, never the whole record). One user, however many clients
+/// they register, can push out only their own entries; a client forgotten
+/// is answered the ledger's JSON, as any client that declared nothing.
 #[derive(Debug, Default)]
-pub(crate) struct Initialized(Mutex<HashSet<(String, String)>>);
+pub(crate) struct Initialized(Mutex<HashMap<String, Vec<String>>>);
 
 impl Initialized {
-    const MAX: usize = 65_536;
-
-    fn key(principal: &Principal) -> (String, String) {
-        (principal.subject.clone(), principal.client_id.clone())
-    }
+    /// Most users remembered.
+    const USERS: usize = 65_536;
+    /// Most clients remembered per user.
+    const PER_USER: usize = 16;
 
     fn note(&self, principal: &Principal, url: bool) {
-        let mut set = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if url {
-            if set.len() >= Self::MAX {
-                set.clear();
+        let mut users = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let client = principal.client_id.as_str();
+        if !url {
+            if let Some(clients) = users.get_mut(&principal.subject) {
+                clients.retain(|c| c != client);
+                if clients.is_empty() {
+                    users.remove(&principal.subject);
+                }
             }
-            set.insert(Self::key(principal));
-        } else {
-            set.remove(&Self::key(principal));
+            return;
         }
+        if !users.contains_key(&principal.subject) && users.len() >= Self::USERS {
+            let other = users.keys().next().cloned();
+            if let Some(other) = other {
+                users.remove(&other);
+            }
+        }
+        let clients = users.entry(principal.subject.clone()).or_default();
+        clients.retain(|c| c != client);
+        if clients.len() >= Self::PER_USER {
+            clients.remove(0);
+        }
+        clients.push(client.to_owned());
     }
 
     fn declared_url(&self, principal: &Principal) -> bool {
         self.0
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .contains(&Self::key(principal))
+            .get(&principal.subject)
+            .is_some_and(|clients| clients.iter().any(|c| *c == principal.client_id))
     }
 }
 
@@ -794,7 +811,43 @@ where
 
 #[cfg(test)]
 mod tests {
-    use super::initialize_declares_url;
+    use super::{Initialized, initialize_declares_url};
+    use portcullis_core::Timestamp;
+    use portcullis_core::engine::Principal;
+    use portcullis_core::grant::GrantId;
+    use portcullis_core::scope::ScopeSet;
+    use portcullis_core::site::SiteId;
+
+    fn principal(subject: &str, client: &str) -> Principal {
+        Principal {
+            site: SiteId::parse("s").unwrap(),
+            grant: GrantId::from_bytes([0; 16]),
+            subject: subject.into(),
+            client_id: client.into(),
+            client_name: None,
+            scopes: ScopeSet::new(),
+            token_id: String::new(),
+            expires: Timestamp::EPOCH,
+        }
+    }
+
+    /// One user registering client after client (registration is
+    /// stateless, so ids cost nothing) forgets only their own oldest
+    /// entries: another user's declaration stays.
+    #[test]
+    fn one_user_cannot_push_out_another_users_declaration() {
+        let memory = Initialized::default();
+        let alice = principal("alice", "alices-client");
+        memory.note(&alice, true);
+        for i in 0..70_000 {
+            memory.note(&principal("mallory", &format!("client-{i}")), true);
+        }
+        assert!(memory.declared_url(&alice));
+        assert!(memory.declared_url(&principal("mallory", "client-69999")));
+        assert!(!memory.declared_url(&principal("mallory", "client-0")));
+        memory.note(&alice, false);
+        assert!(!memory.declared_url(&alice));
+    }
 
     #[test]
     fn an_initialize_says_whether_it_declares_url_elicitation() {

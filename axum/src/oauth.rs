@@ -300,7 +300,12 @@ async fn authorize<S: HostStore>(
     let Some(user) = p.inner.host.signed_in(&parts).await else {
         return p.inner.host.sign_in(&action);
     };
-    let csrf = p.inner.csrf.issue(Purpose::Consent, &user, crate::now());
+    // Bound to this authorization request: a token of one consent form
+    // cannot approve another request (the form posts the query back as is).
+    let csrf = p
+        .inner
+        .csrf
+        .issue_bound(Purpose::Consent, &user, query.as_bytes(), crate::now());
     let fields = p.inner.host.consent_fields(&screen, &user);
     p.inner.host.consent(&ConsentPage {
         screen: &screen,
@@ -382,9 +387,10 @@ async fn decide<S: HostStore>(
         return p.inner.host.sign_in(&self_url(&p.inner.oauth_path, &query));
     };
     let now = crate::now();
-    if !p.inner.csrf.check(
+    if !p.inner.csrf.check_bound(
         Purpose::Consent,
         &user,
+        query.as_bytes(),
         form.get("csrf").unwrap_or_default(),
         now,
     ) {

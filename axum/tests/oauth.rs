@@ -221,6 +221,25 @@ async fn consent_needs_the_users_own_csrf_token_and_a_same_origin_post() {
     assert_eq!(answer.status().as_u16(), 403, "another session's csrf");
     assert!(answer.headers().get("location").is_none());
 
+    // Alice's token of this consent form cannot approve another
+    // authorization request (here: asking for the write scope too).
+    let other_query = client.authorization_query(READ_WRITE, &verifier);
+    let other = client
+        .post_consent(
+            &format!("/authorize?{other_query}"),
+            "alice",
+            &[("csrf", &alice.csrf), ("intent", "allow")],
+            &same_origin,
+        )
+        .await;
+    assert_eq!(
+        other.status,
+        StatusCode::FORBIDDEN,
+        "another request's csrf: {}",
+        other.body
+    );
+    assert!(other.header("location").is_none());
+
     // The same form with the user's own token, from the app's own page,
     // goes through (so the refusals above were for their reasons alone).
     let allowed = client
