@@ -728,7 +728,7 @@ impl Initialized {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get(&principal.subject)
-            .is_some_and(|clients| clients.iter().any(|c| *c == principal.client_id))
+            .is_some_and(|clients| clients.contains(&principal.client_id))
     }
 }
 
