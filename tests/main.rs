@@ -11,6 +11,7 @@
 
 mod support;
 
+mod activity;
 mod agent_loop;
 mod alloc_counter;
 mod client_keys;

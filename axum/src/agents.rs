@@ -10,6 +10,11 @@
 //! | `POST <path>` | its form: `csrf`, `grant`; disconnects and answers `303` back to the page |
 //! | `GET <path>/list` | `{"csrf": …, "agents": [{"grant", "clientId", "clientName", "scopes": [{"scope", "description"}], "connected", "lastUsed", "expires"}]}` |
 //! | `POST <path>/disconnect` | `{"csrf", "grant"}` as JSON; `{"ok": true}` |
+//! | `GET <path>/activity` | the user's activity record, newest first: `{"entries": [<entry>], "next": <cursor>?}` (each entry the export schema of [`ActivityEntry::to_json`]; `?after=<cursor>` for the next page) |
+//!
+//! The page also lists the user's latest activity (50 entries):
+//! what each agent ran, who approved it or which rule allowed it, and how
+//! it ended. A user reads their own record only.
 //!
 //! Disconnecting revokes the grant at once (its access and refresh tokens
 //! stop working, a pending approval of it is void) and only for the user
@@ -24,6 +29,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::http::request::Parts;
 use axum::response::Response;
+use portcullis_core::activity::{ActivityEntry, ActivityPage};
 use portcullis_core::engine::{GrantSummary, SiteOpError};
 use portcullis_core::form::Form;
 use portcullis_core::grant::{GrantId, GrantStatus};
@@ -39,6 +45,9 @@ use crate::{Portcullis, pages, respond};
 /// Most agents listed (a user with more sees the most recent first ones
 /// by id; a page per agent would be another design).
 const MAX_LISTED: usize = 200;
+
+/// How many entries of the activity record the page shows.
+pub(crate) const RECENT: usize = 50;
 
 /// One connected agent as the page and the JSON show it.
 pub(crate) struct Connected {
@@ -110,6 +119,23 @@ impl<S: HostStore> Portcullis<S> {
             .collect())
     }
 
+    /// A page of `user`'s activity record after `after` (a cursor in hex).
+    async fn activity_of(
+        &self,
+        user: &SignedIn,
+        after: Option<Vec<u8>>,
+        limit: usize,
+    ) -> Result<ActivityPage, Response> {
+        let subject = user.subject.clone();
+        self.read(move |p| {
+            p.inner
+                .engine()
+                .user_activity(&p.inner.site_id, &subject, after.as_deref(), limit)
+        })
+        .await?
+        .map_err(|e| respond::store(&e))
+    }
+
     /// The description the host declared for `scope`.
     fn describe_scope(&self, scope: &str) -> String {
         self.inner
@@ -166,11 +192,67 @@ pub(crate) async fn page<S: HostStore>(State(p): State<Portcullis<S>>, parts: Pa
         Ok(v) => v,
         Err(r) => return r,
     };
+    let recent = match p.activity_of(&user, None, RECENT).await {
+        Ok(page) => page.entries,
+        Err(r) => return r,
+    };
     let csrf = p.inner.csrf.issue(Purpose::Agents, &user, crate::now());
     respond::html(
         StatusCode::OK,
-        pages::connected_agents(&user.subject, &agents, &p.inner.agents_path, &csrf),
+        pages::connected_agents(&user.subject, &agents, &recent, &p.inner.agents_path, &csrf),
     )
+}
+
+/// `GET <path>/activity`: the user's activity record as JSON.
+pub(crate) async fn activity_json<S: HostStore>(
+    State(p): State<Portcullis<S>>,
+    parts: Parts,
+) -> Response {
+    let Some(user) = p.inner.host.signed_in(&parts).await else {
+        return json_refusal(StatusCode::UNAUTHORIZED, "login_required", "sign in first");
+    };
+    let after = match parts
+        .uri
+        .query()
+        .and_then(|q| q.split('&').find_map(|pair| pair.strip_prefix("after=")))
+    {
+        None => None,
+        Some(hex) => match decode_cursor(hex) {
+            Some(cursor) => Some(cursor),
+            None => {
+                return json_refusal(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_request",
+                    "after is not a cursor of this record",
+                );
+            }
+        },
+    };
+    let page = match p.activity_of(&user, after, RECENT).await {
+        Ok(page) => page,
+        Err(r) => return r,
+    };
+    let body = json!({
+        "entries": page.entries.iter().map(ActivityEntry::to_json).collect::<Vec<_>>(),
+        "next": page.next.as_deref().map(encode_cursor),
+    });
+    respond::json(StatusCode::OK, body.to_string())
+}
+
+/// A page cursor as text: lower-case hex.
+fn encode_cursor(cursor: &[u8]) -> String {
+    portcullis_core::hex::encode(cursor)
+}
+
+/// A cursor from [`encode_cursor`]; `None` if it is not hex (at most 1 KiB).
+fn decode_cursor(hex: &str) -> Option<Vec<u8>> {
+    if !hex.len().is_multiple_of(2) || hex.len() > 2048 {
+        return None;
+    }
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+        .collect()
 }
 
 /// `POST <path>`: the page's Disconnect form.

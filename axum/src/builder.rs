@@ -467,7 +467,7 @@ fn check_clashes(mcp_path: &str, pages: &[&str], oauth_path: &str) -> Result<(),
     for suffix in ["", "/pending", "/decide"] {
         paths.push(format!("{approvals_path}{suffix}"));
     }
-    for suffix in ["", "/list", "/disconnect"] {
+    for suffix in ["", "/list", "/disconnect", "/activity"] {
         paths.push(format!("{agents_path}{suffix}"));
     }
     let mcp_route = format!("{mcp_path}/{{key}}");

@@ -65,7 +65,7 @@ impl<S: HostStore> Portcullis<S> {
     /// (empty by default).
     /// | `GET, POST <approvals path>` | the approvals page, and its decision form |
     /// | `GET <approvals path>/pending`, `POST <approvals path>/decide` | the same as JSON |
-    /// | `GET, POST <agents path>`, `GET <agents path>/list`, `POST <agents path>/disconnect` | the connected-agents page and its JSON |
+    /// | `GET, POST <agents path>`, `GET <agents path>/list`, `POST <agents path>/disconnect`, `GET <agents path>/activity` | the connected-agents page, its JSON and the user's activity record |
     ///
     /// Every answer carries `Cache-Control: no-store` (unless the route set
     /// its own) and `X-Content-Type-Options: nosniff`. The router takes any
@@ -114,6 +114,10 @@ impl<S: HostStore> Portcullis<S> {
             .route(
                 &format!("{agents}/list"),
                 get(crate::agents::list_json::<S>),
+            )
+            .route(
+                &format!("{agents}/activity"),
+                get(crate::agents::activity_json::<S>),
             )
             .route(
                 &format!("{agents}/disconnect"),

@@ -191,6 +191,7 @@ fn approval_card(out: &mut String, prompt: &ApprovalPrompt, action: &str, csrf: 
 pub(crate) fn connected_agents(
     subject: &str,
     agents: &[crate::agents::Connected],
+    recent: &[portcullis_core::activity::ActivityEntry],
     action: &str,
     csrf: &str,
 ) -> String {
@@ -237,7 +238,52 @@ for you. Disconnect one and it stops at once; connect it again from the agent.</
             csrf = escape(csrf),
         );
     }
+    activity(&mut body, recent);
     layout("Connected agents", &body)
+}
+
+/// The user's latest activity: one line per entry, newest first.
+fn activity(out: &mut String, recent: &[portcullis_core::activity::ActivityEntry]) {
+    use portcullis_core::activity::{ActivityEvent, Allowance};
+    use portcullis_core::ledger::OutcomeStatus;
+    out.push_str("<h2>Recent activity</h2>");
+    if recent.is_empty() {
+        out.push_str("<p>Nothing yet.</p>");
+        return;
+    }
+    out.push_str("<ul>");
+    for e in recent {
+        let who = e.client_name.as_deref().unwrap_or(&e.client_id);
+        let what = e.action.as_ref().map_or_else(String::new, |a| {
+            format!(" <code>{}</code>", escape(&a.kind))
+        });
+        let happened = match &e.event {
+            ActivityEvent::Approved { always: false, .. } => "you approved".to_owned(),
+            ActivityEvent::Approved { always: true, .. } => {
+                "you approved, and allowed its kind from now on".to_owned()
+            }
+            ActivityEvent::Denied { .. } => "you denied".to_owned(),
+            ActivityEvent::Ran { allowed_by } => match allowed_by {
+                Allowance::NotNeeded => "ran (no approval needed)".to_owned(),
+                Allowance::Approval => "ran on your approval".to_owned(),
+                Allowance::AutoApproval => "ran by your auto-approve rule".to_owned(),
+            },
+            ActivityEvent::Outcome { status } => match status {
+                OutcomeStatus::Ok => "succeeded".to_owned(),
+                OutcomeStatus::Failed(code) => format!("failed ({})", escape(code)),
+            },
+            ActivityEvent::Ended { end } => format!("request ended: {}", escape(end)),
+            ActivityEvent::Replayed => "a repeated call got the stored result".to_owned(),
+        };
+        let _ = write!(
+            out,
+            "<li>{at} · “{who}” <em>({caller})</em>{what}: {happened}</li>",
+            at = e.at.utc(),
+            who = escape(who),
+            caller = e.caller.as_str(),
+        );
+    }
+    out.push_str("</ul>");
 }
 
 /// The approvals page: every approval waiting for `subject`.

@@ -176,3 +176,66 @@ async fn a_user_sees_their_agents_and_disconnects_one_which_stops_at_once() {
             .contains("No agent is connected.")
     );
 }
+
+/// The page and `<path>/activity` show a user their own record: what their
+/// agent ran, on whose approval, and how it ended; a repeat of an ended
+/// call; another user sees none of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_reads_what_their_agents_did_and_no_one_elses() {
+    use crate::support::{AddArgs, call_body, done, request_id, spawn_call};
+
+    let app = TestApp::start(MemoryStore::new()).await;
+    let (client, tokens) = app.connect("alice", READ_WRITE).await;
+    let alice = app.person("alice");
+    let id = request_id();
+    let body = call_body("add", id, &AddArgs::text("milk"));
+    let call = spawn_call(&client, &tokens.access, body.clone());
+    alice.approve(&id.to_string(), "once").await;
+    let answer = call.await.unwrap().json();
+    done(&answer);
+    client.call_ok(&tokens.access, &body).await;
+
+    let record = alice.get(&format!("{PAGE}/activity")).await;
+    assert_eq!(record.status, StatusCode::OK, "{}", record.body);
+    let entries = record.json()["entries"].as_array().unwrap().clone();
+    let of_call: Vec<&Value> = entries
+        .iter()
+        .filter(|e| e["requestId"] == id.to_string())
+        .collect();
+    let mut events: Vec<&str> = of_call
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    events.sort_unstable();
+    assert_eq!(
+        events,
+        ["approved", "ended", "outcome", "ran", "replayed"],
+        "{entries:?}"
+    );
+    for e in &of_call {
+        assert_eq!(e["user"], "alice");
+        assert_eq!(e["client"]["id"], client.client_id.as_str());
+        assert_eq!(e["caller"], "agent");
+    }
+    let approved = of_call.iter().find(|e| e["event"] == "approved").unwrap();
+    assert_eq!(approved["by"], "alice");
+    assert_eq!(approved["action"]["kind"], "add_note");
+    assert!(
+        approved["action"].get("arguments").is_none(),
+        "no values by default"
+    );
+    let ran = of_call.iter().find(|e| e["event"] == "ran").unwrap();
+    assert_eq!(ran["allowedBy"], "approval");
+    let page = alice.get(PAGE).await;
+    assert!(page.body.contains("Recent activity"), "{}", page.body);
+    assert!(page.body.contains("ran on your approval"), "{}", page.body);
+
+    // Bob has his own (empty) record, and never alice's.
+    let bob = app.person("bob");
+    let his = bob.get(&format!("{PAGE}/activity")).await.json();
+    assert_eq!(his["entries"], json!([]));
+    assert!(!bob.get(PAGE).await.body.contains("add_note"));
+    // A forged cursor is refused, not read.
+    let forged = alice.get(&format!("{PAGE}/activity?after=zz")).await;
+    assert_eq!(forged.status, StatusCode::BAD_REQUEST);
+}

@@ -88,6 +88,7 @@ extern crate alloc;
 #[cfg(feature = "std")]
 extern crate std;
 
+pub mod activity;
 pub mod agent_loop;
 pub mod agent_token;
 pub mod apps;

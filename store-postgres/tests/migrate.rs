@@ -1,6 +1,7 @@
 //! Schema migrations: a database written by an earlier build opens under
 //! this one and gains what this one needs (version 3: the `grant_apps`
-//! table; version 4: the `client_assertions` and `waiting_calls` tables),
+//! table; version 4: the `client_assertions` and `waiting_calls` tables;
+//! version 5: the `activity` table),
 //! keeping its rows; a database newer than this build is refused.
 //!
 //! Needs `PORTCULLIS_TEST_POSTGRES_URL`; without it each test says so and
@@ -31,7 +32,7 @@ fn a_version_2_database_gains_the_later_tables_and_keeps_its_rows() {
         .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
         .unwrap();
     // A database as version 2 left it: every table but grant_apps,
-    // client_assertions and waiting_calls.
+    // client_assertions, waiting_calls and activity.
     {
         let store = config().open().unwrap();
         let mut w = store.begin_write().unwrap();
@@ -41,7 +42,7 @@ fn a_version_2_database_gains_the_later_tables_and_keeps_its_rows() {
     admin
         .batch_execute(&format!(
             "DROP TABLE {schema}.grant_apps; DROP TABLE {schema}.client_assertions; \
-             DROP TABLE {schema}.waiting_calls; \
+             DROP TABLE {schema}.waiting_calls; DROP TABLE {schema}.activity; \
              UPDATE {schema}.schema_version SET version = 2;"
         ))
         .unwrap();
@@ -52,11 +53,12 @@ fn a_version_2_database_gains_the_later_tables_and_keeps_its_rows() {
         .unwrap()
         .get(0);
     assert_eq!(version, SCHEMA_VERSION);
-    assert_eq!(SCHEMA_VERSION, 4);
+    assert_eq!(SCHEMA_VERSION, 5);
     let mut w = store.begin_write().unwrap();
     w.put(Table::GrantApps, b"g1", b"apps").unwrap();
     w.put(Table::ClientAssertions, b"j1", b"").unwrap();
     w.put(Table::WaitingCalls, b"w1", b"request").unwrap();
+    w.put(Table::Activity, b"a1", b"entry").unwrap();
     w.commit().unwrap();
     let r = store.begin_read().unwrap();
     assert_eq!(
@@ -74,6 +76,10 @@ fn a_version_2_database_gains_the_later_tables_and_keeps_its_rows() {
     assert_eq!(
         r.get(Table::WaitingCalls, b"w1").unwrap().as_deref(),
         Some(&b"request"[..])
+    );
+    assert_eq!(
+        r.get(Table::Activity, b"a1").unwrap().as_deref(),
+        Some(&b"entry"[..])
     );
     drop(r);
     drop(store);

@@ -38,6 +38,7 @@ const TABS: Def = TableDefinition::new("tabs");
 const GRANT_APPS: Def = TableDefinition::new("grant_apps");
 const CLIENT_ASSERTIONS: Def = TableDefinition::new("client_assertions");
 const WAITING_CALLS: Def = TableDefinition::new("waiting_calls");
+const ACTIVITY: Def = TableDefinition::new("activity");
 
 /// The redb table of a core table. The names match [`Table::name`].
 const fn definition(table: Table) -> Def {
@@ -57,6 +58,7 @@ const fn definition(table: Table) -> Def {
         Table::GrantApps => GRANT_APPS,
         Table::ClientAssertions => CLIENT_ASSERTIONS,
         Table::WaitingCalls => WAITING_CALLS,
+        Table::Activity => ACTIVITY,
         _ => unreachable_table(),
     }
 }

@@ -7,6 +7,7 @@ use core::ops::Bound;
 
 use super::ledger::{binding, undecided_of};
 use super::{Engine, SiteOpError, Txn, keys, load_site};
+use crate::activity::{About, ActivityAction, ActivityEvent};
 use crate::approval::{
     ApprovalDecision, ApprovalError, ApprovalPrompt, ApprovalRef, GrantAutoApproval,
 };
@@ -153,6 +154,10 @@ impl<S: Store> Engine<S> {
             return Err(ApprovalError::Void);
         }
         let pending = pending.clone();
+        let decided = |txn: &mut Txn<'_, W>, rec: &ExecutionRequest, event| {
+            let action = ActivityAction::of(pending.seq, &pending.action);
+            About::new(&site.id, &grant, rec).record(txn, &self.policy, now, Some(action), event)
+        };
         match pending.decide(decision, &binding(&site, &grant)) {
             Err(ApprovalError::Void) => {
                 rec.void_approval();
@@ -163,6 +168,7 @@ impl<S: Store> Engine<S> {
             Ok(None) => {
                 rec.finish(End::Failed(Failure::Denied), false, now);
                 self.save_request(txn, &lineage, &rec)?;
+                decided(txn, &rec, ActivityEvent::Denied { by: subject.into() })?;
                 Ok(())
             }
             Ok(Some(approved)) => {
@@ -191,6 +197,14 @@ impl<S: Store> Engine<S> {
                 }
                 rec.approve(approved);
                 self.save_request(txn, &lineage, &rec)?;
+                decided(
+                    txn,
+                    &rec,
+                    ActivityEvent::Approved {
+                        by: subject.into(),
+                        always: decision == ApprovalDecision::AutoApproveKind,
+                    },
+                )?;
                 Ok(())
             }
         }

@@ -784,6 +784,8 @@ impl<S: Store> Engine<S> {
                 txn.delete(Table::GrantApps, &keys::grant_apps(&grant.id))?;
             } else if table == Table::ClientAssertions.index() as u8 {
                 txn.delete(Table::ClientAssertions, key)?;
+            } else if table == Table::Activity.index() as u8 {
+                crate::activity::forget(txn, key)?;
             }
         }
         Ok(due.len())

@@ -15,6 +15,7 @@ use alloc::vec::Vec;
 use core::ops::Bound;
 
 use super::{Engine, SiteOpError, Txn, keys, load_site};
+use crate::activity::{self, About, ActivityAction, ActivityEvent};
 use crate::approval::{ApprovalPrompt, Approved, Binding, GrantAutoApproval};
 use crate::bearer::Challenge;
 use crate::engine::Principal;
@@ -706,10 +707,10 @@ impl<S: Store> Engine<S> {
             self.save_request(txn, &lineage, &rec)?;
         }
         match begun.step {
-            BeginStep::Stored => self
-                .stored(&*txn, &lineage, &rec, from)?
-                .map(BeginAnswer::Stored)
-                .ok_or(BeginError::ResultExpired),
+            BeginStep::Stored => {
+                let about = About::new(&site.id, &grant, &rec);
+                self.answer_stored(txn, &lineage, &about, from, now_s)
+            }
             BeginStep::ResultExpired => Err(BeginError::ResultExpired),
             BeginStep::Pending => Ok(BeginAnswer::ExecutionPending(rec.id())),
             BeginStep::ApprovalPending(prompt) => Ok(BeginAnswer::ApprovalPending(prompt)),
@@ -719,6 +720,26 @@ impl<S: Store> Engine<S> {
             }
             BeginStep::Run => Ok(BeginAnswer::Run(ticket(&rec))),
         }
+    }
+
+    /// The stored result of an ended request, from its outcome `from`; the
+    /// first page of it (a repeat of the call, not a later page the same
+    /// client asks for in turn) is recorded as a replay.
+    fn answer_stored<W: WriteTransaction>(
+        &self,
+        txn: &mut Txn<'_, W>,
+        lineage: &Lineage,
+        about: &About<'_>,
+        from: u32,
+        now: Timestamp,
+    ) -> Result<BeginAnswer, BeginError> {
+        let stored = self
+            .stored(&*txn, lineage, about.request, from)?
+            .ok_or(BeginError::ResultExpired)?;
+        if from == 0 {
+            about.record(txn, &self.policy, now, None, ActivityEvent::Replayed)?;
+        }
+        Ok(BeginAnswer::Stored(stored))
     }
 
     /// The request a `begin` of `params` on `on` looks at (see [`Lookup`]).
@@ -1095,6 +1116,8 @@ impl<S: Store> Engine<S> {
                     }
                 }
                 txn.save(&key, &rec)?;
+                let about = About::new(&site.id, &grant, &rec);
+                about.ran(txn, &self.policy, now, seq, action, auto_approved)?;
                 // What the person approved, should the action be withdrawn.
                 ticket.approved =
                     (action.effect().needs_approval() && !auto_approved).then_some(Approved {
@@ -1219,12 +1242,27 @@ impl<S: Store> Engine<S> {
             return Err(TicketError::Invalid(alloc::boxed::Box::new(ticket), e));
         }
         {
-            let RunContext { key, mut rec, .. } = self.run_context(txn, &ticket, now)?;
+            let RunContext {
+                key,
+                mut rec,
+                site,
+                grant,
+                ..
+            } = self.run_context(txn, &ticket, now)?;
             let Some(done) = rec.confirm() else {
                 return Err(TicketError::OutOfOrder(alloc::boxed::Box::new(
                     ticket.duplicate(),
                 )));
             };
+            About::new(&site.id, &grant, &rec).record(
+                txn,
+                &self.policy,
+                now,
+                Some(ActivityAction::confirmed(&done)),
+                ActivityEvent::Outcome {
+                    status: report.status.clone(),
+                },
+            )?;
             let outcome = Outcome {
                 seq: done.seq,
                 kind: done.kind,
@@ -1285,9 +1323,23 @@ impl<S: Store> Engine<S> {
             Ok(end) => end,
             Err(e) => return Err(TicketError::Invalid(alloc::boxed::Box::new(ticket), e)),
         };
-        let RunContext { mut rec, .. } = self.run_context(txn, &ticket, now)?;
+        let RunContext {
+            mut rec,
+            site,
+            grant,
+            ..
+        } = self.run_context(txn, &ticket, now)?;
         rec.finish(end.clone(), false, now);
         self.save_request(txn, &ticket.lineage, &rec)?;
+        About::new(&site.id, &grant, &rec).record(
+            txn,
+            &self.policy,
+            now,
+            None,
+            ActivityEvent::Ended {
+                end: activity::end_name(&end),
+            },
+        )?;
         self.stored(&*txn, &ticket.lineage, &rec, 0)?
             .ok_or(TicketError::Stale)
     }

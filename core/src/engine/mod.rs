@@ -41,7 +41,7 @@ mod approvals;
 mod executor;
 mod granted_apps;
 mod grants;
-mod keys;
+pub(crate) mod keys;
 mod ledger;
 mod oauth;
 mod tab;

@@ -62,6 +62,14 @@ pub struct Policy {
     /// (MCP 2026-07-28, "Multi Round-Trip Requests", server requirements).
     /// Default 15 minutes.
     pub request_state_ttl: Duration,
+    /// How long an entry of the activity record is kept
+    /// ([`crate::activity`]). Default 90 days; `Duration::ZERO` keeps no
+    /// record at all.
+    pub activity_retention: Duration,
+    /// Whether the activity record keeps each action's argument values
+    /// (they may hold personal data); otherwise only their digest. Default
+    /// `false`.
+    pub activity_arguments: bool,
     /// **Development only.** Also accept client-ID metadata-document URLs
     /// over plain `http` to a loopback host (see
     /// [`crate::client::parse_client_id_url_with`]), so a test can serve the
@@ -85,6 +93,8 @@ impl Default for Policy {
             tab_heartbeat_timeout: Duration::from_secs(45),
             executor_lease_timeout: Duration::from_secs(30),
             request_state_ttl: Duration::from_secs(15 * MINUTE),
+            activity_retention: Duration::from_secs(90 * DAY),
+            activity_arguments: false,
             loopback_client_documents: false,
         }
     }
@@ -109,6 +119,8 @@ mod tests {
         assert_eq!(p.tab_heartbeat_timeout.as_secs(), 45);
         assert_eq!(p.executor_lease_timeout.as_secs(), 30);
         assert_eq!(p.request_state_ttl.as_secs(), 900);
+        assert_eq!(p.activity_retention.as_secs(), 90 * 86_400);
+        assert!(!p.activity_arguments);
         assert!(!p.loopback_client_documents);
     }
 }

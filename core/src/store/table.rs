@@ -40,11 +40,14 @@ pub enum Table {
     /// request id joins, by (lineage, caller, code fingerprint): see
     /// [`crate::ledger`], "Calls that name no request id".
     WaitingCalls,
+    /// The activity record, by (site, time) and by (site, user, time): see
+    /// [`crate::activity`].
+    Activity,
 }
 
 impl Table {
     /// Every table, in a fixed order.
-    pub const ALL: [Self; 15] = [
+    pub const ALL: [Self; 16] = [
         Self::Meta,
         Self::Sites,
         Self::Clients,
@@ -60,6 +63,7 @@ impl Table {
         Self::GrantApps,
         Self::ClientAssertions,
         Self::WaitingCalls,
+        Self::Activity,
     ];
 
     /// The stable name a store uses for this table.
@@ -81,6 +85,7 @@ impl Table {
             Self::GrantApps => "grant_apps",
             Self::ClientAssertions => "client_assertions",
             Self::WaitingCalls => "waiting_calls",
+            Self::Activity => "activity",
         }
     }
 
