@@ -133,6 +133,73 @@ impl fmt::Display for UtcTime {
     }
 }
 
+impl Timestamp {
+    /// Reads an RFC 3339 §5.6 time in UTC, `2026-12-06T07:30:00Z`, or a
+    /// date alone, `2026-12-06` (its midnight UTC); `None` for anything
+    /// else (another offset, fractions, a date before 1970, a field out of
+    /// range).
+    #[must_use]
+    pub fn parse_utc(text: &str) -> Option<Self> {
+        let b = text.as_bytes();
+        let digits = |r: core::ops::Range<usize>| -> Option<u64> {
+            let part = b.get(r)?;
+            if part.is_empty() || !part.iter().all(u8::is_ascii_digit) {
+                return None;
+            }
+            Some(part.iter().fold(0, |n, d| n * 10 + u64::from(d - b'0')))
+        };
+        if b.get(4) != Some(&b'-') || b.get(7) != Some(&b'-') {
+            return None;
+        }
+        let (year, month, day) = (digits(0..4)?, digits(5..7)?, digits(8..10)?);
+        let (hour, minute, second) = match b.len() {
+            10 => (0, 0, 0),
+            20 if b[10] == b'T' && b[13] == b':' && b[16] == b':' && b[19] == b'Z' => {
+                (digits(11..13)?, digits(14..16)?, digits(17..19)?)
+            }
+            _ => return None,
+        };
+        let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+        let month_days = [
+            31,
+            if leap { 29 } else { 28 },
+            31,
+            30,
+            31,
+            30,
+            31,
+            31,
+            30,
+            31,
+            30,
+            31,
+        ];
+        let valid = year >= 1970
+            && (1..=12).contains(&month)
+            && (1..=month_days[usize::try_from(month - 1).ok()?]).contains(&day)
+            && hour < 24
+            && minute < 60
+            && second < 60;
+        if !valid {
+            return None;
+        }
+        let days = days_from_civil(year, month, day);
+        Some(Self(days * 86_400 + hour * 3600 + minute * 60 + second))
+    }
+}
+
+/// Days from 1970-01-01 to the civil date (H. Hinnant's
+/// `days_from_civil`, for dates from 1970 on).
+fn days_from_civil(year: u64, month: u64, day: u64) -> u64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y / 400;
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
 /// The civil date `days` after 1970-01-01 (H. Hinnant's `civil_from_days`,
 /// on unsigned days: no date before the epoch is ever shown).
 #[allow(
@@ -201,6 +268,25 @@ mod tests {
     use alloc::string::ToString as _;
 
     #[test]
+    fn only_plain_utc_times_are_read() {
+        for bad in [
+            "",
+            "2026-12-06T07:30:00+01:00",
+            "2026-12-06T07:30:00.5Z",
+            "2026-12-06 07:30:00Z",
+            "2026-02-29",
+            "2026-13-01",
+            "2026-12-06T24:00:00Z",
+            "1969-12-31",
+            "+026-12-06",
+            "2026-1-6",
+        ] {
+            assert_eq!(Timestamp::parse_utc(bad), None, "{bad}");
+        }
+        assert!(Timestamp::parse_utc("2024-02-29").is_some());
+    }
+
+    #[test]
     fn utc_times_are_rfc_3339() {
         for (secs, text) in [
             (0, "1970-01-01T00:00:00Z"),
@@ -211,6 +297,11 @@ mod tests {
             let utc = Timestamp::from_secs(secs).utc();
             assert_eq!(utc.to_string(), text);
             assert_eq!(utc.date().to_string(), text[..10]);
+            assert_eq!(Timestamp::parse_utc(text), Some(Timestamp::from_secs(secs)));
+            assert_eq!(
+                Timestamp::parse_utc(&text[..10]),
+                Some(Timestamp::from_secs(secs - secs % 86_400))
+            );
         }
     }
 

@@ -24,10 +24,14 @@ use portcullis_core::site::Site;
 use portcullis_core::{Engine, Policy};
 use serde_json::{Value, json};
 
-use crate::cli::{DbArgs, GrantsAction, KeysAction, SiteAction, TokenAction, TokensAction};
+use crate::cli::{
+    ActivityAction, DbArgs, GrantsAction, KeysAction, SiteAction, TokenAction, TokensAction,
+};
 use crate::db::Db;
 use crate::keys::{self, LoosePermissions};
 use crate::{clock, input, notify, setup};
+use portcullis_core::Timestamp;
+use portcullis_core::activity::{ActivityFilter, MAX_PAGE};
 
 fn engine(db: &DbArgs) -> Result<Engine<Arc<Db>>, String> {
     setup::engine(db, Policy::default(), false, LoosePermissions::Warn).map(|(e, _)| e)
@@ -80,7 +84,7 @@ fn token_json(t: &AgentToken) -> Value {
         "label": t.label,
         "created": t.created.as_secs(),
         "expires": t.expires.as_secs(),
-        "revoked": t.revoked.map(portcullis_core::Timestamp::as_secs),
+        "revoked": t.revoked.map(Timestamp::as_secs),
         "live": t.is_live(now),
     })
 }
@@ -160,6 +164,52 @@ pub(crate) fn site(db: &DbArgs, action: SiteAction, out: &mut impl Write) -> Res
         notify::site_changed(db)?;
     }
     emit(out, &site_json(&site))
+}
+
+/// `portcullis activity export`: the record's entries as JSON lines, a
+/// page of [`MAX_PAGE`](portcullis_core::activity::MAX_PAGE) at a time.
+pub(crate) fn activity(
+    db: &DbArgs,
+    action: ActivityAction,
+    out: &mut impl Write,
+) -> Result<(), String> {
+    let ActivityAction::Export {
+        since,
+        until,
+        user,
+        client,
+    } = action;
+    let time = |text: Option<String>, flag: &str| {
+        text.map(|t| {
+            Timestamp::parse_utc(&t).ok_or_else(|| {
+                format!(
+                    "--{flag} {t:?}: give a UTC date (2026-12-06) or time (2026-12-06T07:30:00Z)"
+                )
+            })
+        })
+        .transpose()
+    };
+    let filter = ActivityFilter {
+        since: time(since, "since")?,
+        until: time(until, "until")?,
+        subject: user,
+        client_id: client,
+    };
+    let engine = engine(db)?;
+    let site = setup::demo_site(&engine)?.id;
+    let mut after: Option<Vec<u8>> = None;
+    loop {
+        let page = engine
+            .activity_export(&site, &filter, after.as_deref(), MAX_PAGE)
+            .map_err(|e| e.to_string())?;
+        for entry in &page.entries {
+            emit(out, &entry.to_json())?;
+        }
+        match page.next {
+            Some(next) => after = Some(next),
+            None => return Ok(()),
+        }
+    }
 }
 
 /// `portcullis keys …`: on the key file alone (no database is opened),

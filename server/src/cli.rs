@@ -142,6 +142,16 @@ pub(crate) enum Command {
         #[command(subcommand)]
         action: KeysAction,
     },
+    /// The activity record: what every agent and App call did, who
+    /// approved or denied it, and how it ended.
+    Activity {
+        /// The database.
+        #[command(flatten)]
+        db: DbArgs,
+        /// The action.
+        #[command(subcommand)]
+        action: ActivityAction,
+    },
     /// Mint, list and revoke agent tokens.
     Tokens {
         /// The database.
@@ -528,6 +538,28 @@ pub(crate) enum KeysAction {
     Retire {
         /// The key's `kid` (see `keys list`).
         kid: String,
+    },
+}
+
+/// `portcullis activity …`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum ActivityAction {
+    /// Every entry of the demo site's record in time order, one JSON
+    /// object per line (the stable schema of docs/server.md, "The activity
+    /// record").
+    Export {
+        /// From this time: `2026-12-06` or `2026-12-06T07:30:00Z` (UTC).
+        #[arg(long)]
+        since: Option<String>,
+        /// Before this time, in the same form.
+        #[arg(long)]
+        until: Option<String>,
+        /// Only this user's entries.
+        #[arg(long)]
+        user: Option<String>,
+        /// Only this client's entries (its `client_id`).
+        #[arg(long)]
+        client: Option<String>,
     },
 }
 

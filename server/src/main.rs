@@ -74,6 +74,9 @@ fn main() -> ExitCode {
         Command::Site { db, action } => db
             .resolved()
             .and_then(|db| admin::site(&db, action, &mut out)),
+        Command::Activity { db, action } => db
+            .resolved()
+            .and_then(|db| admin::activity(&db, action, &mut out)),
         Command::Keys { db, action } => db
             .resolved()
             .and_then(|db| admin::keys(&db, action, &mut out)),

@@ -1937,6 +1937,34 @@ async fn execute_runs_a_write_once_through_approval_in_the_connected_tab() {
     ] {
         assert!(!logs.contains(secret), "the {what} appears in the logs");
     }
+
+    // The operator's export (the server stopped: a redb file has one
+    // process) holds the calls: approvals and the denial by alice, what
+    // let each write run, and how each ended; no note's title.
+    let record = s.cli_json(&["activity", "export"]);
+    let events: Vec<&str> = record
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    for needed in ["approved", "denied", "ran", "outcome", "ended"] {
+        assert!(events.contains(&needed), "{needed} in {events:?}");
+    }
+    assert!(record.iter().all(|e| e["user"] == "alice"));
+    assert!(
+        record
+            .iter()
+            .filter(|e| e["event"] == "approved" || e["event"] == "denied")
+            .all(|e| e["by"] == "alice")
+    );
+    assert!(!record.iter().any(|e| e.to_string().contains("Groceries")));
+    assert!(
+        s.cli_json(&["activity", "export", "--user", "bob"])
+            .is_empty()
+    );
+    let tomorrow = s.cli_json(&["activity", "export", "--since", "2999-01-01"]);
+    assert!(tomorrow.is_empty());
+    let bad = s.cli(&["activity", "export", "--since", "yesterday"]);
+    assert!(!bad.status.success());
 }
 
 /// `tools/call execute` with a token, whatever the HTTP status.
