@@ -126,7 +126,8 @@ Disconnect it unless another device of yours still uses it.</span>",
             "<h1>Agents</h1>{notice}\
 <p>Signed in as <strong>{subject}</strong>.</p>\
 <p>Connect an MCP client to <code>{mcp}</code>. \
-<a href=\"/agents/granted\">Choose the apps each agent reaches</a>.</p>\
+<a href=\"/agents/granted\">Choose the apps each agent reaches</a>. \
+<a href=\"/connected-agents\">What your agents did</a> (the activity record).</p>\
 <table><tr><th>Client</th><th>Scopes</th><th>Status</th><th>Connected</th><th>Last used</th><th></th></tr>{rows}</table>\
 <section id=\"tab\" data-csrf=\"{csrf}\"><h2>This tab</h2>\
 <p id=\"tab-status\">Calls from your agents run in this tab. Connecting…</p>\
