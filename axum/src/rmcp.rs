@@ -67,8 +67,11 @@ pub const APPROVAL_INPUT: &str = "portcullis_approval";
 
 /// One tool call as the ledger sees it: its request id, and how a call
 /// that must wait for a person is answered in the protocol revision the
-/// client negotiated (take it as a tool argument **before**
-/// `Parameters`, which consumes the arguments it digests):
+/// client negotiated. A tool takes it as an argument, before or after its
+/// `Parameters`: a retry's sealed state is bound to the call's exact
+/// arguments either way (the raw arguments when `Call` comes first; when
+/// `Parameters` took them first, the arguments of the action [`Call::run`]
+/// runs, which are what the person approves):
 ///
 /// * **2026-07-28** (multi round-trip requests): an `InputRequiredResult`
 ///   whose one URL-mode `elicitation/create` (when the client declared URL
@@ -116,6 +119,10 @@ pub struct Call {
     tool: String,
     /// The tool declares an `outputSchema`.
     typed: bool,
+    /// The tool's `Parameters` took the arguments before this call was
+    /// made: [`Call::run`] binds the call to its action's arguments, and
+    /// opens the client's `requestState` (kept here) against them.
+    bind_to_action: Option<Option<String>>,
 }
 
 /// How a pending answer reaches the client.
@@ -158,15 +165,33 @@ impl PendingForm {
 impl<S> FromContextPart<ToolCallContext<'_, S>> for Call {
     fn from_context_part(context: &mut ToolCallContext<'_, S>) -> Result<Self, ErrorData> {
         let agent = Agent::from_context_part(context)?;
-        let arguments = context.arguments.clone().unwrap_or_default();
-        Self::new(
+        if let Some(arguments) = &context.arguments {
+            return Self::new(
+                &agent,
+                &context.request_context,
+                &context.name,
+                arguments,
+                context.request_state.take().as_deref(),
+                context.input_responses.as_ref(),
+            );
+        }
+        // No arguments left: none were sent, or `Parameters` (an earlier
+        // argument of the tool) took them. `run` binds the call to its
+        // action's arguments instead, and opens the state then.
+        let state = context.request_state.take();
+        let mut call = Self::new(
             &agent,
             &context.request_context,
             &context.name,
-            &arguments,
-            context.request_state.take().as_deref(),
+            &JsonObject::new(),
+            None,
             context.input_responses.as_ref(),
-        )
+        )?;
+        if state.is_some() {
+            call.joins = false;
+        }
+        call.bind_to_action = Some(state);
+        Ok(call)
     }
 }
 
@@ -226,7 +251,40 @@ impl Call {
             declined,
             tool: tool.to_owned(),
             typed: false,
+            bind_to_action: None,
         })
+    }
+
+    /// This call bound to `action`'s arguments, for a call whose arguments
+    /// `Parameters` took first (see [`Call`]); `None` for any other.
+    fn bound_to(&self, agent: &Agent, action: &Action) -> Result<Option<Self>, ErrorData> {
+        let Some(state) = &self.bind_to_action else {
+            return Ok(None);
+        };
+        let digest = CallDigest::of(
+            "tools/call",
+            &self.tool,
+            action.arguments().unwrap_or_default(),
+        );
+        let resumed = match state {
+            None => None,
+            Some(state) => Some(
+                agent
+                    .open_request_state(&digest, state)
+                    .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?,
+            ),
+        };
+        Ok(Some(Self {
+            request_id: resumed.map_or(self.request_id, |r| r.request_id),
+            joins: self.joins,
+            digest,
+            form: self.form,
+            resumed,
+            declined: self.declined,
+            tool: self.tool.clone(),
+            typed: self.typed,
+            bind_to_action: None,
+        }))
     }
 
     /// Marks the tool as one with an `outputSchema`: a client at an older
@@ -299,15 +357,17 @@ impl Call {
         F: FnOnce() -> Fut + Send + 'static,
         Fut: Future<Output = Result<T, BusinessError>> + Send + 'static,
     {
-        let wait = self.wait(portcullis.inner.approval_wait);
+        let bound = self.bound_to(agent, &action)?;
+        let call = bound.as_ref().unwrap_or(self);
+        let wait = call.wait(portcullis.inner.approval_wait);
         let ran = portcullis
-            .run_once_waiting(agent, self.request_id, self.joins, action, wait, run)
+            .run_once_waiting(agent, call.request_id, call.joins, action, wait, run)
             .await;
         let approval_url = match ran.outcome() {
             Outcome::Pending(p) => p.approval_url.clone(),
             _ => None,
         };
-        self.answer_as(
+        call.answer_as(
             agent,
             ran.answer().clone(),
             approval_url.as_deref(),

@@ -63,11 +63,11 @@ impl NotesMcp {
     )]
     async fn add_note(
         &self,
+        Parameters(note): Parameters<NewNote>,
         // glue:begin
         agent: Agent,
-        call: Call,
-        // glue:end
-        Parameters(note): Parameters<NewNote>,
+        call: Call, // bound to the note whatever the order of the arguments
+                    // glue:end
     ) -> Result<CallToolResponse, ErrorData> {
         // glue:begin
         let action =
