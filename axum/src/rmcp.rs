@@ -119,10 +119,19 @@ pub struct Call {
     tool: String,
     /// The tool declares an `outputSchema`.
     typed: bool,
-    /// The tool's `Parameters` took the arguments before this call was
-    /// made: [`Call::run`] binds the call to its action's arguments, and
-    /// opens the client's `requestState` (kept here) against them.
-    bind_to_action: Option<Option<String>>,
+    /// What the call's digest and state are bound to.
+    binding: Binding,
+}
+
+/// What a [`Call`]'s digest (and the retry's `requestState`) is bound to.
+#[derive(Debug)]
+enum Binding {
+    /// The call's raw arguments, at construction.
+    Arguments,
+    /// The tool's `Parameters` took the arguments before the call was made:
+    /// [`Call::run`] binds it to its action's arguments and opens the
+    /// client's `requestState` (kept here) against them.
+    Action(Option<String>),
 }
 
 /// How a pending answer reaches the client.
@@ -190,7 +199,7 @@ impl<S> FromContextPart<ToolCallContext<'_, S>> for Call {
         if state.is_some() {
             call.joins = false;
         }
-        call.bind_to_action = Some(state);
+        call.binding = Binding::Action(state);
         Ok(call)
     }
 }
@@ -251,14 +260,14 @@ impl Call {
             declined,
             tool: tool.to_owned(),
             typed: false,
-            bind_to_action: None,
+            binding: Binding::Arguments,
         })
     }
 
     /// This call bound to `action`'s arguments, for a call whose arguments
     /// `Parameters` took first (see [`Call`]); `None` for any other.
     fn bound_to(&self, agent: &Agent, action: &Action) -> Result<Option<Self>, ErrorData> {
-        let Some(state) = &self.bind_to_action else {
+        let Binding::Action(state) = &self.binding else {
             return Ok(None);
         };
         let digest = CallDigest::of(
@@ -283,7 +292,7 @@ impl Call {
             declined: self.declined,
             tool: self.tool.clone(),
             typed: self.typed,
-            bind_to_action: None,
+            binding: Binding::Arguments,
         }))
     }
 
