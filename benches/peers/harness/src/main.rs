@@ -4,12 +4,12 @@
 //! Run it through `bash benches/peers/run.sh`, which installs the peers and
 //! builds the binaries; the options:
 //!
-//!   --quick              1 run, 1 s per load after 0.5 s of warm-up,
+//!   --quick              1 run, 1 s per load after 1 s of warm-up,
 //!                        25 codes per connection
 //!   --runs N             runs (default 3)
 //!   --secs S             seconds per timed load (default 5)
 //!   --warmup S           seconds of the same load before it, not measured
-//!                        (default 2; quick 0.5)
+//!                        (default 2; quick 1)
 //!   --conns N            connections of the loads that do not fix theirs (32)
 //!   --codes N            codes per connection for the code exchange (150)
 //!   --loads a,b          only these loads (rotate1, rotate32, code,
@@ -62,7 +62,7 @@ fn parse() -> Config {
         runs: if quick { 1 } else { 3 },
         shape: Shape {
             secs: if quick { 1.0 } else { 5.0 },
-            warmup: if quick { 0.5 } else { 2.0 },
+            warmup: if quick { 1.0 } else { 2.0 },
             conns: 32,
             codes_per_conn: if quick { 25 } else { 150 },
         },
