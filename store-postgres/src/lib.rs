@@ -44,7 +44,8 @@
 //!   After any failed statement PostgreSQL refuses everything but a
 //!   rollback; the adapter remembers that and refuses to `commit` such a
 //!   transaction (a bare `COMMIT` would quietly roll it back and answer
-//!   success).
+//!   success), answering with the kind of the failure that aborted it: a
+//!   connection lost mid-transaction is still `Unavailable` at `commit`.
 //! * **Dropping a transaction rolls it back** on its connection before the
 //!   connection goes back to the pool; a connection whose rollback (or any
 //!   call) failed at the transport level is discarded, never reused.
@@ -586,7 +587,7 @@ impl PostgresStore {
                             conn: RefCell::new(conn),
                             store: self,
                             open: true,
-                            aborted: std::cell::Cell::new(false),
+                            aborted: RefCell::new(None),
                             xid: None,
                         });
                     }
@@ -893,8 +894,10 @@ struct Txn<'a> {
     store: &'a PostgresStore,
     /// `BEGIN` was sent and neither `COMMIT` nor `ROLLBACK` yet.
     open: bool,
-    /// A statement failed: PostgreSQL refuses all but a rollback.
-    aborted: std::cell::Cell<bool>,
+    /// The first failure of a statement since `BEGIN` (or the last
+    /// `ROLLBACK TO SAVEPOINT`): PostgreSQL refuses all but a rollback,
+    /// and `commit` answers with this failure's kind.
+    aborted: RefCell<Option<StoreError>>,
     /// The transaction's id, once asked for (just before `COMMIT`).
     xid: Option<String>,
 }
@@ -929,11 +932,14 @@ impl Txn<'_> {
     /// did not come from the server (I/O, protocol) leaves the connection
     /// in an unknown state, so the pool drops it.
     fn failed(&self, broken: &mut bool, e: &postgres::Error, context: &'static str) -> StoreError {
-        self.aborted.set(true);
         if e.as_db_error().is_none() {
             *broken = true;
         }
-        error(e, context)
+        let failure = error(e, context);
+        self.aborted
+            .borrow_mut()
+            .get_or_insert_with(|| failure.clone());
+        failure
     }
 
     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
@@ -1234,16 +1240,22 @@ impl WriteTransaction for PostgresWrite<'_> {
             .simple(&format!("ROLLBACK TO SAVEPOINT s{mark}"), "rollback")?;
         // Later savepoints are gone; the next one reuses their numbers.
         self.savepoints = mark + 1;
-        self.txn.aborted.set(false);
+        *self.txn.aborted.borrow_mut() = None;
         Ok(())
     }
 
+    /// After a failed statement (and no `ROLLBACK TO SAVEPOINT` since),
+    /// refused without sending `COMMIT`, with the kind of that failure: a
+    /// connection lost mid-transaction stays
+    /// [`StoreErrorKind::Unavailable`] and a serialization failure stays
+    /// [`StoreErrorKind::Conflict`], so the caller answers or retries as
+    /// it would have at the statement itself; nothing was applied.
     fn commit(mut self) -> Result<(), StoreError> {
-        if self.txn.aborted.get() {
+        if let Some(first) = self.txn.aborted.get_mut().take() {
             return Err(StoreError::new(
-                StoreErrorKind::Other,
+                first.kind(),
                 "commit",
-                "a statement of this transaction failed; it was rolled back",
+                format!("a statement of this transaction failed; nothing was applied ({first})"),
             ));
         }
         // The id first: if the connection fails under the `COMMIT`, it is
