@@ -67,7 +67,10 @@
 //! offered it for the life of the process: a name that a later listing
 //! (a source that connected late, or changed its list) claims for another
 //! source is refused and logged, and a name its owner stops listing is not
-//! handed to anyone else.
+//! handed to anyone else. A source owns at most
+//! [`bounds::MAX_TOOL_NAMES`] names, and for [`bounds::RESERVE_NAMES_FOR`]
+//! after the start the names others list for the first time wait for the
+//! sources that have not listed yet ([`Names`]).
 pub(crate) mod bounds;
 pub(crate) mod input;
 pub(crate) mod kind;
@@ -373,21 +376,53 @@ enum Owner {
 /// gateway has started, listings only fill the sources' caches; at the
 /// start the names of every source then connected are claimed in
 /// configuration order, and a collision refuses the start. From then on each
-/// listing claims its new names at once, and a name another owner has is
-/// refused (and logged), never moved.
+/// listing claims its new names, and a name another owner has is refused
+/// (and logged), never moved. Two bounds keep one source from taking what
+/// is not its own:
+///
+/// * **A cap per source.** A source owns at most
+///   [`bounds::MAX_TOOL_NAMES`] names over the life of the process (a name
+///   stays its owner's when it stops listing it, so a source that keeps
+///   listing new names would otherwise grow this table without end); its
+///   new names past the cap are refused and logged. Each source's cap is
+///   its own: no source can use up another's.
+/// * **A reservation for sources that have not listed yet.** For
+///   [`bounds::RESERVE_NAMES_FOR`] after the start, while a configured
+///   source has not made its first listing (it was not ready at the start),
+///   the names other sources add to their lists are held back (not
+///   offered, logged), not claimed: a source that connects late is not
+///   starved of its own names by one that listed them first in its
+///   absence. A source's first listing (at the start or late) names its
+///   own tools and is never held. Held names are claimed, in configuration
+///   order and only where still free, once every source has listed or the
+///   reservation ends; a source's held names are those of its latest
+///   listing.
 pub(crate) struct Names {
     inner: Mutex<NamesInner>,
     /// The sources' ids, by index (for messages).
     ids: Vec<SourceId>,
+    /// How long after the start new names wait for the sources that have
+    /// not listed yet.
+    reserve_for: std::time::Duration,
 }
 
 struct NamesInner {
     owners: HashMap<String, Owner>,
     started: bool,
+    /// Per source: how many names it owns.
+    owned: Vec<usize>,
+    /// Per source: whether one of its listings was seen.
+    heard: Vec<bool>,
+    /// Per source: the new names of its latest listing held back during
+    /// the reservation (at most one listing's worth).
+    held: Vec<Vec<String>>,
+    /// When the reservation ends (set at the start).
+    reserve_until: Instant,
 }
 
 impl Names {
-    fn new(reserved: &[String], ids: Vec<SourceId>) -> Self {
+    fn new(reserved: &[String], ids: Vec<SourceId>, reserve_for: std::time::Duration) -> Self {
+        let n = ids.len();
         Self {
             inner: Mutex::new(NamesInner {
                 owners: reserved
@@ -395,13 +430,20 @@ impl Names {
                     .map(|n| (n.clone(), Owner::BuiltIn))
                     .collect(),
                 started: false,
+                owned: vec![0; n],
+                heard: vec![false; n],
+                held: vec![Vec::new(); n],
+                reserve_until: Instant::now(),
             }),
             ids,
+            reserve_for,
         }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, NamesInner> {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        self.settle(&mut inner);
+        inner
     }
 
     fn describe(&self, owner: Owner) -> String {
@@ -411,60 +453,123 @@ impl Names {
         }
     }
 
-    /// Claims the names of `tools` for source `index` (once started), and
-    /// logs each that is refused.
-    fn claim_later(&self, index: usize, tools: &[Tool]) {
-        let mut inner = self.lock();
-        if inner.started {
-            let _ = self.claim(&mut inner, index, tools, false);
+    /// Whether names new after the start are held back now: the
+    /// reservation has not ended and a source has not listed yet.
+    fn reserving(inner: &NamesInner) -> bool {
+        inner.started && inner.heard.contains(&false) && Instant::now() < inner.reserve_until
+    }
+
+    /// Once the reservation is over, claims the names held back, in
+    /// configuration order.
+    fn settle(&self, inner: &mut NamesInner) {
+        if inner.held.iter().all(Vec::is_empty) || Self::reserving(inner) {
+            return;
+        }
+        for index in 0..inner.held.len() {
+            let held = std::mem::take(&mut inner.held[index]);
+            let _ = self.claim(inner, index, held.iter().map(String::as_str), false, false);
         }
     }
 
-    /// Claims the names of `tools` for source `index`: the first name
-    /// another owner has is an error at the start (`strict`); later, each
-    /// such name is refused and logged.
-    fn claim(
+    /// Notes a listing of source `index` and, once started, claims the
+    /// names of its `tools`, logging each that is refused or held back.
+    fn claim_later(&self, index: usize, tools: &[Tool]) {
+        let mut inner = self.lock();
+        let first = inner
+            .heard
+            .get_mut(index)
+            .is_some_and(|heard| !std::mem::replace(heard, true));
+        if inner.started {
+            // A source's first listing names its own tools: never held.
+            let holding = !first && Self::reserving(&inner);
+            let names = tools.iter().map(|t| t.name.as_ref());
+            let _ = self.claim(&mut inner, index, names, false, holding);
+            self.settle(&mut inner);
+        }
+    }
+
+    /// Claims `names` for source `index`: the first name another owner has
+    /// is an error at the start (`strict`); later, each such name is
+    /// refused and logged, and with `holding` (during the reservation) new
+    /// names are held back instead of claimed. New names past the source's
+    /// cap are refused.
+    fn claim<'n>(
         &self,
         inner: &mut NamesInner,
         index: usize,
-        tools: &[Tool],
+        names: impl Iterator<Item = &'n str>,
         strict: bool,
+        holding: bool,
     ) -> Result<(), String> {
-        for tool in tools {
-            let name = tool.name.as_ref();
-            let owner = *inner
-                .owners
-                .entry(name.to_owned())
-                .or_insert(Owner::Source(index));
-            if owner == Owner::Source(index) {
-                continue;
+        let (mut held, mut over) = (Vec::new(), 0usize);
+        for name in names {
+            match inner.owners.get(name).copied() {
+                Some(owner) if owner == Owner::Source(index) => {}
+                Some(owner) => {
+                    let (first, here) = (self.describe(owner), self.describe(Owner::Source(index)));
+                    if strict {
+                        return Err(format!(
+                            "gateway: tool {name:?} is offered by both {first} and {here}; tool \
+                             names are never changed, so remove one of the two sources"
+                        ));
+                    }
+                    tracing::warn!(
+                        tool = name,
+                        owner = %first,
+                        refused = %here,
+                        "gateway: a tool name that another owner has is refused (names never move)"
+                    );
+                }
+                None if holding => held.push(name.to_owned()),
+                None if inner.owned[index] >= bounds::MAX_TOOL_NAMES => over += 1,
+                None => {
+                    inner.owners.insert(name.to_owned(), Owner::Source(index));
+                    inner.owned[index] += 1;
+                }
             }
-            let (first, here) = (self.describe(owner), self.describe(Owner::Source(index)));
-            if strict {
-                return Err(format!(
-                    "gateway: tool {name:?} is offered by both {first} and {here}; tool names are \
-                     never changed, so remove one of the two sources"
-                ));
-            }
+        }
+        if over > 0 {
             tracing::warn!(
-                tool = name,
-                owner = %first,
-                refused = %here,
-                "gateway: a tool name that another owner has is refused (names never move)"
+                source = %self.ids[index],
+                refused = over,
+                cap = bounds::MAX_TOOL_NAMES,
+                "gateway: the source has claimed as many tool names as it may; its new names \
+                 are refused"
             );
+        }
+        if holding {
+            if !held.is_empty() {
+                let waiting: Vec<&str> = inner
+                    .heard
+                    .iter()
+                    .zip(&self.ids)
+                    .filter(|(heard, _)| !**heard)
+                    .map(|(_, id)| id.as_str())
+                    .collect();
+                tracing::info!(
+                    source = %self.ids[index],
+                    held = held.len(),
+                    waiting = waiting.join(","),
+                    "gateway: new tool names are held back until the sources not yet listed have \
+                     listed (or the reservation ends)"
+                );
+            }
+            inner.held[index] = held;
         }
         Ok(())
     }
 
     /// The start: claims every source's names in configuration order;
-    /// refuses a name two owners share.
+    /// refuses a name two owners share. The reservation starts now.
     fn start(&self, sources: &[Arc<Source>]) -> Result<(), String> {
         let mut inner = self.lock();
         for source in sources {
             let listed = source.listed();
-            self.claim(&mut inner, source.index, &listed.tools, true)?;
+            let names = listed.tools.iter().map(|t| t.name.as_ref());
+            self.claim(&mut inner, source.index, names, true, false)?;
         }
         inner.started = true;
+        inner.reserve_until = Instant::now() + self.reserve_for;
         Ok(())
     }
 
@@ -623,7 +728,7 @@ impl Gateway {
             map: UriMap::default(),
             sources: Vec::new(),
             bounds: Bounds::of(&GatewayArgs::default()),
-            names: Arc::new(Names::new(&[], Vec::new())),
+            names: Arc::new(Names::new(&[], Vec::new(), std::time::Duration::ZERO)),
             stash: input::Stash::default(),
         }
     }
@@ -650,6 +755,7 @@ impl Gateway {
         let names = Arc::new(Names::new(
             &reserved,
             specs.iter().map(|s| s.id.clone()).collect(),
+            bounds::RESERVE_NAMES_FOR,
         ));
         let sources: Vec<Arc<Source>> = specs
             .into_iter()
@@ -1094,12 +1200,27 @@ mod tests {
         });
     }
 
-    /// A gateway over `sources` after its start (or the start's refusal).
+    /// A gateway over `sources` after its start (or the start's refusal),
+    /// every source having listed by then.
     fn started(sources: Vec<Arc<Source>>) -> (Gateway, Result<(), String>) {
+        started_without(sources, &[], bounds::RESERVE_NAMES_FOR)
+    }
+
+    /// A gateway over `sources` after its start, the sources at `absent`
+    /// not having listed yet, with a reservation of `reserve_for`.
+    fn started_without(
+        sources: Vec<Arc<Source>>,
+        absent: &[usize],
+        reserve_for: std::time::Duration,
+    ) -> (Gateway, Result<(), String>) {
         let names = Names::new(
             &["execute".into()],
             sources.iter().map(|s| s.spec.id.clone()).collect(),
+            reserve_for,
         );
+        for source in sources.iter().filter(|s| !absent.contains(&s.index)) {
+            names.claim_later(source.index, &source.listed().tools);
+        }
         let start = names.start(&sources);
         let gateway = Gateway {
             sources,
@@ -1171,6 +1292,87 @@ mod tests {
         g.names.claim_later(2, &late.listed().tools);
         assert_eq!(offered(&g), ["x", "y", "w", "v"]);
         assert_eq!(g.find("v").unwrap().0.spec.id.as_str(), "late");
+        assert_eq!(g.find("y").unwrap().0.spec.id.as_str(), "a");
+    }
+
+    /// A source that keeps listing new names owns at most its cap of them
+    /// (the table of names stays bounded); past it, its new names are
+    /// refused, and the other sources' names are unaffected.
+    #[test]
+    fn a_source_that_keeps_listing_new_names_is_capped() {
+        let (a, b) = (source(0, "a", &["x"]), source(1, "b", &["z"]));
+        let (g, start) = started(vec![Arc::clone(&a), Arc::clone(&b)]);
+        start.unwrap();
+        for round in 0..4 * bounds::MAX_TOOL_NAMES / bounds::MAX_TOOLS {
+            let tools: Vec<Tool> = (0..bounds::MAX_TOOLS)
+                .map(|i| {
+                    Tool::new(
+                        format!("t{round}-{i}"),
+                        "",
+                        Arc::new(rmcp::model::JsonObject::new()),
+                    )
+                })
+                .collect();
+            g.names.claim_later(0, &tools);
+        }
+        let owned = g.names.lock().owners.len();
+        // The built-in `execute`, b's `z`, and a's at most.
+        assert!(owned <= bounds::MAX_TOOL_NAMES + 2, "{owned} names kept");
+        assert_eq!(g.find("x").unwrap().0.spec.id.as_str(), "a");
+        assert_eq!(
+            g.names.owner("t0-0"),
+            Some(0),
+            "the first new names are a's"
+        );
+        let last = format!("t{}-0", 4 * bounds::MAX_TOOL_NAMES / bounds::MAX_TOOLS - 1);
+        assert_eq!(g.names.owner(&last), None, "past the cap: refused");
+        // b, whose cap is its own, still claims new names.
+        list(&b, &["z", "w"]);
+        g.names.claim_later(1, &b.listed().tools);
+        assert_eq!(g.find("w").unwrap().0.spec.id.as_str(), "b");
+    }
+
+    /// A source not ready at the start keeps its names: what another
+    /// source lists for the first time in its absence waits (during the
+    /// reservation) and is claimed after it has listed, where still free.
+    #[test]
+    fn a_source_that_connects_late_is_not_starved_of_its_names() {
+        let (a, late) = (source(0, "a", &["x"]), source(1, "late", &[]));
+        let (g, start) = started_without(
+            vec![Arc::clone(&a), Arc::clone(&late)],
+            &[1],
+            bounds::RESERVE_NAMES_FOR,
+        );
+        start.unwrap();
+        // a lists late's tool name (and one of its own) before late is up.
+        list(&a, &["x", "mail", "y"]);
+        g.names.claim_later(0, &a.listed().tools);
+        assert!(g.find("mail").is_none(), "held back, not a's");
+        assert!(g.find("y").is_none(), "held back too");
+        assert_eq!(g.find("x").unwrap().0.spec.id.as_str(), "a");
+        // late connects and lists: its name is its own; a's other new name
+        // is a's now, and the shared one was never a's.
+        list(&late, &["mail"]);
+        g.names.claim_later(1, &late.listed().tools);
+        assert_eq!(g.find("mail").unwrap().0.spec.id.as_str(), "late");
+        assert_eq!(g.find("y").unwrap().0.spec.id.as_str(), "a");
+    }
+
+    /// The reservation ends: a source that never comes does not hold the
+    /// others' new names back for longer.
+    #[test]
+    fn names_held_for_a_source_that_never_lists_are_claimed_when_the_reservation_ends() {
+        let (a, never) = (source(0, "a", &["x"]), source(1, "never", &[]));
+        let (g, start) = started_without(
+            vec![Arc::clone(&a), Arc::clone(&never)],
+            &[1],
+            std::time::Duration::from_millis(50),
+        );
+        start.unwrap();
+        list(&a, &["x", "y"]);
+        g.names.claim_later(0, &a.listed().tools);
+        assert!(g.find("y").is_none(), "held back");
+        std::thread::sleep(std::time::Duration::from_millis(60));
         assert_eq!(g.find("y").unwrap().0.spec.id.as_str(), "a");
     }
 
