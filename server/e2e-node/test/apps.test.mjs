@@ -213,6 +213,9 @@ test("an MCP App from a gateway tool, in the sandbox, under activation, approval
   await approval.waitFor();
   const asked = await approval.textContent();
   assert.match(asked, /The App of source counter \(shown for “Apps Agent”\) wants to run increment from source counter/);
+  // The App asked, not the agent: the card says so.
+  assert.match(asked, /Requested by the App of source counter, in a View shown for “Apps Agent”/);
+  assert.doesNotMatch(asked, /Requested by “Apps Agent”/);
   assert.match(asked, /"by": 2/);
   assert.equal(await page.locator(".app-view .approval").count(), 0, "the approval is not inside the App's card");
   assert.deepEqual(await counter.state(), { count: 0, increments: 0 }, "nothing runs before the approval");

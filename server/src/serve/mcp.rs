@@ -659,6 +659,9 @@ impl ServerHandler for Tools {
                             "message": format!("Approve {} for {}", prompt.kind,
                                 prompt.client_name.as_deref().unwrap_or("an agent")),
                             "url": self.app.approval_url(id),
+                            // Never empty (rmcp writes one): the request's
+                            // id, as the call's own prompt names it.
+                            "elicitationId": id.to_string(),
                         },
                     },
                 });
