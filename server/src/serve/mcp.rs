@@ -354,7 +354,7 @@ pub(crate) async fn wait_for_decision(
         let slice = deadline.min(tokio::time::Instant::now() + DECISION_POLL);
         loop {
             match tokio::time::timeout_at(slice, decided.recv()).await {
-                Ok(Ok(decision)) if decision != id => {}
+                Ok(Ok(Some(decision))) if decision != id => {}
                 // Ours, missed ones, or time to look again.
                 _ => break,
             }

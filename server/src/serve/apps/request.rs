@@ -664,7 +664,10 @@ impl Tool<'_> {
 
     /// Waits (a bounded time) until the operation's ledger request is no
     /// longer awaiting the user's decision; whether it is decided.
-    async fn wait(&self, decided: &mut tokio::sync::broadcast::Receiver<RequestId>) -> bool {
+    async fn wait(
+        &self,
+        decided: &mut tokio::sync::broadcast::Receiver<Option<RequestId>>,
+    ) -> bool {
         let deadline = Instant::now() + DECISION_WAIT;
         loop {
             let (principal, request) = (self.principal.clone(), self.request);
@@ -682,10 +685,10 @@ impl Tool<'_> {
             if left.is_zero() {
                 return false;
             }
-            match tokio::time::timeout(left, decided.recv()).await {
-                Ok(Ok(id)) if id != self.request => {}
-                Err(_) => return false,
-                _ => {}
+            // A decision (any request's: ours may be among those missed)
+            // or a grant that ended (`None`): the status is read again.
+            if tokio::time::timeout(left, decided.recv()).await.is_err() {
+                return false;
             }
         }
     }
