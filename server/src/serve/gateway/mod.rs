@@ -48,7 +48,9 @@
 //! **Listings are cached.** A source's lists are read when it connects,
 //! when it says they changed (`notifications/tools/list_changed`,
 //! `notifications/resources/*`; taken together within
-//! [`bounds::RELIST_EVERY`]) and otherwise every [`bounds::RELIST_AFTER`];
+//! [`bounds::RELIST_EVERY`]; a source at 2026-07-28 says so only on the
+//! `subscriptions/listen` stream the gateway keeps open to it, [`listen`])
+//! and otherwise every [`bounds::RELIST_AFTER`];
 //! page by page, within the caps of [`bounds`]. `tools/list` and
 //! `resources/list` are answered from that cache, never by asking every
 //! source again. An entry whose URI cannot be mapped (too long, a dot
@@ -88,7 +90,7 @@ use portcullis_core::gateway::{Gateway as UriMap, SourceId};
 use rmcp::model::{
     ClientCapabilities, ClientConfig, ClientRequest, DiscoverRequest, DiscoverRequestParams,
     Implementation, PaginatedRequestParams, PingRequest, ProtocolVersion, Resource,
-    ResourceTemplate, ServerResult, Tool,
+    ResourceTemplate, ServerResult, SubscriptionFilter, Tool,
 };
 use rmcp::service::{NotificationContext, Peer, RunningService, ServiceError};
 use rmcp::transport::async_rw::AsyncRwTransport;
@@ -351,6 +353,14 @@ impl Source {
         noted.1 <= bounds::MAX_NOTIFICATIONS_PER_SEC
     }
 
+    /// The source said its lists changed: counted against the flood bound,
+    /// and within it the supervisor reads them again (debounced).
+    fn changed(&self) {
+        if self.note() {
+            self.poke.notify_one();
+        }
+    }
+
     /// Waits for a call slot (part of the call's time budget).
     pub(crate) async fn slot(
         &self,
@@ -594,9 +604,7 @@ struct Handler(Arc<Source>);
 
 impl Handler {
     fn changed(&self) {
-        if self.0.note() {
-            self.0.poke.notify_one();
-        }
+        self.0.changed();
     }
 }
 
@@ -667,7 +675,10 @@ async fn connect(source: &Arc<Source>, bounds: &Bounds) -> Result<Connection, St
                 .map_err(|e| format!("building the HTTP client: {e}"))?;
             let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
                 .max_sse_event_size(bounds.max_response)
-                .max_concurrent_requests(bounds.max_concurrent);
+                // One more than the calls in flight: a 2026-07-28 source's
+                // `subscriptions/listen` stream ([`listen`]) holds a request
+                // open for the connection's life.
+                .max_concurrent_requests(bounds.max_concurrent.saturating_add(1));
             config.max_json_response_size = bounds.max_response;
             config.max_error_response_size = config.max_error_response_size.min(64 * 1024);
             let transport = StreamableHttpClientTransport::with_client(http, config);
@@ -1034,11 +1045,91 @@ async fn supervise(
         } else {
             tracing::info!(source = %source.spec.id, version, "gateway: source (re)connected");
         }
+        // A source at 2026-07-28 announces list changes only on a
+        // `subscriptions/listen` stream: one lives as long as the connection.
+        let listener = is_modern(running.peer())
+            .then(|| tokio::spawn(listen(Arc::clone(&source), running.peer().clone())));
         watch_connection(&source, &running, &mut child, &bounds, &map, &names).await;
+        if let Some(listener) = listener {
+            listener.abort();
+        }
         source.peer.send_replace(None);
         tracing::warn!(source = %source.spec.id, "gateway: source down; reconnecting");
         let _ = running.cancel().await;
         drop(child);
+    }
+}
+
+/// The list changes a 2026-07-28 source is asked to announce on its
+/// `subscriptions/listen` stream: those the gateway caches.
+fn list_changes() -> SubscriptionFilter {
+    SubscriptionFilter::builder()
+        .tools_list_changed()
+        .resources_list_changed()
+        .build()
+}
+
+/// The `subscriptions/listen` stream of a source at 2026-07-28, for as long
+/// as its connection lives (the supervisor aborts this with it). That
+/// revision has no other way for a server to say its lists changed (MCP
+/// 2026-07-28, "Subscriptions": the client opens the stream with a filter,
+/// the server acknowledges the subset it honours and then sends only those
+/// notifications on it). Each list change heard there wakes the supervisor
+/// as an older source's notification does ([`Source::changed`]: counted
+/// against the flood bound, debounced). A stream that ends is opened again
+/// after a backoff pause ([`bounds::backoff`]), and since changes in
+/// between went unheard, the lists are read again once it is back. A
+/// source that does not offer the method, or acknowledges none of the
+/// list changes, keeps the minute's relist only.
+async fn listen(source: Arc<Source>, peer: Peer<RoleClient>) {
+    let id = &source.spec.id;
+    let mut attempt: u32 = 0;
+    loop {
+        match peer.listen(list_changes()).await {
+            Ok(mut stream) => {
+                let heard = stream.acknowledged();
+                if heard.tools_list_changed != Some(true)
+                    && heard.resources_list_changed != Some(true)
+                {
+                    tracing::info!(
+                        source = %id,
+                        "gateway: the source announces no list changes; its lists are read \
+                         again every minute"
+                    );
+                    return;
+                }
+                if attempt > 0 {
+                    source.changed();
+                }
+                attempt = 0;
+                loop {
+                    match stream.next().await {
+                        Ok(Some(_)) => source.changed(),
+                        Ok(None) => break,
+                        Err(e) => {
+                            tracing::debug!(source = %id, error = %e, "gateway: subscription stream failed");
+                            break;
+                        }
+                    }
+                }
+                tracing::debug!(source = %id, end = ?stream.end(), "gateway: subscription stream ended");
+            }
+            Err(ServiceError::McpError(e))
+                if e.code == rmcp::model::ErrorCode::METHOD_NOT_FOUND =>
+            {
+                tracing::info!(
+                    source = %id,
+                    "gateway: the source offers no subscriptions/listen; its lists are read again \
+                     every minute"
+                );
+                return;
+            }
+            Err(e) => {
+                tracing::debug!(source = %id, error = %e, attempt, "gateway: subscriptions/listen failed");
+            }
+        }
+        tokio::time::sleep(bounds::backoff(attempt)).await;
+        attempt = attempt.saturating_add(1);
     }
 }
 
@@ -1374,6 +1465,120 @@ mod tests {
         assert!(g.find("y").is_none(), "held back");
         std::thread::sleep(std::time::Duration::from_millis(60));
         assert_eq!(g.find("y").unwrap().0.spec.id.as_str(), "a");
+    }
+
+    /// A downstream at 2026-07-28 (rmcp's server, over Streamable HTTP)
+    /// whose tools can change, and which announces changes on the
+    /// `subscriptions/listen` streams its clients open.
+    #[derive(Clone, Default)]
+    struct Changing {
+        tools: Arc<Mutex<Vec<Tool>>>,
+        streams: Arc<Mutex<Vec<rmcp::service::SubscriptionSink>>>,
+    }
+
+    impl rmcp::ServerHandler for Changing {
+        fn get_info(&self) -> rmcp::model::ServerConfig {
+            rmcp::model::ServerConfig::new(
+                rmcp::model::ServerCapabilities::builder()
+                    .enable_tools()
+                    .enable_tool_list_changed()
+                    .build(),
+            )
+        }
+
+        async fn list_tools(
+            &self,
+            _request: Option<PaginatedRequestParams>,
+            _context: rmcp::service::RequestContext<rmcp::RoleServer>,
+        ) -> Result<rmcp::model::ListToolsResult, rmcp::ErrorData> {
+            Ok(rmcp::model::ListToolsResult::with_all_items(
+                self.tools.lock().unwrap().clone(),
+            ))
+        }
+
+        fn accepted_subscription_filter(
+            &self,
+            requested: &SubscriptionFilter,
+        ) -> Option<SubscriptionFilter> {
+            Some(requested.clone())
+        }
+
+        async fn listen(
+            &self,
+            context: rmcp::service::SubscriptionContext,
+        ) -> Result<(), rmcp::ErrorData> {
+            self.streams.lock().unwrap().push(context.sink().clone());
+            context.cancelled().await;
+            Ok(())
+        }
+    }
+
+    impl Changing {
+        /// Adds the tool `name` and says so on every open stream; how many
+        /// streams heard it.
+        async fn add(&self, name: &'static str) -> usize {
+            self.tools.lock().unwrap().push(Tool::new(
+                name,
+                "",
+                Arc::new(rmcp::model::JsonObject::new()),
+            ));
+            let streams = self.streams.lock().unwrap().clone();
+            let mut heard = 0;
+            for s in streams {
+                heard += usize::from(s.notify_tool_list_changed().await.is_ok());
+            }
+            heard
+        }
+    }
+
+    /// Serves `downstream` on a loopback port: its MCP URL.
+    async fn serve(downstream: Changing) -> String {
+        use rmcp::transport::streamable_http_server::{
+            StreamableHttpServerConfig, StreamableHttpService, session::never::NeverSessionManager,
+        };
+        let service = StreamableHttpService::new(
+            move || Ok(downstream.clone()),
+            Arc::new(NeverSessionManager::default()),
+            StreamableHttpServerConfig::default().with_legacy_session_mode(false),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let router = axum::Router::new().nest_service("/mcp", service);
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        format!("http://127.0.0.1:{port}/mcp")
+    }
+
+    /// A source at 2026-07-28 has no way to send a list change but the
+    /// `subscriptions/listen` stream: the gateway opens one, and a change
+    /// it hears there is listed within seconds, not at the minute's relist.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_2026_source_s_list_change_arrives_on_its_subscription() {
+        let downstream = Changing::default();
+        downstream.add("first").await;
+        let url = serve(downstream.clone()).await;
+        let args = GatewayArgs {
+            sources: vec![format!("d={url}")],
+            ..GatewayArgs::default()
+        };
+        let g = Gateway::start(&args, vec!["execute".into()]).await.unwrap();
+        assert!(g.find("first").is_some(), "listed at the start");
+        let deadline = Instant::now() + std::time::Duration::from_secs(5);
+        while downstream.streams.lock().unwrap().is_empty() {
+            assert!(
+                Instant::now() < deadline,
+                "the gateway opened no subscriptions/listen stream"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        assert_eq!(downstream.add("later").await, 1, "one stream heard it");
+        let deadline = Instant::now() + std::time::Duration::from_secs(10);
+        while g.find("later").is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "the change was not listed within 10 s"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
     }
 
     #[test]
