@@ -526,12 +526,15 @@ async fn note_initialize(parts: &Parts, agent: &Agent, body: Body) -> Result<Bod
 /// missing, else `response` unchanged.
 pub(crate) fn finish(agent: &Agent, mut response: Response) -> Response {
     if let Some(c) = agent.take_challenge() {
-        tracing::debug!(status = c.status, "scope missing: step-up challenge");
         if let Ok(v) = HeaderValue::try_from(c.www_authenticate) {
             *response.status_mut() =
                 StatusCode::from_u16(c.status).unwrap_or(StatusCode::FORBIDDEN);
             response.headers_mut().insert(header::WWW_AUTHENTICATE, v);
         }
+        tracing::debug!(
+            status = response.status().as_u16(),
+            "scope missing: step-up challenge"
+        );
     }
     response
 }
@@ -606,7 +609,7 @@ impl<S: HostStore> Portcullis<S> {
                     services,
                 ))
             }
-            Err(rejection) => Err(refused(rejection)),
+            Err(rejection) => Err(refused(&rejection)),
         }
     }
 
@@ -750,25 +753,29 @@ async fn drain(body: Body) {
     let _ = tokio::time::timeout(DRAIN_WAIT, limited.collect()).await;
 }
 
-/// A refused bearer check as its answer.
-fn refused(rejection: BearerRejection) -> Response {
+/// A refused bearer check as its answer, logged with the status that
+/// goes out (a store that cannot be reached is `503`, not the `500` of
+/// the rejection's wire code; an unknown site is `404`).
+fn refused(rejection: &BearerRejection) -> Response {
     let error = match &rejection {
         BearerRejection::Challenge(c) => c.error.map_or("none", ErrorCode::as_str),
         other => other.code().as_str(),
     };
-    if rejection.http_status() >= 500 {
-        tracing::warn!(status = rejection.http_status(), error, cause = %rejection, "bearer refused");
-    } else {
-        tracing::debug!(status = rejection.http_status(), error, "bearer refused");
-    }
-    match rejection {
+    let response = match rejection {
         BearerRejection::Challenge(_) | BearerRejection::Unavailable { .. } => {
             respond::core(rejection.to_response())
         }
         BearerRejection::UnknownSite => (StatusCode::NOT_FOUND, "no such site\n").into_response(),
-        BearerRejection::Store(e) => respond::store(&e),
+        BearerRejection::Store(e) => respond::store(e),
         other => respond::internal(&other.to_string()),
+    };
+    let status = response.status().as_u16();
+    if response.status().is_server_error() {
+        tracing::warn!(status, error, cause = %rejection, "bearer refused");
+    } else {
+        tracing::debug!(status, error, "bearer refused");
     }
+    response
 }
 
 impl<G, Svc, B> tower::Service<Request<Body>> for Protect<G, Svc>
@@ -811,12 +818,17 @@ where
 
 #[cfg(test)]
 mod tests {
-    use super::{Initialized, initialize_declares_url};
+    use std::sync::{Arc, Mutex, PoisonError};
+
+    use axum::http::StatusCode;
     use portcullis_core::Timestamp;
-    use portcullis_core::engine::Principal;
+    use portcullis_core::engine::{BearerRejection, Principal};
     use portcullis_core::grant::GrantId;
     use portcullis_core::scope::ScopeSet;
     use portcullis_core::site::SiteId;
+    use portcullis_core::store::{StoreError, StoreErrorKind};
+
+    use super::{Initialized, initialize_declares_url, refused};
 
     fn principal(subject: &str, client: &str) -> Principal {
         Principal {
@@ -847,6 +859,61 @@ mod tests {
         assert!(!memory.declared_url(&principal("mallory", "client-0")));
         memory.note(&alice, false);
         assert!(!memory.declared_url(&alice));
+    }
+
+    /// What the `tracing` macros wrote while `f` ran, and `f`'s answer.
+    fn logged<T>(f: impl FnOnce() -> T) -> (T, String) {
+        #[derive(Clone, Default)]
+        struct Buffer(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Buffer {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buffer = Buffer::default();
+        let writer = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        let out = tracing::subscriber::with_default(subscriber, f);
+        let text = buffer.0.lock().unwrap_or_else(PoisonError::into_inner);
+        (out, String::from_utf8_lossy(&text).into_owned())
+    }
+
+    #[test]
+    fn a_refused_bearer_check_logs_the_status_it_sends() {
+        let down = StoreError::new(StoreErrorKind::Unavailable, "begin", "connection refused");
+        for (rejection, sent) in [
+            (
+                BearerRejection::Store(down),
+                StatusCode::SERVICE_UNAVAILABLE,
+            ),
+            (BearerRejection::UnknownSite, StatusCode::NOT_FOUND),
+            (
+                BearerRejection::Store(StoreError::new(StoreErrorKind::Corrupt, "get", "bad")),
+                StatusCode::INTERNAL_SERVER_ERROR,
+            ),
+        ] {
+            let (response, log) = logged(|| refused(&rejection));
+            assert_eq!(response.status(), sent, "{rejection:?}");
+            let bearer = log
+                .lines()
+                .find(|l| l.contains("bearer refused"))
+                .unwrap_or_else(|| panic!("not logged: {log}"));
+            assert!(
+                bearer.contains(&format!("status={}", sent.as_u16())),
+                "{rejection:?}: {bearer}"
+            );
+        }
     }
 
     #[test]

@@ -445,10 +445,20 @@ impl Call {
                     .ok_or_else(|| ErrorData::internal_error("no active signing key", None))?;
                 let mut result = json!({ "resultType": "input_required", "requestState": state });
                 if prompt_now && let Some(approval_url) = approval_url {
+                    // 2026-07-28 has no `elicitationId` (its changelog,
+                    // item 11, leaves correlation to `requestState`), but
+                    // rmcp's type always writes one, empty when absent: it
+                    // names the ledger request, unique to this call, as
+                    // -32042's does at 2025-11-25.
                     result["inputRequests"] = json!({
                         APPROVAL_INPUT: {
                             "method": "elicitation/create",
-                            "params": { "mode": "url", "message": message, "url": approval_url },
+                            "params": {
+                                "mode": "url",
+                                "message": message,
+                                "url": approval_url,
+                                "elicitationId": request_id.to_string(),
+                            },
                         }
                     });
                 }

@@ -32,8 +32,12 @@
 //!   budget is the operation's answer; adapters answer it `503` with
 //!   `Retry-After`, as a store that cannot be reached. An operation is
 //!   therefore re-runnable: a `Fn`, every effect through the transaction.
+//!   A commit refused because a call of the operation found the store
+//!   unreachable (after a failed statement PostgreSQL refuses all but a
+//!   rollback) fails as that call did, [`StoreErrorKind::Unavailable`]:
+//!   `503`, whichever step met the outage.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::ops::Bound;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -173,19 +177,28 @@ impl<W> std::fmt::Debug for Txn<'_, '_, W> {
 }
 
 /// A transaction of one operation, with what the retry loop needs to know:
-/// whether the store reported a conflict, and whether anything was written.
+/// whether the store reported a conflict, whether it reported the store
+/// unreachable, and whether anything was written.
 struct Direct<'t, W> {
     txn: &'t mut W,
     conflict: Cell<bool>,
+    /// The first [`StoreErrorKind::Unavailable`] a call met.
+    unavailable: RefCell<Option<StoreError>>,
     wrote: bool,
 }
 
 impl<W> Direct<'_, W> {
     fn saw<T>(&self, r: Result<T, StoreError>) -> Result<T, StoreError> {
-        if let Err(e) = &r
-            && e.kind() == StoreErrorKind::Conflict
-        {
-            self.conflict.set(true);
+        if let Err(e) = &r {
+            match e.kind() {
+                StoreErrorKind::Conflict => self.conflict.set(true),
+                StoreErrorKind::Unavailable => {
+                    self.unavailable
+                        .borrow_mut()
+                        .get_or_insert_with(|| e.clone());
+                }
+                _ => {}
+            }
         }
         r
     }
@@ -337,17 +350,18 @@ fn run_direct<S: Store, T>(
             Err(e) if e.kind() == StoreErrorKind::Conflict && attempts.again() => continue,
             Err(e) => return Err(e),
         };
-        let (out, conflict, wrote) = {
+        let (out, conflict, unavailable, wrote) = {
             let mut view = Txn(Via::Direct(Direct {
                 txn: &mut txn,
                 conflict: Cell::new(false),
+                unavailable: RefCell::new(None),
                 wrote: false,
             }));
             let out = op(&mut view);
             let Txn(Via::Direct(d)) = view else {
                 unreachable!("built as Direct above")
             };
-            (out, d.conflict.get(), d.wrote)
+            (out, d.conflict.get(), d.unavailable.into_inner(), d.wrote)
         };
         if conflict {
             if attempts.again() {
@@ -359,10 +373,30 @@ fn run_direct<S: Store, T>(
             match txn.commit() {
                 Ok(()) => {}
                 Err(e) if e.kind() == StoreErrorKind::Conflict && attempts.again() => continue,
-                Err(e) => return Err(e),
+                // A commit refused because an earlier call found the store
+                // unreachable (a statement that lost its connection aborts
+                // a PostgreSQL transaction) answers as that call did:
+                // transient, whatever kind the store gave the refusal.
+                Err(e) => return Err(transient(e, unavailable)),
             }
         }
         return Ok(out);
+    }
+}
+
+/// A failed commit's answer: `e`, or the earlier `unavailable` failure
+/// that `e` follows from when `e` itself is not transient.
+fn transient(e: StoreError, unavailable: Option<StoreError>) -> StoreError {
+    match unavailable {
+        Some(first)
+            if !matches!(
+                e.kind(),
+                StoreErrorKind::Unavailable | StoreErrorKind::Conflict
+            ) =>
+        {
+            first
+        }
+        _ => e,
     }
 }
 
@@ -386,7 +420,14 @@ mod tests {
     struct ContendedWrite<'a> {
         inner: <MemoryStore as Store>::Write<'a>,
         conflicts: &'a AtomicU32,
+        /// A put failed as if the connection was lost; as PostgreSQL
+        /// does, the transaction then refuses to commit.
+        aborted: bool,
     }
+
+    /// The key whose put fails as a statement whose connection was lost
+    /// in the middle of a transaction (a database restart).
+    const LOST: &[u8] = b"lost";
 
     impl Store for Contended {
         type Read<'a> = <MemoryStore as Store>::Read<'a>;
@@ -400,6 +441,7 @@ mod tests {
             Ok(ContendedWrite {
                 inner: self.inner.begin_write()?,
                 conflicts: &self.conflicts,
+                aborted: false,
             })
         }
     }
@@ -431,6 +473,14 @@ mod tests {
 
     impl WriteTransaction for ContendedWrite<'_> {
         fn put(&mut self, table: Table, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
+            if key == LOST {
+                self.aborted = true;
+                return Err(StoreError::new(
+                    StoreErrorKind::Unavailable,
+                    "put",
+                    "connection closed",
+                ));
+            }
             self.inner.put(table, key, value)
         }
 
@@ -447,6 +497,13 @@ mod tests {
         }
 
         fn commit(self) -> Result<(), StoreError> {
+            if self.aborted {
+                return Err(StoreError::new(
+                    StoreErrorKind::Other,
+                    "commit",
+                    "a statement of this transaction failed",
+                ));
+            }
             let left = self.conflicts.load(Ordering::SeqCst);
             if left > 0 {
                 self.conflicts.store(left - 1, Ordering::SeqCst);
@@ -490,6 +547,29 @@ mod tests {
         );
         assert!(took >= CONFLICT_BUDGET, "{took:?}");
         assert!(took < CONFLICT_BUDGET + Duration::from_secs(1), "{took:?}");
+        let read = store.begin_read().unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(read.get(Table::Grants, b"k"), Ok(None)));
+    }
+
+    #[test]
+    fn a_commit_refused_after_a_lost_connection_answers_503() {
+        let store = contended(0);
+        let out = run_direct(&store, |txn| {
+            txn.put(Table::Grants, b"k", b"v")?;
+            txn.put(Table::Grants, LOST, b"v")
+        });
+        let e = match out {
+            Err(e) => e,
+            Ok(r) => panic!("committed: {r:?}"),
+        };
+        assert_eq!(e.kind(), StoreErrorKind::Unavailable, "{e}");
+        let answer = crate::respond::store(&e);
+        assert_eq!(answer.status(), axum::http::StatusCode::SERVICE_UNAVAILABLE);
+        assert!(
+            answer
+                .headers()
+                .contains_key(axum::http::header::RETRY_AFTER)
+        );
         let read = store.begin_read().unwrap_or_else(|e| panic!("{e}"));
         assert!(matches!(read.get(Table::Grants, b"k"), Ok(None)));
     }

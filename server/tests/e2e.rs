@@ -364,13 +364,24 @@ impl Server {
     /// A request at protocol 2026-07-28 (stateless: every request names
     /// its revision, client and capabilities in `_meta`), from a client
     /// that declared the tasks extension; the JSON-RPC response.
-    async fn rpc_tasks(&self, bearer: &str, method: &str, mut params: Value) -> Value {
+    async fn rpc_tasks(&self, bearer: &str, method: &str, params: Value) -> Value {
+        let capabilities = json!({"extensions": {"io.modelcontextprotocol/tasks": {}}});
+        self.rpc_2026(bearer, method, params, capabilities).await
+    }
+
+    /// A request at protocol 2026-07-28 from a client that declared
+    /// `capabilities`; the JSON-RPC response.
+    async fn rpc_2026(
+        &self,
+        bearer: &str,
+        method: &str,
+        mut params: Value,
+        capabilities: Value,
+    ) -> Value {
         params["_meta"] = json!({
             "io.modelcontextprotocol/protocolVersion": "2026-07-28",
             "io.modelcontextprotocol/clientInfo": {"name": "task client", "version": "1"},
-            "io.modelcontextprotocol/clientCapabilities": {
-                "extensions": {"io.modelcontextprotocol/tasks": {}},
-            },
+            "io.modelcontextprotocol/clientCapabilities": capabilities,
         });
         let mut r = self
             .http
@@ -4677,4 +4688,29 @@ async fn a_run_waiting_on_the_tab_is_a_task_polled_to_its_result() {
     assert!(v["error"].is_null(), "{v}");
     let v = s.rpc_tasks(&alice.access, "tasks/get", get).await;
     assert_eq!(v["result"]["status"], "completed", "{v}");
+}
+
+/// At 2026-07-28 an approval reaches a client that declared URL
+/// elicitation as a multi round-trip request whose URL-mode
+/// `elicitation/create` names a real id: the revision has no
+/// `elicitationId` (its changelog dropped it for `requestState`), but the
+/// prompt is written through rmcp's type, which always writes one, so it
+/// carries the ledger request's id, never an empty string.
+#[tokio::test]
+async fn a_2026_approval_prompt_names_a_real_elicitation_id() {
+    let s = Server::start(&[]).await;
+    let alice = s.login("alice", "skills:read skills:write").await;
+    let tab = Tab::open(&s, &alice.cookie, "tab-1", "page-1").await;
+    tab.connect(true, false).await;
+    let call =
+        json!({"name": "execute", "arguments": {"requestId": R1, "code": create_note("Prompted")}});
+    let capabilities = json!({"elicitation": {"url": {}}});
+    let v = s
+        .rpc_2026(&alice.access, "tools/call", call, capabilities)
+        .await;
+    let result = &v["result"];
+    assert_eq!(result["resultType"], "input_required", "{v}");
+    let prompt = &result["inputRequests"]["portcullis_approval"]["params"];
+    assert_eq!(prompt["mode"], "url", "{v}");
+    assert_eq!(prompt["elicitationId"], R1, "{v}");
 }

@@ -44,7 +44,8 @@
 //!   After any failed statement PostgreSQL refuses everything but a
 //!   rollback; the adapter remembers that and refuses to `commit` such a
 //!   transaction (a bare `COMMIT` would quietly roll it back and answer
-//!   success).
+//!   success), answering with the kind of the failure that aborted it: a
+//!   connection lost mid-transaction is still `Unavailable` at `commit`.
 //! * **Dropping a transaction rolls it back** on its connection before the
 //!   connection goes back to the pool; a connection whose rollback (or any
 //!   call) failed at the transport level is discarded, never reused.
@@ -90,11 +91,11 @@
 //! this crate's `Debug` output and errors name only user, hosts, ports and
 //! database. TLS follows the URL's `sslmode` (`disable`, `require`,
 //! `verify-full`) and `sslrootcert`, with rustls: see [`TlsMode`] and the
-//! table in the `tls` module. Without `sslmode` connections are plain TCP,
-//! and that is allowed for a loopback host or a Unix socket only: for any
-//! other host [`PostgresConfig::parse`] refuses the string, so plaintext
-//! over a network is a choice written down (`sslmode=disable`), never a
-//! default.
+//! table in the `tls` module. Without `sslmode` (or with `allow` or
+//! `prefer`) connections are plain TCP, and that is allowed for a loopback
+//! host or a Unix socket only: for any other host [`PostgresConfig::parse`]
+//! refuses the string, so plaintext over a network is a choice written
+//! down (`sslmode=disable`), never a default or a mode that reads as TLS.
 //!
 //! # Read cache
 //!
@@ -191,11 +192,16 @@ impl PostgresConfig {
     ///
     /// In the URL form, `sslmode` chooses TLS ([`TlsMode::from_sslmode`])
     /// and `sslrootcert` names a PEM file of the roots `verify-full`
-    /// trusts (Mozilla's roots without it). A string that names a host
-    /// beyond loopback (neither `localhost`, `127.0.0.0/8`, `::1` nor a
-    /// Unix socket) must name an `sslmode`: without one it is refused
-    /// ([`StoreErrorKind::Other`], context `connection string`), since the
-    /// password and every token would cross the network in plaintext.
+    /// trusts (Mozilla's roots without it); in the `key=value` form the
+    /// driver reads `sslmode` (`disable`, `prefer`, `require`). A string
+    /// that names a host beyond loopback (neither `localhost`,
+    /// `127.0.0.0/8`, `::1` nor a Unix socket) must name, as a parameter of
+    /// its own, an `sslmode` that encrypts (`require`, `verify-ca`,
+    /// `verify-full`) or `disable`, plaintext written down as a choice:
+    /// without one, or with `allow` or `prefer` (plaintext here: this crate
+    /// makes no opportunistic TLS), it is refused ([`StoreErrorKind::Other`],
+    /// context `connection string`), since the password and every token
+    /// would cross the network in plaintext.
     pub fn parse(connection_string: &str) -> Result<Self, StoreError> {
         let invalid = |detail: &str| {
             StoreError::new(
@@ -205,23 +211,38 @@ impl PostgresConfig {
             )
         };
         let (rest, sslmode, ca_file) = tls::split_url(connection_string);
-        let tls = match sslmode.as_deref() {
+        let mut config: postgres::Config = rest
+            .parse()
+            .map_err(|_| invalid("not a valid PostgreSQL connection string"))?;
+        // The mode as written: the URL's `sslmode` parameter, or in the
+        // key=value form the driver's own reading of its `sslmode` key
+        // (`prefer`, plaintext here, when none is written).
+        let written = sslmode.or_else(|| match config.get_ssl_mode() {
+            postgres::config::SslMode::Disable => Some("disable".to_owned()),
+            postgres::config::SslMode::Require => Some("require".to_owned()),
+            _ => None,
+        });
+        let tls = match written.as_deref() {
             None => TlsMode::Disable,
             Some(m) => TlsMode::from_sslmode(m).ok_or_else(|| {
                 invalid("sslmode must be disable, allow, prefer, require, verify-ca or verify-full")
             })?,
         };
-        let mut config: postgres::Config = rest
-            .parse()
-            .map_err(|_| invalid("not a valid PostgreSQL connection string"))?;
-        let explicit = sslmode.is_some() || rest.contains("sslmode=");
-        if !explicit && let Some(host) = remote_host(&config) {
+        // Encrypted, or plaintext chosen in so many words.
+        let chosen = tls != TlsMode::Disable || written.as_deref() == Some("disable");
+        if !chosen && let Some(host) = remote_host(&config) {
+            let named = match written.as_deref() {
+                Some(m) => {
+                    format!("names sslmode={m}, which is plaintext here (no opportunistic TLS)")
+                }
+                None => "names no sslmode".to_owned(),
+            };
             return Err(StoreError::new(
                 StoreErrorKind::Other,
                 "connection string",
                 format!(
-                    "{host} is not a loopback address and the connection string names no \
-                     sslmode: add sslmode=verify-full (TLS, the server's certificate and name \
+                    "{host} is not a loopback address and the connection string {named}: \
+                     use sslmode=verify-full (TLS, the server's certificate and name \
                      checked), or sslmode=disable to send everything, password included, in \
                      plaintext"
                 ),
@@ -586,7 +607,7 @@ impl PostgresStore {
                             conn: RefCell::new(conn),
                             store: self,
                             open: true,
-                            aborted: std::cell::Cell::new(false),
+                            aborted: RefCell::new(None),
                             xid: None,
                         });
                     }
@@ -893,8 +914,10 @@ struct Txn<'a> {
     store: &'a PostgresStore,
     /// `BEGIN` was sent and neither `COMMIT` nor `ROLLBACK` yet.
     open: bool,
-    /// A statement failed: PostgreSQL refuses all but a rollback.
-    aborted: std::cell::Cell<bool>,
+    /// The first failure of a statement since `BEGIN` (or the last
+    /// `ROLLBACK TO SAVEPOINT`): PostgreSQL refuses all but a rollback,
+    /// and `commit` answers with this failure's kind.
+    aborted: RefCell<Option<StoreError>>,
     /// The transaction's id, once asked for (just before `COMMIT`).
     xid: Option<String>,
 }
@@ -929,11 +952,14 @@ impl Txn<'_> {
     /// did not come from the server (I/O, protocol) leaves the connection
     /// in an unknown state, so the pool drops it.
     fn failed(&self, broken: &mut bool, e: &postgres::Error, context: &'static str) -> StoreError {
-        self.aborted.set(true);
         if e.as_db_error().is_none() {
             *broken = true;
         }
-        error(e, context)
+        let failure = error(e, context);
+        self.aborted
+            .borrow_mut()
+            .get_or_insert_with(|| failure.clone());
+        failure
     }
 
     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
@@ -1234,16 +1260,22 @@ impl WriteTransaction for PostgresWrite<'_> {
             .simple(&format!("ROLLBACK TO SAVEPOINT s{mark}"), "rollback")?;
         // Later savepoints are gone; the next one reuses their numbers.
         self.savepoints = mark + 1;
-        self.txn.aborted.set(false);
+        *self.txn.aborted.borrow_mut() = None;
         Ok(())
     }
 
+    /// After a failed statement (and no `ROLLBACK TO SAVEPOINT` since),
+    /// refused without sending `COMMIT`, with the kind of that failure: a
+    /// connection lost mid-transaction stays
+    /// [`StoreErrorKind::Unavailable`] and a serialization failure stays
+    /// [`StoreErrorKind::Conflict`], so the caller answers or retries as
+    /// it would have at the statement itself; nothing was applied.
     fn commit(mut self) -> Result<(), StoreError> {
-        if self.txn.aborted.get() {
+        if let Some(first) = self.txn.aborted.get_mut().take() {
             return Err(StoreError::new(
-                StoreErrorKind::Other,
+                first.kind(),
                 "commit",
-                "a statement of this transaction failed; it was rolled back",
+                format!("a statement of this transaction failed; nothing was applied ({first})"),
             ));
         }
         // The id first: if the connection fails under the `COMMIT`, it is
@@ -1471,6 +1503,48 @@ mod tests {
         ] {
             let config = PostgresConfig::parse(local).unwrap_or_else(|e| panic!("{local}: {e}"));
             assert_eq!(config.tls_mode(), TlsMode::Disable, "{local}");
+        }
+    }
+
+    #[test]
+    fn only_a_real_sslmode_that_encrypts_lets_a_remote_host_through() {
+        for plaintext in [
+            "postgres://u:p@db.example/app?sslmode=prefer",
+            "postgres://u:p@db.example/app?sslmode=allow",
+            "postgres://u:p@db.example/app?application_name=sslmode=require",
+            "postgres://u:p@db.example/app?options=-c%20sslmode%3Drequire",
+            "host=db.example user=u dbname=app sslmode=prefer",
+            "host=db.example user=u dbname=app application_name='sslmode=require'",
+        ] {
+            let e = PostgresConfig::parse(plaintext).err();
+            assert!(
+                e.as_ref().is_some_and(|e| e.kind() == StoreErrorKind::Other
+                    && e.to_string().contains("sslmode=verify-full")),
+                "{plaintext}: {e:?}"
+            );
+        }
+        for (tls, mode) in [
+            (
+                "postgres://u:p@db.example/app?ssl%6Dode=require",
+                TlsMode::Require,
+            ),
+            (
+                "postgres://u:p@db.example/app?sslmode=verify-ca",
+                TlsMode::VerifyFull,
+            ),
+            ("host=db.example user=u sslmode=require", TlsMode::Require),
+        ] {
+            let config = PostgresConfig::parse(tls).unwrap_or_else(|e| panic!("{tls}: {e}"));
+            assert_eq!(config.tls_mode(), mode, "{tls}");
+        }
+        // Plaintext written down as such stays a choice the host may make.
+        for disable in [
+            "postgres://u:p@db.example/app?sslmode=disable",
+            "host=db.example user=u sslmode=disable",
+        ] {
+            let config =
+                PostgresConfig::parse(disable).unwrap_or_else(|e| panic!("{disable}: {e}"));
+            assert_eq!(config.tls_mode(), TlsMode::Disable, "{disable}");
         }
     }
 

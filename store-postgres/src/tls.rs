@@ -7,9 +7,17 @@
 //! | `require` | TLS, the server's certificate not checked (libpq's meaning: against a passive eavesdropper only) |
 //! | `verify-ca`, `verify-full` | TLS, the certificate chain checked against `sslrootcert` (a PEM file) or else Mozilla's roots, and the host name against it (`verify-ca` is held to `verify-full`: stricter, never weaker) |
 //!
-//! `sslmode` and `sslrootcert` are read from the URL form's query (and
-//! removed before the driver parses the rest, since its parser knows
-//! neither `verify-full` nor `sslrootcert`).
+//! `sslmode` and `sslrootcert` are read from the URL form's query, as
+//! parameters (key and value percent-decoded, never by searching the
+//! text), and removed before the driver parses the rest, since its parser
+//! knows neither `verify-full` nor `sslrootcert`. In the `key=value` form
+//! the driver reads `sslmode` itself (`disable`, `prefer`, `require`).
+//!
+//! A host beyond loopback needs a mode that encrypts (`require`,
+//! `verify-ca`, `verify-full`) or plaintext written down as such
+//! (`sslmode=disable`): `allow` and `prefer` are plaintext here, so a
+//! connection string that names them, or none, is refused for such a host
+//! (see `PostgresConfig::parse`).
 
 use std::sync::Arc;
 
@@ -54,17 +62,24 @@ pub(crate) fn split_url(connection_string: &str) -> (String, Option<String>, Opt
         return (connection_string.to_owned(), None, None);
     };
     let (mut mode, mut root) = (None, None);
+    // Each `&`-separated pair is a key up to its first `=` and a value,
+    // both percent-decoded, as the driver reads them: `sslmode=` inside
+    // another parameter's value is that parameter's text, and an escaped
+    // key (`ssl%6Dode`) is `sslmode` all the same.
     let kept: Vec<&str> = query
         .split('&')
         .filter(|pair| {
-            if let Some(v) = pair.strip_prefix("sslmode=") {
-                mode = Some(v.to_owned());
-                false
-            } else if let Some(v) = pair.strip_prefix("sslrootcert=") {
-                root = Some(percent_decode(v));
-                false
-            } else {
-                true
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            match percent_decode(key).as_str() {
+                "sslmode" => {
+                    mode = Some(percent_decode(value));
+                    false
+                }
+                "sslrootcert" => {
+                    root = Some(percent_decode(value));
+                    false
+                }
+                _ => true,
             }
         })
         .collect();

@@ -123,3 +123,28 @@ fn a_commit_whose_answer_was_lost_is_ok_exactly_when_it_committed() {
     put(&store, b"after").unwrap();
     assert!(has(&store, b"after"));
 }
+
+#[test]
+fn a_commit_after_a_statement_lost_its_connection_is_unavailable() {
+    let Some((store, proxy)) = through_proxy("aborted", WAIT) else {
+        return;
+    };
+    put(&store, b"warm").unwrap();
+    let mut w = store.begin_write().unwrap();
+    w.put(Table::Grants, b"first", b"v").unwrap();
+    // The database goes away in the middle of the transaction (a restart).
+    proxy.cut_all();
+    let e = w
+        .put(Table::Grants, b"second", b"v")
+        .expect_err("the connection is gone");
+    assert_eq!(e.kind(), StoreErrorKind::Unavailable, "{e}");
+    // The caller commits what it has (a writer commits whatever the
+    // operation answered): the answer is the failure that aborted the
+    // transaction, transient, not an internal error.
+    let e = w
+        .commit()
+        .expect_err("an aborted transaction never commits");
+    assert_eq!(e.kind(), StoreErrorKind::Unavailable, "{e}");
+    assert!(!has(&store, b"first"));
+    put(&store, b"after").unwrap();
+}

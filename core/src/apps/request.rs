@@ -244,6 +244,33 @@ impl AppRequest {
         }
     }
 
+    /// The id of a message [`AppRequest::parse`] refused, so that the
+    /// refusal answers the request it refuses: JSON-RPC 2.0 ("Response
+    /// object") has an error carry the request's id, and `null` only when
+    /// the id could not be detected, and an App's request settles only on
+    /// an answer with its id. Read leniently: whatever the message's size
+    /// (an oversized one included: its members are checked for their
+    /// grammar but never built, so the cost is one pass over the bytes the
+    /// caller already holds and bounds), the envelope's `id` member when it
+    /// is a valid id ([`RpcId`]). `None` for a message that is not one JSON
+    /// object, or whose `id` is missing, repeated or not a valid id.
+    ///
+    /// ```
+    /// use portcullis_core::apps::{AppRequest, MAX_REQUEST_BYTES, RpcId};
+    ///
+    /// let big = "x".repeat(MAX_REQUEST_BYTES);
+    /// let message = format!(r#"{{"jsonrpc":"2.0","id":7,"method":"ping","params":{{"a":"{big}"}}}}"#);
+    /// assert!(AppRequest::parse(message.as_bytes()).is_err());
+    /// assert_eq!(AppRequest::id_of(message.as_bytes()), Some(RpcId::Number(7)));
+    /// ```
+    #[must_use]
+    pub fn id_of(bytes: &[u8]) -> Option<RpcId> {
+        match crate::jwt::json::object_member(bytes, "id") {
+            Ok(Some(id)) => rpc_id(id).ok(),
+            _ => None,
+        }
+    }
+
     /// Whether this is a notification (no answer is sent).
     #[must_use]
     pub const fn is_notification(&self) -> bool {

@@ -458,6 +458,31 @@ impl From<Syntax> for ValueFault {
 /// `serde_json`'s recursion limit of 128 allows.
 pub(crate) const MAX_DEPTH: usize = 127;
 
+/// The member `name` of the one JSON object in `bytes`, its other members
+/// only checked for their grammar and never built (however large they
+/// are): `Ok(None)` when the object has no such member. Refused
+/// ([`ValueFault::Syntax`]) when `bytes` is not one object, and
+/// ([`ValueFault::Duplicate`]) when `name` is there twice.
+pub(crate) fn object_member(bytes: &[u8], name: &str) -> Result<Option<Value>, ValueFault> {
+    let mut reader = Reader::new(bytes);
+    if !reader.begin_object() {
+        return Err(ValueFault::Syntax);
+    }
+    let mut found = None;
+    while let Some(member) = reader.next_name()? {
+        if member == name {
+            if found.is_some() {
+                return Err(ValueFault::Duplicate);
+            }
+            found = Some(reader.value(true, MAX_DEPTH)?);
+        } else {
+            reader.skip_value()?;
+        }
+    }
+    reader.end()?;
+    Ok(found)
+}
+
 /// Parses `bytes` as one JSON value (RFC 8259 §2) followed by nothing but
 /// whitespace. With `unique_names`, an object with a repeated member name
 /// at any depth is [`ValueFault::Duplicate`] (RFC 8259 §4 leaves duplicates

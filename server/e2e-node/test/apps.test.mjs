@@ -213,6 +213,9 @@ test("an MCP App from a gateway tool, in the sandbox, under activation, approval
   await approval.waitFor();
   const asked = await approval.textContent();
   assert.match(asked, /The App of source counter \(shown for “Apps Agent”\) wants to run increment from source counter/);
+  // The App asked, not the agent: the card says so.
+  assert.match(asked, /Requested by the App of source counter, in a View shown for “Apps Agent”/);
+  assert.doesNotMatch(asked, /Requested by “Apps Agent”/);
   assert.match(asked, /"by": 2/);
   assert.equal(await page.locator(".app-view .approval").count(), 0, "the approval is not inside the App's card");
   assert.deepEqual(await counter.state(), { count: 0, increments: 0 }, "nothing runs before the approval");
@@ -345,13 +348,23 @@ test("an MCP App from a gateway tool, in the sandbox, under activation, approval
   await assert.rejects(second.readResource({ uri: "ui://portcullis/counter/counter/app.html" }), /no source named counter/);
   assert.deepEqual(await counter.state(), { count: 2, increments: 1 });
 
-  // The agent's grant is revoked: the View's authority ends with it.
+  // The agent's grant is revoked (by its client, RFC 7009) while the App
+  // waits for an approval: the card goes within a poll's round trip (not
+  // when the App's wait for a decision ends, 20 s later), the App's call is
+  // refused, and the View no longer says its interactions are active.
+  await appFrame.locator("#inc").click();
+  await approval.waitFor();
+  const revokedAt = Date.now();
   const revoked = await fetch(`${HOST}/revoke`, {
     method: "POST",
     headers: { "content-type": "application/x-www-form-urlencoded" },
     body: new URLSearchParams({ token: tokens.refresh_token, client_id: clientId }),
   });
   assert.equal(revoked.status, 200);
+  await approval.waitFor({ state: "detached", timeout: 5000 });
+  await appFrame.locator("#status:has-text('increment refused')").waitFor({ timeout: 5000 });
+  assert.ok(Date.now() - revokedAt < 5000, `the card stayed ${Date.now() - revokedAt} ms`);
+  assert.doesNotMatch(await card.locator(".app-state").textContent(), /Interactions are active/);
   await appFrame.locator("#inc").click();
   await appFrame.locator("#status:has-text('increment refused')").waitFor();
   assert.match(await appFrame.locator("#status").textContent(), /no longer live/);

@@ -315,8 +315,13 @@
       const who = document.createElement("p");
       const id = document.createElement("code");
       id.textContent = a.client.id;
+      // The App asked (its own call, in its View), not the agent: the
+      // agent's client only had the View shown, and its grant is the one
+      // the call runs under.
       who.append(
-        `Requested by ${clientName(a.client)} (unverified name: the client chose it), client ID `,
+        a.appView
+          ? `Requested by the App of source ${a.source}, in a View shown for ${clientName(a.client)} (unverified name: the client chose it) and under that agent's grant, client ID `
+          : `Requested by ${clientName(a.client)} (unverified name: the client chose it), client ID `,
         id, `. Effect: ${a.effect}.`,
       );
       const pre = document.createElement("pre");

@@ -372,7 +372,7 @@ pub(crate) async fn agents_post(
                 .await;
             match revoked {
                 Ok(Ok(Some(_))) => {
-                    app.bump(&session.subject);
+                    app.grant_ended(Some(&session.subject));
                     tracing::debug!("grant revoked by its user");
                     respond::see_other("/agents")
                 }

@@ -354,7 +354,7 @@ pub(crate) async fn wait_for_decision(
         let slice = deadline.min(tokio::time::Instant::now() + DECISION_POLL);
         loop {
             match tokio::time::timeout_at(slice, decided.recv()).await {
-                Ok(Ok(decision)) if decision != id => {}
+                Ok(Ok(Some(decision))) if decision != id => {}
                 // Ours, missed ones, or time to look again.
                 _ => break,
             }
@@ -659,6 +659,9 @@ impl ServerHandler for Tools {
                             "message": format!("Approve {} for {}", prompt.kind,
                                 prompt.client_name.as_deref().unwrap_or("an agent")),
                             "url": self.app.approval_url(id),
+                            // Never empty (rmcp writes one): the request's
+                            // id, as the call's own prompt names it.
+                            "elicitationId": id.to_string(),
                         },
                     },
                 });

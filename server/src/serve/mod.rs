@@ -135,11 +135,13 @@ pub(crate) struct App {
     /// Becomes `true` when the server shuts down: long-polls end at once
     /// instead of holding the graceful shutdown for their 25 s.
     stopping: tokio::sync::watch::Receiver<bool>,
-    /// The requests whose approval was just decided here: a client's
-    /// retry waiting for that decision wakes at once
+    /// The requests whose approval was just decided here (`Some`), or a
+    /// grant that ended here (`None`: every waiter looks again, since each
+    /// of that grant's requests is now refused): a client's retry or an
+    /// App's call waiting for that decision wakes at once
     /// ([`mcp::wait_for_decision`]; a decision on another instance is
     /// found by looking again).
-    decisions: tokio::sync::broadcast::Sender<RequestId>,
+    decisions: tokio::sync::broadcast::Sender<Option<RequestId>>,
 }
 
 type Shared = Arc<App>;
@@ -245,6 +247,23 @@ impl App {
     fn bump(&self, subject: &str) {
         self.relay.bump(subject);
         self.fanout.announce(Event::Bump(subject.to_owned()));
+    }
+
+    /// A grant ended here: revoked by its user (`subject`), or a token
+    /// revoked by its client at the revocation endpoint (RFC 7009 §2: the
+    /// revocation of a refresh token ends its grant; the subject is not
+    /// known there, `None`). What waits on that grant hears it now, not at
+    /// the end of its wait: every wait for a decision looks again (an App's
+    /// call waiting on an approval of the grant is refused at once, its
+    /// request being refused), and the tabs read their approvals again (an
+    /// ended grant's approval card goes, its Views say they were revoked),
+    /// `subject`'s or, when it is not known, every user's.
+    fn grant_ended(&self, subject: Option<&str>) {
+        let _ = self.decisions.send(None);
+        match subject {
+            Some(s) => self.bump(s),
+            None => self.relay.bump_all(),
+        }
     }
 
     /// Re-reads the site after another instance or the admin CLI changed
@@ -385,6 +404,28 @@ fn mcp_hosts(public: &str, bound: SocketAddr) -> Vec<String> {
 /// not know what else its parent domain serves).
 const HSTS: &str = "max-age=31536000";
 
+/// The last segment of the crate's revocation endpoint (RFC 7009), under
+/// its OAuth path (the root, or `Builder::oauth_path`).
+const REVOCATION_SEGMENT: &str = "/revoke";
+
+/// Around the crate's OAuth routes: a revocation the endpoint accepted may
+/// have ended a grant, so what waits on grants hears it
+/// ([`App::grant_ended`]). An accepted revocation of an unknown token
+/// (RFC 7009 §2.2 answers it `200` too) only costs a look again.
+async fn revocations(
+    axum::extract::State(app): axum::extract::State<Shared>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let revoking = request.method() == axum::http::Method::POST
+        && request.uri().path().ends_with(REVOCATION_SEGMENT);
+    let response = next.run(request).await;
+    if revoking && response.status().is_success() {
+        app.grant_ended(None);
+    }
+    response
+}
+
 /// The router, with the layers every response passes (outermost last):
 ///
 /// * the request timeout (tower-http `TimeoutLayer`, `408`) and the
@@ -403,7 +444,13 @@ fn router(app: Shared, mcp_hosts: Vec<String>, limits: ConnLimits) -> Router {
     let mcp = Router::new()
         .route("/mcp/{key}", any(mcp_direct::endpoint))
         .with_state(endpoint);
-    let oauth = app.portcullis.routes();
+    let oauth = app
+        .portcullis
+        .routes()
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&app),
+            revocations,
+        ));
     let router = Router::new()
         .route("/sign-in", post(browser::sign_in_form))
         .route(

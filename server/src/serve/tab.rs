@@ -749,7 +749,7 @@ pub(crate) async fn decide(State(app): State<Shared>, headers: HeaderMap, raw: B
         Ok(Ok(())) => {
             app.bump(&session.subject);
             // A client's retry waiting for this decision answers at once.
-            let _ = app.decisions.send(request_id);
+            let _ = app.decisions.send(Some(request_id));
             tracing::debug!(decision = d.decision, "approval decided");
             Json(json!({"ok": true})).into_response()
         }

@@ -5,7 +5,10 @@
 //!
 //! The message is parsed by the core ([`AppRequest::parse`]: one JSON-RPC
 //! message of at most 256 KiB, strict) and answered here in JSON-RPC; the
-//! page posts the answer back into the View. The route's own answer is
+//! page posts the answer back into the View. A refused message (too large,
+//! malformed params, …) is answered with a JSON-RPC error carrying its own
+//! id whenever one can be read ([`AppRequest::id_of`]), so the App's
+//! request settles. The route's own answer is
 //! `{"ok": true, …}` with one of:
 //!
 //! * `response`: the JSON-RPC answer for the App (and, for `ui/initialize`,
@@ -40,8 +43,8 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse as _, Response};
 use portcullis_core::apps::{
-    AppCall, AppRequest, Authority, Fingerprint, OpRefused, OpRule, OpTarget, Operation, Proposal,
-    ProposalId, RpcId, SourceCall,
+    AppCall, AppRequest, AppRequestError, Authority, Fingerprint, OpRefused, OpRule, OpTarget,
+    Operation, Proposal, ProposalId, RpcId, SourceCall,
 };
 use portcullis_core::engine::{Principal, RequestStatus};
 use portcullis_core::ledger::RequestId;
@@ -60,8 +63,6 @@ use crate::clock;
 const DECISION_WAIT: Duration = Duration::from_secs(20);
 /// The protocol revision of the MCP Apps extension this host speaks.
 const APPS_REVISION: &str = "2026-01-26";
-/// JSON-RPC: the request is not valid.
-const INVALID_REQUEST: i64 = -32600;
 /// JSON-RPC: no such method.
 const METHOD_NOT_FOUND: i64 = -32601;
 /// The extension's implementation-defined refusal.
@@ -124,10 +125,7 @@ pub(crate) async fn request(State(app): State<Shared>, headers: HeaderMap, raw: 
     }
     let AppRequest { id, call } = match AppRequest::parse(f.message.as_bytes()) {
         Ok(r) => r,
-        Err(e) => {
-            tracing::debug!(error = %e, "MCP Apps: an App message refused");
-            return respond(rpc_error(None, INVALID_REQUEST, &e.to_string()));
-        }
+        Err(e) => return respond(refusal(f.message.as_bytes(), e)),
     };
     let fingerprint = Fingerprint::of(f.message.as_bytes());
     match call {
@@ -176,6 +174,16 @@ pub(crate) async fn request(State(app): State<Shared>, headers: HeaderMap, raw: 
         }
         _ => refuse(id.as_ref(), "method not supported by this host"),
     }
+}
+
+/// The answer to a message the core refused: a JSON-RPC error with the
+/// error's own code, carrying the message's id whenever it can be read
+/// ([`AppRequest::id_of`], an oversized message included), so that the
+/// App's request settles; `null` only when no id can be read.
+fn refusal(message: &[u8], e: AppRequestError) -> Value {
+    tracing::debug!(error = %e, "MCP Apps: an App message refused");
+    let id = AppRequest::id_of(message);
+    rpc_error(id.as_ref(), i64::from(e.rpc_code()), &e.to_string())
 }
 
 /// `ui/initialize`: the host's capabilities and context (SEP-1865, "Host
@@ -656,7 +664,10 @@ impl Tool<'_> {
 
     /// Waits (a bounded time) until the operation's ledger request is no
     /// longer awaiting the user's decision; whether it is decided.
-    async fn wait(&self, decided: &mut tokio::sync::broadcast::Receiver<RequestId>) -> bool {
+    async fn wait(
+        &self,
+        decided: &mut tokio::sync::broadcast::Receiver<Option<RequestId>>,
+    ) -> bool {
         let deadline = Instant::now() + DECISION_WAIT;
         loop {
             let (principal, request) = (self.principal.clone(), self.request);
@@ -674,11 +685,67 @@ impl Tool<'_> {
             if left.is_zero() {
                 return false;
             }
-            match tokio::time::timeout(left, decided.recv()).await {
-                Ok(Ok(id)) if id != self.request => {}
-                Err(_) => return false,
-                _ => {}
+            // A decision (any request's: ours may be among those missed)
+            // or a grant that ended (`None`): the status is read again.
+            if tokio::time::timeout(left, decided.recv()).await.is_err() {
+                return false;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use portcullis_core::apps::{AppRequest, MAX_REQUEST_BYTES};
+
+    use super::refusal;
+
+    /// A message just over the bound still settles the App's request: the
+    /// refusal carries its id (read without building the oversized params).
+    #[test]
+    fn an_oversized_app_message_is_answered_with_its_own_id() {
+        let big = "x".repeat(MAX_REQUEST_BYTES);
+        for (message, id) in [
+            (
+                format!(
+                    r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"add","arguments":{{"n":"{big}"}}}}}}"#
+                ),
+                serde_json::json!(7),
+            ),
+            (
+                format!(
+                    r#"{{"jsonrpc":"2.0","method":"tools/call","params":{{"name":"add","arguments":{{"n":"{big}"}}}},"id":"late-id"}}"#
+                ),
+                serde_json::json!("late-id"),
+            ),
+        ] {
+            let e = AppRequest::parse(message.as_bytes()).expect_err("over the bound");
+            let answer = refusal(message.as_bytes(), e);
+            assert_eq!(answer["id"], id, "{answer}");
+            assert_eq!(answer["error"]["code"], -32600, "{answer}");
+        }
+        // No id to recover: not JSON, an id twice, an id that is no id.
+        for message in [
+            format!(r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":"{big}""#),
+            format!(r#"{{"jsonrpc":"2.0","id":7,"id":8,"method":"x","params":{{"a":"{big}"}}}}"#),
+            format!(r#"{{"jsonrpc":"2.0","id":null,"method":"x","params":{{"a":"{big}"}}}}"#),
+        ] {
+            let e = AppRequest::parse(message.as_bytes()).expect_err("over the bound");
+            assert_eq!(
+                refusal(message.as_bytes(), e)["id"],
+                serde_json::Value::Null
+            );
+        }
+    }
+
+    /// A refused message that is small keeps its id too (invalid params of
+    /// a request with an id).
+    #[test]
+    fn a_refused_app_request_keeps_its_id() {
+        let message = br#"{"jsonrpc":"2.0","id":"r1","method":"tools/call","params":{"name":""}}"#;
+        let e = AppRequest::parse(message).expect_err("no tool name");
+        let answer = refusal(message, e);
+        assert_eq!(answer["id"], "r1", "{answer}");
+        assert_eq!(answer["error"]["code"], -32602, "{answer}");
     }
 }

@@ -20,6 +20,17 @@ use crate::cli::GatewayArgs;
 
 /// The most tools one source may offer; the rest are left out (logged).
 pub(crate) const MAX_TOOLS: usize = 1024;
+/// The most tool names one source may own over the life of the process
+/// (room to replace a full list of [`MAX_TOOLS`] once): a name stays its
+/// owner's when it is no longer listed, so without this a source that
+/// keeps listing new names would grow the gateway's table of names without
+/// end. New names past it are refused, with a log line.
+pub(crate) const MAX_TOOL_NAMES: usize = 2 * MAX_TOOLS;
+/// How long after the start the names other sources list for the first
+/// time wait for the sources that were not ready at the start (see
+/// `Names`): long enough for a late source's first few connection attempts
+/// (10, 20, 40 and 80 s by default, with backoff between them).
+pub(crate) const RESERVE_NAMES_FOR: Duration = Duration::from_mins(5);
 /// The most resources one source may list (also the most URIs kept for
 /// rewriting its text bodies).
 pub(crate) const MAX_RESOURCES: usize = 4096;

@@ -48,7 +48,9 @@
 //! **Listings are cached.** A source's lists are read when it connects,
 //! when it says they changed (`notifications/tools/list_changed`,
 //! `notifications/resources/*`; taken together within
-//! [`bounds::RELIST_EVERY`]) and otherwise every [`bounds::RELIST_AFTER`];
+//! [`bounds::RELIST_EVERY`]; a source at 2026-07-28 says so only on the
+//! `subscriptions/listen` stream the gateway keeps open to it, [`listen`])
+//! and otherwise every [`bounds::RELIST_AFTER`];
 //! page by page, within the caps of [`bounds`]. `tools/list` and
 //! `resources/list` are answered from that cache, never by asking every
 //! source again. An entry whose URI cannot be mapped (too long, a dot
@@ -67,7 +69,10 @@
 //! offered it for the life of the process: a name that a later listing
 //! (a source that connected late, or changed its list) claims for another
 //! source is refused and logged, and a name its owner stops listing is not
-//! handed to anyone else.
+//! handed to anyone else. A source owns at most
+//! [`bounds::MAX_TOOL_NAMES`] names, and for [`bounds::RESERVE_NAMES_FOR`]
+//! after the start the names others list for the first time wait for the
+//! sources that have not listed yet ([`Names`]).
 pub(crate) mod bounds;
 pub(crate) mod input;
 pub(crate) mod kind;
@@ -85,7 +90,7 @@ use portcullis_core::gateway::{Gateway as UriMap, SourceId};
 use rmcp::model::{
     ClientCapabilities, ClientConfig, ClientRequest, DiscoverRequest, DiscoverRequestParams,
     Implementation, PaginatedRequestParams, PingRequest, ProtocolVersion, Resource,
-    ResourceTemplate, ServerResult, Tool,
+    ResourceTemplate, ServerResult, SubscriptionFilter, Tool,
 };
 use rmcp::service::{NotificationContext, Peer, RunningService, ServiceError};
 use rmcp::transport::async_rw::AsyncRwTransport;
@@ -348,6 +353,14 @@ impl Source {
         noted.1 <= bounds::MAX_NOTIFICATIONS_PER_SEC
     }
 
+    /// The source said its lists changed: counted against the flood bound,
+    /// and within it the supervisor reads them again (debounced).
+    fn changed(&self) {
+        if self.note() {
+            self.poke.notify_one();
+        }
+    }
+
     /// Waits for a call slot (part of the call's time budget).
     pub(crate) async fn slot(
         &self,
@@ -373,21 +386,53 @@ enum Owner {
 /// gateway has started, listings only fill the sources' caches; at the
 /// start the names of every source then connected are claimed in
 /// configuration order, and a collision refuses the start. From then on each
-/// listing claims its new names at once, and a name another owner has is
-/// refused (and logged), never moved.
+/// listing claims its new names, and a name another owner has is refused
+/// (and logged), never moved. Two bounds keep one source from taking what
+/// is not its own:
+///
+/// * **A cap per source.** A source owns at most
+///   [`bounds::MAX_TOOL_NAMES`] names over the life of the process (a name
+///   stays its owner's when it stops listing it, so a source that keeps
+///   listing new names would otherwise grow this table without end); its
+///   new names past the cap are refused and logged. Each source's cap is
+///   its own: no source can use up another's.
+/// * **A reservation for sources that have not listed yet.** For
+///   [`bounds::RESERVE_NAMES_FOR`] after the start, while a configured
+///   source has not made its first listing (it was not ready at the start),
+///   the names other sources add to their lists are held back (not
+///   offered, logged), not claimed: a source that connects late is not
+///   starved of its own names by one that listed them first in its
+///   absence. A source's first listing (at the start or late) names its
+///   own tools and is never held. Held names are claimed, in configuration
+///   order and only where still free, once every source has listed or the
+///   reservation ends; a source's held names are those of its latest
+///   listing.
 pub(crate) struct Names {
     inner: Mutex<NamesInner>,
     /// The sources' ids, by index (for messages).
     ids: Vec<SourceId>,
+    /// How long after the start new names wait for the sources that have
+    /// not listed yet.
+    reserve_for: std::time::Duration,
 }
 
 struct NamesInner {
     owners: HashMap<String, Owner>,
     started: bool,
+    /// Per source: how many names it owns.
+    owned: Vec<usize>,
+    /// Per source: whether one of its listings was seen.
+    heard: Vec<bool>,
+    /// Per source: the new names of its latest listing held back during
+    /// the reservation (at most one listing's worth).
+    held: Vec<Vec<String>>,
+    /// When the reservation ends (set at the start).
+    reserve_until: Instant,
 }
 
 impl Names {
-    fn new(reserved: &[String], ids: Vec<SourceId>) -> Self {
+    fn new(reserved: &[String], ids: Vec<SourceId>, reserve_for: std::time::Duration) -> Self {
+        let n = ids.len();
         Self {
             inner: Mutex::new(NamesInner {
                 owners: reserved
@@ -395,13 +440,20 @@ impl Names {
                     .map(|n| (n.clone(), Owner::BuiltIn))
                     .collect(),
                 started: false,
+                owned: vec![0; n],
+                heard: vec![false; n],
+                held: vec![Vec::new(); n],
+                reserve_until: Instant::now(),
             }),
             ids,
+            reserve_for,
         }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, NamesInner> {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        self.settle(&mut inner);
+        inner
     }
 
     fn describe(&self, owner: Owner) -> String {
@@ -411,60 +463,123 @@ impl Names {
         }
     }
 
-    /// Claims the names of `tools` for source `index` (once started), and
-    /// logs each that is refused.
-    fn claim_later(&self, index: usize, tools: &[Tool]) {
-        let mut inner = self.lock();
-        if inner.started {
-            let _ = self.claim(&mut inner, index, tools, false);
+    /// Whether names new after the start are held back now: the
+    /// reservation has not ended and a source has not listed yet.
+    fn reserving(inner: &NamesInner) -> bool {
+        inner.started && inner.heard.contains(&false) && Instant::now() < inner.reserve_until
+    }
+
+    /// Once the reservation is over, claims the names held back, in
+    /// configuration order.
+    fn settle(&self, inner: &mut NamesInner) {
+        if inner.held.iter().all(Vec::is_empty) || Self::reserving(inner) {
+            return;
+        }
+        for index in 0..inner.held.len() {
+            let held = std::mem::take(&mut inner.held[index]);
+            let _ = self.claim(inner, index, held.iter().map(String::as_str), false, false);
         }
     }
 
-    /// Claims the names of `tools` for source `index`: the first name
-    /// another owner has is an error at the start (`strict`); later, each
-    /// such name is refused and logged.
-    fn claim(
+    /// Notes a listing of source `index` and, once started, claims the
+    /// names of its `tools`, logging each that is refused or held back.
+    fn claim_later(&self, index: usize, tools: &[Tool]) {
+        let mut inner = self.lock();
+        let first = inner
+            .heard
+            .get_mut(index)
+            .is_some_and(|heard| !std::mem::replace(heard, true));
+        if inner.started {
+            // A source's first listing names its own tools: never held.
+            let holding = !first && Self::reserving(&inner);
+            let names = tools.iter().map(|t| t.name.as_ref());
+            let _ = self.claim(&mut inner, index, names, false, holding);
+            self.settle(&mut inner);
+        }
+    }
+
+    /// Claims `names` for source `index`: the first name another owner has
+    /// is an error at the start (`strict`); later, each such name is
+    /// refused and logged, and with `holding` (during the reservation) new
+    /// names are held back instead of claimed. New names past the source's
+    /// cap are refused.
+    fn claim<'n>(
         &self,
         inner: &mut NamesInner,
         index: usize,
-        tools: &[Tool],
+        names: impl Iterator<Item = &'n str>,
         strict: bool,
+        holding: bool,
     ) -> Result<(), String> {
-        for tool in tools {
-            let name = tool.name.as_ref();
-            let owner = *inner
-                .owners
-                .entry(name.to_owned())
-                .or_insert(Owner::Source(index));
-            if owner == Owner::Source(index) {
-                continue;
+        let (mut held, mut over) = (Vec::new(), 0usize);
+        for name in names {
+            match inner.owners.get(name).copied() {
+                Some(owner) if owner == Owner::Source(index) => {}
+                Some(owner) => {
+                    let (first, here) = (self.describe(owner), self.describe(Owner::Source(index)));
+                    if strict {
+                        return Err(format!(
+                            "gateway: tool {name:?} is offered by both {first} and {here}; tool \
+                             names are never changed, so remove one of the two sources"
+                        ));
+                    }
+                    tracing::warn!(
+                        tool = name,
+                        owner = %first,
+                        refused = %here,
+                        "gateway: a tool name that another owner has is refused (names never move)"
+                    );
+                }
+                None if holding => held.push(name.to_owned()),
+                None if inner.owned[index] >= bounds::MAX_TOOL_NAMES => over += 1,
+                None => {
+                    inner.owners.insert(name.to_owned(), Owner::Source(index));
+                    inner.owned[index] += 1;
+                }
             }
-            let (first, here) = (self.describe(owner), self.describe(Owner::Source(index)));
-            if strict {
-                return Err(format!(
-                    "gateway: tool {name:?} is offered by both {first} and {here}; tool names are \
-                     never changed, so remove one of the two sources"
-                ));
-            }
+        }
+        if over > 0 {
             tracing::warn!(
-                tool = name,
-                owner = %first,
-                refused = %here,
-                "gateway: a tool name that another owner has is refused (names never move)"
+                source = %self.ids[index],
+                refused = over,
+                cap = bounds::MAX_TOOL_NAMES,
+                "gateway: the source has claimed as many tool names as it may; its new names \
+                 are refused"
             );
+        }
+        if holding {
+            if !held.is_empty() {
+                let waiting: Vec<&str> = inner
+                    .heard
+                    .iter()
+                    .zip(&self.ids)
+                    .filter(|(heard, _)| !**heard)
+                    .map(|(_, id)| id.as_str())
+                    .collect();
+                tracing::info!(
+                    source = %self.ids[index],
+                    held = held.len(),
+                    waiting = waiting.join(","),
+                    "gateway: new tool names are held back until the sources not yet listed have \
+                     listed (or the reservation ends)"
+                );
+            }
+            inner.held[index] = held;
         }
         Ok(())
     }
 
     /// The start: claims every source's names in configuration order;
-    /// refuses a name two owners share.
+    /// refuses a name two owners share. The reservation starts now.
     fn start(&self, sources: &[Arc<Source>]) -> Result<(), String> {
         let mut inner = self.lock();
         for source in sources {
             let listed = source.listed();
-            self.claim(&mut inner, source.index, &listed.tools, true)?;
+            let names = listed.tools.iter().map(|t| t.name.as_ref());
+            self.claim(&mut inner, source.index, names, true, false)?;
         }
         inner.started = true;
+        inner.reserve_until = Instant::now() + self.reserve_for;
         Ok(())
     }
 
@@ -489,9 +604,7 @@ struct Handler(Arc<Source>);
 
 impl Handler {
     fn changed(&self) {
-        if self.0.note() {
-            self.0.poke.notify_one();
-        }
+        self.0.changed();
     }
 }
 
@@ -562,7 +675,10 @@ async fn connect(source: &Arc<Source>, bounds: &Bounds) -> Result<Connection, St
                 .map_err(|e| format!("building the HTTP client: {e}"))?;
             let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
                 .max_sse_event_size(bounds.max_response)
-                .max_concurrent_requests(bounds.max_concurrent);
+                // One more than the calls in flight: a 2026-07-28 source's
+                // `subscriptions/listen` stream ([`listen`]) holds a request
+                // open for the connection's life.
+                .max_concurrent_requests(bounds.max_concurrent.saturating_add(1));
             config.max_json_response_size = bounds.max_response;
             config.max_error_response_size = config.max_error_response_size.min(64 * 1024);
             let transport = StreamableHttpClientTransport::with_client(http, config);
@@ -623,7 +739,7 @@ impl Gateway {
             map: UriMap::default(),
             sources: Vec::new(),
             bounds: Bounds::of(&GatewayArgs::default()),
-            names: Arc::new(Names::new(&[], Vec::new())),
+            names: Arc::new(Names::new(&[], Vec::new(), std::time::Duration::ZERO)),
             stash: input::Stash::default(),
         }
     }
@@ -650,6 +766,7 @@ impl Gateway {
         let names = Arc::new(Names::new(
             &reserved,
             specs.iter().map(|s| s.id.clone()).collect(),
+            bounds::RESERVE_NAMES_FOR,
         ));
         let sources: Vec<Arc<Source>> = specs
             .into_iter()
@@ -928,11 +1045,91 @@ async fn supervise(
         } else {
             tracing::info!(source = %source.spec.id, version, "gateway: source (re)connected");
         }
+        // A source at 2026-07-28 announces list changes only on a
+        // `subscriptions/listen` stream: one lives as long as the connection.
+        let listener = is_modern(running.peer())
+            .then(|| tokio::spawn(listen(Arc::clone(&source), running.peer().clone())));
         watch_connection(&source, &running, &mut child, &bounds, &map, &names).await;
+        if let Some(listener) = listener {
+            listener.abort();
+        }
         source.peer.send_replace(None);
         tracing::warn!(source = %source.spec.id, "gateway: source down; reconnecting");
         let _ = running.cancel().await;
         drop(child);
+    }
+}
+
+/// The list changes a 2026-07-28 source is asked to announce on its
+/// `subscriptions/listen` stream: those the gateway caches.
+fn list_changes() -> SubscriptionFilter {
+    SubscriptionFilter::builder()
+        .tools_list_changed()
+        .resources_list_changed()
+        .build()
+}
+
+/// The `subscriptions/listen` stream of a source at 2026-07-28, for as long
+/// as its connection lives (the supervisor aborts this with it). That
+/// revision has no other way for a server to say its lists changed (MCP
+/// 2026-07-28, "Subscriptions": the client opens the stream with a filter,
+/// the server acknowledges the subset it honours and then sends only those
+/// notifications on it). Each list change heard there wakes the supervisor
+/// as an older source's notification does ([`Source::changed`]: counted
+/// against the flood bound, debounced). A stream that ends is opened again
+/// after a backoff pause ([`bounds::backoff`]), and since changes in
+/// between went unheard, the lists are read again once it is back. A
+/// source that does not offer the method, or acknowledges none of the
+/// list changes, keeps the minute's relist only.
+async fn listen(source: Arc<Source>, peer: Peer<RoleClient>) {
+    let id = &source.spec.id;
+    let mut attempt: u32 = 0;
+    loop {
+        match peer.listen(list_changes()).await {
+            Ok(mut stream) => {
+                let heard = stream.acknowledged();
+                if heard.tools_list_changed != Some(true)
+                    && heard.resources_list_changed != Some(true)
+                {
+                    tracing::info!(
+                        source = %id,
+                        "gateway: the source announces no list changes; its lists are read \
+                         again every minute"
+                    );
+                    return;
+                }
+                if attempt > 0 {
+                    source.changed();
+                }
+                attempt = 0;
+                loop {
+                    match stream.next().await {
+                        Ok(Some(_)) => source.changed(),
+                        Ok(None) => break,
+                        Err(e) => {
+                            tracing::debug!(source = %id, error = %e, "gateway: subscription stream failed");
+                            break;
+                        }
+                    }
+                }
+                tracing::debug!(source = %id, end = ?stream.end(), "gateway: subscription stream ended");
+            }
+            Err(ServiceError::McpError(e))
+                if e.code == rmcp::model::ErrorCode::METHOD_NOT_FOUND =>
+            {
+                tracing::info!(
+                    source = %id,
+                    "gateway: the source offers no subscriptions/listen; its lists are read again \
+                     every minute"
+                );
+                return;
+            }
+            Err(e) => {
+                tracing::debug!(source = %id, error = %e, attempt, "gateway: subscriptions/listen failed");
+            }
+        }
+        tokio::time::sleep(bounds::backoff(attempt)).await;
+        attempt = attempt.saturating_add(1);
     }
 }
 
@@ -1094,12 +1291,27 @@ mod tests {
         });
     }
 
-    /// A gateway over `sources` after its start (or the start's refusal).
+    /// A gateway over `sources` after its start (or the start's refusal),
+    /// every source having listed by then.
     fn started(sources: Vec<Arc<Source>>) -> (Gateway, Result<(), String>) {
+        started_without(sources, &[], bounds::RESERVE_NAMES_FOR)
+    }
+
+    /// A gateway over `sources` after its start, the sources at `absent`
+    /// not having listed yet, with a reservation of `reserve_for`.
+    fn started_without(
+        sources: Vec<Arc<Source>>,
+        absent: &[usize],
+        reserve_for: std::time::Duration,
+    ) -> (Gateway, Result<(), String>) {
         let names = Names::new(
             &["execute".into()],
             sources.iter().map(|s| s.spec.id.clone()).collect(),
+            reserve_for,
         );
+        for source in sources.iter().filter(|s| !absent.contains(&s.index)) {
+            names.claim_later(source.index, &source.listed().tools);
+        }
         let start = names.start(&sources);
         let gateway = Gateway {
             sources,
@@ -1172,6 +1384,201 @@ mod tests {
         assert_eq!(offered(&g), ["x", "y", "w", "v"]);
         assert_eq!(g.find("v").unwrap().0.spec.id.as_str(), "late");
         assert_eq!(g.find("y").unwrap().0.spec.id.as_str(), "a");
+    }
+
+    /// A source that keeps listing new names owns at most its cap of them
+    /// (the table of names stays bounded); past it, its new names are
+    /// refused, and the other sources' names are unaffected.
+    #[test]
+    fn a_source_that_keeps_listing_new_names_is_capped() {
+        let (a, b) = (source(0, "a", &["x"]), source(1, "b", &["z"]));
+        let (g, start) = started(vec![Arc::clone(&a), Arc::clone(&b)]);
+        start.unwrap();
+        for round in 0..4 * bounds::MAX_TOOL_NAMES / bounds::MAX_TOOLS {
+            let tools: Vec<Tool> = (0..bounds::MAX_TOOLS)
+                .map(|i| {
+                    Tool::new(
+                        format!("t{round}-{i}"),
+                        "",
+                        Arc::new(rmcp::model::JsonObject::new()),
+                    )
+                })
+                .collect();
+            g.names.claim_later(0, &tools);
+        }
+        let owned = g.names.lock().owners.len();
+        // The built-in `execute`, b's `z`, and a's at most.
+        assert!(owned <= bounds::MAX_TOOL_NAMES + 2, "{owned} names kept");
+        assert_eq!(g.find("x").unwrap().0.spec.id.as_str(), "a");
+        assert_eq!(
+            g.names.owner("t0-0"),
+            Some(0),
+            "the first new names are a's"
+        );
+        let last = format!("t{}-0", 4 * bounds::MAX_TOOL_NAMES / bounds::MAX_TOOLS - 1);
+        assert_eq!(g.names.owner(&last), None, "past the cap: refused");
+        // b, whose cap is its own, still claims new names.
+        list(&b, &["z", "w"]);
+        g.names.claim_later(1, &b.listed().tools);
+        assert_eq!(g.find("w").unwrap().0.spec.id.as_str(), "b");
+    }
+
+    /// A source not ready at the start keeps its names: what another
+    /// source lists for the first time in its absence waits (during the
+    /// reservation) and is claimed after it has listed, where still free.
+    #[test]
+    fn a_source_that_connects_late_is_not_starved_of_its_names() {
+        let (a, late) = (source(0, "a", &["x"]), source(1, "late", &[]));
+        let (g, start) = started_without(
+            vec![Arc::clone(&a), Arc::clone(&late)],
+            &[1],
+            bounds::RESERVE_NAMES_FOR,
+        );
+        start.unwrap();
+        // a lists late's tool name (and one of its own) before late is up.
+        list(&a, &["x", "mail", "y"]);
+        g.names.claim_later(0, &a.listed().tools);
+        assert!(g.find("mail").is_none(), "held back, not a's");
+        assert!(g.find("y").is_none(), "held back too");
+        assert_eq!(g.find("x").unwrap().0.spec.id.as_str(), "a");
+        // late connects and lists: its name is its own; a's other new name
+        // is a's now, and the shared one was never a's.
+        list(&late, &["mail"]);
+        g.names.claim_later(1, &late.listed().tools);
+        assert_eq!(g.find("mail").unwrap().0.spec.id.as_str(), "late");
+        assert_eq!(g.find("y").unwrap().0.spec.id.as_str(), "a");
+    }
+
+    /// The reservation ends: a source that never comes does not hold the
+    /// others' new names back for longer.
+    #[test]
+    fn names_held_for_a_source_that_never_lists_are_claimed_when_the_reservation_ends() {
+        let (a, never) = (source(0, "a", &["x"]), source(1, "never", &[]));
+        let (g, start) = started_without(
+            vec![Arc::clone(&a), Arc::clone(&never)],
+            &[1],
+            std::time::Duration::from_millis(50),
+        );
+        start.unwrap();
+        list(&a, &["x", "y"]);
+        g.names.claim_later(0, &a.listed().tools);
+        assert!(g.find("y").is_none(), "held back");
+        std::thread::sleep(std::time::Duration::from_millis(60));
+        assert_eq!(g.find("y").unwrap().0.spec.id.as_str(), "a");
+    }
+
+    /// A downstream at 2026-07-28 (rmcp's server, over Streamable HTTP)
+    /// whose tools can change, and which announces changes on the
+    /// `subscriptions/listen` streams its clients open.
+    #[derive(Clone, Default)]
+    struct Changing {
+        tools: Arc<Mutex<Vec<Tool>>>,
+        streams: Arc<Mutex<Vec<rmcp::service::SubscriptionSink>>>,
+    }
+
+    impl rmcp::ServerHandler for Changing {
+        fn get_info(&self) -> rmcp::model::ServerConfig {
+            rmcp::model::ServerConfig::new(
+                rmcp::model::ServerCapabilities::builder()
+                    .enable_tools()
+                    .enable_tool_list_changed()
+                    .build(),
+            )
+        }
+
+        async fn list_tools(
+            &self,
+            _request: Option<PaginatedRequestParams>,
+            _context: rmcp::service::RequestContext<rmcp::RoleServer>,
+        ) -> Result<rmcp::model::ListToolsResult, rmcp::ErrorData> {
+            Ok(rmcp::model::ListToolsResult::with_all_items(
+                self.tools.lock().unwrap().clone(),
+            ))
+        }
+
+        fn accepted_subscription_filter(
+            &self,
+            requested: &SubscriptionFilter,
+        ) -> Option<SubscriptionFilter> {
+            Some(requested.clone())
+        }
+
+        async fn listen(
+            &self,
+            context: rmcp::service::SubscriptionContext,
+        ) -> Result<(), rmcp::ErrorData> {
+            self.streams.lock().unwrap().push(context.sink().clone());
+            context.cancelled().await;
+            Ok(())
+        }
+    }
+
+    impl Changing {
+        /// Adds the tool `name` and says so on every open stream; how many
+        /// streams heard it.
+        async fn add(&self, name: &'static str) -> usize {
+            self.tools.lock().unwrap().push(Tool::new(
+                name,
+                "",
+                Arc::new(rmcp::model::JsonObject::new()),
+            ));
+            let streams = self.streams.lock().unwrap().clone();
+            let mut heard = 0;
+            for s in streams {
+                heard += usize::from(s.notify_tool_list_changed().await.is_ok());
+            }
+            heard
+        }
+    }
+
+    /// Serves `downstream` on a loopback port: its MCP URL.
+    async fn serve(downstream: Changing) -> String {
+        use rmcp::transport::streamable_http_server::{
+            StreamableHttpServerConfig, StreamableHttpService, session::never::NeverSessionManager,
+        };
+        let service = StreamableHttpService::new(
+            move || Ok(downstream.clone()),
+            Arc::new(NeverSessionManager::default()),
+            StreamableHttpServerConfig::default().with_legacy_session_mode(false),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let router = axum::Router::new().nest_service("/mcp", service);
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        format!("http://127.0.0.1:{port}/mcp")
+    }
+
+    /// A source at 2026-07-28 has no way to send a list change but the
+    /// `subscriptions/listen` stream: the gateway opens one, and a change
+    /// it hears there is listed within seconds, not at the minute's relist.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_2026_source_s_list_change_arrives_on_its_subscription() {
+        let downstream = Changing::default();
+        downstream.add("first").await;
+        let url = serve(downstream.clone()).await;
+        let args = GatewayArgs {
+            sources: vec![format!("d={url}")],
+            ..GatewayArgs::default()
+        };
+        let g = Gateway::start(&args, vec!["execute".into()]).await.unwrap();
+        assert!(g.find("first").is_some(), "listed at the start");
+        let deadline = Instant::now() + std::time::Duration::from_secs(5);
+        while downstream.streams.lock().unwrap().is_empty() {
+            assert!(
+                Instant::now() < deadline,
+                "the gateway opened no subscriptions/listen stream"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        assert_eq!(downstream.add("later").await, 1, "one stream heard it");
+        let deadline = Instant::now() + std::time::Duration::from_secs(10);
+        while g.find("later").is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "the change was not listed within 10 s"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
     }
 
     #[test]
