@@ -2,7 +2,8 @@
 //! external AI agents (MCP clients) to an application safely.
 //!
 //! This facade re-exports [`portcullis_core`] and, behind the `memory` and
-//! `redb` features (both on by default), the two stores under [`store`]. See
+//! `redb` features (both on by default), the two stores under [`store`], with group commit
+//! ([`store::GroupCommitter`]) for any of them. See
 //! the [`portcullis_core`] crate documentation for the contract (no I/O, no
 //! clock, no randomness) and the module map.
 #![forbid(unsafe_code)]
@@ -12,12 +13,13 @@ pub use portcullis_core::*;
 /// The store contract and the stores this build carries.
 pub mod store {
     pub use portcullis_core::store::*;
+    pub use portcullis_store_group::{BatchWrite, GroupCommitter};
     #[cfg(feature = "memory")]
     pub use portcullis_store_memory::MemoryStore;
     #[cfg(feature = "postgres")]
     pub use portcullis_store_postgres::{PostgresConfig, PostgresStore};
     #[cfg(feature = "redb")]
-    pub use portcullis_store_redb::{BatchWrite, Durability, GroupCommitter, RedbStore};
+    pub use portcullis_store_redb::{Durability, RedbStore};
 }
 
 /// The README's examples, compiled and run as doctests.

@@ -38,7 +38,7 @@
 //!
 //! | feature | what it adds |
 //! |---|---|
-//! | (none) | everything above, over [`RedbStore`] (one process, a durable file) |
+//! | `redb` (default) | [`RedbStore`]: one process, a durable file; without it (`default-features = false`) no redb code is built, for a PostgreSQL host |
 //! | `rmcp` | glue for rmcp servers: [`Agent`] as a tool argument, [`rmcp::Call`] (a run's answer as a `CallToolResult`, the request id from a call's `_meta`) |
 //! | `postgres` | [`HostStore`] for the shared PostgreSQL store (several instances) |
 //! | `memory` | [`HostStore`] for the in-memory store (tests, demos) |
@@ -112,7 +112,8 @@ pub use portcullis_core::jwt::{Algorithm, Keyring};
 pub use portcullis_core::ledger::{Action, BusinessError, Effect, RequestId};
 pub use portcullis_core::redirect::SafePath;
 /// The durable single-process store (a redb file), so a host depends on
-/// this crate alone.
+/// this crate alone (feature `redb`, on by default).
+#[cfg(feature = "redb")]
 pub use portcullis_store_redb::RedbStore;
 pub use respond::{
     core as core_response, html, internal as internal_error, see_other, store as store_error,

@@ -46,7 +46,7 @@ use portcullis_core::engine::MAX_ATTEMPTS;
 use portcullis_core::store::{
     Entry, ReadTransaction, Savepoint, Store, StoreError, StoreErrorKind, Table, WriteTransaction,
 };
-use portcullis_store_redb::{BatchWrite, GroupCommitter, RedbStore};
+use portcullis_store_group::{BatchWrite, GroupCommitter};
 
 /// A store this crate can serve from: any [`Store`] that can be shared
 /// between threads, and says whether it lives in this process alone.
@@ -70,7 +70,8 @@ pub trait HostStore: Store + Send + Sync + 'static {
     }
 }
 
-impl HostStore for RedbStore {
+#[cfg(feature = "redb")]
+impl HostStore for portcullis_store_redb::RedbStore {
     fn is_local(&self) -> bool {
         true
     }

@@ -9,15 +9,16 @@
 //! `None` trades that for speed and is only for tests or caches.
 #![forbid(unsafe_code)]
 
-pub mod group;
-
 use std::ops::Bound;
 use std::path::Path;
 
-pub use group::{BatchWrite, GroupCommitter};
 use portcullis_core::store::{
     Entry, ReadTransaction, Savepoint, Store, StoreError, StoreErrorKind, Table, WriteTransaction,
 };
+/// Group commit (moved to the core, store-agnostic): re-exported where it
+/// was first.
+pub use portcullis_store_group as group;
+pub use portcullis_store_group::{BatchWrite, GroupCommitter};
 pub use redb::Durability;
 use redb::{ReadableDatabase, ReadableTable, TableDefinition, TableError};
 

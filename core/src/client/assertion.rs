@@ -27,7 +27,7 @@
 //!   client authentication beside it (RFC 6749 §2.3); a `client_id`
 //!   parameter, optional (RFC 7521 §4.2), must name the same client;
 //! * the JWS is compact, at most [`MAX_ASSERTION_LEN`] bytes, its header a
-//!   JSON object with an `alg` from [`SignatureAlgorithm`] (asymmetric only:
+//!   JSON object with an `alg` from [`SignatureAlgorithm`](crate::jwk::SignatureAlgorithm) (asymmetric only:
 //!   never `none`, never HMAC, RFC 8725 §3.1), no `crit` (RFC 7515
 //!   §4.1.11), and the `alg` the client's metadata pins, if it pins one
 //!   (`token_endpoint_auth_signing_alg`, RFC 7591 §2);

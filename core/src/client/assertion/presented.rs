@@ -143,7 +143,7 @@ impl<'a> PresentedAssertion<'a> {
     /// validated) and `keys` (the key set at its `jwks_uri`), for an
     /// authorization server known by `audiences` (its issuer and token
     /// endpoint), at `now` with `leeway` for clock skew. Every rule of the
-    /// [module docs](self) but the single use of `jti`, which the token
+    /// [module docs](super) but the single use of `jti`, which the token
     /// endpoint's transaction enforces.
     ///
     /// [`AssertionError::UnknownKid`] means the key set has no key of the

@@ -1,4 +1,8 @@
-//! [`GroupCommitter`]: many callers' operations in one durable redb commit.
+//! [`GroupCommitter`]: many callers' operations in one durable commit.
+//! Store-agnostic: redb's `RedbStore` is what it was built for, and the
+//! memory store and the fault-injection stores use it too. A crate of its
+//! own because it blocks threads and reads a clock, which the core never
+//! does, and so that a host builds it without redb.
 //!
 //! A durable commit costs an fsync, and redb serialises writers, so
 //! callers that each commit wait in line for every fsync before theirs.
@@ -41,8 +45,6 @@ use portcullis_core::store::{
     Entry, ReadTransaction, Savepoint, Store, StoreError, StoreErrorKind, Table, WriteTransaction,
 };
 
-use crate::RedbStore;
-
 /// One queued operation, type-erased: it writes its answer into its
 /// caller's slot.
 type Job<S> = Box<dyn for<'w> FnOnce(&mut BatchWrite<'_, <S as Store>::Write<'w>>) + Send>;
@@ -77,9 +79,9 @@ struct Queue<S: Store> {
 }
 
 /// Gathers concurrent callers' operations into one durable commit of `S`
-/// (redb unless said otherwise; any store works, which the fault-injection
-/// tests use); see the [module docs](self).
-pub struct GroupCommitter<S: Store = RedbStore> {
+/// (any store: redb's is what it is for; the fault-injection tests use
+/// others); see the [module docs](self).
+pub struct GroupCommitter<S: Store> {
     store: Arc<S>,
     queue: Mutex<Queue<S>>,
     /// A batch settled, or the leader stepped down.
