@@ -538,3 +538,62 @@ fn asymmetric_sign_allocates_once_and_verify_never() {
         assert_eq!(remote.verify(&token, &expect, now).unwrap().claims, claims);
     }
 }
+
+/// The probe firmware's EdDSA token (`embedded/src/eddsa_token.rs`,
+/// feature `eddsa`), which the device verifies with the public key alone,
+/// is what the keyring signs for its claims with the probe's test seed.
+#[test]
+fn the_probe_firmware_s_eddsa_token_is_the_keyring_s() {
+    mod probe {
+        include!("../embedded/src/eddsa_token.rs");
+    }
+    /// The probe's test seed; the firmware holds only its public key.
+    const SEED: [u8; 32] = [0x45; 32];
+    let mut k = Keyring::new();
+    k.insert_token_key(probe::KID, TokenKey::ed25519(&SEED))
+        .unwrap();
+    k.set_active(probe::KID).unwrap();
+    let claims = Claims {
+        iss: Some(probe::ISSUER.into()),
+        sub: Some(probe::SUBJECT.into()),
+        aud: Some(probe::AUDIENCE.into()),
+        iat: Some(probe::ISSUED_AT.cast_signed()),
+        exp: Some(probe::EXPIRES_AT.cast_signed()),
+        ..Claims::default()
+    };
+    let now = Timestamp::from_secs(probe::ISSUED_AT);
+    let token = k
+        .sign_ref_with(
+            Algorithm::EdDsa,
+            TokenType::AccessToken,
+            &claims.as_ref(),
+            now,
+        )
+        .unwrap();
+    let set: serde_json::Value = serde_json::from_str(&k.public_key_set(now)).unwrap();
+    let x: [u8; 32] = URL_SAFE_NO_PAD
+        .decode(set["keys"][0]["x"].as_str().unwrap())
+        .unwrap()
+        .try_into()
+        .unwrap();
+    assert_eq!(
+        (token.expose_secret(), x),
+        (probe::TOKEN, probe::PUBLIC_KEY),
+        "embedded/src/eddsa_token.rs: TOKEN = {:?}, PUBLIC_KEY = {x:?}",
+        token.expose_secret()
+    );
+    let expect = Validation::new(TokenType::AccessToken, probe::AUDIENCE).issuer(probe::ISSUER);
+    let device = {
+        let mut keys = Keyring::new();
+        keys.insert_token_key(
+            probe::KID,
+            TokenKey::ed25519_public(&probe::PUBLIC_KEY).unwrap(),
+        )
+        .unwrap();
+        keys
+    };
+    assert_eq!(
+        device.verify(probe::TOKEN, &expect, now).unwrap().claims,
+        claims
+    );
+}
