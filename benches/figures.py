@@ -9,6 +9,11 @@ the figures table in docs/figures.md and an SVG chart (issue 12 item 6).
 Several runs may be passed (files or `-` for stdin); each ratio's median
 over the runs is shown, and every run's value beside it. The table
 is written between `<!-- figures:begin -->` and `<!-- figures:end -->`.
+
+`--groups eddsa,es256` keeps the ratios of those groups only (the second
+column of `LABELS`), and `--marker NAME` writes between `<!-- NAME:begin -->`
+and `<!-- NAME:end -->` instead: how docs/figures.md's "Asymmetric access
+tokens" table is made from benches/runs/asym*.txt.
 """
 import argparse
 import statistics
@@ -24,6 +29,16 @@ LABELS = {
     "bearer_over_bare_verify_memory": ("`verify_bearer` with grant / bare verify, memory, 1 grant", "engine"),
     "bearer_over_bare_verify_redb": ("`verify_bearer` with grant / bare verify, redb, 1 grant", "engine"),
     "redirect_speedup_over_url": ("`url` parse + join / `SafePath::new`", "redirect"),
+    "eddsa_sign_over_floor": ("EdDSA `Keyring::sign_ref_with` / `ed25519-dalek` sign", "eddsa"),
+    "eddsa_sign_speedup_over_jsonwebtoken": ("EdDSA `jsonwebtoken::encode` / `Keyring::sign_ref_with`", "eddsa"),
+    "eddsa_verify_over_floor": ("EdDSA `Keyring::verify_with` (borrowed) / `ed25519-dalek` `verify_strict`", "eddsa"),
+    "eddsa_verify_speedup_over_jsonwebtoken": ("EdDSA `jsonwebtoken::decode` / `Keyring::verify_with`", "eddsa"),
+    "es256_sign_over_floor": ("ES256 `Keyring::sign_ref_with` / `p256` sign", "es256"),
+    "es256_sign_speedup_over_jsonwebtoken": ("ES256 `jsonwebtoken::encode` / `Keyring::sign_ref_with`", "es256"),
+    "es256_verify_over_floor": ("ES256 `Keyring::verify_with` (borrowed) / `p256` verify", "es256"),
+    "es256_verify_speedup_over_jsonwebtoken": ("ES256 `jsonwebtoken::decode` / `Keyring::verify_with`", "es256"),
+    "eddsa_bearer_over_bare_verify_memory": ("EdDSA `verify_bearer` with grant / bare verify, memory, 1 grant", "eddsa_bearer"),
+    "eddsa_resource_server_over_verify_bearer": ("EdDSA resource server (published key set, no store) / `verify_bearer`", "eddsa_bearer"),
     "bearer_over_bare_verify_memory_1m": ("`verify_bearer` with grant / bare verify, memory, 1 000 000 grants", "scale"),
     "scale_bare_jwt_verify_1m_over_10k": ("bare verify, 1 000 000 / 10 000 grants", "scale"),
     "scale_bearer_1m_over_10k": ("`verify_bearer`, 1 000 000 / 10 000 grants", "scale"),
@@ -69,11 +84,13 @@ def met(value, op, target):
     return None
 
 
-def rows(runs):
+def rows(runs, groups=None):
     out = []
     # Every ratio any run measured (`--bench core` and `--bench scale` runs
     # report different ones), in the order first seen.
     names = list(dict.fromkeys(n for r in runs for n in r["ratio"]))
+    if groups is not None:
+        names = [n for n in names if LABELS.get(n, (n, ""))[1] in groups]
     for name in names:
         values = [r["ratio"][name][0] for r in runs if name in r["ratio"]]
         _, op, target, num, den = next(r["ratio"][name] for r in runs if name in r["ratio"])
@@ -97,12 +114,12 @@ def rows(runs):
     return out
 
 
-def table(runs):
+def table(runs, groups=None):
     lines = [
         "| ratio | measured (median of the runs that measured it; each run) | target | met | numerator | denominator (floor or peer) |",
         "|---|---|---|---|---|---|",
     ]
-    for r in rows(runs):
+    for r in rows(runs, groups):
         target = {"le": f"≤ {r['target']}×", "ge": f"≥ {r['target']}×"}.get(r["op"], "—")
         ok = {True: "yes", False: "**no**", None: "—"}[r["met"]]
         each = ", ".join(f"{v:.2f}" for v in r["values"])
@@ -110,7 +127,7 @@ def table(runs):
             f"| {r['label']} | **{r['value']:.2f}×** ({each}) | {target} | {ok} "
             f"| {fmt_ns(r['num_ns'])} | {fmt_ns(r['den_ns'])} |"
         )
-    rates = list(dict.fromkeys(n for r in runs for n in r["rate"]))
+    rates = list(dict.fromkeys(n for r in runs for n in r["rate"])) if groups is None else []
     for name in rates:
         _, op, target = next(r["rate"][name] for r in runs if name in r["rate"])
         vals = [r["rate"][name][0] for r in runs if name in r["rate"]]
@@ -154,12 +171,15 @@ def main():
     ap.add_argument("runs", nargs="+", help="bench output files, or - for stdin")
     ap.add_argument("--readme", help="README to update between the figures markers")
     ap.add_argument("--svg", help="where to write the chart")
+    ap.add_argument("--groups", help="comma-separated groups: only their ratios")
+    ap.add_argument("--marker", default="figures", help="the README's markers: <!-- MARKER:begin -->")
     args = ap.parse_args()
     runs = read_runs(args.runs)
-    md = table(runs)
+    groups = set(args.groups.split(",")) if args.groups else None
+    md = table(runs, groups)
     if args.readme:
         text = open(args.readme, encoding="utf-8").read()
-        begin, end = "<!-- figures:begin -->\n", "<!-- figures:end -->"
+        begin, end = f"<!-- {args.marker}:begin -->\n", f"<!-- {args.marker}:end -->"
         a, b = text.index(begin) + len(begin), text.index(end)
         open(args.readme, "w", encoding="utf-8").write(text[:a] + md + text[b:])
     if args.svg:

@@ -4,8 +4,10 @@
 use base64::Engine as _;
 use base64::engine::general_purpose::{URL_SAFE, URL_SAFE_NO_PAD};
 use portcullis::Timestamp;
+use portcullis::jwk::JwkSet;
 use portcullis::jwt::{
-    Claims, Keyring, NumericDateFault, Segment, SigningKey, TokenType, Validation, VerifyError,
+    Algorithm, Claims, Keyring, NumericDateFault, Segment, SigningKey, TokenKey, TokenType,
+    Validation, VerifyError,
 };
 use portcullis::mac::hmac_sha256;
 
@@ -475,4 +477,123 @@ fn sign_allocates_once_and_verify_at_most_twice() {
     assert_eq!(exp, Some(2_000));
     assert!(n <= 2, "verify allocated {n} times");
     assert_eq!(k.verify(&token, &expect, now).unwrap().claims, claims);
+}
+
+/// Issue 39: an EdDSA or ES256 access token of ordinary size verifies with
+/// borrowed claims without allocating, on the signing keyring and on a
+/// resource server's keyring made from the published key set; signing
+/// allocates the token and nothing else, as HS256 does.
+#[test]
+fn asymmetric_sign_allocates_once_and_verify_never() {
+    use crate::alloc_counter::allocations_in;
+    let claims = Claims {
+        iss: Some("https://app.example.com".into()),
+        sub: Some("user-42".into()),
+        aud: Some("https://r.example/mcp".into()),
+        exp: Some(2_000),
+        iat: Some(900),
+        jti: Some("q1w2e3r4t5y6u7i8o9p0aa".into()),
+        client_id: Some("pc1.k1.client".into()),
+        scope: Some("skills:read skills:write".into()),
+        gid: Some("AQEBAQEBAQEBAQEBAQEBAQ".into()),
+        ..Claims::default()
+    };
+    let claims_ref = claims.as_ref();
+    let expect = Validation::new(TokenType::AccessToken, "https://r.example/mcp")
+        .issuer("https://app.example.com");
+    let now = Timestamp::from_secs(1_000);
+    for (alg, kid, key) in [
+        (Algorithm::EdDsa, "ed-1", TokenKey::ed25519(&[0x21; 32])),
+        (
+            Algorithm::Es256,
+            "ec-1",
+            TokenKey::es256(&[0x22; 32]).unwrap(),
+        ),
+    ] {
+        let mut k = Keyring::new();
+        k.insert_token_key(kid, key).unwrap();
+        k.set_active(kid).unwrap();
+        let remote =
+            Keyring::from_key_set(&JwkSet::parse(k.public_key_set(now).as_bytes()).unwrap());
+        let (token, n) = allocations_in(|| {
+            k.sign_ref_with(alg, TokenType::AccessToken, &claims_ref, now)
+                .unwrap()
+        });
+        assert_eq!(n, 1, "{alg}: sign allocates only the token");
+        let token = token.expose_secret().to_string();
+        for keys in [&k, &remote] {
+            let (exp, n) = allocations_in(|| {
+                keys.verify_with(&token, &expect, now, |v| {
+                    assert!(matches!(
+                        v.claims.scope,
+                        Some(std::borrow::Cow::Borrowed(_))
+                    ));
+                    v.claims.exp
+                })
+                .unwrap()
+            });
+            assert_eq!(exp, Some(2_000));
+            assert_eq!(n, 0, "{alg}: verify allocated {n} times");
+        }
+        assert_eq!(remote.verify(&token, &expect, now).unwrap().claims, claims);
+    }
+}
+
+/// The probe firmware's EdDSA token (`embedded/src/eddsa_token.rs`,
+/// feature `eddsa`), which the device verifies with the public key alone,
+/// is what the keyring signs for its claims with the probe's test seed.
+#[test]
+fn the_probe_firmware_s_eddsa_token_is_the_keyring_s() {
+    mod probe {
+        include!("../embedded/src/eddsa_token.rs");
+    }
+    /// The probe's test seed; the firmware holds only its public key.
+    const SEED: [u8; 32] = [0x45; 32];
+    let mut k = Keyring::new();
+    k.insert_token_key(probe::KID, TokenKey::ed25519(&SEED))
+        .unwrap();
+    k.set_active(probe::KID).unwrap();
+    let claims = Claims {
+        iss: Some(probe::ISSUER.into()),
+        sub: Some(probe::SUBJECT.into()),
+        aud: Some(probe::AUDIENCE.into()),
+        iat: Some(probe::ISSUED_AT.cast_signed()),
+        exp: Some(probe::EXPIRES_AT.cast_signed()),
+        ..Claims::default()
+    };
+    let now = Timestamp::from_secs(probe::ISSUED_AT);
+    let token = k
+        .sign_ref_with(
+            Algorithm::EdDsa,
+            TokenType::AccessToken,
+            &claims.as_ref(),
+            now,
+        )
+        .unwrap();
+    let set: serde_json::Value = serde_json::from_str(&k.public_key_set(now)).unwrap();
+    let x: [u8; 32] = URL_SAFE_NO_PAD
+        .decode(set["keys"][0]["x"].as_str().unwrap())
+        .unwrap()
+        .try_into()
+        .unwrap();
+    assert_eq!(
+        (token.expose_secret(), x),
+        (probe::TOKEN, probe::PUBLIC_KEY),
+        "embedded/src/eddsa_token.rs: TOKEN = {:?}, PUBLIC_KEY = {x:?}",
+        token.expose_secret()
+    );
+    let expect = Validation::new(TokenType::AccessToken, probe::AUDIENCE).issuer(probe::ISSUER);
+    let device = {
+        let mut keys = Keyring::new();
+        keys.insert_token_key(
+            probe::KID,
+            TokenKey::ed25519_public(&probe::PUBLIC_KEY).unwrap(),
+        )
+        .unwrap();
+        keys
+    };
+    assert_eq!(
+        device.verify(probe::TOKEN, &expect, now).unwrap().claims,
+        claims
+    );
 }

@@ -9,7 +9,8 @@
 //! `no_std` memory store: site creation, client registration, authorization
 //! (authorize and decide), code exchange, refresh, bearer check, an
 //! `execute` run (begin, one action, complete, replay) and a replayed code.
-//! The default, `full`, is both.
+//! The default, `full`, is both. Feature `eddsa` (not in `full`) verifies
+//! an EdDSA access token signed on the host with the public key alone.
 //!
 //! Nothing here prints through `core::fmt`, so the flash figures are the
 //! core's, not the probe's.
@@ -25,6 +26,8 @@ use cortex_m_rt::{ExceptionFrame, entry, exception};
 use cortex_m_semihosting::{debug, hio};
 use embedded_alloc::LlffHeap as Heap;
 use portcullis_core::Timestamp;
+#[cfg(feature = "eddsa")]
+use portcullis_core::jwt::TokenKey;
 use portcullis_core::jwt::{Claims, Keyring, SigningKey, TokenType, Validation};
 #[cfg(feature = "engine")]
 use rand_core::{TryCryptoRng, TryRng};
@@ -36,6 +39,11 @@ static HEAP: Heap = Heap::empty();
 
 /// The heap the issue's budget assumes: 64 KiB.
 const HEAP_SIZE: usize = 64 * 1024;
+
+/// An EdDSA access token signed on the host, and the public key that
+/// verifies it (a host test holds them to the `Keyring`'s signer).
+#[cfg(feature = "eddsa")]
+mod eddsa_token;
 
 /// The RFC 7636 Appendix B verifier.
 #[cfg(any(feature = "links", feature = "engine"))]
@@ -54,6 +62,8 @@ fn main() -> ! {
     #[cfg_attr(not(feature = "engine"), allow(unused_mut))]
     let mut clock = Clock(START);
     jwt_round_trip(&clock);
+    #[cfg(feature = "eddsa")]
+    eddsa_verify(&clock);
     #[cfg(feature = "links")]
     links::run();
     #[cfg(feature = "engine")]
@@ -177,6 +187,50 @@ fn jwt_round_trip(clock: &Clock) {
         "jwt tampered signature refused",
     );
     say("probe: jwt ok\n");
+}
+
+/// An EdDSA access token from a site this device shares no secret with,
+/// verified with the site's public key alone; a token whose signature was
+/// altered, and the same token once expired, refused.
+#[cfg(feature = "eddsa")]
+fn eddsa_verify(clock: &Clock) {
+    use eddsa_token::{AUDIENCE, EXPIRES_AT, ISSUER, KID, PUBLIC_KEY, SUBJECT, TOKEN};
+    let mut keys = Keyring::new();
+    let key = TokenKey::ed25519_public(&PUBLIC_KEY).unwrap_or_else(|_| fail("eddsa public key"));
+    check(keys.insert_token_key(KID, key).is_ok(), "eddsa key insert");
+    let expect = Validation::new(TokenType::AccessToken, AUDIENCE).issuer(ISSUER);
+    let now = clock.now();
+    check(
+        keys.verify_with(TOKEN, &expect, now, |v| {
+            v.claims.sub.as_deref() == Some(SUBJECT)
+        })
+        .is_ok_and(|ok| ok),
+        "eddsa verify",
+    );
+    // The signature's first character: a valid encoding of another signature.
+    let at = TOKEN.rfind('.').unwrap_or_else(|| fail("eddsa token")) + 1;
+    let mut forged = alloc::string::String::from(TOKEN);
+    let flipped = if TOKEN.as_bytes()[at] == b'A' {
+        "B"
+    } else {
+        "A"
+    };
+    forged.replace_range(at..=at, flipped);
+    check(
+        keys.verify_with(&forged, &expect, now, |_| ()).is_err(),
+        "eddsa altered signature refused",
+    );
+    check(
+        keys.verify_with(
+            TOKEN,
+            &expect,
+            Timestamp::from_secs(EXPIRES_AT + 3_600),
+            |_| (),
+        )
+        .is_err(),
+        "eddsa expired token refused",
+    );
+    say("probe: eddsa ok\n");
 }
 
 #[cfg(feature = "links")]
