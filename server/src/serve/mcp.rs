@@ -60,8 +60,9 @@ use super::skills::{self, Skill};
 /// Largest MCP request body (the ledger's envelope limit plus JSON-RPC).
 pub(crate) const MAX_MCP_BODY: usize = portcullis_core::ledger::MAX_ENVELOPE_LEN + 16 * 1024;
 
-/// The rmcp service for the router.
-pub(crate) fn service(
+/// rmcp's Streamable HTTP service for [`Tools`]: stateless, JSON answers,
+/// the DNS-rebinding guard on `allowed_hosts`, the MCP body limit.
+fn service(
     app: &Shared,
     allowed_hosts: Vec<String>,
 ) -> StreamableHttpService<Tools, NeverSessionManager> {
@@ -82,8 +83,10 @@ pub(crate) fn service(
 /// The MCP route's service, which the bearer check
 /// ([`Portcullis::protect`](portcullis_axum::Portcullis::protect)) wraps:
 /// the strict JSON check ([`super::jsonrpc`]), then rmcp's [`service`].
-/// Cloned per request, as tower services are: one `Arc` of rmcp's service,
-/// whose own clone copies its configuration.
+/// `protect` clones it per request, as tower services are: a clone is one
+/// `Arc`, and rmcp's `handle` runs on the shared service (its own
+/// `Service::call` would clone the service, configuration and all, per
+/// request).
 pub(crate) fn endpoint(
     app: &Shared,
     allowed_hosts: Vec<String>,
