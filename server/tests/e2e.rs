@@ -882,25 +882,20 @@ async fn the_resource_answers_with_the_cores_challenges() {
     assert_eq!(r.status(), StatusCode::PAYLOAD_TOO_LARGE);
 }
 
-/// The MCP endpoint answers plain stateless requests without a per-request
-/// rmcp service (`serve::mcp_direct`) and hands everything else to rmcp.
-/// An `Origin` header (which this server's rmcp config does not check)
-/// sends a request down rmcp's path: every request below gets the same
-/// status, content type and body both ways, and rmcp's HTTP refusals stay.
 /// Request headers as (name, value) pairs.
 type Headers = Vec<(&'static str, String)>;
 
+/// The MCP endpoint is rmcp's Streamable HTTP transport behind the bearer
+/// check: stateless JSON answers (no session id), and rmcp's HTTP
+/// refusals (MCP "Transports": `Accept`, `Content-Type`, the protocol
+/// version header, the `Host` of a DNS-rebinding attempt, `GET` without a
+/// stream to offer).
 #[tokio::test]
-#[allow(
-    clippy::too_many_lines,
-    reason = "two tables of requests and what they must get, read top to bottom"
-)]
-async fn the_direct_mcp_path_answers_as_rmcp_does() {
+async fn the_mcp_endpoint_serves_streamable_http_statelessly() {
     let s = Server::start(&[]).await;
     let login = s.login("alice", "skills:read").await;
     let resource = s.resource().await;
-    let origin = resource[..resource.find("/mcp/").unwrap()].to_owned();
-    let send = |body: String, headers: Headers, via_rmcp: bool| {
+    let send = |body: String, headers: Headers| {
         let mut req = s
             .http
             .post(&resource)
@@ -909,16 +904,12 @@ async fn the_direct_mcp_path_answers_as_rmcp_does() {
         for (name, value) in headers {
             req = req.header(name, value);
         }
-        if via_rmcp {
-            // Any `Origin` sends the request to rmcp; a foreign one is
-            // refused before (MCP "Transports": servers validate it).
-            req = req.header("origin", origin.clone());
-        }
         async move {
             let r = req.send().await.unwrap();
             let status = r.status();
+            let session = header(r.headers(), "mcp-session-id");
             let content_type = header(r.headers(), "content-type");
-            (status, content_type, r.text().await.unwrap())
+            (status, session, content_type, r.text().await.unwrap())
         }
     };
     let standard = |version: &str| {
@@ -928,128 +919,44 @@ async fn the_direct_mcp_path_answers_as_rmcp_does() {
             ("mcp-protocol-version", version.to_owned()),
         ]
     };
-    let rpc = |method: &str, params: Value| {
-        json!({"jsonrpc": "2.0", "id": "a-1", "method": method, "params": params}).to_string()
-    };
-    let init = |version: &str| {
-        rpc(
-            "initialize",
-            json!({"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "e2e", "version": "1"}}),
-        )
-    };
-    let cases: Vec<(&str, String, Headers)> = vec![
-        ("initialize", init("2025-06-18"), standard("2025-06-18")),
-        (
-            "initialize 2025-11-25",
-            init("2025-11-25"),
-            standard("2025-11-25"),
-        ),
-        (
-            "initialize, header differs",
-            init("2025-06-18"),
-            standard("2025-03-26"),
-        ),
-        (
-            "initialize, unknown version",
-            init("2099-01-01"),
-            standard("2099-01-01"),
-        ),
-        (
-            "ping",
-            json!({"jsonrpc": "2.0", "id": 7, "method": "ping"}).to_string(),
-            standard("2025-06-18"),
-        ),
-        (
-            "ping, no version header",
-            json!({"jsonrpc": "2.0", "id": 7, "method": "ping"}).to_string(),
-            standard("2025-06-18")[..2].to_vec(),
-        ),
-        (
-            "ping, unknown version",
-            json!({"jsonrpc": "2.0", "id": 7, "method": "ping"}).to_string(),
-            standard("1999-01-01"),
-        ),
-        (
-            "tools/list",
-            rpc("tools/list", json!({})),
-            standard("2025-06-18"),
-        ),
-        (
-            "search_skills",
-            rpc(
-                "tools/call",
-                json!({"name": "search_skills", "arguments": {"query": "note"}}),
-            ),
-            standard("2025-06-18"),
-        ),
-        (
-            "no such tool",
-            rpc("tools/call", json!({"name": "nope", "arguments": {}})),
-            standard("2025-06-18"),
-        ),
-        (
-            "no such method",
-            rpc("resources/list", json!({})),
-            standard("2025-06-18"),
-        ),
-        (
-            "notification",
-            json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string(),
-            standard("2025-06-18"),
-        ),
-        (
-            "a response",
-            json!({"jsonrpc": "2.0", "id": 3, "result": {}}).to_string(),
-            standard("2025-06-18"),
-        ),
-        (
-            "not a message",
-            json!({"jsonrpc": "2.0", "id": 3}).to_string(),
-            standard("2025-06-18"),
-        ),
-        (
-            "accept json only",
-            rpc("tools/list", json!({})),
-            vec![
-                ("content-type", "application/json".to_owned()),
-                ("accept", "application/json".to_owned()),
-            ],
-        ),
-        (
-            "accept q=0",
-            rpc("tools/list", json!({})),
-            vec![
-                ("content-type", "application/json".to_owned()),
-                (
-                    "accept",
-                    "application/json, text/event-stream;q=0".to_owned(),
-                ),
-            ],
-        ),
-        (
-            "text/plain",
-            rpc("tools/list", json!({})),
-            vec![
-                ("content-type", "text/plain".to_owned()),
-                ("accept", "application/json, text/event-stream".to_owned()),
-            ],
-        ),
-    ];
-    for (what, body, headers) in cases {
-        let direct = send(body.clone(), headers.clone(), false).await;
-        let rmcp = send(body, headers, true).await;
-        assert_eq!(direct, rmcp, "{what}");
-    }
-    // rmcp's refusals, as they were.
+    let init = json!({"jsonrpc": "2.0", "id": "a-1", "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "e2e", "version": "1"}}})
+    .to_string();
+    let (status, session, content_type, body) = send(init, standard("2025-11-25")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(session, "", "stateless: no session outlives a token");
+    assert_eq!(content_type, "application/json");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["id"], "a-1");
+    assert_eq!(v["result"]["protocolVersion"], "2025-11-25");
+    assert_eq!(v["result"]["serverInfo"]["name"], "portcullis-demo");
+
     let ping = json!({"jsonrpc": "2.0", "id": 7, "method": "ping"}).to_string();
+    let (status, _, _, body) = send(ping.clone(), standard("2025-06-18")).await;
+    assert_eq!(
+        (status, body.as_str()),
+        (StatusCode::OK, r#"{"jsonrpc":"2.0","id":7,"result":{}}"#)
+    );
+    let notification = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let (status, _, _, _) = send(notification.to_string(), standard("2025-06-18")).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+
+    let accepting = |accept: &str| {
+        vec![
+            ("content-type", "application/json".to_owned()),
+            ("accept", accept.to_owned()),
+        ]
+    };
     let refused = [
         (
             "accept json only",
-            standard("2025-06-18")
-                .into_iter()
-                .take(1)
-                .chain([("accept", "application/json".to_owned())])
-                .collect::<Vec<_>>(),
+            accepting("application/json"),
+            StatusCode::NOT_ACCEPTABLE,
+        ),
+        (
+            "accept q=0",
+            accepting("application/json, text/event-stream;q=0"),
             StatusCode::NOT_ACCEPTABLE,
         ),
         (
@@ -1075,14 +982,9 @@ async fn the_direct_mcp_path_answers_as_rmcp_does() {
         ),
     ];
     for (what, headers, status) in refused {
-        let (got, _, _) = send(ping.clone(), headers, false).await;
+        let (got, _, _, _) = send(ping.clone(), headers).await;
         assert_eq!(got, status, "{what}");
     }
-    let (status, _, body) = send(ping.clone(), standard("2025-06-18"), false).await;
-    assert_eq!(
-        (status, body.as_str()),
-        (StatusCode::OK, r#"{"jsonrpc":"2.0","id":7,"result":{}}"#)
-    );
     let r = s
         .http
         .get(&resource)

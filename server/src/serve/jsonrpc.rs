@@ -11,39 +11,44 @@
 //!   string): `-32600 Invalid Request`, as JSON-RPC 2.0 §5.1 asks for JSON
 //!   that is not a request object.
 //!
-//! Only `POST`s with a JSON `Content-Type` are checked (the endpoint calls
-//! [`strict`] after the bearer check); anything else goes on to rmcp, which answers `405`/`415` as the transport spec says. The body
-//! limit is the MCP endpoint's ([`super::mcp::MAX_MCP_BODY`], applied as
-//! the body is read): a larger body is `413`, a body that fails to arrive
-//! (the client went away, or [`super::body_timeout`] ran out) `400`.
+//! rmcp would answer such a body `415` with a plain-text message, or decode
+//! a duplicated member as whichever copy its decoder keeps.
+//!
+//! Only `POST`s with a JSON `Content-Type` are checked ([`strict`] runs
+//! behind the bearer check, in front of rmcp, see [`super::mcp::endpoint`]);
+//! anything else goes on to rmcp unread, which answers `405`/`415` as the
+//! transport spec says. The body limit is the MCP endpoint's
+//! ([`super::mcp::MAX_MCP_BODY`], applied as the body is read): a larger
+//! body is `413`, a body that fails to arrive (the client went away, or
+//! [`super::body_timeout`] ran out) `400`. A body that passes goes on to
+//! rmcp as the bytes read, unchanged.
 
 use std::borrow::Cow;
 use std::collections::HashSet;
 use std::fmt;
 
-use axum::body::Bytes;
+use axum::body::Body;
 use axum::extract::Request;
-use axum::http::request::Parts;
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use http_body_util::{BodyExt as _, LengthLimitError, Limited};
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::json;
 
 use super::mcp::MAX_MCP_BODY;
-use super::mcp_methods::known_method;
 
 /// JSON-RPC 2.0 §5.1: invalid JSON was received.
 const PARSE_ERROR: i64 = -32700;
 /// JSON-RPC 2.0 §5.1: the JSON sent is not a valid request object.
 const INVALID_REQUEST: i64 = -32600;
 
-/// The check of a `POST` with a JSON `Content-Type` (the caller, the MCP
-/// endpoint, passes anything else on): its parts, its body within
-/// [`MAX_MCP_BODY`], and what the check learnt of the body; or the refusal.
-/// The body is read through the limit where it lies (no boxed body, no
-/// copy of the parts).
-pub(crate) async fn strict(request: Request) -> Result<(Parts, Bytes, Checked), Response> {
+/// `request` as rmcp gets it, or the refusal: a `POST` with a JSON
+/// `Content-Type` has its body read within [`MAX_MCP_BODY`] and checked,
+/// and goes on with the bytes read; any other request goes on unread.
+pub(crate) async fn strict(request: Request) -> Result<Request, Response> {
+    if request.method() != Method::POST || !is_json(request.headers().get(header::CONTENT_TYPE)) {
+        return Ok(request);
+    }
     let (parts, body) = request.into_parts();
     let bytes = match Limited::new(body, MAX_MCP_BODY).collect().await {
         Ok(collected) => collected.to_bytes(),
@@ -64,7 +69,7 @@ pub(crate) async fn strict(request: Request) -> Result<(Parts, Bytes, Checked), 
         }
     };
     match check(&bytes) {
-        Ok(checked) => Ok((parts, bytes, checked)),
+        Ok(()) => Ok(Request::from_parts(parts, Body::from(bytes))),
         Err((code, message)) => {
             tracing::info!(code, "mcp: malformed JSON refused");
             Err(refused(code, message))
@@ -72,30 +77,18 @@ pub(crate) async fn strict(request: Request) -> Result<(Parts, Bytes, Checked), 
     }
 }
 
-/// What the strict check learnt of a body's top level, so that the MCP
-/// endpoint decodes it once, as the one type it can be.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Checked {
-    /// The body is one object with `method` and `id` and neither `result`
-    /// nor `error`: by its members, a JSON-RPC request (JSON-RPC 2.0 §4),
-    /// as rmcp classifies a message before decoding it.
-    pub(crate) request: bool,
-    /// Its `method`, if it is a string that [`known_method`] knows.
-    pub(crate) method: Option<&'static str>,
-}
-
 /// Whether `content_type` is `application/json`, parameters allowed.
-pub(crate) fn is_json(content_type: Option<&HeaderValue>) -> bool {
+fn is_json(content_type: Option<&HeaderValue>) -> bool {
     content_type
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.split(';').next())
         .is_some_and(|essence| essence.trim().eq_ignore_ascii_case("application/json"))
 }
 
-/// What `body` is, or the JSON-RPC error code and message refusing it.
-fn check(body: &[u8]) -> Result<Checked, (i64, &'static str)> {
+/// Nothing, or the JSON-RPC error code and message refusing `body`.
+fn check(body: &[u8]) -> Result<(), (i64, &'static str)> {
     let mut de = serde_json::Deserializer::from_slice(body);
-    let top = Top::deserialize(&mut de)
+    let top = Strict::deserialize(&mut de)
         .and_then(|top| de.end().map(|()| top))
         .map_err(|_| {
             (
@@ -104,8 +97,8 @@ fn check(body: &[u8]) -> Result<Checked, (i64, &'static str)> {
             )
         })?;
     match top {
-        Top(Strict::Container, checked) => Ok(checked),
-        Top(Strict::Scalar, _) => Err((
+        Strict::Container => Ok(()),
+        Strict::Scalar => Err((
             INVALID_REQUEST,
             "Invalid Request: a JSON-RPC message is an object (or an array of them)",
         )),
@@ -179,78 +172,6 @@ impl<'de> Visitor<'de> for StrictVisitor {
     }
 }
 
-/// The top-level value: [`Strict`], and for an object what [`Checked`]
-/// records.
-struct Top(Strict, Checked);
-
-impl<'de> Deserialize<'de> for Top {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(TopVisitor)
-    }
-}
-
-struct TopVisitor;
-
-const NOT_A_REQUEST: Checked = Checked {
-    request: false,
-    method: None,
-};
-
-macro_rules! scalar_top {
-    ($($name:ident: $ty:ty),*) => {
-        $(fn $name<E>(self, _: $ty) -> Result<Top, E> {
-            Ok(Top(Strict::Scalar, NOT_A_REQUEST))
-        })*
-    };
-}
-
-impl<'de> Visitor<'de> for TopVisitor {
-    type Value = Top;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a JSON value")
-    }
-
-    scalar_top!(visit_bool: bool, visit_i64: i64, visit_u64: u64, visit_f64: f64, visit_str: &str);
-
-    fn visit_unit<E>(self) -> Result<Top, E> {
-        Ok(Top(Strict::Scalar, NOT_A_REQUEST))
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Top, A::Error> {
-        Ok(Top(StrictVisitor.visit_seq(seq)?, NOT_A_REQUEST))
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Top, A::Error> {
-        let mut seen = Names::default();
-        let (mut method, mut id, mut reply) = (None, false, false);
-        while let Some(Name(name)) = map.next_key()? {
-            match &*name {
-                "method" => method = Some(map.next_value::<MethodName>()?.0),
-                "id" => {
-                    id = true;
-                    map.next_value::<Strict>()?;
-                }
-                "result" | "error" => {
-                    reply = true;
-                    map.next_value::<Strict>()?;
-                }
-                _ => {
-                    map.next_value::<Strict>()?;
-                }
-            }
-            seen.insert(name)?;
-        }
-        Ok(Top(
-            Strict::Container,
-            Checked {
-                request: method.is_some() && id && !reply,
-                method: method.flatten(),
-            },
-        ))
-    }
-}
-
 /// A member name, borrowed from the body unless it has escapes.
 struct Name<'de>(Cow<'de, str>);
 
@@ -270,47 +191,6 @@ impl<'de> Deserialize<'de> for Name<'de> {
             }
         }
         d.deserialize_str(V)
-    }
-}
-
-/// The value of `method`: a known method's name, or any other value
-/// (checked as [`Strict`]).
-struct MethodName(Option<&'static str>);
-
-impl<'de> Deserialize<'de> for MethodName {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = MethodName;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a JSON value")
-            }
-            fn visit_str<E>(self, s: &str) -> Result<MethodName, E> {
-                Ok(MethodName(known_method(s)))
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<MethodName, E> {
-                Ok(MethodName(None))
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<MethodName, E> {
-                Ok(MethodName(None))
-            }
-            fn visit_u64<E>(self, _: u64) -> Result<MethodName, E> {
-                Ok(MethodName(None))
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<MethodName, E> {
-                Ok(MethodName(None))
-            }
-            fn visit_unit<E>(self) -> Result<MethodName, E> {
-                Ok(MethodName(None))
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<MethodName, A::Error> {
-                StrictVisitor.visit_seq(seq).map(|_| MethodName(None))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<MethodName, A::Error> {
-                StrictVisitor.visit_map(map).map(|_| MethodName(None))
-            }
-        }
-        d.deserialize_any(V)
     }
 }
 
@@ -345,55 +225,8 @@ impl<'de> Names<'de> {
 }
 
 #[cfg(test)]
-pub(super) mod tests {
+mod tests {
     use super::*;
-
-    /// What the check records of `body` (which must pass it).
-    pub(in super::super) fn checked(body: &str) -> Checked {
-        check(body.as_bytes()).unwrap()
-    }
-
-    #[test]
-    fn records_a_requests_shape_and_known_method() {
-        let request = |method| Checked {
-            request: true,
-            method,
-        };
-        let other = |method| Checked {
-            request: false,
-            method,
-        };
-        for (body, expected) in [
-            (
-                r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#,
-                request(Some("ping")),
-            ),
-            (
-                r#"{"id":null,"params":{"method":"x"},"method":"tools/call"}"#,
-                request(Some("tools/call")),
-            ),
-            (r#"{"id":1,"method":"vendor/x"}"#, request(None)),
-            (r#"{"id":1,"method":{"a":1}}"#, request(None)),
-            (r#"{"method":"ping"}"#, other(Some("ping"))),
-            (
-                r#"{"id":1,"method":"ping","result":{}}"#,
-                other(Some("ping")),
-            ),
-            (r#"{"id":1,"error":{}}"#, other(None)),
-            (r#"[{"id":1,"method":"ping"}]"#, NOT_A_REQUEST),
-        ] {
-            assert_eq!(checked(body), expected, "{body}");
-        }
-        // The duplicate check still holds at the top level and inside
-        // `method`, and past the short list.
-        assert!(check(br#"{"method":"ping","method":"ping","id":1}"#).is_err());
-        assert!(check(br#"{"method":{"a":1,"a":2},"id":1}"#).is_err());
-        let many: Vec<String> = (0..40).map(|i| format!("\"k{i}\":{i}")).collect();
-        let body = format!("{{{},\"k3\":0}}", many.join(","));
-        assert!(check(body.as_bytes()).is_err());
-        let body = format!("{{{}}}", many.join(","));
-        assert!(check(body.as_bytes()).is_ok());
-    }
 
     #[test]
     fn refuses_what_is_not_one_json_text_with_unique_names() {
@@ -403,6 +236,8 @@ pub(super) mod tests {
             br#"{"jsonrpc":"2.0","id":1,"method":"ping"} x"#,
             br#"{"a":1}{"a":1}"#,
             br#"{"jsonrpc":"2.0","id":1,"id":2,"method":"ping"}"#,
+            br#"{"method":"ping","method":"ping","id":1}"#,
+            br#"{"method":{"a":1,"a":2},"id":1}"#,
             br#"{"params":{"a":1,"\u0061":2}}"#,
             br#"[{"a":1,"a":1}]"#,
             b"{",
@@ -420,6 +255,15 @@ pub(super) mod tests {
         }
         let deep = "[".repeat(200) + &"]".repeat(200);
         assert!(check(deep.as_bytes()).is_err());
+    }
+
+    #[test]
+    fn a_duplicate_is_found_past_the_short_list() {
+        let many: Vec<String> = (0..40).map(|i| format!("\"k{i}\":{i}")).collect();
+        let body = format!("{{{},\"k3\":0}}", many.join(","));
+        assert!(check(body.as_bytes()).is_err());
+        let body = format!("{{{}}}", many.join(","));
+        assert!(check(body.as_bytes()).is_ok());
     }
 
     #[test]

@@ -1,19 +1,20 @@
 //! The MCP endpoint at `/mcp/{key}`: rmcp's Streamable HTTP server
-//! transport behind the core's bearer check.
+//! transport behind the crate's bearer check, as any host serves it.
 //!
-//! * [`guard`] (called first by the route's handler, no middleware) runs
-//!   **first**: `portcullis-axum`'s bearer check
-//!   ([`Portcullis::authenticate`]: the `Origin`, the path key against the
-//!   site's current public key (re-read on every other instance's or the
-//!   CLI's site change), no token in the query, an access token of a live
-//!   grant with `skills:read` or a minted agent token); refusals are the
-//!   core's challenges (`400`/`401`/`403` with `WWW-Authenticate`) or `503`
-//!   with `Retry-After`. The verified [`Agent`] goes into the request
-//!   extensions, where the tools read it.
-//! * MCP is served **statelessly** with JSON responses (no `Mcp-Session-Id`:
-//!   every POST carries its own bearer, so no session outlives a token):
-//!   plain requests by [`super::mcp_direct`], which runs [`Tools`] without
-//!   a per-request rmcp service, the rest by rmcp's [`service`].
+//! * The route's service is [`endpoint`] behind
+//!   [`Portcullis::protect`](portcullis_axum::Portcullis::protect), which
+//!   runs **first**: `portcullis-axum`'s bearer check (the `Origin`, the
+//!   path key against the site's current public key (re-read on every
+//!   other instance's or the CLI's site change), no token in the query, an
+//!   access token of a live grant with `skills:read` or a minted agent
+//!   token); refusals are the core's challenges (`400`/`401`/`403` with
+//!   `WWW-Authenticate`) or `503` with `Retry-After`. The verified [`Agent`]
+//!   goes into the request extensions, where the tools read it.
+//! * Then the strict JSON check ([`super::jsonrpc`]), then rmcp's
+//!   [`service`]: MCP is served **statelessly** with JSON responses (no
+//!   `Mcp-Session-Id`: every POST carries its own bearer, so no session
+//!   outlives a token), and rmcp keeps its DNS-rebinding guard (the `Host`
+//!   must be the public URL's authority or the bound address).
 //! * [`Tools`] implements `search_skills`, `describe_skill` and `execute`
 //!   (see [`super::run`] and [`super::skills`]). Tool answers are structured
 //!   JSON; a protocol failure (`"ok": false`) is an `isError` result. A
@@ -23,10 +24,12 @@
 //!   ([`super::gateway`]) come through two narrow hooks: extra tools on the
 //!   list (their calls go to the gateway) and the `resources/*` methods.
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
+use axum::body::Body;
 use axum::extract::Request;
 use axum::response::Response;
 use portcullis_axum::Agent;
@@ -39,9 +42,9 @@ use portcullis_core::ledger::resume::is_source_state;
 use portcullis_core::ledger::{BeginError, RequestId, RequestState};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, GetTaskParams,
-    GetTaskResult, Implementation, InitializeRequestParams, InitializeResult, JsonObject,
-    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
-    ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig, Tool,
+    GetTaskResult, Implementation, JsonObject, ListResourceTemplatesResult, ListResourcesResult,
+    ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
+    ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
@@ -57,8 +60,9 @@ use super::skills::{self, Skill};
 /// Largest MCP request body (the ledger's envelope limit plus JSON-RPC).
 pub(crate) const MAX_MCP_BODY: usize = portcullis_core::ledger::MAX_ENVELOPE_LEN + 16 * 1024;
 
-/// The rmcp service for the router.
-pub(crate) fn service(
+/// rmcp's Streamable HTTP service for [`Tools`]: stateless, JSON answers,
+/// the DNS-rebinding guard on `allowed_hosts`, the MCP body limit.
+fn service(
     app: &Shared,
     allowed_hosts: Vec<String>,
 ) -> StreamableHttpService<Tools, NeverSessionManager> {
@@ -76,17 +80,34 @@ pub(crate) fn service(
     )
 }
 
-/// The bearer check in front of the MCP transport (the crate's
-/// [`Portcullis::authenticate`]): `serve` answers only an accepted
-/// request, which carries the verified [`Agent`] in its extensions; a
-/// scope a tool found missing turns the answer into `403
-/// insufficient_scope` ([`Portcullis::finish`]).
-pub(crate) async fn guard<F: Future<Output = Response>>(
+/// The MCP route's service, which the bearer check
+/// ([`Portcullis::protect`](portcullis_axum::Portcullis::protect)) wraps:
+/// the strict JSON check ([`super::jsonrpc`]), then rmcp's [`service`].
+/// `protect` clones it per request, as tower services are: a clone is one
+/// `Arc`, and rmcp's `handle` runs on the shared service (its own
+/// `Service::call` would clone the service, configuration and all, per
+/// request).
+pub(crate) fn endpoint(
     app: &Shared,
-    request: Request,
-    serve: impl FnOnce(Request) -> F,
-) -> Response {
-    app.portcullis.guarded(request, serve).await
+    allowed_hosts: Vec<String>,
+) -> impl tower::Service<
+    Request,
+    Response = Response,
+    Error = Infallible,
+    Future = impl Future<Output = Result<Response, Infallible>> + Send + 'static,
+> + Clone
++ Send
++ 'static {
+    let rmcp = Arc::new(service(app, allowed_hosts));
+    tower::service_fn(move |request: Request| {
+        let rmcp = Arc::clone(&rmcp);
+        async move {
+            Ok(match super::jsonrpc::strict(request).await {
+                Ok(request) => rmcp.handle(request).await.map(Body::new),
+                Err(refused) => refused,
+            })
+        }
+    })
 }
 
 /// The MCP tools: a cheap handle on the app, cloned per request.
@@ -362,8 +383,6 @@ pub(crate) async fn wait_for_decision(
     }
 }
 
-/// Hands a tool's challenge to the guard, which turns the response into
-/// `403 insufficient_scope`.
 /// The grant a request's verified caller holds (`None` for a minted agent
 /// token).
 fn principal_of(context: &RequestContext<RoleServer>) -> Option<Principal> {
@@ -374,6 +393,8 @@ fn principal_of(context: &RequestContext<RoleServer>) -> Option<Principal> {
         .and_then(|agent| agent.principal().cloned())
 }
 
+/// Hands a tool's challenge to the guard, which turns the response into
+/// `403 insufficient_scope`.
 fn raise(challenge: Option<&Challenge>, agent: &Agent) {
     if let Some(c) = challenge {
         agent.raise(c.clone());
@@ -515,9 +536,8 @@ impl Tools {
 /// The handlers whose work waits (a run in the tab, a downstream server)
 /// await it boxed: rmcp's dispatch future (`Service::handle_request`) is as
 /// large as the largest handler future, and every request, a `ping`
-/// included, builds one, which the direct path then moves into a box of its
-/// own ([`super::mcp_direct`]). Boxed, their state stays out of it (about
-/// 3 KB are left, rmcp's own handlers'); the calls that wait pay one
+/// included, builds one and moves it into the task rmcp spawns for it.
+/// Boxed, their state stays out of it; the calls that wait pay one
 /// allocation.
 impl ServerHandler for Tools {
     fn get_info(&self) -> ServerConfig {
@@ -526,17 +546,6 @@ impl ServerHandler for Tools {
         } else {
             INFO.clone()
         }
-    }
-
-    /// The version negotiation only: every request is stateless, and its
-    /// peer may be shared by other clients' requests
-    /// ([`super::mcp_direct`]), so the client's info is not kept on it.
-    async fn initialize(
-        &self,
-        request: InitializeRequestParams,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<InitializeResult, ErrorData> {
-        self.negotiate_initialize(&request)
     }
 
     /// The tools the caller's grant reaches ([`super::granted`]): the

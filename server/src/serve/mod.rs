@@ -12,7 +12,7 @@
 //! | `POST /register` | RFC 7591 (stateless) |
 //! | `GET, POST /authorize` | sign-in, consent, decision |
 //! | `POST /token`, `POST /revoke` | RFC 6749, RFC 7009 |
-//! | `ANY /mcp/{key}` | the MCP server (Streamable HTTP: [`mcp_direct`], else rmcp) behind the bearer check ([`mcp`]) |
+//! | `ANY /mcp/{key}` | the MCP server: rmcp's Streamable HTTP transport behind the bearer check and the strict JSON check ([`mcp`]) |
 //! | `GET, POST /_agent-native/open` | the open route; its `navigate` command goes to the browser session's tab ([`navigate`]) |
 //! | `GET, POST /agents` | sign-in/out, the user's connections, revoke; the connected tab |
 //! | `GET /agents/app.js` | the connected tab's script |
@@ -41,8 +41,6 @@ mod jobs;
 mod jsonrpc;
 mod listen;
 mod mcp;
-mod mcp_direct;
-mod mcp_methods;
 mod navigate;
 mod notes;
 mod relay;
@@ -61,7 +59,7 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
-use axum::routing::{any, get, post};
+use axum::routing::{get, post};
 use portcullis_axum::Portcullis;
 use portcullis_core::grant::GrantId;
 use portcullis_core::jwt::SigningKey;
@@ -438,12 +436,12 @@ async fn revocations(
 ///   and `Strict-Transport-Security` when the public URL is https.
 fn router(app: Shared, mcp_hosts: Vec<String>, limits: ConnLimits) -> Router {
     let secure = app.secure;
-    let endpoint = Arc::new(mcp_direct::Endpoint::new(&app, mcp_hosts));
     // The MCP body's limit is applied where the body is read
     // (`jsonrpc::strict`), not by a layer that every request would clone.
-    let mcp = Router::new()
-        .route("/mcp/{key}", any(mcp_direct::endpoint))
-        .with_state(endpoint);
+    let mcp = Router::new().route_service(
+        "/mcp/{key}",
+        app.portcullis.protect(mcp::endpoint(&app, mcp_hosts)),
+    );
     let oauth = app
         .portcullis
         .routes()
