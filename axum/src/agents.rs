@@ -24,6 +24,8 @@
 //! approvals routes: `401 login_required`, `403 cross_site` / `bad_csrf`,
 //! `400 invalid_request`, `404 not_found`.
 
+mod page;
+
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -31,15 +33,13 @@ use axum::http::request::Parts;
 use axum::response::Response;
 use portcullis_core::activity::{ActivityEntry, ActivityPage};
 use portcullis_core::engine::{GrantSummary, SiteOpError};
-use portcullis_core::form::Form;
 use portcullis_core::grant::{GrantId, GrantStatus};
 use serde_json::{Value, json};
 
 use crate::csrf::{self, Purpose};
 use crate::forms::{bad_csrf, bad_form, cross_site, json_refusal};
-use crate::host::SignedIn;
-use crate::oauth::{BODY_LIMIT, form_text};
 use crate::store::HostStore;
+use crate::user::SignedIn;
 use crate::{Portcullis, pages, respond};
 
 /// Most agents listed (a user with more sees the most recent first ones
@@ -105,7 +105,7 @@ impl<S: HostStore> Portcullis<S> {
                 Ok::<_, SiteOpError>(live)
             })
             .await?
-            .map_err(|e| crate::oauth::store_failure(&e))?;
+            .map_err(|e| respond::store_failure(&e))?;
         Ok(listed
             .into_iter()
             .map(|grant| Connected {
@@ -199,7 +199,7 @@ pub(crate) async fn page<S: HostStore>(State(p): State<Portcullis<S>>, parts: Pa
     let csrf = p.inner.csrf.issue(Purpose::Agents, &user, crate::now());
     respond::html(
         StatusCode::OK,
-        pages::connected_agents(&user.subject, &agents, &recent, &p.inner.agents_path, &csrf),
+        page::connected_agents(&user.subject, &agents, &recent, &p.inner.agents_path, &csrf),
     )
 }
 
@@ -264,7 +264,7 @@ pub(crate) async fn disconnect_form<S: HostStore>(
     if !p.same_origin(&parts) {
         return cross_site();
     }
-    let Some(form) = form_text(&body).and_then(|b| Form::parse(b, BODY_LIMIT).ok()) else {
+    let Some(form) = crate::forms::read_form(&body) else {
         return bad_form();
     };
     let user = match p.agents_page_user(&parts).await {

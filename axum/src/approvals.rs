@@ -28,16 +28,14 @@ use axum::http::request::Parts;
 use axum::response::Response;
 use portcullis_core::WireError as _;
 use portcullis_core::approval::{ApprovalDecision, ApprovalError, ApprovalPrompt, ApprovalRef};
-use portcullis_core::form::Form;
 use portcullis_core::grant::GrantId;
 use portcullis_core::ledger::{ActionFingerprint, RequestId};
 use serde_json::{Value, json};
 
 use crate::csrf::{self, Purpose};
 use crate::forms::{bad_csrf, bad_form, cross_site, json_refusal};
-use crate::host::SignedIn;
-use crate::oauth::{BODY_LIMIT, form_text};
 use crate::store::HostStore;
+use crate::user::SignedIn;
 use crate::{Portcullis, pages, respond};
 
 /// A decision as a form or a JSON body names it.
@@ -172,7 +170,7 @@ pub(crate) async fn decide_form<S: HostStore>(
     ) {
         return cross_site();
     }
-    let Some(form) = form_text(&body).and_then(|b| Form::parse(b, BODY_LIMIT).ok()) else {
+    let Some(form) = crate::forms::read_form(&body) else {
         return bad_form();
     };
     let user = match p.page_user(&parts).await {

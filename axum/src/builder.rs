@@ -384,7 +384,7 @@ impl<S: HostStore> Builder<S> {
             let site = ensure_site(&engine, &config)?;
             let now = crate::now();
             if engine.store().is_local() {
-                sweep::end_runs_left_running(&engine)?;
+                sweep::end_runs_left_running(&engine).map_err(|e| BuildError::Site(e.into()))?;
             }
             let executor = engine
                 .start_executor(&site.id, now)

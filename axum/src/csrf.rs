@@ -18,7 +18,7 @@ use portcullis_core::Timestamp;
 use portcullis_core::jwt::SigningKey;
 use subtle::ConstantTimeEq as _;
 
-use crate::host::SignedIn;
+use crate::user::SignedIn;
 
 /// How long a rendered form stays usable.
 pub(crate) const LIFETIME: Duration = Duration::from_hours(1);

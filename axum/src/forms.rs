@@ -3,11 +3,23 @@
 //! same way (a sign-in form, say): the same statuses and the same plain
 //! pages, with the security headers of [`crate::html`].
 
+use axum::body::Bytes;
 use axum::http::StatusCode;
 use axum::response::Response;
+use portcullis_core::form::Form;
 use serde_json::json;
 
 use crate::{pages, respond};
+
+/// Largest request body on the crate's routes (the token endpoint's limit;
+/// registration documents and forms are smaller).
+pub(crate) const BODY_LIMIT: usize = portcullis_core::token::MAX_BODY_LEN;
+
+/// A posted form body read as `application/x-www-form-urlencoded` fields:
+/// `None` when it is not UTF-8 or not a form within [`BODY_LIMIT`].
+pub(crate) fn read_form(body: &Bytes) -> Option<Form<'_>> {
+    Form::parse(std::str::from_utf8(body).ok()?, BODY_LIMIT).ok()
+}
 
 /// 400 for a malformed form.
 #[must_use]

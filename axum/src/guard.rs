@@ -351,7 +351,7 @@ pub trait Gatekeeper: sealed::Sealed + Clone + Send + Sync + 'static {
     fn admit(&self, parts: &Parts) -> impl Future<Output = Result<Agent, Response>> + Send;
 }
 
-mod sealed {
+pub(crate) mod sealed {
     /// Only this crate's gatekeepers.
     pub trait Sealed {}
 }
@@ -359,14 +359,6 @@ mod sealed {
 impl<S: HostStore> sealed::Sealed for Portcullis<S> {}
 
 impl<S: HostStore> Gatekeeper for Portcullis<S> {
-    fn admit(&self, parts: &Parts) -> impl Future<Output = Result<Agent, Response>> + Send {
-        self.authenticate(parts)
-    }
-}
-
-impl sealed::Sealed for crate::remote::RemoteResource {}
-
-impl Gatekeeper for crate::remote::RemoteResource {
     fn admit(&self, parts: &Parts) -> impl Future<Output = Result<Agent, Response>> + Send {
         self.authenticate(parts)
     }

@@ -11,84 +11,9 @@ use portcullis_core::authorize::ConsentScreen;
 use portcullis_core::form::Form;
 use portcullis_core::granted_apps::AppSelection;
 
-use crate::{pages, respond};
-
-/// The user a request is signed in as, in the host's own terms.
-#[derive(Clone, PartialEq, Eq)]
-pub struct SignedIn {
-    /// The user's stable id: it becomes the grant's subject (the `sub` of
-    /// every token the user's agents get). 1–255 printable characters.
-    pub subject: String,
-    /// The host's session id, if it has one. The forms this crate renders
-    /// for the user (consent, approvals) carry a CSRF token bound to the
-    /// subject and, when given, to this session, so a token read from one
-    /// session cannot be replayed from another.
-    pub session: Option<String>,
-}
-
-impl SignedIn {
-    /// `subject`, with no session binding.
-    pub fn new(subject: impl Into<String>) -> Self {
-        Self {
-            subject: subject.into(),
-            session: None,
-        }
-    }
-
-    /// Binds the forms' CSRF tokens to the host's `session` id too.
-    #[must_use]
-    pub fn in_session(mut self, session: impl Into<String>) -> Self {
-        self.session = Some(session.into());
-        self
-    }
-}
-
-/// The session id is a credential: never printed.
-impl std::fmt::Debug for SignedIn {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SignedIn")
-            .field("subject", &self.subject)
-            .field("session", &self.session.as_ref().map(|_| "…"))
-            .finish()
-    }
-}
-
-/// What a consent screen shows and where its decision goes. The host's own
-/// page (if it renders one) must post back to [`ConsentPage::action`] a form
-/// with `intent` = `allow` or `deny`, `csrf` = [`ConsentPage::csrf`], and
-/// the host's own [`ConsentPage::fields`].
-#[derive(Debug)]
-pub struct ConsentPage<'a> {
-    /// What the core says the user is consenting to: the client (its name
-    /// unverified), where it will be sent back to, the scopes, and whether
-    /// it only accepts answers on this computer (show that as a warning).
-    pub screen: &'a ConsentScreen,
-    /// Who is consenting.
-    pub user: &'a SignedIn,
-    /// The form's `action`: the authorization URL as it was requested, so
-    /// the decision re-submits (and the core re-checks) the whole request.
-    pub action: &'a str,
-    /// The CSRF token for the form's `csrf` field.
-    pub csrf: &'a str,
-    /// The site's scopes and what each lets an agent do, as the host
-    /// declared them.
-    pub scope_descriptions: &'a [(String, String)],
-    /// The host's own form fields ([`Host::consent_fields`]: HTML the host
-    /// built), placed inside the form before its buttons.
-    pub fields: &'a str,
-}
-
-impl ConsentPage<'_> {
-    /// What `scope` lets an agent do, as the host described it (empty when
-    /// it did not).
-    #[must_use]
-    pub fn describe_scope(&self, scope: &str) -> &str {
-        self.scope_descriptions
-            .iter()
-            .find(|(s, _)| s == scope)
-            .map_or("", |(_, d)| d.as_str())
-    }
-}
+use crate::pages::{self, ConsentPage};
+use crate::respond;
+use crate::user::SignedIn;
 
 /// The host's side of the authorization server.
 ///

@@ -96,6 +96,7 @@ pub mod rmcp;
 mod run;
 pub mod store;
 mod sweep;
+mod user;
 
 use std::sync::{Arc, RwLock};
 
@@ -106,7 +107,8 @@ use portcullis_core::site::{Site, SiteId};
 
 pub use builder::{BuildError, Builder};
 pub use guard::{Agent, Gatekeeper, Identity, MissingAgent, Protect, ProtectLayer, ScopeRequired};
-pub use host::{ConsentPage, Host, SignedIn};
+pub use host::Host;
+pub use pages::ConsentPage;
 pub use portcullis_core::Policy;
 pub use portcullis_core::jwt::{Algorithm, Keyring};
 pub use portcullis_core::ledger::{Action, BusinessError, Effect, RequestId};
@@ -120,6 +122,7 @@ pub use respond::{
 };
 pub use run::{Outcome, Pending, Ran, Refused};
 pub use store::HostStore;
+pub use user::SignedIn;
 
 use crate::csrf::Csrf;
 use crate::documents::Documents;

@@ -16,7 +16,6 @@ use portcullis_core::authorize::AuthorizeAnswer;
 use portcullis_core::client::assertion::VerifiedAssertion;
 use portcullis_core::engine::{RevokeError, SiteOpError};
 use portcullis_core::error::{ErrorCode, WireError as _};
-use portcullis_core::form::Form;
 use portcullis_core::http::HttpResponse;
 use portcullis_core::introspect::IntrospectError;
 use portcullis_core::metadata::{
@@ -25,8 +24,8 @@ use portcullis_core::metadata::{
 use portcullis_core::token::{ClientAuthentication, TokenError};
 
 use crate::csrf::{self, Purpose};
-use crate::forms::{bad_csrf, bad_form, cross_site};
-use crate::host::ConsentPage;
+use crate::forms::{BODY_LIMIT, bad_csrf, bad_form, cross_site, read_form};
+use crate::pages::ConsentPage;
 use crate::respond::{self, HeaderValues};
 use crate::store::HostStore;
 use crate::{Portcullis, pages};
@@ -42,10 +41,6 @@ pub(crate) const AS_ROUTES: [&str; 6] = [
     "/revoke",
     "/introspect",
 ];
-
-/// Largest request body on these routes (the token endpoint's limit;
-/// registration documents and forms are smaller).
-pub(crate) const BODY_LIMIT: usize = portcullis_core::token::MAX_BODY_LEN;
 
 impl<S: HostStore> Portcullis<S> {
     /// The routes of the authorization server and the approvals page, to
@@ -194,15 +189,6 @@ async fn common_headers(mut response: Response) -> Response {
         HeaderValue::from_static("nosniff"),
     );
     response
-}
-
-/// A store failure as an answer: `503` with `Retry-After` when the store
-/// cannot be reached now, else `500`.
-pub(crate) fn store_failure(e: &SiteOpError) -> Response {
-    match e {
-        SiteOpError::Store(s) => respond::store(s),
-        e => respond::internal(&e.to_string()),
-    }
 }
 
 /// RFC 8414 §3: the authorization server's metadata.
@@ -355,11 +341,6 @@ fn answer_page(answer: AuthorizeAnswer) -> Response {
     }
 }
 
-/// A form body as UTF-8 text.
-pub(crate) fn form_text(body: &Bytes) -> Option<&str> {
-    std::str::from_utf8(body).ok()
-}
-
 /// `POST /authorize`: the consent decision (`intent=allow|deny`, with the
 /// form's CSRF token), from a page of this origin. The query of the URL is
 /// the original authorization request, validated again by the core. On
@@ -372,7 +353,7 @@ async fn decide<S: HostStore>(
     body: Bytes,
 ) -> Response {
     let query = query.unwrap_or_default();
-    let Some(form) = form_text(&body).and_then(|b| Form::parse(b, BODY_LIMIT).ok()) else {
+    let Some(form) = read_form(&body) else {
         return bad_form();
     };
     if !csrf::same_origin(
@@ -456,7 +437,7 @@ where
     let first = std::sync::Arc::clone(&op);
     let answer = match p.blocking(move |p| first(p, None)).await? {
         Ok(a) => a,
-        Err(e) => return Err(store_failure(&e)),
+        Err(e) => return Err(respond::store_failure(&e)),
     };
     let AuthorizeAnswer::FetchClientDocument(request) = answer else {
         return Ok(answer);
@@ -474,7 +455,7 @@ where
     let body = std::sync::Arc::clone(&fetched.body);
     let answer = match p.blocking(move |p| op(p, Some(&body))).await? {
         Ok(a) => a,
-        Err(e) => return Err(store_failure(&e)),
+        Err(e) => return Err(respond::store_failure(&e)),
     };
     match &answer {
         AuthorizeAnswer::ShowError(_) | AuthorizeAnswer::FetchClientDocument(_) => {

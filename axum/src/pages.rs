@@ -8,7 +8,46 @@ use std::fmt::Write as _;
 
 use portcullis_core::approval::ApprovalPrompt;
 
-use crate::host::ConsentPage;
+use portcullis_core::authorize::ConsentScreen;
+
+use crate::user::SignedIn;
+
+/// What a consent screen shows and where its decision goes. The host's own
+/// page (if it renders one) must post back to [`ConsentPage::action`] a form
+/// with `intent` = `allow` or `deny`, `csrf` = [`ConsentPage::csrf`], and
+/// the host's own [`ConsentPage::fields`].
+#[derive(Debug)]
+pub struct ConsentPage<'a> {
+    /// What the core says the user is consenting to: the client (its name
+    /// unverified), where it will be sent back to, the scopes, and whether
+    /// it only accepts answers on this computer (show that as a warning).
+    pub screen: &'a ConsentScreen,
+    /// Who is consenting.
+    pub user: &'a SignedIn,
+    /// The form's `action`: the authorization URL as it was requested, so
+    /// the decision re-submits (and the core re-checks) the whole request.
+    pub action: &'a str,
+    /// The CSRF token for the form's `csrf` field.
+    pub csrf: &'a str,
+    /// The site's scopes and what each lets an agent do, as the host
+    /// declared them.
+    pub scope_descriptions: &'a [(String, String)],
+    /// The host's own form fields ([`Host::consent_fields`](crate::Host::consent_fields): HTML the host
+    /// built), placed inside the form before its buttons.
+    pub fields: &'a str,
+}
+
+impl ConsentPage<'_> {
+    /// What `scope` lets an agent do, as the host described it (empty when
+    /// it did not).
+    #[must_use]
+    pub fn describe_scope(&self, scope: &str) -> &str {
+        self.scope_descriptions
+            .iter()
+            .find(|(s, _)| s == scope)
+            .map_or("", |(_, d)| d.as_str())
+    }
+}
 
 /// HTML-escapes `s` for text and double-quoted attribute values.
 #[must_use]
@@ -184,106 +223,6 @@ fn approval_card(out: &mut String, prompt: &ApprovalPrompt, action: &str, csrf: 
         scope = escape(&prompt.scope),
         action = escape(action),
     );
-}
-
-/// The connected-agents page: each of `subject`'s agents, what it may
-/// do, and its Disconnect form (posting to `action`).
-pub(crate) fn connected_agents(
-    subject: &str,
-    agents: &[crate::agents::Connected],
-    recent: &[portcullis_core::activity::ActivityEntry],
-    action: &str,
-    csrf: &str,
-) -> String {
-    let mut body = format!(
-        "<h1>Connected agents</h1><p>Signed in as <strong>{}</strong>. These agents can act \
-for you. Disconnect one and it stops at once; connect it again from the agent.</p>",
-        escape(subject)
-    );
-    if agents.is_empty() {
-        body.push_str("<p>No agent is connected.</p>");
-    }
-    for agent in agents {
-        let g = &agent.grant;
-        let client = g.client_name.as_deref().map_or_else(
-            || format!("<code>{}</code>", escape(&g.client_id)),
-            |n| {
-                format!(
-                    "“{}” <em>(unverified name)</em> <code>{}</code>",
-                    escape(n),
-                    escape(&g.client_id)
-                )
-            },
-        );
-        let mut scopes = String::new();
-        for (scope, description) in &agent.scopes {
-            let _ = write!(
-                scopes,
-                "<li><code>{}</code> {}</li>",
-                escape(scope),
-                escape(description)
-            );
-        }
-        let _ = write!(
-            body,
-            "<div class=\"approval\" id=\"g-{grant}\"><p>{client}</p><p>May:</p><ul>{scopes}</ul>\
-<p>Connected {connected}, last used {used}.</p><form method=\"post\" action=\"{action}\">\
-<input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
-<input type=\"hidden\" name=\"grant\" value=\"{grant}\">\
-<button type=\"submit\">Disconnect</button></form></div>",
-            grant = g.id,
-            connected = g.created.utc().date(),
-            used = g.last_used.utc().date(),
-            action = escape(action),
-            csrf = escape(csrf),
-        );
-    }
-    activity(&mut body, recent);
-    layout("Connected agents", &body)
-}
-
-/// The user's latest activity: one line per entry, newest first.
-fn activity(out: &mut String, recent: &[portcullis_core::activity::ActivityEntry]) {
-    use portcullis_core::activity::{ActivityEvent, Allowance};
-    use portcullis_core::ledger::OutcomeStatus;
-    out.push_str("<h2>Recent activity</h2>");
-    if recent.is_empty() {
-        out.push_str("<p>Nothing yet.</p>");
-        return;
-    }
-    out.push_str("<ul>");
-    for e in recent {
-        let who = e.client_name.as_deref().unwrap_or(&e.client_id);
-        let what = e.action.as_ref().map_or_else(String::new, |a| {
-            format!(" <code>{}</code>", escape(&a.kind))
-        });
-        let happened = match &e.event {
-            ActivityEvent::Approved { always: false, .. } => "you approved".to_owned(),
-            ActivityEvent::Approved { always: true, .. } => {
-                "you approved, and allowed its kind from now on".to_owned()
-            }
-            ActivityEvent::Denied { .. } => "you denied".to_owned(),
-            ActivityEvent::Ran { allowed_by } => match allowed_by {
-                Allowance::NotNeeded => "ran (no approval needed)".to_owned(),
-                Allowance::Approval => "ran on your approval".to_owned(),
-                Allowance::AutoApproval => "ran by your auto-approve rule".to_owned(),
-            },
-            ActivityEvent::Outcome { status } => match status {
-                OutcomeStatus::Ok => "succeeded".to_owned(),
-                OutcomeStatus::Failed(code) => format!("failed ({})", escape(code)),
-            },
-            ActivityEvent::Ended { end } => format!("request ended: {}", escape(end)),
-            ActivityEvent::Replayed => "a repeated call got the stored result".to_owned(),
-        };
-        let _ = write!(
-            out,
-            "<li>{at} · “{who}” <em>({caller})</em>{what}: {happened}</li>",
-            at = e.at.utc(),
-            who = escape(who),
-            caller = e.caller.as_str(),
-        );
-    }
-    out.push_str("</ul>");
 }
 
 /// The approvals page: every approval waiting for `subject`.

@@ -70,7 +70,7 @@ use portcullis_core::resource_server::{Refusal, RemoteSite};
 use portcullis_core::scope::ScopeSet;
 use serde::Deserialize;
 
-use crate::guard::{Agent, Identity, NoServices, Protect, ProtectLayer};
+use crate::guard::{Agent, Gatekeeper, Identity, NoServices, Protect, ProtectLayer, sealed};
 pub use crate::keys::KEY_SET_MAX_AGE;
 use crate::respond::{self, HeaderValues};
 
@@ -504,4 +504,12 @@ async fn fetch(
         body.extend_from_slice(&chunk);
     }
     Ok((body, ttl))
+}
+
+impl sealed::Sealed for RemoteResource {}
+
+impl Gatekeeper for RemoteResource {
+    fn admit(&self, parts: &Parts) -> impl Future<Output = Result<Agent, Response>> + Send {
+        self.authenticate(parts)
+    }
 }

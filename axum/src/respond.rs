@@ -157,3 +157,12 @@ impl HeaderValues {
         )
     }
 }
+
+/// A store failure as an answer: `503` with `Retry-After` when the store
+/// cannot be reached now, else `500`.
+pub(crate) fn store_failure(e: &portcullis_core::engine::SiteOpError) -> Response {
+    match e {
+        portcullis_core::engine::SiteOpError::Store(s) => store(s),
+        e => internal(&e.to_string()),
+    }
+}

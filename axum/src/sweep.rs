@@ -11,7 +11,6 @@ use portcullis_core::Engine;
 use portcullis_core::store::StoreError;
 use tokio::sync::watch;
 
-use crate::builder::BuildError;
 use crate::store::HostStore;
 use crate::{Inner, Portcullis, now};
 
@@ -128,13 +127,11 @@ fn end_lost_runs<S: HostStore>(engine: &Engine<Arc<S>>) -> Result<usize, StoreEr
 /// Blocking.
 pub(crate) fn end_runs_left_running<S: HostStore>(
     engine: &Engine<Arc<S>>,
-) -> Result<(), BuildError> {
+) -> Result<(), StoreError> {
     let mut from = None;
     let mut ended = 0;
     loop {
-        let done = engine
-            .abandon_running(from.as_ref(), now(), BUDGET)
-            .map_err(|e| BuildError::Site(e.into()))?;
+        let done = engine.abandon_running(from.as_ref(), now(), BUDGET)?;
         ended += done.ended;
         match done.next {
             Some(next) => from = Some(next),

@@ -25,13 +25,12 @@ use alloc::vec::Vec;
 
 use serde_json::{Map, Value};
 
-use super::answer::{AnswerError, Envelope, MAX_MESSAGE_LEN};
+use super::envelope::{AnswerError, Envelope, MAX_MESSAGE_LEN, is_showable_url};
 use crate::ledger::RequestId;
 
 /// Longest `requestState` kept; a longer one is refused as malformed.
 pub const MAX_REQUEST_STATE_LEN: usize = 64 * 1024;
-/// Longest URL kept; a longer one is refused as malformed.
-pub const MAX_URL_LEN: usize = 8 * 1024;
+pub use super::envelope::MAX_URL_LEN;
 /// Longest key, task id or elicitation id kept.
 pub const MAX_ID_LEN: usize = 512;
 /// Most input requests read from one answer.
@@ -315,29 +314,6 @@ fn url_elicitation(params: &Value) -> Result<Option<UrlElicitation>, AnswerError
         message,
         elicitation_id,
     }))
-}
-
-/// `url` if it can be shown (see [`is_showable_url`]).
-pub(super) fn showable_url(url: &str) -> Option<String> {
-    is_showable_url(url).then(|| url.into())
-}
-
-/// An absolute `http`/`https` URL with a host, of visible ASCII only.
-fn is_showable_url(url: &str) -> bool {
-    let lower_starts = |prefix: &str| {
-        url.len() > prefix.len()
-            && url.as_bytes()[..prefix.len()].eq_ignore_ascii_case(prefix.as_bytes())
-    };
-    let rest = if lower_starts("https://") {
-        &url[8..]
-    } else if lower_starts("http://") {
-        &url[7..]
-    } else {
-        return false;
-    };
-    url.len() <= MAX_URL_LEN
-        && url.bytes().all(|b| b.is_ascii_graphic())
-        && !rest.starts_with(['/', '?', '#'])
 }
 
 /// `text` without control characters, at most [`MAX_MESSAGE_LEN`] bytes.

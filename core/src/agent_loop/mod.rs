@@ -55,6 +55,7 @@
 
 mod answer;
 mod challenge;
+mod envelope;
 pub mod input;
 
 use alloc::string::String;
@@ -64,11 +65,9 @@ use core::fmt;
 use rand_core::CryptoRng;
 use serde_json::{Map, Value};
 
-pub use answer::{
-    Answer, AnswerError, Envelope, ErrorBody, MAX_CODE_LEN, MAX_MESSAGE_LEN, Status,
-    URL_ELICITATION_REQUIRED,
-};
+pub use answer::{Answer, URL_ELICITATION_REQUIRED};
 pub use challenge::{BearerChallenge, ChallengeError, MAX_CHALLENGE_LEN};
+pub use envelope::{AnswerError, Envelope, ErrorBody, MAX_CODE_LEN, MAX_MESSAGE_LEN, Status};
 pub use input::{
     InputRequest, InputRequired, Task, TaskStatus, UrlElicitation, UrlElicitationRequired,
 };
