@@ -403,4 +403,84 @@ mod group {
         );
         drop(dir);
     }
+
+    /// An idle committer hands its writer to one caller at once
+    /// (`GroupCommitter::alone`): that caller's operation commits alone on
+    /// its own thread; nobody else leads meanwhile; an operation that wrote
+    /// nothing is not committed.
+    #[test]
+    fn an_idle_committer_lets_one_caller_commit_alone() {
+        let committer = GroupCommitter::new(Arc::new(MemoryStore::new()));
+        let alone = committer.alone().expect("idle");
+        assert!(committer.alone().is_none(), "one leader at a time");
+        assert_eq!(alone.run(|txn| increment(txn, b"n")).unwrap(), 1);
+        assert_eq!((committer.commits(), committer.operations()), (1, 1));
+        let alone = committer.alone().expect("idle again once used");
+        assert_eq!(alone.run(|txn| count(&*txn, b"n")).unwrap(), 1);
+        assert_eq!(committer.commits(), 1, "a read is not committed");
+        let r = committer.store().begin_read().unwrap();
+        assert_eq!(count(&r, b"n"), 1);
+    }
+
+    /// While one caller commits alone, another that arrives queues (it does
+    /// not get `alone`) and leads the next batch once the first is done;
+    /// a caller is never offered `alone` while someone is queued.
+    #[test]
+    fn a_caller_that_arrives_meanwhile_queues_and_leads_next() {
+        let committer = Arc::new(GroupCommitter::new(Arc::new(MemoryStore::new())));
+        let alone = committer.alone().expect("idle");
+        let queued = {
+            let c = Arc::clone(&committer);
+            thread::spawn(move || c.run(|txn| increment(txn, b"n")).unwrap())
+        };
+        for _ in 0..2_000 {
+            if committer.waiting() == 1 {
+                break;
+            }
+            thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(committer.waiting(), 1, "the second caller queued");
+        assert!(committer.alone().is_none(), "not while one is committing");
+        assert_eq!(alone.run(|txn| increment(txn, b"n")).unwrap(), 1);
+        assert_eq!(queued.join().unwrap(), 2, "the queued caller went next");
+        assert_eq!(committer.commits(), 2);
+        assert!(committer.alone().is_some(), "idle again");
+    }
+
+    /// Leadership taken and dropped unused, or lost to a panic in the
+    /// operation, is given back, and the panicking operation applies
+    /// nothing.
+    #[test]
+    fn leadership_dropped_or_lost_to_a_panic_is_given_back() {
+        let committer = GroupCommitter::new(Arc::new(MemoryStore::new()));
+        drop(committer.alone().expect("idle"));
+        let alone = committer.alone().expect("given back on drop");
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            alone.run(|txn| {
+                increment(txn, b"n");
+                panic!("the operation fails midway");
+            })
+        }));
+        assert!(panicked.is_err());
+        assert!(committer.alone().is_some(), "given back after the panic");
+        let r = committer.store().begin_read().unwrap();
+        assert_eq!(count(&r, b"n"), 0, "nothing of it applied");
+        assert_eq!(committer.commits(), 0);
+    }
+
+    /// A store that fails to commit: the caller gets the store's error and
+    /// nothing is applied; leadership is given back.
+    #[test]
+    fn a_failed_commit_alone_applies_nothing() {
+        let store = Arc::new(FailingStore::new(MemoryStore::new()));
+        store.set(1, Some(Call::Commit), false, StoreErrorKind::Io);
+        let committer = GroupCommitter::new(Arc::clone(&store));
+        let alone = committer.alone().expect("idle");
+        assert!(alone.run(|txn| increment(txn, b"n")).is_err());
+        assert!(committer.alone().is_some());
+        assert!(
+            dump(store.inner()).iter().all(Vec::is_empty),
+            "nothing applied"
+        );
+    }
 }

@@ -149,9 +149,13 @@ impl<S: HostStore> Portcullis<S> {
             .map_err(|_| respond::internal("a blocking task failed"))
     }
 
-    /// Applies the write `f` through the writer on the blocking pool (see
-    /// [`crate::store`]); its answer comes back once it is durable. A store
-    /// that failed answers with its error through `E`.
+    /// Applies the write `f` through the writer (see [`crate::store`]); its
+    /// answer comes back once it is durable. On a local store with no other
+    /// write in flight it runs and commits here, on the request's own
+    /// thread (`Writer::commit_alone`);
+    /// otherwise it joins a group commit, or takes a transaction of its own
+    /// on a shared store, on the blocking pool. A store that failed answers
+    /// with its error through `E`.
     pub(crate) async fn write<T, E, F>(&self, f: F) -> Result<Result<T, E>, Response>
     where
         T: Send + 'static,
@@ -164,6 +168,10 @@ impl<S: HostStore> Portcullis<S> {
             + Sync
             + 'static,
     {
+        let alone = self.inner.writer.commit_alone(&|txn| f(self, txn));
+        if let Some(done) = alone {
+            return Ok(done.unwrap_or_else(|e| Err(E::from(e))));
+        }
         let me = self.clone();
         tokio::task::spawn_blocking(move || {
             let store = std::sync::Arc::clone(me.inner.engine().store());

@@ -1,16 +1,19 @@
-//! How this crate reaches the store without blocking the async runtime.
+//! How this crate reaches the store without stalling the async runtime.
 //!
 //! **The rule a host must keep too:** an engine operation does store I/O
 //! (a redb commit is an fsync; a PostgreSQL statement is a network round
-//! trip), so it never runs on a runtime worker. Every write here goes to
-//! tokio's blocking pool; reads do too, except on a [local](HostStore::is_local)
-//! store, where a read transaction of an in-process file costs a few
-//! microseconds, less than the hand-off to the pool and back, and the
-//! bearer check of a shared store that can answer it from memory
-//! ([`HostStore::in_memory`]: PostgreSQL with its read cache), tried on the
-//! runtime first and sent to the pool only when it would wait. A host that
-//! calls the [`Engine`](portcullis_core::Engine) itself should do the same:
-//! `tokio::task::spawn_blocking(move || engine.op(…))`.
+//! trip), so nothing that can *wait on someone else* runs on a runtime
+//! worker. Reads of a [local](HostStore::is_local) store run where they
+//! are asked (a read transaction of an in-process file costs a few
+//! microseconds, less than the hand-off to the blocking pool and back), and
+//! so does a local write when no other write is in flight: it takes the
+//! store's writer at once, commits, and holds the request's thread for one
+//! commit ([`GroupCommitter::alone`]). A write that would wait for a batch,
+//! any operation on a shared store, and the bearer check of a shared store
+//! that cannot answer from memory ([`HostStore::in_memory`]: PostgreSQL
+//! with its read cache) go to tokio's blocking pool. A host that calls the
+//! [`Engine`](portcullis_core::Engine) itself should do the same, or
+//! simply `tokio::task::spawn_blocking(move || engine.op(…))`.
 //!
 //! Writes go through a writer chosen by the store:
 //!
@@ -136,6 +139,25 @@ impl<S: HostStore> Writer<S> {
             Self::Group(committer) => committer.run(move |txn| op(&mut Txn(Via::Batch(txn)))),
             Self::Direct => run_direct(store, op),
         }
+    }
+
+    /// Applies `op` on this thread in a commit of its own when no other
+    /// write is in flight on a local store ([`GroupCommitter::alone`]):
+    /// `None` when callers are queued or a batch is being committed, or on
+    /// a shared store, and then the caller hands `op` to
+    /// [`Writer::commit`] on the blocking pool. What an async request saves
+    /// this way is the hand-off to a blocking thread and back (two
+    /// context switches and a wake-up of another thread) when nothing needs
+    /// batching; the request's thread is held for one commit.
+    pub(crate) fn commit_alone<T, F>(&self, op: &F) -> Option<Result<T, StoreError>>
+    where
+        F: for<'t, 'b, 'w> Fn(&mut Txn<'t, 'b, S::Write<'w>>) -> T,
+    {
+        let Self::Group(committer) = self else {
+            return None;
+        };
+        let alone = committer.alone()?;
+        Some(alone.run(|txn| op(&mut Txn(Via::Batch(txn)))))
     }
 
     /// Applies `op`, which consumes what only the core may duplicate for a

@@ -232,6 +232,28 @@ where
         }
     }
 
+    /// Leadership of a batch of one, taken at once when the committer is
+    /// idle: no batch is being built or committed and nobody is queued.
+    /// `None` otherwise, and then the caller queues with
+    /// [`GroupCommitter::run`] where it may wait (a blocking thread).
+    ///
+    /// For an async host: it never waits for another caller, so the
+    /// request's own thread can apply its operation and commit when no
+    /// other write is in flight, and hand off to a blocking thread only
+    /// when callers actually queue. The thread is held for one commit of
+    /// one operation; callers that arrive meanwhile queue for the next
+    /// batch as usual, one of them leading it once [`Alone`] is used or
+    /// dropped.
+    #[must_use]
+    pub fn alone(&self) -> Option<Alone<'_, S>> {
+        let mut queue = self.lock();
+        if queue.leading || !queue.waiting.is_empty() {
+            return None;
+        }
+        queue.leading = true;
+        Some(Alone { committer: self })
+    }
+
     /// Builds, applies and commits one batch; called with the lock held and
     /// returns with it held.
     fn lead<'q>(&'q self, mut queue: MutexGuard<'q, Queue<S>>) -> MutexGuard<'q, Queue<S>> {
@@ -336,6 +358,74 @@ where
                 (ticket, s)
             })
             .collect()
+    }
+}
+
+/// Leadership of a batch of one operation ([`GroupCommitter::alone`]):
+/// [`Alone::run`] applies the operation in a transaction of its own and
+/// commits it on this thread. Dropping it unused steps down, and a queued
+/// caller leads the next batch.
+#[must_use = "holding leadership unused keeps every other writer waiting"]
+pub struct Alone<'c, S>
+where
+    S: Store + Send + Sync + 'static,
+{
+    committer: &'c GroupCommitter<S>,
+}
+
+impl<S> std::fmt::Debug for Alone<'_, S>
+where
+    S: Store + Send + Sync + 'static,
+{
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Alone")
+    }
+}
+
+impl<S> Alone<'_, S>
+where
+    S: Store + Send + Sync + 'static,
+{
+    /// Applies `op` to a write transaction of its own and commits it (no
+    /// commit when `op` wrote nothing), with the same contract as
+    /// [`GroupCommitter::run`]: `op` makes every change through the
+    /// transaction, and `Err` means nothing of it was applied. A panic in
+    /// `op` drops the transaction uncommitted and reaches the caller.
+    pub fn run<T, F>(self, op: F) -> Result<T, StoreError>
+    where
+        F: for<'w> FnOnce(&mut BatchWrite<'_, S::Write<'w>>) -> T,
+    {
+        let committer = self.committer;
+        let mut txn = committer.store.begin_write()?;
+        let mut view = BatchWrite {
+            txn: &mut txn,
+            lost: None,
+            wrote: false,
+        };
+        let answer = op(&mut view);
+        let (lost, wrote) = (view.lost.take(), view.wrote);
+        if let Some(e) = lost {
+            return Err(e);
+        }
+        if wrote {
+            committer.commits.fetch_add(1, Ordering::Relaxed);
+            committer.operations.fetch_add(1, Ordering::Relaxed);
+            txn.commit()?;
+        }
+        Ok(answer)
+    }
+}
+
+impl<S> Drop for Alone<'_, S>
+where
+    S: Store + Send + Sync + 'static,
+{
+    fn drop(&mut self) {
+        let mut queue = self.committer.lock();
+        queue.leading = false;
+        queue.last_batch = 1;
+        drop(queue);
+        self.committer.settled.notify_all();
     }
 }
 
