@@ -120,14 +120,13 @@ pub(crate) async fn request(State(app): State<Shared>, headers: HeaderMap, raw: 
         Err(r) => return r,
     };
     let (subject, view) = (session.subject.as_str(), f.view.as_str());
-    if let Err(e) = app.apps.with(subject, view, |_| ()) {
+    if let Err(e) = app.with_view(subject, view, |_| ()) {
         return e.response();
     }
     let AppRequest { id, call } = match AppRequest::parse(f.message.as_bytes()) {
         Ok(r) => r,
         Err(e) => return respond(refusal(f.message.as_bytes(), e)),
     };
-    let fingerprint = Fingerprint::of(f.message.as_bytes());
     match call {
         AppCall::Initialize { .. } => initialize(&app, subject, view, id.as_ref()),
         AppCall::Initialized => ok(json!({"initialized": true})),
@@ -136,11 +135,23 @@ pub(crate) async fn request(State(app): State<Shared>, headers: HeaderMap, raw: 
             ok(json!({"size": {"width": width, "height": height}}))
         }
         call @ (AppCall::CallTool { .. } | AppCall::ReadResource { .. }) => match id {
-            Some(id) => Box::pin(operation(&app, subject, view, id, call, fingerprint)).await,
+            Some(id) => {
+                // The operation runs on a task of its own: a page that goes
+                // away (reloaded, cut off) does not cut the call off halfway;
+                // its receipt is there for "Check result".
+                let (app, subject, view) = (app.clone(), subject.to_owned(), view.to_owned());
+                let text = f.message.clone();
+                let run = tokio::spawn(async move {
+                    Box::pin(operation(&app, &subject, &view, id, call, text)).await
+                });
+                run.await.unwrap_or_else(|_| {
+                    super::super::respond::internal("an App operation failed")
+                })
+            }
             None => ok(json!({})),
         },
         AppCall::Message { text, .. } => {
-            propose(&app, subject, view, id, |v| v.propose_message(text))
+            propose(&app, subject, view, id, |v| v.propose_message(text.clone()))
         }
         AppCall::OpenLink { url } => {
             let Some(policy) = app.apps.link_policy.clone() else {
@@ -152,8 +163,9 @@ pub(crate) async fn request(State(app): State<Shared>, headers: HeaderMap, raw: 
         }
         AppCall::UpdateContext(value) => {
             let offered = app
-                .apps
-                .with(subject, view, |v| v.view.offer_context(value));
+                .with_view(subject, view, |v| v.view_mut().offer_context(value.clone()));
+            // The page shows the new offer (the user inspects and selects it).
+            app.bump(subject);
             match (offered, id) {
                 (Ok(Ok(_)), Some(id)) => respond(result(&id, json!({}))),
                 (Ok(Err(e)), id) => refuse(id.as_ref(), &e.to_string()),
@@ -193,7 +205,7 @@ fn initialize(app: &Shared, subject: &str, view: &str, id: Option<&RpcId>) -> Re
     let Some(id) = id else {
         return ok(json!({}));
     };
-    let parts = app.apps.with(subject, view, |v| {
+    let parts = app.with_view(subject, view, |v| {
         (v.tool.clone(), v.arguments.clone(), v.result.clone())
     });
     let Ok((tool, arguments, tool_result)) = parts else {
@@ -228,17 +240,17 @@ fn propose(
     subject: &str,
     view: &str,
     id: Option<RpcId>,
-    make: impl FnOnce(
+    make: impl Fn(
         &mut portcullis_core::apps::View,
     ) -> Result<ProposalId, portcullis_core::apps::ProposalError>,
 ) -> Response {
     let Some(id) = id else {
         return ok(json!({}));
     };
-    let proposed = app.apps.with(subject, view, |v| {
-        let pid = make(&mut v.view).map_err(|e| e.to_string())?;
+    let proposed = app.with_view(subject, view, |v| {
+        let pid = make(v.view_mut()).map_err(|e| e.to_string())?;
         v.proposals.insert(pid, id.clone());
-        let shown = match v.view.proposal(pid) {
+        let shown = match v.view().proposal(pid) {
             Some(Proposal::Link(link)) => {
                 json!({"id": pid.0, "kind": "link", "url": link.as_str()})
             }
@@ -296,32 +308,38 @@ pub(crate) async fn proposal(
             );
         }
     };
-    let done = app.apps.with(&session.subject, &d.view, |v| {
+    let done = app.with_view(&session.subject, &d.view, |v| {
         let Some(rpc) = v.proposals.get(&pid).cloned() else {
             return Err("no such proposal awaits you".to_owned());
         };
         let settled = if accept {
-            match v.view.proposal(pid) {
+            match v.view().proposal(pid) {
                 Some(Proposal::Link(_)) => v
-                    .view
+                    .view_mut()
                     .confirm_link(pid)
-                    .map(|link| (result(&rpc, json!({})), format!("Opened {}", link.as_str()))),
-                _ => v.view.send_message(pid).map(|_text| {
+                    .map(|link| (result(&rpc, json!({})), format!("Opened {}", link.as_str())))
+                    .map_err(|e| e.to_string()),
+                // Settled as sent and queued for the agent that opened the
+                // View, in one change: its next tool call carries it.
+                _ => v.stored.send_message(pid).map(|()| {
                     (
                         result(&rpc, json!({})),
-                        "Sent: recorded as sent and shown here (this page has no conversation)."
+                        "Sent once: the agent that opened this App receives it with its next                          call."
                             .to_owned(),
                     )
-                }),
+                }).map_err(|e| e.to_string()),
             }
         } else {
-            v.view
+            v.view_mut()
                 .decline_proposal(pid)
                 .map(|()| rpc_error(Some(&rpc), REFUSED, "declined by the user"))
                 .map(|r| (r, "Declined.".to_owned()))
+                .map_err(|e| e.to_string())
         };
-        v.proposals.remove(&pid);
-        settled.map_err(|e| e.to_string())
+        if settled.is_ok() {
+            v.proposals.remove(&pid);
+        }
+        settled
     });
     match done {
         Ok(Ok((response, shown))) => ok(json!({"response": response, "shown": shown})),
@@ -360,15 +378,15 @@ async fn operation(
     view: &str,
     id: RpcId,
     call: AppCall,
-    message: Fingerprint,
+    text: String,
 ) -> Response {
     let (principal, authority) = match view_now(app, subject, view).await {
         Ok(a) => a,
         Err(Refusal::GrantEnded) => {
             // No authority at all: the activation ends, its approvals go.
-            let _ = app.apps.with(subject, view, |v| {
+            let _ = app.with_view(subject, view, |v| {
                 // The grant's approvals end with it: nothing to deny.
-                let withdrawn = v.view.deactivate();
+                let withdrawn = v.view_mut().deactivate();
                 let _ = v.drop_withdrawn(&withdrawn);
             });
             app.bump(subject);
@@ -381,7 +399,7 @@ async fn operation(
         _ => None,
     };
     let (op, request, asked, source_call) =
-        match admit(app, subject, view, &id, call, message, &authority).await {
+        match admit(app, subject, view, &id, call, text, &authority).await {
             Ok(a) => a,
             Err(why) => return refuse(Some(&id), &why),
         };
@@ -408,10 +426,10 @@ async fn operation(
             }
         }
     };
-    let _ = app.apps.with(subject, view, |v| {
-        if let Err(e) = v.view.finish(op) {
+    let _ = app.with_view(subject, view, |v| {
+        if let Err(e) = v.view_mut().finish(op) {
             tracing::debug!(error = %e, "MCP Apps: finishing an operation");
-            let _ = v.view.decline(op);
+            let _ = v.view_mut().decline(op);
         }
         v.calls.remove(&id);
     });
@@ -437,15 +455,15 @@ async fn admit(
     view: &str,
     id: &RpcId,
     call: AppCall,
-    message: Fingerprint,
+    text: String,
     authority: &Authority,
 ) -> Result<(portcullis_core::apps::OpId, RequestId, bool, SourceCall), String> {
     let was_active = app
-        .apps
-        .with(subject, view, |v| v.view.is_active())
+        .with_view(subject, view, |v| v.view().is_active())
         .unwrap_or(false);
-    let admitted = app.apps.with(subject, view, |v| {
-        let refused = |why: &str| (why.to_owned(), Vec::new(), v.view.origin().grant);
+    let message = Fingerprint::of(text.as_bytes());
+    let admitted = app.with_view(subject, view, |v| {
+        let refused = |why: &str| (why.to_owned(), Vec::new(), v.view().origin().grant);
         if let Some(c) = v.calls.get(id) {
             return if c.message == message {
                 Ok((c.op, c.request, c.asked, c.target.clone()))
@@ -453,11 +471,11 @@ async fn admit(
                 Err(refused("this request id is in flight with another request"))
             };
         }
-        let Ok(op) = Operation::from_call(call) else {
+        let Ok(op) = Operation::from_call(call.clone()) else {
             return Err(refused("not an operation"));
         };
         let ticket = match v
-            .view
+            .view_mut()
             .admit(op, authority, &app.gateway.map, |t| rule(app, t))
         {
             Ok(ticket) => ticket,
@@ -466,7 +484,7 @@ async fn admit(
                     OpRefused::AuthorityChanged(withdrawn) => v.drop_withdrawn(withdrawn),
                     _ => Vec::new(),
                 };
-                return Err((e.to_string(), waiting, v.view.origin().grant));
+                return Err((e.to_string(), waiting, v.view().origin().grant));
             }
         };
         let request = RequestId::random(&mut rand::rng());
@@ -476,6 +494,7 @@ async fn admit(
                 op: ticket.id,
                 request,
                 message,
+                text: text.clone(),
                 asked: false,
                 target: ticket.call.clone(),
             },
@@ -489,7 +508,7 @@ async fn admit(
             if !waiting.is_empty() {
                 super::deny_waiting(app, subject, grant, &waiting).await;
             }
-            let active = app.apps.with(subject, view, |v| v.view.is_active());
+            let active = app.with_view(subject, view, |v| v.view().is_active());
             if was_active && active.is_ok_and(|a| !a) {
                 // The authority changed: the page shows the activation ended.
                 app.bump(subject);
@@ -565,7 +584,7 @@ impl Tool<'_> {
             let _ = self.approved().await;
             return Some(reply);
         }
-        let _ = app.apps.with(self.subject, self.view, |v| {
+        let _ = app.with_view(self.subject, self.view, |v| {
             if let Some(c) = v.calls.get_mut(self.id) {
                 c.asked = true;
             }
@@ -585,11 +604,10 @@ impl Tool<'_> {
     async fn approved(&self) -> Option<Value> {
         let (awaiting, active) = self
             .app
-            .apps
-            .with(self.subject, self.view, |v| {
+            .with_view(self.subject, self.view, |v| {
                 (
-                    v.view.pending_approval(self.op).is_some(),
-                    v.view.is_active(),
+                    v.view().pending_approval(self.op).is_some(),
+                    v.view().is_active(),
                 )
             })
             .unwrap_or((false, false));
@@ -610,8 +628,8 @@ impl Tool<'_> {
             Ok((_, a)) => a,
             Err(e) => return Some(rpc_error(Some(self.id), REFUSED, e.message())),
         };
-        let approved = self.app.apps.with(self.subject, self.view, |v| {
-            v.view.approve(self.op, &now).map_err(|e| {
+        let approved = self.app.with_view(self.subject, self.view, |v| {
+            v.view_mut().approve(self.op, &now).map_err(|e| {
                 let waiting = match &e {
                     OpRefused::AuthorityChanged(withdrawn) => v.drop_withdrawn(withdrawn),
                     _ => Vec::new(),
