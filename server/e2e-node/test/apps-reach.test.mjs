@@ -298,24 +298,40 @@ test("two instances on PostgreSQL share the Views", { skip: !process.env.PORTCUL
   const { provider, client } = await sdkAgent(t, a.mcpUrl, "carol", "Fleet Agent");
   const { page } = await browser(t, A, provider.cookie);
   let throughB = 0;
-  await page.route(`${A}/agents/apps/**`, (route) => {
+  await page.route(`${A}/agents/apps/**`, async (route) => {
     throughB += 1;
     const url = new URL(route.request().url());
-    route.continue({ url: `http://127.0.0.1:${portB}${url.pathname}${url.search}` });
+    // As a balancer does: the browser's request, its headers as sent (the
+    // origin, the cookie, the CSRF token), answered by B.
+    const headers = await route.request().allHeaders();
+    const response = await route.fetch({ url: `http://127.0.0.1:${portB}${url.pathname}${url.search}`, headers, timeout: 60000 });
+    await route.fulfill({ response });
   });
   const shown = await client.callTool({ name: "show_counter", arguments: {} });
   assert.deepEqual(shown.structuredContent, { count: 0 });
   const card = page.locator(".app-view");
   await card.waitFor({ timeout: 15000 });
   const app = page.frameLocator(".app-frame").frameLocator("iframe");
-  await app.locator("#status:has-text('ready')").waitFor();
+  await app.locator("#status:has-text('ready')").waitFor().catch(async (e) => {
+    console.log("CARD", await card.textContent(), throughB);
+    console.log("B", b.logs().split("\n").slice(-30).join("\n"));
+    throw e;
+  });
   await card.locator("button.app-activate").click();
   await card.locator(".app-state:has-text('Interactions are active')").waitFor();
   await app.locator("#inc").click();
   const approval = page.locator("#approvals .approval");
   await approval.waitFor();
   await approval.locator("button[data-decision=once]").click();
-  await app.locator("#status:has-text('increment done')").waitFor();
+  // A decision taken on A reaches the App's request waiting on B when B
+  // looks again (at most its 20 s wait for a decision).
+  await app.locator("#status:has-text('increment done')").waitFor({ timeout: 45000 }).catch(async (e) => {
+    console.log("STATUS", await app.locator("#status").textContent(), JSON.stringify(await counter.state()), throughB);
+    console.log("CARD", await card.textContent(), "APPROVALS", await page.locator("#approvals").textContent());
+    console.log("B", b.logs().split("\n").filter((l) => /panick|route=|MCP Apps|WARN|ERROR/.test(l)).slice(-25).join("\n"));
+    console.log("A", a.logs().split("\n").filter((l) => /route=\/agents|MCP Apps|WARN|ERROR/.test(l)).slice(-25).join("\n"));
+    throw e;
+  });
   assert.deepEqual(await counter.state(), { count: 2, increments: 1 }, "run once, asked through B, approved on A");
   // Context sent through B reaches the agent on A.
   await app.locator("#share").click();

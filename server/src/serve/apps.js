@@ -130,7 +130,7 @@
         for (const n of v.afterInitialized) toApp(v, n);
         v.afterInitialized = null;
       }
-      if (v.active) setState(v, "Interactions are active.");
+      if (v.active && v.live !== false) setState(v, "Interactions are active.");
       return;
     }
   };
@@ -330,6 +330,7 @@
       const v = views.get(d.id);
       if (!v) continue;
       showContext(v, d.context);
+      v.live = d.live !== false;
       if (d.live === false) {
         setState(v, "Its connection was revoked: the App can no longer call anything.");
       } else if (v.active && d.active === false) {

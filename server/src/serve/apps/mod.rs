@@ -508,16 +508,27 @@ impl Apps {
     }
 }
 
-/// Runs `f`, which does store I/O, from an async handler: on the
-/// multi-threaded runtime through [`tokio::task::block_in_place`], which
-/// hands this worker's other tasks to another thread first (so the runtime
-/// is never blocked); elsewhere (a unit test, a blocking thread) as it is.
-pub(crate) fn store_io<T>(f: impl FnOnce() -> T) -> T {
-    match tokio::runtime::Handle::try_current() {
-        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-            tokio::task::block_in_place(f)
-        }
-        _ => f(),
+/// Runs `f`, which does store I/O, from an async handler: on a thread of
+/// its own outside the runtime (the synchronous PostgreSQL driver refuses
+/// to run on a runtime's thread), and on the multi-threaded runtime through
+/// [`tokio::task::block_in_place`] meanwhile, which hands this worker's
+/// other tasks to another thread first (so the runtime is never blocked).
+/// Outside a runtime (a blocking thread, a unit test) it runs as it is.
+pub(crate) fn store_io<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return f();
+    };
+    let apart = || {
+        std::thread::scope(|s| {
+            s.spawn(f)
+                .join()
+                .unwrap_or_else(|p| std::panic::resume_unwind(p))
+        })
+    };
+    if runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread {
+        tokio::task::block_in_place(apart)
+    } else {
+        apart()
     }
 }
 
@@ -756,11 +767,11 @@ impl App {
     /// writer (another request, another instance) stored the View first,
     /// the View is read again and `f` runs again on it. Store I/O, through
     /// [`store_io`].
-    pub(crate) fn with_view<T>(
+    pub(crate) fn with_view<T: Send>(
         self: &Arc<Self>,
         subject: &str,
         id: &str,
-        mut f: impl FnMut(&mut Entry) -> T,
+        mut f: impl FnMut(&mut Entry) -> T + Send,
     ) -> Result<T, Refusal> {
         let view_id = ViewId::new(id).map_err(|_| Refusal::NoView)?;
         store_io(|| {

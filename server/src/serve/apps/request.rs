@@ -242,7 +242,8 @@ fn propose(
     id: Option<RpcId>,
     make: impl Fn(
         &mut portcullis_core::apps::View,
-    ) -> Result<ProposalId, portcullis_core::apps::ProposalError>,
+    ) -> Result<ProposalId, portcullis_core::apps::ProposalError>
+    + Sync,
 ) -> Response {
     let Some(id) = id else {
         return ok(json!({}));
@@ -624,22 +625,29 @@ impl Tool<'_> {
             });
         }
         let grant = self.principal.grant;
-        let now = match self.app.authority_now(self.subject, &grant) {
+        let now = match super::store_io(|| self.app.authority_now(self.subject, &grant)) {
             Ok((_, a)) => a,
             Err(e) => return Some(rpc_error(Some(self.id), REFUSED, e.message())),
         };
         let approved = self.app.with_view(self.subject, self.view, |v| {
-            v.view_mut().approve(self.op, &now).map_err(|e| {
-                let waiting = match &e {
-                    OpRefused::AuthorityChanged(withdrawn) => v.drop_withdrawn(withdrawn),
-                    _ => Vec::new(),
-                };
-                (e.to_string(), waiting)
-            })
+            match v.view_mut().approve(self.op, &now) {
+                Ok(()) => Ok(()),
+                Err(OpRefused::NotAwaiting) => Err((String::new(), None)),
+                Err(e) => {
+                    let waiting = match &e {
+                        OpRefused::AuthorityChanged(withdrawn) => v.drop_withdrawn(withdrawn),
+                        _ => Vec::new(),
+                    };
+                    Err((e.to_string(), Some(waiting)))
+                }
+            }
         });
         match approved {
-            Ok(Ok(())) => None,
-            Ok(Err((why, waiting))) => {
+            // Approved here, or by the other waiter of the same operation (a
+            // page reloaded while the first still waited): either way it goes
+            // on under its one ledger request, which never runs it twice.
+            Ok(Ok(()) | Err((_, None))) => None,
+            Ok(Err((why, Some(waiting)))) => {
                 if !waiting.is_empty() {
                     super::deny_waiting(self.app, self.subject, grant, &waiting).await;
                 }
