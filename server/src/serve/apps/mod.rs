@@ -10,12 +10,18 @@
 //! * **A View is recorded** when an agent's gateway tool call completes and
 //!   the tool's (mapped) descriptor names a gateway `ui://` resource: the
 //!   grant, the source, the tool, its arguments and its result, kept in
-//!   memory, at most [`MAX_VIEWS_PER_USER`] per user and [`MAX_VIEWS`] in
-//!   all (a full user's oldest View with nothing in flight is closed to make
-//!   room; when every one is busy, or the server is full, no View is
-//!   recorded and the tool result stands alone), and one that has not been
-//!   used for [`VIEW_IDLE`] is dropped. The tab's long-poll lists the
-//!   user's Views ([`super::tab`]).
+//!   the store ([`StoredView`], table `app_views`): a reload, a restart and
+//!   every instance of a PostgreSQL fleet see the same View, its activation
+//!   and its operations waiting for approval. At most
+//!   [`MAX_VIEWS_PER_USER`] per user (a full user's oldest View with
+//!   nothing in flight makes room; when every one is busy no View is
+//!   recorded and the tool result stands alone); one unused for
+//!   [`VIEW_IDLE`] is dropped. Each change is stored over the revision it
+//!   read ([`App::with_view`]). The tab's long-poll lists the user's Views
+//!   ([`super::tab`]), with the App requests a reload left without their
+//!   answer: the page resumes one waiting for approval with its own
+//!   message, and offers **Check result** for one already dispatched
+//!   (`POST /agents/apps/check`, [`check`]: its receipt, never a re-run).
 //! * **The page renders it** in a frame of the sandbox proxy on the
 //!   sandbox's own origin ([`sandbox`]), which runs the App's HTML in an
 //!   opaque-origin frame under the CSP its resource declares; the page reads
@@ -42,17 +48,18 @@
 //!   credentials, neither this server's origin nor the sandbox's) and
 //!   becomes a proposal the page shows with the normalised URL; it is opened
 //!   only by the user's separate click, in a new tab without an opener.
-//! * **`ui/message`** becomes a proposal the user sends once or declines.
-//!   This server has no conversation to add it to: "Send once" records it
-//!   as sent and the page shows it, which is all that happens; the App is
-//!   told it was accepted.
+//! * **`ui/message`** becomes a proposal the user sends once or declines;
+//!   "Send once" puts it in the View's outbox for the agent that opened the
+//!   View, and **`ui/update-model-context`** becomes the View's context
+//!   offer, which the user may select and send (`POST
+//!   /agents/apps/context`, [`send_context`]). The agent's next complete
+//!   tool result carries what waits for it, once ([`deliver`], which says
+//!   why a tool result).
 //! * Closing a View (`POST /agents/apps/close`) ends its controls and its
 //!   open proposals; calls already dispatched may still finish.
 //!
-//! Not supported (the host document's "initial Host" minus the
-//! conversation): App-provided tools, display modes other than `inline`,
-//! context attached to a composer (an offered context is acknowledged and
-//! kept only as the View's latest), image content.
+//! Not supported: App-provided tools, display modes other than `inline`,
+//! image content.
 
 pub(crate) mod request;
 pub(crate) mod sandbox;
@@ -70,8 +77,7 @@ use axum::routing::post;
 use portcullis_core::approval::ApprovalDecision;
 use portcullis_core::apps::{
     AppViewError, Authority, Fingerprint, GrantedSources, LineageKey, OpId, ProposalId, RpcId,
-    SourceCall, StoredView, View, ViewId,
-    ViewOrigin, Withdrawn,
+    SourceCall, StoredView, View, ViewId, ViewOrigin, Withdrawn,
 };
 use portcullis_core::engine::Principal;
 use portcullis_core::gateway::SourceId;
@@ -333,9 +339,11 @@ impl Entry {
         })
     }
 
-    /// The host data as the store keeps it.
+    /// The host data as the store keeps it: in a fixed order (calls by
+    /// operation, proposals by number), so an unchanged View writes the
+    /// same bytes and is not stored again.
     fn host(&self) -> String {
-        let calls = self
+        let mut calls: Vec<StoredCall> = self
             .calls
             .iter()
             .map(|(id, c)| {
@@ -357,6 +365,13 @@ impl Entry {
                 }
             })
             .collect();
+        calls.sort_by_key(|c| c.op);
+        let mut proposals: Vec<(u64, Value)> = self
+            .proposals
+            .iter()
+            .map(|(p, id)| (p.0, id.to_json()))
+            .collect();
+        proposals.sort_by_key(|(p, _)| *p);
         let host = HostData {
             client: self.client.clone(),
             tool: self.tool.clone(),
@@ -364,11 +379,7 @@ impl Entry {
             result: self.result.clone(),
             origin: self.origin.to_string(),
             calls,
-            proposals: self
-                .proposals
-                .iter()
-                .map(|(p, id)| (p.0, id.to_json()))
-                .collect(),
+            proposals,
         };
         serde_json::to_string(&host).unwrap_or_default()
     }
@@ -537,13 +548,13 @@ pub(crate) fn store_io<T: Send>(f: impl FnOnce() -> T + Send) -> T {
 /// already and leaves no second one. It is bound to its user by the key
 /// it is stored under, never trusted alone.
 fn view_id_of(grant: &GrantId, origin: &RequestId) -> Option<ViewId> {
+    use base64::Engine as _;
     use sha2::Digest as _;
     let mut h = sha2::Sha256::new();
     h.update(b"portcullis/apps/view-id/v1");
     h.update(grant.as_bytes());
     h.update(origin.as_bytes());
     let digest = h.finalize();
-    use base64::Engine as _;
     let id = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&digest[..16]);
     ViewId::new(&id).ok()
 }
@@ -616,7 +627,12 @@ impl App {
 
     /// Stores the View `c` leaves; whether one was stored (see the module
     /// docs for the bounds). Blocking.
-    fn store_view(self: &Arc<Self>, c: Candidate, result: &CallToolResult, origin: RequestId) -> bool {
+    fn store_view(
+        self: &Arc<Self>,
+        c: Candidate,
+        result: &CallToolResult,
+        origin: RequestId,
+    ) -> bool {
         let Ok(mut result) = serde_json::to_value(result) else {
             return false;
         };
@@ -891,7 +907,8 @@ pub(crate) async fn deliver(
     principal: Option<&Principal>,
     answer: Result<rmcp::model::CallToolResponse, rmcp::ErrorData>,
 ) -> Result<rmcp::model::CallToolResponse, rmcp::ErrorData> {
-    let (Some(p), Ok(rmcp::model::CallToolResponse::Complete(result))) = (principal, &answer) else {
+    let (Some(p), Ok(rmcp::model::CallToolResponse::Complete(result))) = (principal, &answer)
+    else {
         return answer;
     };
     if !app.apps.is_on() {
@@ -943,7 +960,12 @@ pub(crate) async fn deliver(
     if let Some(meta) = meta.as_object_mut() {
         meta.insert(
             "io.portcullis/appDeliveries".into(),
-            Value::Array(items.iter().map(portcullis_core::apps::Delivered::to_json).collect()),
+            Value::Array(
+                items
+                    .iter()
+                    .map(portcullis_core::apps::Delivered::to_json)
+                    .collect(),
+            ),
         );
     }
     tracing::debug!(items = items.len(), "MCP Apps: delivered to the agent");
@@ -978,12 +1000,12 @@ pub(crate) async fn send_context(
     struct Send {
         selections: Vec<Picked>,
     }
-    let (session, send): (_, Send) = match post_body(&app, &headers, &raw) {
+    let (session, body): (_, Send) = match post_body(&app, &headers, &raw) {
         Ok(checked) => checked,
         Err(r) => return r,
     };
-    if send.selections.is_empty()
-        || send.selections.len() > portcullis_core::apps::MAX_SUBMISSION_VIEWS
+    if body.selections.is_empty()
+        || body.selections.len() > portcullis_core::apps::MAX_SUBMISSION_VIEWS
     {
         return error(
             StatusCode::BAD_REQUEST,
@@ -991,8 +1013,8 @@ pub(crate) async fn send_context(
             "select 1 to 8 Views' context",
         );
     }
-    let mut selections = Vec::with_capacity(send.selections.len());
-    for p in send.selections {
+    let mut selections = Vec::with_capacity(body.selections.len());
+    for p in body.selections {
         let Ok(view) = ViewId::new(&p.view) else {
             return Refusal::NoView.response();
         };
@@ -1036,7 +1058,7 @@ pub(crate) async fn send_context(
 /// again. A final answer (completed, failed, unknown) ends the operation in
 /// the View; "still pending" leaves it to be checked again.
 pub(crate) async fn check(State(app): State<Shared>, headers: HeaderMap, raw: Bytes) -> Response {
-    use portcullis_core::apps::{FailedHow, Receipt, Reconciled, UnknownWhy, reconcile};
+    use portcullis_core::apps::{Receipt, Reconciled, UnknownWhy, reconcile};
     #[derive(Deserialize)]
     #[serde(deny_unknown_fields)]
     struct Check {
@@ -1052,9 +1074,13 @@ pub(crate) async fn check(State(app): State<Shared>, headers: HeaderMap, raw: By
     };
     let (subject, view) = (session.subject.as_str(), c.view.as_str());
     let found = app.with_view(subject, view, |v| {
-        v.calls
-            .get(&rpc)
-            .map(|c| (c.request, c.op, matches!(c.target, SourceCall::Resource { .. })))
+        v.calls.get(&rpc).map(|c| {
+            (
+                c.request,
+                c.op,
+                matches!(c.target, SourceCall::Resource { .. }),
+            )
+        })
     });
     let (request, op, read) = match found {
         Ok(Some(f)) => f,
@@ -1088,34 +1114,25 @@ pub(crate) async fn check(State(app): State<Shared>, headers: HeaderMap, raw: By
         // effect to reconcile.
         Reconciled::Unknown(UnknownWhy::NoReceipt)
     } else {
-        match Receipt::from_answer(&answer) {
-            Some(receipt) => reconcile(receipt),
-            None => {
-                let e = answer.err().map(|e| e.to_string()).unwrap_or_default();
-                return error(StatusCode::FORBIDDEN, "SESSION_REVOKED", &e);
-            }
-        }
+        let Some(receipt) = Receipt::from_answer(&answer) else {
+            // Not a receipt (the grant is not live, the store failed): that
+            // error is the answer; no outcome is guessed from it.
+            return match answer {
+                Err(portcullis_core::ledger::OutcomesError::Store(e)) => super::respond::store(&e),
+                Err(e) => {
+                    use portcullis_core::WireError as _;
+                    error(
+                        StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::FORBIDDEN),
+                        e.code().as_str(),
+                        &e.to_string(),
+                    )
+                }
+                Ok(_) => super::respond::internal("a receipt was not read"),
+            };
+        };
+        reconcile(receipt)
     };
-    let (outcome, detail) = match &reconciled {
-        Reconciled::Completed(text) => (
-            "completed",
-            serde_json::from_str::<Value>(text).unwrap_or_else(|_| Value::String(text.clone())),
-        ),
-        Reconciled::Failed(FailedHow::Business(e)) => {
-            ("failed", json!({"code": e.code, "message": e.message}))
-        }
-        Reconciled::Failed(FailedHow::Protocol(f)) => ("failed", json!({"code": f.code().as_str()})),
-        Reconciled::StillPending => ("pending", Value::Null),
-        Reconciled::Unknown(why) => (
-            "unknown",
-            json!(match why {
-                UnknownWhy::NoReceipt => "no_receipt",
-                UnknownWhy::Expired => "expired",
-                UnknownWhy::CutOff => "cut_off",
-                _ => "unknown",
-            }),
-        ),
-    };
+    let (outcome, detail) = receipt_shown(&reconciled);
     if outcome != "pending" {
         // Settled: the operation leaves the View (never run again).
         let _ = app.with_view(subject, view, |v| {
@@ -1129,6 +1146,34 @@ pub(crate) async fn check(State(app): State<Shared>, headers: HeaderMap, raw: By
         app.bump(subject);
     }
     Json(json!({"ok": true, "outcome": outcome, "detail": detail})).into_response()
+}
+
+/// What the page shows of a reconciled receipt: `completed` (the result),
+/// `failed` (the recorded failure), `pending`, or `unknown` (and why).
+fn receipt_shown(reconciled: &portcullis_core::apps::Reconciled) -> (&'static str, Value) {
+    use portcullis_core::apps::{FailedHow, Reconciled, UnknownWhy};
+    match reconciled {
+        Reconciled::Completed(text) => (
+            "completed",
+            serde_json::from_str::<Value>(text).unwrap_or_else(|_| Value::String(text.clone())),
+        ),
+        Reconciled::Failed(FailedHow::Business(e)) => {
+            ("failed", json!({"code": e.code, "message": e.message}))
+        }
+        Reconciled::Failed(FailedHow::Protocol(f)) => {
+            ("failed", json!({"code": f.code().as_str()}))
+        }
+        Reconciled::StillPending => ("pending", Value::Null),
+        Reconciled::Unknown(why) => (
+            "unknown",
+            json!(match why {
+                UnknownWhy::NoReceipt => "no_receipt",
+                UnknownWhy::Expired => "expired",
+                UnknownWhy::CutOff => "cut_off",
+                _ => "unknown",
+            }),
+        ),
+    }
 }
 
 /// The `{view}` of most App routes.
@@ -1180,8 +1225,7 @@ pub(crate) async fn activate(
     let authority = match view_now(&app, &session.subject, &r.view).await {
         Ok((_, a)) => a,
         Err(Refusal::GrantEnded) => {
-            let _ = app
-                .with_view(&session.subject, &r.view, |v| v.view_mut().deactivate());
+            let _ = app.with_view(&session.subject, &r.view, |v| v.view_mut().deactivate());
             return Refusal::GrantEnded.response();
         }
         Err(e) => return e.response(),
@@ -1446,7 +1490,7 @@ mod tests {
     use super::*;
 
     fn tool(meta: Value) -> Tool {
-        let mut t = Tool::new("show", "", std::sync::Arc::new(JsonObject::new()));
+        let mut t = Tool::new("show", "", Arc::new(JsonObject::new()));
         t.meta = serde_json::from_value(meta).unwrap();
         t
     }
@@ -1472,6 +1516,28 @@ mod tests {
             json!({"ui": {"visibility": ["model"]}})
         )));
         assert!(!app_visible(&tool(json!({"ui": {"visibility": "app"}}))));
+    }
+
+    /// "Check result" shows what the receipt says, and has no "run again".
+    #[test]
+    fn a_receipt_is_shown_as_it_is_reconciled() {
+        use portcullis_core::apps::{Reconciled, UnknownWhy};
+        assert_eq!(
+            receipt_shown(&Reconciled::Completed(r#"{"count":4}"#.into())),
+            ("completed", json!({"count": 4}))
+        );
+        assert_eq!(
+            receipt_shown(&Reconciled::StillPending),
+            ("pending", Value::Null)
+        );
+        assert_eq!(
+            receipt_shown(&Reconciled::Unknown(UnknownWhy::CutOff)),
+            ("unknown", json!("cut_off"))
+        );
+        assert_eq!(
+            receipt_shown(&Reconciled::Unknown(UnknownWhy::NoReceipt)),
+            ("unknown", json!("no_receipt"))
+        );
     }
 
     #[test]
@@ -1573,10 +1639,14 @@ mod registry {
         assert_eq!(call.request, request);
         assert!(call.asked);
         assert_eq!(call.message, Fingerprint::of(call.text.as_bytes()));
-        assert!(matches!(&call.target, SourceCall::Tool { name, arguments, .. }
-            if name == "increment" && arguments == r#"{"by":2}"#));
-        assert!(matches!(&entry.calls[&RpcId::String("read-1".into())].target,
-            SourceCall::Resource { uri, .. } if uri == "ui://counter/data"));
+        assert!(
+            matches!(&call.target, SourceCall::Tool { name, arguments, .. }
+            if name == "increment" && arguments == r#"{"by":2}"#)
+        );
+        assert!(
+            matches!(&entry.calls[&RpcId::String("read-1".into())].target,
+            SourceCall::Resource { uri, .. } if uri == "ui://counter/data")
+        );
         assert_eq!(entry.proposals[&ProposalId(3)], RpcId::String("r3".into()));
         let mut copy = entry.stored.clone();
         copy.host = entry.host();
@@ -1594,7 +1664,10 @@ mod registry {
     #[test]
     fn a_view_id_is_its_call_s() {
         let (g1, g2) = (GrantId::from_bytes([1; 16]), GrantId::from_bytes([2; 16]));
-        let (r1, r2) = (RequestId::from_bytes([1; 16]), RequestId::from_bytes([2; 16]));
+        let (r1, r2) = (
+            RequestId::from_bytes([1; 16]),
+            RequestId::from_bytes([2; 16]),
+        );
         assert_eq!(view_id_of(&g1, &r1), view_id_of(&g1, &r1));
         assert_ne!(view_id_of(&g1, &r1), view_id_of(&g1, &r2));
         assert_ne!(view_id_of(&g1, &r1), view_id_of(&g2, &r1));

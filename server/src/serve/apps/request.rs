@@ -144,9 +144,8 @@ pub(crate) async fn request(State(app): State<Shared>, headers: HeaderMap, raw: 
                 let run = tokio::spawn(async move {
                     Box::pin(operation(&app, &subject, &view, id, call, text)).await
                 });
-                run.await.unwrap_or_else(|_| {
-                    super::super::respond::internal("an App operation failed")
-                })
+                run.await
+                    .unwrap_or_else(|_| super::super::respond::internal("an App operation failed"))
             }
             None => ok(json!({})),
         },
@@ -162,8 +161,8 @@ pub(crate) async fn request(State(app): State<Shared>, headers: HeaderMap, raw: 
             })
         }
         AppCall::UpdateContext(value) => {
-            let offered = app
-                .with_view(subject, view, |v| v.view_mut().offer_context(value.clone()));
+            let offered =
+                app.with_view(subject, view, |v| v.view_mut().offer_context(value.clone()));
             // The page shows the new offer (the user inspects and selects it).
             app.bump(subject);
             match (offered, id) {
