@@ -1,32 +1,7 @@
 //! Views that survive: a [`View`] kept in the store, and what its App
 //! sends the agent that opened it.
 //!
-//! A [`StoredView`] is one user's View as the host keeps it: the core's
-//! [`View`] (activation, operations awaiting approval, context offer,
-//! proposals), the host's own data about it (opaque to the core), and the
-//! **outbox**: the context the user selected and sent, and the messages
-//! the user confirmed, waiting for the agent whose call opened the View.
-//! It lives in table [`Table::AppViews`], keyed by (site, user, View id),
-//! so a View is found only under the user it belongs to (a View id
-//! presented by anyone else finds nothing), survives a reload and a
-//! restart, and is the same on every instance of a fleet that shares the
-//! store.
-//!
-//! **Concurrent writers.** Each stored View carries a revision; a write
-//! ([`Engine::save_app_view_in`]) names the revision it read and is
-//! refused ([`AppViewError::Stale`]) when another writer stored one since,
-//! so the host reads again and re-applies its change: two instances, or
-//! two requests, never overwrite each other's View.
-//!
-//! **Delivery to the agent.** [`Engine::send_context_in`] captures exactly
-//! the selected versions ([`Submission::capture`], all or nothing) into
-//! the outboxes of their Views; [`StoredView::send_message`] moves a
-//! confirmed message proposal into its View's outbox in the same change
-//! that settles it. [`Engine::take_deliveries_in`] hands the agent of a
-//! grant lineage what waits for it and empties those outboxes in the same
-//! transaction: each item is taken once. Every [`Delivered`] item names
-//! its View, source and tool: it is external data the user chose to pass
-//! on, never an instruction from the host.
+//! See [`StoredView`].
 
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -104,7 +79,34 @@ impl Decode<'_> for Delivery {
     }
 }
 
-/// One user's View as stored (see the [module docs](self)).
+/// One user's View as stored.
+///
+/// A [`StoredView`] is one user's View as the host keeps it: the core's
+/// [`View`] (activation, operations awaiting approval, context offer,
+/// proposals), the host's own data about it (opaque to the core), and the
+/// **outbox**: the context the user selected and sent, and the messages
+/// the user confirmed, waiting for the agent whose call opened the View.
+/// It lives in table [`Table::AppViews`], keyed by (site, user, View id),
+/// so a View is found only under the user it belongs to (a View id
+/// presented by anyone else finds nothing), survives a reload and a
+/// restart, and is the same on every instance of a fleet that shares the
+/// store.
+///
+/// **Concurrent writers.** Each stored View carries a revision; a write
+/// ([`Engine::save_app_view_in`]) names the revision it read and is
+/// refused ([`AppViewError::Stale`]) when another writer stored one since,
+/// so the host reads again and re-applies its change: two instances, or
+/// two requests, never overwrite each other's View.
+///
+/// **Delivery to the agent.** [`Engine::send_context_in`] captures exactly
+/// the selected versions ([`Submission::capture`], all or nothing) into
+/// the outboxes of their Views; [`StoredView::send_message`] moves a
+/// confirmed message proposal into its View's outbox in the same change
+/// that settles it. [`Engine::take_deliveries_in`] hands the agent of a
+/// grant lineage what waits for it and empties those outboxes in the same
+/// transaction: each item is taken once. Every [`Delivered`] item names
+/// its View, source and tool: it is external data the user chose to pass
+/// on, never an instruction from the host.
 #[derive(Clone, Debug, PartialEq)]
 pub struct StoredView {
     /// The site.
