@@ -323,8 +323,9 @@ test("two instances on PostgreSQL share the Views", { skip: !process.env.PORTCUL
   const approval = page.locator("#approvals .approval");
   await approval.waitFor();
   await approval.locator("button[data-decision=once]").click();
-  // A decision taken on A reaches the App's request waiting on B when B
-  // looks again (at most its 20 s wait for a decision).
+  // A decision taken on A wakes the App's request waiting on B (A's
+  // announcement of the change): well within B's 20 s wait.
+  const decided = Date.now();
   await app.locator("#status:has-text('increment done')").waitFor({ timeout: 45000 }).catch(async (e) => {
     console.log("STATUS", await app.locator("#status").textContent(), JSON.stringify(await counter.state()), throughB);
     console.log("CARD", await card.textContent(), "APPROVALS", await page.locator("#approvals").textContent());
@@ -333,6 +334,7 @@ test("two instances on PostgreSQL share the Views", { skip: !process.env.PORTCUL
     throw e;
   });
   assert.deepEqual(await counter.state(), { count: 2, increments: 1 }, "run once, asked through B, approved on A");
+  assert.ok(Date.now() - decided < 10000, `the decision reached B in ${Date.now() - decided} ms`);
   // Context sent through B reaches the agent on A.
   await app.locator("#share").click();
   await card.locator(".app-context-text:has-text('note 1')").waitFor();
