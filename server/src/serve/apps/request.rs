@@ -17,7 +17,9 @@
 //!   `ui/notifications/initialized`, SEP-1865 "Lifecycle");
 //! * `pending: true`: a tool call waits for the user's approval in the
 //!   approvals list; the page sends the same message again, which lands on
-//!   the same operation and the same ledger request (run at most once);
+//!   the same operation and the same ledger request (run at most once),
+//!   also after a reload or a restart (the View's calls are stored with
+//!   their messages, [`super::Call`]);
 //! * `proposal`: a link or a message for the user to accept or decline
 //!   outside the frame; its answer to the App comes with the decision;
 //! * `size`: the View's content size, for the frame.
@@ -34,6 +36,10 @@
 //! the View's activation is checked again under the grant as it is then
 //! ([`portcullis_core::apps::View::approve`]: a revoked grant or a changed
 //! authority refuses it) before the call is resumed.
+//!
+//! An operation runs on a task of its own: a page that goes away (a
+//! reload, a cut connection) does not cut it off halfway; the page that
+//! comes back reads its receipt ("Check result", [`super::check`]).
 
 use std::time::{Duration, Instant};
 
@@ -285,8 +291,10 @@ struct Decision {
 }
 
 /// `POST /agents/apps/proposal {view, proposal, decision}`: `accept`
-/// (open the link, which the page's link does; send the message, which
-/// here is recording it as sent: there is no conversation) or `decline`.
+/// (open the link, which the page's link does; send the message: settled
+/// and queued for the agent that opened the View in one change,
+/// [`portcullis_core::apps::StoredView::send_message`], its next tool
+/// result carries it) or `decline` (it never reaches the agent).
 pub(crate) async fn proposal(
     State(app): State<Shared>,
     headers: HeaderMap,
