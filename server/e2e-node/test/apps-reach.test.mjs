@@ -151,6 +151,19 @@ test("App context and messages reach the agent once; Views survive a reload and 
   await page.click("#apps-send-context");
   await page.locator(".app-send-state:has-text('Not sent')").waitFor();
   assert.match(await page.locator(".app-send-state").textContent(), /changed since it was selected/);
+  // The refusal is typed: its stable reason, over the page's own channel.
+  const refused = await page.evaluate(async (view) => {
+    const csrf = document.getElementById("tab").dataset.csrf;
+    const r = await fetch("/agents/apps/context", {
+      method: "POST",
+      headers: { "content-type": "application/json", "x-csrf-token": csrf },
+      body: JSON.stringify({ selections: [{ view, version: 1 }] }),
+    });
+    return { status: r.status, body: await r.json() };
+  }, await card.getAttribute("data-view"));
+  assert.equal(refused.status, 409);
+  assert.equal(refused.body.error.reason, "context_replaced", JSON.stringify(refused));
+  assert.equal(refused.body.error.code, "EXPECTATION_FAILED");
   assert.deepEqual(await nextCall(), { blocks: [], meta: [] }, "a replaced selection sends nothing");
 
   // Selected again (version "note 2") and sent; the App offers "note 3"

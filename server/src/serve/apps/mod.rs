@@ -1038,12 +1038,18 @@ pub(crate) async fn send_context(
         }
         Ok(Err(AppViewError::Store(e))) => super::respond::store(&e),
         Ok(Err(e)) => {
+            // A typed refusal with its stable reason (`context_replaced`,
+            // `context_discarded`, `context_missing`, …); nothing was sent.
             use portcullis_core::WireError as _;
-            let mut r = error(StatusCode::CONFLICT, e.code().as_str(), &e.to_string());
-            if let Ok(v) = axum::http::HeaderValue::from_str(e.reason()) {
-                r.headers_mut().insert("x-portcullis-reason", v);
-            }
-            r
+            (
+                StatusCode::CONFLICT,
+                Json(json!({"ok": false, "error": {
+                    "code": e.code().as_str(),
+                    "reason": e.reason(),
+                    "message": e.to_string(),
+                }})),
+            )
+                .into_response()
         }
         Err(r) => r,
     }
