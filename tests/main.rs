@@ -14,6 +14,7 @@ mod support;
 mod activity;
 mod agent_loop;
 mod alloc_counter;
+mod app_views;
 mod client_keys;
 mod clients;
 mod failing_store;

@@ -153,8 +153,10 @@ pub use tls::TlsMode;
 /// `grant_apps` table, the apps each grant reaches; 4: the
 /// `client_assertions` table, the `jti`s of accepted client assertions, and
 /// the `waiting_calls` table, the unfinished request an identical call that
-/// names no request id joins; 5: the `activity` table, the activity record).
-pub const SCHEMA_VERSION: i32 = 5;
+/// names no request id joins; 5: the `activity` table, the activity record;
+/// 6: the `app_views` table, MCP App Views and what they hold for the
+/// agent).
+pub const SCHEMA_VERSION: i32 = 6;
 
 /// The schema used when the host names none.
 pub const DEFAULT_SCHEMA: &str = "portcullis";
@@ -703,6 +705,7 @@ fn migration(schema: &str, version: i32) -> String {
         2 => new_table(schema, Table::GrantApps),
         3 => new_table(schema, Table::ClientAssertions) + &new_table(schema, Table::WaitingCalls),
         4 => new_table(schema, Table::Activity),
+        5 => new_table(schema, Table::AppViews),
         _ => String::new(),
     }
 }

@@ -1,7 +1,7 @@
 //! Schema migrations: a database written by an earlier build opens under
 //! this one and gains what this one needs (version 3: the `grant_apps`
 //! table; version 4: the `client_assertions` and `waiting_calls` tables;
-//! version 5: the `activity` table),
+//! version 5: the `activity` table; version 6: the `app_views` table),
 //! keeping its rows; a database newer than this build is refused.
 //!
 //! Needs `PORTCULLIS_TEST_POSTGRES_URL`; without it each test says so and
@@ -32,7 +32,7 @@ fn a_version_2_database_gains_the_later_tables_and_keeps_its_rows() {
         .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
         .unwrap();
     // A database as version 2 left it: every table but grant_apps,
-    // client_assertions, waiting_calls and activity.
+    // client_assertions, waiting_calls, activity and app_views.
     {
         let store = config().open().unwrap();
         let mut w = store.begin_write().unwrap();
@@ -43,6 +43,7 @@ fn a_version_2_database_gains_the_later_tables_and_keeps_its_rows() {
         .batch_execute(&format!(
             "DROP TABLE {schema}.grant_apps; DROP TABLE {schema}.client_assertions; \
              DROP TABLE {schema}.waiting_calls; DROP TABLE {schema}.activity; \
+             DROP TABLE {schema}.app_views; \
              UPDATE {schema}.schema_version SET version = 2;"
         ))
         .unwrap();
@@ -53,12 +54,13 @@ fn a_version_2_database_gains_the_later_tables_and_keeps_its_rows() {
         .unwrap()
         .get(0);
     assert_eq!(version, SCHEMA_VERSION);
-    assert_eq!(SCHEMA_VERSION, 5);
+    assert_eq!(SCHEMA_VERSION, 6);
     let mut w = store.begin_write().unwrap();
     w.put(Table::GrantApps, b"g1", b"apps").unwrap();
     w.put(Table::ClientAssertions, b"j1", b"").unwrap();
     w.put(Table::WaitingCalls, b"w1", b"request").unwrap();
     w.put(Table::Activity, b"a1", b"entry").unwrap();
+    w.put(Table::AppViews, b"v1", b"view").unwrap();
     w.commit().unwrap();
     let r = store.begin_read().unwrap();
     assert_eq!(
@@ -80,6 +82,10 @@ fn a_version_2_database_gains_the_later_tables_and_keeps_its_rows() {
     assert_eq!(
         r.get(Table::Activity, b"a1").unwrap().as_deref(),
         Some(&b"entry"[..])
+    );
+    assert_eq!(
+        r.get(Table::AppViews, b"v1").unwrap().as_deref(),
+        Some(&b"view"[..])
     );
     drop(r);
     drop(store);

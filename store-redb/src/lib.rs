@@ -40,6 +40,7 @@ const GRANT_APPS: Def = TableDefinition::new("grant_apps");
 const CLIENT_ASSERTIONS: Def = TableDefinition::new("client_assertions");
 const WAITING_CALLS: Def = TableDefinition::new("waiting_calls");
 const ACTIVITY: Def = TableDefinition::new("activity");
+const APP_VIEWS: Def = TableDefinition::new("app_views");
 
 /// The redb table of a core table. The names match [`Table::name`].
 const fn definition(table: Table) -> Def {
@@ -60,6 +61,7 @@ const fn definition(table: Table) -> Def {
         Table::ClientAssertions => CLIENT_ASSERTIONS,
         Table::WaitingCalls => WAITING_CALLS,
         Table::Activity => ACTIVITY,
+        Table::AppViews => APP_VIEWS,
         _ => unreachable_table(),
     }
 }

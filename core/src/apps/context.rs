@@ -305,3 +305,75 @@ impl WireError for ContextError {
 
 #[cfg(feature = "std")]
 impl std::error::Error for ContextError {}
+
+// The stored form (see `super::stored`): a structured value is kept as its
+// JSON text, which the codec's positional format can hold.
+mod encoding {
+    use alloc::string::String;
+    use alloc::vec::Vec;
+
+    use serde_json::{Map, Value};
+
+    use super::{ContextValue, Slot};
+    use crate::store::codec::{Decode, Encode, Malformed, Reader, write_varint};
+
+    impl Encode for ContextValue {
+        fn encode(&self, out: &mut Vec<u8>) {
+            self.text.encode(out);
+            let structured = self.structured.as_ref().map(|s| {
+                let mut json = Vec::new();
+                crate::jwt::json::write_object(&mut json, s);
+                json
+            });
+            match structured {
+                None => out.push(0),
+                Some(json) => {
+                    out.push(1);
+                    crate::store::codec::write_bytes(out, &json);
+                }
+            }
+        }
+    }
+
+    impl Decode<'_> for ContextValue {
+        fn decode(r: &mut Reader<'_>) -> Result<Self, Malformed> {
+            let text = Option::<String>::decode(r)?;
+            let structured = match r.byte()? {
+                0 => None,
+                1 => Some(
+                    serde_json::from_slice::<Map<String, Value>>(r.bytes()?)
+                        .map_err(|_| Malformed)?,
+                ),
+                _ => return Err(Malformed),
+            };
+            Self::new(text, structured).map_err(|_| Malformed)
+        }
+    }
+
+    impl Encode for Slot {
+        fn encode(&self, out: &mut Vec<u8>) {
+            match self {
+                Self::Empty => write_varint(out, 0),
+                Self::Offered(version, value) => {
+                    write_varint(out, 1);
+                    version.encode(out);
+                    value.encode(out);
+                }
+                Self::Discarded(version) => {
+                    write_varint(out, 2);
+                    version.encode(out);
+                }
+            }
+        }
+    }
+
+    impl Decode<'_> for Slot {
+        fn decode(r: &mut Reader<'_>) -> Result<Self, Malformed> {
+            Ok(match r.variant(3)? {
+                0 => Self::Empty,
+                1 => Self::Offered(u64::decode(r)?, ContextValue::decode(r)?),
+                _ => Self::Discarded(u64::decode(r)?),
+            })
+        }
+    }
+}

@@ -18,12 +18,14 @@
 //! | [`View::offer_context`], [`Submission::capture`] | opt-in context: ≤ 64 KiB per value, ≤ 8 Views, exactly what was selected or a visible failure |
 //! | [`View::propose_message`], [`View::propose_link`] | proposals the user sends once or declines; links through the external-link guard |
 //! | [`reconcile`] | "Check result" from the ledger's receipt; never "run again" |
+//! | [`StoredView`], [`Engine::send_context_in`](crate::Engine::send_context_in), [`Engine::take_deliveries_in`](crate::Engine::take_deliveries_in) | a View kept in the store (a reload, a restart, any instance); selected context and confirmed messages handed to the View's agent once, attributed to their source |
 //! | [`SandboxConfig::check`] | the sandbox listener and origin at startup |
 //! | [`exact_origins`] | the exact origins of an App's CSP declaration, safe to write into a header |
 //!
 //! It never reads a clock, draws randomness or touches I/O: ids (the
 //! [`ViewId`]) and facts (the [`Authority`], what a source offers) come in
-//! as arguments. Nothing here is on the embedded engine's path.
+//! as arguments. Nothing here is on the embedded engine's path; a View is
+//! kept in the store by the host ([`StoredView`]).
 //!
 //! # One App request, end to end
 //!
@@ -48,6 +50,7 @@ mod proposal;
 mod receipt;
 mod request;
 mod sandbox;
+mod stored;
 mod view;
 
 #[cfg(test)]
@@ -64,6 +67,7 @@ pub use request::{
     MAX_URI_LEN, MessageRole, RpcId,
 };
 pub use sandbox::{SandboxConfig, SandboxConfigError, SandboxOrigin, exact_origins};
+pub use stored::{AppViewError, Delivered, Delivery, MAX_OUTBOX, MAX_VIEWS_SCANNED, StoredView};
 pub use view::{
     ActivateError, ApprovalCard, Authority, Fingerprint, Finished, GrantedSources, LineageKey,
     MAX_IN_FLIGHT, MAX_VIEW_ID_LEN, OpId, OpRefused, OpRule, OpStep, OpTarget, OpTicket, Operation,

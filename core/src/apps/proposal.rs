@@ -284,3 +284,86 @@ impl WireError for ProposalError {
 
 #[cfg(feature = "std")]
 impl std::error::Error for ProposalError {}
+
+// The stored form (see `super::stored`).
+mod encoding {
+    use alloc::collections::BTreeMap;
+    use alloc::string::String;
+    use alloc::vec::Vec;
+
+    use super::{Proposal, ProposalId, Proposals, Settled};
+    use crate::link::ExternalLink;
+    use crate::store::codec::{Decode, Encode, Malformed, Reader, write_varint};
+
+    crate::store::codec::fields!(ProposalId(newtype));
+    crate::store::codec::unit_enum!(Settled {
+        Sent,
+        Declined,
+        Withdrawn,
+    });
+
+    impl Encode for Proposal {
+        fn encode(&self, out: &mut Vec<u8>) {
+            match self {
+                Self::Message { text } => {
+                    write_varint(out, 0);
+                    text.encode(out);
+                }
+                Self::Link(link) => {
+                    write_varint(out, 1);
+                    link.as_str().encode(out);
+                }
+            }
+        }
+    }
+
+    impl Decode<'_> for Proposal {
+        fn decode(r: &mut Reader<'_>) -> Result<Self, Malformed> {
+            Ok(match r.variant(2)? {
+                0 => Self::Message {
+                    text: String::decode(r)?,
+                },
+                _ => Self::Link(ExternalLink::stored(String::decode(r)?)),
+            })
+        }
+    }
+
+    fn encode_map<V: Encode>(out: &mut Vec<u8>, map: &BTreeMap<ProposalId, V>) {
+        write_varint(out, map.len() as u64);
+        for (k, v) in map {
+            k.encode(out);
+            v.encode(out);
+        }
+    }
+
+    fn decode_map<'a, V: Decode<'a>>(
+        r: &mut Reader<'a>,
+    ) -> Result<BTreeMap<ProposalId, V>, Malformed> {
+        let mut map = BTreeMap::new();
+        for _ in 0..r.list_len()? {
+            let k = ProposalId::decode(r)?;
+            if map.insert(k, V::decode(r)?).is_some() {
+                return Err(Malformed);
+            }
+        }
+        Ok(map)
+    }
+
+    impl Encode for Proposals {
+        fn encode(&self, out: &mut Vec<u8>) {
+            encode_map(out, &self.pending);
+            encode_map(out, &self.settled);
+            self.next.encode(out);
+        }
+    }
+
+    impl Decode<'_> for Proposals {
+        fn decode(r: &mut Reader<'_>) -> Result<Self, Malformed> {
+            Ok(Self {
+                pending: decode_map(r)?,
+                settled: decode_map(r)?,
+                next: u64::decode(r)?,
+            })
+        }
+    }
+}

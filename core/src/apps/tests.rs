@@ -1534,3 +1534,94 @@ mod model {
         }
     }
 }
+
+// ------------------------------------------------------------ Stored Views
+
+/// A stored View reads back exactly as written (its activation, an
+/// operation awaiting approval, its context offer, its proposals and its
+/// outbox), and every truncation of its bytes is refused, never guessed at.
+#[test]
+fn a_stored_view_reads_back_exactly_and_refuses_truncations() {
+    use crate::store::codec;
+    let mut v = active("v1");
+    let ticket = v
+        .admit(
+            Operation::CallTool {
+                name: "increment".into(),
+                arguments: json!({"by": 2}).as_object().unwrap().clone(),
+            },
+            &authority(),
+            &Gateway::default(),
+            |_| {
+                Some(OpRule {
+                    effect: Effect::Write,
+                    scope: None,
+                })
+            },
+        )
+        .unwrap();
+    assert!(matches!(ticket.step, OpStep::Approve(_)));
+    v.offer_context(
+        ContextValue::new(
+            Some("3 items".into()),
+            Some(
+                json!({"items": [1, {"n": 2.5}]})
+                    .as_object()
+                    .unwrap()
+                    .clone(),
+            ),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let message = v.propose_message("hello".into()).unwrap();
+    v.propose_link("https://example.com/docs", &link_policy())
+        .unwrap();
+    let declined = v.propose_message("no".into()).unwrap();
+    v.decline_proposal(declined).unwrap();
+    let mut stored = StoredView::new(
+        crate::site::SiteId::parse("site").unwrap(),
+        "ann".into(),
+        v,
+        String::from("{}"),
+        crate::time::Timestamp::from_secs(5),
+    );
+    stored.send_message(message).unwrap();
+    assert_eq!(
+        stored.send_message(message),
+        Err(AppViewError::Proposal(ProposalError::AlreadySent))
+    );
+    assert_eq!(stored.outbox().len(), 1);
+    let bytes = codec::encode(&stored).unwrap();
+    let back = codec::decode::<StoredView>(&bytes).unwrap();
+    assert_eq!(back, stored);
+    assert!(back.view.pending_approval(ticket.id).is_some());
+    for cut in 0..bytes.len() {
+        assert!(
+            codec::decode::<StoredView>(&bytes[..cut]).is_err(),
+            "a record cut at {cut} of {} bytes is refused",
+            bytes.len()
+        );
+    }
+}
+
+/// A full outbox refuses the next message before settling it: the
+/// proposal stays pending, nothing is lost or half-sent.
+#[test]
+fn a_full_outbox_refuses_a_message_and_leaves_it_pending() {
+    let mut stored = StoredView::new(
+        crate::site::SiteId::parse("site").unwrap(),
+        "ann".into(),
+        active("v1"),
+        String::new(),
+        crate::time::Timestamp::from_secs(5),
+    );
+    for i in 0..MAX_OUTBOX {
+        let id = stored.view.propose_message(format!("m{i}")).unwrap();
+        stored.send_message(id).unwrap();
+    }
+    let last = stored.view.propose_message("one more".into()).unwrap();
+    assert_eq!(stored.send_message(last), Err(AppViewError::OutboxFull));
+    assert!(stored.view.proposal(last).is_some(), "still pending");
+    assert_eq!(AppViewError::OutboxFull.reason(), "app_outbox_full");
+}

@@ -343,8 +343,9 @@ enum State {
 }
 
 /// One App View: its identity, activation, operations, context offer and
-/// proposals. A plain value the caller keeps per mounted View (in memory:
-/// a reload restores the original presentation, not this state).
+/// proposals. A plain value the caller keeps per mounted View, in memory or
+/// in the store ([`super::StoredView`]: then it survives a reload and a
+/// restart, and every instance of a fleet sees the same View).
 ///
 /// Methods by kind:
 ///
@@ -993,3 +994,151 @@ impl WireError for OpRefused {
 
 #[cfg(feature = "std")]
 impl std::error::Error for OpRefused {}
+
+// The stored form of a View (see `super::stored`): the codec's wire format,
+// field by field.
+mod encoding {
+    use alloc::string::String;
+    use alloc::vec::Vec;
+
+    use super::{ApprovalCard, LineageKey, Op, OpId, Stamp, State, View, ViewId, ViewOrigin};
+    use crate::apps::context::Slot;
+    use crate::apps::proposal::Proposals;
+    use crate::gateway::SourceId;
+    use crate::store::codec::{Decode, Encode, Malformed, Reader, write_varint};
+
+    impl Encode for ViewId {
+        fn encode(&self, out: &mut Vec<u8>) {
+            self.0.encode(out);
+        }
+    }
+
+    impl Decode<'_> for ViewId {
+        fn decode(r: &mut Reader<'_>) -> Result<Self, Malformed> {
+            Self::new(r.str()?).map_err(|_| Malformed)
+        }
+    }
+
+    impl Encode for SourceId {
+        fn encode(&self, out: &mut Vec<u8>) {
+            self.as_str().encode(out);
+        }
+    }
+
+    impl Decode<'_> for SourceId {
+        fn decode(r: &mut Reader<'_>) -> Result<Self, Malformed> {
+            Self::new(r.str()?).map_err(|_| Malformed)
+        }
+    }
+
+    crate::store::codec::fields!(LineageKey(newtype));
+    crate::store::codec::fields!(OpId(newtype));
+    crate::store::codec::fields!(Stamp(newtype));
+    crate::store::codec::fields!(ViewOrigin {
+        id,
+        lineage,
+        grant,
+        source,
+        tool,
+        resource_uri,
+    });
+    crate::store::codec::fields!(ApprovalCard {
+        view,
+        op,
+        source,
+        tool,
+        arguments,
+        effect,
+    });
+
+    impl Encode for Op {
+        fn encode(&self, out: &mut Vec<u8>) {
+            match self {
+                Self::Awaiting(card) => {
+                    write_varint(out, 0);
+                    card.encode(out);
+                }
+                Self::Dispatched => write_varint(out, 1),
+            }
+        }
+    }
+
+    impl Decode<'_> for Op {
+        fn decode(r: &mut Reader<'_>) -> Result<Self, Malformed> {
+            Ok(match r.variant(2)? {
+                0 => Self::Awaiting(ApprovalCard::decode(r)?),
+                _ => Self::Dispatched,
+            })
+        }
+    }
+
+    impl Encode for State {
+        fn encode(&self, out: &mut Vec<u8>) {
+            match self {
+                Self::Inactive => write_varint(out, 0),
+                Self::Active(stamp) => {
+                    write_varint(out, 1);
+                    stamp.encode(out);
+                }
+                Self::Closed => write_varint(out, 2),
+            }
+        }
+    }
+
+    impl Decode<'_> for State {
+        fn decode(r: &mut Reader<'_>) -> Result<Self, Malformed> {
+            Ok(match r.variant(3)? {
+                0 => Self::Inactive,
+                1 => Self::Active(Stamp::decode(r)?),
+                _ => Self::Closed,
+            })
+        }
+    }
+
+    impl Encode for View {
+        fn encode(&self, out: &mut Vec<u8>) {
+            self.origin.encode(out);
+            self.app_uri.encode(out);
+            self.state.encode(out);
+            let ops: Vec<(OpId, &Op)> = self.ops.iter().map(|(k, v)| (*k, v)).collect();
+            write_varint(out, ops.len() as u64);
+            for (id, op) in ops {
+                id.encode(out);
+                op.encode(out);
+            }
+            self.next_op.encode(out);
+            self.slot.encode(out);
+            self.next_version.encode(out);
+            self.proposals.encode(out);
+        }
+    }
+
+    impl Decode<'_> for View {
+        fn decode(r: &mut Reader<'_>) -> Result<Self, Malformed> {
+            let origin = ViewOrigin::decode(r)?;
+            let app_uri = String::decode(r)?;
+            if !app_uri.starts_with("ui://") {
+                return Err(Malformed);
+            }
+            let state = State::decode(r)?;
+            let mut ops = alloc::collections::BTreeMap::new();
+            for _ in 0..r.list_len()? {
+                let id = OpId::decode(r)?;
+                let op = Op::decode(r)?;
+                if ops.insert(id, op).is_some() {
+                    return Err(Malformed);
+                }
+            }
+            Ok(Self {
+                origin,
+                app_uri,
+                state,
+                ops,
+                next_op: u64::decode(r)?,
+                slot: Slot::decode(r)?,
+                next_version: u64::decode(r)?,
+                proposals: Proposals::decode(r)?,
+            })
+        }
+    }
+}

@@ -135,6 +135,13 @@ impl ExternalLink {
     pub fn into_string(self) -> String {
         self.url
     }
+
+    /// A link read back from the store, where only a link that passed
+    /// [`ExternalLink::parse`] was ever written (a stored App View's
+    /// proposal, `crate::apps::StoredView`).
+    pub(crate) fn stored(url: String) -> Self {
+        Self { url }
+    }
 }
 
 impl fmt::Display for ExternalLink {

@@ -43,11 +43,14 @@ pub enum Table {
     /// The activity record, by (site, time) and by (site, user, time): see
     /// [`crate::activity`].
     Activity,
+    /// MCP App Views and what they hold for the agent, by (site, user,
+    /// View id): see [`crate::apps::StoredView`].
+    AppViews,
 }
 
 impl Table {
     /// Every table, in a fixed order.
-    pub const ALL: [Self; 16] = [
+    pub const ALL: [Self; 17] = [
         Self::Meta,
         Self::Sites,
         Self::Clients,
@@ -64,6 +67,7 @@ impl Table {
         Self::ClientAssertions,
         Self::WaitingCalls,
         Self::Activity,
+        Self::AppViews,
     ];
 
     /// The stable name a store uses for this table.
@@ -86,6 +90,7 @@ impl Table {
             Self::ClientAssertions => "client_assertions",
             Self::WaitingCalls => "waiting_calls",
             Self::Activity => "activity",
+            Self::AppViews => "app_views",
         }
     }
 

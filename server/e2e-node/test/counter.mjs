@@ -34,6 +34,8 @@ export const HTML = `<!doctype html>
 <p><button id="inc">+2</button>
 <input id="url" size="30" value="https://example.com/docs?x=1"> <button id="link">Open link</button>
 <button id="say">Say hello</button></p>
+<p><input id="note" size="20" value="note 1"> <button id="share">Share context</button>
+<button id="slow">+2 slowly</button></p>
 <p id="status">starting</p>
 <p id="origin"></p><p id="cookie"></p>
 <script>
@@ -81,7 +83,15 @@ export const HTML = `<!doctype html>
   $("inc").onclick = () => call("increment", "tools/call", { name: "increment", arguments: { by: 2 } }, show);
   $("link").onclick = () => call("open-link", "ui/open-link", { url: $("url").value });
   $("say").onclick = () => call("message", "ui/message",
-    { role: "user", content: [{ type: "text", text: "Hello from the counter" }] });
+    { role: "user", content: [{ type: "text", text: $("note").dataset.say || "Hello from the counter" }] });
+  // Offers the note and the count as context (each offer replaces the last).
+  $("share").onclick = () => call("context", "ui/update-model-context", {
+    content: [{ type: "text", text: $("note").value }],
+    structuredContent: { count: Number($("count").textContent) || 0 },
+  });
+  // An increment that takes a while at the source (the test cuts the page
+  // off meanwhile).
+  $("slow").onclick = () => call("slow increment", "tools/call", { name: "increment", arguments: { by: 2, delayMs: 2500 } }, show);
   (async () => {
     const init = await request("ui/initialize", {
       protocolVersion: "2026-01-26",
@@ -117,7 +127,7 @@ function mcpServer() {
       {
         name: "increment",
         description: "Adds `by` to the counter.",
-        inputSchema: { type: "object", properties: { by: { type: "integer" } }, required: ["by"] },
+        inputSchema: { type: "object", properties: { by: { type: "integer" }, delayMs: { type: "integer" } }, required: ["by"] },
         annotations: { readOnlyHint: false, destructiveHint: false },
         _meta: { ui: { resourceUri: APP, visibility: ["model", "app"] } },
       },
@@ -129,6 +139,8 @@ function mcpServer() {
     }
     if (req.params.name === "increment") {
       const by = Number(req.params.arguments?.by ?? 1);
+      const delay = Number(req.params.arguments?.delayMs ?? 0);
+      if (delay > 0) await new Promise((ok) => setTimeout(ok, Math.min(delay, 10000)));
       count += by;
       increments += 1;
       return { content: [{ type: "text", text: `count ${count}` }], structuredContent: { count } };

@@ -14,10 +14,12 @@ const here = dirname(fileURLToPath(import.meta.url));
 /** The server binary: `$PORTCULLIS_BIN`, else the workspace's debug build. */
 export const BIN = process.env.PORTCULLIS_BIN ?? resolve(here, "../../../target/debug/portcullis");
 
-/** Starts the server on a free loopback port; resolves once it listens. */
-export async function startServer(extra = []) {
+/** Starts the server on a free loopback port; resolves once it listens.
+ * `db` (a redb file or a PostgreSQL URL) and `addr` keep a database and an
+ * address across a restart; a `db` given is not deleted by `stop`. */
+export async function startServer(extra = [], { db, addr = "127.0.0.1:0" } = {}) {
   const dir = mkdtempSync(join(tmpdir(), "portcullis-e2e-"));
-  const child = spawn(BIN, ["serve", "--db", join(dir, "p.redb"), "--addr", "127.0.0.1:0", ...extra], {
+  const child = spawn(BIN, ["serve", "--db", db ?? join(dir, "p.redb"), "--addr", addr, ...extra], {
     stdio: ["ignore", "pipe", "pipe"],
     env: { ...process.env, RUST_LOG: "debug" },
   });

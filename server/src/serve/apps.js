@@ -17,6 +17,18 @@
 // A link or a message the App proposes is shown here, outside the frame,
 // and acted on only after the user's own click; approvals of the App's
 // writes are the Agents page's ordinary approval cards.
+//
+// Context the App offers (ui/update-model-context) is shown on its card;
+// the user ticks what they inspected and sends it ("Send selected context
+// to the agent"): the server captures exactly the ticked versions, and the
+// agent that opened the View receives them with its next call. A message
+// the user sends once goes the same way.
+//
+// Views live on the server (its store): after a reload the page lists
+// them again. An App operation that was waiting for an approval is
+// resumed with its own message (it runs once, under its ledger request);
+// one that was already dispatched shows "Check result", which reads its
+// receipt and never runs it again.
 "use strict";
 
 (() => {
@@ -87,7 +99,7 @@
       box.append(
         el("p", { textContent: `The App of source ${v.source} proposes a message as you:` }),
         el("pre", { className: "app-message-text", textContent: p.text }),
-        el("p", { textContent: "This page has no conversation: sending records it as sent and shown here." }),
+        el("p", { textContent: "Sending passes it, marked as coming from this App, to the agent that opened it, with the agent's next call." }),
         el("button", { textContent: "Send once", onclick: () => decide("accept") }),
         el("button", { textContent: "Decline", onclick: () => decide("decline") }),
       );
@@ -118,7 +130,7 @@
         for (const n of v.afterInitialized) toApp(v, n);
         v.afterInitialized = null;
       }
-      if (v.active) setState(v, "Interactions are active.");
+      if (v.active && v.live !== false) setState(v, "Interactions are active.");
       return;
     }
   };
@@ -178,6 +190,74 @@
     views.delete(v.id);
   };
 
+  // The App's current context offer, on its card, with the box the user
+  // ticks to select the version they see.
+  const showContext = (v, c) => {
+    if (!c) {
+      v.contextEl.hidden = true;
+      v.contextBox.checked = false;
+      return;
+    }
+    v.contextEl.hidden = false;
+    const shown = c.text != null ? c.text : JSON.stringify(c.structured);
+    v.contextText.textContent = shown;
+    v.contextEl.dataset.version = c.version;
+    if (v.contextBox.checked && Number(v.contextBox.dataset.version) !== c.version) {
+      v.contextNote.textContent = "The App replaced this context since you selected it: select it again to send this version.";
+    } else {
+      v.contextNote.textContent = "";
+    }
+  };
+
+  // An operation the page lost the answer to (a reload): one waiting for
+  // an approval is resumed with its own message; one already dispatched
+  // gets "Check result".
+  const showLost = (v, calls) => {
+    for (const c of calls || []) {
+      const key = JSON.stringify(c.id);
+      if (v.lost.has(key)) continue;
+      v.lost.add(key);
+      const box = el("div", { className: "app-lost" });
+      box.dataset.call = key;
+      const say = (t) => { box.querySelector(".app-lost-state").textContent = t; };
+      box.append(el("p", { className: "app-lost-state" }));
+      v.lostEl.append(box);
+      if (c.awaiting && c.message) {
+        say(`The App's ${c.what} waits for your approval (above); it runs once when you approve.`);
+        (async () => {
+          for (let round = 0; round < 120; round++) {
+            const r = await api("/agents/apps/request", { view: v.id, message: c.message });
+            if (r.status !== 200 || !r.json) { say(`The App's ${c.what} ended: ${errorText(r)}`); return; }
+            if (r.json.pending) continue;
+            const a = r.json.response || {};
+            if (a.error) say(`The App's ${c.what} was refused: ${a.error.message}`);
+            else {
+              const res = a.result || {};
+              say(`The App's ${c.what} ${res.isError ? "failed" : "ran"}: ${JSON.stringify(res.structuredContent || res.content || {})}`);
+            }
+            return;
+          }
+        })();
+      } else {
+        say(`The answer to the App's ${c.what} was lost (the page reloaded). Its outcome is recorded: check it (it is never run again).`);
+        const btn = el("button", { className: "app-check", textContent: "Check result" });
+        btn.onclick = async () => {
+          btn.disabled = true;
+          const r = await api("/agents/apps/check", { view: v.id, id: c.id });
+          const out = el("p", { className: "app-check-result" });
+          if (r.status !== 200 || !r.json) out.textContent = `Not checked: ${errorText(r)}`;
+          else if (r.json.outcome === "completed") out.textContent = `Completed: ${JSON.stringify(r.json.detail)}`;
+          else if (r.json.outcome === "failed") out.textContent = `Failed: ${JSON.stringify(r.json.detail)}`;
+          else if (r.json.outcome === "pending") { out.textContent = "Still pending: check again later."; btn.disabled = false; }
+          else out.textContent = `Unknown (${r.json.detail}): it may or may not have had its effect; it is not run again.`;
+          box.querySelector(".app-check-result")?.remove();
+          box.append(out);
+        };
+        box.append(btn);
+      }
+    }
+  };
+
   const add = (d) => {
     const v = { id: d.id, source: d.source, queue: Promise.resolve(), active: d.active === true };
     v.stateEl = el("p", { className: "app-state" });
@@ -187,6 +267,18 @@
     const closeEl = el("button", { className: "app-close", textContent: "Close" });
     closeEl.onclick = () => close(v);
     v.proposalsEl = el("div", { className: "app-proposals" });
+    v.lost = new Set();
+    v.lostEl = el("div", { className: "app-lost-calls" });
+    v.contextBox = el("input", { type: "checkbox", className: "app-context-select" });
+    v.contextBox.onchange = () => {
+      v.contextBox.dataset.version = v.contextEl.dataset.version;
+      v.contextNote.textContent = "";
+    };
+    v.contextText = el("pre", { className: "app-context-text" });
+    v.contextNote = el("p", { className: "app-context-note" });
+    v.contextEl = el("div", { className: "app-context", hidden: true },
+      el("label", {}, v.contextBox, " Select this context (offered by the App) to send to the agent"),
+      v.contextText, v.contextNote);
     v.frame = el("iframe", { className: "app-frame", title: `App of ${d.source}` });
     v.frame.setAttribute("sandbox", "allow-scripts allow-same-origin");
     v.frame.setAttribute("referrerpolicy", "no-referrer");
@@ -194,7 +286,7 @@
     const who = d.client && d.client.name ? `“${d.client.name}”` : "an unnamed client";
     v.box = el("article", { className: "app-view" },
       el("h3", { textContent: `App from source ${d.source}: result of ${d.tool}, called by ${who}` }),
-      v.stateEl, el("p", {}, v.activateEl, " ", closeEl), v.proposalsEl, v.frame);
+      v.stateEl, el("p", {}, v.activateEl, " ", closeEl), v.lostEl, v.contextEl, v.proposalsEl, v.frame);
     v.box.dataset.view = d.id;
     v.box.dataset.grant = d.grant;
     setState(v, v.active ? "Interactions are active." :
@@ -202,7 +294,33 @@
     views.set(d.id, v);
     section.append(v.box);
     v.frame.src = `${SANDBOX}/sandbox.html`;
+    // The operations listed when the View first appears here are those a
+    // reload (or a restart) left without their answer.
+    showLost(v, d.calls);
   };
+
+  // "Send selected context to the agent": exactly the ticked versions.
+  const sendBar = el("p", { className: "app-send-context" });
+  const sendButton = el("button", { id: "apps-send-context", textContent: "Send selected context to the agent" });
+  const sendState = el("span", { className: "app-send-state" });
+  sendButton.onclick = async () => {
+    const selections = [];
+    for (const v of views.values()) {
+      if (v.contextBox.checked) selections.push({ view: v.id, version: Number(v.contextBox.dataset.version) });
+    }
+    if (!selections.length) { sendState.textContent = "Select an App's context first."; return; }
+    sendButton.disabled = true;
+    const r = await api("/agents/apps/context", { selections });
+    sendButton.disabled = false;
+    if (r.status === 200) {
+      sendState.textContent = `Sent ${r.json.sent} context value(s): the agent receives them with its next call.`;
+      for (const v of views.values()) v.contextBox.checked = false;
+    } else {
+      sendState.textContent = `Not sent: ${errorText(r)}`;
+    }
+  };
+  sendBar.append(sendButton, " ", sendState);
+  section.append(sendBar);
 
   window.addEventListener("message", (e) => { onMessage(e); });
   window.addEventListener("portcullis:work", (e) => {
@@ -211,6 +329,8 @@
     for (const d of list) {
       const v = views.get(d.id);
       if (!v) continue;
+      showContext(v, d.context);
+      v.live = d.live !== false;
       if (d.live === false) {
         setState(v, "Its connection was revoked: the App can no longer call anything.");
       } else if (v.active && d.active === false) {

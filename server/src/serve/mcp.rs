@@ -623,17 +623,21 @@ impl ServerHandler for Tools {
                 }
             }
             "execute" => {
-                return self
+                let answer = self
                     .call_execute(&agent, &mut context, &args, &request)
                     .await;
+                return super::apps::deliver(&self.app, agent.principal(), answer).await;
             }
             name => {
-                return self
+                let answer = self
                     .call_gateway(&agent, &mut context, name, args, &request)
                     .await;
+                return super::apps::deliver(&self.app, agent.principal(), answer).await;
             }
         };
-        Ok(result.into())
+        // What the user sent from an MCP App to this agent rides on its
+        // next complete tool result ([`super::apps::deliver`]).
+        super::apps::deliver(&self.app, agent.principal(), Ok(result.into())).await
     }
 
     /// `tasks/get` (the MCP tasks extension): the task of an `execute`

@@ -303,7 +303,13 @@ impl App {
     /// An event another instance announced.
     fn on_event(&self, event: Option<Event>) {
         match event {
-            Some(Event::Bump(subject)) => self.relay.bump(&subject),
+            Some(Event::Bump(subject)) => {
+                self.relay.bump(&subject);
+                // A bump may be a decision taken there on a request that
+                // waits here (an App's call, a client's retry): every
+                // waiter looks again at once, not at the end of its wait.
+                let _ = self.decisions.send(None);
+            }
             Some(Event::Report(job)) => self.collect_report(&job),
             Some(Event::SignOut(sid, expires)) => {
                 if !self.sessions.remember(&sid, expires, clock::now()) {

@@ -353,6 +353,7 @@ impl App {
     fn snapshot(&self, subject: &str) -> Result<Snapshot, String> {
         let mut grants = Vec::new();
         let mut approvals = Vec::new();
+        let stored_views = self.user_views(subject)?;
         for g in self.live_grants(subject)? {
             let tab = self
                 .engine()
@@ -380,14 +381,12 @@ impl App {
                     "canApprove": p.can_approve(),
                     "args": p.arguments.as_deref().map(shown_arguments),
                     // Asked by an MCP App View, not by the agent itself.
-                    "appView": self.apps.view_of_request(&p.request_id),
+                    "appView": App::view_of_request(&stored_views, &p.request_id),
                 }));
             }
             grants.push((g, tab));
         }
-        let views = self
-            .apps
-            .listed(subject, |id| grants.iter().any(|(g, _)| g.id == *id));
+        let views = App::listed(&stored_views, |id| grants.iter().any(|(g, _)| g.id == *id));
         Ok(Snapshot {
             grants,
             approvals,

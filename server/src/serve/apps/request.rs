@@ -17,7 +17,9 @@
 //!   `ui/notifications/initialized`, SEP-1865 "Lifecycle");
 //! * `pending: true`: a tool call waits for the user's approval in the
 //!   approvals list; the page sends the same message again, which lands on
-//!   the same operation and the same ledger request (run at most once);
+//!   the same operation and the same ledger request (run at most once),
+//!   also after a reload or a restart (the View's calls are stored with
+//!   their messages, [`super::Call`]);
 //! * `proposal`: a link or a message for the user to accept or decline
 //!   outside the frame; its answer to the App comes with the decision;
 //! * `size`: the View's content size, for the frame.
@@ -34,6 +36,10 @@
 //! the View's activation is checked again under the grant as it is then
 //! ([`portcullis_core::apps::View::approve`]: a revoked grant or a changed
 //! authority refuses it) before the call is resumed.
+//!
+//! An operation runs on a task of its own: a page that goes away (a
+//! reload, a cut connection) does not cut it off halfway; the page that
+//! comes back reads its receipt ("Check result", [`super::check`]).
 
 use std::time::{Duration, Instant};
 
@@ -120,14 +126,13 @@ pub(crate) async fn request(State(app): State<Shared>, headers: HeaderMap, raw: 
         Err(r) => return r,
     };
     let (subject, view) = (session.subject.as_str(), f.view.as_str());
-    if let Err(e) = app.apps.with(subject, view, |_| ()) {
+    if let Err(e) = app.with_view(subject, view, |_| ()) {
         return e.response();
     }
     let AppRequest { id, call } = match AppRequest::parse(f.message.as_bytes()) {
         Ok(r) => r,
         Err(e) => return respond(refusal(f.message.as_bytes(), e)),
     };
-    let fingerprint = Fingerprint::of(f.message.as_bytes());
     match call {
         AppCall::Initialize { .. } => initialize(&app, subject, view, id.as_ref()),
         AppCall::Initialized => ok(json!({"initialized": true})),
@@ -136,11 +141,22 @@ pub(crate) async fn request(State(app): State<Shared>, headers: HeaderMap, raw: 
             ok(json!({"size": {"width": width, "height": height}}))
         }
         call @ (AppCall::CallTool { .. } | AppCall::ReadResource { .. }) => match id {
-            Some(id) => Box::pin(operation(&app, subject, view, id, call, fingerprint)).await,
+            Some(id) => {
+                // The operation runs on a task of its own: a page that goes
+                // away (reloaded, cut off) does not cut the call off halfway;
+                // its receipt is there for "Check result".
+                let (app, subject, view) = (app.clone(), subject.to_owned(), view.to_owned());
+                let text = f.message.clone();
+                let run = tokio::spawn(async move {
+                    Box::pin(operation(&app, &subject, &view, id, call, text)).await
+                });
+                run.await
+                    .unwrap_or_else(|_| super::super::respond::internal("an App operation failed"))
+            }
             None => ok(json!({})),
         },
         AppCall::Message { text, .. } => {
-            propose(&app, subject, view, id, |v| v.propose_message(text))
+            propose(&app, subject, view, id, |v| v.propose_message(text.clone()))
         }
         AppCall::OpenLink { url } => {
             let Some(policy) = app.apps.link_policy.clone() else {
@@ -151,9 +167,10 @@ pub(crate) async fn request(State(app): State<Shared>, headers: HeaderMap, raw: 
             })
         }
         AppCall::UpdateContext(value) => {
-            let offered = app
-                .apps
-                .with(subject, view, |v| v.view.offer_context(value));
+            let offered =
+                app.with_view(subject, view, |v| v.view_mut().offer_context(value.clone()));
+            // The page shows the new offer (the user inspects and selects it).
+            app.bump(subject);
             match (offered, id) {
                 (Ok(Ok(_)), Some(id)) => respond(result(&id, json!({}))),
                 (Ok(Err(e)), id) => refuse(id.as_ref(), &e.to_string()),
@@ -193,7 +210,7 @@ fn initialize(app: &Shared, subject: &str, view: &str, id: Option<&RpcId>) -> Re
     let Some(id) = id else {
         return ok(json!({}));
     };
-    let parts = app.apps.with(subject, view, |v| {
+    let parts = app.with_view(subject, view, |v| {
         (v.tool.clone(), v.arguments.clone(), v.result.clone())
     });
     let Ok((tool, arguments, tool_result)) = parts else {
@@ -228,17 +245,18 @@ fn propose(
     subject: &str,
     view: &str,
     id: Option<RpcId>,
-    make: impl FnOnce(
+    make: impl Fn(
         &mut portcullis_core::apps::View,
-    ) -> Result<ProposalId, portcullis_core::apps::ProposalError>,
+    ) -> Result<ProposalId, portcullis_core::apps::ProposalError>
+    + Sync,
 ) -> Response {
     let Some(id) = id else {
         return ok(json!({}));
     };
-    let proposed = app.apps.with(subject, view, |v| {
-        let pid = make(&mut v.view).map_err(|e| e.to_string())?;
+    let proposed = app.with_view(subject, view, |v| {
+        let pid = make(v.view_mut()).map_err(|e| e.to_string())?;
         v.proposals.insert(pid, id.clone());
-        let shown = match v.view.proposal(pid) {
+        let shown = match v.view().proposal(pid) {
             Some(Proposal::Link(link)) => {
                 json!({"id": pid.0, "kind": "link", "url": link.as_str()})
             }
@@ -273,8 +291,10 @@ struct Decision {
 }
 
 /// `POST /agents/apps/proposal {view, proposal, decision}`: `accept`
-/// (open the link, which the page's link does; send the message, which
-/// here is recording it as sent: there is no conversation) or `decline`.
+/// (open the link, which the page's link does; send the message: settled
+/// and queued for the agent that opened the View in one change,
+/// [`portcullis_core::apps::StoredView::send_message`], its next tool
+/// result carries it) or `decline` (it never reaches the agent).
 pub(crate) async fn proposal(
     State(app): State<Shared>,
     headers: HeaderMap,
@@ -296,32 +316,38 @@ pub(crate) async fn proposal(
             );
         }
     };
-    let done = app.apps.with(&session.subject, &d.view, |v| {
+    let done = app.with_view(&session.subject, &d.view, |v| {
         let Some(rpc) = v.proposals.get(&pid).cloned() else {
             return Err("no such proposal awaits you".to_owned());
         };
         let settled = if accept {
-            match v.view.proposal(pid) {
+            match v.view().proposal(pid) {
                 Some(Proposal::Link(_)) => v
-                    .view
+                    .view_mut()
                     .confirm_link(pid)
-                    .map(|link| (result(&rpc, json!({})), format!("Opened {}", link.as_str()))),
-                _ => v.view.send_message(pid).map(|_text| {
+                    .map(|link| (result(&rpc, json!({})), format!("Opened {}", link.as_str())))
+                    .map_err(|e| e.to_string()),
+                // Settled as sent and queued for the agent that opened the
+                // View, in one change: its next tool call carries it.
+                _ => v.stored.send_message(pid).map(|()| {
                     (
                         result(&rpc, json!({})),
-                        "Sent: recorded as sent and shown here (this page has no conversation)."
+                        "Sent once: the agent that opened this App receives it with its next                          call."
                             .to_owned(),
                     )
-                }),
+                }).map_err(|e| e.to_string()),
             }
         } else {
-            v.view
+            v.view_mut()
                 .decline_proposal(pid)
                 .map(|()| rpc_error(Some(&rpc), REFUSED, "declined by the user"))
                 .map(|r| (r, "Declined.".to_owned()))
+                .map_err(|e| e.to_string())
         };
-        v.proposals.remove(&pid);
-        settled.map_err(|e| e.to_string())
+        if settled.is_ok() {
+            v.proposals.remove(&pid);
+        }
+        settled
     });
     match done {
         Ok(Ok((response, shown))) => ok(json!({"response": response, "shown": shown})),
@@ -360,15 +386,15 @@ async fn operation(
     view: &str,
     id: RpcId,
     call: AppCall,
-    message: Fingerprint,
+    text: String,
 ) -> Response {
     let (principal, authority) = match view_now(app, subject, view).await {
         Ok(a) => a,
         Err(Refusal::GrantEnded) => {
             // No authority at all: the activation ends, its approvals go.
-            let _ = app.apps.with(subject, view, |v| {
+            let _ = app.with_view(subject, view, |v| {
                 // The grant's approvals end with it: nothing to deny.
-                let withdrawn = v.view.deactivate();
+                let withdrawn = v.view_mut().deactivate();
                 let _ = v.drop_withdrawn(&withdrawn);
             });
             app.bump(subject);
@@ -381,7 +407,7 @@ async fn operation(
         _ => None,
     };
     let (op, request, asked, source_call) =
-        match admit(app, subject, view, &id, call, message, &authority).await {
+        match admit(app, subject, view, &id, call, text, &authority).await {
             Ok(a) => a,
             Err(why) => return refuse(Some(&id), &why),
         };
@@ -408,10 +434,10 @@ async fn operation(
             }
         }
     };
-    let _ = app.apps.with(subject, view, |v| {
-        if let Err(e) = v.view.finish(op) {
+    let _ = app.with_view(subject, view, |v| {
+        if let Err(e) = v.view_mut().finish(op) {
             tracing::debug!(error = %e, "MCP Apps: finishing an operation");
-            let _ = v.view.decline(op);
+            let _ = v.view_mut().decline(op);
         }
         v.calls.remove(&id);
     });
@@ -437,15 +463,15 @@ async fn admit(
     view: &str,
     id: &RpcId,
     call: AppCall,
-    message: Fingerprint,
+    text: String,
     authority: &Authority,
 ) -> Result<(portcullis_core::apps::OpId, RequestId, bool, SourceCall), String> {
     let was_active = app
-        .apps
-        .with(subject, view, |v| v.view.is_active())
+        .with_view(subject, view, |v| v.view().is_active())
         .unwrap_or(false);
-    let admitted = app.apps.with(subject, view, |v| {
-        let refused = |why: &str| (why.to_owned(), Vec::new(), v.view.origin().grant);
+    let message = Fingerprint::of(text.as_bytes());
+    let admitted = app.with_view(subject, view, |v| {
+        let refused = |why: &str| (why.to_owned(), Vec::new(), v.view().origin().grant);
         if let Some(c) = v.calls.get(id) {
             return if c.message == message {
                 Ok((c.op, c.request, c.asked, c.target.clone()))
@@ -453,11 +479,11 @@ async fn admit(
                 Err(refused("this request id is in flight with another request"))
             };
         }
-        let Ok(op) = Operation::from_call(call) else {
+        let Ok(op) = Operation::from_call(call.clone()) else {
             return Err(refused("not an operation"));
         };
         let ticket = match v
-            .view
+            .view_mut()
             .admit(op, authority, &app.gateway.map, |t| rule(app, t))
         {
             Ok(ticket) => ticket,
@@ -466,7 +492,7 @@ async fn admit(
                     OpRefused::AuthorityChanged(withdrawn) => v.drop_withdrawn(withdrawn),
                     _ => Vec::new(),
                 };
-                return Err((e.to_string(), waiting, v.view.origin().grant));
+                return Err((e.to_string(), waiting, v.view().origin().grant));
             }
         };
         let request = RequestId::random(&mut rand::rng());
@@ -476,6 +502,7 @@ async fn admit(
                 op: ticket.id,
                 request,
                 message,
+                text: text.clone(),
                 asked: false,
                 target: ticket.call.clone(),
             },
@@ -489,7 +516,7 @@ async fn admit(
             if !waiting.is_empty() {
                 super::deny_waiting(app, subject, grant, &waiting).await;
             }
-            let active = app.apps.with(subject, view, |v| v.view.is_active());
+            let active = app.with_view(subject, view, |v| v.view().is_active());
             if was_active && active.is_ok_and(|a| !a) {
                 // The authority changed: the page shows the activation ended.
                 app.bump(subject);
@@ -565,7 +592,7 @@ impl Tool<'_> {
             let _ = self.approved().await;
             return Some(reply);
         }
-        let _ = app.apps.with(self.subject, self.view, |v| {
+        let _ = app.with_view(self.subject, self.view, |v| {
             if let Some(c) = v.calls.get_mut(self.id) {
                 c.asked = true;
             }
@@ -585,11 +612,10 @@ impl Tool<'_> {
     async fn approved(&self) -> Option<Value> {
         let (awaiting, active) = self
             .app
-            .apps
-            .with(self.subject, self.view, |v| {
+            .with_view(self.subject, self.view, |v| {
                 (
-                    v.view.pending_approval(self.op).is_some(),
-                    v.view.is_active(),
+                    v.view().pending_approval(self.op).is_some(),
+                    v.view().is_active(),
                 )
             })
             .unwrap_or((false, false));
@@ -606,22 +632,29 @@ impl Tool<'_> {
             });
         }
         let grant = self.principal.grant;
-        let now = match self.app.authority_now(self.subject, &grant) {
+        let now = match super::store_io(|| self.app.authority_now(self.subject, &grant)) {
             Ok((_, a)) => a,
             Err(e) => return Some(rpc_error(Some(self.id), REFUSED, e.message())),
         };
-        let approved = self.app.apps.with(self.subject, self.view, |v| {
-            v.view.approve(self.op, &now).map_err(|e| {
-                let waiting = match &e {
-                    OpRefused::AuthorityChanged(withdrawn) => v.drop_withdrawn(withdrawn),
-                    _ => Vec::new(),
-                };
-                (e.to_string(), waiting)
-            })
+        let approved = self.app.with_view(self.subject, self.view, |v| {
+            match v.view_mut().approve(self.op, &now) {
+                Ok(()) => Ok(()),
+                Err(OpRefused::NotAwaiting) => Err((String::new(), None)),
+                Err(e) => {
+                    let waiting = match &e {
+                        OpRefused::AuthorityChanged(withdrawn) => v.drop_withdrawn(withdrawn),
+                        _ => Vec::new(),
+                    };
+                    Err((e.to_string(), Some(waiting)))
+                }
+            }
         });
         match approved {
-            Ok(Ok(())) => None,
-            Ok(Err((why, waiting))) => {
+            // Approved here, or by the other waiter of the same operation (a
+            // page reloaded while the first still waited): either way it goes
+            // on under its one ledger request, which never runs it twice.
+            Ok(Ok(()) | Err((_, None))) => None,
+            Ok(Err((why, Some(waiting)))) => {
                 if !waiting.is_empty() {
                     super::deny_waiting(self.app, self.subject, grant, &waiting).await;
                 }
