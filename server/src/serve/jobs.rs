@@ -1,13 +1,13 @@
 //! The tab's jobs and their reports as rows, when several instances share a
 //! PostgreSQL database: an `execute` driven on instance B reaches a tab
 //! long-polling on instance A, and the tab's report made through A reaches
-//! the driver waiting on B.
+//! the run waiting on B.
 //!
 //! One small server-side table, `"<schema>".relay_job`, beside the store's
 //! own tables (it holds no record of the core: a job is a hint to a page
 //! plus the page's answer, never a decision). A row's life:
 //!
-//! 1. **queued**: the driver's instance inserts it, then bumps the user's
+//! 1. **queued**: the run's instance inserts it, then bumps the user's
 //!    mailbox everywhere (`NOTIFY bump`), so the polls of every instance
 //!    wake;
 //! 2. **taken**: the page's poll claims it with `UPDATE … SET taken = true
@@ -16,8 +16,8 @@
 //!    once and the action runs at most once;
 //! 3. **reported**: the page's report, through any instance, sets the
 //!    outcome on a taken, unreported row of that user and `NOTIFY report`s
-//!    its job id; the driver's instance (the one that awaits that id)
-//!    deletes the row and hands the outcome to its driver. A driver that
+//!    its job id; the run's instance (the one that awaits that id)
+//!    deletes the row and hands the outcome to its run. A run that
 //!    missed the notification collects the row at its next liveness check.
 //!
 //! The open route's `navigate` commands are rows too
@@ -47,7 +47,7 @@
 //! ended; a `Running` request with no claim at all (from before this
 //! table) is left to the tab's next connection, which ends it.
 //!
-//! A driver that gives up deletes its row; rows older than [`STALE`] (an
+//! A run that gives up on a job deletes its row; rows older than [`STALE`] (an
 //! instance died mid-run) are swept. On redb none of this exists: the
 //! relay's in-process queue is the whole path.
 
@@ -116,6 +116,10 @@ pub(crate) struct JobTable {
     lease: String,
     /// Which instance drives each run (holds its ticket).
     owner: String,
+    /// The calls of this instance holding each run's claim (a run's call,
+    /// and the calls of the same request waiting on it): the claim goes
+    /// when the last lets go.
+    holders: Mutex<std::collections::HashMap<(String, String), usize>>,
     client: Mutex<Option<Client>>,
 }
 
@@ -169,6 +173,7 @@ impl JobTable {
             signout: format!("\"{schema}\".session_signout"),
             lease: format!("\"{schema}\".instance_lease"),
             owner: format!("\"{schema}\".run_owner"),
+            holders: Mutex::default(),
             client: Mutex::new(None),
         };
         let t = &jobs.table;
@@ -464,7 +469,7 @@ impl JobTable {
             o = self.owner,
             dead = self.dead("o.instance")
         );
-        self.with(|c| {
+        let held = self.with(|c| {
             if c.query_opt(&claim, &[&grant, &request, &instance])?
                 .is_some()
             {
@@ -475,16 +480,41 @@ impl JobTable {
             } else {
                 Claim::Busy
             })
-        })
+        })?;
+        if held == Claim::Held {
+            *self
+                .holders
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .entry((grant.to_owned(), request.to_owned()))
+                .or_default() += 1;
+        }
+        Ok(held)
     }
 
-    /// Lets go of the run `(grant, request)` if `instance` holds it.
+    /// Lets go of one call's hold on the run `(grant, request)`; the claim
+    /// goes (if `instance` holds it) when no call of this instance holds
+    /// it any more.
     pub(crate) fn release_run(
         &self,
         grant: &str,
         request: &str,
         instance: &str,
     ) -> Result<(), String> {
+        {
+            let mut holders = self.holders.lock().unwrap_or_else(PoisonError::into_inner);
+            let key = (grant.to_owned(), request.to_owned());
+            match holders.get_mut(&key) {
+                Some(n) if *n > 1 => {
+                    *n -= 1;
+                    return Ok(());
+                }
+                Some(_) => {
+                    holders.remove(&key);
+                }
+                None => {}
+            }
+        }
         let sql = format!(
             "DELETE FROM {} WHERE grant_id = $1 AND request = $2 AND instance = $3",
             self.owner

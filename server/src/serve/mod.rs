@@ -112,7 +112,7 @@ pub(crate) struct App {
     open_route: OpenRoute,
     /// Runs in flight and the tabs' mailboxes.
     relay: relay::Relay<tab::Snapshot>,
-    /// On PostgreSQL, the tab's jobs and reports as rows, so a driver on
+    /// On PostgreSQL, the tab's jobs and reports as rows, so a run on
     /// one instance reaches a tab polling on another ([`jobs`]); `None` on
     /// redb, where the relay's in-process queue is the whole path. Never
     /// dropped (the driver must not drop a connection on a runtime worker).
@@ -133,13 +133,6 @@ pub(crate) struct App {
     /// Becomes `true` when the server shuts down: long-polls end at once
     /// instead of holding the graceful shutdown for their 25 s.
     stopping: tokio::sync::watch::Receiver<bool>,
-    /// The requests whose approval was just decided here (`Some`), or a
-    /// grant that ended here (`None`: every waiter looks again, since each
-    /// of that grant's requests is now refused): a client's retry or an
-    /// App's call waiting for that decision wakes at once
-    /// ([`mcp::wait_for_decision`]; a decision on another instance is
-    /// found by looking again).
-    decisions: tokio::sync::broadcast::Sender<Option<RequestId>>,
 }
 
 type Shared = Arc<App>;
@@ -198,31 +191,6 @@ impl App {
             .map_err(|e| respond::store(&e))
     }
 
-    /// [`App::write`] for an operation that consumes an
-    /// [`portcullis_core::ledger::ExecutionTicket`], which only the core may
-    /// duplicate for a second attempt ([`Portcullis::commit_once`]): on
-    /// redb `f` gets the shared batch (`Some`) and applies the `*_in` form;
-    /// on PostgreSQL it gets `None` and calls the engine's own form, which
-    /// retries a conflict itself.
-    async fn write_ticket<T, E, F>(self: &Arc<Self>, f: F) -> Result<Result<T, E>, Response>
-    where
-        T: Send + 'static,
-        E: From<StoreError> + Send + 'static,
-        F: for<'t, 'b, 'w> FnOnce(&Self, Option<&mut AppWrite<'t, 'b, 'w>>) -> Result<T, E>
-            + Send
-            + 'static,
-    {
-        let app = Arc::clone(self);
-        tokio::task::spawn_blocking(move || {
-            let inner = Arc::clone(&app);
-            app.portcullis
-                .commit_once(move |txn| f(&inner, txn))
-                .unwrap_or_else(|e| Err(E::from(e)))
-        })
-        .await
-        .map_err(|_| respond::internal("a blocking task failed"))
-    }
-
     /// Applies `f` through the writer, on this (blocking) thread.
     fn commit<T, F>(self: &Arc<Self>, f: F) -> Result<T, StoreError>
     where
@@ -257,7 +225,7 @@ impl App {
     /// ended grant's approval card goes, its Views say they were revoked),
     /// `subject`'s or, when it is not known, every user's.
     fn grant_ended(&self, subject: Option<&str>) {
-        let _ = self.decisions.send(None);
+        self.portcullis.announce_all();
         match subject {
             Some(s) => self.bump(s),
             None => self.relay.bump_all(),
@@ -284,7 +252,7 @@ impl App {
         }
     }
 
-    /// Hands the report on `job` to this instance's driver awaiting it,
+    /// Hands the report on `job` to this instance's run awaiting it,
     /// if there is one and the report is in the job table. Blocking.
     fn collect_report(&self, job: &str) {
         let Some(jobs) = self.jobs else { return };
@@ -587,7 +555,6 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
         gateway: Arc::new(gateway),
         apps: apps::Apps::start(&args, &public, stop_rx.clone()).await?,
         stopping: stop_rx,
-        decisions: tokio::sync::broadcast::channel(256).0,
     });
     // The listener connects on the blocking pool, for the same reason.
     listen_for_events(&app, &args).await?;

@@ -641,7 +641,7 @@ pub(crate) async fn report(State(app): State<Shared>, headers: HeaderMap, raw: B
     let delivered = match app.jobs {
         None => app.relay.report(&session.subject, &r.job, report),
         Some(table) => {
-            // The row takes the report; the driver's instance collects it.
+            // The row takes the report; the run's instance collects it.
             let (subject, job) = (session.subject.clone(), r.job);
             let recorded = app
                 .blocking(move |app| {
@@ -749,7 +749,7 @@ pub(crate) async fn decide(State(app): State<Shared>, headers: HeaderMap, raw: B
         Ok(Ok(())) => {
             app.bump(&session.subject);
             // A client's retry waiting for this decision answers at once.
-            let _ = app.decisions.send(Some(request_id));
+            app.portcullis.announce(grant, request_id);
             tracing::debug!(decision = d.decision, "approval decided");
             Json(json!({"ok": true})).into_response()
         }

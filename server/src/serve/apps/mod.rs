@@ -785,7 +785,7 @@ pub(crate) async fn deny_waiting(
             .await;
         match denied {
             Ok(Ok(())) => {
-                let _ = app.decisions.send(Some(prompt.request_id));
+                app.portcullis.announce(grant, prompt.request_id);
             }
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, "MCP Apps: a closed View's approval not denied");
