@@ -706,7 +706,9 @@ impl<S: HostStore> Portcullis<S> {
             .write(move |me, txn| {
                 let engine = me.inner.engine();
                 if on_tab {
-                    engine.begin_needing_in(txn, &p, &q, &n, Caller::Client, now_ms())
+                    // This process drives the tab run: its lease tells
+                    // every instance of a fleet whether the run is lost.
+                    engine.begin_driven_in(txn, &p, &q, &n, Caller::Client, executor, now_ms())
                 } else {
                     engine.begin_server_in(txn, &p, &q, &n, executor, now_ms())
                 }

@@ -15,11 +15,20 @@
 //! the approval bound to the exact action and used once, the run going on
 //! on its own task when its caller goes away), with the tab's own: the
 //! ledger dispatches the run to the grant's live tab connection (no live
-//! tab: `NO_LIVE_TAB`), an action that drives the page needs the tab
-//! visible (`TAB_NOT_VISIBLE`), and a run whose tab connection ends or
+//! tab: `no_live_tab`), an action that drives the page needs the tab
+//! visible (`tab_not_visible`), and a run whose tab connection ends or
 //! moves is cut off: its result says `unknownTail`, and nothing runs
 //! again. A program resumed after an approval replays the steps it already
 //! performed from their recorded outcomes.
+//!
+//! **Fleets.** The run is driven by this process (its task holds the run's
+//! ticket), and the ledger records it as the run's driver under this
+//! process's executor lease
+//! ([`portcullis_core::Engine::begin_driven_in`]): a repeat reaching
+//! another instance is `execution_pending` while this process lives, and
+//! once its lease lapses the run ends with `unknownTail` (at that repeat,
+//! or by any instance's sweep of lost runs). The host keeps nothing of its
+//! own for it.
 //!
 //! The crate does not know how the page is reached: the host's
 //! [`TabChannel`] hands each authorized action to the page (a long-poll
@@ -181,7 +190,7 @@ impl<S: HostStore> Portcullis<S> {
     ///
     /// A missing scope answers `403 insufficient_scope` through the guard
     /// (the same id resumes after the client steps up); no live tab answers
-    /// `NO_LIVE_TAB`; a hidden tab `TAB_NOT_VISIBLE` (the same id resumes
+    /// `no_live_tab`; a hidden tab `tab_not_visible` (the same id resumes
     /// once it shows).
     pub async fn run_in_tab(
         &self,
