@@ -5,8 +5,8 @@
 //! PostgreSQL.
 //!
 //! ```text
-//! execute ─ parse envelope + program ─ claim (PostgreSQL) ─ run_in_tab ─┬─ per step: job ─▶ RelayTab ─▶ the page's report
-//!                                                                       └─ the ledger's answer (result, pending, refusal)
+//! execute ─ parse envelope + program ─ run_in_tab ─┬─ per step: job ─▶ RelayTab ─▶ the page's report
+//!                                                   └─ the ledger's answer (result, pending, refusal)
 //! ```
 //!
 //! Every answer's JSON is the ledger's; the server's own refusals (a
@@ -17,14 +17,12 @@ use std::time::Duration;
 
 use portcullis_axum::{Agent, Outcome, Program, TabChannel, TabFuture, TabJob, TabWaits};
 use portcullis_core::error::ErrorCode;
-use portcullis_core::grant::GrantId;
-use portcullis_core::ledger::{BeginAnswer, BeginError, ExecuteParams, Report, RequestId};
+use portcullis_core::ledger::{BeginError, ExecuteParams, Report, RequestId};
 use portcullis_core::tab::Dispatch;
 use serde_json::Value;
 
 use super::Shared;
 pub(crate) use super::answer::{Answer, failure};
-use super::jobs::Claim;
 use super::skills::{self, Skill, Step};
 use super::work::{Job, TabReport};
 use crate::clock;
@@ -32,9 +30,6 @@ use crate::clock;
 /// How long an `execute` call waits for its run before answering
 /// `execution_pending`.
 pub(crate) const WAIT: Duration = Duration::from_secs(15);
-/// How often an `execute` whose run another instance holds tries to
-/// claim it again.
-const CLAIM_RETRY: Duration = Duration::from_millis(200);
 /// How often a job waiting for the tab checks that its connection is
 /// still the live one.
 const CHECK: Duration = Duration::from_secs(2);
@@ -53,9 +48,9 @@ pub(crate) async fn execute(
     arguments: &Value,
     waits: TabWaits,
 ) -> Answer {
-    let Some(grant) = agent.principal().map(|p| p.grant) else {
+    if agent.principal().is_none() {
         return Answer::begin_error(&BeginError::AgentToken, None);
-    };
+    }
     let Ok(bytes) = serde_json::to_vec(arguments) else {
         return internal(None);
     };
@@ -78,14 +73,8 @@ pub(crate) async fn execute(
     let Ok(program) = Program::new(params, actions) else {
         return internal(Some(id));
     };
-    // On a shared database, no claim, no run: the claim is let go when
-    // the run's channel goes, at the end of the run's task.
-    if let Err(answer) = claim(app, grant, id).await {
-        return answer;
-    }
     let tab = Arc::new(RelayTab {
         app: Arc::clone(app),
-        claim: (grant, id),
     });
     let ran = app
         .portcullis
@@ -97,108 +86,12 @@ pub(crate) async fn execute(
     Answer::ok(ran.answer().clone())
 }
 
-/// On a shared database, no claim, no run (see `super::jobs`): claims the
-/// run `(grant, id)` for this instance, waiting (at most [`WAIT`]) while
-/// another live instance holds it as it begins or drives the run. The
-/// answer to give instead when the claim is not had: `execution_pending`
-/// after the wait, a server error if the database fails. Whoever claims
-/// releases with [`super::App::release_run`] ([`RelayTab`] does, when the
-/// run's task lets it go); the claim goes when the instance's last call on
-/// the run did.
-///
-/// A claim held by an instance whose lease lapsed is not taken over: that
-/// instance died with the run's ticket, so this one ends its lost runs
-/// (the sweep's [`super::end_runs_of_dead_instances`]) and claims again;
-/// the run then answers with its end (`unknownTail`) rather than
-/// `execution_pending` for a run no one drives.
-pub(crate) async fn claim(app: &Shared, grant: GrantId, id: RequestId) -> Result<(), Answer> {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        match app.claim_run(grant, id).await {
-            Ok(Claim::Held) => return Ok(()),
-            Ok(Claim::Lapsed) => match app.blocking(super::end_runs_of_dead_instances).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => {
-                    tracing::warn!(error = %e, "ending the runs of a lapsed instance failed");
-                    return Err(internal(Some(id)));
-                }
-                Err(_) => return Err(internal(Some(id))),
-            },
-            Ok(Claim::Busy) if tokio::time::Instant::now() < deadline => {
-                tokio::time::sleep(CLAIM_RETRY).await;
-            }
-            Ok(Claim::Busy) => return Err(pending(id)),
-            Err(()) => return Err(internal(Some(id))),
-        }
-    }
-}
-
-impl super::App {
-    /// On a shared database, claims the run `(grant, id)` for this
-    /// instance before it may begin it ([`super::jobs::JobTable::claim_run`]).
-    /// Always held on redb (one process).
-    async fn claim_run(self: &Arc<Self>, grant: GrantId, id: RequestId) -> Result<Claim, ()> {
-        let Some(table) = self.jobs else {
-            return Ok(Claim::Held);
-        };
-        let claimed = self
-            .blocking(move |app| {
-                table.claim_run(&grant.to_string(), &id.to_string(), app.fanout.instance())
-            })
-            .await;
-        match claimed {
-            Ok(Ok(claimed)) => Ok(claimed),
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, "claiming a run failed");
-                Err(())
-            }
-            Err(_) => Err(()),
-        }
-    }
-
-    /// Lets go of this instance's claim on the run `(grant, id)`.
-    pub(crate) async fn release_run(self: &Arc<Self>, grant: GrantId, id: RequestId) {
-        let Some(table) = self.jobs else { return };
-        let released = self
-            .blocking(move |app| {
-                table.release_run(&grant.to_string(), &id.to_string(), app.fanout.instance())
-            })
-            .await;
-        if let Ok(Err(e)) = released {
-            tracing::warn!(error = %e, "releasing a run failed");
-        }
-    }
-}
-
-fn pending(id: RequestId) -> Answer {
-    Answer::ok(
-        BeginAnswer::ExecutionPending(id)
-            .to_json()
-            .unwrap_or(Value::Null),
-    )
-}
-
 /// The user's connected tab as `portcullis-axum` reaches it
 /// ([`TabChannel`]): a job queued in the relay's mailbox (on redb) or a row
 /// of the job table any instance's poll can claim (on PostgreSQL,
-/// [`super::jobs`]), and the page's report on it. One per run: on a
-/// shared database it holds the run's claim, let go when the run's task
-/// drops it.
+/// [`super::jobs`]), and the page's report on it.
 pub(crate) struct RelayTab {
     app: Shared,
-    /// The run claimed (on PostgreSQL).
-    claim: (GrantId, RequestId),
-}
-
-impl Drop for RelayTab {
-    fn drop(&mut self) {
-        let (app, (grant, id)) = (Arc::clone(&self.app), self.claim);
-        if app.jobs.is_some()
-            && let Ok(runtime) = tokio::runtime::Handle::try_current()
-        {
-            runtime.spawn(async move { app.release_run(grant, id).await });
-        }
-    }
 }
 
 impl TabChannel for RelayTab {
@@ -249,8 +142,10 @@ impl Drop for Queued {
         if self.reported {
             return;
         }
-        self.app.relay.withdraw(&self.subject, &self.job_id);
-        if let (Some(jobs), Ok(runtime)) = (self.app.jobs, tokio::runtime::Handle::try_current()) {
+        self.app.channel.relay.withdraw(&self.subject, &self.job_id);
+        if let (Some(jobs), Ok(runtime)) =
+            (self.app.channel.jobs, tokio::runtime::Handle::try_current())
+        {
             let id = self.job_id.clone();
             runtime.spawn_blocking(move || {
                 if let Err(e) = jobs.delete(&[&id]) {
@@ -275,13 +170,13 @@ impl Queued {
     /// connection it was dispatched to stays live.
     async fn perform(&mut self, job: Job) -> Option<TabReport> {
         let (grant, connection) = (job.grant, job.connection);
-        let mut rx = match self.app.jobs {
-            None => self.app.relay.dispatch(&self.subject, job),
+        let mut rx = match self.app.channel.jobs {
+            None => self.app.channel.relay.dispatch(&self.subject, job),
             Some(jobs) => {
                 // A row any instance's poll can claim (see `super::jobs`).
-                let rx = self.app.relay.expect(&self.subject, &self.job_id);
+                let rx = self.app.channel.relay.expect(&self.subject, &self.job_id);
                 let subject = self.subject.clone();
-                let origin = self.app.fanout.instance().to_owned();
+                let origin = self.app.channel.fanout.instance().to_owned();
                 let queued = self
                     .app
                     .blocking(move |_| jobs.insert(&subject, &origin, &job))
@@ -321,11 +216,11 @@ impl Queued {
     /// On a shared database, the report on the job if it arrived without
     /// its notification reaching this instance (the listener was down).
     async fn collect(&self) -> Option<TabReport> {
-        let jobs = self.app.jobs?;
+        let jobs = self.app.channel.jobs?;
         let id = self.job_id.clone();
         let report = self.app.blocking(move |_| jobs.collect(&id)).await;
         let report = report.ok()?.ok()??;
-        self.app.relay.withdraw(&self.subject, &self.job_id);
+        self.app.channel.relay.withdraw(&self.subject, &self.job_id);
         Some(report)
     }
 }

@@ -536,7 +536,7 @@ impl App {
         let subject = c.principal.subject.clone();
         if self
             .apps
-            .record(self.site.as_str(), &self.gateway.map, c, result, origin)
+            .record(self.site().as_str(), &self.gateway.map, c, result, origin)
         {
             tracing::debug!("MCP Apps: View recorded");
             self.bump(&subject);
@@ -553,7 +553,7 @@ impl App {
     ) -> Result<(Principal, Authority), Refusal> {
         let now = clock::now();
         let store = |e: &dyn std::fmt::Display| Refusal::Store(e.to_string());
-        let site = self.engine().site(&self.site).map_err(|e| store(&e))?;
+        let site = self.engine().site(self.site()).map_err(|e| store(&e))?;
         let g = self
             .engine()
             .grant(grant)
@@ -565,7 +565,7 @@ impl App {
         }
         let selection = self
             .engine()
-            .granted_apps(&self.site, subject, grant, now)
+            .granted_apps(self.site(), subject, grant, now)
             .map_err(|e| store(&e))?
             .ok_or(Refusal::GrantEnded)?;
         let sources = match selection.ids() {
@@ -577,7 +577,7 @@ impl App {
             ),
         };
         let authority = Authority {
-            lineage: LineageKey::of(self.site.as_str(), subject, &g.client_id),
+            lineage: LineageKey::of(self.site().as_str(), subject, &g.client_id),
             grant: g.id,
             credential: Fingerprint::of(NO_CREDENTIAL),
             policy: Fingerprint::of(format!("site epoch {}", site.epoch).as_bytes()),
@@ -585,7 +585,7 @@ impl App {
             sources,
         };
         let principal = Principal {
-            site: self.site.clone(),
+            site: self.site().clone(),
             grant: g.id,
             subject: g.subject,
             client_id: g.client_id,
@@ -756,7 +756,7 @@ pub(crate) async fn deny_waiting(
 ) {
     let who = subject.to_owned();
     let prompts = app
-        .blocking(move |app| app.engine().pending_approvals(&app.site, &who, &grant))
+        .blocking(move |app| app.engine().pending_approvals(app.site(), &who, &grant))
         .await;
     let prompts = match prompts {
         Ok(Ok(p)) => p,
@@ -775,7 +775,7 @@ pub(crate) async fn deny_waiting(
             .write(move |app, txn| {
                 app.engine().decide_approval_in(
                     txn,
-                    &app.site,
+                    app.site(),
                     &who,
                     &approval,
                     ApprovalDecision::Deny,
@@ -850,7 +850,7 @@ pub(crate) async fn resource(
         }
     };
     let Some((html, (connect, resource))) =
-        app_html(&result, &[&app.public_url, &app.apps.sandbox])
+        app_html(&result, &[&app.browser.public_url, &app.apps.sandbox])
     else {
         tracing::warn!("MCP Apps: the App's resource holds no text/html;profile=mcp-app");
         return error(

@@ -407,7 +407,7 @@ impl Run {
             Reply::ledger(failure(ErrorCode::ActionUnavailable, e, Some(id)))
         };
         let (requests, state) =
-            match input::for_agent(source, asked, &self.round, &self.app.public_url) {
+            match input::for_agent(source, asked, &self.round, &self.app.browser.public_url) {
                 Ok(r) => r,
                 Err(e) => return refused(&e),
             };
