@@ -17,7 +17,7 @@ use portcullis::ledger::{
 };
 use portcullis::scope::ScopeSet;
 use portcullis::site::SiteConfig;
-use portcullis::store::{ReadTransaction, Store, Table};
+use portcullis::store::{ReadTransaction, Store, Table, WriteTransaction};
 use portcullis::token::TokenResponse;
 use portcullis::{Policy, WireError};
 use serde_json::json;
@@ -433,6 +433,77 @@ fn a_run_whose_executor_lost_its_lease_is_cut_off_on_a_repeat_and_by_end_lost_ru
         1,
         "run 4; the lost runs never ran again"
     );
+}
+
+/// `begin_driven_in` of request `n` (code `list()`) driven by `driver`, in
+/// a transaction of its own.
+fn begin_driven<S: Store>(
+    l: &Ledger<S>,
+    driver: ExecutorId,
+    n: u32,
+) -> Result<BeginAnswer, BeginError> {
+    let mut txn = l.w.engine.store().begin_write().unwrap();
+    let answer = l.w.engine.begin_driven_in(
+        &mut txn,
+        &l.p,
+        &params(n, "list()"),
+        &ScopeSet::new(),
+        Caller::Client,
+        driver,
+        l.now_ms(),
+    );
+    txn.commit().unwrap();
+    answer
+}
+
+fn a_tab_run_whose_driver_lost_its_lease_is_cut_off_on_a_repeat_and_by_end_lost_runs<S: Store>(
+    store: &S,
+) {
+    let (mut l, a) = server(store);
+    let b = l.w.engine.start_executor(&l.w.site, l.w.now).unwrap();
+    l.w.engine
+        .connect_tab(&l.w.site, USER, &l.p.grant, &hello("t", "p"), l.w.now)
+        .unwrap();
+    // Instance A drives two tab runs, instance B one.
+    for (driver, n) in [(a, 1), (a, 2), (b, 3)] {
+        assert!(
+            matches!(begin_driven(&l, driver, n), Ok(BeginAnswer::Run(_))),
+            "run {n}"
+        );
+    }
+    // While A holds its lease and the tab is live, a repeat reaching B is
+    // pending.
+    assert!(matches!(
+        begin_driven(&l, b, 1),
+        Ok(BeginAnswer::ExecutionPending(_))
+    ));
+    assert_eq!(end_lost(&l, 16), 0, "A is live: nothing is lost");
+    // A stops renewing (B and the tab go on).
+    advance(&mut l, 31, &[b]);
+    l.w.engine
+        .tab_heartbeat(&l.w.site, USER, &l.p.grant, "t", "p", true, l.w.now)
+        .unwrap();
+    // The repeat reaching B cuts run 1 off: its action may have run.
+    match begin_driven(&l, b, 1) {
+        Ok(BeginAnswer::Stored(r)) => assert!(r.unknown_tail, "{r:?}"),
+        other => panic!("expected the cut-off result, got {other:?}"),
+    }
+    assert_eq!(
+        ended_with(&l, 1),
+        (End::Failed(Failure::ExecutorLost), true),
+        "lost with its driver, not with the tab"
+    );
+    // Run 2 ends by the sweep of lost runs; B's run goes on.
+    assert_eq!(end_lost(&l, 1), 1);
+    assert_eq!(
+        ended_with(&l, 2),
+        (End::Failed(Failure::ExecutorLost), true)
+    );
+    assert_eq!(l.state(3), RequestState::Running);
+    assert_eq!(end_lost(&l, 16), 0);
+    // A driver whose lease lapsed begins nothing, and nothing is stored.
+    assert_eq!(begin_driven(&l, a, 4), Err(BeginError::ExecutorNotLive));
+    assert_eq!(l.w.engine.execution_request(&l.p, &rid(4)).unwrap(), None);
 }
 
 /// Runs [`portcullis::Engine::end_lost_runs`] to the end, `budget` at a
@@ -868,6 +939,7 @@ on_every_store!(
     a_missing_scope_names_the_hosts_scope_and_the_upgraded_grant_resumes,
     an_undeclared_scope_is_refused_and_changes_nothing,
     a_run_whose_executor_lost_its_lease_is_cut_off_on_a_repeat_and_by_end_lost_runs,
+    a_tab_run_whose_driver_lost_its_lease_is_cut_off_on_a_repeat_and_by_end_lost_runs,
     stopping_an_executor_ends_its_runs_and_no_other,
     auto_approval_of_a_kind_lives_per_grant_and_identical_writes_ask_again,
     revocation_ends_server_requests,

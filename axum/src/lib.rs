@@ -19,6 +19,9 @@
 //!   argument (an extractor) or reads from the request's extensions;
 //!   [`remote::RemoteResource`] is the same check in another process, with
 //!   the site's published keys alone;
+//! * [`Portcullis::run_in_tab`]: the execution ledger around a program of
+//!   actions the user's connected tab performs, reached through your
+//!   [`TabChannel`] ([`tab`]): the executor is chosen per call.
 //! * [`Portcullis::run_once`]: the execution ledger around one action your
 //!   server performs for an agent: it runs **at most once** per request id
 //!   under retries, races, crashes and restarts, asks the person first when
@@ -96,6 +99,7 @@ pub mod rmcp;
 mod run;
 pub mod store;
 mod sweep;
+pub mod tab;
 mod user;
 
 use std::sync::{Arc, RwLock};
@@ -120,8 +124,9 @@ pub use portcullis_store_redb::RedbStore;
 pub use respond::{
     core as core_response, html, internal as internal_error, see_other, store as store_error,
 };
-pub use run::{Outcome, Pending, Ran, Refused};
+pub use run::{Act, Outcome, Pending, Ran, Refused, RequestEvents};
 pub use store::HostStore;
+pub use tab::{Program, ProgramError, TabChannel, TabFuture, TabJob, TabWaits};
 pub use user::SignedIn;
 
 use crate::csrf::Csrf;

@@ -40,6 +40,7 @@
 //! an identical call is a new write and asks again.
 
 use std::future::Future;
+use std::time::Duration;
 
 use portcullis_core::approval::ApprovalPrompt;
 use portcullis_core::bearer::Challenge;
@@ -47,14 +48,15 @@ use portcullis_core::engine::Principal;
 use portcullis_core::error::ErrorCode;
 use portcullis_core::grant::GrantId;
 use portcullis_core::ledger::{
-    Action, ActionVerdict, BeginAnswer, BeginError, BusinessError, Completion, End, ExecuteParams,
-    ExecutionTicket, LedgerError, OutcomeStatus, Report, RequestId, StoredResult, TicketError,
-    failure_json,
+    Action, ActionVerdict, BeginAnswer, BeginError, BusinessError, Caller, Completion, End,
+    ExecuteParams, ExecutionTicket, LedgerError, OutcomeStatus, Report, RequestId, StoredResult,
+    TicketError, failure_json,
 };
 use portcullis_core::scope::ScopeSet;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
+
 use tokio::sync::broadcast;
 
 use crate::guard::Agent;
@@ -64,7 +66,7 @@ use crate::{Portcullis, now, now_ms};
 /// How often a waiting `run_once` looks at the ledger again when nothing
 /// in this process told it of a change (another instance of a fleet may
 /// have decided, finished, or died).
-const LOOK_AGAIN: std::time::Duration = std::time::Duration::from_secs(2);
+const LOOK_AGAIN: Duration = Duration::from_secs(2);
 
 /// Longest outcome summary the ledger keeps (its contract: outcomes are
 /// compact). A result longer than this is still returned and stored whole
@@ -80,8 +82,9 @@ pub(crate) struct Event {
 }
 
 /// In-process wake-ups of `run_once` callers (on a fleet, a caller on
-/// another instance finds the change when its wait ends).
-pub(crate) struct Events(broadcast::Sender<Event>);
+/// another instance finds the change when its wait ends). `None`: every
+/// waiting caller looks again.
+pub(crate) struct Events(broadcast::Sender<Option<Event>>);
 
 impl Default for Events {
     fn default() -> Self {
@@ -91,7 +94,37 @@ impl Default for Events {
 
 impl Events {
     pub(crate) fn announce(&self, grant: GrantId, request: RequestId) {
-        let _ = self.0.send(Event { grant, request });
+        let _ = self.0.send(Some(Event { grant, request }));
+    }
+
+    /// Every waiting caller looks again.
+    pub(crate) fn announce_all(&self) {
+        let _ = self.0.send(None);
+    }
+}
+
+/// Changes of requests announced in this process, from the moment of
+/// [`Portcullis::request_events`]: a change on another instance of a fleet
+/// is not among them, so a waiter reads the ledger again when its wait
+/// ends.
+#[derive(Debug)]
+pub struct RequestEvents(broadcast::Receiver<Option<Event>>);
+
+impl RequestEvents {
+    /// Waits at most `within` for a change of request `id` of `grant` (or
+    /// one that may concern every request); whether one came.
+    pub async fn changed(&mut self, grant: GrantId, id: RequestId, within: Duration) -> bool {
+        let wanted = Event { grant, request: id };
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            match tokio::time::timeout_at(deadline, self.0.recv()).await {
+                Err(_) | Ok(Err(broadcast::error::RecvError::Closed)) => return false,
+                Ok(Ok(e)) if e.is_none_or(|e| e == wanted) => return true,
+                Ok(Ok(_)) => {}
+                // Missed some: one of them may be ours.
+                Ok(Err(broadcast::error::RecvError::Lagged(_))) => return true,
+            }
+        }
     }
 }
 
@@ -120,6 +153,22 @@ pub enum Outcome<T> {
     Pending(Pending),
     /// Refused, or ended without a result: see [`Refused::code`].
     Refused(Refused),
+    /// The action withdrew before acting ([`Act::Withdrew`]): nothing ran,
+    /// the request waits to resume under the same id (its approval kept).
+    Withdrawn(RequestId),
+}
+
+/// What a server action of [`Portcullis::run_for`] did.
+#[derive(Debug)]
+pub enum Act<T> {
+    /// It ran (or may have): its result, or a business error. Recorded,
+    /// and answered again on every repeat.
+    Did(Result<T, BusinessError>),
+    /// It did nothing and needs something first (a downstream server
+    /// asked the agent for input before acting): nothing is recorded, the
+    /// request stays undecided with its approval, and the same request id
+    /// resumes it.
+    Withdrew,
 }
 
 /// A request that is not finished.
@@ -181,15 +230,18 @@ impl<T> Ran<T> {
         matches!(self.outcome, Outcome::Refused(_))
     }
 
-    /// The scope challenge a refusal carries, for the guard.
-    pub(crate) fn challenge(&self) -> Option<&Challenge> {
+    /// The scope challenge a refusal for a missing scope carries: the
+    /// guard answers with it (`403 insufficient_scope`); a host that ran
+    /// the action outside the guard ([`Portcullis::run_for`]) answers with
+    /// it itself.
+    pub fn challenge(&self) -> Option<&Challenge> {
         match &self.outcome {
             Outcome::Refused(r) => r.challenge.as_ref(),
             _ => None,
         }
     }
 
-    fn refused(code: ErrorCode, message: &str, id: RequestId) -> Self {
+    pub(crate) fn refused(code: ErrorCode, message: &str, id: RequestId) -> Self {
         Self {
             request_id: id,
             answer: failure_json(code, message, Some(id)),
@@ -202,11 +254,11 @@ impl<T> Ran<T> {
         }
     }
 
-    fn internal(id: RequestId) -> Self {
+    pub(crate) fn internal(id: RequestId) -> Self {
         Self::refused(ErrorCode::ServerError, "temporary server error", id)
     }
 
-    fn begin_error(e: &BeginError, id: RequestId) -> Self {
+    pub(crate) fn begin_error(e: &BeginError, id: RequestId) -> Self {
         use portcullis_core::WireError as _;
         let challenge = match e {
             BeginError::InsufficientScope(c) => Some(c.clone()),
@@ -238,7 +290,11 @@ impl<T> Ran<T> {
         }
     }
 
-    fn pending(answer: &BeginAnswer, approval_url: Option<String>, id: RequestId) -> Self {
+    pub(crate) fn pending(
+        answer: &BeginAnswer,
+        approval_url: Option<String>,
+        id: RequestId,
+    ) -> Self {
         let mut json = answer.to_json().unwrap_or(Value::Null);
         let approval = match answer {
             BeginAnswer::ApprovalPending(p) => Some(p.clone()),
@@ -267,7 +323,7 @@ impl<T> Ran<T> {
 
 impl<T: DeserializeOwned> Ran<T> {
     /// A stored (finished) request's answer.
-    fn stored(result: &StoredResult) -> Self {
+    pub(crate) fn stored(result: &StoredResult) -> Self {
         let answer = result.to_json();
         let outcome = match &result.end {
             End::Returned(text) => {
@@ -294,11 +350,114 @@ impl<T: DeserializeOwned> Ran<T> {
 }
 
 /// What one pass of the ledger's loop came to.
-enum Step<T> {
+pub(crate) enum Step<T> {
     /// The answer.
     Answer(Ran<T>),
     /// Wait for the person (or a run in progress), then begin again.
     Wait(Ran<T>),
+    /// The run was cut off (its executor went away): begin again, which
+    /// answers what the ledger made of it.
+    Again,
+}
+
+/// How long a run's caller waits.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Waits {
+    /// For a person's decision, before answering `approval_pending`.
+    pub(crate) approval: Duration,
+    /// For a run in progress elsewhere (another call of the request),
+    /// before answering `execution_pending`.
+    pub(crate) running: Duration,
+    /// For its own run, before answering `execution_pending` while the run
+    /// goes on; `None`: until it ends.
+    pub(crate) answer_within: Option<Duration>,
+}
+
+/// What an admitted run performs, and on which executor: one action of
+/// this process ([`OnServer`]), or a program's steps in the user's tab
+/// ([`crate::tab`]).
+pub(crate) trait Work<T>: Send + 'static {
+    /// Whether the run's executor is the user's connected tab (else this
+    /// process).
+    fn on_tab(&self) -> bool;
+    /// Where the person approves request `id`.
+    fn approval_url<S: HostStore>(&self, p: &Portcullis<S>, id: RequestId) -> String;
+    /// Performs the run the ledger admitted on `ticket`.
+    fn perform<'a, S: HostStore>(
+        &'a mut self,
+        p: &'a Portcullis<S>,
+        principal: &'a Principal,
+        ticket: ExecutionTicket,
+    ) -> impl Future<Output = Step<T>> + Send + 'a;
+}
+
+/// One action this process performs: `run_once`'s closure.
+struct OnServer<F> {
+    action: Action,
+    /// Taken when the action runs: it runs at most once per call.
+    run: Option<F>,
+}
+
+impl<T, F, Fut> Work<T> for OnServer<F>
+where
+    T: Serialize + DeserializeOwned + Send + 'static,
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = Act<T>> + Send + 'static,
+{
+    fn on_tab(&self) -> bool {
+        false
+    }
+
+    fn approval_url<S: HostStore>(&self, p: &Portcullis<S>, id: RequestId) -> String {
+        p.approval_url(id)
+    }
+
+    /// Authorizes the action and, if it may run now, runs it and records
+    /// its outcome and the request's result.
+    async fn perform<'a, S: HostStore>(
+        &'a mut self,
+        p: &'a Portcullis<S>,
+        principal: &'a Principal,
+        ticket: ExecutionTicket,
+    ) -> Step<T> {
+        let (id, grant) = (ticket.request_id(), principal.grant);
+        let verdict = match p.verdict(ticket, &self.action, p.approval_url(id)).await {
+            Ok(v) => v,
+            Err(step) => return step,
+        };
+        let ran = match verdict {
+            ActionVerdict::Run(ticket) => {
+                let Some(run) = self.run.take() else {
+                    return Step::Answer(Ran::internal(id));
+                };
+                p.run_and_record(ticket, run).await
+            }
+            ActionVerdict::Replay(ticket, outcome) => {
+                // It ran before the last stop, which came before the
+                // request completed: complete it from the recorded
+                // outcome.
+                p.complete_with(ticket, replayed(&outcome.status, &outcome.summary))
+                    .await
+            }
+            // A server action never drives the page (the ledger refuses
+            // such an action on the server).
+            _ => return Step::Answer(Ran::internal(id)),
+        };
+        p.ended(grant, id);
+        Step::Answer(ran)
+    }
+}
+
+/// The completion a recorded outcome (`status`, `summary`) stands for: a
+/// run that recorded it and stopped before the request completed, or a
+/// failed step that ends its run.
+pub(crate) fn replayed(status: &OutcomeStatus, summary: &str) -> Completion {
+    match status {
+        OutcomeStatus::Ok => {
+            Completion::Value(serde_json::from_str(summary).unwrap_or(Value::Null))
+        }
+        OutcomeStatus::Failed(code) => Completion::Error(BusinessError::new(code.clone(), summary)),
+    }
 }
 
 impl<S: HostStore> Portcullis<S> {
@@ -363,7 +522,7 @@ impl<S: HostStore> Portcullis<S> {
         request_id: RequestId,
         join: bool,
         action: Action,
-        wait: std::time::Duration,
+        wait: Duration,
         run: F,
     ) -> Ran<T>
     where
@@ -371,57 +530,139 @@ impl<S: HostStore> Portcullis<S> {
         F: FnOnce() -> Fut + Send + 'static,
         Fut: Future<Output = Result<T, BusinessError>> + Send + 'static,
     {
-        let Some(principal) = agent.principal().cloned() else {
-            return Ran::begin_error(&BeginError::AgentToken, request_id);
-        };
-        // A task of its own: a caller that goes away never leaves a ticket
-        // dropped between an effect and its record.
-        let me = self.clone();
-        let ran = tokio::spawn(async move {
-            me.drive(&principal, request_id, join, action, wait, run)
-                .await
-        })
-        .await
-        .unwrap_or_else(|_| Ran::internal(request_id));
+        let run = move || async move { Act::Did(run().await) };
+        let ran = self
+            .run_server(agent.principal(), request_id, join, action, wait, run)
+            .await;
         if let Some(c) = ran.challenge() {
             agent.raise(c.clone());
         }
         ran
     }
 
-    /// The loop of `run_once`: begin; run, or wait (bounded) and begin again.
-    async fn drive<T, F, Fut>(
+    /// [`Portcullis::run_once`] for a caller the host verified itself
+    /// rather than through the guard (a signed-in user's own page acting
+    /// under one of their grants, whose session and ownership the host
+    /// checked: never a grant named by an unauthenticated request), waiting
+    /// at most `wait` for a person's decision, with an action that may
+    /// [withdraw](Act::Withdrew) before acting. A missing scope is a
+    /// refusal whose [`Ran::challenge`] the host answers with.
+    pub async fn run_for<T, F, Fut>(
         &self,
         principal: &Principal,
-        id: RequestId,
-        join: bool,
+        request_id: RequestId,
         action: Action,
-        wait: std::time::Duration,
+        wait: Duration,
         run: F,
     ) -> Ran<T>
     where
         T: Serialize + DeserializeOwned + Send + 'static,
         F: FnOnce() -> Fut + Send + 'static,
-        Fut: Future<Output = Result<T, BusinessError>> + Send + 'static,
+        Fut: Future<Output = Act<T>> + Send + 'static,
     {
-        let mut params = match request_params(id, &action) {
+        self.run_server(Some(principal), request_id, false, action, wait, run)
+            .await
+    }
+
+    /// A server action's run for `principal` (`None`: a minted agent
+    /// token, which has no grant to run under).
+    async fn run_server<T, F, Fut>(
+        &self,
+        principal: Option<&Principal>,
+        request_id: RequestId,
+        join: bool,
+        action: Action,
+        wait: Duration,
+        run: F,
+    ) -> Ran<T>
+    where
+        T: Serialize + DeserializeOwned + Send + 'static,
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = Act<T>> + Send + 'static,
+    {
+        let params = match request_params(request_id, &action) {
             Ok(p) if join => p.joining(),
             Ok(p) => p,
-            Err(e) => return Ran::begin_error(&BeginError::Invalid(e), id),
+            Err(e) => return Ran::begin_error(&BeginError::Invalid(e), request_id),
         };
         let mut needed = ScopeSet::new();
         if needed.insert(action.scope()).is_err() {
-            return Ran::begin_error(&BeginError::Invalid(LedgerError::InvalidAction), id);
+            return Ran::begin_error(&BeginError::Invalid(LedgerError::InvalidAction), request_id);
         }
+        let work = OnServer {
+            action,
+            run: Some(run),
+        };
+        let waits = Waits {
+            approval: wait,
+            running: wait,
+            answer_within: None,
+        };
+        self.run_work(principal, params, needed, work, waits).await
+    }
+
+    /// Runs `work` for `principal` under `params` (the request, bound to
+    /// its code) on its own task: a caller that goes away never leaves a
+    /// ticket dropped between an effect and its record. Answers once the
+    /// run ends, or pending once the waits say so (the run goes on).
+    pub(crate) async fn run_work<T, W>(
+        &self,
+        principal: Option<&Principal>,
+        params: ExecuteParams,
+        needed: ScopeSet,
+        work: W,
+        waits: Waits,
+    ) -> Ran<T>
+    where
+        T: DeserializeOwned + Send + 'static,
+        W: Work<T>,
+    {
+        let request_id = params.request_id;
+        let Some(principal) = principal.cloned() else {
+            return Ran::begin_error(&BeginError::AgentToken, request_id);
+        };
+        let me = self.clone();
+        let task =
+            tokio::spawn(async move { me.drive(&principal, params, &needed, work, waits).await });
+        match waits.answer_within {
+            None => task.await.unwrap_or_else(|_| Ran::internal(request_id)),
+            // Still running when the caller's time is up: it answers
+            // pending and the run goes on to its end on its task.
+            Some(within) => match tokio::time::timeout(within, task).await {
+                Ok(done) => done.unwrap_or_else(|_| Ran::internal(request_id)),
+                Err(_) => {
+                    Ran::pending(&BeginAnswer::ExecutionPending(request_id), None, request_id)
+                }
+            },
+        }
+    }
+
+    /// The loop of every run: begin; perform, or wait (bounded) and begin
+    /// again.
+    async fn drive<T, W>(
+        &self,
+        principal: &Principal,
+        mut params: ExecuteParams,
+        needed: &ScopeSet,
+        mut work: W,
+        waits: Waits,
+    ) -> Ran<T>
+    where
+        T: DeserializeOwned + Send + 'static,
+        W: Work<T>,
+    {
         let mut events = self.inner.events.0.subscribe();
-        let deadline = tokio::time::Instant::now() + wait;
-        let mut run = Some(run);
+        let start = tokio::time::Instant::now();
+        let (approval_deadline, running_deadline) = (start + waits.approval, start + waits.running);
+        // A run cut off mid-way (its executor lost) is begun once more, to
+        // answer what the ledger made of it.
+        let mut again = 1;
         loop {
-            let step = self
-                .step(principal, &params, &needed, &action, &mut run)
-                .await;
+            let step = self.step(principal, &params, needed, &mut work).await;
             match step {
                 Step::Answer(ran) => return ran,
+                Step::Again if again > 0 => again -= 1,
+                Step::Again => return Ran::internal(params.request_id),
                 Step::Wait(pending) => {
                     // From here on the call is the request it waits for:
                     // the one it opened, or the unfinished identical one it
@@ -430,6 +671,12 @@ impl<S: HostStore> Portcullis<S> {
                     params.request_id = pending.request_id;
                     params.join = false;
                     let id = params.request_id;
+                    let deadline = match &pending.outcome {
+                        Outcome::Pending(Pending {
+                            approval: Some(_), ..
+                        }) => approval_deadline,
+                        _ => running_deadline,
+                    };
                     if !self.wait(&mut events, principal.grant, id, deadline).await {
                         return pending;
                     }
@@ -440,35 +687,37 @@ impl<S: HostStore> Portcullis<S> {
 
     /// One pass: begin, and what the answer says (about the request it
     /// names: a call that names no request id may have joined another).
-    async fn step<T, F, Fut>(
+    async fn step<T, W>(
         &self,
         principal: &Principal,
         params: &ExecuteParams,
         needed: &ScopeSet,
-        action: &Action,
-        run: &mut Option<F>,
+        work: &mut W,
     ) -> Step<T>
     where
-        T: Serialize + DeserializeOwned + Send + 'static,
-        F: FnOnce() -> Fut + Send + 'static,
-        Fut: Future<Output = Result<T, BusinessError>> + Send + 'static,
+        T: DeserializeOwned + Send + 'static,
+        W: Work<T>,
     {
         let id = params.request_id;
         let (p, q, n) = (principal.clone(), params.clone(), needed.clone());
         let executor = self.inner.executor;
+        let on_tab = work.on_tab();
         let begun = self
             .write(move |me, txn| {
-                me.inner
-                    .engine()
-                    .begin_server_in(txn, &p, &q, &n, executor, now_ms())
+                let engine = me.inner.engine();
+                if on_tab {
+                    // This process drives the tab run: its lease tells
+                    // every instance of a fleet whether the run is lost.
+                    engine.begin_driven_in(txn, &p, &q, &n, Caller::Client, executor, now_ms())
+                } else {
+                    engine.begin_server_in(txn, &p, &q, &n, executor, now_ms())
+                }
             })
             .await;
         match begun {
             Err(_) => Step::Answer(Ran::internal(id)),
             Ok(Err(e)) => Step::Answer(Ran::begin_error(&e, id)),
-            Ok(Ok(BeginAnswer::Run(ticket))) => {
-                self.perform(ticket, principal.grant, action, run).await
-            }
+            Ok(Ok(BeginAnswer::Run(ticket))) => work.perform(self, principal, ticket).await,
             Ok(Ok(BeginAnswer::Stored(result))) => Step::Answer(Ran::stored(&result)),
             Ok(Ok(pending)) => {
                 let id = match &pending {
@@ -476,13 +725,14 @@ impl<S: HostStore> Portcullis<S> {
                     BeginAnswer::ExecutionPending(joined) => *joined,
                     _ => id,
                 };
-                Step::Wait(Ran::pending(&pending, Some(self.approval_url(id)), id))
+                let url = work.approval_url(self, id);
+                Step::Wait(Ran::pending(&pending, Some(url), id))
             }
         }
     }
 
-    /// Where the person approves request `id`.
-    fn approval_url(&self, id: RequestId) -> String {
+    /// Where the person approves request `id` on the approvals page.
+    pub(crate) fn approval_url(&self, id: RequestId) -> String {
         format!("{}#r-{id}", self.approvals_url())
     }
 
@@ -493,7 +743,7 @@ impl<S: HostStore> Portcullis<S> {
     /// found by looking again.
     async fn wait(
         &self,
-        events: &mut broadcast::Receiver<Event>,
+        events: &mut broadcast::Receiver<Option<Event>>,
         grant: GrantId,
         id: RequestId,
         deadline: tokio::time::Instant,
@@ -508,7 +758,7 @@ impl<S: HostStore> Portcullis<S> {
             match tokio::time::timeout_at(slice, events.recv()).await {
                 Err(_) => return slice < deadline,
                 Ok(Err(broadcast::error::RecvError::Closed)) => return false,
-                Ok(Ok(e)) if e == wanted => return true,
+                Ok(Ok(e)) if e.is_none_or(|e| e == wanted) => return true,
                 Ok(Ok(_)) => {}
                 // Missed some: one of them may be ours.
                 Ok(Err(broadcast::error::RecvError::Lagged(_))) => return true,
@@ -516,64 +766,106 @@ impl<S: HostStore> Portcullis<S> {
         }
     }
 
-    /// Authorizes the action on `ticket` and, if it may run now, runs it
-    /// and records its outcome and the request's result.
-    async fn perform<T, F, Fut>(
+    /// Authorizes the next action of the run on `ticket`: the verdict to
+    /// act on, or (for a verdict that stops the run) its answer.
+    pub(crate) async fn verdict<T>(
         &self,
         ticket: ExecutionTicket,
-        grant: GrantId,
         action: &Action,
-        run: &mut Option<F>,
-    ) -> Step<T>
-    where
-        T: Serialize + DeserializeOwned + Send + 'static,
-        F: FnOnce() -> Fut + Send + 'static,
-        Fut: Future<Output = Result<T, BusinessError>> + Send + 'static,
-    {
+        approval_url: String,
+    ) -> Result<ActionVerdict, Step<T>> {
         let id = ticket.request_id();
-        let verdict = self.authorize(ticket, action.clone()).await;
-        let verdict = match verdict {
-            Ok(v) => v,
-            Err(ran) => return Step::Answer(ran),
-        };
-        match verdict {
-            ActionVerdict::Run(ticket) => {
-                // Taken only here: the action runs at most once per call.
-                let Some(run) = run.take() else {
-                    return Step::Answer(Ran::internal(id));
-                };
-                let ran = self.run_and_record(ticket, run).await;
-                self.inner.events.announce(grant, id);
-                Step::Answer(ran)
-            }
-            ActionVerdict::Replay(ticket, outcome) => {
-                // It ran before the last stop, which came before the
-                // request completed: complete it from the recorded outcome.
-                let completion = match outcome.status {
-                    OutcomeStatus::Ok => Completion::Value(
-                        serde_json::from_str(&outcome.summary).unwrap_or(Value::Null),
-                    ),
-                    OutcomeStatus::Failed(code) => {
-                        Completion::Error(BusinessError::new(code, outcome.summary))
-                    }
-                };
-                let ran = self.complete_with(ticket, completion).await;
-                self.inner.events.announce(grant, id);
-                Step::Answer(ran)
-            }
-            ActionVerdict::ApprovalPending(prompt) => {
-                tracing::debug!(request = %id, "run_once: approval asked");
-                Step::Wait(Ran::pending(
+        match self.authorize(ticket, action.clone()).await {
+            Err(ran) => Err(Step::Answer(ran)),
+            Ok(ActionVerdict::ApprovalPending(prompt)) => {
+                tracing::debug!(request = %id, "run: approval asked");
+                Err(Step::Wait(Ran::pending(
                     &BeginAnswer::ApprovalPending(prompt),
-                    Some(self.approval_url(id)),
+                    Some(approval_url),
                     id,
-                ))
+                )))
             }
-            ActionVerdict::InsufficientScope(c) => {
-                Step::Answer(Ran::begin_error(&BeginError::InsufficientScope(c), id))
-            }
-            ActionVerdict::TabNotVisible => Step::Answer(Ran::internal(id)),
+            Ok(ActionVerdict::InsufficientScope(c)) => Err(Step::Answer(Ran::begin_error(
+                &BeginError::InsufficientScope(c),
+                id,
+            ))),
+            Ok(v) => Ok(v),
         }
+    }
+
+    /// Records `report` on `ticket` (a report the ledger refuses, a
+    /// malformed business code, is recorded as `fallback`: the action did
+    /// run); what was recorded.
+    pub(crate) async fn record(
+        &self,
+        ticket: ExecutionTicket,
+        report: Report,
+        fallback: Report,
+    ) -> Result<(ExecutionTicket, Report), Ran<()>> {
+        let id = ticket.request_id();
+        self.ticket_op(id, move |me, mut txn| {
+            let engine = &me.inner.engine();
+            let mut record = |ticket, report: &Report| match txn.as_deref_mut() {
+                Some(txn) => engine.record_outcome_in(txn, ticket, report.clone(), now()),
+                None => engine.record_outcome(ticket, report.clone(), now()),
+            };
+            match record(ticket, &report) {
+                Err(TicketError::Invalid(ticket, _)) => {
+                    record(*ticket, &fallback).map(|t| (t, fallback))
+                }
+                other => other.map(|t| (t, report)),
+            }
+        })
+        .await
+    }
+
+    /// A request changed outside the crate's own routes (the host's page
+    /// decided its approval): the runs of this process waiting on
+    /// `(grant, request)` look again now rather than at their next look.
+    pub fn announce(&self, grant: GrantId, request: RequestId) {
+        self.inner.events.announce(grant, request);
+    }
+
+    /// Something may have ended many requests at once (a grant revoked
+    /// where its id is not known, such as a token at the revocation
+    /// endpoint): every waiting run of this process looks again now.
+    pub fn announce_all(&self) {
+        self.inner.events.announce_all();
+    }
+
+    /// Withdraws the action authorized on `ticket`: nothing ran.
+    async fn withdraw<T>(&self, ticket: ExecutionTicket) -> Ran<T> {
+        let id = ticket.request_id();
+        let withdrawn = self
+            .ticket_op(id, move |me, txn| {
+                let engine = &me.inner.engine();
+                match txn {
+                    Some(txn) => engine.withdraw_action_in(txn, ticket, now()),
+                    None => engine.withdraw_action(ticket, now()),
+                }
+            })
+            .await;
+        match withdrawn {
+            Ok(()) => Ran {
+                request_id: id,
+                answer: json!({"ok": true, "requestId": id.to_string(), "status": "withdrawn"}),
+                outcome: Outcome::Withdrawn(id),
+            },
+            Err(ran) => ran.retyped(),
+        }
+    }
+
+    /// A subscription to the changes of requests announced in this process
+    /// (a decision, a run's end, [`Portcullis::announce`]), for a host that
+    /// waits on a request itself.
+    #[must_use]
+    pub fn request_events(&self) -> RequestEvents {
+        RequestEvents(self.inner.events.0.subscribe())
+    }
+
+    /// Announces the end of a run: callers waiting on it look again.
+    pub(crate) fn ended(&self, grant: GrantId, id: RequestId) {
+        self.inner.events.announce(grant, id);
     }
 
     /// A ticket operation through the writer: its value, or the answer for
@@ -627,15 +919,16 @@ impl<S: HostStore> Portcullis<S> {
 
     /// Runs the authorized action on a task of its own, records its
     /// outcome, and completes the request with its result.
-    async fn run_and_record<T, F, Fut>(&self, ticket: ExecutionTicket, run: F) -> Ran<T>
+    pub(crate) async fn run_and_record<T, F, Fut>(&self, ticket: ExecutionTicket, run: F) -> Ran<T>
     where
         T: Serialize + DeserializeOwned + Send + 'static,
         F: FnOnce() -> Fut + Send + 'static,
-        Fut: Future<Output = Result<T, BusinessError>> + Send + 'static,
+        Fut: Future<Output = Act<T>> + Send + 'static,
     {
         let id = ticket.request_id();
         let result = match tokio::spawn(async move { run().await }).await {
-            Ok(r) => r,
+            Ok(Act::Did(r)) => r,
+            Ok(Act::Withdrew) => return self.withdraw(ticket).await,
             Err(e) => {
                 tracing::error!(request = %id, panicked = e.is_panic(), "run_once: the action did not finish");
                 Err(BusinessError::new(
@@ -714,7 +1007,7 @@ impl<S: HostStore> Portcullis<S> {
     /// Completes the request with `completion` (a result the ledger refuses
     /// — too large, a malformed code — ends it with a business error
     /// saying so).
-    async fn complete_with<T: DeserializeOwned>(
+    pub(crate) async fn complete_with<T: DeserializeOwned>(
         &self,
         ticket: ExecutionTicket,
         completion: Completion,
@@ -745,11 +1038,12 @@ impl<S: HostStore> Portcullis<S> {
 
 impl Ran<()> {
     /// A refusal (which carries no value) as an answer of another type.
-    fn retyped<U>(self) -> Ran<U> {
+    pub(crate) fn retyped<U>(self) -> Ran<U> {
         let outcome = match self.outcome {
             Outcome::Refused(r) => Outcome::Refused(r),
             Outcome::Pending(p) => Outcome::Pending(p),
             Outcome::Failed(e) => Outcome::Failed(e),
+            Outcome::Withdrawn(id) => Outcome::Withdrawn(id),
             Outcome::Done(()) => Outcome::Refused(Refused {
                 code: ErrorCode::ServerError,
                 message: "temporary server error".into(),
@@ -766,7 +1060,7 @@ impl Ran<()> {
 
     /// [`Ran::retyped`] for a failure after the action ran: whatever the
     /// store said, its effects may have happened.
-    fn retyped_unknown<U>(self) -> Ran<U> {
+    pub(crate) fn retyped_unknown<U>(self) -> Ran<U> {
         let mut ran = self.retyped::<U>();
         if let Outcome::Refused(r) = &mut ran.outcome {
             r.unknown_tail = true;

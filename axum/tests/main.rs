@@ -16,4 +16,5 @@ mod introspection;
 mod oauth;
 mod protect;
 mod remote;
+mod run_in_tab;
 mod run_once;

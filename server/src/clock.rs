@@ -12,11 +12,3 @@ pub(crate) fn now() -> Timestamp {
         .map_or(0, |d| d.as_secs());
     Timestamp::from_secs(secs)
 }
-
-/// The current time in milliseconds (the ledger's rate limiter counts them).
-pub(crate) fn now_ms() -> portcullis_core::time::TimestampMs {
-    let ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-    portcullis_core::time::TimestampMs::from_millis(ms)
-}

@@ -443,6 +443,12 @@ pub(crate) fn request_id() -> RequestId {
 /// * `lookup`: a read action (kind `lookup`, scope `notes:read`) under
 ///   `run_once`.
 ///
+/// * `tab`: a program of `arguments.steps` (each `{"text", "write"}`) run in
+///   the caller's connected tab under `run_in_tab`, through [`TestTab`]
+///   (which performs a step by recording its text, or with `lose` goes
+///   away instead); with `connect`, the caller's grant's tab connects
+///   first (visible unless `hidden`), as a page would.
+///
 /// A call of `add`, `delete` or `lookup` without `requestId` runs under
 /// `run_joining` instead (its effects logged under [`UNNAMED`]). Every
 /// answer carries `_outcome` (the typed outcome) and `_requestId`
@@ -508,8 +514,142 @@ async fn tool<S: HostStore>(State(t): State<Tools<S>>, parts: Parts, body: Bytes
             });
             Json(answer).into_response()
         }
+        Some("tab") => tab_program(&t, &agent, &call).await,
         _ => (StatusCode::BAD_REQUEST, "no such tool").into_response(),
     }
+}
+
+/// The page of the `tab` tool: performs a step by recording its text in
+/// the effects (its report is `{"note": text}`), or, when `lose` is set,
+/// goes away without a report.
+pub(crate) struct TestTab {
+    effects: Effects,
+    /// With `lose`: reloads the page (its connection ends) before the job
+    /// would be performed.
+    lose: Option<Arc<dyn Fn() + Send + Sync>>,
+    origin: String,
+    /// Every job it was handed.
+    pub(crate) jobs: Mutex<Vec<portcullis_axum::TabJob>>,
+}
+
+impl portcullis_axum::TabChannel for TestTab {
+    fn perform(&self, job: portcullis_axum::TabJob) -> portcullis_axum::TabFuture {
+        self.jobs.lock().expect("jobs").push(job.clone());
+        if let Some(reload) = &self.lose {
+            let reload = Arc::clone(reload);
+            return Box::pin(async move {
+                tokio::task::spawn_blocking(move || reload())
+                    .await
+                    .expect("the page reloads");
+                None
+            });
+        }
+        let effects = self.effects.clone();
+        Box::pin(async move {
+            let args: Value = serde_json::from_slice(job.action.arguments()?).ok()?;
+            let text = args["text"].as_str()?.to_owned();
+            effects.record(job.request_id, &text);
+            Some(portcullis_core::ledger::Report::ok(
+                json!({"note": text}).to_string(),
+            ))
+        })
+    }
+
+    fn approval_url(&self, id: RequestId) -> String {
+        format!("{}/tab#r-{id}", self.origin)
+    }
+}
+
+/// The `tab` tool (see [`tool`]).
+async fn tab_program<S: HostStore>(t: &Tools<S>, agent: &Agent, call: &Value) -> Response {
+    let args = &call["arguments"];
+    let Some(id) = call["requestId"]
+        .as_str()
+        .and_then(|s| RequestId::parse(s).ok())
+    else {
+        return (StatusCode::BAD_REQUEST, "requestId").into_response();
+    };
+    let Some(grant) = agent.principal().map(|p| p.grant) else {
+        return (StatusCode::BAD_REQUEST, "no grant").into_response();
+    };
+    // The page as `page`, connecting (or reloading) as the tab.
+    let connect = {
+        let (p, subject, visible) = (
+            t.portcullis.clone(),
+            agent.subject().to_owned(),
+            args["hidden"] != true,
+        );
+        move |page: &str| {
+            let hello = portcullis_core::tab::TabHello {
+                browser_session: "session-1".into(),
+                tab_id: "tab-1".into(),
+                page_instance: page.into(),
+                visible,
+            };
+            let now = portcullis_core::Timestamp::from_secs(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .expect("after 1970")
+                    .as_secs(),
+            );
+            p.engine()
+                .connect_tab(p.site_id(), &subject, &grant, &hello, now)
+                .expect("the page connects");
+        }
+    };
+    if args["connect"] == true {
+        let connect = connect.clone();
+        tokio::task::spawn_blocking(move || connect("page-1"))
+            .await
+            .expect("connect the tab");
+    }
+    let steps: Option<Vec<Action>> = args["steps"].as_array().map(|steps| {
+        steps
+            .iter()
+            .map(|s| {
+                let bytes = serde_json::to_vec(&json!({"text": s["text"]})).expect("JSON");
+                let action = if s["write"] == true {
+                    Action::write("add_note", WRITE, &bytes)
+                } else {
+                    Action::read("lookup", READ, &bytes)
+                }
+                .expect("a valid action");
+                if s["drives_page"] == true {
+                    action.driving_page()
+                } else {
+                    action
+                }
+            })
+            .collect()
+    });
+    let Some(steps) = steps else {
+        return (StatusCode::BAD_REQUEST, "steps").into_response();
+    };
+    let code = json!({"steps": args["steps"]}).to_string();
+    let params = portcullis_core::ledger::ExecuteParams::new(&id.to_string(), code, None)
+        .expect("valid params");
+    let program = portcullis_axum::Program::new(params, steps).expect("a program");
+    let tab = Arc::new(TestTab {
+        effects: t.effects.clone(),
+        lose: (args["lose"] == true)
+            .then(|| Arc::new(move || connect("page-2")) as Arc<dyn Fn() + Send + Sync>),
+        origin: "http://tab.test".into(),
+        jobs: Mutex::default(),
+    });
+    let waits = portcullis_axum::TabWaits {
+        approval: Duration::ZERO,
+        running: Duration::from_secs(10),
+    };
+    let ran = t.portcullis.run_in_tab(agent, program, tab, waits).await;
+    let mut answer = ran.answer().clone();
+    answer["_outcome"] = json!(match ran.outcome() {
+        Outcome::Done(_) => "done",
+        Outcome::Failed(_) => "failed",
+        Outcome::Pending(_) => "pending",
+        Outcome::Refused(_) => "refused",
+        _ => "other",
+    });
+    Json(answer).into_response()
 }
 
 /// The action of `add`, `delete` and `lookup`.

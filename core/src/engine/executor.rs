@@ -22,9 +22,10 @@ fn last_allocated<R: ReadTransaction>(txn: &R, site: &SiteId) -> Result<u32, Sto
         .map_or(0, u32::from_be_bytes))
 }
 
-/// Ends the running server request indexed by `entry` (a
-/// [`keys::server_run`] key whose value is the request's lineage) with
-/// [`Failure::ExecutorLost`] if it still runs on `executor` of `site`
+/// Ends the running request indexed by `entry` (a [`keys::server_run`]
+/// key whose value is the request's lineage: a server run, or a tab run
+/// the executor drives) with [`Failure::ExecutorLost`] if it still runs on
+/// (or is driven by) `executor` of `site`
 /// (`None`: any site); a stale entry is deleted. Returns whether it ended
 /// a run.
 fn end_server_run<W: WriteTransaction>(
@@ -42,10 +43,11 @@ fn end_server_run<W: WriteTransaction>(
     };
     let rec: Option<ExecutionRequest> = txn.load(&keys::request(&lineage, &id))?;
     let Some(mut rec) = rec.filter(|r| {
-        r.grant() == grant
-            && r.executor() == Executor::Server
-            && r.connection() == executor
-            && *r.state() == RequestState::Running
+        let held = match r.executor() {
+            Executor::Server => r.connection() == executor,
+            Executor::Tab => r.driver() == Some(executor),
+        };
+        r.grant() == grant && held && *r.state() == RequestState::Running
     }) else {
         txn.delete(Table::Requests, entry)?;
         return Ok(false);

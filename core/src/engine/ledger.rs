@@ -70,18 +70,24 @@ pub(super) fn lease_live<R: ReadTransaction>(
     Ok(live == Some(true))
 }
 
-/// The key of a server request's entry among its executor's running
-/// requests (`None` for a tab request).
+/// The key of a request's entry among the running requests of the server
+/// executor that holds its run: a server request's executor, or the
+/// driver a tab request names (`None` for a tab request that names none).
 pub(super) fn server_run_key(rec: &ExecutionRequest) -> Option<[u8; 37]> {
-    (rec.executor() == Executor::Server)
-        .then(|| keys::server_run(rec.connection(), &rec.grant(), &rec.id()))
+    let executor = match rec.executor() {
+        Executor::Server => rec.connection(),
+        Executor::Tab => rec.driver()?,
+    };
+    Some(keys::server_run(executor, &rec.grant(), &rec.id()))
 }
 
 /// Where a `begin` runs its call: on the user's tab (submitted by whom), or
 /// on a server executor.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum RunOn {
-    Tab(Caller),
+    /// The tab, submitted by the caller, driven by the server executor
+    /// named (if one is).
+    Tab(Caller, Option<ExecutorId>),
     Server(ExecutorId),
 }
 
@@ -89,9 +95,17 @@ impl RunOn {
     /// The caller part of a `WaitingCalls` key ([`keys::waiting_call`]).
     fn waiting_caller(self) -> u8 {
         match self {
-            Self::Tab(Caller::Client) => keys::WAITING_TAB_CLIENT,
-            Self::Tab(Caller::InPage) => keys::WAITING_TAB_IN_PAGE,
+            Self::Tab(Caller::Client, _) => keys::WAITING_TAB_CLIENT,
+            Self::Tab(Caller::InPage, _) => keys::WAITING_TAB_IN_PAGE,
             Self::Server(_) => keys::WAITING_SERVER,
+        }
+    }
+
+    /// The server executor that holds a run begun here.
+    fn driver(self) -> Option<u32> {
+        match self {
+            Self::Tab(_, driver) => driver.map(ExecutorId::get),
+            Self::Server(_) => None,
         }
     }
 }
@@ -496,7 +510,7 @@ impl<S: Store> Engine<S> {
                 principal,
                 params,
                 &ScopeSet::default(),
-                RunOn::Tab(caller),
+                RunOn::Tab(caller, None),
                 now,
             )
         })
@@ -540,7 +554,14 @@ impl<S: Store> Engine<S> {
         now: TimestampMs,
     ) -> Result<BeginAnswer, BeginError> {
         self.run_write(|txn| {
-            self.begin_body(txn, principal, params, needed, RunOn::Tab(caller), now)
+            self.begin_body(
+                txn,
+                principal,
+                params,
+                needed,
+                RunOn::Tab(caller, None),
+                now,
+            )
         })
     }
 
@@ -557,7 +578,46 @@ impl<S: Store> Engine<S> {
         now: TimestampMs,
     ) -> Result<BeginAnswer, BeginError> {
         Self::within(txn, |txn| {
-            self.begin_body(txn, principal, params, needed, RunOn::Tab(caller), now)
+            self.begin_body(
+                txn,
+                principal,
+                params,
+                needed,
+                RunOn::Tab(caller, None),
+                now,
+            )
+        })
+    }
+
+    /// [`Engine::begin_needing_in`] for a tab run **driven** by the server
+    /// executor `driver` (the calling instance, [`Engine::start_executor`]):
+    /// the instance whose task holds the run's ticket, hands its actions to
+    /// the page and records their reports. Its lease must be live, or the
+    /// call is refused with [`BeginError::ExecutorNotLive`]. A repeat of a
+    /// running request is then `execution_pending` only while both the
+    /// run's tab connection and its driver's lease are live, whichever
+    /// instance receives it; once the driver's lease lapses (it died with
+    /// the ticket) the run is cut off with `unknownTail`, by that repeat or
+    /// by [`Engine::end_lost_runs`], as a server run is. A fleet whose
+    /// instances drive tab runs begins them here, so that one lease tells
+    /// every instance which runs are lost.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "begin_needing_in's arguments and the driver; bundling them would only rename them"
+    )]
+    pub fn begin_driven_in<W: WriteTransaction>(
+        &self,
+        txn: &mut W,
+        principal: &Principal,
+        params: &ExecuteParams,
+        needed: &ScopeSet,
+        caller: Caller,
+        driver: ExecutorId,
+        now: TimestampMs,
+    ) -> Result<BeginAnswer, BeginError> {
+        let on = RunOn::Tab(caller, Some(driver));
+        Self::within(txn, |txn| {
+            self.begin_body(txn, principal, params, needed, on, now)
         })
     }
 
@@ -656,16 +716,17 @@ impl<S: Store> Engine<S> {
             let Some(connection) = dispatch_to else {
                 return Err(nowhere_to_run(executor, &site));
             };
-            let rec = ExecutionRequest::new(
+            let mut rec = ExecutionRequest::new(
                 params.request_id,
                 fingerprint,
                 grant.id,
                 grant.absolute_deadline(&self.policy),
-                on == RunOn::Tab(Caller::InPage),
+                matches!(on, RunOn::Tab(Caller::InPage, _)),
                 executor,
                 connection,
                 now_s,
             );
+            rec.driven_by(on.driver());
             self.save_request(txn, &lineage, &rec)?;
             if let Some(waiting) = &lookup.waiting {
                 // Identical calls join this one until it ends; an entry
@@ -681,13 +742,8 @@ impl<S: Store> Engine<S> {
             Some(c) => ledger::open_cursor(&self.keyring, &lineage, &rec.id(), c)?,
             None => 0,
         };
-        // A request of another grant of the lineage (a scope upgrade).
-        let owner = if rec.grant() == grant.id {
-            None
-        } else {
-            let (_, status) = self.grant_status(&*txn, &site, &rec.grant(), now_s)?;
-            Some(Owner { status })
-        };
+        let owner = self.owner_of(&*txn, &site, &grant, &rec, now_s)?;
+        self.end_if_driver_lost(txn, &site, &lineage, &mut rec, now_s)?;
         let begun = rec.begin(&Repeat {
             grant: grant.id,
             grant_end: grant.absolute_deadline(&self.policy),
@@ -702,6 +758,9 @@ impl<S: Store> Engine<S> {
         });
         if let Some(old) = begun.left {
             txn.delete(Table::Requests, &keys::grant_request(&old, &rec.id()))?;
+        }
+        if begun.step == BeginStep::Run {
+            rec.driven_by(on.driver()); // the new run's holder
         }
         if begun.changed {
             self.save_request(txn, &lineage, &rec)?;
@@ -816,7 +875,8 @@ impl<S: Store> Engine<S> {
 
     /// The executor a call on `on` runs on, and where a new run of it would
     /// be dispatched now: the live connection of `grant`'s tab, or the
-    /// calling executor while its lease is live.
+    /// calling executor while its lease is live. A tab run's driver whose
+    /// lease is not live is refused: [`BeginError::ExecutorNotLive`].
     fn dispatch_to<R: ReadTransaction>(
         &self,
         txn: &R,
@@ -824,9 +884,15 @@ impl<S: Store> Engine<S> {
         site: &Site,
         grant: &GrantId,
         now: Timestamp,
-    ) -> Result<(Executor, Option<u32>), StoreError> {
+    ) -> Result<(Executor, Option<u32>), BeginError> {
+        if let Some(driver) = on.driver()
+            && !self.driver_live(txn, site, driver, now)?
+        {
+            // The driving instance can hold no run now.
+            return Err(BeginError::ExecutorNotLive);
+        }
         Ok(match on {
-            RunOn::Tab(_) => (
+            RunOn::Tab(..) => (
                 Executor::Tab,
                 live_tab(txn, grant, now, self.policy.tab_heartbeat_timeout)?,
             ),
@@ -844,9 +910,65 @@ impl<S: Store> Engine<S> {
         })
     }
 
+    /// The owner of `rec` when it belongs to another grant of the caller's
+    /// lineage (a scope upgrade); `None` when the caller's grant owns it.
+    fn owner_of<R: ReadTransaction>(
+        &self,
+        txn: &R,
+        site: &Site,
+        grant: &Grant,
+        rec: &ExecutionRequest,
+        now: Timestamp,
+    ) -> Result<Option<Owner>, StoreError> {
+        if rec.grant() == grant.id {
+            return Ok(None);
+        }
+        let (_, status) = self.grant_status(txn, site, &rec.grant(), now)?;
+        Ok(Some(Owner { status }))
+    }
+
+    /// Whether the lease of server executor `driver` on `site` is live.
+    fn driver_live<R: ReadTransaction>(
+        &self,
+        txn: &R,
+        site: &Site,
+        driver: u32,
+        now: Timestamp,
+    ) -> Result<bool, StoreError> {
+        lease_live(
+            txn,
+            &site.id,
+            driver,
+            now,
+            self.policy.executor_lease_timeout,
+        )
+    }
+
+    /// Ends `rec`'s tab run if the server executor driving it lost its
+    /// lease: that instance died with the run's ticket
+    /// ([`Failure::ExecutorLost`], `unknownTail`).
+    fn end_if_driver_lost<W: WriteTransaction>(
+        &self,
+        txn: &mut Txn<'_, W>,
+        site: &Site,
+        lineage: &Lineage,
+        rec: &mut ExecutionRequest,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        if let Some(driver) = rec.driver()
+            && *rec.state() == RequestState::Running
+            && !self.driver_live(&*txn, site, driver, now)?
+        {
+            rec.cancel(Failure::ExecutorLost, now);
+            self.save_request(txn, lineage, rec)?;
+        }
+        Ok(())
+    }
+
     /// Whether the executor `rec`'s run in progress was dispatched to still
-    /// holds it: the owning grant's tab on that very connection, or that
-    /// executor's live lease. `false` when no run is in progress.
+    /// holds it: the owning grant's tab on that very connection (and the
+    /// live lease of the server executor driving it, if one is named), or
+    /// that executor's live lease. `false` when no run is in progress.
     fn run_reachable<R: ReadTransaction>(
         &self,
         txn: &R,
@@ -861,6 +983,10 @@ impl<S: Store> Engine<S> {
             Executor::Tab => {
                 live_tab(txn, &rec.grant(), now, self.policy.tab_heartbeat_timeout)?
                     == Some(rec.connection())
+                    && match rec.driver() {
+                        Some(driver) => self.driver_live(txn, site, driver, now)?,
+                        None => true,
+                    }
             }
             Executor::Server => lease_live(
                 txn,

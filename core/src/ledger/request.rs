@@ -248,6 +248,11 @@ pub struct ExecutionRequest {
     approved: Option<Approved>,
     /// The state.
     state: RequestState,
+    /// For a tab run, the server executor driving it (the instance whose
+    /// task holds its ticket, hands its actions to the page and records
+    /// their reports); `0` when none is named (schema version 4; older
+    /// records and [`crate::Engine::begin`]'s runs name none).
+    driver: u32,
 }
 
 codec::fields!(ExecutionRequest {
@@ -264,9 +269,11 @@ codec::fields!(ExecutionRequest {
     in_flight,
     approved,
     state,
+    driver @ 4,
 });
 
-/// Version 3 keeps the request's [`Executor`] and the scope of the action a
+/// Version 4 names the server executor driving a tab run (version 3
+/// records name none). Version 3 keeps the request's [`Executor`] and the scope of the action a
 /// pending approval is for. Older records have the same layout without
 /// them (the [`Executor`] and [`Action`] readers ask the version): they ran
 /// on the tab, and their action gets the scope its effect implied then
@@ -276,7 +283,8 @@ codec::fields!(ExecutionRequest {
 /// only be denied).
 impl Record for ExecutionRequest {
     const TABLE: Table = Table::Requests;
-    const VERSION: u8 = 3;
+    const VERSION: u8 = 4;
+    const READ_SINCE: u8 = 3;
 
     fn upgrade(version: u8, body: &[u8]) -> Option<Result<Self, CodecError>> {
         matches!(version, 1 | 2).then(|| decode_body(version, body))
@@ -419,6 +427,7 @@ impl<A: Into<Action>> From<old::ExecutionRequest<A>> for ExecutionRequest {
             in_flight: old.in_flight,
             approved: old.approved,
             state,
+            driver: 0,
         }
     }
 }
@@ -456,7 +465,21 @@ impl ExecutionRequest {
             in_flight: None,
             approved: None,
             state: RequestState::Running,
+            driver: 0,
         }
+    }
+
+    /// The server executor driving the latest run of a tab request, if one
+    /// is named ([`crate::Engine::begin_driven_in`]).
+    #[must_use]
+    pub fn driver(&self) -> Option<u32> {
+        (self.executor == Executor::Tab && self.driver != 0).then_some(self.driver)
+    }
+
+    /// Names `driver` as the server executor driving the run that starts
+    /// now (a new request's first, or a resumed one's).
+    pub fn driven_by(&mut self, driver: Option<u32>) {
+        self.driver = driver.unwrap_or(0);
     }
 
     /// The client-chosen id.

@@ -165,7 +165,6 @@ test("a stdio source (a local command) works through the gateway", async (t) => 
   const server = await startServer(["--source", `local=${cmd}`]);
   t.after(() => server.stop());
   const { client, provider } = await connectClient(server, "dave");
-  // Every ledger run, a read's too, needs the user's connected tab.
   const tab = await new ScriptedTab(server.base, provider.cookie, "stdio-tab", "stdio-page").open();
   assert.equal((await tab.connect()).status, 200);
   const names = (await client.listTools()).tools.map((x) => x.name);
@@ -175,6 +174,31 @@ test("a stdio source (a local command) works through the gateway", async (t) => 
   const uri = "ui://portcullis/local/widget/board.html";
   const read = await client.readResource({ uri });
   assert.equal(read.contents[0].text, HTML.split(`"${WIDGET}"`).join(`"${uri}"`).split(`'${WIDGET}'`).join(`'${uri}'`));
+  await client.close();
+});
+
+test("a source's tools run on this server (portcullis-axum's server executor): no tab needed, a write still asks", async (t) => {
+  const cmd = `cmd:${process.execPath} ${join(here, "downstream.mjs")} stdio`;
+  const server = await startServer(["--source", `local=${cmd}`]);
+  t.after(() => server.stop());
+  const { client } = await connectClient(server, "frank");
+  // No tab is connected: execute, which the tab performs, cannot run...
+  const code = JSON.stringify([{ skill: "list_notes", args: {} }]);
+  const exec = body(await client.callTool({ name: "execute", arguments: { requestId: randomUUID(), code } }));
+  assert.equal(exec.error.code, "no_live_tab", JSON.stringify(exec));
+  // ...while a source's read runs here, under the ledger.
+  const id = randomUUID();
+  const read = { name: "board_status", arguments: {}, _meta: { "portcullis/requestId": id } };
+  const status = await client.callTool(read);
+  assert.ok(!status.isError, JSON.stringify(status));
+  assert.deepEqual(status.structuredContent, { executions: 0 });
+  assert.equal(status._meta["portcullis/requestId"], id);
+  // A write waits for the person's approval all the same, and nothing ran.
+  const write = { name: "pin_card", arguments: { title: "Tabless" }, _meta: { "portcullis/requestId": randomUUID() } };
+  const pending = body(await client.callTool(write));
+  assert.equal(pending.status, "approval_pending", JSON.stringify(pending));
+  const again = { ...read, _meta: { "portcullis/requestId": randomUUID() } };
+  assert.deepEqual((await client.callTool(again)).structuredContent, { executions: 0 });
   await client.close();
 });
 

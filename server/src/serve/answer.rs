@@ -1,7 +1,5 @@
-//! [`Answer`]: what a tool call answers, as the `execute` driver
-//! ([`super::run`]) hands it to the MCP handler and through the relay
-//! ([`super::relay`]) to a waiting call. Its own module, so the driver and
-//! the relay both depend on it and not on each other. Every body is the
+//! [`Answer`]: what a tool call answers, as `execute` ([`super::run`]) and
+//! the gateway's calls hand it to the MCP handler. Every body is the
 //! core's JSON.
 
 use portcullis_core::bearer::Challenge;

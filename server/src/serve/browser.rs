@@ -38,8 +38,12 @@ impl App {
     /// out ([`session::Sessions`]): every route that reads the session
     /// (pages, consent, the tab channel, approvals, the notes app) asks here.
     pub(crate) fn session(&self, headers: &HeaderMap) -> Option<Session> {
-        self.sessions
-            .session(&self.session_key, headers, self.secure, clock::now())
+        self.browser.sessions.session(
+            &self.browser.session_key,
+            headers,
+            self.browser.secure,
+            clock::now(),
+        )
     }
 
     /// Whether a form post comes from our own pages: a browser's `Origin`
@@ -49,7 +53,7 @@ impl App {
     pub(crate) fn same_origin(&self, headers: &HeaderMap) -> bool {
         let origin_ok = headers.get(header::ORIGIN).is_none_or(|o| {
             o.as_bytes()
-                .eq_ignore_ascii_case(self.public_url.as_bytes())
+                .eq_ignore_ascii_case(self.browser.public_url.as_bytes())
         });
         let fetch_ok = headers
             .get("sec-fetch-site")
@@ -78,14 +82,19 @@ impl App {
                 ),
             );
         };
-        let expires = clock::now().saturating_add(self.session_ttl);
-        let (_, value) = self
-            .sessions
-            .issue(&self.session_key, name, expires, &mut rand::rng());
+        let expires = clock::now().saturating_add(self.browser.session_ttl);
+        let (_, value) =
+            self.browser
+                .sessions
+                .issue(&self.browser.session_key, name, expires, &mut rand::rng());
         tracing::debug!("signed in");
         respond::with_cookie(
             respond::see_other(return_to),
-            &session::set_cookie(&value, self.secure, self.session_ttl.as_secs()),
+            &session::set_cookie(
+                &value,
+                self.browser.secure,
+                self.browser.session_ttl.as_secs(),
+            ),
         )
     }
 }
@@ -108,20 +117,20 @@ async fn sign_out_shared(
     };
     match recorded {
         Ok(Ok(Some(epoch))) => {
-            app.sessions.reset(epoch, []);
-            app.fanout.announce(Event::Epoch);
+            app.browser.sessions.reset(epoch, []);
+            app.channel.fanout.announce(Event::Epoch);
             true
         }
         Ok(Ok(None)) => {
-            app.sessions.remember(&sid, expires, now);
-            app.fanout.announce(Event::SignOut(sid, expires));
+            app.browser.sessions.remember(&sid, expires, now);
+            app.channel.fanout.announce(Event::SignOut(sid, expires));
             false
         }
         Ok(Err(e)) => {
             tracing::error!(error = %e, "recording a sign-out failed: only this instance knows");
-            app.sessions.revoke(session, now)
+            app.browser.sessions.revoke(session, now)
         }
-        Err(_) => app.sessions.revoke(session, now),
+        Err(_) => app.browser.sessions.revoke(session, now),
     }
 }
 
@@ -134,14 +143,14 @@ async fn sign_out_kept(app: &Shared, session: &Session) -> bool {
     let signed_out = session.clone();
     let renewed = app
         .blocking(move |app| {
-            let renewed = app.sessions.revoke(&signed_out, now);
-            if let Some(file) = &app.session_file {
-                file.keep(&app.sessions);
+            let renewed = app.browser.sessions.revoke(&signed_out, now);
+            if let Some(file) = &app.browser.session_file {
+                file.keep(&app.browser.sessions);
             }
             renewed
         })
         .await;
-    renewed.unwrap_or_else(|_| app.sessions.revoke(session, now))
+    renewed.unwrap_or_else(|_| app.browser.sessions.revoke(session, now))
 }
 
 /// Signing out ends the browser session for good: its cookie is refused
@@ -151,7 +160,7 @@ async fn sign_out_kept(app: &Shared, session: &Session) -> bool {
 /// at once, with its auto-approvals (DESIGN "Connected tab"); its pending
 /// `navigate` commands are dropped.
 async fn reset_browser_session(app: &Shared, session: &Session) {
-    let renewed = match app.jobs {
+    let renewed = match app.channel.jobs {
         None => sign_out_kept(app, session).await,
         Some(table) => sign_out_shared(app, table, session).await,
     };
@@ -163,7 +172,7 @@ async fn reset_browser_session(app: &Shared, session: &Session) {
     let ended = app
         .write(move |app, txn| {
             app.engine()
-                .reset_session_in(txn, &app.site, &browser_session, clock::now())
+                .reset_session_in(txn, app.site(), &browser_session, clock::now())
         })
         .await;
     match ended {
@@ -237,7 +246,11 @@ pub(crate) async fn open(
 ) -> Response {
     let query = query.unwrap_or_default();
     let session = app.session(&headers);
-    match app.open_route.handle(&query, session.is_some(), |_| None) {
+    match app
+        .browser
+        .open_route
+        .handle(&query, session.is_some(), |_| None)
+    {
         Ok(OpenAnswer::SignIn) => respond::html(StatusCode::OK, pages::sign_in(&open_url(&query))),
         Ok(OpenAnswer::Redirect(redirect)) => {
             // The command's parameters are the link's: never logged.
@@ -300,10 +313,10 @@ pub(crate) async fn agents(State(app): State<Shared>, headers: HeaderMap) -> Res
     let subject = session.subject.clone();
     let listed = app
         .blocking(move |app| {
-            let site = app.engine().site(&app.site)?;
+            let site = app.engine().site(app.site())?;
             let page =
                 app.engine()
-                    .list_user_grants(&app.site, &subject, None, 200, clock::now())?;
+                    .list_user_grants(app.site(), &subject, None, 200, clock::now())?;
             Ok::<_, portcullis_core::engine::SiteOpError>((site, page))
         })
         .await;
@@ -315,7 +328,7 @@ pub(crate) async fn agents(State(app): State<Shared>, headers: HeaderMap) -> Res
                     &session.subject,
                     &site.resource(),
                     &page.grants,
-                    &session.csrf_token(&app.session_key),
+                    &session.csrf_token(&app.browser.session_key),
                     (!site.enabled).then_some("External agents are switched off for this site."),
                     &app.apps.sandbox,
                 ),
@@ -346,7 +359,10 @@ pub(crate) async fn agents_post(
     let Some(session) = app.session(&headers) else {
         return respond::html(StatusCode::UNAUTHORIZED, pages::sign_in("/agents"));
     };
-    if !session.csrf_matches(&app.session_key, form.get("csrf").unwrap_or_default()) {
+    if !session.csrf_matches(
+        &app.browser.session_key,
+        form.get("csrf").unwrap_or_default(),
+    ) {
         return bad_csrf();
     }
     match form.get("intent") {
@@ -355,7 +371,7 @@ pub(crate) async fn agents_post(
             tracing::debug!("signed out");
             respond::with_cookie(
                 respond::see_other("/agents"),
-                &session::clear_cookie(app.secure),
+                &session::clear_cookie(app.browser.secure),
             )
         }
         Some("revoke") => {
@@ -367,7 +383,7 @@ pub(crate) async fn agents_post(
                 .write(move |app, txn| {
                     // Only the user's own grants: the id alone is not authority.
                     app.engine()
-                        .revoke_own_grant_in(txn, &app.site, &subject, &id, clock::now())
+                        .revoke_own_grant_in(txn, app.site(), &subject, &id, clock::now())
                 })
                 .await;
             match revoked {

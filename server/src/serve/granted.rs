@@ -155,14 +155,17 @@ pub(crate) async fn page(State(app): State<Shared>, headers: HeaderMap) -> Respo
             let now = clock::now();
             let page = app
                 .engine()
-                .list_user_grants(&app.site, &subject, None, 200, now)?;
+                .list_user_grants(app.site(), &subject, None, 200, now)?;
             let mut out = Vec::new();
             for g in page
                 .grants
                 .into_iter()
                 .filter(|g| g.status == GrantStatus::Live)
             {
-                if let Some(apps) = app.engine().granted_apps(&app.site, &subject, &g.id, now)? {
+                if let Some(apps) = app
+                    .engine()
+                    .granted_apps(app.site(), &subject, &g.id, now)?
+                {
                     out.push((g, apps));
                 }
             }
@@ -176,7 +179,7 @@ pub(crate) async fn page(State(app): State<Shared>, headers: HeaderMap) -> Respo
         Err(r) => return r,
     };
     let sources = app.gateway.source_ids();
-    let csrf = session.csrf_token(&app.session_key);
+    let csrf = session.csrf_token(&app.browser.session_key);
     let mut forms = String::new();
     if sources.is_empty() {
         forms.push_str(
@@ -218,8 +221,14 @@ async fn set(
     let who = subject.clone();
     let set = app
         .write(move |app, txn| {
-            app.engine()
-                .set_granted_apps_in(txn, &app.site, &who, &grant, &selection, clock::now())
+            app.engine().set_granted_apps_in(
+                txn,
+                app.site(),
+                &who,
+                &grant,
+                &selection,
+                clock::now(),
+            )
         })
         .await;
     if matches!(set, Ok(Ok(()))) {
@@ -245,7 +254,10 @@ pub(crate) async fn page_post(
     let Some(session) = app.session(&headers) else {
         return respond::see_other("/agents");
     };
-    if !session.csrf_matches(&app.session_key, form.get("csrf").unwrap_or_default()) {
+    if !session.csrf_matches(
+        &app.browser.session_key,
+        form.get("csrf").unwrap_or_default(),
+    ) {
         return portcullis_axum::forms::bad_csrf();
     }
     let Some(grant) = form.get("grant").and_then(GrantId::parse) else {

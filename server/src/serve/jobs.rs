@@ -1,13 +1,13 @@
 //! The tab's jobs and their reports as rows, when several instances share a
 //! PostgreSQL database: an `execute` driven on instance B reaches a tab
 //! long-polling on instance A, and the tab's report made through A reaches
-//! the driver waiting on B.
+//! the run waiting on B.
 //!
 //! One small server-side table, `"<schema>".relay_job`, beside the store's
 //! own tables (it holds no record of the core: a job is a hint to a page
 //! plus the page's answer, never a decision). A row's life:
 //!
-//! 1. **queued**: the driver's instance inserts it, then bumps the user's
+//! 1. **queued**: the run's instance inserts it, then bumps the user's
 //!    mailbox everywhere (`NOTIFY bump`), so the polls of every instance
 //!    wake;
 //! 2. **taken**: the page's poll claims it with `UPDATE … SET taken = true
@@ -16,8 +16,8 @@
 //!    once and the action runs at most once;
 //! 3. **reported**: the page's report, through any instance, sets the
 //!    outcome on a taken, unreported row of that user and `NOTIFY report`s
-//!    its job id; the driver's instance (the one that awaits that id)
-//!    deletes the row and hands the outcome to its driver. A driver that
+//!    its job id; the run's instance (the one that awaits that id)
+//!    deletes the row and hands the outcome to its run. A run that
 //!    missed the notification collects the row at its next liveness check.
 //!
 //! The open route's `navigate` commands are rows too
@@ -31,23 +31,15 @@
 //! ([`crate::session_file`]).
 //!
 //! **Lost runs.** A run's ticket lives in the memory of the instance that
-//! drives it, so a crashed instance leaves its runs `Running`. Each
-//! instance holds a lease (`instance_lease`, renewed every
-//! [`LEASE_RENEW`], lapsed after [`LEASE_TTL`]) and claims each run in
-//! `run_owner` **before** it begins it (no claim, no run: a run held by
-//! another live instance answers `execution_pending`). The rule: a
-//! `Running` request is lost when the instance holding its claim has no
-//! live lease. At start, at every sweep and whenever an `execute` finds its
-//! run's claim held by such an instance, an instance takes those claims
-//! over (one `UPDATE`, so none can be claimed anew meanwhile), ends their
-//! runs with `unknownTail` ([`portcullis_core::Engine::abandon_running_where`])
-//! and lets the claims go. A lapsed claim is never claimed anew directly:
-//! the run behind it has no driver anywhere and would stay `Running` with
-//! no claim, which no sweep ends. A run another live instance drives is never
-//! ended; a `Running` request with no claim at all (from before this
-//! table) is left to the tab's next connection, which ends it.
+//! drives it. `portcullis-axum` begins a tab run under that instance's
+//! executor lease ([`portcullis_core::Engine::begin_driven_in`]), so the
+//! ledger itself knows which instance holds each run: a repeat reaching
+//! another instance is `execution_pending` while that lease is live, and
+//! once the instance dies its runs end with `unknownTail` (at that repeat,
+//! or by the crate's sweep of lost runs on any instance). Nothing of it is
+//! here.
 //!
-//! A driver that gives up deletes its row; rows older than [`STALE`] (an
+//! A run that gives up on a job deletes its row; rows older than [`STALE`] (an
 //! instance died mid-run) are swept. On redb none of this exists: the
 //! relay's in-process queue is the whole path.
 
@@ -64,22 +56,6 @@ use crate::session::Epoch;
 
 /// A row left this long (its instance died mid-run) is deleted by the sweep.
 pub(crate) const STALE: Duration = Duration::from_hours(1);
-/// How often a live instance renews its lease.
-pub(crate) const LEASE_RENEW: Duration = Duration::from_secs(5);
-/// How long a lease lasts unrenewed: past it, the instance is taken for
-/// dead and the runs it held are ended by the others.
-pub(crate) const LEASE_TTL: Duration = Duration::from_secs(20);
-
-/// What [`JobTable::claim_run`] found.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Claim {
-    /// This instance holds the claim now.
-    Held,
-    /// Another live instance holds it.
-    Busy,
-    /// An instance whose lease lapsed holds it: its runs are lost.
-    Lapsed,
-}
 
 /// The bounds of the `navigate` commands' rows: those of the in-memory
 /// queue, which owns them ([`super::navigate::BOUNDS`]) and hands them to
@@ -112,10 +88,6 @@ pub(crate) struct JobTable {
     epoch: String,
     /// The signed-out browser sessions, until their cookies expire.
     signout: String,
-    /// Each live instance's lease, renewed every [`LEASE_RENEW`].
-    lease: String,
-    /// Which instance drives each run (holds its ticket).
-    owner: String,
     client: Mutex<Option<Client>>,
 }
 
@@ -167,8 +139,6 @@ impl JobTable {
             bounds,
             epoch: format!("\"{schema}\".session_epoch"),
             signout: format!("\"{schema}\".session_signout"),
-            lease: format!("\"{schema}\".instance_lease"),
-            owner: format!("\"{schema}\".run_owner"),
             client: Mutex::new(None),
         };
         let t = &jobs.table;
@@ -202,19 +172,7 @@ impl JobTable {
                      singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
                      epoch bytea NOT NULL
                  );
-                 CREATE TABLE IF NOT EXISTS {o} (sid text PRIMARY KEY, expires bigint NOT NULL);
-                 CREATE TABLE IF NOT EXISTS {l} (
-                     instance text PRIMARY KEY,
-                     renewed timestamptz NOT NULL DEFAULT now()
-                 );
-                 CREATE TABLE IF NOT EXISTS {r} (
-                     grant_id text NOT NULL,
-                     request text NOT NULL,
-                     instance text NOT NULL,
-                     PRIMARY KEY (grant_id, request)
-                 );",
-                l = jobs.lease,
-                r = jobs.owner,
+                 CREATE TABLE IF NOT EXISTS {o} (sid text PRIMARY KEY, expires bigint NOT NULL);",
                 n = jobs.navigate,
                 e = jobs.epoch,
                 o = jobs.signout,
@@ -417,96 +375,6 @@ impl JobTable {
         self.with(|c| c.execute(&sql, &[&session])).map(drop)
     }
 
-    /// Renews (or takes) the lease of `instance`.
-    pub(crate) fn renew(&self, instance: &str) -> Result<(), String> {
-        let sql = format!(
-            "INSERT INTO {} (instance) VALUES ($1) \
-             ON CONFLICT (instance) DO UPDATE SET renewed = now()",
-            self.lease
-        );
-        self.with(|c| c.execute(&sql, &[&instance])).map(drop)
-    }
-
-    /// The condition that the instance named by `column` holds no live
-    /// lease.
-    fn dead(&self, column: &str) -> String {
-        format!(
-            "NOT EXISTS (SELECT 1 FROM {} l WHERE l.instance = {column} \
-             AND l.renewed > now() - make_interval(secs => {}))",
-            self.lease,
-            LEASE_TTL.as_secs()
-        )
-    }
-
-    /// Claims the run `(grant, request)` for `instance` before it may begin
-    /// it: [`Claim::Held`] when no one held it or `instance` already does;
-    /// [`Claim::Busy`] when another live instance holds it (it drives that
-    /// run, or is ending it as lost); [`Claim::Lapsed`] when its holder's
-    /// lease has lapsed. A lapsed claim is never taken over here: its run,
-    /// if still `Running`, lost its driver with that instance, and a claim
-    /// taken for it would find no driver to wait for and leave the run
-    /// `Running` with no claim, which no sweep ends. The caller ends the
-    /// lost runs first ([`JobTable::take_lost_runs`]), then claims again.
-    pub(crate) fn claim_run(
-        &self,
-        grant: &str,
-        request: &str,
-        instance: &str,
-    ) -> Result<Claim, String> {
-        let claim = format!(
-            "INSERT INTO {o} AS o (grant_id, request, instance) VALUES ($1, $2, $3) \
-             ON CONFLICT (grant_id, request) DO UPDATE SET instance = EXCLUDED.instance \
-             WHERE o.instance = EXCLUDED.instance RETURNING 1",
-            o = self.owner,
-        );
-        let lapsed = format!(
-            "SELECT 1 FROM {o} AS o WHERE o.grant_id = $1 AND o.request = $2 AND {dead}",
-            o = self.owner,
-            dead = self.dead("o.instance")
-        );
-        self.with(|c| {
-            if c.query_opt(&claim, &[&grant, &request, &instance])?
-                .is_some()
-            {
-                return Ok(Claim::Held);
-            }
-            Ok(if c.query_opt(&lapsed, &[&grant, &request])?.is_some() {
-                Claim::Lapsed
-            } else {
-                Claim::Busy
-            })
-        })
-    }
-
-    /// Lets go of the run `(grant, request)` if `instance` holds it.
-    pub(crate) fn release_run(
-        &self,
-        grant: &str,
-        request: &str,
-        instance: &str,
-    ) -> Result<(), String> {
-        let sql = format!(
-            "DELETE FROM {} WHERE grant_id = $1 AND request = $2 AND instance = $3",
-            self.owner
-        );
-        self.with(|c| c.execute(&sql, &[&grant, &request, &instance]))
-            .map(drop)
-    }
-
-    /// Takes over, for `instance`, every run held by an instance whose
-    /// lease has lapsed (it died holding their tickets), so no one else
-    /// claims them while `instance` ends them; returns them.
-    pub(crate) fn take_lost_runs(&self, instance: &str) -> Result<Vec<(String, String)>, String> {
-        let sql = format!(
-            "UPDATE {o} AS o SET instance = $1 WHERE o.instance <> $1 AND {dead} \
-             RETURNING grant_id, request",
-            o = self.owner,
-            dead = self.dead("o.instance")
-        );
-        let rows = self.with(|c| c.query(&sql, &[&instance]))?;
-        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
-    }
-
     /// The browser sessions' epoch, made at random by the first instance.
     pub(crate) fn session_epoch(&self) -> Result<Epoch, String> {
         let fresh = Epoch::random(&mut rand::rng()).to_bytes();
@@ -600,16 +468,11 @@ impl JobTable {
             "DELETE FROM {} WHERE expires <= extract(epoch FROM now())",
             self.signout
         );
-        let leases = format!(
-            "DELETE FROM {} WHERE renewed < now() - make_interval(secs => $1)",
-            self.lease
-        );
         let (stale, ttl) = (secs(STALE), secs(self.bounds.ttl));
         self.with(|c| {
             Ok(c.execute(&sql, &[&stale])?
                 + c.execute(&expired, &[&ttl])?
-                + c.execute(&signouts, &[])?
-                + c.execute(&leases, &[&stale])?)
+                + c.execute(&signouts, &[])?)
         })
     }
 }

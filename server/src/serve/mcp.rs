@@ -33,13 +33,14 @@ use axum::body::Body;
 use axum::extract::Request;
 use axum::response::Response;
 use portcullis_axum::Agent;
+use portcullis_axum::TabWaits;
 use portcullis_axum::rmcp::{Call, REQUEST_ID_META};
 use portcullis_core::bearer::Challenge;
 use portcullis_core::engine::Principal;
 use portcullis_core::engine::RequestStatus;
 use portcullis_core::error::ErrorCode;
 use portcullis_core::ledger::resume::is_source_state;
-use portcullis_core::ledger::{BeginError, RequestId, RequestState};
+use portcullis_core::ledger::{BeginError, RequestId};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, GetTaskParams,
     GetTaskResult, Implementation, JsonObject, ListResourceTemplatesResult, ListResourcesResult,
@@ -338,51 +339,6 @@ fn is_waiting(body: &Value) -> bool {
     )
 }
 
-/// How often a retried call looks whether the person decided, when no
-/// decision of this instance wakes it (one on another instance of a fleet).
-const DECISION_POLL: Duration = Duration::from_millis(250);
-
-/// On a client's retry of a multi round-trip request, waits (at most
-/// `wait`) while request `id` awaits the person's decision, so the retry
-/// answers the result rather than another round: one prompt per approval.
-/// A decision in this process wakes it at once; it reads the ledger again
-/// every [`DECISION_POLL`] otherwise.
-pub(crate) async fn wait_for_decision(
-    app: &Shared,
-    principal: &Principal,
-    id: RequestId,
-    wait: Duration,
-) {
-    if wait.is_zero() {
-        return;
-    }
-    let mut decided = app.decisions.subscribe();
-    let deadline = tokio::time::Instant::now() + wait;
-    while tokio::time::Instant::now() < deadline {
-        let p = principal.clone();
-        let waiting = app
-            .blocking(move |app| {
-                matches!(
-                    app.engine().execution_request(&p, &id),
-                    Ok(Some(r)) if matches!(r.state(), RequestState::AwaitingApproval(_))
-                )
-            })
-            .await
-            .unwrap_or(false);
-        if !waiting {
-            return;
-        }
-        let slice = deadline.min(tokio::time::Instant::now() + DECISION_POLL);
-        loop {
-            match tokio::time::timeout_at(slice, decided.recv()).await {
-                Ok(Ok(Some(decision))) if decision != id => {}
-                // Ours, missed ones, or time to look again.
-                _ => break,
-            }
-        }
-    }
-}
-
 /// The grant a request's verified caller holds (`None` for a minted agent
 /// token).
 fn principal_of(context: &RequestContext<RoleServer>) -> Option<Principal> {
@@ -428,15 +384,17 @@ impl Tools {
                 .insert(REQUEST_ID_META.into(), json!(id.to_string()));
         }
         let call = waiting_call(agent, context, "execute", args, request)?;
-        if let Some(id) = id {
-            wait_for_decision(&self.app, &p, id, call.wait(Duration::ZERO)).await;
-        }
         let tasks = context
             .client_capabilities()
             .is_some_and(|c| c.supports_tasks());
-        let wait = if tasks { TASK_WAIT } else { run::WAIT };
-        let answer = Box::pin(run::execute(&self.app, p.clone(), args, wait)).await;
-        raise(answer.challenge.as_ref(), agent);
+        // A retry of a multi round-trip request waits for the person's
+        // decision (one prompt per approval); any other call answers
+        // `approval_pending` at once.
+        let waits = TabWaits {
+            approval: call.wait(Duration::ZERO),
+            running: if tasks { TASK_WAIT } else { run::WAIT },
+        };
+        let answer = Box::pin(run::execute(&self.app, agent, args, waits)).await;
         if let (true, Some(id), Some("execution_pending")) =
             (tasks, id, answer.body["status"].as_str())
         {
@@ -498,22 +456,19 @@ impl Tools {
         )?
         .with_output_schema(tool.output_schema.is_some());
         let id = call.request_id();
-        wait_for_decision(&self.app, &p, id, call.wait(Duration::ZERO)).await;
         // The call's request id (from its `_meta`, its sealed state,
         // or drawn for it) is the one the gateway runs under.
-        let mut meta = context.meta.clone();
-        meta.insert(REQUEST_ID_META.into(), json!(id.to_string()));
         // A tool that names an MCP App leaves a View once its call
         // completes ([`super::apps`]).
         let view = super::apps::Candidate::of(&p, &source.spec.id, &tool, &arguments);
         let reply = Box::pin(gateway::tools::call(
             &self.app,
             p,
-            source,
-            tool,
-            Some(&meta),
+            (source, tool),
+            id,
             arguments,
             round,
+            call.wait(Duration::ZERO),
         ))
         .await;
         raise(reply.challenge.as_ref(), agent);

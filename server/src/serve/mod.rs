@@ -61,7 +61,6 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
 use axum::routing::{get, post};
 use portcullis_axum::Portcullis;
-use portcullis_core::grant::GrantId;
 use portcullis_core::jwt::SigningKey;
 use portcullis_core::ledger::RequestId;
 use portcullis_core::link::OpenRoute;
@@ -90,56 +89,86 @@ pub(crate) type AppWrite<'t, 'b, 'w> = portcullis_axum::store::Txn<'t, 'b, DbWri
 /// smaller).
 const BODY_LIMIT: usize = portcullis_core::token::MAX_BODY_LEN;
 
-/// What every handler shares.
+/// What every handler shares: one field per job.
 pub(crate) struct App {
-    /// The agent access: the OAuth routes, the MCP guard and the store's
-    /// writer (on redb concurrent requests' operations share one durable
-    /// commit; on PostgreSQL each has its own retried transaction).
+    /// The agent access: the OAuth routes, the MCP guard, the runs of the
+    /// execution ledger and the store's writer (on redb concurrent
+    /// requests' operations share one durable commit; on PostgreSQL each
+    /// has its own retried transaction).
     portcullis: Portcullis<Db>,
-    site: SiteId,
-    /// Tells the other instances on a shared database what changed
-    /// ([`notify`]); does nothing on redb.
-    fanout: Fanout,
-    session_key: SigningKey,
-    /// The session epoch and the signed-out sessions (shared with the
-    /// crate's [`host::DemoHost`], which reads the session on its pages).
-    sessions: Arc<Sessions>,
-    /// The public origin, no trailing slash.
-    public_url: String,
-    /// Cookies are `Secure` (and `__Host-`) when the public URL is https.
-    secure: bool,
-    session_ttl: Duration,
-    open_route: OpenRoute,
-    /// Runs in flight and the tabs' mailboxes.
-    relay: relay::Relay<tab::Snapshot>,
-    /// On PostgreSQL, the tab's jobs and reports as rows, so a driver on
-    /// one instance reaches a tab polling on another ([`jobs`]); `None` on
-    /// redb, where the relay's in-process queue is the whole path. Never
-    /// dropped (the driver must not drop a connection on a runtime worker).
-    jobs: Option<&'static jobs::JobTable>,
-    /// On redb, the file beside it that keeps the session epoch and the
-    /// sign-outs across restarts ([`crate::session_file`]); `None` on
-    /// PostgreSQL, whose tables keep them ([`jobs`]).
-    session_file: Option<SessionFile>,
-    /// The open route's `navigate` commands, per browser session.
-    navigates: navigate::NavigateQueue,
-    /// The demo notes app's data.
-    notes: notes::Notes,
+    /// The signed-in browser: its sessions and the public origin.
+    browser: Browser,
+    /// The connected tab's channel and the other instances.
+    channel: Channel,
     /// The downstream MCP servers exposed on the MCP endpoint (none
     /// without `--source`).
     gateway: Arc<gateway::Gateway>,
     /// The MCP Apps host: App Views and the sandbox's origin ([`apps`]).
     apps: apps::Apps,
+    /// The demo notes app's data.
+    notes: notes::Notes,
+}
+
+/// The signed-in browser: who a request's session cookie names, and the
+/// public origin its pages and cookies live on.
+pub(crate) struct Browser {
+    /// The public origin, no trailing slash.
+    public_url: String,
+    /// Cookies are `Secure` (and `__Host-`) when the public URL is https.
+    secure: bool,
+    /// Signs the session cookies.
+    session_key: SigningKey,
+    /// The session epoch and the signed-out sessions (shared with the
+    /// crate's [`host::DemoHost`], which reads the session on its pages).
+    sessions: Arc<Sessions>,
+    /// How long a session cookie lasts.
+    session_ttl: Duration,
+    /// On redb, the file beside it that keeps the session epoch and the
+    /// sign-outs across restarts ([`crate::session_file`]); `None` on
+    /// PostgreSQL, whose tables keep them ([`jobs`]).
+    session_file: Option<SessionFile>,
+    /// The open route's parser.
+    open_route: OpenRoute,
+}
+
+/// The connected tab's channel: its mailboxes and long-polls, the jobs
+/// and `navigate` commands queued for it, and what this instance tells
+/// the others of a shared database.
+pub(crate) struct Channel {
+    /// The tabs' mailboxes and the reports awaited from them.
+    relay: relay::Relay<tab::Snapshot>,
+    /// On PostgreSQL, the tab's jobs and reports as rows, so a run on
+    /// one instance reaches a tab polling on another ([`jobs`]); `None` on
+    /// redb, where the relay's in-process queue is the whole path. Never
+    /// dropped (the synchronous driver must not drop a connection on a
+    /// runtime worker).
+    jobs: Option<&'static jobs::JobTable>,
+    /// The open route's `navigate` commands, per browser session.
+    navigates: navigate::NavigateQueue,
+    /// Tells the other instances on a shared database what changed
+    /// ([`notify`]); does nothing on redb.
+    fanout: Fanout,
     /// Becomes `true` when the server shuts down: long-polls end at once
     /// instead of holding the graceful shutdown for their 25 s.
     stopping: tokio::sync::watch::Receiver<bool>,
-    /// The requests whose approval was just decided here (`Some`), or a
-    /// grant that ended here (`None`: every waiter looks again, since each
-    /// of that grant's requests is now refused): a client's retry or an
-    /// App's call waiting for that decision wakes at once
-    /// ([`mcp::wait_for_decision`]; a decision on another instance is
-    /// found by looking again).
-    decisions: tokio::sync::broadcast::Sender<Option<RequestId>>,
+}
+
+impl Channel {
+    /// An empty channel over `jobs` (PostgreSQL) or the relay alone (redb),
+    /// announcing through `fanout`, ending its long-polls when `stopping`.
+    fn new(
+        jobs: Option<&'static jobs::JobTable>,
+        fanout: Fanout,
+        stopping: tokio::sync::watch::Receiver<bool>,
+    ) -> Self {
+        Self {
+            relay: relay::Relay::default(),
+            jobs,
+            navigates: navigate::NavigateQueue::default(),
+            fanout,
+            stopping,
+        }
+    }
 }
 
 type Shared = Arc<App>;
@@ -148,6 +177,11 @@ impl App {
     /// The engine (its operations block: call them on the blocking pool).
     fn engine(&self) -> Arc<Engine<Arc<Db>>> {
         self.portcullis.engine()
+    }
+
+    /// The site.
+    fn site(&self) -> &SiteId {
+        self.portcullis.site_id()
     }
 
     /// Runs `f` on the blocking pool: engine operations do store I/O
@@ -198,31 +232,6 @@ impl App {
             .map_err(|e| respond::store(&e))
     }
 
-    /// [`App::write`] for an operation that consumes an
-    /// [`portcullis_core::ledger::ExecutionTicket`], which only the core may
-    /// duplicate for a second attempt ([`Portcullis::commit_once`]): on
-    /// redb `f` gets the shared batch (`Some`) and applies the `*_in` form;
-    /// on PostgreSQL it gets `None` and calls the engine's own form, which
-    /// retries a conflict itself.
-    async fn write_ticket<T, E, F>(self: &Arc<Self>, f: F) -> Result<Result<T, E>, Response>
-    where
-        T: Send + 'static,
-        E: From<StoreError> + Send + 'static,
-        F: for<'t, 'b, 'w> FnOnce(&Self, Option<&mut AppWrite<'t, 'b, 'w>>) -> Result<T, E>
-            + Send
-            + 'static,
-    {
-        let app = Arc::clone(self);
-        tokio::task::spawn_blocking(move || {
-            let inner = Arc::clone(&app);
-            app.portcullis
-                .commit_once(move |txn| f(&inner, txn))
-                .unwrap_or_else(|e| Err(E::from(e)))
-        })
-        .await
-        .map_err(|_| respond::internal("a blocking task failed"))
-    }
-
     /// Applies `f` through the writer, on this (blocking) thread.
     fn commit<T, F>(self: &Arc<Self>, f: F) -> Result<T, StoreError>
     where
@@ -237,14 +246,16 @@ impl App {
     /// connected tab shows its approval). No credential in it: the page
     /// needs the user's own session.
     pub(crate) fn approval_url(&self, id: RequestId) -> String {
-        format!("{}/agents#approval-{id}", self.public_url)
+        format!("{}/agents#approval-{id}", self.browser.public_url)
     }
 
     /// Something `subject`'s connected tab shows changed: wakes their
     /// long-polls here and on every other instance.
     fn bump(&self, subject: &str) {
-        self.relay.bump(subject);
-        self.fanout.announce(Event::Bump(subject.to_owned()));
+        self.channel.relay.bump(subject);
+        self.channel
+            .fanout
+            .announce(Event::Bump(subject.to_owned()));
     }
 
     /// A grant ended here: revoked by its user (`subject`), or a token
@@ -257,10 +268,10 @@ impl App {
     /// ended grant's approval card goes, its Views say they were revoked),
     /// `subject`'s or, when it is not known, every user's.
     fn grant_ended(&self, subject: Option<&str>) {
-        let _ = self.decisions.send(None);
+        self.portcullis.announce_all();
         match subject {
             Some(s) => self.bump(s),
-            None => self.relay.bump_all(),
+            None => self.channel.relay.bump_all(),
         }
     }
 
@@ -284,16 +295,18 @@ impl App {
         }
     }
 
-    /// Hands the report on `job` to this instance's driver awaiting it,
+    /// Hands the report on `job` to this instance's run awaiting it,
     /// if there is one and the report is in the job table. Blocking.
     fn collect_report(&self, job: &str) {
-        let Some(jobs) = self.jobs else { return };
-        if !self.relay.awaits(job) {
+        let Some(jobs) = self.channel.jobs else {
+            return;
+        };
+        if !self.channel.relay.awaits(job) {
             return;
         }
         match jobs.collect(job) {
             Ok(Some(report)) => {
-                self.relay.deliver(job, report);
+                self.channel.relay.deliver(job, report);
             }
             Ok(None) => {}
             Err(e) => tracing::warn!(error = %e, "collecting a tab report failed"),
@@ -304,15 +317,15 @@ impl App {
     fn on_event(&self, event: Option<Event>) {
         match event {
             Some(Event::Bump(subject)) => {
-                self.relay.bump(&subject);
+                self.channel.relay.bump(&subject);
                 // A bump may be a decision taken there on a request that
                 // waits here (an App's call, a client's retry): every
-                // waiter looks again at once, not at the end of its wait.
-                let _ = self.decisions.send(None);
+                // waiter looks again at once, not at its next look.
+                self.portcullis.announce_all();
             }
             Some(Event::Report(job)) => self.collect_report(&job),
             Some(Event::SignOut(sid, expires)) => {
-                if !self.sessions.remember(&sid, expires, clock::now()) {
+                if !self.browser.sessions.remember(&sid, expires, clock::now()) {
                     // This copy is full: the database's says otherwise,
                     // or a new epoch is on its way; read it again.
                     self.reload_sessions();
@@ -324,7 +337,7 @@ impl App {
                 // The listener (re)connected: whatever was announced while
                 // it was down is in the database. Every long-poll answers
                 // with a fresh snapshot, sessions and the site are re-read.
-                self.relay.bump_all();
+                self.channel.relay.bump_all();
                 self.reload_sessions();
                 self.site_changed();
             }
@@ -334,13 +347,15 @@ impl App {
     /// Re-reads the browser sessions' epoch and signed-out set from a
     /// shared database. Blocking.
     fn reload_sessions(&self) {
-        let Some(table) = self.jobs else { return };
+        let Some(table) = self.channel.jobs else {
+            return;
+        };
         let now = clock::now().as_secs();
         match table
             .session_epoch()
             .and_then(|e| Ok((e, table.signed_out(now)?)))
         {
-            Ok((epoch, out)) => self.sessions.reset(epoch, out),
+            Ok((epoch, out)) => self.browser.sessions.reset(epoch, out),
             Err(e) => tracing::warn!(error = %e, "re-reading the browser sessions failed"),
         }
     }
@@ -371,8 +386,16 @@ fn policy(args: &ServeArgs) -> Policy {
         p.execute_rate.burst = burst;
     }
     p.loopback_client_documents = args.dev_loopback_client_documents;
+    // An instance that dies holding runs (their tickets are in its memory)
+    // is taken for dead this long after its last renewal, and the others
+    // end its runs (`unknownTail`).
+    p.executor_lease_timeout = EXECUTOR_LEASE;
     p
 }
+
+/// How long an instance's executor lease lasts unrenewed
+/// (`portcullis-axum` renews it every third of that).
+const EXECUTOR_LEASE: Duration = Duration::from_secs(20);
 
 /// The public origin: `--public-url` or `http://<bound address>`; it must be
 /// an origin (no path, query or trailing slash) so the issuer's well-known
@@ -441,7 +464,7 @@ async fn revocations(
 ///   (HTML pages send `no-store` themselves, the tab's script `no-cache`),
 ///   and `Strict-Transport-Security` when the public URL is https.
 fn router(app: Shared, mcp_hosts: Vec<String>, limits: ConnLimits) -> Router {
-    let secure = app.secure;
+    let secure = app.browser.secure;
     // The MCP body's limit is applied where the body is read
     // (`jsonrpc::strict`), not by a layer that every request would clone.
     let mcp = Router::new().route_service(
@@ -577,35 +600,30 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
     let _ = consent_sources.set(gateway.source_ids());
     let app = Arc::new(App {
         portcullis,
-        site: site.id.clone(),
-        fanout,
-        session_key,
-        sessions,
-        secure: public.starts_with("https://"),
-        public_url: public.clone(),
-        session_ttl: Duration::from_secs(args.session_ttl_secs),
-        open_route: OpenRoute::new(),
-        relay: relay::Relay::default(),
-        jobs,
-        session_file,
-        navigates: navigate::NavigateQueue::default(),
+        browser: Browser {
+            secure: public.starts_with("https://"),
+            public_url: public.clone(),
+            session_key,
+            sessions,
+            session_ttl: Duration::from_secs(args.session_ttl_secs),
+            session_file,
+            open_route: OpenRoute::new(),
+        },
+        channel: Channel::new(jobs, fanout, stop_rx.clone()),
         notes: notes::Notes::default(),
         gateway: Arc::new(gateway),
-        apps: apps::Apps::start(&args, &public, stop_rx.clone()).await?,
-        stopping: stop_rx,
-        decisions: tokio::sync::broadcast::channel(256).0,
+        apps: apps::Apps::start(&args, &public, stop_rx).await?,
     });
     // The listener connects on the blocking pool, for the same reason.
     listen_for_events(&app, &args).await?;
     banner(&public, &site.resource(), site.enabled, bound);
-    if !app.secure {
+    if !app.browser.secure {
         tracing::warn!(
             "plain http: for development only (the session cookie reaches every port of this \
              host, the sign-in accepts any name); production needs an https --public-url and \
              the host's real sign-in"
         );
     }
-    take_lease(&app).await?;
     tokio::spawn(sweep_forever(Arc::clone(&app)));
     tracing::info!(addr = %bound, "listening");
     let router = router(app, mcp_hosts(&public, bound), args.limits);
@@ -626,7 +644,7 @@ async fn listen_for_events(app: &Shared, args: &ServeArgs) -> Result<(), String>
     let db_args = args.db.clone();
     let for_listener = Arc::clone(app);
     tokio::task::spawn_blocking(move || {
-        notify::listen(&db_args, &for_listener.fanout, move |event| {
+        notify::listen(&db_args, &for_listener.channel.fanout, move |event| {
             if let Some(app) = listener_app.upgrade() {
                 app.on_event(event);
             }
@@ -690,23 +708,6 @@ async fn kept_state(args: &ServeArgs, fanout: &Fanout) -> Result<Kept, String> {
     }
 }
 
-/// On a shared database: takes this instance's lease before it serves (so
-/// no other instance takes it for dead), ends the runs of those that are,
-/// and keeps the lease renewed.
-async fn take_lease(app: &Shared) -> Result<(), String> {
-    let Some(table) = app.jobs else {
-        return Ok(());
-    };
-    app.blocking(move |app| {
-        table.renew(app.fanout.instance())?;
-        end_runs_of_dead_instances(app)
-    })
-    .await
-    .map_err(|_| "a blocking task failed".to_owned())??;
-    tokio::spawn(renew_forever(Arc::clone(app)));
-    Ok(())
-}
-
 /// The browser sessions' shared epoch and signed-out set as the database
 /// has them now.
 fn shared_sessions(table: &jobs::JobTable) -> Result<Sessions, String> {
@@ -718,99 +719,24 @@ fn shared_sessions(table: &jobs::JobTable) -> Result<Sessions, String> {
 /// The store of the running server, never dropped (see [`run`]).
 static KEEP_STORE: std::sync::OnceLock<Arc<Db>> = std::sync::OnceLock::new();
 
-/// Undecided requests one start-up transaction looks at.
-const ABANDON_BUDGET: usize = 512;
-
-/// On a shared database, ends the runs `lost` names: those of instances
-/// whose lease lapsed ([`end_runs_of_dead_instances`]), whose tickets lived
-/// in their memory. Each ends with `unknownTail` now, not whenever the
-/// user's tab next reconnects. (On redb, `portcullis-axum` ends every run
-/// left running at start: one process holds the file.)
-fn abandon_lost_runs(
-    engine: &Engine<Arc<Db>>,
-    lost: impl Fn(&GrantId, &RequestId) -> bool,
-) -> Result<(), String> {
-    let mut from = None;
-    let mut ended = 0;
-    loop {
-        let done = engine
-            .abandon_running_where(from.as_ref(), clock::now(), ABANDON_BUDGET, &lost)
-            .map_err(|e| format!("ending the runs lost at the last stop: {e}"))?;
-        ended += done.ended;
-        match done.next {
-            Some(next) => from = Some(next),
-            None => break,
-        }
-    }
-    if ended > 0 {
-        tracing::info!(ended, "ended the runs lost at the last stop (unknownTail)");
-    }
-    Ok(())
-}
-
-/// On a shared database: takes over the claims of the runs held by
-/// instances whose lease lapsed, ends those runs (`unknownTail`) and lets
-/// the claims go (the rule is in [`jobs`]). Blocking.
-fn end_runs_of_dead_instances(app: &App) -> Result<(), String> {
-    let Some(table) = app.jobs else {
-        return Ok(());
-    };
-    let me = app.fanout.instance();
-    let taken = table.take_lost_runs(me)?;
-    if taken.is_empty() {
-        return Ok(());
-    }
-    let lost: std::collections::HashSet<(GrantId, RequestId)> = taken
-        .iter()
-        .filter_map(|(g, r)| Some((GrantId::parse(g)?, RequestId::parse(r).ok()?)))
-        .collect();
-    abandon_lost_runs(&app.engine(), |g, r| lost.contains(&(*g, *r)))?;
-    for (g, r) in &taken {
-        table.release_run(g, r, me)?;
-    }
-    Ok(())
-}
-
-/// Renews this instance's lease on a shared database until the server
-/// stops; a renewal that fails is retried at the next tick (the lease
-/// lasts [`jobs::LEASE_TTL`], several ticks).
-async fn renew_forever(app: Shared) {
-    let Some(table) = app.jobs else { return };
-    let mut stopping = app.stopping.clone();
-    loop {
-        tokio::select! {
-            () = tokio::time::sleep(jobs::LEASE_RENEW) => {}
-            _ = stopping.changed() => return,
-        }
-        if let Ok(Err(e)) = app
-            .blocking(move |app| table.renew(app.fanout.instance()))
-            .await
-        {
-            tracing::warn!(error = %e, "renewing the instance lease failed");
-        }
-    }
-}
-
 /// How often the server's own state is swept.
 const SWEEP_EVERY: Duration = Duration::from_mins(1);
 
 /// Sweeps what is the server's own, until it stops: signed-out sessions
 /// past their cookie's expiry, idle tab mailboxes and, on a shared
-/// database, the runs of lapsed instances and stale tab jobs. (Expired
-/// codes, grants and ledger results are `portcullis-axum`'s sweep.)
+/// database, stale tab jobs. (Expired codes, grants and ledger results,
+/// and the runs of instances whose lease lapsed, are `portcullis-axum`'s
+/// sweep.)
 async fn sweep_forever(app: Shared) {
-    let mut stopping = app.stopping.clone();
+    let mut stopping = app.channel.stopping.clone();
     loop {
         tokio::select! {
             () = tokio::time::sleep(SWEEP_EVERY) => {}
             _ = stopping.changed() => return,
         }
-        let revoked = app.sessions.sweep(clock::now());
-        let mailboxes = app.relay.sweep_idle(std::time::Instant::now());
-        if let Some(jobs) = app.jobs {
-            if let Ok(Err(e)) = app.blocking(end_runs_of_dead_instances).await {
-                tracing::warn!(error = %e, "ending the runs of lapsed instances failed");
-            }
+        let revoked = app.browser.sessions.sweep(clock::now());
+        let mailboxes = app.channel.relay.sweep_idle(std::time::Instant::now());
+        if let Some(jobs) = app.channel.jobs {
             match app.blocking(move |_| jobs.sweep()).await {
                 Ok(Ok(n)) if n > 0 => tracing::info!(n, "stale tab jobs deleted"),
                 Ok(Err(e)) => tracing::warn!(error = %e, "sweeping tab jobs failed"),

@@ -127,16 +127,21 @@ impl super::App {
         command: &NavigateCommand,
     ) -> Result<(String, usize), QueueFull> {
         let browser_session = session.browser_session().to_owned();
-        let Some(table) = self.jobs else {
-            let pushed =
-                self.navigates
-                    .push(&browser_session, &session.subject, command, Instant::now());
+        let Some(table) = self.channel.jobs else {
+            let pushed = self.channel.navigates.push(
+                &browser_session,
+                &session.subject,
+                command,
+                Instant::now(),
+            );
             if pushed.is_ok() {
-                self.relay.wake_session(&session.subject, &browser_session);
+                self.channel
+                    .relay
+                    .wake_session(&session.subject, &browser_session);
             }
             return pushed;
         };
-        let (id, message, bytes) = self.navigates.prepare(&browser_session, command)?;
+        let (id, message, bytes) = self.channel.navigates.prepare(&browser_session, command)?;
         let (subject, row_id) = (session.subject.clone(), id.clone());
         let pushed = self
             .blocking(move |_| {
@@ -167,8 +172,8 @@ impl super::App {
         self: &std::sync::Arc<Self>,
         browser_session: &str,
     ) -> Vec<Value> {
-        let Some(table) = self.jobs else {
-            return self.navigates.take(browser_session, Instant::now());
+        let Some(table) = self.channel.jobs else {
+            return self.channel.navigates.take(browser_session, Instant::now());
         };
         let s = browser_session.to_owned();
         match self.blocking(move |_| table.take_navigates(&s)).await {
@@ -187,8 +192,8 @@ impl super::App {
         browser_session: &str,
         id: &str,
     ) -> bool {
-        let Some(table) = self.jobs else {
-            return self.navigates.ack(browser_session, id);
+        let Some(table) = self.channel.jobs else {
+            return self.channel.navigates.ack(browser_session, id);
         };
         let (s, id) = (browser_session.to_owned(), id.to_owned());
         matches!(
@@ -199,8 +204,8 @@ impl super::App {
 
     /// Drops every command of `browser_session` (sign-out).
     pub(super) async fn clear_navigates(self: &std::sync::Arc<Self>, browser_session: &str) {
-        self.navigates.clear(browser_session);
-        if let Some(table) = self.jobs {
+        self.channel.navigates.clear(browser_session);
+        if let Some(table) = self.channel.jobs {
             let s = browser_session.to_owned();
             if let Ok(Err(e)) = self.blocking(move |_| table.clear_navigates(&s)).await {
                 tracing::warn!(error = %e, "dropping navigate commands failed");

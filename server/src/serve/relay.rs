@@ -1,4 +1,5 @@
-//! The in-memory relay between `execute` calls and the connected tab.
+//! The in-memory relay between the runs `portcullis-axum` drives in the
+//! connected tab ([`super::run::RelayTab`]) and the tab's long-polls.
 //!
 //! * **Mailboxes**, one per user: the jobs queued for that user's connected
 //!   tab, a version that grows on every event the tab should see (a job,
@@ -19,10 +20,6 @@
 //!   page has already seen.
 //! * **Awaiting**: jobs handed to a page, by job id, with the channel their
 //!   outcome report is delivered on.
-//! * **Drivers**: runs in progress, by (grant, request id), each holding its
-//!   [`portcullis_core::ledger::ExecutionTicket`] between HTTP requests
-//!   (see [`super::run`]); a later `execute` with the same id waits on the
-//!   same run instead of answering `execution_pending` at once.
 //!
 //! Nothing here decides anything: the ledger does, and what an approval
 //! shows is stored with it in the ledger. Losing this state (a restart)
@@ -30,7 +27,7 @@
 //! starts ([`portcullis_core::Engine::abandon_running`]).
 //!
 //! On PostgreSQL the job queue is not here but in the database
-//! ([`super::jobs`]): a driver only registers the report it awaits
+//! ([`super::jobs`]): a run only registers the report it awaits
 //! ([`Relay::expect`]), and the report reaches it through
 //! [`Relay::deliver`] whichever instance the page reported to.
 
@@ -39,16 +36,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use portcullis_core::grant::GrantId;
-use portcullis_core::ledger::RequestId;
-use tokio::sync::{Notify, oneshot, watch};
+use tokio::sync::{Notify, oneshot};
 
-use super::answer::Answer;
 use super::work::{Delivery, Job, TabReport};
-
-/// How a driver ended: its answer to the client, or `None` when the run was
-/// lost (the tab went away): the ledger then has the answer.
-pub(crate) type DriverEnd = Option<Answer>;
 
 /// Most long-polls of one browser session waiting at once.
 pub(crate) const MAX_POLLS_PER_SESSION: usize = 4;
@@ -138,7 +128,6 @@ struct Inner<S> {
     polls: u64,
     mailboxes: HashMap<String, Mailbox<S>>,
     awaiting: HashMap<String, Awaiting>,
-    drivers: HashMap<(GrantId, RequestId), watch::Receiver<Option<DriverEnd>>>,
 }
 
 impl<S> Default for Inner<S> {
@@ -148,7 +137,6 @@ impl<S> Default for Inner<S> {
             polls: 0,
             mailboxes: HashMap::new(),
             awaiting: HashMap::new(),
-            drivers: HashMap::new(),
         }
     }
 }
@@ -345,12 +333,12 @@ impl<S> Relay<S> {
         rx
     }
 
-    /// Whether a driver of this process awaits the report on `job_id`.
+    /// Whether a run of this process awaits the report on `job_id`.
     pub(crate) fn awaits(&self, job_id: &str) -> bool {
         self.lock().awaiting.contains_key(job_id)
     }
 
-    /// Hands the report on `job_id` to the driver of this process that
+    /// Hands the report on `job_id` to the run of this process that
     /// awaits it (the subject was checked where the report was made).
     pub(crate) fn deliver(&self, job_id: &str, report: TabReport) -> bool {
         self.lock()
@@ -389,7 +377,7 @@ impl<S> Relay<S> {
         taken
     }
 
-    /// Withdraws a job its driver gave up on (queued or handed out).
+    /// Withdraws a job its run gave up on (queued or handed out).
     pub(crate) fn withdraw(&self, subject: &str, job_id: &str) {
         let mut inner = self.lock();
         inner.awaiting.remove(job_id);
@@ -410,34 +398,6 @@ impl<S> Relay<S> {
             }
             None => false,
         }
-    }
-
-    /// Registers a driver; returns the sender it publishes its end on.
-    pub(crate) fn start_driver(
-        &self,
-        grant: GrantId,
-        request: RequestId,
-    ) -> (
-        watch::Sender<Option<DriverEnd>>,
-        watch::Receiver<Option<DriverEnd>>,
-    ) {
-        let (tx, rx) = watch::channel(None);
-        self.lock().drivers.insert((grant, request), rx.clone());
-        (tx, rx)
-    }
-
-    /// The running driver of `(grant, request)`, if any.
-    pub(crate) fn driver(
-        &self,
-        grant: GrantId,
-        request: RequestId,
-    ) -> Option<watch::Receiver<Option<DriverEnd>>> {
-        self.lock().drivers.get(&(grant, request)).cloned()
-    }
-
-    /// Unregisters a finished driver.
-    pub(crate) fn end_driver(&self, grant: GrantId, request: RequestId) {
-        self.lock().drivers.remove(&(grant, request));
     }
 }
 

@@ -99,7 +99,7 @@ pub(crate) fn check_post(app: &App, headers: &HeaderMap) -> Result<Session, Resp
         .get("x-csrf-token")
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
-    if !session.csrf_matches(&app.session_key, csrf) {
+    if !session.csrf_matches(&app.browser.session_key, csrf) {
         return Err(error(
             StatusCode::FORBIDDEN,
             "PERMISSION_DENIED",
@@ -145,7 +145,7 @@ impl App {
     fn live_grants(&self, subject: &str) -> Result<Vec<LiveGrant>, String> {
         let page = self
             .engine()
-            .list_user_grants(&self.site, subject, None, 200, clock::now())
+            .list_user_grants(self.site(), subject, None, 200, clock::now())
             .map_err(|e| e.to_string())?;
         Ok(page
             .grants
@@ -208,11 +208,17 @@ pub(crate) async fn connect(State(app): State<Shared>, headers: HeaderMap, raw: 
             for g in app.live_grants(&subject)? {
                 let now = clock::now();
                 let r = if hello.take_over {
-                    app.engine()
-                        .take_over_tab_in(txn, &app.site, &subject, &g.id, &hello_core, now)
+                    app.engine().take_over_tab_in(
+                        txn,
+                        app.site(),
+                        &subject,
+                        &g.id,
+                        &hello_core,
+                        now,
+                    )
                 } else {
                     app.engine()
-                        .connect_tab_in(txn, &app.site, &subject, &g.id, &hello_core, now)
+                        .connect_tab_in(txn, app.site(), &subject, &g.id, &hello_core, now)
                 };
                 let mut v = grant_json(&g);
                 let r = r.map(|_| ());
@@ -262,7 +268,7 @@ pub(crate) async fn heartbeat(
             for g in app.live_grants(&subject)? {
                 let r = app.engine().tab_heartbeat_in(
                     txn,
-                    &app.site,
+                    app.site(),
                     &subject,
                     &g.id,
                     &beat.tab_id,
@@ -303,7 +309,7 @@ pub(crate) async fn disconnect(
                     .engine()
                     .disconnect_tab_in(
                         txn,
-                        &app.site,
+                        app.site(),
                         &subject,
                         &g.id,
                         &beat.tab_id,
@@ -361,7 +367,7 @@ impl App {
                 .map_err(|e| e.to_string())?;
             for p in self
                 .engine()
-                .pending_approvals(&self.site, subject, &g.id)
+                .pending_approvals(self.site(), subject, &g.id)
                 .map_err(|e| e.to_string())?
             {
                 // A gateway tool's kind is `<source>/<tool>`: the card
@@ -412,7 +418,7 @@ struct Leave {
 
 impl Drop for Leave {
     fn drop(&mut self) {
-        self.app.relay.leave(&self.subject, self.poll);
+        self.app.channel.relay.leave(&self.subject, self.poll);
     }
 }
 
@@ -439,7 +445,7 @@ pub(crate) async fn work(
     };
     let subject = session.subject.clone();
     let browser_session = session.browser_session();
-    let poll = app.relay.enter(&subject, browser_session);
+    let poll = app.channel.relay.enter(&subject, browser_session);
     let _leave = Leave {
         app: Arc::clone(&app),
         subject: subject.clone(),
@@ -450,7 +456,7 @@ pub(crate) async fn work(
         if poll.superseded() {
             return superseded();
         }
-        let (version, cell) = app.relay.watch(&subject);
+        let (version, cell) = app.channel.relay.watch(&subject);
         let built = cell
             .cell
             .get_or_try_init(|| async {
@@ -484,8 +490,8 @@ pub(crate) async fn work(
             }
             _ => Delivery::Drop,
         };
-        let jobs = match app.jobs {
-            None => app.relay.take_jobs(&subject, deliver),
+        let jobs = match app.channel.jobs {
+            None => app.channel.relay.take_jobs(&subject, deliver),
             Some(table) => match take_rows(&app, table, &subject, deliver).await {
                 Ok(jobs) => jobs,
                 Err(r) => return r,
@@ -500,7 +506,7 @@ pub(crate) async fn work(
         if !jobs.is_empty() || !messages.is_empty() || version > q.since || now >= deadline {
             return answer(&snap, version, &jobs, &messages, &q);
         }
-        let mut stopping = app.stopping.clone();
+        let mut stopping = app.channel.stopping.clone();
         if *stopping.borrow() {
             deadline = now;
             continue;
@@ -637,18 +643,18 @@ pub(crate) async fn report(State(app): State<Shared>, headers: HeaderMap, raw: B
         failed,
         summary: r.summary,
     };
-    let delivered = match app.jobs {
-        None => app.relay.report(&session.subject, &r.job, report),
+    let delivered = match app.channel.jobs {
+        None => app.channel.relay.report(&session.subject, &r.job, report),
         Some(table) => {
-            // The row takes the report; the driver's instance collects it.
+            // The row takes the report; the run's instance collects it.
             let (subject, job) = (session.subject.clone(), r.job);
             let recorded = app
                 .blocking(move |app| {
                     let ok = table.report(&subject, &job, &report)?;
-                    if ok && app.relay.awaits(&job) {
+                    if ok && app.channel.relay.awaits(&job) {
                         app.collect_report(&job);
                     } else if ok {
-                        app.fanout.announce(Event::Report(job));
+                        app.channel.fanout.announce(Event::Report(job));
                     }
                     Ok::<_, String>(ok)
                 })
@@ -736,7 +742,7 @@ pub(crate) async fn decide(State(app): State<Shared>, headers: HeaderMap, raw: B
         .write(move |app, txn| {
             app.engine().decide_approval_in(
                 txn,
-                &app.site,
+                app.site(),
                 &subject,
                 &approval,
                 decision,
@@ -748,7 +754,7 @@ pub(crate) async fn decide(State(app): State<Shared>, headers: HeaderMap, raw: B
         Ok(Ok(())) => {
             app.bump(&session.subject);
             // A client's retry waiting for this decision answers at once.
-            let _ = app.decisions.send(Some(request_id));
+            app.portcullis.announce(grant, request_id);
             tracing::debug!(decision = d.decision, "approval decided");
             Json(json!({"ok": true})).into_response()
         }

@@ -2,8 +2,8 @@
 //! the page to perform), the page's [`TabReport`] on it, and what a poll
 //! does with a queued job ([`Delivery`]).
 //!
-//! The vocabulary every path of a job shares: the `execute` driver
-//! ([`super::run`]) makes jobs and awaits their reports, the in-memory relay
+//! The vocabulary every path of a job shares: `execute`'s tab channel
+//! ([`super::run::RelayTab`]) makes jobs and awaits their reports, the in-memory relay
 //! ([`super::relay`]) queues them on redb, the job table ([`super::jobs`])
 //! on PostgreSQL, and the tab channel ([`super::tab`]) hands them to the
 //! page and takes its reports. Its own module, so those four depend on it

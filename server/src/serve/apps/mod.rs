@@ -646,7 +646,7 @@ impl App {
         let view = View::open(
             ViewOrigin {
                 id: view_id,
-                lineage: LineageKey::of(self.site.as_str(), &p.subject, &p.client_id),
+                lineage: LineageKey::of(self.site().as_str(), &p.subject, &p.client_id),
                 grant: p.grant,
                 source: c.source,
                 tool: c.tool.name.to_string(),
@@ -662,7 +662,7 @@ impl App {
             }
         };
         let now = clock::now();
-        let mine = match self.engine().app_views(&self.site, &p.subject) {
+        let mine = match self.engine().app_views(self.site(), &p.subject) {
             Ok(v) => v,
             Err(e) => {
                 tracing::warn!(error = %e, "MCP Apps: the user's Views not read; no View recorded");
@@ -707,7 +707,7 @@ impl App {
             proposals: Vec::new(),
         };
         let stored = StoredView::new(
-            self.site.clone(),
+            self.site().clone(),
             p.subject.clone(),
             view,
             serde_json::to_string(&entry_host).unwrap_or_default(),
@@ -716,7 +716,7 @@ impl App {
         let created = self.commit(move |app, txn| {
             for id in &drop {
                 app.engine()
-                    .delete_app_view_in(txn, &app.site, &stored.subject, id)?;
+                    .delete_app_view_in(txn, app.site(), &stored.subject, id)?;
             }
             app.engine()
                 .create_app_view_in(txn, &stored, MAX_VIEWS_PER_USER)
@@ -751,7 +751,7 @@ impl App {
         }
         let views = self
             .engine()
-            .app_views(&self.site, subject)
+            .app_views(self.site(), subject)
             .map_err(|e| e.to_string())?;
         Ok(views.into_iter().filter_map(Entry::read).collect())
     }
@@ -794,7 +794,7 @@ impl App {
             for _ in 0..MAX_VIEW_ATTEMPTS {
                 let stored = self
                     .engine()
-                    .app_view(&self.site, subject, &view_id)
+                    .app_view(self.site(), subject, &view_id)
                     .map_err(|e| Refusal::Store(e.to_string()))?
                     .ok_or(Refusal::NoView)?;
                 let before = stored.clone();
@@ -836,7 +836,7 @@ impl App {
     ) -> Result<(Principal, Authority), Refusal> {
         let now = clock::now();
         let store = |e: &dyn std::fmt::Display| Refusal::Store(e.to_string());
-        let site = self.engine().site(&self.site).map_err(|e| store(&e))?;
+        let site = self.engine().site(self.site()).map_err(|e| store(&e))?;
         let g = self
             .engine()
             .grant(grant)
@@ -848,7 +848,7 @@ impl App {
         }
         let selection = self
             .engine()
-            .granted_apps(&self.site, subject, grant, now)
+            .granted_apps(self.site(), subject, grant, now)
             .map_err(|e| store(&e))?
             .ok_or(Refusal::GrantEnded)?;
         let sources = match selection.ids() {
@@ -860,7 +860,7 @@ impl App {
             ),
         };
         let authority = Authority {
-            lineage: LineageKey::of(self.site.as_str(), subject, &g.client_id),
+            lineage: LineageKey::of(self.site().as_str(), subject, &g.client_id),
             grant: g.id,
             credential: Fingerprint::of(NO_CREDENTIAL),
             policy: Fingerprint::of(format!("site epoch {}", site.epoch).as_bytes()),
@@ -868,7 +868,7 @@ impl App {
             sources,
         };
         let principal = Principal {
-            site: self.site.clone(),
+            site: self.site().clone(),
             grant: g.id,
             subject: g.subject,
             client_id: g.client_id,
@@ -916,11 +916,11 @@ pub(crate) async fn deliver(
     }
     let (subject, lineage) = (
         p.subject.clone(),
-        LineageKey::of(app.site.as_str(), &p.subject, &p.client_id),
+        LineageKey::of(app.site().as_str(), &p.subject, &p.client_id),
     );
     let who = subject.clone();
     let waiting = app
-        .blocking(move |app| app.engine().has_deliveries(&app.site, &who, &lineage))
+        .blocking(move |app| app.engine().has_deliveries(app.site(), &who, &lineage))
         .await;
     if !matches!(waiting, Ok(Ok(true))) {
         return answer;
@@ -928,7 +928,7 @@ pub(crate) async fn deliver(
     let taken = app
         .write(move |app, txn| {
             app.engine()
-                .take_deliveries_in(txn, &app.site, &subject, &lineage)
+                .take_deliveries_in(txn, app.site(), &subject, &lineage)
         })
         .await;
     let items = match taken {
@@ -1027,7 +1027,7 @@ pub(crate) async fn send_context(
     let sent = app
         .write(move |app, txn| {
             app.engine()
-                .send_context_in(txn, &app.site, &subject, &selections)
+                .send_context_in(txn, app.site(), &subject, &selections)
         })
         .await;
     match sent {
@@ -1342,7 +1342,7 @@ pub(crate) async fn deny_waiting(
 ) {
     let who = subject.to_owned();
     let prompts = app
-        .blocking(move |app| app.engine().pending_approvals(&app.site, &who, &grant))
+        .blocking(move |app| app.engine().pending_approvals(app.site(), &who, &grant))
         .await;
     let prompts = match prompts {
         Ok(Ok(p)) => p,
@@ -1361,7 +1361,7 @@ pub(crate) async fn deny_waiting(
             .write(move |app, txn| {
                 app.engine().decide_approval_in(
                     txn,
-                    &app.site,
+                    app.site(),
                     &who,
                     &approval,
                     ApprovalDecision::Deny,
@@ -1371,7 +1371,7 @@ pub(crate) async fn deny_waiting(
             .await;
         match denied {
             Ok(Ok(())) => {
-                let _ = app.decisions.send(Some(prompt.request_id));
+                app.portcullis.announce(grant, prompt.request_id);
             }
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, "MCP Apps: a closed View's approval not denied");
@@ -1436,7 +1436,7 @@ pub(crate) async fn resource(
         }
     };
     let Some((html, (connect, resource))) =
-        app_html(&result, &[&app.public_url, &app.apps.sandbox])
+        app_html(&result, &[&app.browser.public_url, &app.apps.sandbox])
     else {
         tracing::warn!("MCP Apps: the App's resource holds no text/html;profile=mcp-app");
         return error(

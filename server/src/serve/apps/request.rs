@@ -48,6 +48,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse as _, Response};
+use portcullis_axum::RequestEvents;
 use portcullis_core::apps::{
     AppCall, AppRequest, AppRequestError, Authority, Fingerprint, OpRefused, OpRule, OpTarget,
     Operation, Proposal, ProposalId, RpcId, SourceCall,
@@ -67,6 +68,9 @@ use crate::clock;
 /// How long one request waits for the user's decision on an approval
 /// before answering `pending` (the page asks again).
 const DECISION_WAIT: Duration = Duration::from_secs(20);
+/// How often a wait for a decision reads the ledger again when nothing in
+/// this process announced one (a decision on another instance).
+const LOOK_AGAIN: Duration = Duration::from_secs(2);
 /// The protocol revision of the MCP Apps extension this host speaks.
 const APPS_REVISION: &str = "2026-01-26";
 /// JSON-RPC: no such method.
@@ -572,7 +576,7 @@ impl Tool<'_> {
         let Ok(arguments) = serde_json::from_str::<JsonObject>(arguments) else {
             return Some(rpc_error(Some(self.id), REFUSED, "bad arguments"));
         };
-        let mut decided = app.decisions.subscribe();
+        let mut decided = app.portcullis.request_events();
         if asked {
             // Asked before: run it again only once the user decided.
             if !self.wait(&mut decided).await {
@@ -672,20 +676,14 @@ impl Tool<'_> {
         tool: &rmcp::model::Tool,
         arguments: &JsonObject,
     ) -> Value {
-        let mut meta = JsonObject::new();
-        meta.insert(
-            gateway::tools::REQUEST_ID_META.into(),
-            Value::String(self.request.to_string()),
-        );
-        let meta = rmcp::model::RequestMetaObject::from(meta);
         let reply = Box::pin(gateway::tools::call(
             self.app,
             self.principal.clone(),
-            std::sync::Arc::clone(source),
-            tool.clone(),
-            Some(&meta),
+            (std::sync::Arc::clone(source), tool.clone()),
+            self.request,
             arguments.clone(),
             gateway::input::Round::default(),
+            Duration::ZERO,
         ))
         .await;
         let mut v = serde_json::to_value(reply.result).unwrap_or(Value::Null);
@@ -697,10 +695,7 @@ impl Tool<'_> {
 
     /// Waits (a bounded time) until the operation's ledger request is no
     /// longer awaiting the user's decision; whether it is decided.
-    async fn wait(
-        &self,
-        decided: &mut tokio::sync::broadcast::Receiver<Option<RequestId>>,
-    ) -> bool {
+    async fn wait(&self, decided: &mut RequestEvents) -> bool {
         let deadline = Instant::now() + DECISION_WAIT;
         loop {
             let (principal, request) = (self.principal.clone(), self.request);
@@ -718,11 +713,12 @@ impl Tool<'_> {
             if left.is_zero() {
                 return false;
             }
-            // A decision (any request's: ours may be among those missed)
-            // or a grant that ended (`None`): the status is read again.
-            if tokio::time::timeout(left, decided.recv()).await.is_err() {
-                return false;
-            }
+            // A decision of ours here, a grant that ended, or time to
+            // look again (a decision on another instance of a fleet): the
+            // status is read again.
+            decided
+                .changed(self.principal.grant, self.request, left.min(LOOK_AGAIN))
+                .await;
         }
     }
 }

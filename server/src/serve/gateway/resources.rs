@@ -220,7 +220,7 @@ fn asked_for_input(
         ))
     })?;
     let (requests, state) =
-        input::for_agent(source, asked, round, &app.public_url).map_err(refused)?;
+        input::for_agent(source, asked, round, &app.browser.public_url).map_err(refused)?;
     let nil = RequestId::from_bytes([0; 16]);
     let state = input::wrap(app, principal, digest, nil, state).map_err(refused)?;
     Ok(InputRequiredResult::new(requests, Some(state)))

@@ -26,15 +26,19 @@
 //! no `/` in their names, so "always allow `create_note`" for the app never
 //! covers a source's `create_note`, nor one source's tool another's; and
 //! the approval card names the source. The
-//! gateway is the action's executor: where `execute` hands a step to the
-//! tab, a gateway run calls the source once, records the outcome, and
-//! completes the request with the (rewritten) downstream result. The ledger
-//! then answers every later call with the same `requestId` from its stored
-//! result, so the downstream call never runs twice: not on a repeat, not
-//! after an approval, not after a timeout (a call whose answer did not
-//! arrive is recorded as failed, `SOURCE_UNAVAILABLE`, because it may have
-//! run). As for `execute`, a run needs the user's connected tab, which is
-//! where approvals are shown.
+//! call is run by `portcullis-axum` on this server
+//! ([`portcullis_axum::Portcullis::run_for`], the ledger's server
+//! executor): where `execute` hands a step to the tab, a gateway run calls
+//! the source once, the crate records the outcome and completes the request
+//! with the (rewritten) downstream result. The ledger then answers every
+//! later call with the same `requestId` from its stored result, so the
+//! downstream call never runs twice: not on a repeat, not after an
+//! approval, not after a timeout (a call whose answer did not arrive is
+//! recorded as failed, `SOURCE_UNAVAILABLE`, because it may have run), not
+//! on another instance of a fleet (the run is dispatched to this
+//! instance's executor lease; a run whose instance died ends with
+//! `unknownTail`). No tab is needed to run it; its approval is shown in
+//! the user's Agents page and at the approval URL.
 //!
 //! The `requestId` travels in the call's `_meta["portcullis/requestId"]`
 //! (a UUID), so the tool's arguments stay the downstream's own. A call
@@ -71,35 +75,32 @@
 //! protocol's promise that an `InputRequiredResult` comes before any effect.
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use portcullis_axum::{Act, Outcome};
 use portcullis_core::bearer::Challenge;
 use portcullis_core::engine::Principal;
 use portcullis_core::error::ErrorCode;
 use portcullis_core::gateway::{Gateway as UriMap, SourceId};
 use portcullis_core::granted_apps::AppSelection;
 use portcullis_core::ledger::resume::CallDigest;
-use portcullis_core::ledger::{
-    Action, ActionVerdict, BeginAnswer, BeginError, BusinessError, Caller, Completion, Effect,
-    ExecuteParams, ExecutionTicket, Report, RequestId, StoredResult,
-};
-use portcullis_core::scope::ScopeSet;
+use portcullis_core::ledger::{Action, BeginError, BusinessError, Completion, Effect, RequestId};
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, ClientRequest, InputRequiredResult,
-    JsonObject, RequestMetaObject, ResultType, ServerResult, Tool,
+    JsonObject, ResultType, ServerResult, Tool,
 };
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::super::Shared;
-use super::super::run::{self, Answer, failure};
+use super::super::run::{Answer, failure};
 use super::input::{self, Round};
 use super::kind::action_kind;
 use super::{Gateway, Source, bounds};
-use crate::clock;
 
 /// How much longer than the call timeout a forwarded call is waited for:
 /// rmcp's own timeout (which also cancels the request at the source) comes
 /// first.
-const GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+const GRACE: Duration = Duration::from_secs(2);
 
 /// The `_meta` key of a call's request id.
 pub(crate) const REQUEST_ID_META: &str = "portcullis/requestId";
@@ -222,10 +223,12 @@ impl Reply {
         }
     }
 
-    /// A stored result: the downstream's own result when it completed, the
-    /// ledger's JSON otherwise (a failure recorded for the call).
-    fn stored(stored: &StoredResult) -> Self {
-        let mut json = stored.to_json();
+    /// The ledger's answer on request `id`: the downstream's own result
+    /// when the call completed, the ledger's JSON otherwise (a refusal, a
+    /// failure recorded for the call), with the scope challenge of a
+    /// refusal for a missing scope.
+    fn answered(answer: &Value, id: RequestId, challenge: Option<Challenge>) -> Self {
+        let mut json = answer.clone();
         let downstream = json
             .get_mut("result")
             .filter(|r| r.get("content").is_some())
@@ -234,25 +237,20 @@ impl Reply {
         match downstream {
             Some(mut result) => {
                 let meta = result.meta.get_or_insert_with(Default::default);
-                meta.0.insert(
-                    REQUEST_ID_META.into(),
-                    Value::String(stored.request_id.to_string()),
-                );
+                meta.0
+                    .insert(REQUEST_ID_META.into(), Value::String(id.to_string()));
                 Self {
                     result,
                     challenge: None,
                     input: None,
                 }
             }
-            None => Self::ledger(Answer::ok(stored.to_json())),
+            None => Self::ledger(Answer {
+                body: answer.clone(),
+                challenge,
+            }),
         }
     }
-}
-
-/// The request id a call names in its `_meta`, if any.
-fn named_id(meta: Option<&RequestMetaObject>) -> Option<String> {
-    let meta = serde_json::to_value(meta?).ok()?;
-    meta.get(REQUEST_ID_META)?.as_str().map(str::to_owned)
 }
 
 /// The digest of a call of `tool` of `source` with `arguments`: what a
@@ -262,17 +260,21 @@ pub(crate) fn digest(source: &SourceId, tool: &str, arguments: &JsonObject) -> C
     input::digest(source, "tools/call", tool, &bytes)
 }
 
-/// One call of the downstream tool `tool` of `source` by `principal`;
-/// `round` is what the agent can take of a source's input round, and on a
-/// retry the source's state and the agent's answers.
+/// One call of the downstream tool `tool` of `source` by `principal` under
+/// request `rid` (the call's `_meta["portcullis/requestId"]`, its sealed
+/// state's, or a fresh one), run
+/// by `portcullis-axum` on this server ([`portcullis_axum::Portcullis::run_for`]),
+/// waiting at most `wait` for a person's decision; `round` is what the
+/// agent can take of a source's input round, and on a retry the source's
+/// state and the agent's answers.
 pub(crate) async fn call(
     app: &Shared,
     principal: Principal,
-    source: Arc<Source>,
-    tool: Tool,
-    meta: Option<&RequestMetaObject>,
+    (source, tool): (Arc<Source>, Tool),
+    rid: RequestId,
     arguments: JsonObject,
     round: Round,
+    wait: Duration,
 ) -> Reply {
     // Only a source the grant reaches (`super::super::granted`), on every
     // path here (an agent's call, checked before with the same answer as an
@@ -295,15 +297,7 @@ pub(crate) async fn call(
             ));
         }
     }
-    let id = named_id(meta).unwrap_or_else(|| RequestId::random(&mut rand::rng()).to_string());
     let effect = effect(&tool);
-    let code =
-        json!({"source": source.spec.id.as_str(), "tool": tool.name, "arguments": arguments});
-    let params = match ExecuteParams::new(&id, code.to_string(), None) {
-        Ok(p) => p,
-        Err(e) => return Reply::ledger(Answer::begin_error(&BeginError::Invalid(e), None)),
-    };
-    let rid = params.request_id;
     let action = match serde_json::to_vec(&arguments)
         .map_err(|e| e.to_string())
         .and_then(|a| {
@@ -321,86 +315,59 @@ pub(crate) async fn call(
             Some(rid),
         ));
     }
-    let mut needed = ScopeSet::default();
-    if needed.insert(scope_of(effect)).is_err() {
-        return Reply::ledger(failure(
-            ErrorCode::ServerError,
-            "temporary server error",
-            Some(rid),
-        ));
-    }
-    // The run is its own task: a client that goes away mid-call does not
-    // cut it between the downstream call and its record, nor leave its
-    // claim held.
     let run = Run {
         app: Arc::clone(app),
-        principal: principal.clone(),
         digest: digest(&source.spec.id, &tool.name, &arguments),
         source,
-        id: rid,
         request: CallToolRequestParams::new(tool.name).with_arguments(arguments),
         round,
+        asked: std::sync::Mutex::default(),
     };
-    tokio::spawn(async move {
-        let (app, grant) = (Arc::clone(&run.app), principal.grant);
-        if let Err(answer) = run::claim(&app, grant, rid).await {
-            return Reply::ledger(answer);
-        }
-        let reply = admit(run, principal, params, needed, action).await;
-        app.release_run(grant, rid).await;
-        reply
-    })
-    .await
-    .unwrap_or_else(|_| {
-        Reply::ledger(failure(
-            ErrorCode::ServerError,
-            "temporary server error",
-            Some(rid),
-        ))
-    })
-}
-
-/// A gateway call once its run is claimed (on a shared database): begin,
-/// then run it to its end.
-async fn admit(
-    run: Run,
-    principal: Principal,
-    params: ExecuteParams,
-    needed: ScopeSet,
-    action: Action,
-) -> Reply {
-    let rid = params.request_id;
-    let begun = run
-        .app
-        .write(move |app, txn| {
-            app.engine().begin_needing_in(
-                txn,
-                &principal,
-                &params,
-                &needed,
-                Caller::Client,
-                clock::now_ms(),
-            )
+    let run = Arc::new(run);
+    let performer = Arc::clone(&run);
+    let ran = app
+        .portcullis
+        .run_for(&principal, rid, action, wait, move || async move {
+            performer.perform().await
         })
         .await;
-    match begun {
-        Err(_) => run.internal(),
-        Ok(Err(e)) => Reply::ledger(Answer::begin_error(&e, Some(rid))),
-        Ok(Ok(BeginAnswer::Run(ticket))) => run.run(ticket, action).await,
-        Ok(Ok(BeginAnswer::Stored(stored))) => Reply::stored(&stored),
-        Ok(Ok(other)) => Reply::ledger(Answer::ok(other.to_json().unwrap_or(Value::Null))),
+    match ran.outcome() {
+        Outcome::Withdrawn(_) => {
+            let asked = run
+                .asked
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take();
+            match asked {
+                Some(asked) => run.asked(&principal, rid, asked),
+                None => Reply::ledger(failure(
+                    ErrorCode::ServerError,
+                    "temporary server error",
+                    Some(rid),
+                )),
+            }
+        }
+        Outcome::Pending(p) => {
+            if p.approval.is_some() {
+                app.bump(&principal.subject);
+            }
+            Reply::ledger(Answer::ok(ran.answer().clone()))
+        }
+        _ => Reply::answered(ran.answer(), rid, ran.challenge().cloned()),
     }
 }
 
+/// One call of a source's tool, performed by this server when the ledger
+/// lets it run.
 struct Run {
     app: Shared,
-    principal: Principal,
     /// The call's digest (a wrapped state's binding).
     digest: CallDigest,
     source: Arc<Source>,
-    id: RequestId,
     request: CallToolRequestParams,
     round: Round,
+    /// The source asked for input instead of running the call.
+    asked: std::sync::Mutex<Option<InputRequiredResult>>,
 }
 
 /// What a call to the source came to.
@@ -412,85 +379,39 @@ enum Performed {
 }
 
 impl Run {
-    fn internal(&self) -> Reply {
-        Reply::ledger(failure(
-            ErrorCode::ServerError,
-            "temporary server error",
-            Some(self.id),
-        ))
-    }
-
-    async fn run(self, ticket: ExecutionTicket, action: Action) -> Reply {
-        let verdict = match run::authorize(&self.app, ticket, action).await {
-            Ok(v) => v,
-            Err(answer) => return Reply::ledger(answer),
-        };
-        match verdict {
-            ActionVerdict::Run(t) => {
-                let completion = match self.perform().await {
-                    Performed::Done(c) => c,
-                    Performed::Asked(asked) => return self.asked(t, asked).await,
-                };
-                let summary = match &completion {
-                    Completion::Value(v) => json!({"isError": v.get("isError").and_then(Value::as_bool).unwrap_or(false)}).to_string(),
-                    Completion::Error(e) => e.message.clone(),
-                };
-                let report = match &completion {
-                    Completion::Value(_) => Report::ok(summary),
-                    Completion::Error(e) => Report::failed(e.code.clone(), summary),
-                };
-                let Some(t) = self.record(t, report).await else {
-                    return self.internal();
-                };
-                self.finish(t, completion).await
+    /// Calls the source: its (rewritten) result or a failure that may have
+    /// run, recorded by the ledger; or, when the source asks for input
+    /// first, nothing ran and the action is withdrawn.
+    async fn perform(&self) -> Act<Value> {
+        match self.call().await {
+            Performed::Done(Completion::Value(v)) => Act::Did(Ok(v)),
+            Performed::Done(Completion::Error(e)) => Act::Did(Err(e)),
+            Performed::Asked(asked) => {
+                *self
+                    .asked
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(asked);
+                Act::Withdrew
             }
-            // The call ran in an earlier run whose result was not stored:
-            // it is never run again.
-            ActionVerdict::Replay(t, _) => {
-                let lost = BusinessError::new(
-                    "RESULT_LOST",
-                    "the downstream call ran but its result was not kept; it is not run again",
-                );
-                self.finish(t, Completion::Error(lost)).await
-            }
-            ActionVerdict::ApprovalPending(prompt) => {
-                self.app.bump(&self.principal.subject);
-                let body = BeginAnswer::ApprovalPending(prompt).to_json();
-                Reply::ledger(Answer::ok(body.unwrap_or(Value::Null)))
-            }
-            ActionVerdict::InsufficientScope(c) => Reply::ledger(Answer::begin_error(
-                &BeginError::InsufficientScope(c),
-                Some(self.id),
-            )),
-            // A downstream call never drives the page.
-            ActionVerdict::TabNotVisible => self.internal(),
         }
     }
 
-    /// The source asked for input before running the call: the action is
+    /// The source asked for input before running the call: the action was
     /// withdrawn (no outcome; the request parked, the approval kept) and
     /// the agent gets the source's requests with its state wrapped in
     /// ours, or, when it cannot take them, a failure that stores nothing.
-    async fn asked(&self, ticket: ExecutionTicket, asked: InputRequiredResult) -> Reply {
-        let withdrawn = run::ticket_write(&self.app, self.id, move |app, txn| match txn {
-            Some(txn) => app.engine().withdraw_action_in(txn, ticket, clock::now()),
-            None => app.engine().withdraw_action(ticket, clock::now()),
-        })
-        .await;
-        if let Err(answer) = withdrawn {
-            return Reply::ledger(answer);
-        }
+    fn asked(&self, principal: &Principal, id: RequestId, asked: InputRequiredResult) -> Reply {
         let source = &self.source.spec.id;
         let refused = |e: &str| {
             tracing::warn!(source = %source, error = e, "gateway: a source's input request is not passed on");
-            Reply::ledger(failure(ErrorCode::ActionUnavailable, e, Some(self.id)))
+            Reply::ledger(failure(ErrorCode::ActionUnavailable, e, Some(id)))
         };
         let (requests, state) =
-            match input::for_agent(source, asked, &self.round, &self.app.public_url) {
+            match input::for_agent(source, asked, &self.round, &self.app.browser.public_url) {
                 Ok(r) => r,
                 Err(e) => return refused(&e),
             };
-        let state = match input::wrap(&self.app, &self.principal, &self.digest, self.id, state) {
+        let state = match input::wrap(&self.app, principal, &self.digest, id, state) {
             Ok(s) => s,
             Err(e) => return refused(&e),
         };
@@ -503,7 +424,7 @@ impl Run {
 
     /// Calls the source once, within the bounds (with the source's state
     /// and the agent's answers on a retry); the result rewritten.
-    async fn perform(&self) -> Performed {
+    async fn call(&self) -> Performed {
         let bounds = self.app.gateway.bounds;
         let unavailable = |e: super::Unavailable| {
             Performed::Done(Completion::Error(BusinessError::new(
@@ -619,44 +540,13 @@ impl Run {
             Err(e) => Completion::Error(e),
         }
     }
-
-    async fn record(&self, ticket: ExecutionTicket, report: Report) -> Option<ExecutionTicket> {
-        run::ticket_write(&self.app, self.id, move |app, txn| match txn {
-            Some(txn) => app
-                .engine()
-                .record_outcome_in(txn, ticket, report, clock::now()),
-            None => app.engine().record_outcome(ticket, report, clock::now()),
-        })
-        .await
-        .ok()
-    }
-
-    /// Completes the request; a result over the ledger's size limit is
-    /// stored as a failure instead.
-    async fn finish(&self, ticket: ExecutionTicket, completion: Completion) -> Reply {
-        let limit =
-            usize::try_from(self.app.engine().policy().max_result_bytes).unwrap_or(usize::MAX);
-        let completion = match completion {
-            Completion::Value(v) if serde_json::to_vec(&v).map_or(true, |b| b.len() > limit) => {
-                Completion::Error(BusinessError::new(
-                    "RESULT_TOO_LARGE",
-                    format!("the source's result is larger than {limit} bytes"),
-                ))
-            }
-            other => other,
-        };
-        let done = run::complete(&self.app, ticket, completion).await;
-        match done {
-            Ok(stored) => Reply::stored(&stored),
-            Err(answer) => Reply::ledger(answer),
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use rmcp::model::ToolAnnotations;
+    use serde_json::json;
 
     fn tool(meta: Value, annotations: Option<ToolAnnotations>) -> Tool {
         let mut t = Tool::new("show_issue", "Shows an issue", Arc::new(JsonObject::new()));
