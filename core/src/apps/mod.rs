@@ -46,6 +46,7 @@
 //! `reason()` string and a [`crate::WireError`] code, and never echo input.
 
 mod context;
+mod id;
 mod proposal;
 mod receipt;
 mod request;

@@ -6,9 +6,8 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
 
-use super::view::View;
 use crate::error::{ErrorCode, WireError};
-use crate::link::{ExternalLink, ExternalLinkError, ExternalLinkPolicy};
+use crate::link::{ExternalLink, ExternalLinkError};
 
 /// The most proposals one View may have awaiting the user. The next is
 /// refused; none is evicted.
@@ -27,7 +26,7 @@ pub struct ProposalId(pub u64);
 /// conversation (`ui/message`) or an external link (`ui/open-link`), which
 /// only the user can carry out.
 ///
-/// Both follow one small state machine held by the [`View`]:
+/// Both follow one small state machine held by the [`View`](crate::apps::View):
 /// `Proposed → Sent | Declined`, once. A second send, a send after a
 /// decline, or a proposal of a closed View is refused; closing the View
 /// withdraws what is still proposed. The host shows each proposal in its
@@ -36,7 +35,7 @@ pub struct ProposalId(pub u64);
 ///
 /// **Links.** A link passes the external-link guard
 /// ([`crate::link::ExternalLink`]) with the host's and the sandbox's origins
-/// refused; the card shows the normalised URL, and [`View::confirm_link`]
+/// refused; the card shows the normalised URL, and [`View::confirm_link`](crate::apps::View::confirm_link)
 /// hands it out once. **The caller opens it in a new browsing context
 /// without an opener** (`window.open(url, "_blank", "noopener,noreferrer")`
 /// or `<a target="_blank" rel="noopener noreferrer">`), never in the
@@ -56,7 +55,7 @@ pub enum Proposal {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Settled {
+pub(super) enum Settled {
     Sent,
     Declined,
     Withdrawn,
@@ -65,13 +64,13 @@ enum Settled {
 /// The proposals of one View.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(super) struct Proposals {
-    pending: BTreeMap<ProposalId, Proposal>,
+    pub(super) pending: BTreeMap<ProposalId, Proposal>,
     settled: BTreeMap<ProposalId, Settled>,
     next: u64,
 }
 
 impl Proposals {
-    fn add(&mut self, proposal: Proposal) -> Result<ProposalId, ProposalError> {
+    pub(super) fn add(&mut self, proposal: Proposal) -> Result<ProposalId, ProposalError> {
         if self.pending.len() >= MAX_PENDING_PROPOSALS {
             return Err(ProposalError::TooMany);
         }
@@ -101,7 +100,7 @@ impl Proposals {
     }
 
     /// Takes `id` out if it is pending and `pick` accepts it.
-    fn take<T>(
+    pub(super) fn take<T>(
         &mut self,
         id: ProposalId,
         how: Settled,
@@ -121,81 +120,6 @@ impl Proposals {
             self.settle(*id, Settled::Withdrawn);
         }
         ids
-    }
-}
-
-impl View {
-    /// The App proposes a message (`ui/message`). Refused on a closed View
-    /// or one the user has not activated (a View is shown only until then:
-    /// it proposes nothing, as it calls nothing), for an empty text or one over [`MAX_MESSAGE_BYTES`], and past
-    /// [`MAX_PENDING_PROPOSALS`].
-    pub fn propose_message(&mut self, text: String) -> Result<ProposalId, ProposalError> {
-        self.may_propose()?;
-        if text.is_empty() || text.len() > MAX_MESSAGE_BYTES {
-            return Err(ProposalError::MessageSize);
-        }
-        self.proposals.add(Proposal::Message { text })
-    }
-
-    /// The App proposes a link (`ui/open-link`), checked by the
-    /// external-link guard under `policy` (the host's and the sandbox's
-    /// origins refused, see [`super::SandboxOrigin::link_policy`]); like a
-    /// message, only from an active View.
-    pub fn propose_link(
-        &mut self,
-        url: &str,
-        policy: &ExternalLinkPolicy,
-    ) -> Result<ProposalId, ProposalError> {
-        self.may_propose()?;
-        let link = ExternalLink::parse(url, policy).map_err(ProposalError::Link)?;
-        self.proposals.add(Proposal::Link(link))
-    }
-
-    /// Whether the App may propose now: an open, active View.
-    fn may_propose(&self) -> Result<(), ProposalError> {
-        if self.is_closed() {
-            Err(ProposalError::ViewClosed)
-        } else if self.is_active() {
-            Ok(())
-        } else {
-            Err(ProposalError::NotActive)
-        }
-    }
-
-    /// What a pending proposal shows.
-    #[must_use]
-    pub fn proposal(&self, id: ProposalId) -> Option<&Proposal> {
-        self.proposals.pending.get(&id)
-    }
-
-    /// The user chose "Send once": the exact text to send, handed out once.
-    pub fn send_message(&mut self, id: ProposalId) -> Result<String, ProposalError> {
-        if self.is_closed() {
-            return Err(ProposalError::ViewClosed);
-        }
-        self.proposals.take(id, Settled::Sent, |p| match p {
-            Proposal::Message { text } => Some(text.clone()),
-            Proposal::Link(_) => None,
-        })
-    }
-
-    /// The user confirmed the link: its normalised URL, handed out once.
-    /// **Open it in a new tab without an opener**
-    /// (`window.open(url, "_blank", "noopener,noreferrer")`), never in the
-    /// workbench itself (see [`Proposal`]).
-    pub fn confirm_link(&mut self, id: ProposalId) -> Result<ExternalLink, ProposalError> {
-        if self.is_closed() {
-            return Err(ProposalError::ViewClosed);
-        }
-        self.proposals.take(id, Settled::Sent, |p| match p {
-            Proposal::Link(link) => Some(link.clone()),
-            Proposal::Message { .. } => None,
-        })
-    }
-
-    /// The user declined a proposal: it never happens.
-    pub fn decline_proposal(&mut self, id: ProposalId) -> Result<(), ProposalError> {
-        self.proposals.take(id, Settled::Declined, |_| Some(()))
     }
 }
 

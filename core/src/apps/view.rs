@@ -1,6 +1,9 @@
 //! [`View`]: one App View's lifecycle, its activation against the current
 //! authority, and the operations it may run.
 
+mod capture;
+mod proposals;
+
 use alloc::collections::BTreeMap;
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -10,6 +13,7 @@ use serde_json::{Map, Value};
 use sha2::{Digest as _, Sha256};
 
 use super::context::{ContextError, ContextValue, MAX_CONTEXT_BYTES, Selection, Slot};
+pub use super::id::{MAX_VIEW_ID_LEN, ViewError, ViewId};
 use super::proposal::Proposals;
 use super::request::{AppCall, MAX_REQUEST_BYTES, json_text};
 use crate::error::{ErrorCode, WireError};
@@ -21,37 +25,6 @@ use crate::scope::ScopeSet;
 /// The most operations a View may have in flight (awaiting approval or
 /// dispatched and not finished). The next one is refused; none is evicted.
 pub const MAX_IN_FLIGHT: usize = 128;
-/// The longest [`ViewId`], in bytes.
-pub const MAX_VIEW_ID_LEN: usize = 128;
-
-/// The id the caller gives a View: 1 to 128 printable ASCII characters,
-/// unique among the Views it keeps.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ViewId(String);
-
-impl ViewId {
-    /// Checks and wraps an id.
-    pub fn new(id: &str) -> Result<Self, ViewError> {
-        if (1..=MAX_VIEW_ID_LEN).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_graphic()) {
-            Ok(Self(id.into()))
-        } else {
-            Err(ViewError::Id)
-        }
-    }
-
-    /// The id.
-    #[must_use]
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for ViewId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
 /// A SHA-256 fingerprint of something whose change must end an
 /// activation: a credential, a policy, the approval rules.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -810,49 +783,6 @@ impl View {
     }
 }
 
-/// Why a View could not be opened.
-#[non_exhaustive]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ViewError {
-    /// The id is not 1 to 128 printable ASCII characters.
-    Id,
-    /// The resource URI is not a gateway `ui://` URI of the View's source.
-    ResourceUri,
-    /// The tool name is empty or longer than 128 bytes.
-    Tool,
-}
-
-impl ViewError {
-    /// A stable, machine-readable reason (never changes for a variant).
-    #[must_use]
-    pub const fn reason(&self) -> &'static str {
-        match self {
-            Self::Id => "view_id",
-            Self::ResourceUri => "view_resource_uri",
-            Self::Tool => "view_tool",
-        }
-    }
-}
-
-impl fmt::Display for ViewError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Id => "a view id is 1 to 128 printable ASCII characters",
-            Self::ResourceUri => "the view's resource is not a ui:// resource of its source",
-            Self::Tool => "the view's tool name is empty or too long",
-        })
-    }
-}
-
-impl WireError for ViewError {
-    fn code(&self) -> ErrorCode {
-        ErrorCode::InvalidParams
-    }
-}
-
-#[cfg(feature = "std")]
-impl std::error::Error for ViewError {}
-
 /// Why a View could not be activated. Nothing changes.
 #[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -1009,7 +939,7 @@ mod encoding {
 
     impl Encode for ViewId {
         fn encode(&self, out: &mut Vec<u8>) {
-            self.0.encode(out);
+            self.as_str().encode(out);
         }
     }
 

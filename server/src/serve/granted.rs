@@ -24,24 +24,22 @@
 //! [`Host::consent_fields`]: portcullis_axum::Host::consent_fields
 //! [`Host::consent_apps`]: portcullis_axum::Host::consent_apps
 
-use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse as _, Response};
-use portcullis_core::engine::{GrantAppsError, Principal};
+use portcullis_core::engine::GrantAppsError;
 use portcullis_core::error::WireError as _;
 use portcullis_core::form::Form;
 use portcullis_core::gateway::SourceId;
 use portcullis_core::grant::{GrantId, GrantStatus};
 use portcullis_core::granted_apps::{AppId, AppSelection, HOST_APP};
-use rmcp::ErrorData;
 use serde_json::{Value, json};
 
 use super::browser::FormBody;
-use super::{App, BODY_LIMIT, Shared, respond, tab};
+use super::{BODY_LIMIT, Shared, respond, tab};
 use crate::clock;
 use crate::pages::{self, escape};
 
@@ -114,33 +112,6 @@ pub(crate) fn to_json(selection: &AppSelection) -> Value {
     selection
         .ids()
         .map_or_else(|| json!("all"), |ids| json!(ids))
-}
-
-/// The apps the caller reaches: every app for a minted agent token (no
-/// grant) and on a server without sources (nothing to choose); nothing for
-/// a grant that is no longer live.
-pub(crate) async fn of(
-    app: &App,
-    principal: Option<&Principal>,
-) -> Result<AppSelection, ErrorData> {
-    let Some(p) = principal.filter(|_| app.gateway.is_active()) else {
-        return Ok(AppSelection::All);
-    };
-    let (p, portcullis) = (p.clone(), app.portcullis.clone());
-    let read = tokio::task::spawn_blocking(move || {
-        portcullis
-            .engine()
-            .granted_apps(&p.site, &p.subject, &p.grant, clock::now())
-    })
-    .await
-    .map_err(|_| ErrorData::internal_error("a blocking task failed", None))?;
-    match read {
-        Ok(found) => Ok(found.unwrap_or_else(|| AppSelection::Selected(BTreeSet::new()))),
-        Err(e) => {
-            tracing::warn!(error = %e, "granted apps not read");
-            Err(ErrorData::internal_error("temporary server error", None))
-        }
-    }
 }
 
 /// `GET /agents/granted`: the signed-in user's live grants, each with the

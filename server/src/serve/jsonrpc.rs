@@ -18,7 +18,7 @@
 //! behind the bearer check, in front of rmcp, see [`super::mcp::endpoint`]);
 //! anything else goes on to rmcp unread, which answers `405`/`415` as the
 //! transport spec says. The body limit is the MCP endpoint's
-//! ([`super::mcp::MAX_MCP_BODY`], applied as the body is read): a larger
+//! ([`MAX_MCP_BODY`], applied as the body is read): a larger
 //! body is `413`, a body that fails to arrive (the client went away, or
 //! [`super::body_timeout`] ran out) `400`. A body that passes goes on to
 //! rmcp as the bytes read, unchanged.
@@ -35,12 +35,13 @@ use http_body_util::{BodyExt as _, LengthLimitError, Limited};
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::json;
 
-use super::mcp::MAX_MCP_BODY;
-
 /// JSON-RPC 2.0 §5.1: invalid JSON was received.
 const PARSE_ERROR: i64 = -32700;
 /// JSON-RPC 2.0 §5.1: the JSON sent is not a valid request object.
 const INVALID_REQUEST: i64 = -32600;
+
+/// Largest MCP request body (the ledger's envelope limit plus JSON-RPC).
+pub(crate) const MAX_MCP_BODY: usize = portcullis_core::ledger::MAX_ENVELOPE_LEN + 16 * 1024;
 
 /// `request` as rmcp gets it, or the refusal: a `POST` with a JSON
 /// `Content-Type` has its body read within [`MAX_MCP_BODY`] and checked,

@@ -55,11 +55,9 @@ use serde_json::{Value, json};
 
 use super::Shared;
 use super::gateway;
+use super::jsonrpc::MAX_MCP_BODY;
 use super::run::{self, Answer};
 use super::skills::{self, Skill};
-
-/// Largest MCP request body (the ledger's envelope limit plus JSON-RPC).
-pub(crate) const MAX_MCP_BODY: usize = portcullis_core::ledger::MAX_ENVELOPE_LEN + 16 * 1024;
 
 /// rmcp's Streamable HTTP service for [`Tools`]: stateless, JSON answers,
 /// the DNS-rebinding guard on `allowed_hosts`, the MCP body limit.
@@ -140,7 +138,7 @@ impl Tools {
         // Tasks are `execute`'s, a built-in tool: a grant that no longer
         // reaches the built-ins (the reserved app `_host`) no longer reads
         // them either ([`super::granted`]).
-        if !super::granted::of(&self.app, Some(&principal))
+        if !gateway::reach::of(&self.app, Some(&principal))
             .await?
             .allows_host()
         {
@@ -510,7 +508,7 @@ impl ServerHandler for Tools {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let granted = super::granted::of(&self.app, principal_of(&context).as_ref()).await?;
+        let granted = gateway::reach::of(&self.app, principal_of(&context).as_ref()).await?;
         let mut tools = if granted.allows_host() {
             TOOLS.clone()
         } else {
@@ -541,7 +539,7 @@ impl ServerHandler for Tools {
             .ok_or_else(|| ErrorData::internal_error("no verified caller", None))?;
         // A tool of an app the grant does not reach answers as a tool that
         // does not exist ([`super::granted`]).
-        let granted = super::granted::of(&self.app, agent.principal()).await?;
+        let granted = gateway::reach::of(&self.app, agent.principal()).await?;
         let reaches = match request.name.as_ref() {
             "search_skills" | "describe_skill" | "execute" => granted.allows_host(),
             name => self
@@ -677,7 +675,7 @@ impl ServerHandler for Tools {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
-        let granted = super::granted::of(&self.app, principal_of(&context).as_ref()).await?;
+        let granted = gateway::reach::of(&self.app, principal_of(&context).as_ref()).await?;
         Ok(gateway::resources::list(&self.app.gateway, &granted))
     }
 
@@ -686,7 +684,7 @@ impl ServerHandler for Tools {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
-        let granted = super::granted::of(&self.app, principal_of(&context).as_ref()).await?;
+        let granted = gateway::reach::of(&self.app, principal_of(&context).as_ref()).await?;
         Ok(gateway::resources::templates(&self.app.gateway, &granted))
     }
 

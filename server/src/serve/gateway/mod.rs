@@ -76,6 +76,7 @@
 pub(crate) mod bounds;
 pub(crate) mod input;
 pub(crate) mod kind;
+pub(crate) mod reach;
 pub(crate) mod resources;
 mod stdio;
 pub(crate) mod tools;

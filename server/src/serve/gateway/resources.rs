@@ -115,7 +115,7 @@ pub(crate) async fn read(
     })?;
     // A source the caller's grant does not reach answers as one that does
     // not exist (see `super::super::granted`).
-    let granted = super::super::granted::of(app, principal).await?;
+    let granted = super::reach::of(app, principal).await?;
     let source: &Source = gateway
         .sources
         .iter()

@@ -280,7 +280,7 @@ pub(crate) async fn call(
     // path here (an agent's call, checked before with the same answer as an
     // unknown tool, or an App View's): refused before the ledger, as a tool
     // that does not exist.
-    match super::super::granted::of(app, Some(&principal)).await {
+    match super::reach::of(app, Some(&principal)).await {
         Ok(granted) if granted.allows_source(&source.spec.id) => {}
         Ok(_) => {
             return Reply::ledger(failure(
