@@ -243,7 +243,7 @@
         const btn = el("button", { className: "app-check", textContent: "Check result" });
         btn.onclick = async () => {
           btn.disabled = true;
-          const r = await api("/agents/apps/check", { view: v.id, id: c.id });
+          const r = await api("/agents/apps/check", { view: v.id, id: c.id, request: c.request ?? undefined });
           const out = el("p", { className: "app-check-result" });
           if (r.status !== 200 || !r.json) out.textContent = `Not checked: ${errorText(r)}`;
           else if (r.json.outcome === "completed") out.textContent = `Completed: ${JSON.stringify(r.json.detail)}`;

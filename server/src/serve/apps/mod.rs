@@ -434,6 +434,10 @@ impl Entry {
                 json!({
                     "id": id.to_json(),
                     "op": c.op.0,
+                    // A tool call's ledger request: "Check result" names it
+                    // if the operation has left the View by then.
+                    "request": matches!(c.target, SourceCall::Tool { .. })
+                        .then(|| c.request.to_string()),
                     "what": what,
                     "awaiting": awaiting,
                     "message": awaiting.then(|| c.text.clone()),
@@ -1070,6 +1074,11 @@ pub(crate) async fn check(State(app): State<Shared>, headers: HeaderMap, raw: By
     struct Check {
         view: String,
         id: Value,
+        /// The operation's ledger request, as the View listed it: read when
+        /// the operation has left the View meanwhile (it finished while the
+        /// page was away). Only ever read under the View's own grant.
+        #[serde(default)]
+        request: Option<String>,
     }
     let (session, c): (_, Check) = match post_body(&app, &headers, &raw) {
         Ok(checked) => checked,
@@ -1089,14 +1098,20 @@ pub(crate) async fn check(State(app): State<Shared>, headers: HeaderMap, raw: By
         })
     });
     let (request, op, read) = match found {
-        Ok(Some(f)) => f,
-        Ok(None) => {
-            return error(
-                StatusCode::NOT_FOUND,
-                "ACTION_NOT_FOUND",
-                "no such App operation in flight",
-            );
-        }
+        Ok(Some((request, op, read))) => (request, Some(op), read),
+        // It finished while the page was away and left the View: its
+        // receipt is still in the ledger, under the grant the View reads it
+        // with (a request of another grant is not found there).
+        Ok(None) => match c.request.as_deref().and_then(|r| RequestId::parse(r).ok()) {
+            Some(request) => (request, None, false),
+            None => {
+                return error(
+                    StatusCode::NOT_FOUND,
+                    "ACTION_NOT_FOUND",
+                    "no such App operation in flight",
+                );
+            }
+        },
         Err(e) => return e.response(),
     };
     // The receipt is read under the View's grant as it is now: a revoked
@@ -1139,7 +1154,7 @@ pub(crate) async fn check(State(app): State<Shared>, headers: HeaderMap, raw: By
         reconcile(receipt)
     };
     let (outcome, detail) = receipt_shown(&reconciled);
-    if outcome != "pending" {
+    if let Some(op) = op.filter(|_| outcome != "pending") {
         // Settled: the operation leaves the View (never run again).
         let _ = app.with_view(subject, view, |v| {
             if v.calls.get(&rpc).is_some_and(|c| c.op == op) {
