@@ -18,7 +18,9 @@
 # count. The rate on one grant, a chain of round trips, swings most on a
 # busy machine (3.4 to 13.9 against node-oidc-provider) and is held at 1.5
 # only. Raise the bounds as the work of issue 42 lands; never lower them to
-# make a change pass. Every line also says whether the issue's target
+# make a change pass (rotate1.pc-tmpfs switches: 16 until a lone write
+# committed on the request's own thread, 5.05 before and 1.98 after in the
+# same loaded-machine conditions, now held at 4). Every line also says whether the issue's target
 # itself is met: the quick mode is too short to judge that, the full runs
 # of docs/figures.md do.
 set -euo pipefail
@@ -33,7 +35,7 @@ RATIO    bearer.pc-disk.cpu_vs_oidc     ge 2.5  10
 RATIO    bearer.pc-disk.rps_vs_oidc     ge 1.5  -
 RATIO    metadata.pc-disk.cpu_vs_oidc   ge 2.5  8
 SWITCHES rotate32.pc-disk               le 15   2
-SWITCHES rotate1.pc-tmpfs               le 16   2
+SWITCHES rotate1.pc-tmpfs               le 4    2
 SWITCHES bearer.pc-disk                 le 1.5  -
 "
 # Printed beside them, never enforced (issue 42's floor targets).
