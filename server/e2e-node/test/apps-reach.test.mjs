@@ -19,9 +19,7 @@
 //   through the other.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -29,43 +27,12 @@ import { chromium } from "playwright-core";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { auth } from "@modelcontextprotocol/sdk/client/auth.js";
-import { startServer, sleep, Provider } from "./helpers.mjs";
+import { startServer, sleep, Provider, startCounter, freePort } from "./helpers.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const SHOTS = process.env.SCREENSHOT_DIR ?? resolve(here, "../../../target/e2e-screenshots");
 const CHROMIUM = process.env.CHROMIUM ?? "/usr/bin/chromium";
 const DELIVERIES = "io.portcullis/appDeliveries";
-
-async function startCounter() {
-  const child = spawn(process.execPath, [join(here, "counter.mjs"), "0"], { stdio: ["ignore", "pipe", "inherit"] });
-  const port = await new Promise((ok, fail) => {
-    let out = "";
-    child.stdout.on("data", (d) => {
-      out += d;
-      const m = out.match(/listening (\d+)/);
-      if (m) ok(Number(m[1]));
-    });
-    child.on("exit", (code) => fail(new Error(`counter exited ${code}`)));
-  });
-  const base = `http://127.0.0.1:${port}`;
-  return {
-    url: `${base}/mcp`,
-    async state() { return (await fetch(`${base}/count`)).json(); },
-    async stop() {
-      const exited = new Promise((ok) => child.on("exit", ok));
-      child.kill("SIGTERM");
-      await exited;
-    },
-  };
-}
-
-async function freePort() {
-  const s = createServer();
-  await new Promise((ok) => s.listen(0, "127.0.0.1", ok));
-  const { port } = s.address();
-  await new Promise((ok) => s.close(ok));
-  return port;
-}
 
 /** An SDK agent of `user` signed in and connected to `mcpUrl`. */
 async function sdkAgent(t, mcpUrl, user, name) {

@@ -15,10 +15,8 @@
 // next App call is refused. Screenshots go to target/e2e-screenshots/.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -27,45 +25,12 @@ import { chromium } from "playwright-core";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { auth } from "@modelcontextprotocol/sdk/client/auth.js";
-import { startServer, sleep, Provider, csrfOf } from "./helpers.mjs";
+import { startServer, sleep, Provider, csrfOf, startCounter, freePort } from "./helpers.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const SHOTS = process.env.SCREENSHOT_DIR ?? resolve(here, "../../../target/e2e-screenshots");
 const CHROMIUM = process.env.CHROMIUM ?? "/usr/bin/chromium";
 const b64url = (buf) => buf.toString("base64url");
-
-/** Starts ./counter.mjs on a free port; resolves once it listens. */
-async function startCounter() {
-  const child = spawn(process.execPath, [join(here, "counter.mjs"), "0"], { stdio: ["ignore", "pipe", "inherit"] });
-  const port = await new Promise((ok, fail) => {
-    let out = "";
-    child.stdout.on("data", (d) => {
-      out += d;
-      const m = out.match(/listening (\d+)/);
-      if (m) ok(Number(m[1]));
-    });
-    child.on("exit", (code) => fail(new Error(`counter exited ${code}`)));
-  });
-  const base = `http://127.0.0.1:${port}`;
-  return {
-    url: `${base}/mcp`,
-    async state() { return (await fetch(`${base}/count`)).json(); },
-    async stop() {
-      const exited = new Promise((ok) => child.on("exit", ok));
-      child.kill("SIGTERM");
-      await exited;
-    },
-  };
-}
-
-/** A free loopback port (for the sandbox's fixed public URL). */
-async function freePort() {
-  const s = createServer();
-  await new Promise((ok) => s.listen(0, "127.0.0.1", ok));
-  const { port } = s.address();
-  await new Promise((ok) => s.close(ok));
-  return port;
-}
 
 /** A scripted MCP agent's tool call: plain JSON-RPC over Streamable HTTP. */
 async function callTool(mcpUrl, token, name, args) {

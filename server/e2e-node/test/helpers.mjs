@@ -8,6 +8,7 @@ import { tmpdir } from "node:os";
 import { join, resolve, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 import { randomBytes } from "node:crypto";
+import { createServer } from "node:net";
 
 const here = dirname(fileURLToPath(import.meta.url));
 
@@ -316,3 +317,36 @@ export async function notesSignIn(authorizationUrl, user, cookie) {
 }
 
 export { readFileSync };
+
+/** Starts ./counter.mjs on a free port; resolves once it listens. */
+export async function startCounter() {
+  const child = spawn(process.execPath, [join(here, "counter.mjs"), "0"], { stdio: ["ignore", "pipe", "inherit"] });
+  const port = await new Promise((ok, fail) => {
+    let out = "";
+    child.stdout.on("data", (d) => {
+      out += d;
+      const m = out.match(/listening (\d+)/);
+      if (m) ok(Number(m[1]));
+    });
+    child.on("exit", (code) => fail(new Error(`counter exited ${code}`)));
+  });
+  const base = `http://127.0.0.1:${port}`;
+  return {
+    url: `${base}/mcp`,
+    async state() { return (await fetch(`${base}/count`)).json(); },
+    async stop() {
+      const exited = new Promise((ok) => child.on("exit", ok));
+      child.kill("SIGTERM");
+      await exited;
+    },
+  };
+}
+
+/** A free loopback port (for the sandbox's fixed public URL). */
+export async function freePort() {
+  const s = createServer();
+  await new Promise((ok) => s.listen(0, "127.0.0.1", ok));
+  const { port } = s.address();
+  await new Promise((ok) => s.close(ok));
+  return port;
+}
