@@ -882,12 +882,19 @@ impl<S: HostStore> Portcullis<S> {
             + Send
             + 'static,
     {
-        let me = self.clone();
-        let answer = tokio::task::spawn_blocking(move || {
-            let inner = me.clone();
-            me.inner.writer.commit_once(move |txn| op(&inner, txn))
-        })
-        .await;
+        // Here, when no other write is in flight; else on the blocking pool.
+        let inner = self.clone();
+        let answer = match self
+            .inner
+            .writer
+            .commit_once_alone(move |txn| op(&inner, txn))
+        {
+            Ok(done) => Ok(done),
+            Err(op) => {
+                let me = self.clone();
+                tokio::task::spawn_blocking(move || me.inner.writer.commit_once(op)).await
+            }
+        };
         match answer {
             Ok(Ok(Ok(v))) => Ok(v),
             Ok(Ok(Err(e))) => Err(Ran::ticket_error(&e, id)),

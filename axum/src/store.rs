@@ -160,6 +160,23 @@ impl<S: HostStore> Writer<S> {
         Some(alone.run(|txn| op(&mut Txn(Via::Batch(txn)))))
     }
 
+    /// [`Writer::commit_once`] on this thread when no other write is in
+    /// flight on a local store (as [`Writer::commit_alone`]); `op` given
+    /// back untouched otherwise, for [`Writer::commit_once`] on the
+    /// blocking pool.
+    pub(crate) fn commit_once_alone<T, F>(&self, op: F) -> Result<Result<T, StoreError>, F>
+    where
+        F: for<'t, 'b, 'w> FnOnce(Option<&mut Txn<'t, 'b, S::Write<'w>>>) -> T,
+    {
+        let Self::Group(committer) = self else {
+            return Err(op);
+        };
+        let Some(alone) = committer.alone() else {
+            return Err(op);
+        };
+        Ok(alone.run(|txn| op(Some(&mut Txn(Via::Batch(txn))))))
+    }
+
     /// Applies `op`, which consumes what only the core may duplicate for a
     /// second attempt (an [`ExecutionTicket`](portcullis_core::ledger::ExecutionTicket)):
     /// with group commit it gets the shared batch (`Some`) and applies an
