@@ -8,7 +8,9 @@
 //! microseconds, less than the hand-off to the blocking pool and back), and
 //! so does a local write when no other write is in flight: it takes the
 //! store's writer at once, commits, and holds the request's thread for one
-//! commit ([`GroupCommitter::alone`]). A write that would wait for a batch,
+//! commit ([`GroupCommitter::alone`]), or for as long as a write the host
+//! made outside this crate's writer (its own `engine.op(…)` on the
+//! blocking pool) still holds redb's single writer. A write that would wait for a batch,
 //! any operation on a shared store, and the bearer check of a shared store
 //! that cannot answer from memory ([`HostStore::in_memory`]: PostgreSQL
 //! with its read cache) go to tokio's blocking pool. A host that calls the
