@@ -4,7 +4,6 @@
 //! the policy core for every decision. See `portcullis --help`.
 
 mod admin;
-mod agent;
 mod check;
 mod cli;
 mod clock;
@@ -87,7 +86,7 @@ fn main() -> ExitCode {
         Command::Check { guard } => check::run(guard, std::io::stdin().lock(), &mut out),
         Command::Agent(args) => {
             drop(out);
-            agent::run_blocking(args)
+            portcullis_agent::run_blocking(args).map_err(|e| format!("agent: {e}"))
         }
     };
     match result {
