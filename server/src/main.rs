@@ -2,6 +2,7 @@
 //!
 //! A thin adapter: axum and tokio for HTTP, the redb or PostgreSQL store for state, and
 //! the policy core for every decision. See `portcullis --help`.
+//! `portcullis agent` is the `portcullis-agent` crate, dispatched to as is.
 
 mod admin;
 mod check;
