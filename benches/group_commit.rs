@@ -1,7 +1,7 @@
 //! Refresh rotations per second on the memory store and on redb with
 //! durable commits, at 1, 8 and 64 concurrent callers (each rotating its own grant in a loop): one
 //! commit per rotation (`Engine::token`) against the group committer
-//! (`GroupCommitter::run` of `Engine::token_in`). With
+//! (`GroupCommitter::run` of `Engine::token`). With
 //! `PORTCULLIS_BENCH_POSTGRES_URL` set (a cluster with durable commits:
 //! `store-postgres/test-cluster.sh start --durable`), the same on
 //! PostgreSQL.
@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, Criterion, Throughput, criterion_group, criterion_main};
+use portcullis::Own;
 use portcullis::form::encode_pairs;
 use portcullis::header::HeaderField;
 use portcullis::jwt::{Keyring, SigningKey};
@@ -85,6 +86,7 @@ fn setup<S: Store>(store: S, grants: usize) -> (Arc<Engine<Arc<S>>>, SiteId, Str
     let site = SiteId::parse("bench").unwrap();
     engine
         .create_site(
+            Own,
             SiteConfig::new(
                 site.clone(),
                 "Bench",
@@ -119,6 +121,7 @@ fn setup<S: Store>(store: S, grants: usize) -> (Arc<Engine<Arc<S>>>, SiteId, Str
         .map(|i| {
             let portcullis::authorize::AuthorizeAnswer::Redirect(url) = engine
                 .decide(
+                    Own,
                     &site,
                     &query,
                     None,
@@ -144,7 +147,7 @@ fn setup<S: Store>(store: S, grants: usize) -> (Arc<Engine<Arc<S>>>, SiteId, Str
                 ("client_id", client.as_str()),
             ]);
             engine
-                .token(&site, &body, HeaderField::ABSENT, &mut rng, now)
+                .token(Own, &site, &body, HeaderField::ABSENT, &mut rng, now)
                 .unwrap()
                 .refresh_token
                 .expose_secret()
@@ -217,6 +220,7 @@ where
                 let rotate = |t: &str| {
                     engine
                         .token(
+                            Own,
                             &site,
                             &refresh_body(t, &client),
                             HeaderField::ABSENT,
@@ -241,8 +245,8 @@ where
                         (Arc::clone(&engine), site.clone(), refresh_body(t, &client));
                     committer
                         .run(move |txn| {
-                            engine.token_in(
-                                txn,
+                            engine.token(
+                                &mut *txn,
                                 &site,
                                 &body,
                                 HeaderField::ABSENT,
@@ -316,6 +320,7 @@ fn bearer_on<S: Store + Send + Sync + 'static>(
     let now = Timestamp::from_secs(NOW);
     let issued = engine
         .token(
+            Own,
             &site,
             &refresh_body(&tokens[0], &client),
             HeaderField::ABSENT,

@@ -151,8 +151,8 @@ impl<S: HostStore> Portcullis<S> {
         let subject = user.subject.clone();
         let revoked = self
             .write(move |p, txn| {
-                p.inner.engine().revoke_own_grant_in(
-                    txn,
+                p.inner.engine().revoke_own_grant(
+                    &mut *txn,
                     &p.inner.site_id,
                     &subject,
                     &grant,

@@ -111,8 +111,8 @@ impl<S: HostStore> Portcullis<S> {
         let Decision { approval, decision } = d;
         let answer = self
             .write(move |p, txn| {
-                p.inner.engine().decide_approval_in(
-                    txn,
+                p.inner.engine().decide_approval(
+                    &mut *txn,
                     &p.inner.site_id,
                     &subject,
                     &approval,

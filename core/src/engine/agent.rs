@@ -8,7 +8,7 @@ use core::time::Duration;
 use rand_core::CryptoRng;
 
 use super::grants::{invalid_token, require_scopes};
-use super::{BearerRejection, Engine, SiteOpError, Txn, keys, load_site};
+use super::{BearerRejection, Engine, SiteOpError, Txn, Within, keys, load_site};
 use crate::agent_token::{AgentToken, MAX_AGENT_TOKEN_TTL_SECS};
 use crate::error::{ErrorCode, WireError};
 use crate::header::HeaderField;
@@ -57,39 +57,21 @@ impl<S: Store> Engine<S> {
         clippy::needless_pass_by_value,
         reason = "by value as before; an attempt that may re-run on a conflict clones what it keeps"
     )]
-    pub fn mint_agent_token<R: CryptoRng + ?Sized>(
+    pub fn mint_agent_token<X: Within<S>, R: CryptoRng + ?Sized>(
         &self,
+        tx: X,
         site_id: &SiteId,
         request: AgentTokenRequest,
         rng: &mut R,
         now: Timestamp,
     ) -> Result<(SecretString, AgentToken), MintError> {
-        self.run_write(|txn| self.mint_agent_token_body(txn, site_id, request.clone(), rng, now))
-    }
-
-    /// [`Engine::mint_agent_token`] inside `txn`, a transaction the caller owns and
-    /// commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    #[allow(
-        clippy::needless_pass_by_value,
-        reason = "by value as before; an attempt that may re-run on a conflict clones what it keeps"
-    )]
-    pub fn mint_agent_token_in<W: WriteTransaction, R: CryptoRng + ?Sized>(
-        &self,
-        txn: &mut W,
-        site_id: &SiteId,
-        request: AgentTokenRequest,
-        rng: &mut R,
-        now: Timestamp,
-    ) -> Result<(SecretString, AgentToken), MintError> {
-        Self::within(txn, |txn| {
-            self.mint_agent_token_body(txn, site_id, request, rng, now)
+        tx.run(self, |txn| {
+            self.mint_agent_token_body(txn, site_id, request.clone(), rng, now)
         })
     }
 
-    /// The body of [`Engine::mint_agent_token`] and
-    /// [`Engine::mint_agent_token_in`]: both run it on one [`Txn`], so it is compiled once
-    /// per store.
+    /// The body of [`Engine::mint_agent_token`] in either form, generic over the
+    /// transaction alone: both forms share one copy per store.
     #[allow(
         clippy::needless_pass_by_value,
         reason = "by value as before; an attempt that may re-run on a conflict clones what it keeps"
@@ -175,31 +157,20 @@ impl<S: Store> Engine<S> {
 
     /// Revokes an agent token by `jti`; it fails verification at once.
     /// Returns whether a live token was revoked.
-    pub fn revoke_agent_token(
+    pub fn revoke_agent_token<X: Within<S>>(
         &self,
+        tx: X,
         site: &SiteId,
         jti: &str,
         now: Timestamp,
     ) -> Result<bool, StoreError> {
-        self.run_write(|txn| self.revoke_agent_token_body(txn, site, jti, now))
+        tx.run(self, |txn| {
+            self.revoke_agent_token_body(txn, site, jti, now)
+        })
     }
 
-    /// [`Engine::revoke_agent_token`] inside `txn`, a transaction the caller owns and
-    /// commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    pub fn revoke_agent_token_in<W: WriteTransaction>(
-        &self,
-        txn: &mut W,
-        site: &SiteId,
-        jti: &str,
-        now: Timestamp,
-    ) -> Result<bool, StoreError> {
-        Self::within(txn, |txn| self.revoke_agent_token_body(txn, site, jti, now))
-    }
-
-    /// The body of [`Engine::revoke_agent_token`] and
-    /// [`Engine::revoke_agent_token_in`]: both run it on one [`Txn`], so it is compiled once
-    /// per store.
+    /// The body of [`Engine::revoke_agent_token`] in either form, generic over the
+    /// transaction alone: both forms share one copy per store.
     #[allow(
         clippy::unused_self,
         reason = "a method like every other operation body, called as `self.op_body(…)`"

@@ -1,12 +1,12 @@
 //! The approval operations: the prompts waiting for a user and the user's
-//! decision on one, in one store transaction of its own or (the `_in`
-//! form) inside the caller's. See [`crate::approval`] for the rules.
+//! decision on one, in one store transaction of its own
+//! ([`Own`](super::Own)) or inside the caller's. See [`crate::approval`] for the rules.
 
 use alloc::vec::Vec;
 use core::ops::Bound;
 
 use super::ledger::{binding, undecided_of};
-use super::{Engine, SiteOpError, Txn, keys, load_site};
+use super::{Engine, SiteOpError, Txn, Within, keys, load_site};
 use crate::activity::{About, ActivityAction, ActivityEvent};
 use crate::approval::{
     ApprovalDecision, ApprovalError, ApprovalPrompt, ApprovalRef, GrantAutoApproval,
@@ -88,39 +88,22 @@ impl<S: Store> Engine<S> {
     /// the signed-in `subject`. Deny ends the request with
     /// `PERMISSION_DENIED`; an approval lets the next `begin` with the same
     /// request id resume and run the action once.
-    pub fn decide_approval(
+    pub fn decide_approval<X: Within<S>>(
         &self,
+        tx: X,
         site_id: &SiteId,
         subject: &str,
         approval: &ApprovalRef,
         decision: ApprovalDecision,
         now: Timestamp,
     ) -> Result<(), ApprovalError> {
-        self.run_write(|txn| {
+        tx.run(self, |txn| {
             self.decide_approval_body(txn, site_id, subject, approval, decision, now)
         })
     }
 
-    /// [`Engine::decide_approval`] inside `txn`, a transaction the caller owns and
-    /// commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    pub fn decide_approval_in<W: WriteTransaction>(
-        &self,
-        txn: &mut W,
-        site_id: &SiteId,
-        subject: &str,
-        approval: &ApprovalRef,
-        decision: ApprovalDecision,
-        now: Timestamp,
-    ) -> Result<(), ApprovalError> {
-        Self::within(txn, |txn| {
-            self.decide_approval_body(txn, site_id, subject, approval, decision, now)
-        })
-    }
-
-    /// The body of [`Engine::decide_approval`] and
-    /// [`Engine::decide_approval_in`]: both run it on one [`Txn`], so it is compiled once
-    /// per store.
+    /// The body of [`Engine::decide_approval`] in either form, generic over the
+    /// transaction alone: both forms share one copy per store.
     fn decide_approval_body<W: WriteTransaction>(
         &self,
         txn: &mut Txn<'_, W>,

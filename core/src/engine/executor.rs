@@ -1,12 +1,12 @@
 //! The server-executor operations: start, renew and stop an executor's
 //! lease, sweep lapsed leases and end the runs of executors whose lease
-//! lapsed, each in one store transaction of its own or (the `_in` forms)
-//! inside the caller's. See [`crate::executor`] for the rules.
+//! lapsed, each in one store transaction of its own ([`Own`](super::Own))
+//! or inside the caller's. See [`crate::executor`] for the rules.
 
 use core::ops::Bound;
 
 use super::ledger::{AbandonCursor, Abandoned, lease_live, store_request};
-use super::{Engine, Txn, keys, load_site};
+use super::{Engine, Txn, Within, keys, load_site};
 use crate::executor::{ExecutorError, ExecutorId, ExecutorLease};
 use crate::grant::Grant;
 use crate::ledger::{ExecutionRequest, Executor, Failure, Lineage, RequestState};
@@ -71,29 +71,17 @@ impl<S: Store> Engine<S> {
     /// renews it ([`Engine::renew_executor`]) well within
     /// [`crate::Policy::executor_lease_timeout`], and passes it to
     /// [`Engine::begin_server`].
-    pub fn start_executor(
+    pub fn start_executor<X: Within<S>>(
         &self,
+        tx: X,
         site: &SiteId,
         now: Timestamp,
     ) -> Result<ExecutorId, ExecutorError> {
-        self.run_write(|txn| self.start_executor_body(txn, site, now))
+        tx.run(self, |txn| self.start_executor_body(txn, site, now))
     }
 
-    /// [`Engine::start_executor`] inside `txn`, a transaction the caller owns and
-    /// commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    pub fn start_executor_in<W: WriteTransaction>(
-        &self,
-        txn: &mut W,
-        site: &SiteId,
-        now: Timestamp,
-    ) -> Result<ExecutorId, ExecutorError> {
-        Self::within(txn, |txn| self.start_executor_body(txn, site, now))
-    }
-
-    /// The body of [`Engine::start_executor`] and
-    /// [`Engine::start_executor_in`]: both run it on one [`Txn`], so it is compiled once
-    /// per store.
+    /// The body of [`Engine::start_executor`] in either form, generic over the
+    /// transaction alone: both forms share one copy per store.
     #[allow(
         clippy::unused_self,
         reason = "a method like every other operation body, called as `self.op_body(…)`"
@@ -124,31 +112,18 @@ impl<S: Store> Engine<S> {
     /// re-created (the instance was only late: the runs cut off meanwhile
     /// stay ended). A number never allocated on the site is
     /// [`ExecutorError::Unknown`].
-    pub fn renew_executor(
+    pub fn renew_executor<X: Within<S>>(
         &self,
+        tx: X,
         site: &SiteId,
         id: ExecutorId,
         now: Timestamp,
     ) -> Result<(), ExecutorError> {
-        self.run_write(|txn| self.renew_executor_body(txn, site, id, now))
+        tx.run(self, |txn| self.renew_executor_body(txn, site, id, now))
     }
 
-    /// [`Engine::renew_executor`] inside `txn`, a transaction the caller owns and
-    /// commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    pub fn renew_executor_in<W: WriteTransaction>(
-        &self,
-        txn: &mut W,
-        site: &SiteId,
-        id: ExecutorId,
-        now: Timestamp,
-    ) -> Result<(), ExecutorError> {
-        Self::within(txn, |txn| self.renew_executor_body(txn, site, id, now))
-    }
-
-    /// The body of [`Engine::renew_executor`] and
-    /// [`Engine::renew_executor_in`]: both run it on one [`Txn`], so it is compiled once
-    /// per store.
+    /// The body of [`Engine::renew_executor`] in either form, generic over the
+    /// transaction alone: both forms share one copy per store.
     #[allow(
         clippy::unused_self,
         reason = "a method like every other operation body, called as `self.op_body(…)`"
@@ -182,31 +157,18 @@ impl<S: Store> Engine<S> {
     /// run). Returns how many runs it ended. Stopping a stopped executor
     /// ends nothing more; a number never allocated on the site is
     /// [`ExecutorError::Unknown`].
-    pub fn stop_executor(
+    pub fn stop_executor<X: Within<S>>(
         &self,
+        tx: X,
         site: &SiteId,
         id: ExecutorId,
         now: Timestamp,
     ) -> Result<usize, ExecutorError> {
-        self.run_write(|txn| self.stop_executor_body(txn, site, id, now))
+        tx.run(self, |txn| self.stop_executor_body(txn, site, id, now))
     }
 
-    /// [`Engine::stop_executor`] inside `txn`, a transaction the caller owns and
-    /// commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    pub fn stop_executor_in<W: WriteTransaction>(
-        &self,
-        txn: &mut W,
-        site: &SiteId,
-        id: ExecutorId,
-        now: Timestamp,
-    ) -> Result<usize, ExecutorError> {
-        Self::within(txn, |txn| self.stop_executor_body(txn, site, id, now))
-    }
-
-    /// The body of [`Engine::stop_executor`] and
-    /// [`Engine::stop_executor_in`]: both run it on one [`Txn`], so it is compiled once
-    /// per store.
+    /// The body of [`Engine::stop_executor`] in either form, generic over the
+    /// transaction alone: both forms share one copy per store.
     #[allow(
         clippy::unused_self,
         reason = "a method like every other operation body, called as `self.op_body(…)`"
@@ -254,25 +216,17 @@ impl<S: Store> Engine<S> {
     /// `budget`. Allocated numbers stay allocated: a swept executor that
     /// renews gets its lease back, and its number is never given to
     /// another.
-    pub fn sweep_executors(&self, now: Timestamp, budget: usize) -> Result<usize, StoreError> {
-        self.run_write(|txn| self.sweep_executors_body(txn, now, budget))
-    }
-
-    /// [`Engine::sweep_executors`] inside `txn`, a transaction the caller owns and
-    /// commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    pub fn sweep_executors_in<W: WriteTransaction>(
+    pub fn sweep_executors<X: Within<S>>(
         &self,
-        txn: &mut W,
+        tx: X,
         now: Timestamp,
         budget: usize,
     ) -> Result<usize, StoreError> {
-        Self::within(txn, |txn| self.sweep_executors_body(txn, now, budget))
+        tx.run(self, |txn| self.sweep_executors_body(txn, now, budget))
     }
 
-    /// The body of [`Engine::sweep_executors`] and
-    /// [`Engine::sweep_executors_in`]: both run it on one [`Txn`], so it is compiled once
-    /// per store.
+    /// The body of [`Engine::sweep_executors`] in either form, generic over the
+    /// transaction alone: both forms share one copy per store.
     fn sweep_executors_body<W: WriteTransaction>(
         &self,
         txn: &mut Txn<'_, W>,
@@ -305,31 +259,18 @@ impl<S: Store> Engine<S> {
     /// call returned, `None` at first; a cursor of another operation
     /// starts over); call again with [`Abandoned::next`] until it is
     /// `None`.
-    pub fn end_lost_runs(
+    pub fn end_lost_runs<X: Within<S>>(
         &self,
+        tx: X,
         from: Option<&AbandonCursor>,
         now: Timestamp,
         budget: usize,
     ) -> Result<Abandoned, StoreError> {
-        self.run_write(|txn| self.end_lost_runs_body(txn, from, now, budget))
+        tx.run(self, |txn| self.end_lost_runs_body(txn, from, now, budget))
     }
 
-    /// [`Engine::end_lost_runs`] inside `txn`, a transaction the caller owns and
-    /// commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    pub fn end_lost_runs_in<W: WriteTransaction>(
-        &self,
-        txn: &mut W,
-        from: Option<&AbandonCursor>,
-        now: Timestamp,
-        budget: usize,
-    ) -> Result<Abandoned, StoreError> {
-        Self::within(txn, |txn| self.end_lost_runs_body(txn, from, now, budget))
-    }
-
-    /// The body of [`Engine::end_lost_runs`] and
-    /// [`Engine::end_lost_runs_in`]: both run it on one [`Txn`], so it is compiled once
-    /// per store.
+    /// The body of [`Engine::end_lost_runs`] in either form, generic over the
+    /// transaction alone: both forms share one copy per store.
     fn end_lost_runs_body<W: WriteTransaction>(
         &self,
         txn: &mut Txn<'_, W>,

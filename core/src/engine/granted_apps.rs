@@ -6,7 +6,7 @@ use core::ops::Bound;
 
 use rand_core::CryptoRng;
 
-use super::{Engine, SiteOpError, Txn, keys};
+use super::{Engine, SiteOpError, Txn, Within, keys};
 use crate::authorize::AuthorizeAnswer;
 use crate::error::{ErrorCode, WireError};
 use crate::grant::{Grant, GrantId, GrantStatus};
@@ -157,30 +157,16 @@ impl<S: Store> Engine<S> {
     /// grant the user does not hold changes nothing
     /// ([`GrantAppsError::UnknownGrant`]). [`AppSelection::All`] deletes the
     /// stored selection.
-    pub fn set_granted_apps(
+    pub fn set_granted_apps<X: Within<S>>(
         &self,
+        tx: X,
         site: &SiteId,
         subject: &str,
         grant: &GrantId,
         selection: &AppSelection,
         now: Timestamp,
     ) -> Result<(), GrantAppsError> {
-        self.run_write(|txn| self.set_granted_apps_body(txn, site, subject, grant, selection, now))
-    }
-
-    /// [`Engine::set_granted_apps`] inside `txn`, a transaction the caller
-    /// owns and commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    pub fn set_granted_apps_in<W: WriteTransaction>(
-        &self,
-        txn: &mut W,
-        site: &SiteId,
-        subject: &str,
-        grant: &GrantId,
-        selection: &AppSelection,
-        now: Timestamp,
-    ) -> Result<(), GrantAppsError> {
-        Self::within(txn, |txn| {
+        tx.run(self, |txn| {
             self.set_granted_apps_body(txn, site, subject, grant, selection, now)
         })
     }
@@ -210,8 +196,9 @@ impl<S: Store> Engine<S> {
         clippy::too_many_arguments,
         reason = "each argument is one fact the adapter holds; bundling them would only rename them"
     )]
-    pub fn decide_with_apps<R: CryptoRng + ?Sized>(
+    pub fn decide_with_apps<X: Within<S>, R: CryptoRng + ?Sized>(
         &self,
+        tx: X,
         site_id: &SiteId,
         query: &str,
         client_document: Option<&[u8]>,
@@ -221,41 +208,7 @@ impl<S: Store> Engine<S> {
         rng: &mut R,
         now: Timestamp,
     ) -> Result<AuthorizeAnswer, SiteOpError> {
-        self.run_write(|txn| {
-            self.decide_with_apps_body(
-                txn,
-                site_id,
-                query,
-                client_document,
-                subject,
-                allow,
-                apps,
-                rng,
-                now,
-            )
-        })
-    }
-
-    /// [`Engine::decide_with_apps`] inside `txn`, a transaction the caller
-    /// owns and commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    #[allow(
-        clippy::too_many_arguments,
-        reason = "each argument is one fact the adapter holds; bundling them would only rename them"
-    )]
-    pub fn decide_with_apps_in<W: WriteTransaction, R: CryptoRng + ?Sized>(
-        &self,
-        txn: &mut W,
-        site_id: &SiteId,
-        query: &str,
-        client_document: Option<&[u8]>,
-        subject: &str,
-        allow: bool,
-        apps: &AppSelection,
-        rng: &mut R,
-        now: Timestamp,
-    ) -> Result<AuthorizeAnswer, SiteOpError> {
-        Self::within(txn, |txn| {
+        tx.run(self, |txn| {
             self.decide_with_apps_body(
                 txn,
                 site_id,

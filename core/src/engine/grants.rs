@@ -7,7 +7,7 @@ use alloc::vec::Vec;
 use core::fmt;
 use core::ops::Bound;
 
-use super::{Engine, SiteOpError, Txn, keys, load_site};
+use super::{Engine, SiteOpError, Txn, Within, WithinRead, keys, load_site};
 use crate::bearer::{self, BearerError, Challenge};
 use crate::describe::Describe as _;
 use crate::error::{ErrorCode, WireError};
@@ -358,9 +358,12 @@ impl<S: Store> Engine<S> {
     /// in place and live) is [`Introspection::Active`]; every other token
     /// is [`Introspection::Inactive`], one answer whatever failed (§2.2).
     /// A store failure is [`IntrospectError::Store`], never an answer about
-    /// the token. Nothing is written.
-    pub fn introspect(
+    /// the token. Nothing is written: in the caller's transaction (`&txn`,
+    /// read or write) there is nothing to roll back and `txn` is left as it
+    /// was.
+    pub fn introspect<X: WithinRead<S>>(
         &self,
+        tx: X,
         site_id: &SiteId,
         body: &str,
         authorization: HeaderField<'_>,
@@ -368,23 +371,7 @@ impl<S: Store> Engine<S> {
     ) -> Result<Introspection, IntrospectError> {
         let form = self.introspection_request(site_id, body, authorization)?;
         let token = form.get("token").unwrap_or_default();
-        self.read(|txn| self.introspect_token(txn, site_id, token, now))
-    }
-
-    /// [`Engine::introspect`] inside `txn`, a transaction the caller owns
-    /// (read or write: introspection only reads, so there is nothing to
-    /// roll back and `txn` is left as it was).
-    pub fn introspect_in<R: ReadTransaction>(
-        &self,
-        txn: &R,
-        site_id: &SiteId,
-        body: &str,
-        authorization: HeaderField<'_>,
-        now: Timestamp,
-    ) -> Result<Introspection, IntrospectError> {
-        let form = self.introspection_request(site_id, body, authorization)?;
-        let token = form.get("token").unwrap_or_default();
-        self.introspect_token(txn, site_id, token, now)
+        tx.read(self, |txn| self.introspect_token(txn, site_id, token, now))
     }
 
     /// The checks of an introspection request that need no store: the
@@ -544,25 +531,17 @@ impl<S: Store> Engine<S> {
 
     /// Revokes one grant; its tokens stop working at once. Returns whether a
     /// live grant was revoked.
-    pub fn revoke_grant(&self, id: &GrantId, now: Timestamp) -> Result<bool, StoreError> {
-        self.run_write(|txn| self.revoke_grant_body(txn, id, now))
-    }
-
-    /// [`Engine::revoke_grant`] inside `txn`, a transaction the caller owns and
-    /// commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    pub fn revoke_grant_in<W: WriteTransaction>(
+    pub fn revoke_grant<X: Within<S>>(
         &self,
-        txn: &mut W,
+        tx: X,
         id: &GrantId,
         now: Timestamp,
     ) -> Result<bool, StoreError> {
-        Self::within(txn, |txn| self.revoke_grant_body(txn, id, now))
+        tx.run(self, |txn| self.revoke_grant_body(txn, id, now))
     }
 
-    /// The body of [`Engine::revoke_grant`] and
-    /// [`Engine::revoke_grant_in`]: both run it on one [`Txn`], so it is compiled once
-    /// per store.
+    /// The body of [`Engine::revoke_grant`] in either form, generic over the
+    /// transaction alone: both forms share one copy per store.
     #[allow(
         clippy::unused_self,
         reason = "a method like every other operation body, called as `self.op_body(…)`"
@@ -580,35 +559,21 @@ impl<S: Store> Engine<S> {
     /// holds no such grant on `site` (the id alone is no authority),
     /// `Ok(Some(revoked))` otherwise. Ownership is checked in the same
     /// transaction as the revocation.
-    pub fn revoke_own_grant(
+    pub fn revoke_own_grant<X: Within<S>>(
         &self,
+        tx: X,
         site: &SiteId,
         subject: &str,
         id: &GrantId,
         now: Timestamp,
     ) -> Result<Option<bool>, StoreError> {
-        self.run_write(|txn| self.revoke_own_grant_body(txn, site, subject, id, now))
-    }
-
-    /// [`Engine::revoke_own_grant`] inside `txn`, a transaction the caller owns and
-    /// commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    pub fn revoke_own_grant_in<W: WriteTransaction>(
-        &self,
-        txn: &mut W,
-        site: &SiteId,
-        subject: &str,
-        id: &GrantId,
-        now: Timestamp,
-    ) -> Result<Option<bool>, StoreError> {
-        Self::within(txn, |txn| {
+        tx.run(self, |txn| {
             self.revoke_own_grant_body(txn, site, subject, id, now)
         })
     }
 
-    /// The body of [`Engine::revoke_own_grant`] and
-    /// [`Engine::revoke_own_grant_in`]: both run it on one [`Txn`], so it is compiled once
-    /// per store.
+    /// The body of [`Engine::revoke_own_grant`] in either form, generic over the
+    /// transaction alone: both forms share one copy per store.
     #[allow(
         clippy::unused_self,
         reason = "a method like every other operation body, called as `self.op_body(…)`"
@@ -646,33 +611,20 @@ impl<S: Store> Engine<S> {
 
     /// Revokes every grant a user holds on a site, in one transaction.
     /// Returns how many were revoked.
-    pub fn revoke_user_grants(
+    pub fn revoke_user_grants<X: Within<S>>(
         &self,
+        tx: X,
         site: &SiteId,
         subject: &str,
         now: Timestamp,
     ) -> Result<usize, StoreError> {
-        self.run_write(|txn| self.revoke_user_grants_body(txn, site, subject, now))
-    }
-
-    /// [`Engine::revoke_user_grants`] inside `txn`, a transaction the caller owns and
-    /// commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    pub fn revoke_user_grants_in<W: WriteTransaction>(
-        &self,
-        txn: &mut W,
-        site: &SiteId,
-        subject: &str,
-        now: Timestamp,
-    ) -> Result<usize, StoreError> {
-        Self::within(txn, |txn| {
+        tx.run(self, |txn| {
             self.revoke_user_grants_body(txn, site, subject, now)
         })
     }
 
-    /// The body of [`Engine::revoke_user_grants`] and
-    /// [`Engine::revoke_user_grants_in`]: both run it on one [`Txn`], so it is compiled once
-    /// per store.
+    /// The body of [`Engine::revoke_user_grants`] in either form, generic over the
+    /// transaction alone: both forms share one copy per store.
     #[allow(
         clippy::unused_self,
         reason = "a method like every other operation body, called as `self.op_body(…)`"
@@ -713,25 +665,17 @@ impl<S: Store> Engine<S> {
     ///
     /// A grant refreshed since it was indexed is re-indexed at its new
     /// deadline instead of deleted (refreshes do not pay for index upkeep).
-    pub fn sweep(&self, now: Timestamp, budget: usize) -> Result<usize, StoreError> {
-        self.run_write(|txn| self.sweep_body(txn, now, budget))
-    }
-
-    /// [`Engine::sweep`] inside `txn`, a transaction the caller owns and
-    /// commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    pub fn sweep_in<W: WriteTransaction>(
+    pub fn sweep<X: Within<S>>(
         &self,
-        txn: &mut W,
+        tx: X,
         now: Timestamp,
         budget: usize,
     ) -> Result<usize, StoreError> {
-        Self::within(txn, |txn| self.sweep_body(txn, now, budget))
+        tx.run(self, |txn| self.sweep_body(txn, now, budget))
     }
 
-    /// The body of [`Engine::sweep`] and
-    /// [`Engine::sweep_in`]: both run it on one [`Txn`], so it is compiled once
-    /// per store.
+    /// The body of [`Engine::sweep`] in either form, generic over the
+    /// transaction alone: both forms share one copy per store.
     fn sweep_body<W: WriteTransaction>(
         &self,
         txn: &mut Txn<'_, W>,

@@ -1,6 +1,6 @@
 //! The execution-ledger operations (`begin` on either executor, the ticket
 //! operations, the ledger sweep and start-up recovery): each in one store
-//! transaction of its own, or (the `_in` forms) inside the caller's. See
+//! transaction of its own ([`Own`](super::Own)) or inside the caller's. See
 //! [`crate::ledger`] for the rules they implement; approvals live in
 //! `approvals.rs`, the connected tab in `tab.rs`, the server executors'
 //! leases in `executor.rs`, and the helpers they share here.
@@ -14,7 +14,7 @@
 use alloc::vec::Vec;
 use core::ops::Bound;
 
-use super::{Engine, SiteOpError, Txn, keys, load_site};
+use super::{Engine, SiteOpError, Txn, Within, keys, load_site};
 use crate::activity::{self, About, ActivityAction, ActivityEvent};
 use crate::approval::{ApprovalPrompt, Approved, Binding, GrantAutoApproval};
 use crate::bearer::Challenge;
@@ -497,14 +497,15 @@ impl<S: Store> Engine<S> {
     /// answer carries the joined id); otherwise it opens a request under
     /// its own id, which later identical joining calls join until it ends
     /// (see [`crate::ledger`], "Calls that name no request id").
-    pub fn begin(
+    pub fn begin<X: Within<S>>(
         &self,
+        tx: X,
         principal: &Principal,
         params: &ExecuteParams,
         caller: Caller,
         now: TimestampMs,
     ) -> Result<BeginAnswer, BeginError> {
-        self.run_write(|txn| {
+        tx.run(self, |txn| {
             self.begin_body(
                 txn,
                 principal,
@@ -514,20 +515,6 @@ impl<S: Store> Engine<S> {
                 now,
             )
         })
-    }
-
-    /// [`Engine::begin`] inside `txn`, a transaction the caller owns and
-    /// commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    pub fn begin_in<W: WriteTransaction>(
-        &self,
-        txn: &mut W,
-        principal: &Principal,
-        params: &ExecuteParams,
-        caller: Caller,
-        now: TimestampMs,
-    ) -> Result<BeginAnswer, BeginError> {
-        self.begin_needing_in(txn, principal, params, &ScopeSet::default(), caller, now)
     }
 
     /// [`Engine::begin`] for a call whose actions the adapter already knows
@@ -545,15 +532,16 @@ impl<S: Store> Engine<S> {
     /// declare can never be granted, so asking for it is the host's
     /// mistake, answered [`BeginError::UndeclaredScope`] (`server_error`,
     /// HTTP 500) before anything is written.
-    pub fn begin_needing(
+    pub fn begin_needing<X: Within<S>>(
         &self,
+        tx: X,
         principal: &Principal,
         params: &ExecuteParams,
         needed: &ScopeSet,
         caller: Caller,
         now: TimestampMs,
     ) -> Result<BeginAnswer, BeginError> {
-        self.run_write(|txn| {
+        tx.run(self, |txn| {
             self.begin_body(
                 txn,
                 principal,
@@ -565,31 +553,7 @@ impl<S: Store> Engine<S> {
         })
     }
 
-    /// [`Engine::begin_needing`] inside `txn`, a transaction the caller owns
-    /// and commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    pub fn begin_needing_in<W: WriteTransaction>(
-        &self,
-        txn: &mut W,
-        principal: &Principal,
-        params: &ExecuteParams,
-        needed: &ScopeSet,
-        caller: Caller,
-        now: TimestampMs,
-    ) -> Result<BeginAnswer, BeginError> {
-        Self::within(txn, |txn| {
-            self.begin_body(
-                txn,
-                principal,
-                params,
-                needed,
-                RunOn::Tab(caller, None),
-                now,
-            )
-        })
-    }
-
-    /// [`Engine::begin_needing_in`] for a tab run **driven** by the server
+    /// [`Engine::begin_needing`] for a tab run **driven** by the server
     /// executor `driver` (the calling instance, [`Engine::start_executor`]):
     /// the instance whose task holds the run's ticket, hands its actions to
     /// the page and records their reports. Its lease must be live, or the
@@ -603,11 +567,11 @@ impl<S: Store> Engine<S> {
     /// every instance which runs are lost.
     #[allow(
         clippy::too_many_arguments,
-        reason = "begin_needing_in's arguments and the driver; bundling them would only rename them"
+        reason = "begin_needing's arguments and the driver; bundling them would only rename them"
     )]
-    pub fn begin_driven_in<W: WriteTransaction>(
+    pub fn begin_driven<X: Within<S>>(
         &self,
-        txn: &mut W,
+        tx: X,
         principal: &Principal,
         params: &ExecuteParams,
         needed: &ScopeSet,
@@ -616,7 +580,7 @@ impl<S: Store> Engine<S> {
         now: TimestampMs,
     ) -> Result<BeginAnswer, BeginError> {
         let on = RunOn::Tab(caller, Some(driver));
-        Self::within(txn, |txn| {
+        tx.run(self, |txn| {
             self.begin_body(txn, principal, params, needed, on, now)
         })
     }
@@ -638,32 +602,16 @@ impl<S: Store> Engine<S> {
     /// caller is an external client ([`Caller::Client`]); everything else
     /// (scopes, the undecided limit, replay, results) is as in
     /// [`Engine::begin_needing`].
-    pub fn begin_server(
+    pub fn begin_server<X: Within<S>>(
         &self,
+        tx: X,
         principal: &Principal,
         params: &ExecuteParams,
         needed: &ScopeSet,
         executor: ExecutorId,
         now: TimestampMs,
     ) -> Result<BeginAnswer, BeginError> {
-        self.run_write(|txn| {
-            self.begin_body(txn, principal, params, needed, RunOn::Server(executor), now)
-        })
-    }
-
-    /// [`Engine::begin_server`] inside `txn`, a transaction the caller owns
-    /// and commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    pub fn begin_server_in<W: WriteTransaction>(
-        &self,
-        txn: &mut W,
-        principal: &Principal,
-        params: &ExecuteParams,
-        needed: &ScopeSet,
-        executor: ExecutorId,
-        now: TimestampMs,
-    ) -> Result<BeginAnswer, BeginError> {
-        Self::within(txn, |txn| {
+        tx.run(self, |txn| {
             self.begin_body(txn, principal, params, needed, RunOn::Server(executor), now)
         })
     }
@@ -1114,37 +1062,20 @@ impl<S: Store> Engine<S> {
         clippy::needless_pass_by_value,
         reason = "the ticket is consumed by contract; each attempt works on a duplicate, in case a conflict re-runs it"
     )]
-    pub fn authorize_action(
+    pub fn authorize_action<X: Within<S>>(
         &self,
+        tx: X,
         ticket: ExecutionTicket,
         action: &Action,
         now: Timestamp,
     ) -> Result<ActionVerdict, TicketError> {
-        self.run_write(|txn| self.authorize_action_body(txn, ticket.duplicate(), action, now))
-    }
-
-    /// [`Engine::authorize_action`] inside `txn`, a transaction the caller owns and
-    /// commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    #[allow(
-        clippy::needless_pass_by_value,
-        reason = "the ticket is consumed by contract; each attempt works on a duplicate, in case a conflict re-runs it"
-    )]
-    pub fn authorize_action_in<W: WriteTransaction>(
-        &self,
-        txn: &mut W,
-        ticket: ExecutionTicket,
-        action: &Action,
-        now: Timestamp,
-    ) -> Result<ActionVerdict, TicketError> {
-        Self::within(txn, |txn| {
-            self.authorize_action_body(txn, ticket, action, now)
+        tx.run(self, |txn| {
+            self.authorize_action_body(txn, ticket.duplicate(), action, now)
         })
     }
 
-    /// The body of [`Engine::authorize_action`] and
-    /// [`Engine::authorize_action_in`]: both run it on one [`Txn`], so it is compiled once
-    /// per store.
+    /// The body of [`Engine::authorize_action`] in either form, generic over the
+    /// transaction alone: both forms share one copy per store.
     #[allow(
         clippy::needless_pass_by_value,
         reason = "the ticket is consumed by contract; each attempt works on a duplicate, in case a conflict re-runs it"
@@ -1276,32 +1207,18 @@ impl<S: Store> Engine<S> {
         clippy::needless_pass_by_value,
         reason = "the ticket is consumed by contract; each attempt works on a duplicate, in case a conflict re-runs it"
     )]
-    pub fn withdraw_action(
+    pub fn withdraw_action<X: Within<S>>(
         &self,
+        tx: X,
         ticket: ExecutionTicket,
         now: Timestamp,
     ) -> Result<(), TicketError> {
-        self.run_write(|txn| self.withdraw_action_body(txn, ticket.duplicate(), now))
+        tx.run(self, |txn| {
+            self.withdraw_action_body(txn, ticket.duplicate(), now)
+        })
     }
 
-    /// [`Engine::withdraw_action`] inside `txn`, a transaction the caller
-    /// owns and commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    #[allow(
-        clippy::needless_pass_by_value,
-        reason = "the ticket is consumed by contract; each attempt works on a duplicate, in case a conflict re-runs it"
-    )]
-    pub fn withdraw_action_in<W: WriteTransaction>(
-        &self,
-        txn: &mut W,
-        ticket: ExecutionTicket,
-        now: Timestamp,
-    ) -> Result<(), TicketError> {
-        Self::within(txn, |txn| self.withdraw_action_body(txn, ticket, now))
-    }
-
-    /// The body of [`Engine::withdraw_action`] and
-    /// [`Engine::withdraw_action_in`].
+    /// The body of [`Engine::withdraw_action`] in either form.
     fn withdraw_action_body<W: WriteTransaction>(
         &self,
         txn: &mut Txn<'_, W>,
@@ -1322,37 +1239,20 @@ impl<S: Store> Engine<S> {
         clippy::needless_pass_by_value,
         reason = "by value as before; an attempt that may re-run on a conflict clones what it keeps"
     )]
-    pub fn record_outcome(
+    pub fn record_outcome<X: Within<S>>(
         &self,
+        tx: X,
         ticket: ExecutionTicket,
         report: Report,
         now: Timestamp,
     ) -> Result<ExecutionTicket, TicketError> {
-        self.run_write(|txn| self.record_outcome_body(txn, ticket.duplicate(), report.clone(), now))
-    }
-
-    /// [`Engine::record_outcome`] inside `txn`, a transaction the caller owns and
-    /// commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    #[allow(
-        clippy::needless_pass_by_value,
-        reason = "by value as before; an attempt that may re-run on a conflict clones what it keeps"
-    )]
-    pub fn record_outcome_in<W: WriteTransaction>(
-        &self,
-        txn: &mut W,
-        ticket: ExecutionTicket,
-        report: Report,
-        now: Timestamp,
-    ) -> Result<ExecutionTicket, TicketError> {
-        Self::within(txn, |txn| {
-            self.record_outcome_body(txn, ticket, report, now)
+        tx.run(self, |txn| {
+            self.record_outcome_body(txn, ticket.duplicate(), report.clone(), now)
         })
     }
 
-    /// The body of [`Engine::record_outcome`] and
-    /// [`Engine::record_outcome_in`]: both run it on one [`Txn`], so it is compiled once
-    /// per store.
+    /// The body of [`Engine::record_outcome`] in either form, generic over the
+    /// transaction alone: both forms share one copy per store.
     #[allow(
         clippy::needless_pass_by_value,
         reason = "by value as before; an attempt that may re-run on a conflict clones what it keeps"
@@ -1413,31 +1313,20 @@ impl<S: Store> Engine<S> {
         clippy::needless_pass_by_value,
         reason = "the ticket is consumed by contract; each attempt works on a duplicate, in case a conflict re-runs it"
     )]
-    pub fn complete(
+    pub fn complete<X: Within<S>>(
         &self,
+        tx: X,
         ticket: ExecutionTicket,
         completion: &Completion,
         now: Timestamp,
     ) -> Result<StoredResult, TicketError> {
-        self.run_write(|txn| self.complete_body(txn, ticket.duplicate(), completion, now))
+        tx.run(self, |txn| {
+            self.complete_body(txn, ticket.duplicate(), completion, now)
+        })
     }
 
-    /// [`Engine::complete`] inside `txn`, a transaction the caller owns and
-    /// commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    pub fn complete_in<W: WriteTransaction>(
-        &self,
-        txn: &mut W,
-        ticket: ExecutionTicket,
-        completion: &Completion,
-        now: Timestamp,
-    ) -> Result<StoredResult, TicketError> {
-        Self::within(txn, |txn| self.complete_body(txn, ticket, completion, now))
-    }
-
-    /// The body of [`Engine::complete`] and
-    /// [`Engine::complete_in`]: both run it on one [`Txn`], so it is compiled once
-    /// per store.
+    /// The body of [`Engine::complete`] in either form, generic over the
+    /// transaction alone: both forms share one copy per store.
     fn complete_body<W: WriteTransaction>(
         &self,
         txn: &mut Txn<'_, W>,
@@ -1559,25 +1448,17 @@ impl<S: Store> Engine<S> {
     /// grant's deadline, through the ledger's expiry index, doing at most
     /// `budget` units of work (index entries and outcomes). Returns the work
     /// done; call again while it returns `budget`.
-    pub fn sweep_ledger(&self, now: Timestamp, budget: usize) -> Result<usize, StoreError> {
-        self.run_write(|txn| self.sweep_ledger_body(txn, now, budget))
-    }
-
-    /// [`Engine::sweep_ledger`] inside `txn`, a transaction the caller owns and
-    /// commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    pub fn sweep_ledger_in<W: WriteTransaction>(
+    pub fn sweep_ledger<X: Within<S>>(
         &self,
-        txn: &mut W,
+        tx: X,
         now: Timestamp,
         budget: usize,
     ) -> Result<usize, StoreError> {
-        Self::within(txn, |txn| self.sweep_ledger_body(txn, now, budget))
+        tx.run(self, |txn| self.sweep_ledger_body(txn, now, budget))
     }
 
-    /// The body of [`Engine::sweep_ledger`] and
-    /// [`Engine::sweep_ledger_in`]: both run it on one [`Txn`], so it is compiled once
-    /// per store.
+    /// The body of [`Engine::sweep_ledger`] in either form, generic over the
+    /// transaction alone: both forms share one copy per store.
     fn sweep_ledger_body<W: WriteTransaction>(
         &self,
         txn: &mut Txn<'_, W>,
@@ -1681,26 +1562,16 @@ impl<S: Store> Engine<S> {
     /// in one transaction, from `from` (the cursor the previous call
     /// returned, `None` at first); call again with [`Abandoned::next`] until
     /// it is `None`.
-    pub fn abandon_running(
+    pub fn abandon_running<X: Within<S>>(
         &self,
+        tx: X,
         from: Option<&AbandonCursor>,
         now: Timestamp,
         budget: usize,
     ) -> Result<Abandoned, StoreError> {
-        self.run_write(|txn| self.abandon_running_where_body(txn, from, now, budget, every_run))
-    }
-
-    /// [`Engine::abandon_running`] inside `txn`, a transaction the caller owns and
-    /// commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    pub fn abandon_running_in<W: WriteTransaction>(
-        &self,
-        txn: &mut W,
-        from: Option<&AbandonCursor>,
-        now: Timestamp,
-        budget: usize,
-    ) -> Result<Abandoned, StoreError> {
-        self.abandon_running_where_in(txn, from, now, budget, every_run)
+        tx.run(self, |txn| {
+            self.abandon_running_where_body(txn, from, now, budget, every_run)
+        })
     }
 
     /// [`Engine::abandon_running`] for the runs `lost` names only: a host
@@ -1708,34 +1579,21 @@ impl<S: Store> Engine<S> {
     /// by a host it knows to be gone, and leaves every other `Running`
     /// request alone (its ticket may be live elsewhere). The cursor and
     /// budget work as there.
-    pub fn abandon_running_where(
+    pub fn abandon_running_where<X: Within<S>>(
         &self,
+        tx: X,
         from: Option<&AbandonCursor>,
         now: Timestamp,
         budget: usize,
         lost: impl Fn(&GrantId, &RequestId) -> bool,
     ) -> Result<Abandoned, StoreError> {
-        self.run_write(|txn| self.abandon_running_where_body(txn, from, now, budget, &lost))
-    }
-
-    /// [`Engine::abandon_running_where`] inside `txn`, a transaction the
-    /// caller owns and commits.
-    pub fn abandon_running_where_in<W: WriteTransaction>(
-        &self,
-        txn: &mut W,
-        from: Option<&AbandonCursor>,
-        now: Timestamp,
-        budget: usize,
-        lost: impl Fn(&GrantId, &RequestId) -> bool,
-    ) -> Result<Abandoned, StoreError> {
-        Self::within(txn, |txn| {
-            self.abandon_running_where_body(txn, from, now, budget, lost)
+        tx.run(self, |txn| {
+            self.abandon_running_where_body(txn, from, now, budget, &lost)
         })
     }
 
-    /// The body of [`Engine::abandon_running_where`] and
-    /// [`Engine::abandon_running_where_in`]: both run it on one [`Txn`], so it is compiled once
-    /// per store.
+    /// The body of [`Engine::abandon_running_where`] in either form, generic over the
+    /// transaction alone: both forms share one copy per store.
     #[allow(
         clippy::unused_self,
         reason = "a method like every other operation body, called as `self.op_body(…)`"
@@ -1809,8 +1667,8 @@ pub enum RequestStatus {
 }
 
 /// What [`Engine::abandon_running`] counts as lost: every run. A function,
-/// not a closure, so that it and [`Engine::abandon_running_in`] share one
-/// compiled body.
+/// not a closure, so that it and [`Engine::abandon_running_where`] share
+/// one compiled body.
 fn every_run(_: &GrantId, _: &RequestId) -> bool {
     true
 }

@@ -1,10 +1,10 @@
 //! The connected-tab operations: connect, take over, heartbeat, disconnect
-//! and sign-out, each in one store transaction of its own or (the `_in`
-//! forms) inside the caller's, and where an action would be dispatched. See
+//! and sign-out, each in one store transaction of its own
+//! ([`Own`](super::Own)) or inside the caller's, and where an action would be dispatched. See
 //! [`crate::tab`] for the rules.
 
 use super::ledger::{cut_runs, scan, session_failure};
-use super::{Engine, SiteOpError, Txn, keys, load_site};
+use super::{Engine, SiteOpError, Txn, Within, keys, load_site};
 use crate::grant::{Grant, GrantId, GrantStatus};
 use crate::site::{Site, SiteError, SiteId};
 use crate::store::{ReadTransaction, Store, StoreError, Table, WriteTransaction};
@@ -99,60 +99,32 @@ impl<S: Store> Engine<S> {
     /// one again, or a reload of the connected tab (which ends the old page's
     /// connection: its runs are cut off, its auto-approvals end). Another tab
     /// is refused with [`TabError::Busy`] while the connection is live.
-    pub fn connect_tab(
+    pub fn connect_tab<X: Within<S>>(
         &self,
+        tx: X,
         site: &SiteId,
         subject: &str,
         grant: &GrantId,
         hello: &TabHello,
         now: Timestamp,
     ) -> Result<Connected, TabError> {
-        self.run_write(|txn| self.move_tab(txn, site, subject, grant, hello, false, now))
-    }
-
-    /// [`Engine::connect_tab`] inside `txn`, a transaction the caller owns and
-    /// commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    pub fn connect_tab_in<W: WriteTransaction>(
-        &self,
-        txn: &mut W,
-        site: &SiteId,
-        subject: &str,
-        grant: &GrantId,
-        hello: &TabHello,
-        now: Timestamp,
-    ) -> Result<Connected, TabError> {
-        Self::within(txn, |txn| {
+        tx.run(self, |txn| {
             self.move_tab(txn, site, subject, grant, hello, false, now)
         })
     }
 
     /// "Use this tab": moves `grant`'s connection to this page. Calls
     /// dispatched to the old tab are cut off and end with `unknownTail`.
-    pub fn take_over_tab(
+    pub fn take_over_tab<X: Within<S>>(
         &self,
+        tx: X,
         site: &SiteId,
         subject: &str,
         grant: &GrantId,
         hello: &TabHello,
         now: Timestamp,
     ) -> Result<Connected, TabError> {
-        self.run_write(|txn| self.move_tab(txn, site, subject, grant, hello, true, now))
-    }
-
-    /// [`Engine::take_over_tab`] inside `txn`, a transaction the caller owns and
-    /// commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    pub fn take_over_tab_in<W: WriteTransaction>(
-        &self,
-        txn: &mut W,
-        site: &SiteId,
-        subject: &str,
-        grant: &GrantId,
-        hello: &TabHello,
-        now: Timestamp,
-    ) -> Result<Connected, TabError> {
-        Self::within(txn, |txn| {
+        tx.run(self, |txn| {
             self.move_tab(txn, site, subject, grant, hello, true, now)
         })
     }
@@ -162,8 +134,9 @@ impl<S: Store> Engine<S> {
         clippy::too_many_arguments,
         reason = "each argument is one fact the adapter holds; bundling them would only rename them"
     )]
-    pub fn tab_heartbeat(
+    pub fn tab_heartbeat<X: Within<S>>(
         &self,
+        tx: X,
         site: &SiteId,
         subject: &str,
         grant: &GrantId,
@@ -172,7 +145,7 @@ impl<S: Store> Engine<S> {
         visible: bool,
         now: Timestamp,
     ) -> Result<(), TabError> {
-        self.run_write(|txn| {
+        tx.run(self, |txn| {
             self.tab_heartbeat_body(
                 txn,
                 site,
@@ -186,41 +159,8 @@ impl<S: Store> Engine<S> {
         })
     }
 
-    /// [`Engine::tab_heartbeat`] inside `txn`, a transaction the caller owns and
-    /// commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    #[allow(
-        clippy::too_many_arguments,
-        reason = "each argument is one fact the adapter holds; bundling them would only rename them"
-    )]
-    pub fn tab_heartbeat_in<W: WriteTransaction>(
-        &self,
-        txn: &mut W,
-        site: &SiteId,
-        subject: &str,
-        grant: &GrantId,
-        tab_id: &str,
-        page_instance: &str,
-        visible: bool,
-        now: Timestamp,
-    ) -> Result<(), TabError> {
-        Self::within(txn, |txn| {
-            self.tab_heartbeat_body(
-                txn,
-                site,
-                subject,
-                grant,
-                tab_id,
-                page_instance,
-                visible,
-                now,
-            )
-        })
-    }
-
-    /// The body of [`Engine::tab_heartbeat`] and
-    /// [`Engine::tab_heartbeat_in`]: both run it on one [`Txn`], so it is compiled once
-    /// per store.
+    /// The body of [`Engine::tab_heartbeat`] in either form, generic over the
+    /// transaction alone: both forms share one copy per store.
     #[allow(
         clippy::too_many_arguments,
         reason = "each argument is one fact the adapter holds; bundling them would only rename them"
@@ -252,30 +192,13 @@ impl<S: Store> Engine<S> {
 
     /// The connected page disconnects: the connection ends (its runs are cut
     /// off, its auto-approvals end); the grant stays.
-    pub fn disconnect_tab(
-        &self,
-        site: &SiteId,
-        subject: &str,
-        grant: &GrantId,
-        tab_id: &str,
-        page_instance: &str,
-        now: Timestamp,
-    ) -> Result<(), TabError> {
-        self.run_write(|txn| {
-            self.disconnect_tab_body(txn, site, subject, grant, tab_id, page_instance, now)
-        })
-    }
-
-    /// [`Engine::disconnect_tab`] inside `txn`, a transaction the caller owns and
-    /// commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
     #[allow(
         clippy::too_many_arguments,
         reason = "each argument is one fact the adapter holds; bundling them would only rename them"
     )]
-    pub fn disconnect_tab_in<W: WriteTransaction>(
+    pub fn disconnect_tab<X: Within<S>>(
         &self,
-        txn: &mut W,
+        tx: X,
         site: &SiteId,
         subject: &str,
         grant: &GrantId,
@@ -283,14 +206,13 @@ impl<S: Store> Engine<S> {
         page_instance: &str,
         now: Timestamp,
     ) -> Result<(), TabError> {
-        Self::within(txn, |txn| {
+        tx.run(self, |txn| {
             self.disconnect_tab_body(txn, site, subject, grant, tab_id, page_instance, now)
         })
     }
 
-    /// The body of [`Engine::disconnect_tab`] and
-    /// [`Engine::disconnect_tab_in`]: both run it on one [`Txn`], so it is compiled once
-    /// per store.
+    /// The body of [`Engine::disconnect_tab`] in either form, generic over the
+    /// transaction alone: both forms share one copy per store.
     #[allow(
         clippy::too_many_arguments,
         reason = "each argument is one fact the adapter holds; bundling them would only rename them"
@@ -326,33 +248,20 @@ impl<S: Store> Engine<S> {
 
     /// Sign-out: ends every tab connection of `browser_session` on `site`
     /// at once, with their auto-approvals. Returns how many ended.
-    pub fn reset_session(
+    pub fn reset_session<X: Within<S>>(
         &self,
+        tx: X,
         site: &SiteId,
         browser_session: &str,
         now: Timestamp,
     ) -> Result<usize, StoreError> {
-        self.run_write(|txn| self.reset_session_body(txn, site, browser_session, now))
-    }
-
-    /// [`Engine::reset_session`] inside `txn`, a transaction the caller owns and
-    /// commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    pub fn reset_session_in<W: WriteTransaction>(
-        &self,
-        txn: &mut W,
-        site: &SiteId,
-        browser_session: &str,
-        now: Timestamp,
-    ) -> Result<usize, StoreError> {
-        Self::within(txn, |txn| {
+        tx.run(self, |txn| {
             self.reset_session_body(txn, site, browser_session, now)
         })
     }
 
-    /// The body of [`Engine::reset_session`] and
-    /// [`Engine::reset_session_in`]: both run it on one [`Txn`], so it is compiled once
-    /// per store.
+    /// The body of [`Engine::reset_session`] in either form, generic over the
+    /// transaction alone: both forms share one copy per store.
     #[allow(
         clippy::unused_self,
         reason = "a method like every other operation body, called as `self.op_body(…)`"

@@ -192,8 +192,8 @@ async fn set(
     let who = subject.clone();
     let set = app
         .write(move |app, txn| {
-            app.engine().set_granted_apps_in(
-                txn,
+            app.engine().set_granted_apps(
+                &mut *txn,
                 app.site(),
                 &who,
                 &grant,
