@@ -16,7 +16,6 @@ use std::cell::RefCell;
 use std::time::Duration;
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
-use portcullis::Own;
 use portcullis::authorize::AuthorizeAnswer;
 use portcullis::client::assertion::PresentedAssertion;
 use portcullis::client::{self, Client};
@@ -29,7 +28,7 @@ use portcullis::pkce::{CodeChallenge, CodeVerifier};
 use portcullis::site::{SiteConfig, SiteId};
 use portcullis::store::MemoryStore;
 use portcullis::token::ClientAuthentication;
-use portcullis::{Policy, Timestamp};
+use portcullis::{Own, Policy, Timestamp};
 use serde_json::json;
 
 #[path = "../tests/client_keys.rs"]

@@ -32,7 +32,6 @@ use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group};
 use hmac::{KeyInit, Mac};
-use portcullis::Own;
 use portcullis::form::encode_pairs;
 use portcullis::header::HeaderField;
 use portcullis::jwk::JwkSet;
@@ -42,7 +41,7 @@ use portcullis::redirect::SafePath;
 use portcullis::scope::ScopeSet;
 use portcullis::site::{SiteConfig, SiteId};
 use portcullis::store::{MemoryStore, RedbStore, Store};
-use portcullis::{Engine, Policy, Timestamp};
+use portcullis::{Engine, Own, Policy, Timestamp};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 

@@ -24,7 +24,6 @@ use std::time::{Duration, Instant};
 
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, Criterion, Throughput, criterion_group, criterion_main};
-use portcullis::Own;
 use portcullis::form::encode_pairs;
 use portcullis::header::HeaderField;
 use portcullis::jwt::{Keyring, SigningKey};
@@ -32,7 +31,7 @@ use portcullis::pkce::{CodeChallenge, CodeVerifier};
 use portcullis::scope::ScopeSet;
 use portcullis::site::{SiteConfig, SiteId};
 use portcullis::store::{Durability, GroupCommitter, MemoryStore, RedbStore, Store};
-use portcullis::{Engine, Policy, Timestamp};
+use portcullis::{Engine, Own, Policy, Timestamp};
 use portcullis_store_postgres::{PostgresConfig, PostgresStore};
 use rand::SeedableRng;
 use rand::rngs::StdRng;

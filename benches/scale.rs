@@ -38,7 +38,6 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::Criterion;
-use portcullis::Own;
 use portcullis::authorize::AuthorizeAnswer;
 use portcullis::form::{Form, encode_pairs};
 use portcullis::header::HeaderField;
@@ -47,7 +46,7 @@ use portcullis::pkce::{CodeChallenge, CodeVerifier};
 use portcullis::scope::ScopeSet;
 use portcullis::site::{SiteConfig, SiteId};
 use portcullis::store::{MemoryStore, Store, WriteTransaction};
-use portcullis::{Engine, Policy, Timestamp};
+use portcullis::{Engine, Own, Policy, Timestamp};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 

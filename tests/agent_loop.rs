@@ -7,7 +7,6 @@
 //! action runs twice, no approval page is shown twice, and the loop's final
 //! report is true to what the page saw.
 
-use portcullis::Own;
 use portcullis::agent_loop::{
     Answer, ClientLoop, Envelope, HumanAction, LoopLimits, Outcome, Report, Session, Status,
     Step as Next, WaitReason,
@@ -18,7 +17,7 @@ use portcullis::ledger::{BeginError, Caller, Effect, ExecuteParams, RequestId};
 use portcullis::scope::{SKILLS_READ, SKILLS_WRITE, ScopeSet};
 use portcullis::store::MemoryStore;
 use portcullis::token::TokenResponse;
-use portcullis::{ErrorCode, WireError};
+use portcullis::{ErrorCode, Own, WireError};
 use proptest::prelude::*;
 use rand::SeedableRng;
 use rand::rngs::StdRng;

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use portcullis::Own;
 use portcullis::engine::AgentTokenRequest;
 use portcullis::form::encode_pairs;
 use portcullis::header::{HeaderError, HeaderField};
@@ -19,7 +18,7 @@ use portcullis::scope::ScopeSet;
 use portcullis::site::{SiteConfig, SiteId};
 use portcullis::store::{Store, StoreErrorKind};
 use portcullis::token::TokenResponse;
-use portcullis::{Engine, ErrorCode, Policy, WireError as _};
+use portcullis::{Engine, ErrorCode, Own, Policy, WireError as _};
 
 use crate::failing_store::{FailingStore, dump, under_faults};
 use crate::oauth::{USER, World, keyring};

@@ -6,7 +6,6 @@ use std::collections::HashMap;
 
 use std::ops::Bound;
 
-use portcullis::Own;
 use portcullis::approval::{ApprovalDecision, ApprovalError, ApprovalPrompt};
 use portcullis::bearer::Challenge;
 use portcullis::engine::Principal;
@@ -20,7 +19,7 @@ use portcullis::scope::{SKILLS_READ, SKILLS_WRITE};
 use portcullis::store::{ReadTransaction, Store, Table, WriteTransaction};
 use portcullis::tab::{Dispatch, TabError, TabHello};
 use portcullis::token::TokenResponse;
-use portcullis::{Policy, TimestampMs, WireError};
+use portcullis::{Own, Policy, TimestampMs, WireError};
 use serde_json::json;
 
 use crate::oauth::{USER, VERIFIER, World};

@@ -8,7 +8,6 @@
 use std::fmt::Debug;
 use std::ops::Bound;
 
-use portcullis::Own;
 use portcullis::approval::{ApprovalDecision, ApprovalError};
 use portcullis::engine::Principal;
 use portcullis::executor::{ExecutorError, ExecutorId};
@@ -20,7 +19,7 @@ use portcullis::scope::ScopeSet;
 use portcullis::site::SiteConfig;
 use portcullis::store::{ReadTransaction, Store, Table, WriteTransaction};
 use portcullis::token::TokenResponse;
-use portcullis::{Policy, WireError};
+use portcullis::{Own, Policy, WireError};
 use serde_json::json;
 
 use crate::failing_store::{FailingStore, dump, under_faults};

@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use portcullis::Own;
 use portcullis::authorize::AuthorizeAnswer;
 use portcullis::engine::BearerRejection;
 use portcullis::engine::RevokeError;
@@ -16,7 +15,7 @@ use portcullis::scope::ScopeSet;
 use portcullis::site::{SiteConfig, SiteId};
 use portcullis::store::Store;
 use portcullis::token::{TokenError, TokenResponse};
-use portcullis::{Engine, ErrorCode, Policy, Timestamp, WireError};
+use portcullis::{Engine, ErrorCode, Own, Policy, Timestamp, WireError};
 use rand::rngs::StdRng;
 
 use crate::on_every_store;

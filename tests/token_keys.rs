@@ -7,14 +7,13 @@
 
 use std::time::Duration;
 
-use portcullis::Own;
 use portcullis::engine::BearerRejection;
 use portcullis::jwk::JwkSet;
 use portcullis::jwt::{Algorithm, Keyring, SigningKey, TokenKey, TokenType, Validation};
 use portcullis::site::SiteConfig;
 use portcullis::store::Store;
 use portcullis::token::TokenResponse;
-use portcullis::{Policy, Timestamp};
+use portcullis::{Own, Policy, Timestamp};
 
 use crate::oauth::World;
 use crate::on_every_store;

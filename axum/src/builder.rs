@@ -6,12 +6,11 @@ use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use portcullis_core::Own;
 use portcullis_core::engine::SiteOpError;
 use portcullis_core::jwt::Algorithm;
 use portcullis_core::scope::ScopeSet;
 use portcullis_core::site::{Site, SiteConfig, SiteError, SiteId};
-use portcullis_core::{Engine, Policy};
+use portcullis_core::{Engine, Own, Policy};
 
 use crate::csrf::Csrf;
 use crate::documents::Documents;

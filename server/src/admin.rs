@@ -14,7 +14,6 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
 
-use portcullis_core::Own;
 use portcullis_core::agent_token::AgentToken;
 use portcullis_core::engine::{AgentTokenRequest, GrantSummary};
 use portcullis_core::grant::{GrantId, GrantStatus};
@@ -22,7 +21,7 @@ use portcullis_core::introspect::ResourceServerCredential;
 use portcullis_core::jwt::{Keyring, TokenType, Validation};
 use portcullis_core::scope::ScopeSet;
 use portcullis_core::site::Site;
-use portcullis_core::{Engine, Policy};
+use portcullis_core::{Engine, Own, Policy};
 use serde_json::{Value, json};
 
 use crate::cli::{
