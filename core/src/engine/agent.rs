@@ -165,33 +165,17 @@ impl<S: Store> Engine<S> {
         now: Timestamp,
     ) -> Result<bool, StoreError> {
         tx.run(self, |txn| {
-            self.revoke_agent_token_body(txn, site, jti, now)
+            let key = keys::agent_token(jti);
+            let Some(mut token) = txn.load::<AgentToken>(&key)? else {
+                return Ok(false);
+            };
+            if token.site != *site || token.revoked.is_some() {
+                return Ok(false);
+            }
+            token.revoked = Some(now);
+            txn.save(&key, &token)?;
+            Ok(true)
         })
-    }
-
-    /// The body of [`Engine::revoke_agent_token`] in either form, generic over the
-    /// transaction alone: both forms share one copy per store.
-    #[allow(
-        clippy::unused_self,
-        reason = "a method like every other operation body, called as `self.op_body(…)`"
-    )]
-    fn revoke_agent_token_body<W: WriteTransaction>(
-        &self,
-        txn: &mut Txn<'_, W>,
-        site: &SiteId,
-        jti: &str,
-        now: Timestamp,
-    ) -> Result<bool, StoreError> {
-        let key = keys::agent_token(jti);
-        let Some(mut token) = txn.load::<AgentToken>(&key)? else {
-            return Ok(false);
-        };
-        if token.site != *site || token.revoked.is_some() {
-            return Ok(false);
-        }
-        token.revoked = Some(now);
-        txn.save(&key, &token)?;
-        Ok(true)
     }
 
     /// Verifies an agent token presented as `Authorization: Bearer`, like

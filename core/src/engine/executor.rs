@@ -77,34 +77,21 @@ impl<S: Store> Engine<S> {
         site: &SiteId,
         now: Timestamp,
     ) -> Result<ExecutorId, ExecutorError> {
-        tx.run(self, |txn| self.start_executor_body(txn, site, now))
-    }
-
-    /// The body of [`Engine::start_executor`] in either form, generic over the
-    /// transaction alone: both forms share one copy per store.
-    #[allow(
-        clippy::unused_self,
-        reason = "a method like every other operation body, called as `self.op_body(…)`"
-    )]
-    fn start_executor_body<W: WriteTransaction>(
-        &self,
-        txn: &mut Txn<'_, W>,
-        site: &SiteId,
-        now: Timestamp,
-    ) -> Result<ExecutorId, ExecutorError> {
-        let site = load_site(&*txn, site).map_err(|e| match e {
-            super::SiteOpError::Store(e) => ExecutorError::Store(e),
-            super::SiteOpError::Site(_) => ExecutorError::UnknownSite,
-        })?;
-        let id = ExecutorId::after(last_allocated(&*txn, &site.id)?)?;
-        txn.put(
-            Table::Tabs,
-            &keys::executor_counter(&site.id),
-            &id.get().to_be_bytes(),
-        )?;
-        let lease = ExecutorLease::new(site.id.clone(), id, now);
-        txn.save(&keys::executor_lease(&site.id, id.get()), &lease)?;
-        Ok(id)
+        tx.run(self, |txn| {
+            let site = load_site(&*txn, site).map_err(|e| match e {
+                super::SiteOpError::Store(e) => ExecutorError::Store(e),
+                super::SiteOpError::Site(_) => ExecutorError::UnknownSite,
+            })?;
+            let id = ExecutorId::after(last_allocated(&*txn, &site.id)?)?;
+            txn.put(
+                Table::Tabs,
+                &keys::executor_counter(&site.id),
+                &id.get().to_be_bytes(),
+            )?;
+            let lease = ExecutorLease::new(site.id.clone(), id, now);
+            txn.save(&keys::executor_lease(&site.id, id.get()), &lease)?;
+            Ok(id)
+        })
     }
 
     /// The heartbeat of executor `id` on `site`: its lease is live again
@@ -119,35 +106,21 @@ impl<S: Store> Engine<S> {
         id: ExecutorId,
         now: Timestamp,
     ) -> Result<(), ExecutorError> {
-        tx.run(self, |txn| self.renew_executor_body(txn, site, id, now))
-    }
-
-    /// The body of [`Engine::renew_executor`] in either form, generic over the
-    /// transaction alone: both forms share one copy per store.
-    #[allow(
-        clippy::unused_self,
-        reason = "a method like every other operation body, called as `self.op_body(…)`"
-    )]
-    fn renew_executor_body<W: WriteTransaction>(
-        &self,
-        txn: &mut Txn<'_, W>,
-        site: &SiteId,
-        id: ExecutorId,
-        now: Timestamp,
-    ) -> Result<(), ExecutorError> {
-        let key = keys::executor_lease(site, id.get());
-        let lease = match txn.load::<ExecutorLease>(&key)? {
-            Some(mut lease) => {
-                lease.renew(now);
-                lease
-            }
-            None if id.allocated_by(last_allocated(&*txn, site)?) => {
-                ExecutorLease::new(site.clone(), id, now)
-            }
-            None => return Err(ExecutorError::Unknown),
-        };
-        txn.save(&key, &lease)?;
-        Ok(())
+        tx.run(self, |txn| {
+            let key = keys::executor_lease(site, id.get());
+            let lease = match txn.load::<ExecutorLease>(&key)? {
+                Some(mut lease) => {
+                    lease.renew(now);
+                    lease
+                }
+                None if id.allocated_by(last_allocated(&*txn, site)?) => {
+                    ExecutorLease::new(site.clone(), id, now)
+                }
+                None => return Err(ExecutorError::Unknown),
+            };
+            txn.save(&key, &lease)?;
+            Ok(())
+        })
     }
 
     /// Stops executor `id` on `site` (its instance shuts down, or an
@@ -164,39 +137,25 @@ impl<S: Store> Engine<S> {
         id: ExecutorId,
         now: Timestamp,
     ) -> Result<usize, ExecutorError> {
-        tx.run(self, |txn| self.stop_executor_body(txn, site, id, now))
-    }
-
-    /// The body of [`Engine::stop_executor`] in either form, generic over the
-    /// transaction alone: both forms share one copy per store.
-    #[allow(
-        clippy::unused_self,
-        reason = "a method like every other operation body, called as `self.op_body(…)`"
-    )]
-    fn stop_executor_body<W: WriteTransaction>(
-        &self,
-        txn: &mut Txn<'_, W>,
-        site: &SiteId,
-        id: ExecutorId,
-        now: Timestamp,
-    ) -> Result<usize, ExecutorError> {
-        if !id.allocated_by(last_allocated(&*txn, site)?) {
-            return Err(ExecutorError::Unknown);
-        }
-        txn.delete(Table::Tabs, &keys::executor_lease(site, id.get()))?;
-        let runs = super::ledger::scan(
-            &*txn,
-            Table::Requests,
-            &keys::server_runs(id.get()),
-            usize::MAX,
-        )?;
-        let mut ended = 0;
-        for (entry, lineage) in runs {
-            if end_server_run(txn, &entry, &lineage, Some(site), now)? {
-                ended += 1;
+        tx.run(self, |txn| {
+            if !id.allocated_by(last_allocated(&*txn, site)?) {
+                return Err(ExecutorError::Unknown);
             }
-        }
-        Ok(ended)
+            txn.delete(Table::Tabs, &keys::executor_lease(site, id.get()))?;
+            let runs = super::ledger::scan(
+                &*txn,
+                Table::Requests,
+                &keys::server_runs(id.get()),
+                usize::MAX,
+            )?;
+            let mut ended = 0;
+            for (entry, lineage) in runs {
+                if end_server_run(txn, &entry, &lineage, Some(site), now)? {
+                    ended += 1;
+                }
+            }
+            Ok(ended)
+        })
     }
 
     /// The lease of executor `id` on `site`, if it has one now (for
@@ -222,28 +181,20 @@ impl<S: Store> Engine<S> {
         now: Timestamp,
         budget: usize,
     ) -> Result<usize, StoreError> {
-        tx.run(self, |txn| self.sweep_executors_body(txn, now, budget))
-    }
-
-    /// The body of [`Engine::sweep_executors`] in either form, generic over the
-    /// transaction alone: both forms share one copy per store.
-    fn sweep_executors_body<W: WriteTransaction>(
-        &self,
-        txn: &mut Txn<'_, W>,
-        now: Timestamp,
-        budget: usize,
-    ) -> Result<usize, StoreError> {
-        let leases = super::ledger::scan(&*txn, Table::Tabs, keys::ALL_EXECUTOR_LEASES, budget)?;
-        let mut deleted = 0;
-        for (key, bytes) in leases {
-            let stale = crate::store::codec::decode::<ExecutorLease>(&bytes)
-                .is_ok_and(|l| l.is_stale(now, self.policy.executor_lease_timeout));
-            if stale {
-                txn.delete(Table::Tabs, &key)?;
-                deleted += 1;
+        tx.run(self, |txn| {
+            let leases =
+                super::ledger::scan(&*txn, Table::Tabs, keys::ALL_EXECUTOR_LEASES, budget)?;
+            let mut deleted = 0;
+            for (key, bytes) in leases {
+                let stale = crate::store::codec::decode::<ExecutorLease>(&bytes)
+                    .is_ok_and(|l| l.is_stale(now, self.policy.executor_lease_timeout));
+                if stale {
+                    txn.delete(Table::Tabs, &key)?;
+                    deleted += 1;
+                }
             }
-        }
-        Ok(deleted)
+            Ok(deleted)
+        })
     }
 
     /// Ends the server runs whose executor is gone: every request still

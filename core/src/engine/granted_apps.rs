@@ -167,24 +167,12 @@ impl<S: Store> Engine<S> {
         now: Timestamp,
     ) -> Result<(), GrantAppsError> {
         tx.run(self, |txn| {
-            self.set_granted_apps_body(txn, site, subject, grant, selection, now)
+            if !holds(self, &*txn, site, subject, grant, now)? {
+                return Err(GrantAppsError::UnknownGrant);
+            }
+            store(txn, &keys::grant_apps(grant), selection)?;
+            Ok(())
         })
-    }
-
-    fn set_granted_apps_body<W: WriteTransaction>(
-        &self,
-        txn: &mut Txn<'_, W>,
-        site: &SiteId,
-        subject: &str,
-        grant: &GrantId,
-        selection: &AppSelection,
-        now: Timestamp,
-    ) -> Result<(), GrantAppsError> {
-        if !holds(self, &*txn, site, subject, grant, now)? {
-            return Err(GrantAppsError::UnknownGrant);
-        }
-        store(txn, &keys::grant_apps(grant), selection)?;
-        Ok(())
     }
 
     /// [`Engine::decide`], and on Allow the apps the consent chose for the
@@ -209,49 +197,20 @@ impl<S: Store> Engine<S> {
         now: Timestamp,
     ) -> Result<AuthorizeAnswer, SiteOpError> {
         tx.run(self, |txn| {
-            self.decide_with_apps_body(
+            let (answer, code) = self.decide_body(
                 txn,
                 site_id,
                 query,
                 client_document,
                 subject,
                 allow,
-                apps,
                 rng,
                 now,
-            )
+            )?;
+            if let Some(code) = code {
+                store(txn, &keys::code_apps(&code), apps)?;
+            }
+            Ok(answer)
         })
-    }
-
-    #[allow(
-        clippy::too_many_arguments,
-        reason = "each argument is one fact the adapter holds; bundling them would only rename them"
-    )]
-    fn decide_with_apps_body<W: WriteTransaction, R: CryptoRng + ?Sized>(
-        &self,
-        txn: &mut Txn<'_, W>,
-        site_id: &SiteId,
-        query: &str,
-        client_document: Option<&[u8]>,
-        subject: &str,
-        allow: bool,
-        apps: &AppSelection,
-        rng: &mut R,
-        now: Timestamp,
-    ) -> Result<AuthorizeAnswer, SiteOpError> {
-        let (answer, code) = self.decide_body(
-            txn,
-            site_id,
-            query,
-            client_document,
-            subject,
-            allow,
-            rng,
-            now,
-        )?;
-        if let Some(code) = code {
-            store(txn, &keys::code_apps(&code), apps)?;
-        }
-        Ok(answer)
     }
 }

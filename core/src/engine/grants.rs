@@ -537,22 +537,9 @@ impl<S: Store> Engine<S> {
         id: &GrantId,
         now: Timestamp,
     ) -> Result<bool, StoreError> {
-        tx.run(self, |txn| self.revoke_grant_body(txn, id, now))
-    }
-
-    /// The body of [`Engine::revoke_grant`] in either form, generic over the
-    /// transaction alone: both forms share one copy per store.
-    #[allow(
-        clippy::unused_self,
-        reason = "a method like every other operation body, called as `self.op_body(…)`"
-    )]
-    fn revoke_grant_body<W: WriteTransaction>(
-        &self,
-        txn: &mut Txn<'_, W>,
-        id: &GrantId,
-        now: Timestamp,
-    ) -> Result<bool, StoreError> {
-        Self::revoke_grant_if(txn, id, now, |_| true).map(|r| r == Some(true))
+        tx.run(self, |txn| {
+            Self::revoke_grant_if(txn, id, now, |_| true).map(|r| r == Some(true))
+        })
     }
 
     /// Revokes one grant for the user who holds it: `Ok(None)` when `subject`
@@ -568,25 +555,8 @@ impl<S: Store> Engine<S> {
         now: Timestamp,
     ) -> Result<Option<bool>, StoreError> {
         tx.run(self, |txn| {
-            self.revoke_own_grant_body(txn, site, subject, id, now)
+            Self::revoke_grant_if(txn, id, now, |g| g.site == *site && g.subject == subject)
         })
-    }
-
-    /// The body of [`Engine::revoke_own_grant`] in either form, generic over the
-    /// transaction alone: both forms share one copy per store.
-    #[allow(
-        clippy::unused_self,
-        reason = "a method like every other operation body, called as `self.op_body(…)`"
-    )]
-    fn revoke_own_grant_body<W: WriteTransaction>(
-        &self,
-        txn: &mut Txn<'_, W>,
-        site: &SiteId,
-        subject: &str,
-        id: &GrantId,
-        now: Timestamp,
-    ) -> Result<Option<bool>, StoreError> {
-        Self::revoke_grant_if(txn, id, now, |g| g.site == *site && g.subject == subject)
     }
 
     /// `None` when the grant is missing or `owned` refuses it; otherwise
@@ -619,43 +589,28 @@ impl<S: Store> Engine<S> {
         now: Timestamp,
     ) -> Result<usize, StoreError> {
         tx.run(self, |txn| {
-            self.revoke_user_grants_body(txn, site, subject, now)
-        })
-    }
-
-    /// The body of [`Engine::revoke_user_grants`] in either form, generic over the
-    /// transaction alone: both forms share one copy per store.
-    #[allow(
-        clippy::unused_self,
-        reason = "a method like every other operation body, called as `self.op_body(…)`"
-    )]
-    fn revoke_user_grants_body<W: WriteTransaction>(
-        &self,
-        txn: &mut Txn<'_, W>,
-        site: &SiteId,
-        subject: &str,
-        now: Timestamp,
-    ) -> Result<usize, StoreError> {
-        let prefix = keys::user_grants(site, subject);
-        let end = prefix_end(&prefix);
-        let end = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
-        let entries = txn.range(Table::GrantIndex, Bound::Included(&prefix), end, usize::MAX)?;
-        let mut revoked = 0;
-        for (key, _) in entries {
-            let Some(id) = keys::grant_suffix(&key) else {
-                continue;
-            };
-            let id = id.as_bytes();
-            if let Some(mut grant) = txn.load::<Grant>(id)?
-                && grant.revoked.is_none()
-            {
-                grant.revoke(RevocationReason::Revoked, now);
-                txn.save(id, &grant)?;
-                super::ledger::cancel_grant_requests(txn, &grant.id, now)?;
-                revoked += 1;
+            let prefix = keys::user_grants(site, subject);
+            let end = prefix_end(&prefix);
+            let end = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+            let entries =
+                txn.range(Table::GrantIndex, Bound::Included(&prefix), end, usize::MAX)?;
+            let mut revoked = 0;
+            for (key, _) in entries {
+                let Some(id) = keys::grant_suffix(&key) else {
+                    continue;
+                };
+                let id = id.as_bytes();
+                if let Some(mut grant) = txn.load::<Grant>(id)?
+                    && grant.revoked.is_none()
+                {
+                    grant.revoke(RevocationReason::Revoked, now);
+                    txn.save(id, &grant)?;
+                    super::ledger::cancel_grant_requests(txn, &grant.id, now)?;
+                    revoked += 1;
+                }
             }
-        }
-        Ok(revoked)
+            Ok(revoked)
+        })
     }
 
     /// Deletes expired codes and grants (with the auto-approvals of a

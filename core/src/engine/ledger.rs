@@ -1214,23 +1214,14 @@ impl<S: Store> Engine<S> {
         now: Timestamp,
     ) -> Result<(), TicketError> {
         tx.run(self, |txn| {
-            self.withdraw_action_body(txn, ticket.duplicate(), now)
+            let ticket = ticket.duplicate();
+            let RunContext { mut rec, .. } = self.run_context(txn, &ticket, now)?;
+            if !rec.withdraw(ticket.approved) {
+                return Err(TicketError::OutOfOrder(alloc::boxed::Box::new(ticket)));
+            }
+            self.save_request(txn, &ticket.lineage, &rec)?;
+            Ok(())
         })
-    }
-
-    /// The body of [`Engine::withdraw_action`] in either form.
-    fn withdraw_action_body<W: WriteTransaction>(
-        &self,
-        txn: &mut Txn<'_, W>,
-        ticket: ExecutionTicket,
-        now: Timestamp,
-    ) -> Result<(), TicketError> {
-        let RunContext { mut rec, .. } = self.run_context(txn, &ticket, now)?;
-        if !rec.withdraw(ticket.approved) {
-            return Err(TicketError::OutOfOrder(alloc::boxed::Box::new(ticket)));
-        }
-        self.save_request(txn, &ticket.lineage, &rec)?;
-        Ok(())
     }
 
     /// Records the outcome of the action the run was last authorized to

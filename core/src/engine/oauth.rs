@@ -48,34 +48,14 @@ impl<S: Store> Engine<S> {
         now: Timestamp,
     ) -> Result<Site, SiteOpError> {
         tx.run(self, |txn| {
-            self.create_site_body(txn, config.clone(), rng, now)
+            let key = keys::site(&config.id);
+            if txn.load::<Site>(key)?.is_some() {
+                return Err(SiteError::AlreadyExists.into());
+            }
+            let site = Site::create(config.clone(), rand::base64url::<16, _>(rng), now)?;
+            txn.save(keys::site(&site.id), &site)?;
+            Ok(site)
         })
-    }
-
-    /// The body of [`Engine::create_site`] in either form, generic over the
-    /// transaction alone: both forms share one copy per store.
-    #[allow(
-        clippy::needless_pass_by_value,
-        reason = "by value as before; an attempt that may re-run on a conflict clones what it keeps"
-    )]
-    #[allow(
-        clippy::unused_self,
-        reason = "a method like every other operation body, called as `self.op_body(…)`"
-    )]
-    fn create_site_body<W: WriteTransaction, R: CryptoRng + ?Sized>(
-        &self,
-        txn: &mut Txn<'_, W>,
-        config: SiteConfig,
-        rng: &mut R,
-        now: Timestamp,
-    ) -> Result<Site, SiteOpError> {
-        let key = keys::site(&config.id);
-        if txn.load::<Site>(key)?.is_some() {
-            return Err(SiteError::AlreadyExists.into());
-        }
-        let site = Site::create(config.clone(), rand::base64url::<16, _>(rng), now)?;
-        txn.save(keys::site(&site.id), &site)?;
-        Ok(site)
     }
 
     /// Reads a site.
@@ -93,21 +73,9 @@ impl<S: Store> Engine<S> {
         tx: X,
         config: SiteConfig,
     ) -> Result<Site, SiteOpError> {
-        tx.run(self, |txn| self.update_site_body(txn, config.clone()))
-    }
-
-    /// The body of [`Engine::update_site`] in either form, generic over the
-    /// transaction alone: both forms share one copy per store.
-    #[allow(
-        clippy::unused_self,
-        reason = "a method like every other operation body, called as `self.op_body(…)`"
-    )]
-    fn update_site_body<W: WriteTransaction>(
-        &self,
-        txn: &mut Txn<'_, W>,
-        config: SiteConfig,
-    ) -> Result<Site, SiteOpError> {
-        Self::modify_site(txn, &config.id.clone(), |site| site.update(config))
+        tx.run(self, |txn| {
+            Self::modify_site(txn, &config.id, |site| site.update(config.clone()))
+        })
     }
 
     /// Turns a site's off switch. Grants are kept either way.
@@ -117,24 +85,11 @@ impl<S: Store> Engine<S> {
         id: &SiteId,
         enabled: bool,
     ) -> Result<Site, SiteOpError> {
-        tx.run(self, |txn| self.set_site_enabled_body(txn, id, enabled))
-    }
-
-    /// The body of [`Engine::set_site_enabled`] in either form, generic over the
-    /// transaction alone: both forms share one copy per store.
-    #[allow(
-        clippy::unused_self,
-        reason = "a method like every other operation body, called as `self.op_body(…)`"
-    )]
-    fn set_site_enabled_body<W: WriteTransaction>(
-        &self,
-        txn: &mut Txn<'_, W>,
-        id: &SiteId,
-        enabled: bool,
-    ) -> Result<Site, SiteOpError> {
-        Self::modify_site(txn, id, |site| {
-            site.set_enabled(enabled);
-            Ok(())
+        tx.run(self, |txn| {
+            Self::modify_site(txn, id, |site| {
+                site.set_enabled(enabled);
+                Ok(())
+            })
         })
     }
 
@@ -146,25 +101,12 @@ impl<S: Store> Engine<S> {
         id: &SiteId,
         rng: &mut R,
     ) -> Result<Site, SiteOpError> {
-        tx.run(self, |txn| self.rotate_site_key_body(txn, id, rng))
-    }
-
-    /// The body of [`Engine::rotate_site_key`] in either form, generic over the
-    /// transaction alone: both forms share one copy per store.
-    #[allow(
-        clippy::unused_self,
-        reason = "a method like every other operation body, called as `self.op_body(…)`"
-    )]
-    fn rotate_site_key_body<W: WriteTransaction, R: CryptoRng + ?Sized>(
-        &self,
-        txn: &mut Txn<'_, W>,
-        id: &SiteId,
-        rng: &mut R,
-    ) -> Result<Site, SiteOpError> {
-        let key = rand::base64url::<16, _>(rng);
-        Self::modify_site(txn, id, |site| {
-            site.rotate_key(key);
-            Ok(())
+        tx.run(self, |txn| {
+            let key = rand::base64url::<16, _>(rng);
+            Self::modify_site(txn, id, |site| {
+                site.rotate_key(key);
+                Ok(())
+            })
         })
     }
 
@@ -174,23 +116,11 @@ impl<S: Store> Engine<S> {
         tx: X,
         id: &SiteId,
     ) -> Result<Site, SiteOpError> {
-        tx.run(self, |txn| self.revoke_site_grants_body(txn, id))
-    }
-
-    /// The body of [`Engine::revoke_site_grants`] in either form, generic over the
-    /// transaction alone: both forms share one copy per store.
-    #[allow(
-        clippy::unused_self,
-        reason = "a method like every other operation body, called as `self.op_body(…)`"
-    )]
-    fn revoke_site_grants_body<W: WriteTransaction>(
-        &self,
-        txn: &mut Txn<'_, W>,
-        id: &SiteId,
-    ) -> Result<Site, SiteOpError> {
-        Self::modify_site(txn, id, |site| {
-            site.revoke_all_grants();
-            Ok(())
+        tx.run(self, |txn| {
+            Self::modify_site(txn, id, |site| {
+                site.revoke_all_grants();
+                Ok(())
+            })
         })
     }
 

@@ -146,48 +146,19 @@ impl<S: Store> Engine<S> {
         now: Timestamp,
     ) -> Result<(), TabError> {
         tx.run(self, |txn| {
-            self.tab_heartbeat_body(
-                txn,
-                site,
-                subject,
-                grant,
+            self.tab_grant(&*txn, site, subject, grant, now)?;
+            let key = keys::tab(grant);
+            let mut tab: TabConnection = txn.load(&key)?.ok_or(TabError::NotConnected)?;
+            tab.heartbeat(
                 tab_id,
                 page_instance,
                 visible,
                 now,
-            )
+                self.policy.tab_heartbeat_timeout,
+            )?;
+            txn.save(&key, &tab)?;
+            Ok(())
         })
-    }
-
-    /// The body of [`Engine::tab_heartbeat`] in either form, generic over the
-    /// transaction alone: both forms share one copy per store.
-    #[allow(
-        clippy::too_many_arguments,
-        reason = "each argument is one fact the adapter holds; bundling them would only rename them"
-    )]
-    fn tab_heartbeat_body<W: WriteTransaction>(
-        &self,
-        txn: &mut Txn<'_, W>,
-        site: &SiteId,
-        subject: &str,
-        grant: &GrantId,
-        tab_id: &str,
-        page_instance: &str,
-        visible: bool,
-        now: Timestamp,
-    ) -> Result<(), TabError> {
-        self.tab_grant(&*txn, site, subject, grant, now)?;
-        let key = keys::tab(grant);
-        let mut tab: TabConnection = txn.load(&key)?.ok_or(TabError::NotConnected)?;
-        tab.heartbeat(
-            tab_id,
-            page_instance,
-            visible,
-            now,
-            self.policy.tab_heartbeat_timeout,
-        )?;
-        txn.save(&key, &tab)?;
-        Ok(())
     }
 
     /// The connected page disconnects: the connection ends (its runs are cut
@@ -207,43 +178,20 @@ impl<S: Store> Engine<S> {
         now: Timestamp,
     ) -> Result<(), TabError> {
         tx.run(self, |txn| {
-            self.disconnect_tab_body(txn, site, subject, grant, tab_id, page_instance, now)
+            let key = keys::tab(grant);
+            let mut tab: TabConnection = txn.load(&key)?.ok_or(TabError::NotConnected)?;
+            if tab.site != *site {
+                return Err(TabError::Forbidden);
+            }
+            let g: Option<Grant> = txn.load(grant.as_bytes())?;
+            if g.is_none_or(|g| g.subject != subject) {
+                return Err(TabError::Forbidden);
+            }
+            let ended = tab.disconnect(tab_id, page_instance)?;
+            cut_runs(txn, grant, ended, now)?;
+            txn.save(&key, &tab)?;
+            Ok(())
         })
-    }
-
-    /// The body of [`Engine::disconnect_tab`] in either form, generic over the
-    /// transaction alone: both forms share one copy per store.
-    #[allow(
-        clippy::too_many_arguments,
-        reason = "each argument is one fact the adapter holds; bundling them would only rename them"
-    )]
-    #[allow(
-        clippy::unused_self,
-        reason = "a method like every other operation body, called as `self.op_body(…)`"
-    )]
-    fn disconnect_tab_body<W: WriteTransaction>(
-        &self,
-        txn: &mut Txn<'_, W>,
-        site: &SiteId,
-        subject: &str,
-        grant: &GrantId,
-        tab_id: &str,
-        page_instance: &str,
-        now: Timestamp,
-    ) -> Result<(), TabError> {
-        let key = keys::tab(grant);
-        let mut tab: TabConnection = txn.load(&key)?.ok_or(TabError::NotConnected)?;
-        if tab.site != *site {
-            return Err(TabError::Forbidden);
-        }
-        let g: Option<Grant> = txn.load(grant.as_bytes())?;
-        if g.is_none_or(|g| g.subject != subject) {
-            return Err(TabError::Forbidden);
-        }
-        let ended = tab.disconnect(tab_id, page_instance)?;
-        cut_runs(txn, grant, ended, now)?;
-        txn.save(&key, &tab)?;
-        Ok(())
     }
 
     /// Sign-out: ends every tab connection of `browser_session` on `site`
@@ -256,41 +204,25 @@ impl<S: Store> Engine<S> {
         now: Timestamp,
     ) -> Result<usize, StoreError> {
         tx.run(self, |txn| {
-            self.reset_session_body(txn, site, browser_session, now)
-        })
-    }
-
-    /// The body of [`Engine::reset_session`] in either form, generic over the
-    /// transaction alone: both forms share one copy per store.
-    #[allow(
-        clippy::unused_self,
-        reason = "a method like every other operation body, called as `self.op_body(…)`"
-    )]
-    fn reset_session_body<W: WriteTransaction>(
-        &self,
-        txn: &mut Txn<'_, W>,
-        site: &SiteId,
-        browser_session: &str,
-        now: Timestamp,
-    ) -> Result<usize, StoreError> {
-        let prefix = keys::session_tabs(site, browser_session);
-        let mut ended = 0;
-        for (index, _) in scan(&*txn, Table::Tabs, &prefix, usize::MAX)? {
-            txn.delete(Table::Tabs, &index)?;
-            let Some(grant) = keys::grant_suffix(&index) else {
-                continue;
-            };
-            let key = keys::tab(&grant);
-            if let Some(mut tab) = txn.load::<TabConnection>(&key)?
-                && tab.browser_session == browser_session
-                && let Some(connection) = tab.end()
-            {
-                cut_runs(txn, &grant, connection, now)?;
-                txn.save(&key, &tab)?;
-                ended += 1;
+            let prefix = keys::session_tabs(site, browser_session);
+            let mut ended = 0;
+            for (index, _) in scan(&*txn, Table::Tabs, &prefix, usize::MAX)? {
+                txn.delete(Table::Tabs, &index)?;
+                let Some(grant) = keys::grant_suffix(&index) else {
+                    continue;
+                };
+                let key = keys::tab(&grant);
+                if let Some(mut tab) = txn.load::<TabConnection>(&key)?
+                    && tab.browser_session == browser_session
+                    && let Some(connection) = tab.end()
+                {
+                    cut_runs(txn, &grant, connection, now)?;
+                    txn.save(&key, &tab)?;
+                    ended += 1;
+                }
             }
-        }
-        Ok(ended)
+            Ok(ended)
+        })
     }
 
     /// `grant`'s tab connection, if it ever connected.

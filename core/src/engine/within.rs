@@ -166,11 +166,15 @@ impl<S: Store> Engine<S> {
 /// [`Engine::run_write`] wraps the transaction it opened ([`Own`]),
 /// [`Engine::within`] the caller's (`&mut W`). The two never nest: an
 /// operation hands its body the `Txn` of whichever form it was called in,
-/// so over a store whose own write transaction is what callers pass, each
-/// body (generic over the transaction alone, not over the form) is
-/// compiled once (`Txn<'_, S::Write>`), not once more for a `Txn` around a
-/// `Txn`, and [`Own`] takes no savepoint it would never roll back to (a
-/// failed `run_write` attempt is discarded whole). Public only to be named
+/// never a `Txn` around a `Txn`, and [`Own`] takes no savepoint it would
+/// never roll back to (a failed `run_write` attempt is discarded whole).
+///
+/// A short body is written inline, in the closure the operation hands to
+/// its form, and is compiled once per form a program uses. A long one (the
+/// `begin` forms, the ticket operations, the endpoints, the sweeps) lives
+/// in a private `op_body` generic over the transaction alone, not over the
+/// form: over a store whose own write transaction is what callers pass,
+/// both forms then share one compiled copy (`Txn<'_, S::Write>`). Public only to be named
 /// by the sealed traits; no other crate can reach it. It remembers the
 /// first failure the store reported through it, so the operation's answer is that failure
 /// even where the body went on or swallowed it, and whether anything was
