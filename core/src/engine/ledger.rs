@@ -2,8 +2,9 @@
 //! operations, the ledger sweep and start-up recovery): each in one store
 //! transaction of its own ([`Own`](super::Own)) or inside the caller's. See
 //! [`crate::ledger`] for the rules they implement; approvals live in
-//! `approvals.rs`, the connected tab in `tab.rs`, the server executors'
-//! leases in `executor.rs`, and the helpers they share here.
+//! `approvals.rs`, the connected tab's operations in [`crate::tab`], the
+//! server executors' in [`crate::executor`], and the helpers they share
+//! here.
 //!
 //! The decision tables of a repeated `begin` and of `authorize_action` are
 //! the record's ([`ExecutionRequest::begin`], [`ExecutionRequest::authorize`]):
@@ -37,7 +38,7 @@ use crate::tab::{Dispatch, TabConnection, TabHello};
 use crate::time::{Timestamp, TimestampMs};
 
 /// The failure a non-live grant status means.
-pub(super) fn session_failure(status: Option<GrantStatus>) -> Failure {
+pub(crate) fn session_failure(status: Option<GrantStatus>) -> Failure {
     Failure::of_session(status)
 }
 
@@ -57,7 +58,7 @@ fn live_tab<R: ReadTransaction>(
 }
 
 /// Whether the lease of executor `id` on `site` is live.
-pub(super) fn lease_live<R: ReadTransaction>(
+pub(crate) fn lease_live<R: ReadTransaction>(
     txn: &R,
     site: &crate::site::SiteId,
     id: u32,
@@ -126,7 +127,7 @@ fn prefix_bounds(prefix: &[u8]) -> (Bound<&[u8]>, Option<Vec<u8>>) {
 }
 
 /// Every entry under `prefix`.
-pub(super) fn scan<R: ReadTransaction>(
+pub(crate) fn scan<R: ReadTransaction>(
     txn: &R,
     table: Table,
     prefix: &[u8],
@@ -163,7 +164,7 @@ pub(super) fn undecided_of<R: ReadTransaction>(
 /// for a server request its executor's index while running, and an expiry
 /// entry at `look_at` (a hint: the sweep recomputes the real deadline and
 /// re-files the entry if it is later).
-pub(super) fn store_request<W: WriteTransaction>(
+pub(crate) fn store_request<W: WriteTransaction>(
     txn: &mut Txn<'_, W>,
     lineage: &Lineage,
     rec: &ExecutionRequest,
@@ -231,7 +232,7 @@ pub(crate) fn cancel_grant_requests<W: WriteTransaction>(
 }
 
 /// Cuts off the running tab requests of `grant` dispatched to `connection`.
-pub(super) fn cut_runs<W: WriteTransaction>(
+pub(crate) fn cut_runs<W: WriteTransaction>(
     txn: &mut Txn<'_, W>,
     grant: &GrantId,
     connection: u32,
@@ -345,7 +346,7 @@ pub(super) fn binding(site: &Site, grant: &Grant) -> Binding {
 /// Where [`Engine::abandon_running`] or [`Engine::end_lost_runs`] stopped:
 /// hand it back to the same operation to go on.
 #[derive(Clone, PartialEq, Eq)]
-pub struct AbandonCursor(pub(super) Vec<u8>);
+pub struct AbandonCursor(pub(crate) Vec<u8>);
 
 impl core::fmt::Debug for AbandonCursor {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
@@ -388,7 +389,7 @@ struct RunContext {
 }
 
 impl<S: Store> Engine<S> {
-    pub(super) fn grant_status<R: ReadTransaction>(
+    pub(crate) fn grant_status<R: ReadTransaction>(
         &self,
         txn: &R,
         site: &Site,

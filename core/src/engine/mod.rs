@@ -157,13 +157,10 @@
 
 mod agent;
 mod approvals;
-mod executor;
-mod granted_apps;
 mod grants;
 pub(crate) mod keys;
-mod ledger;
+pub(crate) mod ledger;
 mod oauth;
-mod tab;
 mod within;
 
 use crate::jwt::Keyring;
@@ -171,9 +168,9 @@ use crate::policy::Policy;
 use crate::site::{Site, SiteError, SiteId};
 use crate::store::{ReadTransaction, Store, StoreError};
 
+pub use crate::granted_apps::GrantAppsError;
 pub use agent::{AgentPrincipal, AgentTokenRequest, MintError};
 pub use approvals::{MAX_GRANTS_LISTED, MAX_PROMPTS_LISTED};
-pub use granted_apps::GrantAppsError;
 pub use grants::{BearerRejection, GrantPage, GrantSummary, Principal};
 pub use ledger::{AbandonCursor, Abandoned, RequestStatus};
 pub use oauth::RevokeError;

@@ -221,7 +221,7 @@ impl<S: Store> Engine<S> {
         clippy::too_many_arguments,
         reason = "each argument is one fact the adapter holds; bundling them would only rename them"
     )]
-    pub(super) fn decide_body<W: WriteTransaction, R: CryptoRng + ?Sized>(
+    pub(crate) fn decide_body<W: WriteTransaction, R: CryptoRng + ?Sized>(
         &self,
         txn: &mut Txn<'_, W>,
         site_id: &SiteId,
@@ -529,7 +529,7 @@ impl<S: Store> Engine<S> {
         code.state = CodeState::Redeemed(grant.id);
         txn.save(&code.id, &code)?;
         self.insert_grant(txn, &grant)?;
-        super::granted_apps::adopt_code_apps(txn, &code.id, &grant.id)?;
+        crate::granted_apps::adopt_code_apps(txn, &code.id, &grant.id)?;
         super::ledger::join_live_tab(txn, &grant, self.policy.tab_heartbeat_timeout, now)?;
         let signer = Signer {
             issuer: &site.issuer,
