@@ -154,7 +154,7 @@ pub struct GrantPage {
 
 /// 401 `invalid_token` for `site`, saying `why`. The metadata URL is built
 /// only here, on refusal, never on the accept path.
-pub(super) fn invalid_token(site: &SiteView<'_>, why: &str) -> BearerRejection {
+pub(crate) fn invalid_token(site: &SiteView<'_>, why: &str) -> BearerRejection {
     let md = metadata::resource_metadata_url(site.resource_prefix, site.public_key);
     BearerRejection::Challenge(Challenge::invalid_token(&md, why))
 }
@@ -162,7 +162,7 @@ pub(super) fn invalid_token(site: &SiteView<'_>, why: &str) -> BearerRejection {
 /// 403 `insufficient_scope`, listing every scope the request needs next to
 /// those the token holds (RFC 6750 §3.1), when `held` lacks some of
 /// `required`.
-pub(super) fn require_scopes(
+pub(crate) fn require_scopes(
     site: &SiteView<'_>,
     required: &ScopeSet,
     held: &ScopeSet,
@@ -193,7 +193,7 @@ impl<S: Store> Engine<S> {
         clippy::too_many_arguments,
         reason = "the request's parts, the caller's claim reader and its continuation"
     )]
-    pub(super) fn check_bearer<R: ReadTransaction, T, U>(
+    pub(crate) fn check_bearer<R: ReadTransaction, T, U>(
         &self,
         txn: &R,
         site_id: &SiteId,
