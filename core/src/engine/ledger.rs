@@ -1,10 +1,10 @@
 //! The execution-ledger operations (`begin` on either executor, the ticket
 //! operations, the ledger sweep and start-up recovery): each in one store
 //! transaction of its own ([`Own`](super::Own)) or inside the caller's. See
-//! [`crate::ledger`] for the rules they implement; approvals live in
-//! `approvals.rs`, the connected tab's operations in [`crate::tab`], the
-//! server executors' in [`crate::executor`], and the helpers they share
-//! here.
+//! [`crate::ledger`] for the rules they implement. The approval
+//! operations live in [`crate::approval`], the connected tab's in
+//! [`crate::tab`], the server executors' in [`crate::executor`]; the helpers
+//! they share with these are here.
 //!
 //! The decision tables of a repeated `begin` and of `authorize_action` are
 //! the record's ([`ExecutionRequest::begin`], [`ExecutionRequest::authorize`]):
@@ -140,7 +140,7 @@ pub(crate) fn scan<R: ReadTransaction>(
 
 /// The undecided requests of `grant`, from its index: each entry's index
 /// key, the request's lineage and its id. Malformed entries are skipped.
-pub(super) fn undecided_of<R: ReadTransaction>(
+pub(crate) fn undecided_of<R: ReadTransaction>(
     txn: &R,
     grant: &GrantId,
 ) -> Result<Vec<(Vec<u8>, Lineage, RequestId)>, StoreError> {
@@ -335,7 +335,7 @@ fn reconnect_link(site: &Site) -> ReconnectLink {
     }
 }
 
-pub(super) fn binding(site: &Site, grant: &Grant) -> Binding {
+pub(crate) fn binding(site: &Site, grant: &Grant) -> Binding {
     Binding {
         grant: grant.id,
         epoch: grant.epoch,
@@ -462,7 +462,7 @@ impl<S: Store> Engine<S> {
         }))
     }
 
-    pub(super) fn save_request<W: WriteTransaction>(
+    pub(crate) fn save_request<W: WriteTransaction>(
         &self,
         txn: &mut Txn<'_, W>,
         lineage: &Lineage,

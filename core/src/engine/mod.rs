@@ -155,7 +155,6 @@
 //! transaction that wrote nothing is dropped, not committed, so rejections
 //! cost no fsync; one in which the store failed is dropped whole.
 
-mod approvals;
 pub(crate) mod grants;
 pub(crate) mod keys;
 pub(crate) mod ledger;
@@ -168,8 +167,8 @@ use crate::site::{Site, SiteError, SiteId};
 use crate::store::{ReadTransaction, Store, StoreError};
 
 pub use crate::agent_token::{AgentPrincipal, AgentTokenRequest, MintError};
+pub use crate::approval::{MAX_GRANTS_LISTED, MAX_PROMPTS_LISTED};
 pub use crate::granted_apps::GrantAppsError;
-pub use approvals::{MAX_GRANTS_LISTED, MAX_PROMPTS_LISTED};
 pub use grants::{BearerRejection, GrantPage, GrantSummary, Principal};
 pub use ledger::{AbandonCursor, Abandoned, RequestStatus};
 pub use oauth::RevokeError;
