@@ -223,13 +223,26 @@ pub(crate) struct SiteFacts {
     /// Where its RFC 9728 document is served (absolute URL; shared with
     /// every [`Agent`] checked against it).
     pub(crate) resource_metadata: Arc<str>,
+    /// The site's RFC 8414 §3 metadata document, serialized once: it is a
+    /// function of the stored site alone, and a new `SiteFacts` is built
+    /// whenever the site is re-read, so a GET sends these bytes as they are.
+    pub(crate) authorization_server_document: axum::body::Bytes,
+    /// The site's RFC 9728 §3.2 document, likewise.
+    pub(crate) protected_resource_document: axum::body::Bytes,
 }
 
 impl SiteFacts {
     pub(crate) fn of(site: Site) -> Self {
+        use portcullis_core::metadata::{AuthorizationServerMetadata, ProtectedResourceMetadata};
         Self {
             resource: site.resource(),
             resource_metadata: portcullis_core::metadata::protected_resource_metadata_url(&site)
+                .into(),
+            authorization_server_document: AuthorizationServerMetadata::for_site(&site)
+                .to_json()
+                .into(),
+            protected_resource_document: ProtectedResourceMetadata::for_site(&site)
+                .to_json()
                 .into(),
             site,
         }

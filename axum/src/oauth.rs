@@ -19,9 +19,7 @@ use portcullis_core::engine::{RevokeError, SiteOpError};
 use portcullis_core::error::{ErrorCode, WireError as _};
 use portcullis_core::http::HttpResponse;
 use portcullis_core::introspect::IntrospectError;
-use portcullis_core::metadata::{
-    AuthorizationServerMetadata, KEY_SET_PATH, ProtectedResourceMetadata,
-};
+use portcullis_core::metadata::KEY_SET_PATH;
 use portcullis_core::token::{ClientAuthentication, TokenError};
 
 use crate::csrf::{self, Purpose};
@@ -201,11 +199,11 @@ async fn common_headers(mut response: Response) -> Response {
 }
 
 /// RFC 8414 §3: the authorization server's metadata.
+/// Serialized once per site revision ([`crate::SiteFacts`]).
 async fn authorization_server_metadata<S: HostStore>(State(p): State<Portcullis<S>>) -> Response {
-    let site = &p.facts().site;
     respond::json(
         StatusCode::OK,
-        AuthorizationServerMetadata::for_site(site).to_json(),
+        p.facts().authorization_server_document.clone(),
     )
 }
 
@@ -238,10 +236,7 @@ async fn protected_resource_metadata<S: HostStore>(
 ) -> Response {
     let facts = p.facts();
     if key == facts.site.public_key {
-        respond::json(
-            StatusCode::OK,
-            ProtectedResourceMetadata::for_site(&facts.site).to_json(),
-        )
+        respond::json(StatusCode::OK, facts.protected_resource_document.clone())
     } else {
         (StatusCode::NOT_FOUND, "no such resource\n").into_response()
     }

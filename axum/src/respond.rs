@@ -30,7 +30,8 @@ pub fn core(answer: HttpResponse) -> Response {
 }
 
 /// A JSON document (`application/json`).
-pub(crate) fn json(status: StatusCode, body: String) -> Response {
+pub(crate) fn json(status: StatusCode, body: impl Into<Body>) -> Response {
+    let body = body.into();
     let mut r = (status, body).into_response();
     r.headers_mut().insert(
         header::CONTENT_TYPE,

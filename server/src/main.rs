@@ -2,9 +2,9 @@
 //!
 //! A thin adapter: axum and tokio for HTTP, the redb or PostgreSQL store for state, and
 //! the policy core for every decision. See `portcullis --help`.
+//! `portcullis agent` is the `portcullis-agent` crate, dispatched to as is.
 
 mod admin;
-mod agent;
 mod check;
 mod cli;
 mod clock;
@@ -87,7 +87,7 @@ fn main() -> ExitCode {
         Command::Check { guard } => check::run(guard, std::io::stdin().lock(), &mut out),
         Command::Agent(args) => {
             drop(out);
-            agent::run_blocking(args)
+            portcullis_agent::run_blocking(args).map_err(|e| format!("agent: {e}"))
         }
     };
     match result {

@@ -139,6 +139,23 @@ enum Material {
 }
 
 impl Material {
+    /// The HS256 key, if this is one (always, in a build without
+    /// asymmetric access tokens).
+    #[cfg_attr(
+        not(any(feature = "eddsa", feature = "es256")),
+        expect(
+            clippy::unnecessary_wraps,
+            reason = "the same signature with and without the asymmetric features"
+        )
+    )]
+    fn hmac(&self) -> Option<&SigningKey> {
+        match self {
+            Self::Hmac(key) => Some(key),
+            #[cfg(any(feature = "eddsa", feature = "es256"))]
+            Self::Token(_) => None,
+        }
+    }
+
     fn algorithm(&self) -> Algorithm {
         match self {
             Self::Hmac(_) => Algorithm::Hs256,
@@ -441,11 +458,7 @@ impl Keyring {
     pub fn active_key(&self) -> Option<(&str, &SigningKey)> {
         self.active.and_then(|i| {
             let entry = &self.entries[i];
-            match &entry.material {
-                Material::Hmac(key) => Some((entry.kid.as_str(), key)),
-                #[cfg(any(feature = "eddsa", feature = "es256"))]
-                Material::Token(_) => None,
-            }
+            entry.material.hmac().map(|key| (entry.kid.as_str(), key))
         })
     }
 
@@ -456,11 +469,7 @@ impl Keyring {
             .position(kid)
             .map(|i| &self.entries[i])
             .ok_or(VerifyError::UnknownKey)?;
-        let key = match &entry.material {
-            Material::Hmac(key) => key,
-            #[cfg(any(feature = "eddsa", feature = "es256"))]
-            Material::Token(_) => return Err(VerifyError::UnknownKey),
-        };
+        let key = entry.material.hmac().ok_or(VerifyError::UnknownKey)?;
         match entry.state {
             KeyState::Retired => Err(VerifyError::RetiredKey),
             KeyState::Verifying => Ok(key),

@@ -13,10 +13,15 @@
 //!   --conns N            connections of the loads that do not fix theirs (32)
 //!   --codes N            codes per connection for the code exchange (150)
 //!   --loads a,b          only these loads (rotate1, rotate32, code,
-//!                        register, bearer, metadata)
+//!                        register, bearer, metadata; rotate64, against
+//!                        Portcullis alone, only when named)
 //!   --targets a,b        only these servers (pc-disk, pc-tmpfs, oidc, sdk,
 //!                        floor)
 //!   --client-threads N   the load generator's runtime threads (default 2)
+//!   --seed-db FILE       start Portcullis on a copy of this redb file and
+//!                        its `FILE.keys` (a population of grants made by
+//!                        `portcullis-axum`'s `seed_grants` example; see
+//!                        benches/peers/scale.sh)
 //!   --portcullis BIN --floor BIN --peers-dir DIR --work DIR --node NODE
 //!
 //! Server CPU per request is `utime + stime` of the server's process over
@@ -77,6 +82,7 @@ fn parse() -> Config {
             peers_dir: PathBuf::from("benches/peers"),
             work: std::env::temp_dir().join("portcullis-peers"),
             tmpfs: None,
+            seed_db: None,
         },
     };
     while let Some(a) = args.next() {
@@ -120,6 +126,7 @@ fn parse() -> Config {
             "--peers-dir" => cfg.bins.peers_dir = value().into(),
             "--work" => cfg.bins.work = value().into(),
             "--node" => cfg.bins.node = value(),
+            "--seed-db" => cfg.bins.seed_db = Some(value().into()),
             _ => usage(&format!("unknown argument {a}")),
         }
     }

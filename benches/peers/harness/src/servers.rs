@@ -103,6 +103,8 @@ pub struct Bins {
     pub work: PathBuf,
     /// A directory on tmpfs, if there is one.
     pub tmpfs: Option<PathBuf>,
+    /// A redb file (and its `.keys`) Portcullis starts on a copy of.
+    pub seed_db: Option<PathBuf>,
 }
 
 /// Starts one server and waits until it answers its metadata document.
@@ -122,6 +124,9 @@ pub async fn start(kind: Kind, bins: &Bins, run: usize) -> Result<Server> {
             let dir = base.join(format!("{tag}-db-{}", std::process::id()));
             let _ = std::fs::remove_dir_all(&dir);
             std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            if let Some(seed) = &bins.seed_db {
+                copy_seed(seed, &dir.join("portcullis.redb"))?;
+            }
             let mut cmd = Command::new(&bins.portcullis);
             cmd.arg("serve")
                 .arg("--db")
@@ -210,6 +215,22 @@ pub async fn start(kind: Kind, bins: &Bins, run: usize) -> Result<Server> {
         target.endpoints = endpoints(target).await.map_err(|e| format!("{tag}: {e}"))?;
     }
     Ok(server)
+}
+
+/// Copies the seeded database `seed` and its key file to `db` and
+/// `db.keys` (the key file keeps its owner-only mode: `std::fs::copy`
+/// copies permissions).
+fn copy_seed(seed: &Path, db: &Path) -> Result<()> {
+    let keys = |p: &Path| {
+        let mut k = p.as_os_str().to_owned();
+        k.push(".keys");
+        PathBuf::from(k)
+    };
+    for (from, to) in [(seed.to_path_buf(), db.to_path_buf()), (keys(seed), keys(db))] {
+        std::fs::copy(&from, &to)
+            .map_err(|e| format!("{} to {}: {e}", from.display(), to.display()))?;
+    }
+    Ok(())
 }
 
 /// The endpoints named by the server's metadata document.

@@ -26,8 +26,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::http::{HeaderName, HeaderValue};
 use portcullis_core::agent_loop::{Answer, Retry};
+use reqwest::header::{HeaderName, HeaderValue};
 use rmcp::model::ClientJsonRpcMessage;
 use rmcp::transport::streamable_http_client::{
     StreamableHttpClient as _, StreamableHttpError, StreamableHttpPostResponse,
@@ -35,7 +35,7 @@ use rmcp::transport::streamable_http_client::{
 use serde_json::{Value, json};
 
 use super::{AgentError, Secret};
-use crate::cli::Revision;
+use crate::Revision;
 
 /// The tasks extension's identifier (in `clientCapabilities.extensions`).
 const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";

@@ -2,24 +2,36 @@
 //! other half of the protocol, built on the core's sans-IO
 //! [`ClientLoop`](portcullis_core::agent_loop::ClientLoop).
 //!
-//! This module owns the agent's I/O; every protocol decision is the core's:
+//! The crate is the agent without the server: it depends on the policy
+//! core, rmcp's client side, reqwest and tokio, never on the HTTP server or
+//! a store. The `portcullis` binary embeds it as its `agent` subcommand
+//! ([`AgentArgs`], then [`run_blocking`]); another binary can do the same.
 //!
-//! * **Authentication** ([`Auth`], rmcp's `auth` module): discovery of the
-//!   protected-resource metadata (RFC 9728) and of the authorization
+//! Its public API is what that takes: [`AgentArgs`] (with [`AgentAction`]
+//! and [`Revision`]), [`run()`] or [`run_blocking`], and [`AgentError`].
+//! Progress and the result go to stdout, one line each; the log (one line
+//! per MCP call, target `portcullis::agent`) goes through `tracing`, to
+//! whatever subscriber the binary installs.
+//!
+//! The crate owns the agent's I/O; every protocol decision is the core's:
+//!
+//! * **Arguments** (`args`): the clap arguments of `portcullis agent`.
+//! * **Authentication** (`Auth` here, rmcp's `auth` module): discovery of
+//!   the protected-resource metadata (RFC 9728) and of the authorization
 //!   server's metadata (RFC 8414), dynamic client registration (RFC 7591)
 //!   once per token file, an authorization-code request with PKCE S256
 //!   (RFC 7636) and the MCP `resource` (RFC 8707), and the user's consent in
 //!   a browser: the URL is printed (and opened with `--open`), and the
-//!   redirect comes back to a loopback listener ([`consent`]) that checks
-//!   `state`. Tokens and the registration live in a `0600` file
-//!   ([`store`]); an expired access token is refreshed before a call.
-//! * **MCP calls** ([`mcp`]): rmcp's Streamable HTTP client transport, one
+//!   redirect comes back to a loopback listener (`consent`) that checks
+//!   `state`. Tokens and the registration live in a `0600` file (`store`);
+//!   an expired access token is refreshed before a call.
+//! * **MCP calls** (`mcp`): rmcp's Streamable HTTP client transport, one
 //!   POST per JSON-RPC request, with one log line per call (request id,
 //!   protocol version, capability, outcome, duration; never a token or the
 //!   surface's description). The agent speaks 2026-07-28 when the server
 //!   does (declaring URL elicitation and tasks), else 2025-11-25 (URL
 //!   elicitation), or an older revision when told (`--protocol-version`).
-//! * **The loop** ([`run`]): `portcullis agent run '<code>'` asks the core's
+//! * **The loop** (`run`): `portcullis agent run '<code>'` asks the core's
 //!   loop for each step and does it: authenticate, describe, invoke
 //!   `execute` with a fresh request id, print (and with `--open` open) the
 //!   approval page once, resume the same request while it is pending (the
@@ -29,6 +41,9 @@
 //!   a human on `PERMISSION_DENIED`; progress goes to stdout, then the
 //!   result. The person approves on the page: the agent never does.
 
+#![forbid(unsafe_code)]
+
+mod args;
 mod consent;
 mod mcp;
 mod run;
@@ -44,7 +59,7 @@ use rmcp::transport::auth::{
 };
 use serde_json::Value;
 
-use crate::cli::{AgentAction, AgentArgs};
+pub use args::{AgentAction, AgentArgs, Revision};
 use consent::Loopback;
 use mcp::{Mcp, Reply};
 use store::TokenFile;
@@ -76,10 +91,12 @@ impl fmt::Debug for Secret {
     }
 }
 
-/// Why the agent stopped.
+/// Why the agent stopped. Its `Display` names no token, code or user data.
 #[non_exhaustive]
 #[derive(Debug)]
-pub(crate) enum AgentError {
+pub enum AgentError {
+    /// The tokio runtime of [`run_blocking`] could not be started.
+    Runtime(String),
     /// The token file could not be read or written, or is too open.
     TokenFile(String),
     /// The browser consent failed (no answer in time, denied, no port).
@@ -97,9 +114,12 @@ pub(crate) enum AgentError {
 }
 
 impl AgentError {
-    /// A stable code for scripts and logs.
-    pub(crate) fn code(&self) -> &'static str {
+    /// A stable code for scripts and logs (`token_file`, `consent`, `auth`,
+    /// `transport`, `server`, `usage`, `stopped`, `runtime`).
+    #[must_use]
+    pub fn code(&self) -> &'static str {
         match self {
+            Self::Runtime(_) => "runtime",
             Self::TokenFile(_) => "token_file",
             Self::Consent(_) => "consent",
             Self::Auth(_) => "auth",
@@ -114,6 +134,7 @@ impl AgentError {
 impl fmt::Display for AgentError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Self::Runtime(m) => write!(f, "starting the runtime: {m}"),
             Self::TokenFile(m) => write!(f, "token file: {m}"),
             Self::Consent(m) => write!(f, "consent: {m}"),
             Self::Auth(m) => write!(f, "authorization: {m}"),
@@ -140,19 +161,27 @@ pub(crate) fn say(line: fmt::Arguments<'_>) {
     let _ = out.flush();
 }
 
-/// Runs `portcullis agent` on its own runtime.
-pub(crate) fn run_blocking(args: AgentArgs) -> Result<(), String> {
-    // reqwest is built without a default crypto provider: use ring's.
-    let _ = rustls::crypto::ring::default_provider().install_default();
+/// Runs `portcullis agent` on a current-thread tokio runtime of its own:
+/// [`run()`], blocking until it ends.
+pub fn run_blocking(args: AgentArgs) -> Result<(), AgentError> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| format!("starting the runtime: {e}"))?
-        .block_on(agent(args))
-        .map_err(|e| format!("agent: {e}"))
+        .map_err(|e| AgentError::Runtime(e.to_string()))?
+        .block_on(run(args))
 }
 
-async fn agent(args: AgentArgs) -> Result<(), AgentError> {
+/// Runs `portcullis agent` with `args` on the caller's tokio runtime (its
+/// I/O and time drivers enabled): signs in if needed, then describes,
+/// searches or runs as [`AgentArgs::action`] says, printing progress and
+/// the result to stdout. A run that ends without a result (refused,
+/// failed, interrupted) is [`AgentError::Stopped`], after its report was
+/// printed.
+///
+/// Installs ring's rustls provider as the process default if none is (the
+/// HTTP client is built without one).
+pub async fn run(args: AgentArgs) -> Result<(), AgentError> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let url = url::Url::parse(&args.url).map_err(|e| AgentError::Usage(format!("--url: {e}")))?;
     if !matches!(url.scheme(), "https" | "http") || url.host_str().is_none() {
         return Err(AgentError::Usage("--url must be an http(s) URL".into()));
