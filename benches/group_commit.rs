@@ -245,7 +245,7 @@ where
                     committer
                         .run(move |txn| {
                             engine.token(
-                                &mut *txn,
+                                txn,
                                 &site,
                                 &body,
                                 HeaderField::ABSENT,

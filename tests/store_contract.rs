@@ -765,7 +765,7 @@ mod crash {
                     let tokens = c
                         .run(move |txn| {
                             e.token(
-                                &mut *txn,
+                                txn,
                                 &site,
                                 &body,
                                 HeaderField::ABSENT,
@@ -795,13 +795,7 @@ mod crash {
                     let (e, p) = (Arc::clone(&engine), Arc::clone(&principal));
                     let begun = c
                         .run(move |txn| {
-                            e.begin(
-                                &mut *txn,
-                                &p,
-                                &exec_params(t, n),
-                                Caller::Client,
-                                now.into(),
-                            )
+                            e.begin(txn, &p, &exec_params(t, n), Caller::Client, now.into())
                         })
                         .unwrap();
                     let ticket = match begun {
@@ -814,24 +808,19 @@ mod crash {
                     };
                     let (e, a) = (Arc::clone(&engine), Arc::clone(&action));
                     let verdict = c
-                        .run(move |txn| e.authorize_action(&mut *txn, ticket, &a, now))
+                        .run(move |txn| e.authorize_action(txn, ticket, &a, now))
                         .unwrap();
                     let Ok(ActionVerdict::Run(ticket)) = verdict else {
                         panic!("request {n}: {verdict:?}");
                     };
                     let e = Arc::clone(&engine);
                     let ticket = c
-                        .run(move |txn| e.record_outcome(&mut *txn, ticket, Report::ok("ran"), now))
+                        .run(move |txn| e.record_outcome(txn, ticket, Report::ok("ran"), now))
                         .unwrap()
                         .unwrap();
                     let e = Arc::clone(&engine);
                     c.run(move |txn| {
-                        e.complete(
-                            &mut *txn,
-                            ticket,
-                            &Completion::Value(serde_json::json!(n)),
-                            now,
-                        )
+                        e.complete(txn, ticket, &Completion::Value(serde_json::json!(n)), now)
                     })
                     .unwrap()
                     .unwrap();

@@ -152,7 +152,7 @@ impl<S: HostStore> Portcullis<S> {
         let revoked = self
             .write(move |p, txn| {
                 p.inner.engine().revoke_own_grant(
-                    &mut *txn,
+                    txn,
                     &p.inner.site_id,
                     &subject,
                     &grant,

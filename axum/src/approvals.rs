@@ -112,7 +112,7 @@ impl<S: HostStore> Portcullis<S> {
         let answer = self
             .write(move |p, txn| {
                 p.inner.engine().decide_approval(
-                    &mut *txn,
+                    txn,
                     &p.inner.site_id,
                     &subject,
                     &approval,

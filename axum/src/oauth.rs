@@ -521,7 +521,7 @@ async fn token<S: HostStore>(
     let answer = p
         .write(move |p, txn| {
             p.inner.engine().token(
-                &mut *txn,
+                txn,
                 &p.inner.site_id,
                 &body,
                 client_authentication(&authorization, assertion.as_ref()),
@@ -566,7 +566,7 @@ async fn revoke<S: HostStore>(
     let answer = p
         .write(move |p, txn| {
             p.inner.engine().revoke_token(
-                &mut *txn,
+                txn,
                 &p.inner.site_id,
                 &body,
                 client_authentication(&authorization, assertion.as_ref()),

@@ -709,9 +709,9 @@ impl<S: HostStore> Portcullis<S> {
                 if on_tab {
                     // This process drives the tab run: its lease tells
                     // every instance of a fleet whether the run is lost.
-                    engine.begin_driven(&mut *txn, &p, &q, &n, Caller::Client, executor, now_ms())
+                    engine.begin_driven(txn, &p, &q, &n, Caller::Client, executor, now_ms())
                 } else {
-                    engine.begin_server(&mut *txn, &p, &q, &n, executor, now_ms())
+                    engine.begin_server(txn, &p, &q, &n, executor, now_ms())
                 }
             })
             .await;
@@ -807,7 +807,7 @@ impl<S: HostStore> Portcullis<S> {
         self.ticket_op(id, move |me, mut txn| {
             let engine = &me.inner.engine();
             let mut record = |ticket, report: &Report| match txn.as_deref_mut() {
-                Some(txn) => engine.record_outcome(&mut *txn, ticket, report.clone(), now()),
+                Some(txn) => engine.record_outcome(txn, ticket, report.clone(), now()),
                 None => engine.record_outcome(Own, ticket, report.clone(), now()),
             };
             match record(ticket, &report) {
@@ -841,7 +841,7 @@ impl<S: HostStore> Portcullis<S> {
             .ticket_op(id, move |me, txn| {
                 let engine = &me.inner.engine();
                 match txn {
-                    Some(txn) => engine.withdraw_action(&mut *txn, ticket, now()),
+                    Some(txn) => engine.withdraw_action(txn, ticket, now()),
                     None => engine.withdraw_action(Own, ticket, now()),
                 }
             })
@@ -917,7 +917,7 @@ impl<S: HostStore> Portcullis<S> {
         self.ticket_op(id, move |me, txn| {
             let engine = &me.inner.engine();
             match txn {
-                Some(txn) => engine.authorize_action(&mut *txn, ticket, &action, now()),
+                Some(txn) => engine.authorize_action(txn, ticket, &action, now()),
                 None => engine.authorize_action(Own, ticket, &action, now()),
             }
         })
@@ -975,7 +975,7 @@ impl<S: HostStore> Portcullis<S> {
             .ticket_op(id, move |me, mut txn| {
                 let engine = &me.inner.engine();
                 let mut record = |ticket, report| match txn.as_deref_mut() {
-                    Some(txn) => engine.record_outcome(&mut *txn, ticket, report, now()),
+                    Some(txn) => engine.record_outcome(txn, ticket, report, now()),
                     None => engine.record_outcome(Own, ticket, report, now()),
                 };
                 match record(ticket, report) {
@@ -1025,7 +1025,7 @@ impl<S: HostStore> Portcullis<S> {
             .ticket_op(id, move |me, mut txn| {
                 let engine = &me.inner.engine();
                 let mut complete = |ticket, completion: &Completion| match txn.as_deref_mut() {
-                    Some(txn) => engine.complete(&mut *txn, ticket, completion, now()),
+                    Some(txn) => engine.complete(txn, ticket, completion, now()),
                     None => engine.complete(Own, ticket, completion, now()),
                 };
                 match complete(ticket, &completion) {

@@ -747,7 +747,7 @@ pub(crate) async fn decide(State(app): State<Shared>, headers: HeaderMap, raw: B
     let done = app
         .write(move |app, txn| {
             app.engine().decide_approval(
-                &mut *txn,
+                txn,
                 app.site(),
                 &subject,
                 &approval,

@@ -723,7 +723,7 @@ impl App {
                     .delete_app_view(&mut *txn, app.site(), &stored.subject, id)?;
             }
             app.engine()
-                .create_app_view(&mut *txn, &stored, MAX_VIEWS_PER_USER)
+                .create_app_view(txn, &stored, MAX_VIEWS_PER_USER)
         });
         match created {
             Ok(Ok(())) => true,
@@ -812,7 +812,7 @@ impl App {
                 let changed = entry.stored;
                 let saved = self.commit(move |app, txn| {
                     let mut copy = changed.clone();
-                    app.engine().save_app_view(&mut *txn, &mut copy)
+                    app.engine().save_app_view(txn, &mut copy)
                 });
                 match saved {
                     Ok(Ok(())) => return Ok(out),
@@ -932,7 +932,7 @@ pub(crate) async fn deliver(
     let taken = app
         .write(move |app, txn| {
             app.engine()
-                .take_deliveries(&mut *txn, app.site(), &subject, &lineage)
+                .take_deliveries(txn, app.site(), &subject, &lineage)
         })
         .await;
     let items = match taken {
@@ -1031,7 +1031,7 @@ pub(crate) async fn send_context(
     let sent = app
         .write(move |app, txn| {
             app.engine()
-                .send_context(&mut *txn, app.site(), &subject, &selections)
+                .send_context(txn, app.site(), &subject, &selections)
         })
         .await;
     match sent {
@@ -1375,7 +1375,7 @@ pub(crate) async fn deny_waiting(
         let denied = app
             .write(move |app, txn| {
                 app.engine().decide_approval(
-                    &mut *txn,
+                    txn,
                     app.site(),
                     &who,
                     &approval,
