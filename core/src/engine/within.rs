@@ -36,6 +36,10 @@ pub struct Own;
 /// answer and `txn` is lost: drop it, do not commit it. The engine never
 /// retries in a transaction it does not own.
 ///
+/// A `txn: &mut W` you hold is passed as it is (`engine.op(txn, …)`), or
+/// as `&mut *txn` when you use it again after the call: a generic argument
+/// is moved, not reborrowed.
+///
 /// Sealed: [`Own`] and `&mut W` are the only two forms.
 pub trait Within<S: Store>: sealed::RunWrite<S> {}
 
