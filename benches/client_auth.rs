@@ -28,7 +28,7 @@ use portcullis::pkce::{CodeChallenge, CodeVerifier};
 use portcullis::site::{SiteConfig, SiteId};
 use portcullis::store::MemoryStore;
 use portcullis::token::ClientAuthentication;
-use portcullis::{Policy, Timestamp};
+use portcullis::{Own, Policy, Timestamp};
 use serde_json::json;
 
 #[path = "../tests/client_keys.rs"]
@@ -59,6 +59,7 @@ fn bench_engine() -> Bench {
     let now = Timestamp::from_secs(1_800_000_000);
     engine
         .create_site(
+            Own,
             SiteConfig::new(site.clone(), "Demo", ISSUER, "https://app.example.com/mcp/"),
             &mut rand::rng(),
             now,
@@ -90,6 +91,7 @@ fn code(b: &Bench, client_id: &str, document: Option<&[u8]>) -> String {
     let AuthorizeAnswer::Redirect(url) = b
         .engine
         .decide(
+            Own,
             &b.site,
             &query,
             document,
@@ -122,6 +124,7 @@ fn with_assertion(b: &Bench, client: &Client, keys: &JwkSet, body: &str) -> Stri
     let tokens = b
         .engine
         .token(
+            Own,
             &b.site,
             body,
             ClientAuthentication::assertion(HeaderField::ABSENT, &verified),
@@ -158,6 +161,7 @@ fn public_client(group: &mut Group<'_>) {
         let first = b
             .engine
             .token(
+                Own,
                 &b.site,
                 &encode_pairs([
                     ("grant_type", "authorization_code"),
@@ -184,7 +188,14 @@ fn public_client(group: &mut Group<'_>) {
                 |body| {
                     let t = b
                         .engine
-                        .token(&b.site, &body, HeaderField::ABSENT, &mut rand::rng(), b.now)
+                        .token(
+                            Own,
+                            &b.site,
+                            &body,
+                            HeaderField::ABSENT,
+                            &mut rand::rng(),
+                            b.now,
+                        )
                         .unwrap();
                     t.refresh_token
                         .expose_secret()

@@ -41,7 +41,7 @@ use portcullis::redirect::SafePath;
 use portcullis::scope::ScopeSet;
 use portcullis::site::{SiteConfig, SiteId};
 use portcullis::store::{MemoryStore, RedbStore, Store};
-use portcullis::{Engine, Policy, Timestamp};
+use portcullis::{Engine, Own, Policy, Timestamp};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
@@ -427,7 +427,7 @@ fn engine_with_grant<S: Store>(
     let site = SiteId::parse("bench").unwrap();
     let mut config = SiteConfig::new(site.clone(), "Bench", ISS, "https://app.example.com/mcp/");
     config.access_token_alg = alg;
-    engine.create_site(config, &mut rng, now).unwrap();
+    engine.create_site(Own, config, &mut rng, now).unwrap();
     let client = engine
         .register_client(
             br#"{"redirect_uris":["http://127.0.0.1/cb"],"token_endpoint_auth_method":"none","grant_types":["authorization_code","refresh_token"]}"#,
@@ -448,7 +448,7 @@ fn engine_with_grant<S: Store>(
         ("resource", resource.as_str()),
     ]);
     let portcullis::authorize::AuthorizeAnswer::Redirect(url) = engine
-        .decide(&site, &query, None, "user-42", true, &mut rng, now)
+        .decide(Own, &site, &query, None, "user-42", true, &mut rng, now)
         .unwrap()
     else {
         panic!("no redirect")
@@ -466,7 +466,7 @@ fn engine_with_grant<S: Store>(
         ("client_id", client.client_id.as_str()),
     ]);
     let tokens = engine
-        .token(&site, &body, HeaderField::ABSENT, &mut rng, now)
+        .token(Own, &site, &body, HeaderField::ABSENT, &mut rng, now)
         .unwrap();
     (
         engine,
@@ -498,7 +498,14 @@ fn engine(c: &mut Criterion) {
                 ]);
                 let start = std::time::Instant::now();
                 let t = engine
-                    .token(&site, black_box(&body), HeaderField::ABSENT, &mut rng, now)
+                    .token(
+                        Own,
+                        &site,
+                        black_box(&body),
+                        HeaderField::ABSENT,
+                        &mut rng,
+                        now,
+                    )
                     .unwrap();
                 spent += start.elapsed();
                 current = t.refresh_token.expose_secret().to_string();

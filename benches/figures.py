@@ -43,8 +43,8 @@ LABELS = {
     "scale_bare_jwt_verify_1m_over_10k": ("bare verify, 1 000 000 / 10 000 grants", "scale"),
     "scale_bearer_1m_over_10k": ("`verify_bearer`, 1 000 000 / 10 000 grants", "scale"),
     "scale_refresh_1m_over_10k": ("refresh rotation, 1 000 000 / 10 000 grants", "scale"),
-    "scale_decide_1m_over_10k": ("consent (`decide_in`), 1 000 000 / 10 000 grants", "scale"),
-    "scale_exchange_1m_over_10k": ("code exchange (`token_in`), 1 000 000 / 10 000 grants", "scale"),
+    "scale_decide_1m_over_10k": ("consent (`decide` in a caller's txn), 1 000 000 / 10 000 grants", "scale"),
+    "scale_exchange_1m_over_10k": ("code exchange (`token` in a caller's txn), 1 000 000 / 10 000 grants", "scale"),
 }
 
 

@@ -1,7 +1,7 @@
 //! Refresh rotations per second on the memory store and on redb with
 //! durable commits, at 1, 8 and 64 concurrent callers (each rotating its own grant in a loop): one
 //! commit per rotation (`Engine::token`) against the group committer
-//! (`GroupCommitter::run` of `Engine::token_in`). With
+//! (`GroupCommitter::run` of `Engine::token`). With
 //! `PORTCULLIS_BENCH_POSTGRES_URL` set (a cluster with durable commits:
 //! `store-postgres/test-cluster.sh start --durable`), the same on
 //! PostgreSQL.
@@ -31,7 +31,7 @@ use portcullis::pkce::{CodeChallenge, CodeVerifier};
 use portcullis::scope::ScopeSet;
 use portcullis::site::{SiteConfig, SiteId};
 use portcullis::store::{Durability, GroupCommitter, MemoryStore, RedbStore, Store};
-use portcullis::{Engine, Policy, Timestamp};
+use portcullis::{Engine, Own, Policy, Timestamp};
 use portcullis_store_postgres::{PostgresConfig, PostgresStore};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -85,6 +85,7 @@ fn setup<S: Store>(store: S, grants: usize) -> (Arc<Engine<Arc<S>>>, SiteId, Str
     let site = SiteId::parse("bench").unwrap();
     engine
         .create_site(
+            Own,
             SiteConfig::new(
                 site.clone(),
                 "Bench",
@@ -119,6 +120,7 @@ fn setup<S: Store>(store: S, grants: usize) -> (Arc<Engine<Arc<S>>>, SiteId, Str
         .map(|i| {
             let portcullis::authorize::AuthorizeAnswer::Redirect(url) = engine
                 .decide(
+                    Own,
                     &site,
                     &query,
                     None,
@@ -144,7 +146,7 @@ fn setup<S: Store>(store: S, grants: usize) -> (Arc<Engine<Arc<S>>>, SiteId, Str
                 ("client_id", client.as_str()),
             ]);
             engine
-                .token(&site, &body, HeaderField::ABSENT, &mut rng, now)
+                .token(Own, &site, &body, HeaderField::ABSENT, &mut rng, now)
                 .unwrap()
                 .refresh_token
                 .expose_secret()
@@ -217,6 +219,7 @@ where
                 let rotate = |t: &str| {
                     engine
                         .token(
+                            Own,
                             &site,
                             &refresh_body(t, &client),
                             HeaderField::ABSENT,
@@ -241,7 +244,7 @@ where
                         (Arc::clone(&engine), site.clone(), refresh_body(t, &client));
                     committer
                         .run(move |txn| {
-                            engine.token_in(
+                            engine.token(
                                 txn,
                                 &site,
                                 &body,
@@ -316,6 +319,7 @@ fn bearer_on<S: Store + Send + Sync + 'static>(
     let now = Timestamp::from_secs(NOW);
     let issued = engine
         .token(
+            Own,
             &site,
             &refresh_body(&tokens[0], &client),
             HeaderField::ABSENT,

@@ -10,8 +10,8 @@
 //! * `bearer`: `Engine::verify_bearer` on them (site and grant read);
 //! * `refresh`: `Engine::token` rotating their refresh tokens, one commit
 //!   each (the body naming the previous answer's token is built untimed);
-//! * `decide`: `Engine::decide_in` issuing a code for a sample user, and
-//! * `exchange`: `Engine::token_in` redeeming a code issued untimed just
+//! * `decide`: `Engine::decide` issuing a code for a sample user, and
+//! * `exchange`: `Engine::token` redeeming a code issued untimed just
 //!   before, each in a write transaction that is then dropped (rolled
 //!   back, untimed) so the population stays at its size however many
 //!   iterations criterion runs.
@@ -46,7 +46,7 @@ use portcullis::pkce::{CodeChallenge, CodeVerifier};
 use portcullis::scope::ScopeSet;
 use portcullis::site::{SiteConfig, SiteId};
 use portcullis::store::{MemoryStore, Store, WriteTransaction};
-use portcullis::{Engine, Policy, Timestamp};
+use portcullis::{Engine, Own, Policy, Timestamp};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
@@ -122,6 +122,7 @@ fn populate(grants: usize) -> Population {
     let site = SiteId::parse("scale").unwrap();
     engine
         .create_site(
+            Own,
             SiteConfig::new(site.clone(), "Scale", ISS, "https://app.example.com/mcp/"),
             &mut rng,
             now(),
@@ -157,7 +158,7 @@ fn populate(grants: usize) -> Population {
             let subject = format!("user-{made:07}");
             let AuthorizeAnswer::Redirect(url) = p
                 .engine
-                .decide_in(
+                .decide(
                     &mut txn,
                     &p.site,
                     &query,
@@ -174,7 +175,7 @@ fn populate(grants: usize) -> Population {
             let body = p.exchange_body(&url);
             let tokens = p
                 .engine
-                .token_in(
+                .token(
                     &mut txn,
                     &p.site,
                     &body,
@@ -273,6 +274,7 @@ fn refresh(
                 let answer = pop
                     .engine
                     .token(
+                        Own,
                         &pop.site,
                         black_box(&body),
                         HeaderField::ABSENT,
@@ -307,7 +309,7 @@ fn writes(
                 let start = Instant::now();
                 let answer = pop
                     .engine
-                    .decide_in(
+                    .decide(
                         &mut txn,
                         &pop.site,
                         black_box(&query),
@@ -333,7 +335,7 @@ fn writes(
                 let mut txn = pop.engine.store().begin_write().unwrap();
                 let AuthorizeAnswer::Redirect(url) = pop
                     .engine
-                    .decide_in(
+                    .decide(
                         &mut txn,
                         &pop.site,
                         &query,
@@ -351,7 +353,7 @@ fn writes(
                 let start = Instant::now();
                 let answer = pop
                     .engine
-                    .token_in(
+                    .token(
                         &mut txn,
                         &pop.site,
                         black_box(&body),

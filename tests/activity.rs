@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+use portcullis::Own;
 use portcullis::activity::{ActivityEntry, ActivityEvent, ActivityFilter, Allowance};
 use portcullis::approval::ApprovalDecision;
 use portcullis::ledger::{
@@ -73,7 +74,7 @@ fn every_kind_of_call_is_recorded_with_its_approver_and_outcome<S: Store>(store:
     let go = |l: &mut Ledger<&S>, n: u32, code: &str, program: &[crate::ledger::Step]| {
         let answer =
             l.w.engine
-                .begin_server(&l.p, &params(n, code), &needed(program), x, l.now_ms());
+                .begin_server(Own, &l.p, &params(n, code), &needed(program), x, l.now_ms());
         l.go_on(answer, program)
     };
     // 1: approved once, runs, ends.
@@ -94,25 +95,29 @@ fn every_kind_of_call_is_recorded_with_its_approver_and_outcome<S: Store>(store:
     l.w.advance(1);
     result(go(&mut l, 1, "add(a)", &[LIST, ADD]));
     // 5: a read whose outcome fails, and the code's business error.
-    let ticket =
-        match l
-            .w
-            .engine
-            .begin_server(&l.p, &params(5, "list()"), &ScopeSet::new(), x, l.now_ms())
-        {
-            Ok(BeginAnswer::Run(t)) => t,
-            other => panic!("{other:?}"),
-        };
+    let ticket = match l.w.engine.begin_server(
+        Own,
+        &l.p,
+        &params(5, "list()"),
+        &ScopeSet::new(),
+        x,
+        l.now_ms(),
+    ) {
+        Ok(BeginAnswer::Run(t)) => t,
+        other => panic!("{other:?}"),
+    };
     let now = l.w.now;
-    let Ok(ActionVerdict::Run(t)) = l.w.engine.authorize_action(ticket, &action(LIST), now) else {
+    let Ok(ActionVerdict::Run(t)) = l.w.engine.authorize_action(Own, ticket, &action(LIST), now)
+    else {
         panic!("the read runs");
     };
     let t =
         l.w.engine
-            .record_outcome(t, Report::failed("E_DOWN", "the list is down"), now)
+            .record_outcome(Own, t, Report::failed("E_DOWN", "the list is down"), now)
             .unwrap();
     l.w.engine
         .complete(
+            Own,
             t,
             &Completion::Error(BusinessError::new("E_DOWN", "no list")),
             now,
@@ -270,9 +275,14 @@ fn argument_values_are_kept_only_when_the_host_opts_in<S: Store>(store: &S) {
     let mut policy = no_rate_limit();
     policy.activity_arguments = true;
     let (mut l, x) = server_with(store, policy);
-    let answer =
-        l.w.engine
-            .begin_server(&l.p, &params(1, "list()"), &needed(&[LIST]), x, l.now_ms());
+    let answer = l.w.engine.begin_server(
+        Own,
+        &l.p,
+        &params(1, "list()"),
+        &needed(&[LIST]),
+        x,
+        l.now_ms(),
+    );
     result(l.go_on(answer, &[LIST]));
     let record = user_record(&l, USER);
     let ran = record
@@ -293,13 +303,18 @@ fn expired_entries_are_swept<S: Store>(store: &S) {
     let mut policy = no_rate_limit();
     policy.activity_retention = Duration::from_hours(1);
     let (mut l, x) = server_with(store, policy);
-    let answer =
-        l.w.engine
-            .begin_server(&l.p, &params(1, "list()"), &needed(&[LIST]), x, l.now_ms());
+    let answer = l.w.engine.begin_server(
+        Own,
+        &l.p,
+        &params(1, "list()"),
+        &needed(&[LIST]),
+        x,
+        l.now_ms(),
+    );
     result(l.go_on(answer, &[LIST]));
     assert!(!user_record(&l, USER).is_empty());
     l.w.advance(3_601);
-    while l.w.engine.sweep(l.w.now, 64).unwrap() > 0 {}
+    while l.w.engine.sweep(Own, l.w.now, 64).unwrap() > 0 {}
     assert!(user_record(&l, USER).is_empty());
     assert!(export(&l, &ActivityFilter::default()).is_empty());
     let r = store.begin_read().unwrap();
@@ -320,9 +335,14 @@ fn zero_retention_keeps_no_record<S: Store>(store: &S) {
     let mut none = no_rate_limit();
     none.activity_retention = Duration::ZERO;
     let (mut l, x) = server_with(store, none);
-    let answer =
-        l.w.engine
-            .begin_server(&l.p, &params(7, "list()"), &needed(&[LIST]), x, l.now_ms());
+    let answer = l.w.engine.begin_server(
+        Own,
+        &l.p,
+        &params(7, "list()"),
+        &needed(&[LIST]),
+        x,
+        l.now_ms(),
+    );
     result(l.go_on(answer, &[LIST]));
     assert!(user_record(&l, USER).is_empty());
     assert!(export(&l, &ActivityFilter::default()).is_empty());

@@ -17,7 +17,7 @@ use portcullis::ledger::{BeginError, Caller, Effect, ExecuteParams, RequestId};
 use portcullis::scope::{SKILLS_READ, SKILLS_WRITE, ScopeSet};
 use portcullis::store::MemoryStore;
 use portcullis::token::TokenResponse;
-use portcullis::{ErrorCode, WireError};
+use portcullis::{ErrorCode, Own, WireError};
 use proptest::prelude::*;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -209,6 +209,7 @@ impl World {
         };
         let params = ExecuteParams::new(&id.to_string(), self.code.clone(), None).unwrap();
         let begun = self.l.w.engine.begin_needing(
+            Own,
             &p,
             &params,
             &self.needed(),
@@ -242,11 +243,14 @@ impl World {
         if let Some(p) = self.principal() {
             let mut hello = crate::ledger::hello("tab-1", "page-1");
             hello.visible = visible;
-            let _ =
-                self.l
-                    .w
-                    .engine
-                    .connect_tab(&self.l.w.site, USER, &p.grant, &hello, self.l.w.now);
+            let _ = self.l.w.engine.connect_tab(
+                Own,
+                &self.l.w.site,
+                USER,
+                &p.grant,
+                &hello,
+                self.l.w.now,
+            );
         }
     }
 
@@ -381,6 +385,7 @@ fn run_case(
                     8 => {
                         if let Some(p) = world.principal() {
                             let _ = world.l.w.engine.disconnect_tab(
+                                Own,
                                 &world.l.w.site,
                                 USER,
                                 &p.grant,
@@ -397,7 +402,7 @@ fn run_case(
                                 .l
                                 .w
                                 .engine
-                                .revoke_grant(&p.grant, world.l.w.now)
+                                .revoke_grant(Own, &p.grant, world.l.w.now)
                                 .unwrap();
                         }
                         world.call(request_id, retry.as_deref())

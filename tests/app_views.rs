@@ -100,7 +100,7 @@ impl<S: Store> Views<S> {
             r#"{"host":"data"}"#.into(),
             self.now,
         );
-        write!(self, |e, w| e.create_app_view_in(&mut w, &stored, 16)).unwrap();
+        write!(self, |e, w| e.create_app_view(&mut w, &stored, 16)).unwrap();
         self.get(subject, stored.view.id().as_str()).unwrap()
     }
 
@@ -111,12 +111,12 @@ impl<S: Store> Views<S> {
     }
 
     fn save(&self, v: &mut StoredView) -> Result<(), AppViewError> {
-        write!(self, |e, w| e.save_app_view_in(&mut w, v))
+        write!(self, |e, w| e.save_app_view(&mut w, v))
     }
 
     fn take(&self, subject: &str) -> Vec<portcullis::apps::Delivered> {
         write!(self, |e, w| e
-            .take_deliveries_in(&mut w, &self.site, subject, &lineage(subject))
+            .take_deliveries(&mut w, &self.site, subject, &lineage(subject))
             .map_err(AppViewError::Store))
         .unwrap()
     }
@@ -160,7 +160,7 @@ fn a_view_and_its_waiting_approval_read_back_as_written<S: Store>(store: &S) {
     // A View of that id is never stored twice.
     let again = StoredView::new(views.site.clone(), ANN.into(), v, String::new(), views.now);
     assert_eq!(
-        write!(views, |e, w| e.create_app_view_in(&mut w, &again, 16)),
+        write!(views, |e, w| e.create_app_view(&mut w, &again, 16)),
         Err(AppViewError::Exists)
     );
     // Approving after a "reload" (a fresh read) works on the stored state.
@@ -203,12 +203,12 @@ fn a_stale_write_is_refused_and_changes_nothing<S: Store>(store: &S) {
         views.now,
     );
     assert_eq!(
-        write!(views, |e, w| e.create_app_view_in(&mut w, &third, 2)),
+        write!(views, |e, w| e.create_app_view(&mut w, &third, 2)),
         Err(AppViewError::TooMany)
     );
     // Deleted: a save finds nothing.
     write!(views, |e, w| e
-        .delete_app_view_in(&mut w, &views.site, ANN, &ViewId::new("v2").unwrap())
+        .delete_app_view(&mut w, &views.site, ANN, &ViewId::new("v2").unwrap())
         .map_err(AppViewError::Store))
     .unwrap();
     let mut gone = views.get(ANN, "v1").unwrap();
@@ -231,12 +231,7 @@ fn selected_context_and_confirmed_messages_reach_the_agent_once<S: Store>(store:
     s.view.offer_context(ContextValue::text("4 items")).unwrap();
     views.save(&mut s).unwrap();
     let send = |sel: &[portcullis::apps::Selection], who: &str| {
-        write!(views, |e, w| e.send_context_in(
-            &mut w,
-            &views.site,
-            who,
-            sel
-        ))
+        write!(views, |e, w| e.send_context(&mut w, &views.site, who, sel))
     };
     assert_eq!(
         send(std::slice::from_ref(&picked), ANN),

@@ -9,6 +9,7 @@ use std::ops::Bound;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use portcullis::Own;
 use portcullis::form::encode_pairs;
 use portcullis::header::HeaderField;
 use portcullis::store::{Entry, MemoryStore, ReadTransaction, Store, Table};
@@ -76,6 +77,7 @@ fn a_forged_refresh_token_revokes_nothing<S: Store>(store: &S) {
         let forged = forge(&gid, generation, &kid, seed);
         assert_eq!(
             w.engine.revoke_token(
+                Own,
                 &w.site,
                 &revoke_body(&forged, &client_id),
                 HeaderField::ABSENT,
@@ -110,13 +112,14 @@ fn an_authentic_older_token_revokes_its_grant<S: Store>(store: &S) {
     let body = revoke_body(&old, "someone-else");
     assert!(
         w.engine
-            .revoke_token(&w.site, &body, HeaderField::ABSENT, w.now)
+            .revoke_token(Own, &w.site, &body, HeaderField::ABSENT, w.now)
             .is_err()
     );
     assert!(image(w.engine.store()) == before);
     let client_id = w.client_id.clone();
     w.engine
         .revoke_token(
+            Own,
             &w.site,
             &revoke_body(&old, &client_id),
             HeaderField::ABSENT,
@@ -196,7 +199,7 @@ fn mutated_tokens_change_nothing<S: Store>(store: &S, edits: &[(usize, Edit)]) {
     let body = revoke_body(&mutated, &client_id);
     assert_eq!(
         w.engine
-            .revoke_token(&w.site, &body, HeaderField::ABSENT, w.now),
+            .revoke_token(Own, &w.site, &body, HeaderField::ABSENT, w.now),
         Ok(())
     );
     assert!(image(w.engine.store()) == before, "revocation wrote");

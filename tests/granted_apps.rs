@@ -6,6 +6,7 @@
 
 use std::ops::Bound;
 
+use portcullis::Own;
 use portcullis::Timestamp;
 use portcullis::authorize::AuthorizeAnswer;
 use portcullis::engine::{GrantAppsError, Principal};
@@ -33,7 +34,9 @@ fn consent_with<S: Store>(
     let q = w.query(&[], &[]);
     let answer = w
         .engine
-        .decide_with_apps(&w.site, &q, None, subject, true, apps, &mut w.rng, w.now)
+        .decide_with_apps(
+            Own, &w.site, &q, None, subject, true, apps, &mut w.rng, w.now,
+        )
         .unwrap();
     let AuthorizeAnswer::Redirect(url) = answer else {
         panic!("expected a redirect, got {answer:?}")
@@ -103,7 +106,17 @@ fn every_app_is_the_default_and_a_consents_choice_is_its_grants_own<S: Store>(st
     let q = w.query(&[], &[]);
     let denied = w
         .engine
-        .decide_with_apps(&w.site, &q, None, USER, false, &only_b(), &mut w.rng, w.now)
+        .decide_with_apps(
+            Own,
+            &w.site,
+            &q,
+            None,
+            USER,
+            false,
+            &only_b(),
+            &mut w.rng,
+            w.now,
+        )
         .unwrap();
     assert!(matches!(denied, AuthorizeAnswer::Redirect(url) if url.contains("access_denied")));
     assert_eq!(stored(store), before);
@@ -118,7 +131,7 @@ fn only_the_grants_user_changes_it_and_a_refusal_changes_nothing<S: Store>(store
     // holds; nothing is read or written for them.
     assert_eq!(
         w.engine
-            .set_granted_apps(&w.site, USER, &theirs.grant, &AppSelection::All, w.now),
+            .set_granted_apps(Own, &w.site, USER, &theirs.grant, &AppSelection::All, w.now),
         Err(GrantAppsError::UnknownGrant)
     );
     assert_eq!(
@@ -129,7 +142,7 @@ fn only_the_grants_user_changes_it_and_a_refusal_changes_nothing<S: Store>(store
     let stranger = portcullis::grant::GrantId::from_bytes([9; 16]);
     assert_eq!(
         w.engine
-            .set_granted_apps(&w.site, USER, &stranger, &only_b(), w.now),
+            .set_granted_apps(Own, &w.site, USER, &stranger, &only_b(), w.now),
         Err(GrantAppsError::UnknownGrant)
     );
     assert_eq!(dump(store), before);
@@ -146,11 +159,11 @@ fn only_the_grants_user_changes_it_and_a_refusal_changes_nothing<S: Store>(store
     // The owner narrows, widens, and narrows again.
     let a_and_host = AppSelection::selected(["a", HOST_APP]).unwrap();
     w.engine
-        .set_granted_apps(&w.site, USER, &mine.grant, &a_and_host, w.now)
+        .set_granted_apps(Own, &w.site, USER, &mine.grant, &a_and_host, w.now)
         .unwrap();
     assert_eq!(apps(&w, USER, &mine), Some(a_and_host));
     w.engine
-        .set_granted_apps(&w.site, USER, &mine.grant, &AppSelection::All, w.now)
+        .set_granted_apps(Own, &w.site, USER, &mine.grant, &AppSelection::All, w.now)
         .unwrap();
     assert_eq!(apps(&w, USER, &mine), Some(AppSelection::All));
     assert_eq!(
@@ -160,13 +173,13 @@ fn only_the_grants_user_changes_it_and_a_refusal_changes_nothing<S: Store>(store
     );
     // A revoked grant's selection is never read and cannot be set.
     w.engine
-        .set_granted_apps(&w.site, USER, &mine.grant, &only_b(), w.now)
+        .set_granted_apps(Own, &w.site, USER, &mine.grant, &only_b(), w.now)
         .unwrap();
-    w.engine.revoke_grant(&mine.grant, w.now).unwrap();
+    w.engine.revoke_grant(Own, &mine.grant, w.now).unwrap();
     assert_eq!(apps(&w, USER, &mine), None);
     assert_eq!(
         w.engine
-            .set_granted_apps(&w.site, USER, &mine.grant, &AppSelection::All, w.now),
+            .set_granted_apps(Own, &w.site, USER, &mine.grant, &AppSelection::All, w.now),
         Err(GrantAppsError::UnknownGrant)
     );
     // So is an expired one's.
@@ -179,16 +192,26 @@ fn the_sweep_deletes_the_apps_of_unused_codes_and_expired_grants<S: Store>(store
     // A consent whose code is never exchanged.
     let q = w.query(&[], &[]);
     w.engine
-        .decide_with_apps(&w.site, &q, None, USER, true, &only_b(), &mut w.rng, w.now)
+        .decide_with_apps(
+            Own,
+            &w.site,
+            &q,
+            None,
+            USER,
+            true,
+            &only_b(),
+            &mut w.rng,
+            w.now,
+        )
         .unwrap();
     let (_, p) = consent_with(&mut w, USER, &only_b());
     assert_eq!(stored(store), (1, 2));
     w.advance(120);
-    while w.engine.sweep(w.now, 64).unwrap() == 64 {}
+    while w.engine.sweep(Own, w.now, 64).unwrap() == 64 {}
     assert_eq!(stored(store), (1, 0), "the lapsed codes' choices are gone");
     assert_eq!(apps(&w, USER, &p), Some(only_b()));
     w.advance(91 * 86_400);
-    while w.engine.sweep(w.now, 64).unwrap() == 64 {}
+    while w.engine.sweep(Own, w.now, 64).unwrap() == 64 {}
     assert_eq!(
         stored(store),
         (0, 0),
@@ -210,7 +233,7 @@ fn every_store_failure_in_an_apps_operation_leaves_nothing<S: Store>(store: &S) 
     let now = w.now;
     let (answer, points) = under_faults(&failing, || {
         w.engine
-            .decide_with_apps(&site, &q, None, USER, true, &only_b(), &mut w.rng, now)
+            .decide_with_apps(Own, &site, &q, None, USER, true, &only_b(), &mut w.rng, now)
     });
     assert!(points > 0);
     let AuthorizeAnswer::Redirect(url) = answer.unwrap() else {
@@ -228,6 +251,7 @@ fn every_store_failure_in_an_apps_operation_leaves_nothing<S: Store>(store: &S) 
     ]);
     let (tokens, _) = under_faults(&failing, || {
         w.engine.token(
+            Own,
             &site,
             &body,
             portcullis::header::HeaderField::ABSENT,
@@ -241,13 +265,14 @@ fn every_store_failure_in_an_apps_operation_leaves_nothing<S: Store>(store: &S) 
     // The user's change, both ways, and a read.
     let host = AppSelection::selected([HOST_APP]).unwrap();
     under_faults(&failing, || {
-        w.engine.set_granted_apps(&site, USER, &p.grant, &host, now)
+        w.engine
+            .set_granted_apps(Own, &site, USER, &p.grant, &host, now)
     })
     .0
     .unwrap();
     under_faults(&failing, || {
         w.engine
-            .set_granted_apps(&site, USER, &p.grant, &AppSelection::All, now)
+            .set_granted_apps(Own, &site, USER, &p.grant, &AppSelection::All, now)
     })
     .0
     .unwrap();

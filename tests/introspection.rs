@@ -18,7 +18,7 @@ use portcullis::scope::ScopeSet;
 use portcullis::site::{SiteConfig, SiteId};
 use portcullis::store::{Store, StoreErrorKind};
 use portcullis::token::TokenResponse;
-use portcullis::{Engine, ErrorCode, Policy, WireError as _};
+use portcullis::{Engine, ErrorCode, Own, Policy, WireError as _};
 
 use crate::failing_store::{FailingStore, dump, under_faults};
 use crate::oauth::{USER, World, keyring};
@@ -39,7 +39,8 @@ fn ask<S: Store>(
     token: &str,
 ) -> Result<Introspection, IntrospectError> {
     let body = encode_pairs([("token", token)]);
-    w.engine.introspect(&w.site, &body, authorization, w.now)
+    w.engine
+        .introspect(Own, &w.site, &body, authorization, w.now)
 }
 
 /// Introspects `token` as `RS`.
@@ -81,7 +82,9 @@ fn other_site<S: Store>(w: &mut World<S>) -> SiteId {
         "https://other.example.com",
         "https://other.example.com/mcp/",
     );
-    w.engine.create_site(config, &mut w.rng, w.now).unwrap();
+    w.engine
+        .create_site(Own, config, &mut w.rng, w.now)
+        .unwrap();
     id
 }
 
@@ -139,6 +142,7 @@ fn an_access_token_of_a_live_grant_is_active<S: Store>(store: &S) {
         let i = w
             .engine
             .introspect(
+                Own,
                 &w.site,
                 &body,
                 HeaderField::one(header.expose_secret()),
@@ -153,14 +157,14 @@ fn an_access_token_of_a_live_grant_is_active<S: Store>(store: &S) {
     let field = HeaderField::one(header.expose_secret());
     let in_read = w
         .engine
-        .introspect_in(&read, &w.site, &body, field, w.now)
+        .introspect(&read, &w.site, &body, field, w.now)
         .unwrap();
     drop(read);
     assert_eq!(in_read, Introspection::Active(active.clone()));
     let write = store.begin_write().unwrap();
     let in_write = w
         .engine
-        .introspect_in(&write, &w.site, &body, field, w.now)
+        .introspect(&write, &w.site, &body, field, w.now)
         .unwrap();
     drop(write);
     assert_eq!(in_write, Introspection::Active(active));
@@ -220,7 +224,7 @@ fn everything_else_is_the_one_inactive_answer<S: Store>(store: &S) {
     };
     let (agent, _) = w
         .engine
-        .mint_agent_token(&w.site, request, &mut w.rng, w.now)
+        .mint_agent_token(Own, &w.site, request, &mut w.rng, w.now)
         .unwrap();
     assert_inactive(&w, agent.expose_secret(), "agent token");
     // Another site's token (same keys, its own audience and issuer).
@@ -304,7 +308,7 @@ fn everything_else_is_the_one_inactive_answer<S: Store>(store: &S) {
     assert_inactive(&w, &sign(&early), "issued in the future");
 
     // Revoked: seen at once, by the next question.
-    assert!(w.engine.revoke_grant(&grant, w.now).unwrap());
+    assert!(w.engine.revoke_grant(Own, &grant, w.now).unwrap());
     assert_inactive(&w, &access, "revoked grant");
     // Revoked by the site's emergency path too.
     let fresh = w.login();
@@ -313,7 +317,7 @@ fn everything_else_is_the_one_inactive_answer<S: Store>(store: &S) {
             .unwrap()
             .is_active()
     );
-    w.engine.revoke_site_grants(&w.site).unwrap();
+    w.engine.revoke_site_grants(Own, &w.site).unwrap();
     assert_inactive(
         &w,
         fresh.access_token.expose_secret(),
@@ -350,7 +354,7 @@ fn retired_keys_verify_nothing<S: Store>(store: &S) {
     let rs = ResourceServerCredential::mint(&rotated, &w.site, RS).unwrap();
     let body = encode_pairs([("token", access.as_str())]);
     let ask = |e: &Engine<&S>, header: &str| {
-        e.introspect(&w.site, &body, HeaderField::one(header), w.now)
+        e.introspect(Own, &w.site, &body, HeaderField::one(header), w.now)
     };
     assert!(
         ask(&after_rotation, rs.basic_authorization().expose_secret())
@@ -449,6 +453,7 @@ fn callers_must_authenticate_as_a_resource_server_of_the_site<S: Store>(store: &
         let body = encode_pairs([("token", access), extra]);
         assert_eq!(
             w.engine.introspect(
+                Own,
                 &w.site,
                 &body,
                 HeaderField::one(header.expose_secret()),
@@ -462,6 +467,7 @@ fn callers_must_authenticate_as_a_resource_server_of_the_site<S: Store>(store: &
     assert!(
         w.engine
             .introspect(
+                Own,
                 &w.site,
                 &body,
                 HeaderField::one(header.expose_secret()),
@@ -511,7 +517,7 @@ fn malformed_requests_are_refused<S: Store>(store: &S) {
     ] {
         let e = w
             .engine
-            .introspect(&w.site, &body, field, w.now)
+            .introspect(Own, &w.site, &body, field, w.now)
             .unwrap_err();
         assert_eq!(e, expected);
         let r = e.to_response();
@@ -524,6 +530,7 @@ fn malformed_requests_are_refused<S: Store>(store: &S) {
     let body = encode_pairs([("token", access)]);
     assert_eq!(
         w.engine.introspect(
+            Own,
             &nowhere,
             &body,
             HeaderField::one(rs.basic_authorization().expose_secret()),
@@ -537,7 +544,7 @@ fn a_site_switched_off_answers_503<S: Store>(store: &S) {
     let mut w = World::new(store);
     let t = w.login();
     let access = t.access_token.expose_secret();
-    w.engine.set_site_enabled(&w.site, false).unwrap();
+    w.engine.set_site_enabled(Own, &w.site, false).unwrap();
     let e = introspect(&w, access).unwrap_err();
     let IntrospectError::Unavailable { retry_after_secs } = e else {
         panic!("expected 503, got {e:?}");
@@ -558,7 +565,7 @@ fn a_site_switched_off_answers_503<S: Store>(store: &S) {
         Err(IntrospectError::InvalidClient { basic: false })
     );
     // Back on: the grant was kept.
-    w.engine.set_site_enabled(&w.site, true).unwrap();
+    w.engine.set_site_enabled(Own, &w.site, true).unwrap();
     assert!(introspect(&w, access).unwrap().is_active());
 }
 
@@ -591,7 +598,7 @@ fn a_store_failure_is_an_error_never_an_answer<S: Store>(store: &S) {
     let header = credential(&w).basic_authorization();
     let body = encode_pairs([("token", access.as_str())]);
     failing.fail_nth(2);
-    let out = w.engine.introspect_in(
+    let out = w.engine.introspect(
         &read,
         &w.site,
         &body,

@@ -19,7 +19,7 @@ use portcullis::scope::{SKILLS_READ, SKILLS_WRITE};
 use portcullis::store::{ReadTransaction, Store, Table, WriteTransaction};
 use portcullis::tab::{Dispatch, TabError, TabHello};
 use portcullis::token::TokenResponse;
-use portcullis::{Policy, TimestampMs, WireError};
+use portcullis::{Own, Policy, TimestampMs, WireError};
 use serde_json::json;
 
 use crate::oauth::{USER, VERIFIER, World};
@@ -125,6 +125,7 @@ impl<S: Store> Ledger<S> {
         self.w
             .engine
             .connect_tab(
+                Own,
                 &self.w.site,
                 USER,
                 &self.p.grant,
@@ -142,6 +143,7 @@ impl<S: Store> Ledger<S> {
             self.w.advance(step);
             left -= step;
             let _ = self.w.engine.tab_heartbeat(
+                Own,
                 &self.w.site,
                 USER,
                 &self.p.grant,
@@ -160,7 +162,7 @@ impl<S: Store> Ledger<S> {
     fn begin_as(&mut self, p: &Principal, n: u32, code: &str) -> Result<BeginAnswer, BeginError> {
         self.w
             .engine
-            .begin(p, &params(n, code), Caller::Client, self.now_ms())
+            .begin(Own, p, &params(n, code), Caller::Client, self.now_ms())
     }
 
     /// `execute`: begin, and if admitted run `program` to the end.
@@ -200,11 +202,15 @@ impl<S: Store> Ledger<S> {
     fn run(&mut self, mut ticket: portcullis::ledger::ExecutionTicket, program: &[Step]) -> Exec {
         let now = self.w.now;
         for &step in program {
-            match self.w.engine.authorize_action(ticket, &action(step), now) {
+            match self
+                .w
+                .engine
+                .authorize_action(Own, ticket, &action(step), now)
+            {
                 Ok(ActionVerdict::Run(t)) => {
                     let key = format!("{}:{}", step.0, step.3);
                     *self.page.ran.entry(key.clone()).or_default() += 1;
-                    ticket = match self.w.engine.record_outcome(t, Report::ok(key), now) {
+                    ticket = match self.w.engine.record_outcome(Own, t, Report::ok(key), now) {
                         Ok(t) => t,
                         Err(e) => return Exec::Cut(e),
                     };
@@ -217,7 +223,7 @@ impl<S: Store> Ledger<S> {
             }
         }
         let value = Completion::Value(json!({ "steps": program.len() }));
-        match self.w.engine.complete(ticket, &value, now) {
+        match self.w.engine.complete(Own, ticket, &value, now) {
             Ok(r) => Exec::Result(r),
             Err(e) => Exec::Cut(e),
         }
@@ -227,6 +233,7 @@ impl<S: Store> Ledger<S> {
         self.w
             .engine
             .decide_approval(
+                Own,
                 &self.w.site,
                 USER,
                 &prompt.reference(),
@@ -333,6 +340,7 @@ fn an_approved_write_resumes_under_the_same_id<S: Store>(store: &S) {
     assert_eq!((l.page.count(READ), l.page.count(WRITE)), (1, 1));
     // The approval was used once: deciding again is refused.
     let again = l.w.engine.decide_approval(
+        Own,
         &l.w.site,
         USER,
         &prompt.reference(),
@@ -365,6 +373,7 @@ fn a_missing_scope_parks_and_the_upgraded_grant_resumes<S: Store>(store: &S) {
     let p1 = l.w.bearer(&narrow, "").unwrap();
     l.w.engine
         .connect_tab(
+            Own,
             &l.w.site,
             USER,
             &p1.grant,
@@ -396,6 +405,7 @@ fn a_missing_scope_parks_and_the_upgraded_grant_resumes<S: Store>(store: &S) {
     assert_ne!(p1.grant, p2.grant);
     l.w.engine
         .connect_tab(
+            Own,
             &l.w.site,
             USER,
             &p2.grant,
@@ -437,7 +447,9 @@ fn a_new_grant_joins_the_users_live_tab_and_scope_comes_before_the_tab<S: Store>
     // The page's heartbeats keep it live like the first grant's.
     l.w.advance(30);
     l.w.engine
-        .tab_heartbeat(&l.w.site, USER, &p1.grant, "tab-1", "page-1", true, l.w.now)
+        .tab_heartbeat(
+            Own, &l.w.site, USER, &p1.grant, "tab-1", "page-1", true, l.w.now,
+        )
         .unwrap();
 
     // Another user's consent never joins alice's tab.
@@ -445,7 +457,16 @@ fn a_new_grant_joins_the_users_live_tab_and_scope_comes_before_the_tab<S: Store>
     let other = match l
         .w
         .engine
-        .decide(&l.w.site, &q, None, "mallory", true, &mut l.w.rng, l.w.now)
+        .decide(
+            Own,
+            &l.w.site,
+            &q,
+            None,
+            "mallory",
+            true,
+            &mut l.w.rng,
+            l.w.now,
+        )
         .unwrap()
     {
         portcullis::authorize::AuthorizeAnswer::Redirect(url) => {
@@ -461,14 +482,21 @@ fn a_new_grant_joins_the_users_live_tab_and_scope_comes_before_the_tab<S: Store>
     // refused for the scope, not the tab, and nothing is stored.
     assert_eq!(
         l.w.engine
-            .reset_session(&l.w.site, "browser-1", l.w.now)
+            .reset_session(Own, &l.w.site, "browser-1", l.w.now)
             .unwrap(),
         2
     );
     let write = portcullis::scope::ScopeSet::parse("skills:write").unwrap();
     let e =
         l.w.engine
-            .begin_needing(&p1, &params(9, "buy()"), &write, Caller::Client, l.now_ms())
+            .begin_needing(
+                Own,
+                &p1,
+                &params(9, "buy()"),
+                &write,
+                Caller::Client,
+                l.now_ms(),
+            )
             .unwrap_err();
     let BeginError::InsufficientScope(c) = &e else {
         panic!("expected insufficient_scope, got {e:?}")
@@ -490,8 +518,14 @@ fn a_new_grant_joins_the_users_live_tab_and_scope_comes_before_the_tab<S: Store>
     // A token that holds the scope meets the tab check.
     let p = l.p.clone();
     assert!(matches!(
-        l.w.engine
-            .begin_needing(&p, &params(9, "buy()"), &write, Caller::Client, l.now_ms()),
+        l.w.engine.begin_needing(
+            Own,
+            &p,
+            &params(9, "buy()"),
+            &write,
+            Caller::Client,
+            l.now_ms()
+        ),
         Err(BeginError::NoLiveTab(_))
     ));
 }
@@ -526,7 +560,7 @@ fn in_page_callers_are_never_auto_approved<S: Store>(store: &S) {
     l.decide(&prompt, ApprovalDecision::AutoApproveKind);
     let Ok(BeginAnswer::Run(t)) =
         l.w.engine
-            .begin(&l.p, &params(2, "b()"), Caller::InPage, l.now_ms())
+            .begin(Own, &l.p, &params(2, "b()"), Caller::InPage, l.now_ms())
     else {
         panic!("expected a run")
     };
@@ -566,7 +600,7 @@ fn reload_sign_out_and_revocation_end_auto_approval<S: Store>(store: &S) {
     arm_auto_approval(&mut l, 103);
     assert_eq!(
         l.w.engine
-            .reset_session(&l.w.site, "browser-1", l.w.now)
+            .reset_session(Own, &l.w.site, "browser-1", l.w.now)
             .unwrap(),
         1
     );
@@ -582,7 +616,7 @@ fn reload_sign_out_and_revocation_end_auto_approval<S: Store>(store: &S) {
     assert!(asks(&mut l, 105), "sign-out ended it");
 
     arm_auto_approval(&mut l, 106);
-    l.w.engine.revoke_grant(&l.p.grant, l.w.now).unwrap();
+    l.w.engine.revoke_grant(Own, &l.p.grant, l.w.now).unwrap();
     let tab = l.w.engine.tab_connection(&l.p.grant).unwrap().unwrap();
     assert!(
         !tab.connected && tab.auto_kinds.is_empty(),
@@ -604,7 +638,7 @@ fn results_expire_after_24_hours_and_never_run_again<S: Store>(store: &S) {
         refused(l.execute(1, "read()", &[READ])),
         BeginError::ResultExpired
     );
-    while l.w.engine.sweep_ledger(l.w.now, 4).unwrap() == 4 {}
+    while l.w.engine.sweep_ledger(Own, l.w.now, 4).unwrap() == 4 {}
     assert_eq!(l.state(1), RequestState::Expired, "a tombstone remains");
     assert_eq!(
         refused(l.execute(1, "read()", &[READ])),
@@ -622,7 +656,7 @@ fn pending_work_survives_past_24_hours<S: Store>(store: &S) {
     let mut l = Ledger::new(store);
     let prompt = approval(l.execute(1, "buy()", &[WRITE]));
     l.advance(25 * HOUR, "tab-1", "page-1");
-    while l.w.engine.sweep_ledger(l.w.now, 8).unwrap() == 8 {}
+    while l.w.engine.sweep_ledger(Own, l.w.now, 8).unwrap() == 8 {}
     assert_eq!(approval(l.execute(1, "buy()", &[WRITE])), prompt);
     l.decide(&prompt, ApprovalDecision::Once);
     result(l.execute(1, "buy()", &[WRITE]));
@@ -634,11 +668,15 @@ fn revocation_cancels_a_running_request<S: Store>(store: &S) {
     let Ok(BeginAnswer::Run(t)) = l.begin(1, "read()") else {
         panic!("expected a run")
     };
-    let Ok(ActionVerdict::Run(t)) = l.w.engine.authorize_action(t, &action(READ), l.w.now) else {
+    let Ok(ActionVerdict::Run(t)) = l.w.engine.authorize_action(Own, t, &action(READ), l.w.now)
+    else {
         panic!("expected to run the read")
     };
-    l.w.engine.revoke_grant(&l.p.grant, l.w.now).unwrap();
-    let Err(TicketError::Stale) = l.w.engine.record_outcome(t, Report::ok("late"), l.w.now) else {
+    l.w.engine.revoke_grant(Own, &l.p.grant, l.w.now).unwrap();
+    let Err(TicketError::Stale) =
+        l.w.engine
+            .record_outcome(Own, t, Report::ok("late"), l.w.now)
+    else {
         panic!("the run must stop")
     };
     let RequestState::Done {
@@ -665,7 +703,7 @@ fn refresh_reuse_cancels_running_requests<S: Store>(store: &S) {
     l.w.refresh(&spent).unwrap();
     l.w.refresh(&spent).unwrap_err();
     assert!(matches!(
-        l.w.engine.authorize_action(t, &action(READ), l.w.now),
+        l.w.engine.authorize_action(Own, t, &action(READ), l.w.now),
         Err(TicketError::Stale)
     ));
     assert!(matches!(
@@ -682,9 +720,9 @@ fn site_wide_revocation_ends_requests_when_touched<S: Store>(store: &S) {
     let Ok(BeginAnswer::Run(t)) = l.begin(1, "read()") else {
         panic!("expected a run")
     };
-    l.w.engine.revoke_site_grants(&l.w.site).unwrap();
+    l.w.engine.revoke_site_grants(Own, &l.w.site).unwrap();
     assert_eq!(
-        l.w.engine.authorize_action(t, &action(READ), l.w.now),
+        l.w.engine.authorize_action(Own, t, &action(READ), l.w.now),
         Err(TicketError::Ended(Failure::Revoked))
     );
     assert!(matches!(
@@ -776,6 +814,7 @@ fn a_thousand_outcomes_page_with_a_stable_unforgeable_cursor<S: Store>(store: &S
     let via_execute =
         l.w.engine
             .begin(
+                Own,
                 &l.p,
                 &ExecuteParams::new(&id(1), "many()".into(), Some(c.clone())).unwrap(),
                 Caller::Client,
@@ -809,6 +848,7 @@ fn take_over_marks_the_old_tabs_call_unknown_tail<S: Store>(store: &S) {
     let mut l = Ledger::new(store);
     // A duplicated tab cannot take over…
     let dup = l.w.engine.connect_tab(
+        Own,
         &l.w.site,
         USER,
         &l.p.grant,
@@ -819,13 +859,15 @@ fn take_over_marks_the_old_tabs_call_unknown_tail<S: Store>(store: &S) {
     let Ok(BeginAnswer::Run(t)) = l.begin(1, "buy()") else {
         panic!("expected a run")
     };
-    let Ok(ActionVerdict::Run(t)) = l.w.engine.authorize_action(t, &action(READ), l.w.now) else {
+    let Ok(ActionVerdict::Run(t)) = l.w.engine.authorize_action(Own, t, &action(READ), l.w.now)
+    else {
         panic!("expected to run")
     };
     // …but "use this tab" moves the connection.
     let moved =
         l.w.engine
             .take_over_tab(
+                Own,
                 &l.p.site,
                 USER,
                 &l.p.grant,
@@ -835,7 +877,8 @@ fn take_over_marks_the_old_tabs_call_unknown_tail<S: Store>(store: &S) {
             .unwrap();
     assert_eq!(moved.ended, Some(1));
     assert_eq!(
-        l.w.engine.record_outcome(t, Report::ok("late"), l.w.now),
+        l.w.engine
+            .record_outcome(Own, t, Report::ok("late"), l.w.now),
         Err(TicketError::Stale)
     );
     let r = result(l.execute(1, "buy()", &[READ]));
@@ -845,7 +888,7 @@ fn take_over_marks_the_old_tabs_call_unknown_tail<S: Store>(store: &S) {
     // The old tab's heartbeat learns it lost the connection.
     assert_eq!(
         l.w.engine.tab_heartbeat(
-            &l.w.site, USER, &l.p.grant, "tab-1", "page-1", true, l.w.now
+            Own, &l.w.site, USER, &l.p.grant, "tab-1", "page-1", true, l.w.now
         ),
         Err(TabError::NotConnected)
     );
@@ -858,7 +901,7 @@ fn no_live_tab_and_hidden_tabs<S: Store>(store: &S) {
     let mut l = Ledger::new(store);
     l.w.engine
         .tab_heartbeat(
-            &l.w.site, USER, &l.p.grant, "tab-1", "page-1", false, l.w.now,
+            Own, &l.w.site, USER, &l.p.grant, "tab-1", "page-1", false, l.w.now,
         )
         .unwrap();
     let Ok(BeginAnswer::Run(t)) = l.begin(1, "click()") else {
@@ -866,12 +909,12 @@ fn no_live_tab_and_hidden_tabs<S: Store>(store: &S) {
     };
     let v =
         l.w.engine
-            .authorize_action(t, &action(CLICK).driving_page(), l.w.now)
+            .authorize_action(Own, t, &action(CLICK).driving_page(), l.w.now)
             .unwrap();
     assert_eq!(v, ActionVerdict::TabNotVisible);
     l.w.engine
         .tab_heartbeat(
-            &l.w.site, USER, &l.p.grant, "tab-1", "page-1", true, l.w.now,
+            Own, &l.w.site, USER, &l.p.grant, "tab-1", "page-1", true, l.w.now,
         )
         .unwrap();
     let Ok(BeginAnswer::Run(t)) = l.begin(1, "click()") else {
@@ -879,7 +922,7 @@ fn no_live_tab_and_hidden_tabs<S: Store>(store: &S) {
     };
     assert!(matches!(
         l.w.engine
-            .authorize_action(t, &action(CLICK).driving_page(), l.w.now),
+            .authorize_action(Own, t, &action(CLICK).driving_page(), l.w.now),
         Ok(ActionVerdict::Run(_))
     ));
     // Silence past the heartbeat timeout: no live tab, with the link data.
@@ -893,7 +936,7 @@ fn no_live_tab_and_hidden_tabs<S: Store>(store: &S) {
     // Disconnect ends the connection, not the grant.
     l.connect("tab-1", "page-2");
     l.w.engine
-        .disconnect_tab(&l.w.site, USER, &l.p.grant, "tab-1", "page-2", l.w.now)
+        .disconnect_tab(Own, &l.w.site, USER, &l.p.grant, "tab-1", "page-2", l.w.now)
         .unwrap();
     assert!(l.w.bearer(&l.tokens, "skills:read").is_ok());
     assert!(matches!(
@@ -926,8 +969,9 @@ fn a_changed_policy_voids_a_pending_approval<S: Store>(store: &S) {
         &site.resource_prefix,
     );
     config.auto_approval_allowed = false;
-    l.w.engine.update_site(config).unwrap();
+    l.w.engine.update_site(Own, config).unwrap();
     let e = l.w.engine.decide_approval(
+        Own,
         &l.w.site,
         USER,
         &prompt.reference(),
@@ -945,6 +989,7 @@ fn another_users_grant_cannot_approve<S: Store>(store: &S) {
     let mut l = Ledger::new(store);
     let prompt = approval(l.execute(1, "buy()", &[WRITE]));
     let e = l.w.engine.decide_approval(
+        Own,
         &l.w.site,
         "mallory",
         &prompt.reference(),
@@ -958,7 +1003,14 @@ fn another_users_grant_cannot_approve<S: Store>(store: &S) {
     };
     assert!(
         l.w.engine
-            .decide_approval(&l.w.site, USER, &forged, ApprovalDecision::Once, l.w.now)
+            .decide_approval(
+                Own,
+                &l.w.site,
+                USER,
+                &forged,
+                ApprovalDecision::Once,
+                l.w.now
+            )
             .is_err()
     );
 }
@@ -971,6 +1023,7 @@ fn a_business_error_is_a_result_not_a_protocol_failure<S: Store>(store: &S) {
     let stored =
         l.w.engine
             .complete(
+                Own,
                 t,
                 &Completion::Error(portcullis::ledger::BusinessError::new(
                     "OUT_OF_STOCK",
@@ -989,12 +1042,12 @@ fn a_business_error_is_a_result_not_a_protocol_failure<S: Store>(store: &S) {
         panic!("run")
     };
     let big = Completion::Value(json!("x".repeat(256 * 1024)));
-    let Err(TicketError::Invalid(back, why)) = l.w.engine.complete(t, &big, l.w.now) else {
+    let Err(TicketError::Invalid(back, why)) = l.w.engine.complete(Own, t, &big, l.w.now) else {
         panic!("too large")
     };
     assert_eq!(why.code().as_str(), "INVALID_PARAMS");
     l.w.engine
-        .complete(*back, &Completion::Value(json!(1)), l.w.now)
+        .complete(Own, *back, &Completion::Value(json!(1)), l.w.now)
         .unwrap();
 }
 
@@ -1006,7 +1059,7 @@ fn abandon_all<S: Store>(l: &Ledger<S>, budget: usize) -> usize {
     loop {
         let done =
             l.w.engine
-                .abandon_running(from.as_ref(), l.w.now, budget)
+                .abandon_running(Own, from.as_ref(), l.w.now, budget)
                 .unwrap();
         ended += done.ended;
         match done.next {
@@ -1027,7 +1080,7 @@ fn a_restart_keeps_what_an_approval_shows_and_ends_the_lost_runs<S: Store>(store
     let Ok(BeginAnswer::Run(t)) = l.begin(3, "read()") else {
         panic!("a run")
     };
-    let Ok(ActionVerdict::Run(_lost)) = l.w.engine.authorize_action(t, &action(READ), l.w.now)
+    let Ok(ActionVerdict::Run(_lost)) = l.w.engine.authorize_action(Own, t, &action(READ), l.w.now)
     else {
         panic!("to run")
     };
@@ -1073,7 +1126,7 @@ fn a_host_sharing_the_store_ends_only_the_runs_it_names_lost<S: Store>(store: &S
     let grant = l.p.grant;
     let done =
         l.w.engine
-            .abandon_running_where(None, l.w.now, 512, |g, r| *g == grant && *r == gone)
+            .abandon_running_where(Own, None, l.w.now, 512, |g, r| *g == grant && *r == gone)
             .unwrap();
     assert_eq!((done.ended, done.next.is_none()), (1, true));
     let r = result(l.execute(3, "read()", &[READ]));
@@ -1081,7 +1134,7 @@ fn a_host_sharing_the_store_ends_only_the_runs_it_names_lost<S: Store>(store: &S
     assert!(r.unknown_tail);
     // The live run goes on with its ticket.
     l.w.engine
-        .complete(live, &Completion::Value(json!(4)), l.w.now)
+        .complete(Own, live, &Completion::Value(json!(4)), l.w.now)
         .unwrap();
     assert_eq!(abandon_all(&l, 512), 0, "nothing left running");
 }
@@ -1122,7 +1175,7 @@ fn an_approval_whose_stored_arguments_were_altered_can_only_be_denied<S: Store>(
     for approve in [ApprovalDecision::Once, ApprovalDecision::AutoApproveKind] {
         assert_eq!(
             l.w.engine
-                .decide_approval(&l.w.site, USER, &prompt.reference(), approve, l.w.now),
+                .decide_approval(Own, &l.w.site, USER, &prompt.reference(), approve, l.w.now),
             Err(ApprovalError::NotShown)
         );
     }
@@ -1145,10 +1198,10 @@ fn a_withdrawn_action_resumes_with_its_approval_and_runs_once<S: Store>(store: &
     let Ok(BeginAnswer::Run(t)) = l.begin(1, "buy()") else {
         panic!("the approved request resumes")
     };
-    let Ok(ActionVerdict::Run(t)) = l.w.engine.authorize_action(t, &action(WRITE), now) else {
+    let Ok(ActionVerdict::Run(t)) = l.w.engine.authorize_action(Own, t, &action(WRITE), now) else {
         panic!("the approved write may run")
     };
-    l.w.engine.withdraw_action(t, now).unwrap();
+    l.w.engine.withdraw_action(Own, t, now).unwrap();
     assert_eq!(l.state(1), RequestState::Parked(Park::Resume));
     assert!(
         l.w.engine
@@ -1166,26 +1219,26 @@ fn a_withdrawn_action_resumes_with_its_approval_and_runs_once<S: Store>(store: &
     let Ok(BeginAnswer::Run(t)) = l.begin(2, "read()") else {
         panic!("a run")
     };
-    let Ok(ActionVerdict::Run(t)) = l.w.engine.authorize_action(t, &action(READ), now) else {
+    let Ok(ActionVerdict::Run(t)) = l.w.engine.authorize_action(Own, t, &action(READ), now) else {
         panic!("a read runs")
     };
-    l.w.engine.withdraw_action(t, now).unwrap();
+    l.w.engine.withdraw_action(Own, t, now).unwrap();
     let Ok(BeginAnswer::Run(t)) = l.begin(2, "read()") else {
         panic!("the parked read resumes")
     };
-    let Ok(ActionVerdict::Run(t)) = l.w.engine.authorize_action(t, &action(READ), now) else {
+    let Ok(ActionVerdict::Run(t)) = l.w.engine.authorize_action(Own, t, &action(READ), now) else {
         panic!("without an approval")
     };
     let t =
         l.w.engine
-            .record_outcome(t, Report::ok("read"), now)
+            .record_outcome(Own, t, Report::ok("read"), now)
             .unwrap();
-    let Err(TicketError::OutOfOrder(t)) = l.w.engine.withdraw_action(t, now) else {
+    let Err(TicketError::OutOfOrder(t)) = l.w.engine.withdraw_action(Own, t, now) else {
         panic!("a recorded action is not withdrawn")
     };
     let done =
         l.w.engine
-            .complete(*t, &Completion::Value(json!(1)), now)
+            .complete(Own, *t, &Completion::Value(json!(1)), now)
             .unwrap();
     assert_eq!(done.outcomes.total, 1);
 }

@@ -11,6 +11,7 @@
 use std::ops::Bound;
 use std::time::Duration;
 
+use portcullis::Own;
 use portcullis::approval::{ApprovalDecision, ApprovalPrompt};
 use portcullis::engine::Principal;
 use portcullis::executor::ExecutorId;
@@ -38,6 +39,7 @@ fn join_as<S: Store>(
     program: &[Step],
 ) -> Result<BeginAnswer, BeginError> {
     l.w.engine.begin_server(
+        Own,
         p,
         &params(n, code).joining(),
         &needed(program),
@@ -70,9 +72,14 @@ fn named<S: Store>(
     code: &str,
     program: &[Step],
 ) -> Exec {
-    let answer =
-        l.w.engine
-            .begin_server(&l.p, &params(n, code), &needed(program), on, l.now_ms());
+    let answer = l.w.engine.begin_server(
+        Own,
+        &l.p,
+        &params(n, code),
+        &needed(program),
+        on,
+        l.now_ms(),
+    );
     l.go_on(answer, program)
 }
 
@@ -181,11 +188,12 @@ fn identical_calls_without_a_request_id_share_one_card_and_one_run<S: Store>(sto
 fn only_a_call_on_the_same_executor_by_the_same_caller_joins<S: Store>(store: &S) {
     let (mut l, x) = server(store);
     l.w.engine
-        .connect_tab(&l.w.site, USER, &l.p.grant, &hello("t", "p"), l.w.now)
+        .connect_tab(Own, &l.w.site, USER, &l.p.grant, &hello("t", "p"), l.w.now)
         .unwrap();
     let on_server = approval(join(&mut l, x, 1, "add()", &[ADD]));
     let on_tab = |l: &Ledger<&S>, n: u32, caller: Caller| {
         l.w.engine.begin_needing(
+            Own,
             &l.p,
             &params(n, "add()").joining(),
             &needed(&[ADD]),
@@ -220,7 +228,7 @@ fn a_joining_call_passes_over_a_request_whose_grant_is_not_live<S: Store>(store:
     approval(join(&mut l, x, 1, "add()", &[ADD]));
     // A site-wide revocation ends every grant without touching request 1.
     l.w.engine
-        .rotate_site_key(&l.w.site, &mut crate::support::rng(3))
+        .rotate_site_key(Own, &l.w.site, &mut crate::support::rng(3))
         .unwrap();
     let (_, p2) = login(&mut l, NOTES);
     // The new grant's identical call does not join the revoked grant's
@@ -260,7 +268,7 @@ fn the_sweep_deletes_an_index_entry_with_the_request_it_names<S: Store>(store: &
     assert_eq!(sorted(waiting(store)), vec![rid(2), rid(3)]);
     // The first grant's end: request 1 goes, the entry naming 2 stays.
     advance(&mut l, HOUR / 2 + 1, &[x]);
-    while l.w.engine.sweep_ledger(l.w.now, 4).unwrap() == 4 {}
+    while l.w.engine.sweep_ledger(Own, l.w.now, 4).unwrap() == 4 {}
     assert_eq!(l.w.engine.execution_request(&p2, &rid(1)).unwrap(), None);
     assert!(
         l.w.engine
@@ -271,7 +279,7 @@ fn the_sweep_deletes_an_index_entry_with_the_request_it_names<S: Store>(store: &
     assert_eq!(sorted(waiting(store)), vec![rid(2), rid(3)]);
     // The second's: its requests go, and their entries with them.
     advance(&mut l, HOUR / 2, &[x]);
-    while l.w.engine.sweep_ledger(l.w.now, 4).unwrap() == 4 {}
+    while l.w.engine.sweep_ledger(Own, l.w.now, 4).unwrap() == 4 {}
     for n in [2, 3] {
         assert_eq!(l.w.engine.execution_request(&p2, &rid(n)).unwrap(), None);
     }
@@ -304,7 +312,7 @@ fn every_store_failure_in_a_joining_begin_leaves_nothing<S: Store>(store: &S) {
     // The sweep that deletes the requests and their entry.
     advance(&mut l, HOUR + 1, &[x]);
     let now = l.w.now;
-    let (swept, _) = under_faults(&failing, || l.w.engine.sweep_ledger(now, 1_000));
+    let (swept, _) = under_faults(&failing, || l.w.engine.sweep_ledger(Own, now, 1_000));
     assert!(swept.unwrap() > 0);
     assert_eq!(waiting(&failing), vec![]);
     assert_eq!(l.page.count(ADD), 1);

@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 
+use portcullis::Own;
 use portcullis::approval::{ApprovalDecision, ApprovalPrompt};
 use portcullis::ledger::{BeginError, Caller, Effect, End, Failure};
 use portcullis::scope::{SKILLS_READ, SKILLS_WRITE};
@@ -103,7 +104,7 @@ fn run<S: Store>(store: S, ops: &[Op], faults: bool) -> Result<(), TestCaseError
             Op::Begin(n, code) => {
                 let params = params(n, code_text(code));
                 let at = l.now_ms();
-                let answer = call!(l.w.engine.begin(&l.p, &params, Caller::Client, at));
+                let answer = call!(l.w.engine.begin(Own, &l.p, &params, Caller::Client, at));
                 let answer = l.go_on(answer, &program(n, code));
                 match model.get_mut(&n) {
                     None => {
@@ -186,6 +187,7 @@ fn run<S: Store>(store: S, ops: &[Op], faults: bool) -> Result<(), TestCaseError
                     ApprovalDecision::Deny
                 };
                 let result = call!(l.w.engine.decide_approval(
+                    Own,
                     &l.w.site,
                     USER,
                     &prompt.reference(),
@@ -207,7 +209,7 @@ fn run<S: Store>(store: S, ops: &[Op], faults: bool) -> Result<(), TestCaseError
                 }
             }
             Op::Revoke => {
-                call!(l.w.engine.revoke_grant(&l.p.grant, l.w.now)).unwrap();
+                call!(l.w.engine.revoke_grant(Own, &l.p.grant, l.w.now)).unwrap();
                 for req in model.values_mut() {
                     req.revoked = true;
                 }
@@ -221,12 +223,12 @@ fn run<S: Store>(store: S, ops: &[Op], faults: bool) -> Result<(), TestCaseError
                 let hello = hello("tab-1", &format!("page-{page}"));
                 call!(
                     l.w.engine
-                        .connect_tab(&l.w.site, USER, &l.p.grant, &hello, l.w.now)
+                        .connect_tab(Own, &l.w.site, USER, &l.p.grant, &hello, l.w.now)
                 )
                 .unwrap();
             }
             Op::Sweep => {
-                call!(l.w.engine.sweep_ledger(l.w.now, 16)).unwrap();
+                call!(l.w.engine.sweep_ledger(Own, l.w.now, 16)).unwrap();
             }
             Op::Advance(secs) => l.advance(secs, "tab-1", &format!("page-{page}")),
         }

@@ -19,7 +19,7 @@ use portcullis::scope::ScopeSet;
 use portcullis::site::SiteConfig;
 use portcullis::store::{ReadTransaction, Store, Table, WriteTransaction};
 use portcullis::token::TokenResponse;
-use portcullis::{Policy, WireError};
+use portcullis::{Own, Policy, WireError};
 use serde_json::json;
 
 use crate::failing_store::{FailingStore, dump, under_faults};
@@ -68,8 +68,8 @@ pub(crate) fn server_with<S: Store>(store: S, policy: Policy) -> (Ledger<S>, Exe
         &site.resource_prefix,
     );
     config.scopes = ScopeSet::parse(NOTES).unwrap();
-    w.engine.update_site(config).unwrap();
-    let executor = w.engine.start_executor(&w.site, w.now).unwrap();
+    w.engine.update_site(Own, config).unwrap();
+    let executor = w.engine.start_executor(Own, &w.site, w.now).unwrap();
     let (tokens, p) = consent(&mut w, NOTES);
     let l = Ledger {
         w,
@@ -108,7 +108,7 @@ fn begin_on<S: Store>(
     needed: &ScopeSet,
 ) -> Result<BeginAnswer, BeginError> {
     l.w.engine
-        .begin_server(p, &params(n, code), needed, on, l.now_ms())
+        .begin_server(Own, p, &params(n, code), needed, on, l.now_ms())
 }
 
 /// `execute` on executor `on` as `p`: begin, and if admitted run `program`.
@@ -145,7 +145,9 @@ pub(crate) fn advance<S: Store>(l: &mut Ledger<S>, secs: u64, alive: &[ExecutorI
         l.w.advance(step);
         left -= step;
         for &x in alive {
-            l.w.engine.renew_executor(&l.w.site, x, l.w.now).unwrap();
+            l.w.engine
+                .renew_executor(Own, &l.w.site, x, l.w.now)
+                .unwrap();
         }
     }
 }
@@ -214,7 +216,7 @@ fn a_server_write_asks_runs_once_after_approval_and_a_repeat_answers_the_result<
     assert_eq!((r.outcomes.total, r.unknown_tail), (2, false));
     assert_eq!((l.page.count(LIST), l.page.count(ADD)), (1, 1));
     // A repeat answers the stored result, from any instance of the fleet.
-    let y = l.w.engine.start_executor(&l.w.site, l.w.now).unwrap();
+    let y = l.w.engine.start_executor(Own, &l.w.site, l.w.now).unwrap();
     assert_eq!(result(exec(&mut l, y, 1, "add()", &[LIST, ADD])), r);
     assert_eq!((l.page.count(LIST), l.page.count(ADD)), (1, 1));
     assert_eq!(
@@ -244,11 +246,11 @@ fn a_replay_with_other_code_or_on_the_other_executor_is_replay_detected<S: Store
     // The same code on the tab is another call too…
     let on_tab =
         l.w.engine
-            .begin(&l.p, &params(1, "list()"), Caller::Client, l.now_ms());
+            .begin(Own, &l.p, &params(1, "list()"), Caller::Client, l.now_ms());
     assert_eq!(on_tab, Err(BeginError::ReplayDetected));
     // …and a tab request repeated on the server.
     l.w.engine
-        .connect_tab(&l.w.site, USER, &l.p.grant, &hello("t", "p"), l.w.now)
+        .connect_tab(Own, &l.w.site, USER, &l.p.grant, &hello("t", "p"), l.w.now)
         .unwrap();
     let tab = l.execute(2, "list()", &[LIST]);
     assert_eq!(result(tab).end, End::Returned(r#"{"steps":1}"#.into()));
@@ -312,9 +314,14 @@ fn an_undeclared_scope_is_refused_and_changes_nothing<S: Store>(store: &S) {
     );
     assert_eq!((e.code().as_str(), e.http_status()), ("server_error", 500));
     // The tab's `begin_needing` refuses it the same way.
-    let on_tab =
-        l.w.engine
-            .begin_needing(&l.p, &params(1, "x()"), &skills, Caller::Client, l.now_ms());
+    let on_tab = l.w.engine.begin_needing(
+        Own,
+        &l.p,
+        &params(1, "x()"),
+        &skills,
+        Caller::Client,
+        l.now_ms(),
+    );
     assert_eq!(on_tab, Err(e));
     assert!(dump(store) == before, "a refusal writes nothing");
     // An action naming an undeclared scope: the ticket comes back, nothing
@@ -322,7 +329,10 @@ fn an_undeclared_scope_is_refused_and_changes_nothing<S: Store>(store: &S) {
     let t = run_on(&l, x, 1, "x()");
     let stray = action(("notes.list", Effect::Read, "skills:read", "{}"));
     let before = dump(store);
-    let e = l.w.engine.authorize_action(t, &stray, l.w.now).unwrap_err();
+    let e =
+        l.w.engine
+            .authorize_action(Own, t, &stray, l.w.now)
+            .unwrap_err();
     assert_eq!((e.code().as_str(), e.http_status()), ("server_error", 500));
     let TicketError::Invalid(t, why) = e else {
         panic!("refused with the ticket handed back")
@@ -331,21 +341,23 @@ fn an_undeclared_scope_is_refused_and_changes_nothing<S: Store>(store: &S) {
     assert!(dump(store) == before);
     // A server run has no page to drive.
     let click = action(("note.show", Effect::Read, "notes:read", "{}")).driving_page();
-    let Err(TicketError::Invalid(t, why)) = l.w.engine.authorize_action(*t, &click, l.w.now) else {
+    let Err(TicketError::Invalid(t, why)) = l.w.engine.authorize_action(Own, *t, &click, l.w.now)
+    else {
         panic!("refused")
     };
     assert_eq!(why, LedgerError::InvalidAction);
     assert!(dump(store) == before);
-    let Ok(ActionVerdict::Run(t)) = l.w.engine.authorize_action(*t, &action(LIST), l.w.now) else {
+    let Ok(ActionVerdict::Run(t)) = l.w.engine.authorize_action(Own, *t, &action(LIST), l.w.now)
+    else {
         panic!("the handed-back ticket still runs")
     };
     let t =
         l.w.engine
-            .record_outcome(t, Report::ok("listed"), l.w.now)
+            .record_outcome(Own, t, Report::ok("listed"), l.w.now)
             .unwrap();
     let r =
         l.w.engine
-            .complete(t, &Completion::Value(json!(1)), l.w.now)
+            .complete(Own, t, &Completion::Value(json!(1)), l.w.now)
             .unwrap();
     assert_eq!((r.outcomes.total, r.unknown_tail), (1, false));
 }
@@ -354,22 +366,23 @@ fn a_run_whose_executor_lost_its_lease_is_cut_off_on_a_repeat_and_by_end_lost_ru
     store: &S,
 ) {
     let (mut l, a) = server(store);
-    let b = l.w.engine.start_executor(&l.w.site, l.w.now).unwrap();
+    let b = l.w.engine.start_executor(Own, &l.w.site, l.w.now).unwrap();
     assert!(b > a, "a new number");
     // Instance A runs two calls: one mid-action, one between actions.
     let t1 = run_on(&l, a, 1, "list()");
-    let Ok(ActionVerdict::Run(t1)) = l.w.engine.authorize_action(t1, &action(LIST), l.w.now) else {
+    let Ok(ActionVerdict::Run(t1)) = l.w.engine.authorize_action(Own, t1, &action(LIST), l.w.now)
+    else {
         panic!("to run")
     };
     let t2 = run_on(&l, a, 2, "list()");
     assert_eq!(t2.connection(), a.get());
     // A tab run of the same grant, which no lease governs.
     l.w.engine
-        .connect_tab(&l.w.site, USER, &l.p.grant, &hello("t", "p"), l.w.now)
+        .connect_tab(Own, &l.w.site, USER, &l.p.grant, &hello("t", "p"), l.w.now)
         .unwrap();
     let Ok(BeginAnswer::Run(_on_tab)) =
         l.w.engine
-            .begin(&l.p, &params(3, "list()"), Caller::Client, l.now_ms())
+            .begin(Own, &l.p, &params(3, "list()"), Caller::Client, l.now_ms())
     else {
         panic!("a tab run")
     };
@@ -382,7 +395,7 @@ fn a_run_whose_executor_lost_its_lease_is_cut_off_on_a_repeat_and_by_end_lost_ru
     // A stops renewing (B and the tab go on).
     advance(&mut l, 31, &[b]);
     l.w.engine
-        .tab_heartbeat(&l.w.site, USER, &l.p.grant, "t", "p", true, l.w.now)
+        .tab_heartbeat(Own, &l.w.site, USER, &l.p.grant, "t", "p", true, l.w.now)
         .unwrap();
     assert_eq!(
         l.w.engine
@@ -399,7 +412,8 @@ fn a_run_whose_executor_lost_its_lease_is_cut_off_on_a_repeat_and_by_end_lost_ru
     assert_eq!(v["error"]["code"], "ACTION_UNAVAILABLE");
     assert_eq!(v["unknownTail"], true);
     assert_eq!(
-        l.w.engine.record_outcome(t1, Report::ok("late"), l.w.now),
+        l.w.engine
+            .record_outcome(Own, t1, Report::ok("late"), l.w.now),
         Err(TicketError::Stale)
     );
     // The other lost run ends by the sweep of lost runs, a page at a time;
@@ -412,7 +426,7 @@ fn a_run_whose_executor_lost_its_lease_is_cut_off_on_a_repeat_and_by_end_lost_ru
     assert_eq!(l.state(3), RequestState::Running);
     assert_eq!(
         l.w.engine
-            .complete(t2, &Completion::Value(json!(2)), l.w.now),
+            .complete(Own, t2, &Completion::Value(json!(2)), l.w.now),
         Err(TicketError::Stale)
     );
     assert_eq!(end_lost(&l, 16), 0);
@@ -426,7 +440,9 @@ fn a_run_whose_executor_lost_its_lease_is_cut_off_on_a_repeat_and_by_end_lost_ru
         "ACTION_UNAVAILABLE"
     );
     assert_eq!(l.w.engine.execution_request(&l.p, &rid(4)).unwrap(), None);
-    l.w.engine.renew_executor(&l.w.site, a, l.w.now).unwrap();
+    l.w.engine
+        .renew_executor(Own, &l.w.site, a, l.w.now)
+        .unwrap();
     result(exec(&mut l, a, 4, "list()", &[LIST]));
     assert_eq!(
         l.page.count(LIST),
@@ -443,7 +459,7 @@ fn begin_driven<S: Store>(
     n: u32,
 ) -> Result<BeginAnswer, BeginError> {
     let mut txn = l.w.engine.store().begin_write().unwrap();
-    let answer = l.w.engine.begin_driven_in(
+    let answer = l.w.engine.begin_driven(
         &mut txn,
         &l.p,
         &params(n, "list()"),
@@ -460,9 +476,9 @@ fn a_tab_run_whose_driver_lost_its_lease_is_cut_off_on_a_repeat_and_by_end_lost_
     store: &S,
 ) {
     let (mut l, a) = server(store);
-    let b = l.w.engine.start_executor(&l.w.site, l.w.now).unwrap();
+    let b = l.w.engine.start_executor(Own, &l.w.site, l.w.now).unwrap();
     l.w.engine
-        .connect_tab(&l.w.site, USER, &l.p.grant, &hello("t", "p"), l.w.now)
+        .connect_tab(Own, &l.w.site, USER, &l.p.grant, &hello("t", "p"), l.w.now)
         .unwrap();
     // Instance A drives two tab runs, instance B one.
     for (driver, n) in [(a, 1), (a, 2), (b, 3)] {
@@ -481,7 +497,7 @@ fn a_tab_run_whose_driver_lost_its_lease_is_cut_off_on_a_repeat_and_by_end_lost_
     // A stops renewing (B and the tab go on).
     advance(&mut l, 31, &[b]);
     l.w.engine
-        .tab_heartbeat(&l.w.site, USER, &l.p.grant, "t", "p", true, l.w.now)
+        .tab_heartbeat(Own, &l.w.site, USER, &l.p.grant, "t", "p", true, l.w.now)
         .unwrap();
     // The repeat reaching B cuts run 1 off: its action may have run.
     match begin_driven(&l, b, 1) {
@@ -514,7 +530,7 @@ fn end_lost<S: Store>(l: &Ledger<S>, budget: usize) -> usize {
     loop {
         let done =
             l.w.engine
-                .end_lost_runs(from.as_ref(), l.w.now, budget)
+                .end_lost_runs(Own, from.as_ref(), l.w.now, budget)
                 .unwrap();
         ended += done.ended;
         match done.next {
@@ -526,16 +542,16 @@ fn end_lost<S: Store>(l: &Ledger<S>, budget: usize) -> usize {
 
 fn stopping_an_executor_ends_its_runs_and_no_other<S: Store>(store: &S) {
     let (mut l, a) = server(store);
-    let b = l.w.engine.start_executor(&l.w.site, l.w.now).unwrap();
+    let b = l.w.engine.start_executor(Own, &l.w.site, l.w.now).unwrap();
     let t1 = run_on(&l, a, 1, "list()");
-    let Ok(ActionVerdict::Run(_t1)) = l.w.engine.authorize_action(t1, &action(LIST), l.w.now)
+    let Ok(ActionVerdict::Run(_t1)) = l.w.engine.authorize_action(Own, t1, &action(LIST), l.w.now)
     else {
         panic!("to run")
     };
     let t2 = run_on(&l, b, 2, "list()");
     // A parked request is not running anywhere: stopping leaves it be.
     let prompt = approval(exec(&mut l, a, 3, "add()", &[ADD]));
-    assert_eq!(l.w.engine.stop_executor(&l.w.site, a, l.w.now), Ok(1));
+    assert_eq!(l.w.engine.stop_executor(Own, &l.w.site, a, l.w.now), Ok(1));
     assert_eq!(
         ended_with(&l, 1),
         (End::Failed(Failure::ExecutorLost), true)
@@ -545,11 +561,11 @@ fn stopping_an_executor_ends_its_runs_and_no_other<S: Store>(store: &S) {
     // B's run goes on with its ticket.
     let r =
         l.w.engine
-            .complete(t2, &Completion::Value(json!(2)), l.w.now)
+            .complete(Own, t2, &Completion::Value(json!(2)), l.w.now)
             .unwrap();
     assert_eq!(r.end, End::Returned("2".into()));
     // Stopping again ends nothing more; the stopped number takes no work…
-    assert_eq!(l.w.engine.stop_executor(&l.w.site, a, l.w.now), Ok(0));
+    assert_eq!(l.w.engine.stop_executor(Own, &l.w.site, a, l.w.now), Ok(0));
     assert_eq!(
         begin_on(&l, &l.p, a, 4, "list()", &ScopeSet::new()),
         Err(BeginError::ExecutorNotLive)
@@ -564,29 +580,31 @@ fn stopping_an_executor_ends_its_runs_and_no_other<S: Store>(store: &S) {
     result(l.go_on(answer, &[ADD]));
     assert_eq!(l.page.count(ADD), 1);
     // Numbers are never reused; unknown numbers and sites are refused.
-    let c = l.w.engine.start_executor(&l.w.site, l.w.now).unwrap();
+    let c = l.w.engine.start_executor(Own, &l.w.site, l.w.now).unwrap();
     assert!(c > b);
     let never = ExecutorId::new(c.get() + 1);
     assert_eq!(
-        l.w.engine.renew_executor(&l.w.site, never, l.w.now),
+        l.w.engine.renew_executor(Own, &l.w.site, never, l.w.now),
         Err(ExecutorError::Unknown)
     );
     assert_eq!(
-        l.w.engine.stop_executor(&l.w.site, never, l.w.now),
+        l.w.engine.stop_executor(Own, &l.w.site, never, l.w.now),
         Err(ExecutorError::Unknown)
     );
     assert_eq!(
         l.w.engine
-            .stop_executor(&l.w.site, ExecutorId::new(0), l.w.now),
+            .stop_executor(Own, &l.w.site, ExecutorId::new(0), l.w.now),
         Err(ExecutorError::Unknown)
     );
     let nowhere = portcullis::site::SiteId::parse("nowhere").unwrap();
     assert_eq!(
-        l.w.engine.start_executor(&nowhere, l.w.now),
+        l.w.engine.start_executor(Own, &nowhere, l.w.now),
         Err(ExecutorError::UnknownSite)
     );
     // A stopped executor that renews gets a lease again.
-    l.w.engine.renew_executor(&l.w.site, a, l.w.now).unwrap();
+    l.w.engine
+        .renew_executor(Own, &l.w.site, a, l.w.now)
+        .unwrap();
     result(exec(&mut l, a, 5, "list()", &[LIST]));
 }
 
@@ -607,6 +625,7 @@ fn auto_approval_of_a_kind_lives_per_grant_and_identical_writes_ask_again<S: Sto
     assert!(!unknown.offer_auto_approve);
     assert_eq!(
         l.w.engine.decide_approval(
+            Own,
             &l.w.site,
             USER,
             &unknown.reference(),
@@ -623,7 +642,7 @@ fn auto_approval_of_a_kind_lives_per_grant_and_identical_writes_ask_again<S: Sto
     assert_eq!(l.w.engine.tab_connection(&l.p.grant).unwrap(), None);
     // Revoking the grant deletes it.
     assert_eq!(auto_records(store), 1);
-    l.w.engine.revoke_grant(&l.p.grant, l.w.now).unwrap();
+    l.w.engine.revoke_grant(Own, &l.p.grant, l.w.now).unwrap();
     assert_eq!(auto_records(store), 0);
 }
 
@@ -645,19 +664,22 @@ fn auto_records<S: Store>(store: &S) -> usize {
 fn revocation_ends_server_requests<S: Store>(store: &S) {
     let (mut l, x) = server(store);
     let t = run_on(&l, x, 1, "list()");
-    let Ok(ActionVerdict::Run(t)) = l.w.engine.authorize_action(t, &action(LIST), l.w.now) else {
+    let Ok(ActionVerdict::Run(t)) = l.w.engine.authorize_action(Own, t, &action(LIST), l.w.now)
+    else {
         panic!("to run")
     };
     let prompt = approval(exec(&mut l, x, 2, "add()", &[ADD]));
-    l.w.engine.revoke_grant(&l.p.grant, l.w.now).unwrap();
+    l.w.engine.revoke_grant(Own, &l.p.grant, l.w.now).unwrap();
     assert_eq!(ended_with(&l, 1), (End::Failed(Failure::Revoked), true));
     assert_eq!(ended_with(&l, 2), (End::Failed(Failure::Revoked), false));
     assert_eq!(
-        l.w.engine.record_outcome(t, Report::ok("late"), l.w.now),
+        l.w.engine
+            .record_outcome(Own, t, Report::ok("late"), l.w.now),
         Err(TicketError::Stale)
     );
     assert_eq!(
         l.w.engine.decide_approval(
+            Own,
             &l.w.site,
             USER,
             &prompt.reference(),
@@ -671,7 +693,7 @@ fn revocation_ends_server_requests<S: Store>(store: &S) {
         BeginError::SessionRevoked
     );
     // Nothing is left running on the executor.
-    assert_eq!(l.w.engine.stop_executor(&l.w.site, x, l.w.now), Ok(0));
+    assert_eq!(l.w.engine.stop_executor(Own, &l.w.site, x, l.w.now), Ok(0));
     assert_eq!(l.page.count(ADD), 0);
 }
 
@@ -681,10 +703,10 @@ fn a_revoked_grant_ends_the_server_run_at_its_next_ticket_operation<S: Store>(st
     // A site-wide revocation (a key rotation) cannot enumerate: the run
     // ends when it is next touched.
     l.w.engine
-        .rotate_site_key(&l.w.site, &mut crate::support::rng(3))
+        .rotate_site_key(Own, &l.w.site, &mut crate::support::rng(3))
         .unwrap();
     assert_eq!(
-        l.w.engine.authorize_action(t, &action(LIST), l.w.now),
+        l.w.engine.authorize_action(Own, t, &action(LIST), l.w.now),
         Err(TicketError::Ended(Failure::Revoked))
     );
     assert_eq!(ended_with(&l, 1), (End::Failed(Failure::Revoked), true));
@@ -699,7 +721,7 @@ fn start_up_recovery_ends_server_runs_too<S: Store>(store: &S) {
     loop {
         let done =
             l.w.engine
-                .abandon_running(from.as_ref(), l.w.now, 1)
+                .abandon_running(Own, from.as_ref(), l.w.now, 1)
                 .unwrap();
         ended += done.ended;
         match done.next {
@@ -723,18 +745,20 @@ fn start_up_recovery_ends_server_runs_too<S: Store>(store: &S) {
 
 fn long_lapsed_leases_are_swept_and_their_numbers_stay_taken<S: Store>(store: &S) {
     let (mut l, a) = server(store);
-    let b = l.w.engine.start_executor(&l.w.site, l.w.now).unwrap();
+    let b = l.w.engine.start_executor(Own, &l.w.site, l.w.now).unwrap();
     advance(&mut l, 299, &[a]);
-    assert_eq!(l.w.engine.sweep_executors(l.w.now, 16).unwrap(), 0);
+    assert_eq!(l.w.engine.sweep_executors(Own, l.w.now, 16).unwrap(), 0);
     advance(&mut l, 1, &[a]);
-    assert_eq!(l.w.engine.sweep_executors(l.w.now, 16).unwrap(), 1);
+    assert_eq!(l.w.engine.sweep_executors(Own, l.w.now, 16).unwrap(), 1);
     assert_eq!(l.w.engine.executor_lease(&l.w.site, b).unwrap(), None);
     assert!(l.w.engine.executor_lease(&l.w.site, a).unwrap().is_some());
-    assert_eq!(l.w.engine.sweep_executors(l.w.now, 16).unwrap(), 0);
+    assert_eq!(l.w.engine.sweep_executors(Own, l.w.now, 16).unwrap(), 0);
     // B was only late: renewing re-creates its lease under its number.
-    l.w.engine.renew_executor(&l.w.site, b, l.w.now).unwrap();
+    l.w.engine
+        .renew_executor(Own, &l.w.site, b, l.w.now)
+        .unwrap();
     result(exec(&mut l, b, 1, "list()", &[LIST]));
-    assert!(l.w.engine.start_executor(&l.w.site, l.w.now).unwrap() > b);
+    assert!(l.w.engine.start_executor(Own, &l.w.site, l.w.now).unwrap() > b);
 }
 
 /// `n` as a request number of its own for each fault-injection round.
@@ -783,16 +807,22 @@ fn every_store_failure_in_a_server_operation_leaves_nothing<S: Store>(store: &S)
     let site = l.w.site.clone();
     let now = l.w.now;
     // Executors: start, renew, stop, sweep.
-    let (b, points) = under_faults(&failing, || l.w.engine.start_executor(&site, now));
+    let (b, points) = under_faults(&failing, || l.w.engine.start_executor(Own, &site, now));
     let b = b.unwrap();
     assert!(points > 0);
-    under_faults(&failing, || l.w.engine.renew_executor(&site, b, now))
+    under_faults(&failing, || l.w.engine.renew_executor(Own, &site, b, now))
         .0
         .unwrap();
     // begin_server: a new run, a pending repeat, a resumed one.
     let t1 = match under_faults(&failing, || {
-        l.w.engine
-            .begin_server(&l.p, &params(1, "list()"), &needed(&[LIST]), a, l.now_ms())
+        l.w.engine.begin_server(
+            Own,
+            &l.p,
+            &params(1, "list()"),
+            &needed(&[LIST]),
+            a,
+            l.now_ms(),
+        )
     })
     .0
     {
@@ -800,8 +830,14 @@ fn every_store_failure_in_a_server_operation_leaves_nothing<S: Store>(store: &S)
         other => panic!("a run: {other:?}"),
     };
     let pending = under_faults(&failing, || {
-        l.w.engine
-            .begin_server(&l.p, &params(1, "list()"), &ScopeSet::new(), b, l.now_ms())
+        l.w.engine.begin_server(
+            Own,
+            &l.p,
+            &params(1, "list()"),
+            &ScopeSet::new(),
+            b,
+            l.now_ms(),
+        )
     });
     assert!(matches!(pending.0, Ok(BeginAnswer::ExecutionPending(_))));
     // The ticket operations, each on a fresh run: authorize, record, complete.
@@ -810,7 +846,7 @@ fn every_store_failure_in_a_server_operation_leaves_nothing<S: Store>(store: &S)
         &failing,
         &mut l,
         |l| run_on(l, a, fresh(&mut n), "list()"),
-        |l, t| l.w.engine.authorize_action(t, &action(LIST), l.w.now),
+        |l, t| l.w.engine.authorize_action(Own, t, &action(LIST), l.w.now),
     );
     assert!(matches!(verdict, Ok(ActionVerdict::Run(_))));
     let (recorded, _) = every_fault(
@@ -818,33 +854,37 @@ fn every_store_failure_in_a_server_operation_leaves_nothing<S: Store>(store: &S)
         &mut l,
         |l| {
             let t = run_on(l, a, fresh(&mut n), "list()");
-            match l.w.engine.authorize_action(t, &action(LIST), l.w.now) {
+            match l.w.engine.authorize_action(Own, t, &action(LIST), l.w.now) {
                 Ok(ActionVerdict::Run(t)) => t,
                 other => panic!("to run: {other:?}"),
             }
         },
-        |l, t| l.w.engine.record_outcome(t, Report::ok("listed"), l.w.now),
+        |l, t| {
+            l.w.engine
+                .record_outcome(Own, t, Report::ok("listed"), l.w.now)
+        },
     );
     let t = recorded.unwrap();
     l.w.engine
-        .complete(t, &Completion::Value(json!(1)), l.w.now)
+        .complete(Own, t, &Completion::Value(json!(1)), l.w.now)
         .unwrap();
     let (completed, points) = every_fault(
         &failing,
         &mut l,
         |l| {
             let t = run_on(l, a, fresh(&mut n), "list()");
-            let Ok(ActionVerdict::Run(t)) = l.w.engine.authorize_action(t, &action(LIST), l.w.now)
+            let Ok(ActionVerdict::Run(t)) =
+                l.w.engine.authorize_action(Own, t, &action(LIST), l.w.now)
             else {
                 panic!("to run")
             };
             l.w.engine
-                .record_outcome(t, Report::ok("listed"), l.w.now)
+                .record_outcome(Own, t, Report::ok("listed"), l.w.now)
                 .unwrap()
         },
         |l, t| {
             l.w.engine
-                .complete(t, &Completion::Value(json!(1)), l.w.now)
+                .complete(Own, t, &Completion::Value(json!(1)), l.w.now)
         },
     );
     assert!(points > 0);
@@ -855,13 +895,14 @@ fn every_store_failure_in_a_server_operation_leaves_nothing<S: Store>(store: &S)
         &failing,
         &mut l,
         |l| run_on(l, a, fresh(&mut n), "add()"),
-        |l, t| l.w.engine.authorize_action(t, &action(ADD), l.w.now),
+        |l, t| l.w.engine.authorize_action(Own, t, &action(ADD), l.w.now),
     );
     let Ok(ActionVerdict::ApprovalPending(prompt)) = asked else {
         panic!("a write asks")
     };
     under_faults(&failing, || {
         l.w.engine.decide_approval(
+            Own,
             &site,
             USER,
             &prompt.reference(),
@@ -885,7 +926,7 @@ fn every_store_failure_in_a_server_operation_leaves_nothing<S: Store>(store: &S)
             );
             (run_on(l, a, fresh(&mut n), "add()"), step)
         },
-        |l, (t, step)| l.w.engine.authorize_action(t, &action(step), l.w.now),
+        |l, (t, step)| l.w.engine.authorize_action(Own, t, &action(step), l.w.now),
     );
     assert!(matches!(auto, Ok(ActionVerdict::Run(_))), "{auto:?}");
     let stray = action(("notes.list", Effect::Read, "skills:read", "{}"));
@@ -893,7 +934,7 @@ fn every_store_failure_in_a_server_operation_leaves_nothing<S: Store>(store: &S)
         &failing,
         &mut l,
         |l| run_on(l, a, fresh(&mut n), "x()"),
-        |l, t| l.w.engine.authorize_action(t, &stray, l.w.now),
+        |l, t| l.w.engine.authorize_action(Own, t, &stray, l.w.now),
     );
     assert!(matches!(
         refusal,
@@ -905,28 +946,34 @@ fn every_store_failure_in_a_server_operation_leaves_nothing<S: Store>(store: &S)
     let _on_b = run_on(&l, b, fresh(&mut n), "list()");
     l.w.advance(31);
     let now = l.w.now;
-    under_faults(&failing, || l.w.engine.renew_executor(&site, b, now))
+    under_faults(&failing, || l.w.engine.renew_executor(Own, &site, b, now))
         .0
         .unwrap();
     let cut = under_faults(&failing, || {
-        l.w.engine
-            .begin_server(&l.p, &params(1, "list()"), &ScopeSet::new(), b, l.now_ms())
+        l.w.engine.begin_server(
+            Own,
+            &l.p,
+            &params(1, "list()"),
+            &ScopeSet::new(),
+            b,
+            l.now_ms(),
+        )
     });
     assert!(
         matches!(cut.0, Ok(BeginAnswer::Stored(ref r)) if r.end == End::Failed(Failure::ExecutorLost))
     );
-    let (lost, _) = under_faults(&failing, || l.w.engine.end_lost_runs(None, now, 1_000));
+    let (lost, _) = under_faults(&failing, || l.w.engine.end_lost_runs(Own, None, now, 1_000));
     assert!(lost.unwrap().ended > 0);
-    let (stopped, _) = under_faults(&failing, || l.w.engine.stop_executor(&site, b, now));
+    let (stopped, _) = under_faults(&failing, || l.w.engine.stop_executor(Own, &site, b, now));
     assert_eq!(stopped, Ok(1));
     // A swept lease, and a revocation (the grant's auto-approvals go).
     l.w.advance(300);
     let now = l.w.now;
     assert_eq!(
-        under_faults(&failing, || l.w.engine.sweep_executors(now, 16)).0,
+        under_faults(&failing, || l.w.engine.sweep_executors(Own, now, 16)).0,
         Ok(1)
     );
-    under_faults(&failing, || l.w.engine.revoke_grant(&l.p.grant, now))
+    under_faults(&failing, || l.w.engine.revoke_grant(Own, &l.p.grant, now))
         .0
         .unwrap();
     assert_eq!(auto_records(store), 0);

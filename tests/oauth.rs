@@ -15,7 +15,7 @@ use portcullis::scope::ScopeSet;
 use portcullis::site::{SiteConfig, SiteId};
 use portcullis::store::Store;
 use portcullis::token::{TokenError, TokenResponse};
-use portcullis::{Engine, ErrorCode, Policy, Timestamp, WireError};
+use portcullis::{Engine, ErrorCode, Own, Policy, Timestamp, WireError};
 use rand::rngs::StdRng;
 
 use crate::on_every_store;
@@ -64,7 +64,7 @@ impl<S: Store> World<S> {
             "https://app.example.com",
             "https://app.example.com/mcp/",
         );
-        engine.create_site(config, &mut rng, now).unwrap();
+        engine.create_site(Own, config, &mut rng, now).unwrap();
         let registered = engine
             .register_client(br#"{"redirect_uris":["http://127.0.0.1/callback"],"token_endpoint_auth_method":"none","client_name":"Test Agent","grant_types":["authorization_code","refresh_token"]}"#, &mut rng, now)
             .unwrap();
@@ -114,6 +114,7 @@ impl<S: Store> World<S> {
     pub(crate) fn decide(&mut self, query: &str, allow: bool) -> AuthorizeAnswer {
         self.engine
             .decide(
+                Own,
                 &self.site,
                 query,
                 None,
@@ -136,6 +137,7 @@ impl<S: Store> World<S> {
     pub(crate) fn token(&mut self, pairs: &[(&str, &str)]) -> Result<TokenResponse, TokenError> {
         let body = encode_pairs(pairs.iter().copied());
         self.engine.token(
+            Own,
             &self.site,
             &body,
             HeaderField::ABSENT,
@@ -698,7 +700,7 @@ fn idle_and_absolute_lifetimes<S: Store>(store: &S) {
 fn the_off_switch_answers_503_and_changes_nothing<S: Store>(store: &S) {
     let mut w = World::new(store);
     let t = w.login();
-    w.engine.set_site_enabled(&w.site, false).unwrap();
+    w.engine.set_site_enabled(Own, &w.site, false).unwrap();
     let err = w.refresh(&refresh_of(&t)).unwrap_err();
     let response = err.to_response();
     assert_eq!(
@@ -718,7 +720,7 @@ fn the_off_switch_answers_503_and_changes_nothing<S: Store>(store: &S) {
             .unwrap(),
         AuthorizeAnswer::Unavailable { .. }
     ));
-    w.engine.set_site_enabled(&w.site, true).unwrap();
+    w.engine.set_site_enabled(Own, &w.site, true).unwrap();
     // The refresh attempted while off did not rotate: the same token works.
     let t2 = w.refresh(&refresh_of(&t)).unwrap();
     assert!(w.bearer(&t2, "skills:read").is_ok());
@@ -729,7 +731,7 @@ fn site_key_rotation_revokes_everything_at_once<S: Store>(store: &S) {
     let t = w.login();
     let before = w.resource();
     w.engine
-        .rotate_site_key(&w.site, &mut crate::support::rng(99))
+        .rotate_site_key(Own, &w.site, &mut crate::support::rng(99))
         .unwrap();
     assert_ne!(w.resource(), before);
     assert!(
@@ -880,7 +882,7 @@ fn repeated_authorization_fields_are_refused<S: Store>(store: &S) {
         let field = HeaderField::new(pair.map(str::as_bytes));
         let e = w
             .engine
-            .token(&w.site, &body, field, &mut w.rng, w.now)
+            .token(Own, &w.site, &body, field, &mut w.rng, w.now)
             .unwrap_err();
         assert_eq!(e, TokenError::authorization(HeaderError::Repeated));
         let r = e.to_response();
@@ -893,7 +895,7 @@ fn repeated_authorization_fields_are_refused<S: Store>(store: &S) {
         let revoke = encode_pairs([("token", refresh.as_str()), ("client_id", &client_id)]);
         let e = w
             .engine
-            .revoke_token(&w.site, &revoke, field, w.now)
+            .revoke_token(Own, &w.site, &revoke, field, w.now)
             .unwrap_err();
         assert_eq!(e, RevokeError::authorization(HeaderError::Repeated));
         assert_eq!(e.to_response().status, 400);
@@ -935,7 +937,7 @@ fn revocation_endpoint_and_grant_management<S: Store>(store: &S) {
     let body = encode_pairs([("token", "garbage"), ("client_id", client_id.as_str())]);
     assert!(
         w.engine
-            .revoke_token(&w.site, &body, HeaderField::ABSENT, w.now)
+            .revoke_token(Own, &w.site, &body, HeaderField::ABSENT, w.now)
             .is_ok()
     );
     let other = w
@@ -952,7 +954,7 @@ fn revocation_endpoint_and_grant_management<S: Store>(store: &S) {
     ]);
     assert!(
         w.engine
-            .revoke_token(&w.site, &body, HeaderField::ABSENT, w.now)
+            .revoke_token(Own, &w.site, &body, HeaderField::ABSENT, w.now)
             .is_ok()
     );
     assert!(w.bearer(&a, "skills:read").is_ok());
@@ -961,7 +963,7 @@ fn revocation_endpoint_and_grant_management<S: Store>(store: &S) {
         ("client_id", client_id.as_str()),
     ]);
     w.engine
-        .revoke_token(&w.site, &body, HeaderField::ABSENT, w.now)
+        .revoke_token(Own, &w.site, &body, HeaderField::ABSENT, w.now)
         .unwrap();
     assert!(w.bearer(&a, "skills:read").is_err());
     // Revoking by access token revokes its grant too.
@@ -970,7 +972,7 @@ fn revocation_endpoint_and_grant_management<S: Store>(store: &S) {
         ("client_id", client_id.as_str()),
     ]);
     w.engine
-        .revoke_token(&w.site, &body, HeaderField::ABSENT, w.now)
+        .revoke_token(Own, &w.site, &body, HeaderField::ABSENT, w.now)
         .unwrap();
     assert!(w.bearer(&b, "skills:read").is_err());
     let statuses: Vec<GrantStatus> = w
@@ -985,13 +987,15 @@ fn revocation_endpoint_and_grant_management<S: Store>(store: &S) {
     // Revoke all of a user's grants.
     let c = w.login();
     assert_eq!(
-        w.engine.revoke_user_grants(&w.site, USER, w.now).unwrap(),
+        w.engine
+            .revoke_user_grants(Own, &w.site, USER, w.now)
+            .unwrap(),
         1
     );
     assert!(w.bearer(&c, "skills:read").is_err());
     // Revoke all of a site's grants.
     let d = w.login();
-    w.engine.revoke_site_grants(&w.site).unwrap();
+    w.engine.revoke_site_grants(Own, &w.site).unwrap();
     assert!(w.bearer(&d, "skills:read").is_err());
 }
 
@@ -1008,7 +1012,7 @@ fn sweep_deletes_expired_codes_and_grants_in_batches<S: Store>(store: &S) {
     w.advance(2 * DAY);
     let mut handled = 0;
     loop {
-        let n = w.engine.sweep(w.now, 3).unwrap();
+        let n = w.engine.sweep(Own, w.now, 3).unwrap();
         handled += n;
         if n < 3 {
             break;
@@ -1094,7 +1098,7 @@ fn racing_refreshes<S: Store + Sync>(store: &S, window: bool, rounds: u64) {
                     s.spawn(move || {
                         let mut rng = crate::support::rng(round * 2 + i);
                         barrier.wait();
-                        engine.token(site, body, HeaderField::ABSENT, &mut rng, now)
+                        engine.token(Own, site, body, HeaderField::ABSENT, &mut rng, now)
                     })
                 })
                 .collect();
@@ -1222,7 +1226,7 @@ fn agent_tokens_are_minted_listed_and_revoked_by_jti<S: Store>(store: &S) {
     };
     let (token, record) = w
         .engine
-        .mint_agent_token(&w.site, request.clone(), &mut w.rng, w.now)
+        .mint_agent_token(Own, &w.site, request.clone(), &mut w.rng, w.now)
         .unwrap();
     let header = format!("Bearer {}", token.expose_secret());
     let read = ScopeSet::parse("skills:read").unwrap();
@@ -1247,7 +1251,7 @@ fn agent_tokens_are_minted_listed_and_revoked_by_jti<S: Store>(store: &S) {
     );
     let (second, _) = w
         .engine
-        .mint_agent_token(&w.site, request.clone(), &mut w.rng, w.now)
+        .mint_agent_token(Own, &w.site, request.clone(), &mut w.rng, w.now)
         .unwrap();
     assert_eq!(w.engine.list_agent_tokens(&w.site, USER).unwrap().len(), 2);
     assert!(
@@ -1259,12 +1263,12 @@ fn agent_tokens_are_minted_listed_and_revoked_by_jti<S: Store>(store: &S) {
     // Revoked by jti: fails at once; the other keeps working.
     assert!(
         w.engine
-            .revoke_agent_token(&w.site, &record.jti, w.now)
+            .revoke_agent_token(Own, &w.site, &record.jti, w.now)
             .unwrap()
     );
     assert!(
         !w.engine
-            .revoke_agent_token(&w.site, &record.jti, w.now)
+            .revoke_agent_token(Own, &w.site, &record.jti, w.now)
             .unwrap()
     );
     assert!(
@@ -1289,7 +1293,7 @@ fn agent_tokens_are_minted_listed_and_revoked_by_jti<S: Store>(store: &S) {
     bad.scopes = ScopeSet::parse("admin").unwrap();
     assert_eq!(
         w.engine
-            .mint_agent_token(&w.site, bad, &mut w.rng, w.now)
+            .mint_agent_token(Own, &w.site, bad, &mut w.rng, w.now)
             .unwrap_err(),
         MintError::InvalidScope
     );
@@ -1331,7 +1335,7 @@ fn metadata_document_clients_follow_the_site_setting<S: Store>(store: &S) {
         "https://app.example.com/mcp/",
     );
     config.client_metadata_documents = false;
-    let site = w.engine.update_site(config).unwrap();
+    let site = w.engine.update_site(Own, config).unwrap();
     assert!(!AuthorizationServerMetadata::for_site(&site).client_id_metadata_document_supported);
     let answer = w.engine.authorize(&w.site, &q, Some(body)).unwrap();
     assert!(
@@ -1348,21 +1352,21 @@ fn a_user_revokes_only_their_own_grants<S: Store>(store: &S) {
     let grant = w.bearer(&t, "skills:read").unwrap().grant;
     assert_eq!(
         w.engine
-            .revoke_own_grant(&w.site, "mallory", &grant, w.now)
+            .revoke_own_grant(Own, &w.site, "mallory", &grant, w.now)
             .unwrap(),
         None
     );
     assert!(w.bearer(&t, "skills:read").is_ok());
     assert_eq!(
         w.engine
-            .revoke_own_grant(&w.site, USER, &grant, w.now)
+            .revoke_own_grant(Own, &w.site, USER, &grant, w.now)
             .unwrap(),
         Some(true)
     );
     assert!(w.bearer(&t, "skills:read").is_err());
     assert_eq!(
         w.engine
-            .revoke_own_grant(&w.site, USER, &grant, w.now)
+            .revoke_own_grant(Own, &w.site, USER, &grant, w.now)
             .unwrap(),
         Some(false)
     );
@@ -1435,6 +1439,7 @@ fn identical_registrations_never_share_credentials<S: Store>(store: &S) {
     let err = w
         .engine
         .token(
+            Own,
             &w.site,
             &exchange,
             HeaderField::one(&a_id_b_secret),
@@ -1448,6 +1453,7 @@ fn identical_registrations_never_share_credentials<S: Store>(store: &S) {
     assert!(
         w.engine
             .token(
+                Own,
                 &w.site,
                 &exchange,
                 HeaderField::one(&as_b),
@@ -1460,6 +1466,7 @@ fn identical_registrations_never_share_credentials<S: Store>(store: &S) {
     let tokens = w
         .engine
         .token(
+            Own,
             &w.site,
             &exchange,
             HeaderField::one(&a_own),
@@ -1471,8 +1478,13 @@ fn identical_registrations_never_share_credentials<S: Store>(store: &S) {
     // Revocation with A's id and B's secret is refused and changes nothing.
     let revoke = encode_pairs([("token", refresh_of(&tokens).as_str())]);
     assert_eq!(
-        w.engine
-            .revoke_token(&w.site, &revoke, HeaderField::one(&a_id_b_secret), w.now),
+        w.engine.revoke_token(
+            Own,
+            &w.site,
+            &revoke,
+            HeaderField::one(&a_id_b_secret),
+            w.now
+        ),
         Err(RevokeError::InvalidClient { basic: true })
     );
     assert!(w.bearer(&tokens, "skills:read").is_ok());
@@ -1484,6 +1496,7 @@ fn identical_registrations_never_share_credentials<S: Store>(store: &S) {
     let err = w
         .engine
         .token(
+            Own,
             &w.site,
             &refresh,
             HeaderField::one(&a_id_b_secret),
@@ -1495,6 +1508,7 @@ fn identical_registrations_never_share_credentials<S: Store>(store: &S) {
     assert!(
         w.engine
             .token(
+                Own,
                 &w.site,
                 &refresh,
                 HeaderField::one(&a_own),
@@ -1534,7 +1548,7 @@ fn the_longest_confidential_ids_still_authenticate<S: Store>(store: &S) {
     let header = basic(&registered.client_id, secret.expose_secret());
     assert_eq!(
         w.engine
-            .revoke_token(&w.site, &body, HeaderField::one(&header), w.now),
+            .revoke_token(Own, &w.site, &body, HeaderField::one(&header), w.now),
         Ok(())
     );
     let mut wrong = secret.expose_secret().to_owned();
@@ -1542,7 +1556,7 @@ fn the_longest_confidential_ids_still_authenticate<S: Store>(store: &S) {
     let header = basic(&registered.client_id, &wrong);
     assert_eq!(
         w.engine
-            .revoke_token(&w.site, &body, HeaderField::one(&header), w.now),
+            .revoke_token(Own, &w.site, &body, HeaderField::one(&header), w.now),
         Err(RevokeError::InvalidClient { basic: true })
     );
 }

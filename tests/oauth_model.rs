@@ -2,6 +2,7 @@
 //! of operations run against the engine and against a plain model, and every
 //! answer must agree.
 
+use portcullis::Own;
 use portcullis::Policy;
 use portcullis::engine::BearerRejection;
 use portcullis::store::{Store, StoreErrorKind};
@@ -126,7 +127,7 @@ fn run<S: Store>(store: S, ops: &[Op], mode: Mode) -> Result<(), TestCaseError> 
                     let q = w.query(&[], &[]);
                     let answer = call!(
                         w.engine
-                            .decide(&w.site, &q, None, USER, true, &mut w.rng, w.now)
+                            .decide(Own, &w.site, &q, None, USER, true, &mut w.rng, w.now)
                     )
                     .unwrap();
                     let portcullis::authorize::AuthorizeAnswer::Redirect(url) = answer else {
@@ -280,20 +281,20 @@ fn run<S: Store>(store: S, ops: &[Op], mode: Mode) -> Result<(), TestCaseError> 
             Op::Revoke(i) if !m.grants.is_empty() => {
                 let i = i % m.grants.len();
                 let id = grant_of(&m.grants[i].refresh_tokens[0]);
-                call!(w.engine.revoke_grant(&id, w.now)).unwrap();
+                call!(w.engine.revoke_grant(Own, &id, w.now)).unwrap();
                 m.grants[i].revoked = true;
             }
             Op::Disable => {
-                call!(w.engine.set_site_enabled(&w.site, false)).unwrap();
+                call!(w.engine.set_site_enabled(Own, &w.site, false)).unwrap();
                 m.enabled = false;
             }
             Op::Enable => {
-                call!(w.engine.set_site_enabled(&w.site, true)).unwrap();
+                call!(w.engine.set_site_enabled(Own, &w.site, true)).unwrap();
                 m.enabled = true;
             }
             Op::RotateSiteKey => {
                 let mut rng = crate::support::rng(now);
-                call!(w.engine.rotate_site_key(&w.site, &mut rng)).unwrap();
+                call!(w.engine.rotate_site_key(Own, &w.site, &mut rng)).unwrap();
                 m.epoch += 1;
             }
             Op::Advance(secs) => w.advance(secs),

@@ -4,6 +4,7 @@
 //! with a signed assertion, and everything that must be refused with
 //! nothing issued and nothing changed.
 
+use portcullis::Own;
 use portcullis::authorize::AuthorizeAnswer;
 use portcullis::client::assertion::{AssertionError, PresentedAssertion, VerifiedAssertion};
 use portcullis::client::{self, Client, TokenEndpointAuthMethod};
@@ -107,6 +108,7 @@ fn code<S: Store>(w: &mut World<S>, document: &str) -> String {
     let answer = w
         .engine
         .decide(
+            Own,
             &w.site,
             &query(w),
             Some(document.as_bytes()),
@@ -144,12 +146,13 @@ fn token<S: Store>(
     if assertion.is_none() {
         return w
             .engine
-            .token(&w.site, &body, HeaderField::ABSENT, &mut w.rng, w.now);
+            .token(Own, &w.site, &body, HeaderField::ABSENT, &mut w.rng, w.now);
     }
     let verified = c
         .verify(&body, w.now.as_secs())
         .map_err(TokenError::ClientAssertion)?;
     w.engine.token(
+        Own,
         &w.site,
         &body,
         ClientAuthentication::assertion(HeaderField::ABSENT, &verified),
@@ -399,7 +402,7 @@ fn bad_assertions_are_refused_and_change_nothing<S: Store>(store: &S) {
     assert!(w.bearer(&next, "skills:read").is_ok());
     // A used jti is forgotten once its assertion expired and the sweep ran.
     w.advance(3_600);
-    w.engine.sweep(w.now, 1_000).unwrap();
+    w.engine.sweep(Own, w.now, 1_000).unwrap();
 }
 
 /// A key set the client rotated: the host refetches on an unknown `kid`

@@ -98,7 +98,7 @@ fn a_failed_operation_leaves_nothing_in_a_shared_transaction<S: Store>(
         let mut txn = failing.begin_write().unwrap();
         let begin = |txn: &mut _, n| {
             l.w.engine
-                .begin_in(txn, &l.p, &params(n, "read()"), Caller::Client, now)
+                .begin(txn, &l.p, &params(n, "read()"), Caller::Client, now)
         };
         assert!(matches!(begin(&mut txn, 1), Ok(BeginAnswer::Run(_))));
         if fail {
@@ -371,7 +371,7 @@ mod group {
                 );
                 thread::spawn(move || {
                     c.run(move |txn| {
-                        engine.token_in(
+                        engine.token(
                             txn,
                             &site,
                             &body,

@@ -678,11 +678,11 @@ mod crash {
     fn group_child_process_entry() {
         use std::sync::Arc;
 
-        use portcullis::Engine;
         use portcullis::header::HeaderField;
         use portcullis::ledger::{Action, ActionVerdict, BeginAnswer, Caller, Completion, Report};
         use portcullis::scope::ScopeSet;
         use portcullis::store::GroupCommitter;
+        use portcullis::{Engine, Own};
 
         let Ok(path) = std::env::var(GROUP_CHILD_ENV) else {
             return;
@@ -708,7 +708,9 @@ mod crash {
         // end (`CONNECTION_LOST`, unknownTail); they never run again.
         let mut from = None;
         loop {
-            let done = engine.abandon_running(from.as_ref(), now, 256).unwrap();
+            let done = engine
+                .abandon_running(Own, from.as_ref(), now, 256)
+                .unwrap();
             match done.next {
                 Some(next) => from = Some(next),
                 None => break,
@@ -762,7 +764,7 @@ mod crash {
                     let (e, site) = (Arc::clone(&engine), setup.site.clone());
                     let tokens = c
                         .run(move |txn| {
-                            e.token_in(
+                            e.token(
                                 txn,
                                 &site,
                                 &body,
@@ -793,7 +795,7 @@ mod crash {
                     let (e, p) = (Arc::clone(&engine), Arc::clone(&principal));
                     let begun = c
                         .run(move |txn| {
-                            e.begin_in(txn, &p, &exec_params(t, n), Caller::Client, now.into())
+                            e.begin(txn, &p, &exec_params(t, n), Caller::Client, now.into())
                         })
                         .unwrap();
                     let ticket = match begun {
@@ -806,19 +808,19 @@ mod crash {
                     };
                     let (e, a) = (Arc::clone(&engine), Arc::clone(&action));
                     let verdict = c
-                        .run(move |txn| e.authorize_action_in(txn, ticket, &a, now))
+                        .run(move |txn| e.authorize_action(txn, ticket, &a, now))
                         .unwrap();
                     let Ok(ActionVerdict::Run(ticket)) = verdict else {
                         panic!("request {n}: {verdict:?}");
                     };
                     let e = Arc::clone(&engine);
                     let ticket = c
-                        .run(move |txn| e.record_outcome_in(txn, ticket, Report::ok("ran"), now))
+                        .run(move |txn| e.record_outcome(txn, ticket, Report::ok("ran"), now))
                         .unwrap()
                         .unwrap();
                     let e = Arc::clone(&engine);
                     c.run(move |txn| {
-                        e.complete_in(txn, ticket, &Completion::Value(serde_json::json!(n)), now)
+                        e.complete(txn, ticket, &Completion::Value(serde_json::json!(n)), now)
                     })
                     .unwrap()
                     .unwrap();
@@ -854,10 +856,10 @@ mod crash {
     fn sigkill_through_the_group_committer_loses_no_acknowledged_answer() {
         use std::sync::Arc;
 
-        use portcullis::Engine;
         use portcullis::header::HeaderField;
         use portcullis::ledger::{BeginAnswer, Caller, End, RequestState};
         use portcullis::token::TokenError;
+        use portcullis::{Engine, Own};
 
         let kills: usize = std::env::var("PORTCULLIS_CRASH_KILLS")
             .ok()
@@ -1074,6 +1076,7 @@ mod crash {
             let grant = load_grant(&store.begin_read().unwrap(), g);
             let spent = refresh_token_of(&grant, grant.generation - 1);
             let answer = engine.token(
+                Own,
                 &setup.site,
                 &refresh_body(&setup.client_id, &spent),
                 HeaderField::ABSENT,
@@ -1087,6 +1090,7 @@ mod crash {
                 continue;
             }
             let answer = engine.begin(
+                Own,
                 &principal,
                 &exec_params(t, last),
                 Caller::Client,

@@ -13,7 +13,7 @@ use portcullis::jwt::{Algorithm, Keyring, SigningKey, TokenKey, TokenType, Valid
 use portcullis::site::SiteConfig;
 use portcullis::store::Store;
 use portcullis::token::TokenResponse;
-use portcullis::{Policy, Timestamp};
+use portcullis::{Own, Policy, Timestamp};
 
 use crate::oauth::World;
 use crate::on_every_store;
@@ -45,7 +45,7 @@ fn sign_with<S: Store>(w: &World<S>, alg: Algorithm) {
         "https://app.example.com/mcp/",
     );
     config.access_token_alg = alg;
-    w.engine.update_site(config).unwrap();
+    w.engine.update_site(Own, config).unwrap();
 }
 
 fn header(token: &TokenResponse) -> serde_json::Value {
@@ -196,7 +196,7 @@ fn routine_rotation_logs_nobody_out<S: Store>(store: &S) {
     assert_eq!(page.grants.len(), 3);
     // The emergency path: a new site key revokes every grant at once.
     w.engine
-        .rotate_site_key(&w.site, &mut crate::support::rng(5))
+        .rotate_site_key(Own, &w.site, &mut crate::support::rng(5))
         .unwrap();
     for t in &current {
         assert!(matches!(

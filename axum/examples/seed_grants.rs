@@ -25,7 +25,7 @@ use portcullis_core::header::HeaderField;
 use portcullis_core::pkce::{CodeChallenge, CodeVerifier};
 use portcullis_core::site::{SiteConfig, SiteId};
 use portcullis_core::store::{Store as _, WriteTransaction as _};
-use portcullis_core::{Engine, Policy};
+use portcullis_core::{Engine, Own, Policy};
 
 /// RFC 7636 Appendix B's verifier: every seeded grant's PKCE pair.
 const VERIFIER: &str = "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk";
@@ -62,6 +62,7 @@ fn main() -> Result<(), String> {
         Ok(existing) => existing.resource(),
         Err(_) => engine
             .create_site(
+                Own,
                 SiteConfig::new(
                     site.clone(),
                     "Seeded",
@@ -99,7 +100,7 @@ fn main() -> Result<(), String> {
         for _ in 0..BATCH.min(grants - made) {
             let subject = format!("seeded-{made:08}");
             let answer = engine
-                .decide_in(&mut txn, &site, &query, None, &subject, true, &mut rng, now)
+                .decide(&mut txn, &site, &query, None, &subject, true, &mut rng, now)
                 .map_err(|e| e.to_string())?;
             let AuthorizeAnswer::Redirect(url) = answer else {
                 return Err("consent answered no redirect".to_owned());
@@ -115,7 +116,7 @@ fn main() -> Result<(), String> {
                 ("client_id", client.client_id.as_str()),
             ]);
             engine
-                .token_in(&mut txn, &site, &body, HeaderField::ABSENT, &mut rng, now)
+                .token(&mut txn, &site, &body, HeaderField::ABSENT, &mut rng, now)
                 .map_err(|e| e.to_string())?;
             made += 1;
         }

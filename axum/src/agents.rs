@@ -151,7 +151,7 @@ impl<S: HostStore> Portcullis<S> {
         let subject = user.subject.clone();
         let revoked = self
             .write(move |p, txn| {
-                p.inner.engine().revoke_own_grant_in(
+                p.inner.engine().revoke_own_grant(
                     txn,
                     &p.inner.site_id,
                     &subject,

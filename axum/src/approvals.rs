@@ -111,7 +111,7 @@ impl<S: HostStore> Portcullis<S> {
         let Decision { approval, decision } = d;
         let answer = self
             .write(move |p, txn| {
-                p.inner.engine().decide_approval_in(
+                p.inner.engine().decide_approval(
                     txn,
                     &p.inner.site_id,
                     &subject,

@@ -10,7 +10,7 @@ use portcullis_core::engine::SiteOpError;
 use portcullis_core::jwt::Algorithm;
 use portcullis_core::scope::ScopeSet;
 use portcullis_core::site::{Site, SiteConfig, SiteError, SiteId};
-use portcullis_core::{Engine, Policy};
+use portcullis_core::{Engine, Own, Policy};
 
 use crate::csrf::Csrf;
 use crate::documents::Documents;
@@ -387,7 +387,7 @@ impl<S: HostStore> Builder<S> {
                 sweep::end_runs_left_running(&engine).map_err(|e| BuildError::Site(e.into()))?;
             }
             let executor = engine
-                .start_executor(&site.id, now)
+                .start_executor(Own, &site.id, now)
                 .map_err(BuildError::Executor)?;
             Ok::<_, BuildError>((engine, site, executor))
         })
@@ -505,10 +505,10 @@ fn ensure_site<S: HostStore>(
                 config.retry_after_secs = site.retry_after_secs;
                 config.reconnect_url.clone_from(&site.reconnect_url);
                 tracing::info!(site = %site.id, "site settings changed: updating the site");
-                engine.update_site(config)
+                engine.update_site(Own, config)
             }
             Err(SiteOpError::Site(SiteError::NotFound)) => {
-                engine.create_site(config.clone(), &mut rand::rng(), crate::now())
+                engine.create_site(Own, config.clone(), &mut rand::rng(), crate::now())
             }
             Err(e) => Err(e),
         };

@@ -12,6 +12,7 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse as _, Response};
 use axum::routing::{get, post};
+use portcullis_core::Own;
 use portcullis_core::authorize::AuthorizeAnswer;
 use portcullis_core::client::assertion::VerifiedAssertion;
 use portcullis_core::engine::{RevokeError, SiteOpError};
@@ -397,6 +398,7 @@ async fn decide<S: HostStore>(
     let subject = user.subject;
     let answer = with_document(&p, move |p, document| {
         p.inner.engine().decide_with_apps(
+            Own,
             &p.inner.site_id,
             &query,
             document,
@@ -518,7 +520,7 @@ async fn token<S: HostStore>(
     };
     let answer = p
         .write(move |p, txn| {
-            p.inner.engine().token_in(
+            p.inner.engine().token(
                 txn,
                 &p.inner.site_id,
                 &body,
@@ -563,7 +565,7 @@ async fn revoke<S: HostStore>(
     };
     let answer = p
         .write(move |p, txn| {
-            p.inner.engine().revoke_token_in(
+            p.inner.engine().revoke_token(
                 txn,
                 &p.inner.site_id,
                 &body,
@@ -606,9 +608,13 @@ async fn introspect<S: HostStore>(
         Err(r) => return r,
     };
     let ask = |p: &Portcullis<S>, authorization: &HeaderValues, body: &str| {
-        p.inner
-            .engine()
-            .introspect(&p.inner.site_id, body, authorization.field(), crate::now())
+        p.inner.engine().introspect(
+            Own,
+            &p.inner.site_id,
+            body,
+            authorization.field(),
+            crate::now(),
+        )
     };
     let inline = p
         .inner

@@ -42,6 +42,7 @@
 use std::future::Future;
 use std::time::Duration;
 
+use portcullis_core::Own;
 use portcullis_core::approval::ApprovalPrompt;
 use portcullis_core::bearer::Challenge;
 use portcullis_core::engine::Principal;
@@ -708,9 +709,9 @@ impl<S: HostStore> Portcullis<S> {
                 if on_tab {
                     // This process drives the tab run: its lease tells
                     // every instance of a fleet whether the run is lost.
-                    engine.begin_driven_in(txn, &p, &q, &n, Caller::Client, executor, now_ms())
+                    engine.begin_driven(txn, &p, &q, &n, Caller::Client, executor, now_ms())
                 } else {
-                    engine.begin_server_in(txn, &p, &q, &n, executor, now_ms())
+                    engine.begin_server(txn, &p, &q, &n, executor, now_ms())
                 }
             })
             .await;
@@ -806,8 +807,8 @@ impl<S: HostStore> Portcullis<S> {
         self.ticket_op(id, move |me, mut txn| {
             let engine = &me.inner.engine();
             let mut record = |ticket, report: &Report| match txn.as_deref_mut() {
-                Some(txn) => engine.record_outcome_in(txn, ticket, report.clone(), now()),
-                None => engine.record_outcome(ticket, report.clone(), now()),
+                Some(txn) => engine.record_outcome(txn, ticket, report.clone(), now()),
+                None => engine.record_outcome(Own, ticket, report.clone(), now()),
             };
             match record(ticket, &report) {
                 Err(TicketError::Invalid(ticket, _)) => {
@@ -840,8 +841,8 @@ impl<S: HostStore> Portcullis<S> {
             .ticket_op(id, move |me, txn| {
                 let engine = &me.inner.engine();
                 match txn {
-                    Some(txn) => engine.withdraw_action_in(txn, ticket, now()),
-                    None => engine.withdraw_action(ticket, now()),
+                    Some(txn) => engine.withdraw_action(txn, ticket, now()),
+                    None => engine.withdraw_action(Own, ticket, now()),
                 }
             })
             .await;
@@ -916,8 +917,8 @@ impl<S: HostStore> Portcullis<S> {
         self.ticket_op(id, move |me, txn| {
             let engine = &me.inner.engine();
             match txn {
-                Some(txn) => engine.authorize_action_in(txn, ticket, &action, now()),
-                None => engine.authorize_action(ticket, &action, now()),
+                Some(txn) => engine.authorize_action(txn, ticket, &action, now()),
+                None => engine.authorize_action(Own, ticket, &action, now()),
             }
         })
         .await
@@ -974,8 +975,8 @@ impl<S: HostStore> Portcullis<S> {
             .ticket_op(id, move |me, mut txn| {
                 let engine = &me.inner.engine();
                 let mut record = |ticket, report| match txn.as_deref_mut() {
-                    Some(txn) => engine.record_outcome_in(txn, ticket, report, now()),
-                    None => engine.record_outcome(ticket, report, now()),
+                    Some(txn) => engine.record_outcome(txn, ticket, report, now()),
+                    None => engine.record_outcome(Own, ticket, report, now()),
                 };
                 match record(ticket, report) {
                     // A report the ledger refuses (a malformed business
@@ -1024,8 +1025,8 @@ impl<S: HostStore> Portcullis<S> {
             .ticket_op(id, move |me, mut txn| {
                 let engine = &me.inner.engine();
                 let mut complete = |ticket, completion: &Completion| match txn.as_deref_mut() {
-                    Some(txn) => engine.complete_in(txn, ticket, completion, now()),
-                    None => engine.complete(ticket, completion, now()),
+                    Some(txn) => engine.complete(txn, ticket, completion, now()),
+                    None => engine.complete(Own, ticket, completion, now()),
                 };
                 match complete(ticket, &completion) {
                     Err(TicketError::Invalid(ticket, e)) => complete(

@@ -8,6 +8,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use portcullis_core::Engine;
+use portcullis_core::Own;
 use portcullis_core::store::StoreError;
 use tokio::sync::watch;
 
@@ -67,7 +68,7 @@ impl<S: HostStore> Portcullis<S> {
             .blocking(move |p| {
                 p.inner
                     .engine()
-                    .renew_executor(&p.inner.site_id, executor, now())
+                    .renew_executor(Own, &p.inner.site_id, executor, now())
             })
             .await;
         if let Ok(Err(e)) = renewed {
@@ -82,9 +83,9 @@ impl<S: HostStore> Portcullis<S> {
                 .write(|p, txn| {
                     let now = now();
                     let engine = &p.inner.engine();
-                    let grants = engine.sweep_in(txn, now, BUDGET)?;
-                    let ledger = engine.sweep_ledger_in(txn, now, BUDGET)?;
-                    let leases = engine.sweep_executors_in(txn, now, BUDGET)?;
+                    let grants = engine.sweep(&mut *txn, now, BUDGET)?;
+                    let ledger = engine.sweep_ledger(&mut *txn, now, BUDGET)?;
+                    let leases = engine.sweep_executors(&mut *txn, now, BUDGET)?;
                     Ok::<_, StoreError>(grants.max(ledger).max(leases))
                 })
                 .await;
@@ -112,7 +113,7 @@ fn end_lost_runs<S: HostStore>(engine: &Engine<Arc<S>>) -> Result<usize, StoreEr
     let mut from = None;
     let mut ended = 0;
     loop {
-        let done = engine.end_lost_runs(from.as_ref(), now(), BUDGET)?;
+        let done = engine.end_lost_runs(Own, from.as_ref(), now(), BUDGET)?;
         ended += done.ended;
         match done.next {
             Some(next) => from = Some(next),
@@ -131,7 +132,7 @@ pub(crate) fn end_runs_left_running<S: HostStore>(
     let mut from = None;
     let mut ended = 0;
     loop {
-        let done = engine.abandon_running(from.as_ref(), now(), BUDGET)?;
+        let done = engine.abandon_running(Own, from.as_ref(), now(), BUDGET)?;
         ended += done.ended;
         match done.next {
             Some(next) => from = Some(next),

@@ -24,7 +24,7 @@
 //! **Fleets.** The run is driven by this process (its task holds the run's
 //! ticket), and the ledger records it as the run's driver under this
 //! process's executor lease
-//! ([`portcullis_core::Engine::begin_driven_in`]): a repeat reaching
+//! ([`portcullis_core::Engine::begin_driven`]): a repeat reaching
 //! another instance is `execution_pending` while this process lives, and
 //! once its lease lapses the run ends with `unknownTail` (at that repeat,
 //! or by any instance's sweep of lost runs). The host keeps nothing of its

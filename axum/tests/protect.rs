@@ -1,6 +1,7 @@
 //! `Portcullis::protect`: the bearer guard in front of the MCP service.
 
 use axum::http::StatusCode;
+use portcullis_core::Own;
 use portcullis_store_memory::MemoryStore;
 use serde_json::json;
 
@@ -158,7 +159,7 @@ async fn a_rotated_site_key_moves_the_mcp_url_and_ends_every_grant() {
     let p = app.portcullis.clone();
     tokio::task::spawn_blocking(move || {
         p.engine()
-            .rotate_site_key(p.site_id(), &mut rand::rng())
+            .rotate_site_key(Own, p.site_id(), &mut rand::rng())
             .unwrap();
         p.reload_site().unwrap();
     })
@@ -258,6 +259,7 @@ async fn a_minted_agent_token_passes_the_guard_but_cannot_run_ledger_actions() {
     let (token, _) = tokio::task::spawn_blocking(move || {
         p.engine()
             .mint_agent_token(
+                Own,
                 p.site_id(),
                 portcullis_core::engine::AgentTokenRequest {
                     subject: "alice".into(),

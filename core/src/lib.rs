@@ -130,7 +130,7 @@ pub mod tab;
 pub mod time;
 pub mod token;
 
-pub use engine::Engine;
+pub use engine::{Engine, Own};
 pub use error::{ErrorCode, WireError};
 /// Approvals of write actions: part of the execution ledger, see
 /// [`ledger::approval`].

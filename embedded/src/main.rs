@@ -359,7 +359,7 @@ mod engine {
     use portcullis_core::scope::ScopeSet;
     use portcullis_core::site::{SiteConfig, SiteId};
     use portcullis_core::tab::TabHello;
-    use portcullis_core::{Engine, Policy, TimestampMs};
+    use portcullis_core::{Engine, Own, Policy, TimestampMs};
     use portcullis_store_memory::SpinMemoryStore;
 
     use super::{Clock, TestOnlyRng, VERIFIER, check, fail, keyring, say};
@@ -382,7 +382,7 @@ mod engine {
             "https://app.example.com/mcp/",
         );
         check(
-            engine.create_site(config, rng, clock.now()).is_ok(),
+            engine.create_site(Own, config, rng, clock.now()).is_ok(),
             "create site",
         );
         let resource = engine
@@ -421,7 +421,7 @@ mod engine {
             "authorize shows consent",
         );
         let Ok(AuthorizeAnswer::Redirect(back)) =
-            engine.decide(&site, &query, None, USER, true, rng, clock.now())
+            engine.decide(Own, &site, &query, None, USER, true, rng, clock.now())
         else {
             fail("decide allows")
         };

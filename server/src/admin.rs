@@ -21,7 +21,7 @@ use portcullis_core::introspect::ResourceServerCredential;
 use portcullis_core::jwt::{Keyring, TokenType, Validation};
 use portcullis_core::scope::ScopeSet;
 use portcullis_core::site::Site;
-use portcullis_core::{Engine, Policy};
+use portcullis_core::{Engine, Own, Policy};
 use serde_json::{Value, json};
 
 use crate::cli::{
@@ -119,12 +119,12 @@ pub(crate) fn grants(
         GrantsAction::Revoke { id, subject, all } => {
             let value = if all {
                 engine
-                    .revoke_site_grants(&site.id)
+                    .revoke_site_grants(Own, &site.id)
                     .map_err(|e| e.to_string())?;
                 json!({"revoked": "all"})
             } else if let Some(subject) = subject {
                 let n = engine
-                    .revoke_user_grants(&site.id, &subject, now)
+                    .revoke_user_grants(Own, &site.id, &subject, now)
                     .map_err(|e| e.to_string())?;
                 json!({"revoked": n, "subject": subject})
             } else {
@@ -134,7 +134,9 @@ pub(crate) fn grants(
                 if grant.is_none_or(|g| g.site != site.id) {
                     return Err(format!("no grant {text} on this site"));
                 }
-                let revoked = engine.revoke_grant(&gid, now).map_err(|e| e.to_string())?;
+                let revoked = engine
+                    .revoke_grant(Own, &gid, now)
+                    .map_err(|e| e.to_string())?;
                 json!({"id": text, "revoked": revoked})
             };
             emit(out, &value)
@@ -149,13 +151,13 @@ pub(crate) fn site(db: &DbArgs, action: SiteAction, out: &mut impl Write) -> Res
     let site = match action {
         SiteAction::Show => setup::demo_site(&engine)?,
         SiteAction::Disable => engine
-            .set_site_enabled(&id, false)
+            .set_site_enabled(Own, &id, false)
             .map_err(|e| e.to_string())?,
         SiteAction::Enable => engine
-            .set_site_enabled(&id, true)
+            .set_site_enabled(Own, &id, true)
             .map_err(|e| e.to_string())?,
         SiteAction::RotateKey => engine
-            .rotate_site_key(&id, &mut rand::rng())
+            .rotate_site_key(Own, &id, &mut rand::rng())
             .map_err(|e| e.to_string())?,
     };
     if !matches!(action, SiteAction::Show) {
@@ -278,7 +280,7 @@ pub(crate) fn tokens(
                 label,
             };
             let (token, record) = engine
-                .mint_agent_token(&site.id, request, &mut rand::rng(), now)
+                .mint_agent_token(Own, &site.id, request, &mut rand::rng(), now)
                 .map_err(|e| e.to_string())?;
             let mut value = token_json(&record);
             // Shown once: the store keeps only the record.
@@ -296,7 +298,7 @@ pub(crate) fn tokens(
         }
         TokensAction::Revoke { jti } => {
             let revoked = engine
-                .revoke_agent_token(&site.id, &jti, now)
+                .revoke_agent_token(Own, &site.id, &jti, now)
                 .map_err(|e| e.to_string())?;
             emit(out, &json!({"jti": jti, "revoked": revoked}))
         }

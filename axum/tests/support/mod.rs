@@ -17,6 +17,7 @@ pub(crate) mod child;
 pub(crate) mod client;
 pub(crate) mod stores;
 
+use portcullis_core::Own;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -350,7 +351,7 @@ impl<S: HostStore> TestApp<S> {
         let p = self.portcullis.clone();
         tokio::task::spawn_blocking(move || {
             p.engine()
-                .set_site_enabled(p.site_id(), enabled)
+                .set_site_enabled(Own, p.site_id(), enabled)
                 .expect("switch the site");
             p.reload_site().expect("reload the site");
         })
@@ -593,7 +594,7 @@ async fn tab_program<S: HostStore>(t: &Tools<S>, agent: &Agent, call: &Value) ->
                     .as_secs(),
             );
             p.engine()
-                .connect_tab(p.site_id(), &subject, &grant, &hello, now)
+                .connect_tab(Own, p.site_id(), &subject, &grant, &hello, now)
                 .expect("the page connects");
         }
     };

@@ -18,7 +18,7 @@
 //! | [`View::offer_context`], [`Submission::capture`] | opt-in context: ≤ 64 KiB per value, ≤ 8 Views, exactly what was selected or a visible failure |
 //! | [`View::propose_message`], [`View::propose_link`] | proposals the user sends once or declines; links through the external-link guard |
 //! | [`reconcile`] | "Check result" from the ledger's receipt; never "run again" |
-//! | [`StoredView`], [`Engine::send_context_in`](crate::Engine::send_context_in), [`Engine::take_deliveries_in`](crate::Engine::take_deliveries_in) | a View kept in the store (a reload, a restart, any instance); selected context and confirmed messages handed to the View's agent once, attributed to their source |
+//! | [`StoredView`], [`Engine::send_context`](crate::Engine::send_context), [`Engine::take_deliveries`](crate::Engine::take_deliveries) | a View kept in the store (a reload, a restart, any instance); selected context and confirmed messages handed to the View's agent once, attributed to their source |
 //! | [`SandboxConfig::check`] | the sandbox listener and origin at startup |
 //! | [`exact_origins`] | the exact origins of an App's CSP declaration, safe to write into a header |
 //!

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use super::context::{Captured, ContextError, ContextValue, Selection, Submission};
 use super::proposal::{ProposalError, ProposalId};
 use super::view::{LineageKey, View, ViewId};
-use crate::engine::Engine;
+use crate::engine::{Engine, Within};
 use crate::error::{ErrorCode, WireError};
 use crate::gateway::SourceId;
 use crate::site::SiteId;
@@ -93,16 +93,16 @@ impl Decode<'_> for Delivery {
 /// store.
 ///
 /// **Concurrent writers.** Each stored View carries a revision; a write
-/// ([`Engine::save_app_view_in`]) names the revision it read and is
+/// ([`Engine::save_app_view`]) names the revision it read and is
 /// refused ([`AppViewError::Stale`]) when another writer stored one since,
 /// so the host reads again and re-applies its change: two instances, or
 /// two requests, never overwrite each other's View.
 ///
-/// **Delivery to the agent.** [`Engine::send_context_in`] captures exactly
+/// **Delivery to the agent.** [`Engine::send_context`] captures exactly
 /// the selected versions ([`Submission::capture`], all or nothing) into
 /// the outboxes of their Views; [`StoredView::send_message`] moves a
 /// confirmed message proposal into its View's outbox in the same change
-/// that settles it. [`Engine::take_deliveries_in`] hands the agent of a
+/// that settles it. [`Engine::take_deliveries`] hands the agent of a
 /// grant lineage what waits for it and empties those outboxes in the same
 /// transaction: each item is taken once. Every [`Delivered`] item names
 /// its View, source and tool: it is external data the user chose to pass
@@ -141,7 +141,7 @@ impl Record for StoredView {
 
 impl StoredView {
     /// A new View of `subject` on `site`, not stored yet (store it with
-    /// [`Engine::create_app_view_in`]).
+    /// [`Engine::create_app_view`]).
     #[must_use]
     pub fn new(site: SiteId, subject: String, view: View, host: String, now: Timestamp) -> Self {
         Self {
@@ -443,14 +443,14 @@ impl<S: Store> Engine<S> {
 
     /// Stores a new View, refused when one of its id is stored already or
     /// its user has `max_per_user` Views (the host makes room first, with
-    /// [`Engine::delete_app_view_in`] in the same transaction).
-    pub fn create_app_view_in<W: WriteTransaction>(
+    /// [`Engine::delete_app_view`] in the same transaction).
+    pub fn create_app_view<X: Within<S>>(
         &self,
-        txn: &mut W,
+        tx: X,
         view: &StoredView,
         max_per_user: usize,
     ) -> Result<(), AppViewError> {
-        Self::within(txn, |txn| {
+        tx.run(self, |txn| {
             let key = view.own_key();
             if txn.get(Table::AppViews, &key)?.is_some() {
                 return Err(AppViewError::Exists);
@@ -469,26 +469,27 @@ impl<S: Store> Engine<S> {
     /// with [`AppViewError::Stale`] when another writer stored it since,
     /// [`AppViewError::NotFound`] when it was deleted. On success `view`
     /// carries its new revision.
-    pub fn save_app_view_in<W: WriteTransaction>(
+    pub fn save_app_view<X: Within<S>>(
         &self,
-        txn: &mut W,
+        tx: X,
         view: &mut StoredView,
     ) -> Result<(), AppViewError> {
-        let mut copy = view.clone();
-        Self::within(txn, |txn| put(txn, &mut copy))?;
-        *view = copy;
+        *view = tx.run(self, |txn| {
+            let mut copy = view.clone();
+            put(txn, &mut copy).map(|()| copy)
+        })?;
         Ok(())
     }
 
     /// Deletes `subject`'s View `id`; whether it was stored.
-    pub fn delete_app_view_in<W: WriteTransaction>(
+    pub fn delete_app_view<X: Within<S>>(
         &self,
-        txn: &mut W,
+        tx: X,
         site: &SiteId,
         subject: &str,
         id: &ViewId,
     ) -> Result<bool, StoreError> {
-        Self::within(txn, |txn| {
+        tx.run(self, |txn| {
             txn.delete(Table::AppViews, &StoredView::key(site, subject, id))
         })
     }
@@ -500,14 +501,14 @@ impl<S: Store> Engine<S> {
     /// send) and each waits in its View's outbox. All or nothing; the
     /// Views are looked up under `subject` only. Answers how many values
     /// were sent.
-    pub fn send_context_in<W: WriteTransaction>(
+    pub fn send_context<X: Within<S>>(
         &self,
-        txn: &mut W,
+        tx: X,
         site: &SiteId,
         subject: &str,
         selections: &[Selection],
     ) -> Result<usize, AppViewError> {
-        Self::within(txn, |txn| {
+        tx.run(self, |txn| {
             let mut views: Vec<StoredView> = Vec::with_capacity(selections.len());
             for s in selections.iter().take(super::MAX_SUBMISSION_VIEWS + 1) {
                 if let Some(v) = txn.load::<StoredView>(&StoredView::key(site, subject, &s.view))?
@@ -547,14 +548,14 @@ impl<S: Store> Engine<S> {
     /// (those its grant lineage opened), emptying their outboxes in the
     /// same transaction: each item is handed out once. Views in id order,
     /// items in the order they were sent.
-    pub fn take_deliveries_in<W: WriteTransaction>(
+    pub fn take_deliveries<X: Within<S>>(
         &self,
-        txn: &mut W,
+        tx: X,
         site: &SiteId,
         subject: &str,
         lineage: &LineageKey,
     ) -> Result<Vec<Delivered>, StoreError> {
-        Self::within(txn, |txn| {
+        tx.run(self, |txn| {
             let mut out = Vec::new();
             for mut v in scan(&*txn, site, subject)? {
                 if v.view.origin().lineage != *lineage || v.outbox.is_empty() {

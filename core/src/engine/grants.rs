@@ -7,7 +7,7 @@ use alloc::vec::Vec;
 use core::fmt;
 use core::ops::Bound;
 
-use super::{Engine, SiteOpError, Txn, keys, load_site};
+use super::{Engine, SiteOpError, Txn, Within, WithinRead, keys, load_site};
 use crate::bearer::{self, BearerError, Challenge};
 use crate::describe::Describe as _;
 use crate::error::{ErrorCode, WireError};
@@ -154,7 +154,7 @@ pub struct GrantPage {
 
 /// 401 `invalid_token` for `site`, saying `why`. The metadata URL is built
 /// only here, on refusal, never on the accept path.
-pub(super) fn invalid_token(site: &SiteView<'_>, why: &str) -> BearerRejection {
+pub(crate) fn invalid_token(site: &SiteView<'_>, why: &str) -> BearerRejection {
     let md = metadata::resource_metadata_url(site.resource_prefix, site.public_key);
     BearerRejection::Challenge(Challenge::invalid_token(&md, why))
 }
@@ -162,7 +162,7 @@ pub(super) fn invalid_token(site: &SiteView<'_>, why: &str) -> BearerRejection {
 /// 403 `insufficient_scope`, listing every scope the request needs next to
 /// those the token holds (RFC 6750 §3.1), when `held` lacks some of
 /// `required`.
-pub(super) fn require_scopes(
+pub(crate) fn require_scopes(
     site: &SiteView<'_>,
     required: &ScopeSet,
     held: &ScopeSet,
@@ -193,7 +193,7 @@ impl<S: Store> Engine<S> {
         clippy::too_many_arguments,
         reason = "the request's parts, the caller's claim reader and its continuation"
     )]
-    pub(super) fn check_bearer<R: ReadTransaction, T, U>(
+    pub(crate) fn check_bearer<R: ReadTransaction, T, U>(
         &self,
         txn: &R,
         site_id: &SiteId,
@@ -358,9 +358,12 @@ impl<S: Store> Engine<S> {
     /// in place and live) is [`Introspection::Active`]; every other token
     /// is [`Introspection::Inactive`], one answer whatever failed (§2.2).
     /// A store failure is [`IntrospectError::Store`], never an answer about
-    /// the token. Nothing is written.
-    pub fn introspect(
+    /// the token. Nothing is written: in the caller's transaction (`&txn`,
+    /// read or write) there is nothing to roll back and `txn` is left as it
+    /// was.
+    pub fn introspect<X: WithinRead<S>>(
         &self,
+        tx: X,
         site_id: &SiteId,
         body: &str,
         authorization: HeaderField<'_>,
@@ -368,23 +371,7 @@ impl<S: Store> Engine<S> {
     ) -> Result<Introspection, IntrospectError> {
         let form = self.introspection_request(site_id, body, authorization)?;
         let token = form.get("token").unwrap_or_default();
-        self.read(|txn| self.introspect_token(txn, site_id, token, now))
-    }
-
-    /// [`Engine::introspect`] inside `txn`, a transaction the caller owns
-    /// (read or write: introspection only reads, so there is nothing to
-    /// roll back and `txn` is left as it was).
-    pub fn introspect_in<R: ReadTransaction>(
-        &self,
-        txn: &R,
-        site_id: &SiteId,
-        body: &str,
-        authorization: HeaderField<'_>,
-        now: Timestamp,
-    ) -> Result<Introspection, IntrospectError> {
-        let form = self.introspection_request(site_id, body, authorization)?;
-        let token = form.get("token").unwrap_or_default();
-        self.introspect_token(txn, site_id, token, now)
+        tx.read(self, |txn| self.introspect_token(txn, site_id, token, now))
     }
 
     /// The checks of an introspection request that need no store: the
@@ -544,84 +531,32 @@ impl<S: Store> Engine<S> {
 
     /// Revokes one grant; its tokens stop working at once. Returns whether a
     /// live grant was revoked.
-    pub fn revoke_grant(&self, id: &GrantId, now: Timestamp) -> Result<bool, StoreError> {
-        self.run_write(|txn| self.revoke_grant_body(txn, id, now))
-    }
-
-    /// [`Engine::revoke_grant`] inside `txn`, a transaction the caller owns and
-    /// commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    pub fn revoke_grant_in<W: WriteTransaction>(
+    pub fn revoke_grant<X: Within<S>>(
         &self,
-        txn: &mut W,
+        tx: X,
         id: &GrantId,
         now: Timestamp,
     ) -> Result<bool, StoreError> {
-        Self::within(txn, |txn| self.revoke_grant_body(txn, id, now))
-    }
-
-    /// The body of [`Engine::revoke_grant`] and
-    /// [`Engine::revoke_grant_in`]: both run it on one [`Txn`], so it is compiled once
-    /// per store.
-    #[allow(
-        clippy::unused_self,
-        reason = "a method like every other operation body, called as `self.op_body(…)`"
-    )]
-    fn revoke_grant_body<W: WriteTransaction>(
-        &self,
-        txn: &mut Txn<'_, W>,
-        id: &GrantId,
-        now: Timestamp,
-    ) -> Result<bool, StoreError> {
-        Self::revoke_grant_if(txn, id, now, |_| true).map(|r| r == Some(true))
+        tx.run(self, |txn| {
+            Self::revoke_grant_if(txn, id, now, |_| true).map(|r| r == Some(true))
+        })
     }
 
     /// Revokes one grant for the user who holds it: `Ok(None)` when `subject`
     /// holds no such grant on `site` (the id alone is no authority),
     /// `Ok(Some(revoked))` otherwise. Ownership is checked in the same
     /// transaction as the revocation.
-    pub fn revoke_own_grant(
+    pub fn revoke_own_grant<X: Within<S>>(
         &self,
+        tx: X,
         site: &SiteId,
         subject: &str,
         id: &GrantId,
         now: Timestamp,
     ) -> Result<Option<bool>, StoreError> {
-        self.run_write(|txn| self.revoke_own_grant_body(txn, site, subject, id, now))
-    }
-
-    /// [`Engine::revoke_own_grant`] inside `txn`, a transaction the caller owns and
-    /// commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    pub fn revoke_own_grant_in<W: WriteTransaction>(
-        &self,
-        txn: &mut W,
-        site: &SiteId,
-        subject: &str,
-        id: &GrantId,
-        now: Timestamp,
-    ) -> Result<Option<bool>, StoreError> {
-        Self::within(txn, |txn| {
-            self.revoke_own_grant_body(txn, site, subject, id, now)
+        tx.run(self, |txn| {
+            Self::revoke_grant_if(txn, id, now, |g| g.site == *site && g.subject == subject)
         })
-    }
-
-    /// The body of [`Engine::revoke_own_grant`] and
-    /// [`Engine::revoke_own_grant_in`]: both run it on one [`Txn`], so it is compiled once
-    /// per store.
-    #[allow(
-        clippy::unused_self,
-        reason = "a method like every other operation body, called as `self.op_body(…)`"
-    )]
-    fn revoke_own_grant_body<W: WriteTransaction>(
-        &self,
-        txn: &mut Txn<'_, W>,
-        site: &SiteId,
-        subject: &str,
-        id: &GrantId,
-        now: Timestamp,
-    ) -> Result<Option<bool>, StoreError> {
-        Self::revoke_grant_if(txn, id, now, |g| g.site == *site && g.subject == subject)
     }
 
     /// `None` when the grant is missing or `owned` refuses it; otherwise
@@ -646,64 +581,36 @@ impl<S: Store> Engine<S> {
 
     /// Revokes every grant a user holds on a site, in one transaction.
     /// Returns how many were revoked.
-    pub fn revoke_user_grants(
+    pub fn revoke_user_grants<X: Within<S>>(
         &self,
+        tx: X,
         site: &SiteId,
         subject: &str,
         now: Timestamp,
     ) -> Result<usize, StoreError> {
-        self.run_write(|txn| self.revoke_user_grants_body(txn, site, subject, now))
-    }
-
-    /// [`Engine::revoke_user_grants`] inside `txn`, a transaction the caller owns and
-    /// commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    pub fn revoke_user_grants_in<W: WriteTransaction>(
-        &self,
-        txn: &mut W,
-        site: &SiteId,
-        subject: &str,
-        now: Timestamp,
-    ) -> Result<usize, StoreError> {
-        Self::within(txn, |txn| {
-            self.revoke_user_grants_body(txn, site, subject, now)
-        })
-    }
-
-    /// The body of [`Engine::revoke_user_grants`] and
-    /// [`Engine::revoke_user_grants_in`]: both run it on one [`Txn`], so it is compiled once
-    /// per store.
-    #[allow(
-        clippy::unused_self,
-        reason = "a method like every other operation body, called as `self.op_body(…)`"
-    )]
-    fn revoke_user_grants_body<W: WriteTransaction>(
-        &self,
-        txn: &mut Txn<'_, W>,
-        site: &SiteId,
-        subject: &str,
-        now: Timestamp,
-    ) -> Result<usize, StoreError> {
-        let prefix = keys::user_grants(site, subject);
-        let end = prefix_end(&prefix);
-        let end = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
-        let entries = txn.range(Table::GrantIndex, Bound::Included(&prefix), end, usize::MAX)?;
-        let mut revoked = 0;
-        for (key, _) in entries {
-            let Some(id) = keys::grant_suffix(&key) else {
-                continue;
-            };
-            let id = id.as_bytes();
-            if let Some(mut grant) = txn.load::<Grant>(id)?
-                && grant.revoked.is_none()
-            {
-                grant.revoke(RevocationReason::Revoked, now);
-                txn.save(id, &grant)?;
-                super::ledger::cancel_grant_requests(txn, &grant.id, now)?;
-                revoked += 1;
+        tx.run(self, |txn| {
+            let prefix = keys::user_grants(site, subject);
+            let end = prefix_end(&prefix);
+            let end = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+            let entries =
+                txn.range(Table::GrantIndex, Bound::Included(&prefix), end, usize::MAX)?;
+            let mut revoked = 0;
+            for (key, _) in entries {
+                let Some(id) = keys::grant_suffix(&key) else {
+                    continue;
+                };
+                let id = id.as_bytes();
+                if let Some(mut grant) = txn.load::<Grant>(id)?
+                    && grant.revoked.is_none()
+                {
+                    grant.revoke(RevocationReason::Revoked, now);
+                    txn.save(id, &grant)?;
+                    super::ledger::cancel_grant_requests(txn, &grant.id, now)?;
+                    revoked += 1;
+                }
             }
-        }
-        Ok(revoked)
+            Ok(revoked)
+        })
     }
 
     /// Deletes expired codes and grants (with the auto-approvals of a
@@ -713,25 +620,17 @@ impl<S: Store> Engine<S> {
     ///
     /// A grant refreshed since it was indexed is re-indexed at its new
     /// deadline instead of deleted (refreshes do not pay for index upkeep).
-    pub fn sweep(&self, now: Timestamp, budget: usize) -> Result<usize, StoreError> {
-        self.run_write(|txn| self.sweep_body(txn, now, budget))
-    }
-
-    /// [`Engine::sweep`] inside `txn`, a transaction the caller owns and
-    /// commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    pub fn sweep_in<W: WriteTransaction>(
+    pub fn sweep<X: Within<S>>(
         &self,
-        txn: &mut W,
+        tx: X,
         now: Timestamp,
         budget: usize,
     ) -> Result<usize, StoreError> {
-        Self::within(txn, |txn| self.sweep_body(txn, now, budget))
+        tx.run(self, |txn| self.sweep_body(txn, now, budget))
     }
 
-    /// The body of [`Engine::sweep`] and
-    /// [`Engine::sweep_in`]: both run it on one [`Txn`], so it is compiled once
-    /// per store.
+    /// The body of [`Engine::sweep`] in either form, generic over the
+    /// transaction alone: both forms share one copy per store.
     fn sweep_body<W: WriteTransaction>(
         &self,
         txn: &mut Txn<'_, W>,

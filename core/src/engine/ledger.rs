@@ -1,9 +1,10 @@
 //! The execution-ledger operations (`begin` on either executor, the ticket
 //! operations, the ledger sweep and start-up recovery): each in one store
-//! transaction of its own, or (the `_in` forms) inside the caller's. See
-//! [`crate::ledger`] for the rules they implement; approvals live in
-//! `approvals.rs`, the connected tab in `tab.rs`, the server executors'
-//! leases in `executor.rs`, and the helpers they share here.
+//! transaction of its own ([`Own`](super::Own)) or inside the caller's. See
+//! [`crate::ledger`] for the rules they implement. The approval
+//! operations live in [`crate::approval`], the connected tab's in
+//! [`crate::tab`], the server executors' in [`crate::executor`]; the helpers
+//! they share with these are here.
 //!
 //! The decision tables of a repeated `begin` and of `authorize_action` are
 //! the record's ([`ExecutionRequest::begin`], [`ExecutionRequest::authorize`]):
@@ -14,7 +15,7 @@
 use alloc::vec::Vec;
 use core::ops::Bound;
 
-use super::{Engine, SiteOpError, Txn, keys, load_site};
+use super::{Engine, SiteOpError, Txn, Within, keys, load_site};
 use crate::activity::{self, About, ActivityAction, ActivityEvent};
 use crate::approval::{ApprovalPrompt, Approved, Binding, GrantAutoApproval};
 use crate::bearer::Challenge;
@@ -37,7 +38,7 @@ use crate::tab::{Dispatch, TabConnection, TabHello};
 use crate::time::{Timestamp, TimestampMs};
 
 /// The failure a non-live grant status means.
-pub(super) fn session_failure(status: Option<GrantStatus>) -> Failure {
+pub(crate) fn session_failure(status: Option<GrantStatus>) -> Failure {
     Failure::of_session(status)
 }
 
@@ -57,7 +58,7 @@ fn live_tab<R: ReadTransaction>(
 }
 
 /// Whether the lease of executor `id` on `site` is live.
-pub(super) fn lease_live<R: ReadTransaction>(
+pub(crate) fn lease_live<R: ReadTransaction>(
     txn: &R,
     site: &crate::site::SiteId,
     id: u32,
@@ -126,7 +127,7 @@ fn prefix_bounds(prefix: &[u8]) -> (Bound<&[u8]>, Option<Vec<u8>>) {
 }
 
 /// Every entry under `prefix`.
-pub(super) fn scan<R: ReadTransaction>(
+pub(crate) fn scan<R: ReadTransaction>(
     txn: &R,
     table: Table,
     prefix: &[u8],
@@ -139,7 +140,7 @@ pub(super) fn scan<R: ReadTransaction>(
 
 /// The undecided requests of `grant`, from its index: each entry's index
 /// key, the request's lineage and its id. Malformed entries are skipped.
-pub(super) fn undecided_of<R: ReadTransaction>(
+pub(crate) fn undecided_of<R: ReadTransaction>(
     txn: &R,
     grant: &GrantId,
 ) -> Result<Vec<(Vec<u8>, Lineage, RequestId)>, StoreError> {
@@ -163,7 +164,7 @@ pub(super) fn undecided_of<R: ReadTransaction>(
 /// for a server request its executor's index while running, and an expiry
 /// entry at `look_at` (a hint: the sweep recomputes the real deadline and
 /// re-files the entry if it is later).
-pub(super) fn store_request<W: WriteTransaction>(
+pub(crate) fn store_request<W: WriteTransaction>(
     txn: &mut Txn<'_, W>,
     lineage: &Lineage,
     rec: &ExecutionRequest,
@@ -231,7 +232,7 @@ pub(crate) fn cancel_grant_requests<W: WriteTransaction>(
 }
 
 /// Cuts off the running tab requests of `grant` dispatched to `connection`.
-pub(super) fn cut_runs<W: WriteTransaction>(
+pub(crate) fn cut_runs<W: WriteTransaction>(
     txn: &mut Txn<'_, W>,
     grant: &GrantId,
     connection: u32,
@@ -334,7 +335,7 @@ fn reconnect_link(site: &Site) -> ReconnectLink {
     }
 }
 
-pub(super) fn binding(site: &Site, grant: &Grant) -> Binding {
+pub(crate) fn binding(site: &Site, grant: &Grant) -> Binding {
     Binding {
         grant: grant.id,
         epoch: grant.epoch,
@@ -345,7 +346,7 @@ pub(super) fn binding(site: &Site, grant: &Grant) -> Binding {
 /// Where [`Engine::abandon_running`] or [`Engine::end_lost_runs`] stopped:
 /// hand it back to the same operation to go on.
 #[derive(Clone, PartialEq, Eq)]
-pub struct AbandonCursor(pub(super) Vec<u8>);
+pub struct AbandonCursor(pub(crate) Vec<u8>);
 
 impl core::fmt::Debug for AbandonCursor {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
@@ -388,7 +389,7 @@ struct RunContext {
 }
 
 impl<S: Store> Engine<S> {
-    pub(super) fn grant_status<R: ReadTransaction>(
+    pub(crate) fn grant_status<R: ReadTransaction>(
         &self,
         txn: &R,
         site: &Site,
@@ -461,7 +462,7 @@ impl<S: Store> Engine<S> {
         }))
     }
 
-    pub(super) fn save_request<W: WriteTransaction>(
+    pub(crate) fn save_request<W: WriteTransaction>(
         &self,
         txn: &mut Txn<'_, W>,
         lineage: &Lineage,
@@ -497,14 +498,15 @@ impl<S: Store> Engine<S> {
     /// answer carries the joined id); otherwise it opens a request under
     /// its own id, which later identical joining calls join until it ends
     /// (see [`crate::ledger`], "Calls that name no request id").
-    pub fn begin(
+    pub fn begin<X: Within<S>>(
         &self,
+        tx: X,
         principal: &Principal,
         params: &ExecuteParams,
         caller: Caller,
         now: TimestampMs,
     ) -> Result<BeginAnswer, BeginError> {
-        self.run_write(|txn| {
+        tx.run(self, |txn| {
             self.begin_body(
                 txn,
                 principal,
@@ -514,20 +516,6 @@ impl<S: Store> Engine<S> {
                 now,
             )
         })
-    }
-
-    /// [`Engine::begin`] inside `txn`, a transaction the caller owns and
-    /// commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    pub fn begin_in<W: WriteTransaction>(
-        &self,
-        txn: &mut W,
-        principal: &Principal,
-        params: &ExecuteParams,
-        caller: Caller,
-        now: TimestampMs,
-    ) -> Result<BeginAnswer, BeginError> {
-        self.begin_needing_in(txn, principal, params, &ScopeSet::default(), caller, now)
     }
 
     /// [`Engine::begin`] for a call whose actions the adapter already knows
@@ -545,15 +533,16 @@ impl<S: Store> Engine<S> {
     /// declare can never be granted, so asking for it is the host's
     /// mistake, answered [`BeginError::UndeclaredScope`] (`server_error`,
     /// HTTP 500) before anything is written.
-    pub fn begin_needing(
+    pub fn begin_needing<X: Within<S>>(
         &self,
+        tx: X,
         principal: &Principal,
         params: &ExecuteParams,
         needed: &ScopeSet,
         caller: Caller,
         now: TimestampMs,
     ) -> Result<BeginAnswer, BeginError> {
-        self.run_write(|txn| {
+        tx.run(self, |txn| {
             self.begin_body(
                 txn,
                 principal,
@@ -565,31 +554,7 @@ impl<S: Store> Engine<S> {
         })
     }
 
-    /// [`Engine::begin_needing`] inside `txn`, a transaction the caller owns
-    /// and commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    pub fn begin_needing_in<W: WriteTransaction>(
-        &self,
-        txn: &mut W,
-        principal: &Principal,
-        params: &ExecuteParams,
-        needed: &ScopeSet,
-        caller: Caller,
-        now: TimestampMs,
-    ) -> Result<BeginAnswer, BeginError> {
-        Self::within(txn, |txn| {
-            self.begin_body(
-                txn,
-                principal,
-                params,
-                needed,
-                RunOn::Tab(caller, None),
-                now,
-            )
-        })
-    }
-
-    /// [`Engine::begin_needing_in`] for a tab run **driven** by the server
+    /// [`Engine::begin_needing`] for a tab run **driven** by the server
     /// executor `driver` (the calling instance, [`Engine::start_executor`]):
     /// the instance whose task holds the run's ticket, hands its actions to
     /// the page and records their reports. Its lease must be live, or the
@@ -603,11 +568,11 @@ impl<S: Store> Engine<S> {
     /// every instance which runs are lost.
     #[allow(
         clippy::too_many_arguments,
-        reason = "begin_needing_in's arguments and the driver; bundling them would only rename them"
+        reason = "begin_needing's arguments and the driver; bundling them would only rename them"
     )]
-    pub fn begin_driven_in<W: WriteTransaction>(
+    pub fn begin_driven<X: Within<S>>(
         &self,
-        txn: &mut W,
+        tx: X,
         principal: &Principal,
         params: &ExecuteParams,
         needed: &ScopeSet,
@@ -616,7 +581,7 @@ impl<S: Store> Engine<S> {
         now: TimestampMs,
     ) -> Result<BeginAnswer, BeginError> {
         let on = RunOn::Tab(caller, Some(driver));
-        Self::within(txn, |txn| {
+        tx.run(self, |txn| {
             self.begin_body(txn, principal, params, needed, on, now)
         })
     }
@@ -638,32 +603,16 @@ impl<S: Store> Engine<S> {
     /// caller is an external client ([`Caller::Client`]); everything else
     /// (scopes, the undecided limit, replay, results) is as in
     /// [`Engine::begin_needing`].
-    pub fn begin_server(
+    pub fn begin_server<X: Within<S>>(
         &self,
+        tx: X,
         principal: &Principal,
         params: &ExecuteParams,
         needed: &ScopeSet,
         executor: ExecutorId,
         now: TimestampMs,
     ) -> Result<BeginAnswer, BeginError> {
-        self.run_write(|txn| {
-            self.begin_body(txn, principal, params, needed, RunOn::Server(executor), now)
-        })
-    }
-
-    /// [`Engine::begin_server`] inside `txn`, a transaction the caller owns
-    /// and commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    pub fn begin_server_in<W: WriteTransaction>(
-        &self,
-        txn: &mut W,
-        principal: &Principal,
-        params: &ExecuteParams,
-        needed: &ScopeSet,
-        executor: ExecutorId,
-        now: TimestampMs,
-    ) -> Result<BeginAnswer, BeginError> {
-        Self::within(txn, |txn| {
+        tx.run(self, |txn| {
             self.begin_body(txn, principal, params, needed, RunOn::Server(executor), now)
         })
     }
@@ -1114,37 +1063,20 @@ impl<S: Store> Engine<S> {
         clippy::needless_pass_by_value,
         reason = "the ticket is consumed by contract; each attempt works on a duplicate, in case a conflict re-runs it"
     )]
-    pub fn authorize_action(
+    pub fn authorize_action<X: Within<S>>(
         &self,
+        tx: X,
         ticket: ExecutionTicket,
         action: &Action,
         now: Timestamp,
     ) -> Result<ActionVerdict, TicketError> {
-        self.run_write(|txn| self.authorize_action_body(txn, ticket.duplicate(), action, now))
-    }
-
-    /// [`Engine::authorize_action`] inside `txn`, a transaction the caller owns and
-    /// commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    #[allow(
-        clippy::needless_pass_by_value,
-        reason = "the ticket is consumed by contract; each attempt works on a duplicate, in case a conflict re-runs it"
-    )]
-    pub fn authorize_action_in<W: WriteTransaction>(
-        &self,
-        txn: &mut W,
-        ticket: ExecutionTicket,
-        action: &Action,
-        now: Timestamp,
-    ) -> Result<ActionVerdict, TicketError> {
-        Self::within(txn, |txn| {
-            self.authorize_action_body(txn, ticket, action, now)
+        tx.run(self, |txn| {
+            self.authorize_action_body(txn, ticket.duplicate(), action, now)
         })
     }
 
-    /// The body of [`Engine::authorize_action`] and
-    /// [`Engine::authorize_action_in`]: both run it on one [`Txn`], so it is compiled once
-    /// per store.
+    /// The body of [`Engine::authorize_action`] in either form, generic over the
+    /// transaction alone: both forms share one copy per store.
     #[allow(
         clippy::needless_pass_by_value,
         reason = "the ticket is consumed by contract; each attempt works on a duplicate, in case a conflict re-runs it"
@@ -1276,44 +1208,21 @@ impl<S: Store> Engine<S> {
         clippy::needless_pass_by_value,
         reason = "the ticket is consumed by contract; each attempt works on a duplicate, in case a conflict re-runs it"
     )]
-    pub fn withdraw_action(
+    pub fn withdraw_action<X: Within<S>>(
         &self,
+        tx: X,
         ticket: ExecutionTicket,
         now: Timestamp,
     ) -> Result<(), TicketError> {
-        self.run_write(|txn| self.withdraw_action_body(txn, ticket.duplicate(), now))
-    }
-
-    /// [`Engine::withdraw_action`] inside `txn`, a transaction the caller
-    /// owns and commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    #[allow(
-        clippy::needless_pass_by_value,
-        reason = "the ticket is consumed by contract; each attempt works on a duplicate, in case a conflict re-runs it"
-    )]
-    pub fn withdraw_action_in<W: WriteTransaction>(
-        &self,
-        txn: &mut W,
-        ticket: ExecutionTicket,
-        now: Timestamp,
-    ) -> Result<(), TicketError> {
-        Self::within(txn, |txn| self.withdraw_action_body(txn, ticket, now))
-    }
-
-    /// The body of [`Engine::withdraw_action`] and
-    /// [`Engine::withdraw_action_in`].
-    fn withdraw_action_body<W: WriteTransaction>(
-        &self,
-        txn: &mut Txn<'_, W>,
-        ticket: ExecutionTicket,
-        now: Timestamp,
-    ) -> Result<(), TicketError> {
-        let RunContext { mut rec, .. } = self.run_context(txn, &ticket, now)?;
-        if !rec.withdraw(ticket.approved) {
-            return Err(TicketError::OutOfOrder(alloc::boxed::Box::new(ticket)));
-        }
-        self.save_request(txn, &ticket.lineage, &rec)?;
-        Ok(())
+        tx.run(self, |txn| {
+            let ticket = ticket.duplicate();
+            let RunContext { mut rec, .. } = self.run_context(txn, &ticket, now)?;
+            if !rec.withdraw(ticket.approved) {
+                return Err(TicketError::OutOfOrder(alloc::boxed::Box::new(ticket)));
+            }
+            self.save_request(txn, &ticket.lineage, &rec)?;
+            Ok(())
+        })
     }
 
     /// Records the outcome of the action the run was last authorized to
@@ -1322,37 +1231,20 @@ impl<S: Store> Engine<S> {
         clippy::needless_pass_by_value,
         reason = "by value as before; an attempt that may re-run on a conflict clones what it keeps"
     )]
-    pub fn record_outcome(
+    pub fn record_outcome<X: Within<S>>(
         &self,
+        tx: X,
         ticket: ExecutionTicket,
         report: Report,
         now: Timestamp,
     ) -> Result<ExecutionTicket, TicketError> {
-        self.run_write(|txn| self.record_outcome_body(txn, ticket.duplicate(), report.clone(), now))
-    }
-
-    /// [`Engine::record_outcome`] inside `txn`, a transaction the caller owns and
-    /// commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    #[allow(
-        clippy::needless_pass_by_value,
-        reason = "by value as before; an attempt that may re-run on a conflict clones what it keeps"
-    )]
-    pub fn record_outcome_in<W: WriteTransaction>(
-        &self,
-        txn: &mut W,
-        ticket: ExecutionTicket,
-        report: Report,
-        now: Timestamp,
-    ) -> Result<ExecutionTicket, TicketError> {
-        Self::within(txn, |txn| {
-            self.record_outcome_body(txn, ticket, report, now)
+        tx.run(self, |txn| {
+            self.record_outcome_body(txn, ticket.duplicate(), report.clone(), now)
         })
     }
 
-    /// The body of [`Engine::record_outcome`] and
-    /// [`Engine::record_outcome_in`]: both run it on one [`Txn`], so it is compiled once
-    /// per store.
+    /// The body of [`Engine::record_outcome`] in either form, generic over the
+    /// transaction alone: both forms share one copy per store.
     #[allow(
         clippy::needless_pass_by_value,
         reason = "by value as before; an attempt that may re-run on a conflict clones what it keeps"
@@ -1413,31 +1305,20 @@ impl<S: Store> Engine<S> {
         clippy::needless_pass_by_value,
         reason = "the ticket is consumed by contract; each attempt works on a duplicate, in case a conflict re-runs it"
     )]
-    pub fn complete(
+    pub fn complete<X: Within<S>>(
         &self,
+        tx: X,
         ticket: ExecutionTicket,
         completion: &Completion,
         now: Timestamp,
     ) -> Result<StoredResult, TicketError> {
-        self.run_write(|txn| self.complete_body(txn, ticket.duplicate(), completion, now))
+        tx.run(self, |txn| {
+            self.complete_body(txn, ticket.duplicate(), completion, now)
+        })
     }
 
-    /// [`Engine::complete`] inside `txn`, a transaction the caller owns and
-    /// commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    pub fn complete_in<W: WriteTransaction>(
-        &self,
-        txn: &mut W,
-        ticket: ExecutionTicket,
-        completion: &Completion,
-        now: Timestamp,
-    ) -> Result<StoredResult, TicketError> {
-        Self::within(txn, |txn| self.complete_body(txn, ticket, completion, now))
-    }
-
-    /// The body of [`Engine::complete`] and
-    /// [`Engine::complete_in`]: both run it on one [`Txn`], so it is compiled once
-    /// per store.
+    /// The body of [`Engine::complete`] in either form, generic over the
+    /// transaction alone: both forms share one copy per store.
     fn complete_body<W: WriteTransaction>(
         &self,
         txn: &mut Txn<'_, W>,
@@ -1559,25 +1440,17 @@ impl<S: Store> Engine<S> {
     /// grant's deadline, through the ledger's expiry index, doing at most
     /// `budget` units of work (index entries and outcomes). Returns the work
     /// done; call again while it returns `budget`.
-    pub fn sweep_ledger(&self, now: Timestamp, budget: usize) -> Result<usize, StoreError> {
-        self.run_write(|txn| self.sweep_ledger_body(txn, now, budget))
-    }
-
-    /// [`Engine::sweep_ledger`] inside `txn`, a transaction the caller owns and
-    /// commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    pub fn sweep_ledger_in<W: WriteTransaction>(
+    pub fn sweep_ledger<X: Within<S>>(
         &self,
-        txn: &mut W,
+        tx: X,
         now: Timestamp,
         budget: usize,
     ) -> Result<usize, StoreError> {
-        Self::within(txn, |txn| self.sweep_ledger_body(txn, now, budget))
+        tx.run(self, |txn| self.sweep_ledger_body(txn, now, budget))
     }
 
-    /// The body of [`Engine::sweep_ledger`] and
-    /// [`Engine::sweep_ledger_in`]: both run it on one [`Txn`], so it is compiled once
-    /// per store.
+    /// The body of [`Engine::sweep_ledger`] in either form, generic over the
+    /// transaction alone: both forms share one copy per store.
     fn sweep_ledger_body<W: WriteTransaction>(
         &self,
         txn: &mut Txn<'_, W>,
@@ -1681,26 +1554,16 @@ impl<S: Store> Engine<S> {
     /// in one transaction, from `from` (the cursor the previous call
     /// returned, `None` at first); call again with [`Abandoned::next`] until
     /// it is `None`.
-    pub fn abandon_running(
+    pub fn abandon_running<X: Within<S>>(
         &self,
+        tx: X,
         from: Option<&AbandonCursor>,
         now: Timestamp,
         budget: usize,
     ) -> Result<Abandoned, StoreError> {
-        self.run_write(|txn| self.abandon_running_where_body(txn, from, now, budget, every_run))
-    }
-
-    /// [`Engine::abandon_running`] inside `txn`, a transaction the caller owns and
-    /// commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    pub fn abandon_running_in<W: WriteTransaction>(
-        &self,
-        txn: &mut W,
-        from: Option<&AbandonCursor>,
-        now: Timestamp,
-        budget: usize,
-    ) -> Result<Abandoned, StoreError> {
-        self.abandon_running_where_in(txn, from, now, budget, every_run)
+        tx.run(self, |txn| {
+            self.abandon_running_where_body(txn, from, now, budget, every_run)
+        })
     }
 
     /// [`Engine::abandon_running`] for the runs `lost` names only: a host
@@ -1708,34 +1571,21 @@ impl<S: Store> Engine<S> {
     /// by a host it knows to be gone, and leaves every other `Running`
     /// request alone (its ticket may be live elsewhere). The cursor and
     /// budget work as there.
-    pub fn abandon_running_where(
+    pub fn abandon_running_where<X: Within<S>>(
         &self,
+        tx: X,
         from: Option<&AbandonCursor>,
         now: Timestamp,
         budget: usize,
         lost: impl Fn(&GrantId, &RequestId) -> bool,
     ) -> Result<Abandoned, StoreError> {
-        self.run_write(|txn| self.abandon_running_where_body(txn, from, now, budget, &lost))
-    }
-
-    /// [`Engine::abandon_running_where`] inside `txn`, a transaction the
-    /// caller owns and commits.
-    pub fn abandon_running_where_in<W: WriteTransaction>(
-        &self,
-        txn: &mut W,
-        from: Option<&AbandonCursor>,
-        now: Timestamp,
-        budget: usize,
-        lost: impl Fn(&GrantId, &RequestId) -> bool,
-    ) -> Result<Abandoned, StoreError> {
-        Self::within(txn, |txn| {
-            self.abandon_running_where_body(txn, from, now, budget, lost)
+        tx.run(self, |txn| {
+            self.abandon_running_where_body(txn, from, now, budget, &lost)
         })
     }
 
-    /// The body of [`Engine::abandon_running_where`] and
-    /// [`Engine::abandon_running_where_in`]: both run it on one [`Txn`], so it is compiled once
-    /// per store.
+    /// The body of [`Engine::abandon_running_where`] in either form, generic over the
+    /// transaction alone: both forms share one copy per store.
     #[allow(
         clippy::unused_self,
         reason = "a method like every other operation body, called as `self.op_body(…)`"
@@ -1809,8 +1659,8 @@ pub enum RequestStatus {
 }
 
 /// What [`Engine::abandon_running`] counts as lost: every run. A function,
-/// not a closure, so that it and [`Engine::abandon_running_in`] share one
-/// compiled body.
+/// not a closure, so that it and [`Engine::abandon_running_where`] share
+/// one compiled body.
 fn every_run(_: &GrantId, _: &RequestId) -> bool {
     true
 }

@@ -1,30 +1,149 @@
 //! [`Engine`]: loads records, runs their pure transitions and writes the
 //! results back.
 //!
-//! Operations come in three kinds:
+//! # Which transaction: [`Own`] or the caller's
 //!
-//! * **site administration** — [`Engine::create_site`],
-//!   [`Engine::set_site_enabled`], [`Engine::rotate_site_key`], …;
-//! * **endpoints** — [`Engine::authorize`], [`Engine::decide`],
-//!   [`Engine::token`], [`Engine::revoke_token`], [`Engine::verify_bearer`]:
-//!   each takes the raw request parts an adapter has (query, body,
-//!   `Authorization` header) and answers with a typed value that maps to a
-//!   complete HTTP response;
-//! * **grant management** — listing, revoking and sweeping, and the apps
-//!   a grant reaches ([`Engine::granted_apps`], [`Engine::set_granted_apps`],
-//!   [`Engine::decide_with_apps`]);
-//! * **the execution ledger** — `begin` on the tab or on the server, the
-//!   ticket operations, approvals, tab connections and server executors'
-//!   leases (see [`crate::ledger`] and [`crate::executor`]).
+//! Every operation that writes (marked ✎ below) exists once, and its first
+//! argument says which transaction it runs in ([`Within`]):
 //!
-//! Every operation that changes state comes in two forms: `op(…)` runs in
-//! one write transaction of its own and commits it, retrying on a store
-//! [`Conflict`](crate::store::StoreErrorKind::Conflict) up to
-//! [`MAX_ATTEMPTS`] times; `op_in(&mut txn, …)` applies the same operation
-//! to a transaction the caller owns and commits (group commit), under a
-//! savepoint so that a store failure leaves nothing of it there. See
-//! [operations in a shared
-//! transaction](crate::store#operations-in-a-shared-transaction).
+//! ```
+//! use portcullis_core::grant::GrantId;
+//! use portcullis_core::site::SiteId;
+//! use portcullis_core::store::{Store, StoreError, WriteTransaction};
+//! use portcullis_core::{Engine, Own, Timestamp};
+//!
+//! fn revoke<S: Store>(
+//!     engine: &Engine<S>,
+//!     site: &SiteId,
+//!     grant: &GrantId,
+//!     now: Timestamp,
+//! ) -> Result<(), StoreError> {
+//!     // In a write transaction of its own: opened, run again on a store
+//!     // `Conflict` (up to `MAX_ATTEMPTS` times in all), committed.
+//!     engine.revoke_grant(Own, grant, now)?;
+//!
+//!     // In a transaction the caller owns and commits (group commit), each
+//!     // under a savepoint: a store failure leaves nothing of it in `txn`.
+//!     let mut txn = engine.store().begin_write()?;
+//!     engine.revoke_grant(&mut txn, grant, now)?;
+//!     engine.revoke_user_grants(&mut txn, site, "alice", now)?;
+//!     txn.commit()
+//! }
+//! ```
+//!
+//! See [operations in a shared
+//! transaction](crate::store#operations-in-a-shared-transaction) for what
+//! the caller's form promises. [`Engine::introspect`], which only reads,
+//! takes [`Own`] or `&txn`, any read or write transaction ([`WithinRead`]).
+//! Every other read runs in a read transaction of its own.
+//!
+//! # The operations
+//!
+//! **Sites and keys**
+//!
+//! * ✎ [`Engine::create_site`]: a new site with a fresh random public key.
+//! * [`Engine::site`]: a site as stored.
+//! * ✎ [`Engine::update_site`]: a new configuration for a site.
+//! * ✎ [`Engine::set_site_enabled`]: the site's off switch; grants are kept.
+//! * ✎ [`Engine::rotate_site_key`]: the emergency path, a new public key and
+//!   every grant revoked at once.
+//! * ✎ [`Engine::revoke_site_grants`]: every grant of a site revoked in O(1).
+//!
+//! **OAuth endpoints** — each takes the raw request parts an adapter has
+//! (query, body, `Authorization` header) and answers with a typed value that
+//! maps to a complete HTTP response:
+//!
+//! * [`Engine::register_client`]: dynamic client registration (RFC 7591),
+//!   stateless.
+//! * [`Engine::authorize`]: the authorization endpoint, the consent to show.
+//! * ✎ [`Engine::decide`]: the user's consent decision, a code on Allow.
+//! * ✎ [`Engine::token`]: the token endpoint (code exchange and refresh).
+//! * ✎ [`Engine::revoke_token`]: token revocation (RFC 7009).
+//! * [`Engine::introspect`]: token introspection (RFC 7662), reads only.
+//!
+//! **Grants**
+//!
+//! * [`Engine::verify_bearer`]: checks a protected-resource request's
+//!   bearer token (RFC 6750).
+//! * [`Engine::grant`], [`Engine::list_user_grants`],
+//!   [`Engine::list_site_grants`]: a grant, a page of a user's or a site's.
+//! * ✎ [`Engine::revoke_grant`]: one grant, by an administrator.
+//! * ✎ [`Engine::revoke_own_grant`]: one grant, by the user who holds it.
+//! * ✎ [`Engine::revoke_user_grants`]: every grant of a user on a site.
+//! * ✎ [`Engine::sweep`]: expired codes and grants deleted, within a budget.
+//!
+//! **Granted apps**
+//!
+//! * [`Engine::granted_apps`]: the apps a grant reaches.
+//! * ✎ [`Engine::set_granted_apps`]: the user changes them.
+//! * ✎ [`Engine::decide_with_apps`]: [`Engine::decide`] with the apps the
+//!   consent chose, in the same transaction.
+//!
+//! **Agent tokens**
+//!
+//! * ✎ [`Engine::mint_agent_token`]: a token for an agent, shown once.
+//! * [`Engine::list_agent_tokens`]: a user's agent tokens.
+//! * ✎ [`Engine::revoke_agent_token`]: one agent token, at once.
+//! * [`Engine::verify_agent_token`]: checks a presented agent token.
+//!
+//! **The execution ledger** (see [`crate::ledger`])
+//!
+//! * ✎ [`Engine::begin`], [`Engine::begin_needing`]: `execute` a call in the
+//!   user's tab (the second with the scopes it needs known first).
+//! * ✎ [`Engine::begin_driven`]: a tab run driven by a server executor.
+//! * ✎ [`Engine::begin_server`]: a call run on the host's server.
+//! * ✎ [`Engine::authorize_action`]: the next action of a run, or why not.
+//! * ✎ [`Engine::withdraw_action`]: the authorized action did not run.
+//! * ✎ [`Engine::record_outcome`]: the outcome of the authorized action.
+//! * ✎ [`Engine::complete`]: the run ends with its result.
+//! * [`Engine::outcomes`]: a page of a stored result's outcomes.
+//! * [`Engine::request_status`]: where a request stands, read only.
+//! * [`Engine::execution_request`]: a request as stored.
+//! * ✎ [`Engine::sweep_ledger`]: expired results and records deleted.
+//! * ✎ [`Engine::abandon_running`], [`Engine::abandon_running_where`]: the
+//!   runs a host lost (all, or those it names) ended at start-up.
+//!
+//! **Approvals** (see [`crate::approval`])
+//!
+//! * [`Engine::pending_approvals`]: the prompts waiting on one grant.
+//! * [`Engine::pending_approvals_of`]: every prompt waiting for a user.
+//! * ✎ [`Engine::decide_approval`]: the user's decision on a prompt.
+//!
+//! **Tabs** (see [`crate::tab`])
+//!
+//! * ✎ [`Engine::connect_tab`]: a page connects as a grant's executor.
+//! * ✎ [`Engine::take_over_tab`]: "Use this tab".
+//! * ✎ [`Engine::tab_heartbeat`]: the connected page is alive (and visible).
+//! * ✎ [`Engine::disconnect_tab`]: the connected page disconnects.
+//! * ✎ [`Engine::reset_session`]: sign-out ends a browser session's tabs.
+//! * [`Engine::tab_connection`]: a grant's tab connection.
+//! * [`Engine::dispatch`]: where an action would be dispatched now.
+//!
+//! **Server executors** (see [`crate::executor`])
+//!
+//! * ✎ [`Engine::start_executor`]: a new executor number and its lease.
+//! * ✎ [`Engine::renew_executor`]: the lease's heartbeat.
+//! * ✎ [`Engine::stop_executor`]: the lease ends, its runs are cut off.
+//! * [`Engine::executor_lease`]: an executor's live lease.
+//! * ✎ [`Engine::sweep_executors`]: long-lapsed leases deleted.
+//! * ✎ [`Engine::end_lost_runs`]: the server runs of lost executors ended.
+//!
+//! **Stored App Views** (see [`crate::apps`])
+//!
+//! * [`Engine::app_view`], [`Engine::app_views`]: a user's stored Views.
+//! * ✎ [`Engine::create_app_view`], [`Engine::save_app_view`],
+//!   [`Engine::delete_app_view`]: store, update (over the revision read),
+//!   delete a View.
+//! * ✎ [`Engine::send_context`]: the user's selected context to the agents.
+//! * ✎ [`Engine::take_deliveries`]: what waits for an agent, handed once.
+//! * [`Engine::has_deliveries`]: whether anything waits.
+//!
+//! **Activity** (see [`crate::activity`])
+//!
+//! * [`Engine::user_activity`]: a user's activity, newest first.
+//! * [`Engine::activity_export`]: the operator's export of a site's.
+//!
+//! # Rules every operation keeps
 //!
 //! Every operation that needs the time takes `now`; every one that needs
 //! randomness takes a [`CryptoRng`](rand_core::CryptoRng). Nothing here reads
@@ -36,33 +155,25 @@
 //! transaction that wrote nothing is dropped, not committed, so rejections
 //! cost no fsync; one in which the store failed is dropped whole.
 
-mod agent;
-mod approvals;
-mod executor;
-mod granted_apps;
-mod grants;
+pub(crate) mod grants;
 pub(crate) mod keys;
-mod ledger;
+pub(crate) mod ledger;
 mod oauth;
-mod tab;
-
-use alloc::vec::Vec;
-use core::cell::Cell;
-use core::ops::Bound;
+mod within;
 
 use crate::jwt::Keyring;
 use crate::policy::Policy;
 use crate::site::{Site, SiteError, SiteId};
-use crate::store::{
-    Entry, ReadTransaction, Savepoint, Store, StoreError, StoreErrorKind, Table, WriteTransaction,
-};
+use crate::store::{ReadTransaction, Store, StoreError};
 
-pub use agent::{AgentPrincipal, AgentTokenRequest, MintError};
-pub use approvals::{MAX_GRANTS_LISTED, MAX_PROMPTS_LISTED};
-pub use granted_apps::GrantAppsError;
+pub use crate::agent_token::{AgentPrincipal, AgentTokenRequest, MintError};
+pub use crate::approval::{MAX_GRANTS_LISTED, MAX_PROMPTS_LISTED};
+pub use crate::granted_apps::GrantAppsError;
 pub use grants::{BearerRejection, GrantPage, GrantSummary, Principal};
 pub use ledger::{AbandonCursor, Abandoned, RequestStatus};
 pub use oauth::RevokeError;
+pub(crate) use within::Txn;
+pub use within::{Own, Within, WithinRead};
 
 /// The policy engine over a store `S`.
 ///
@@ -99,213 +210,14 @@ impl<S: Store> Engine<S> {
     pub fn policy(&self) -> &Policy {
         &self.policy
     }
-
-    /// Runs `f` in one write transaction and commits what it wrote — also
-    /// when `f` answers with an error, since a decided rejection may have
-    /// recorded something (a revocation) — unless the store itself failed,
-    /// in which case the transaction is discarded whole and the store's
-    /// error is the answer.
-    ///
-    /// When the store reports a [`StoreErrorKind::Conflict`] (an optimistic
-    /// store lost a race, at any read, write or the commit), the
-    /// transaction is discarded and `f` runs again on a fresh one, up to
-    /// [`MAX_ATTEMPTS`] times in all. `f` must therefore be re-runnable: it
-    /// takes its inputs by reference or clones them per attempt, and every
-    /// effect it has goes through the transaction, so a discarded attempt
-    /// leaves nothing behind (random draws are spent, which is harmless).
-    pub(crate) fn run_write<T, E: From<StoreError>>(
-        &self,
-        mut f: impl FnMut(&mut Txn<'_, S::Write<'_>>) -> Result<T, E>,
-    ) -> Result<T, E> {
-        let mut out = None;
-        match self.attempt_writes(&mut |txn| out = Some(f(txn))) {
-            Some(failure) => Err(failure.into()),
-            None => out.expect("an attempt that did not fail ran the operation"),
-        }
-    }
-
-    /// The attempts of [`Engine::run_write`], compiled once per store
-    /// rather than once per operation: `f` keeps its own answer, and this
-    /// answers with the store's failure of the last attempt, if it failed
-    /// (then `f` may not have run).
-    fn attempt_writes<'s>(
-        &'s self,
-        f: &mut dyn FnMut(&mut Txn<'_, S::Write<'s>>),
-    ) -> Option<StoreError> {
-        let mut attempt = 1;
-        loop {
-            let mut write = match self.store.begin_write() {
-                Ok(w) => w,
-                Err(e) if e.kind() == StoreErrorKind::Conflict && attempt < MAX_ATTEMPTS => {
-                    attempt += 1;
-                    continue;
-                }
-                Err(e) => return Some(e),
-            };
-            let (failure, dirty) = {
-                let mut txn = Txn::new(&mut write);
-                f(&mut txn);
-                (txn.failure.take(), txn.dirty)
-            };
-            if let Some(e) = failure {
-                // The store failed under `f`: its error is the answer (the
-                // operation answered with it too), and nothing commits.
-                if e.kind() == StoreErrorKind::Conflict && attempt < MAX_ATTEMPTS {
-                    attempt += 1;
-                    continue;
-                }
-                return Some(e);
-            }
-            if dirty {
-                match write.commit() {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == StoreErrorKind::Conflict && attempt < MAX_ATTEMPTS => {
-                        attempt += 1;
-                        continue;
-                    }
-                    Err(e) => return Some(e),
-                }
-            }
-            return None;
-        }
-    }
-
-    /// Applies one operation body to `txn`, a transaction someone else
-    /// owns, atomically: a savepoint first, and if the store fails under
-    /// `f` a rollback to it, so the failed operation leaves nothing in
-    /// `txn`; the answer is then the store's error, even where `f` went on
-    /// or swallowed it. A decided answer (success or refusal) keeps what
-    /// `f` wrote. If the rollback itself fails, that failure is the answer
-    /// and `txn` is lost: its owner must drop it, not commit it.
-    pub(crate) fn within<W: WriteTransaction, T, E: From<StoreError>>(
-        txn: &mut W,
-        f: impl FnOnce(&mut Txn<'_, W>) -> Result<T, E>,
-    ) -> Result<T, E> {
-        let mark = txn.savepoint()?;
-        let (out, failure) = {
-            let mut t = Txn::new(txn);
-            let out = f(&mut t);
-            (out, t.failure.take())
-        };
-        match failure {
-            None => out,
-            Some(e) => {
-                txn.rollback_to(mark)?;
-                Err(e.into())
-            }
-        }
-    }
-
-    /// Runs `f` in one read transaction.
-    pub(crate) fn read<T, E: From<StoreError>>(
-        &self,
-        f: impl FnOnce(&S::Read<'_>) -> Result<T, E>,
-    ) -> Result<T, E> {
-        let txn = self.store.begin_read()?;
-        f(&txn)
-    }
 }
 
 /// How many times [`Engine`] runs an operation whose transaction hit a
-/// [`StoreErrorKind::Conflict`] before it answers with that conflict. The
-/// core cannot sleep (it reads no clock), so attempts follow each other at
-/// once; a store whose conflicts need a pause pauses in `begin_write`.
+/// [`StoreErrorKind::Conflict`](crate::store::StoreErrorKind::Conflict)
+/// before it answers with that conflict. The core cannot sleep (it reads no
+/// clock), so attempts follow each other at once; a store whose conflicts
+/// need a pause pauses in `begin_write`.
 pub const MAX_ATTEMPTS: u32 = 8;
-
-/// A write transaction as one operation body sees it, whoever owns it:
-/// [`Engine::run_write`] wraps the transaction it opened, [`Engine::within`]
-/// the caller's. The two never nest: `op` hands its body the `Txn` of
-/// `run_write` directly and `op_in` the `Txn` of `within`, so over a store
-/// whose own write transaction is what callers pass to `op_in`, each body
-/// is compiled once (`Txn<'_, S::Write>`), not once more for a `Txn` around
-/// a `Txn`, and `op` takes no savepoint it would never roll back to (a
-/// failed `run_write` attempt is discarded whole). It remembers the first failure the
-/// store reported through it, so the operation's answer is that failure
-/// even where the body went on or swallowed it, and whether anything was
-/// written, so a transaction that wrote nothing is not committed.
-pub(crate) struct Txn<'a, W> {
-    inner: &'a mut W,
-    dirty: bool,
-    failure: Cell<Option<StoreError>>,
-}
-
-impl<'a, W> Txn<'a, W> {
-    fn new(inner: &'a mut W) -> Self {
-        Self {
-            inner,
-            dirty: false,
-            failure: Cell::new(None),
-        }
-    }
-
-    /// Keeps the first failure.
-    fn note<T>(&self, r: Result<T, StoreError>) -> Result<T, StoreError> {
-        if let Err(e) = &r {
-            let first = self.failure.take().unwrap_or_else(|| e.clone());
-            self.failure.set(Some(first));
-        }
-        r
-    }
-}
-
-impl<W: WriteTransaction> ReadTransaction for Txn<'_, W> {
-    fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        self.note(self.inner.get(table, key))
-    }
-
-    fn get_with<T>(
-        &self,
-        table: Table,
-        key: &[u8],
-        f: impl FnOnce(&[u8]) -> T,
-    ) -> Result<Option<T>, StoreError> {
-        self.note(self.inner.get_with(table, key, f))
-    }
-
-    fn range(
-        &self,
-        table: Table,
-        start: Bound<&[u8]>,
-        end: Bound<&[u8]>,
-        limit: usize,
-    ) -> Result<Vec<Entry>, StoreError> {
-        self.note(self.inner.range(table, start, end, limit))
-    }
-}
-
-impl<W: WriteTransaction> WriteTransaction for Txn<'_, W> {
-    fn savepoint(&mut self) -> Result<Savepoint, StoreError> {
-        let r = self.inner.savepoint();
-        self.note(r)
-    }
-
-    fn rollback_to(&mut self, savepoint: Savepoint) -> Result<(), StoreError> {
-        let r = self.inner.rollback_to(savepoint);
-        self.note(r)
-    }
-
-    fn put(&mut self, table: Table, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
-        self.dirty = true;
-        let r = self.inner.put(table, key, value);
-        self.note(r)
-    }
-
-    fn delete(&mut self, table: Table, key: &[u8]) -> Result<bool, StoreError> {
-        self.dirty = true;
-        let r = self.inner.delete(table, key);
-        self.note(r)
-    }
-
-    /// Refused: an operation never commits the transaction it runs in; the
-    /// transaction's owner does.
-    fn commit(self) -> Result<(), StoreError> {
-        Err(StoreError::described(
-            StoreErrorKind::Other,
-            "commit",
-            "an operation cannot commit the transaction it runs in; its owner does".into(),
-        ))
-    }
-}
 
 /// Loads a site or fails with [`SiteError::NotFound`].
 pub(crate) fn load_site<R: ReadTransaction>(txn: &R, id: &SiteId) -> Result<Site, SiteOpError> {

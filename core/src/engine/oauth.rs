@@ -7,7 +7,7 @@ use core::fmt;
 
 use rand_core::CryptoRng;
 
-use super::{Engine, SiteOpError, Txn, keys, load_site};
+use super::{Engine, SiteOpError, Txn, Within, keys, load_site};
 use crate::authorize::{
     self, AuthorizationCode, AuthorizeAnswer, AuthorizeError, CodeState, Refusal,
 };
@@ -40,57 +40,22 @@ impl<S: Store> Engine<S> {
         clippy::needless_pass_by_value,
         reason = "by value as before; an attempt that may re-run on a conflict clones what it keeps"
     )]
-    pub fn create_site<R: CryptoRng + ?Sized>(
+    pub fn create_site<X: Within<S>, R: CryptoRng + ?Sized>(
         &self,
+        tx: X,
         config: SiteConfig,
         rng: &mut R,
         now: Timestamp,
     ) -> Result<Site, SiteOpError> {
-        self.run_write(|txn| self.create_site_body(txn, config.clone(), rng, now))
-    }
-
-    /// [`Engine::create_site`] inside `txn`, a transaction the caller owns and
-    /// commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    #[allow(
-        clippy::needless_pass_by_value,
-        reason = "by value as before; an attempt that may re-run on a conflict clones what it keeps"
-    )]
-    pub fn create_site_in<W: WriteTransaction, R: CryptoRng + ?Sized>(
-        &self,
-        txn: &mut W,
-        config: SiteConfig,
-        rng: &mut R,
-        now: Timestamp,
-    ) -> Result<Site, SiteOpError> {
-        Self::within(txn, |txn| self.create_site_body(txn, config, rng, now))
-    }
-
-    /// The body of [`Engine::create_site`] and
-    /// [`Engine::create_site_in`]: both run it on one [`Txn`], so it is compiled once
-    /// per store.
-    #[allow(
-        clippy::needless_pass_by_value,
-        reason = "by value as before; an attempt that may re-run on a conflict clones what it keeps"
-    )]
-    #[allow(
-        clippy::unused_self,
-        reason = "a method like every other operation body, called as `self.op_body(…)`"
-    )]
-    fn create_site_body<W: WriteTransaction, R: CryptoRng + ?Sized>(
-        &self,
-        txn: &mut Txn<'_, W>,
-        config: SiteConfig,
-        rng: &mut R,
-        now: Timestamp,
-    ) -> Result<Site, SiteOpError> {
-        let key = keys::site(&config.id);
-        if txn.load::<Site>(key)?.is_some() {
-            return Err(SiteError::AlreadyExists.into());
-        }
-        let site = Site::create(config.clone(), rand::base64url::<16, _>(rng), now)?;
-        txn.save(keys::site(&site.id), &site)?;
-        Ok(site)
+        tx.run(self, |txn| {
+            let key = keys::site(&config.id);
+            if txn.load::<Site>(key)?.is_some() {
+                return Err(SiteError::AlreadyExists.into());
+            }
+            let site = Site::create(config.clone(), rand::base64url::<16, _>(rng), now)?;
+            txn.save(keys::site(&site.id), &site)?;
+            Ok(site)
+        })
     }
 
     /// Reads a site.
@@ -103,145 +68,59 @@ impl<S: Store> Engine<S> {
         clippy::needless_pass_by_value,
         reason = "by value as before; an attempt that may re-run on a conflict clones what it keeps"
     )]
-    pub fn update_site(&self, config: SiteConfig) -> Result<Site, SiteOpError> {
-        self.run_write(|txn| self.update_site_body(txn, config.clone()))
-    }
-
-    /// [`Engine::update_site`] inside `txn`, a transaction the caller owns and
-    /// commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    pub fn update_site_in<W: WriteTransaction>(
+    pub fn update_site<X: Within<S>>(
         &self,
-        txn: &mut W,
+        tx: X,
         config: SiteConfig,
     ) -> Result<Site, SiteOpError> {
-        Self::within(txn, |txn| self.update_site_body(txn, config))
-    }
-
-    /// The body of [`Engine::update_site`] and
-    /// [`Engine::update_site_in`]: both run it on one [`Txn`], so it is compiled once
-    /// per store.
-    #[allow(
-        clippy::unused_self,
-        reason = "a method like every other operation body, called as `self.op_body(…)`"
-    )]
-    fn update_site_body<W: WriteTransaction>(
-        &self,
-        txn: &mut Txn<'_, W>,
-        config: SiteConfig,
-    ) -> Result<Site, SiteOpError> {
-        Self::modify_site(txn, &config.id.clone(), |site| site.update(config))
+        tx.run(self, |txn| {
+            Self::modify_site(txn, &config.id, |site| site.update(config.clone()))
+        })
     }
 
     /// Turns a site's off switch. Grants are kept either way.
-    pub fn set_site_enabled(&self, id: &SiteId, enabled: bool) -> Result<Site, SiteOpError> {
-        self.run_write(|txn| self.set_site_enabled_body(txn, id, enabled))
-    }
-
-    /// [`Engine::set_site_enabled`] inside `txn`, a transaction the caller owns and
-    /// commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    pub fn set_site_enabled_in<W: WriteTransaction>(
+    pub fn set_site_enabled<X: Within<S>>(
         &self,
-        txn: &mut W,
+        tx: X,
         id: &SiteId,
         enabled: bool,
     ) -> Result<Site, SiteOpError> {
-        Self::within(txn, |txn| self.set_site_enabled_body(txn, id, enabled))
-    }
-
-    /// The body of [`Engine::set_site_enabled`] and
-    /// [`Engine::set_site_enabled_in`]: both run it on one [`Txn`], so it is compiled once
-    /// per store.
-    #[allow(
-        clippy::unused_self,
-        reason = "a method like every other operation body, called as `self.op_body(…)`"
-    )]
-    fn set_site_enabled_body<W: WriteTransaction>(
-        &self,
-        txn: &mut Txn<'_, W>,
-        id: &SiteId,
-        enabled: bool,
-    ) -> Result<Site, SiteOpError> {
-        Self::modify_site(txn, id, |site| {
-            site.set_enabled(enabled);
-            Ok(())
+        tx.run(self, |txn| {
+            Self::modify_site(txn, id, |site| {
+                site.set_enabled(enabled);
+                Ok(())
+            })
         })
     }
 
     /// The emergency path: a new public key and resource URL, and every
     /// grant of the site revoked at once (O(1): the epoch moves).
-    pub fn rotate_site_key<R: CryptoRng + ?Sized>(
+    pub fn rotate_site_key<X: Within<S>, R: CryptoRng + ?Sized>(
         &self,
+        tx: X,
         id: &SiteId,
         rng: &mut R,
     ) -> Result<Site, SiteOpError> {
-        self.run_write(|txn| self.rotate_site_key_body(txn, id, rng))
-    }
-
-    /// [`Engine::rotate_site_key`] inside `txn`, a transaction the caller owns and
-    /// commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    pub fn rotate_site_key_in<W: WriteTransaction, R: CryptoRng + ?Sized>(
-        &self,
-        txn: &mut W,
-        id: &SiteId,
-        rng: &mut R,
-    ) -> Result<Site, SiteOpError> {
-        Self::within(txn, |txn| self.rotate_site_key_body(txn, id, rng))
-    }
-
-    /// The body of [`Engine::rotate_site_key`] and
-    /// [`Engine::rotate_site_key_in`]: both run it on one [`Txn`], so it is compiled once
-    /// per store.
-    #[allow(
-        clippy::unused_self,
-        reason = "a method like every other operation body, called as `self.op_body(…)`"
-    )]
-    fn rotate_site_key_body<W: WriteTransaction, R: CryptoRng + ?Sized>(
-        &self,
-        txn: &mut Txn<'_, W>,
-        id: &SiteId,
-        rng: &mut R,
-    ) -> Result<Site, SiteOpError> {
-        let key = rand::base64url::<16, _>(rng);
-        Self::modify_site(txn, id, |site| {
-            site.rotate_key(key);
-            Ok(())
+        tx.run(self, |txn| {
+            let key = rand::base64url::<16, _>(rng);
+            Self::modify_site(txn, id, |site| {
+                site.rotate_key(key);
+                Ok(())
+            })
         })
     }
 
     /// Revokes every grant of a site in O(1), keeping its resource URL.
-    pub fn revoke_site_grants(&self, id: &SiteId) -> Result<Site, SiteOpError> {
-        self.run_write(|txn| self.revoke_site_grants_body(txn, id))
-    }
-
-    /// [`Engine::revoke_site_grants`] inside `txn`, a transaction the caller owns and
-    /// commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    pub fn revoke_site_grants_in<W: WriteTransaction>(
+    pub fn revoke_site_grants<X: Within<S>>(
         &self,
-        txn: &mut W,
+        tx: X,
         id: &SiteId,
     ) -> Result<Site, SiteOpError> {
-        Self::within(txn, |txn| self.revoke_site_grants_body(txn, id))
-    }
-
-    /// The body of [`Engine::revoke_site_grants`] and
-    /// [`Engine::revoke_site_grants_in`]: both run it on one [`Txn`], so it is compiled once
-    /// per store.
-    #[allow(
-        clippy::unused_self,
-        reason = "a method like every other operation body, called as `self.op_body(…)`"
-    )]
-    fn revoke_site_grants_body<W: WriteTransaction>(
-        &self,
-        txn: &mut Txn<'_, W>,
-        id: &SiteId,
-    ) -> Result<Site, SiteOpError> {
-        Self::modify_site(txn, id, |site| {
-            site.revoke_all_grants();
-            Ok(())
+        tx.run(self, |txn| {
+            Self::modify_site(txn, id, |site| {
+                site.revoke_all_grants();
+                Ok(())
+            })
         })
     }
 
@@ -308,8 +187,9 @@ impl<S: Store> Engine<S> {
         clippy::too_many_arguments,
         reason = "each argument is one fact the adapter holds; bundling them would only rename them"
     )]
-    pub fn decide<R: CryptoRng + ?Sized>(
+    pub fn decide<X: Within<S>, R: CryptoRng + ?Sized>(
         &self,
+        tx: X,
         site_id: &SiteId,
         query: &str,
         client_document: Option<&[u8]>,
@@ -318,7 +198,7 @@ impl<S: Store> Engine<S> {
         rng: &mut R,
         now: Timestamp,
     ) -> Result<AuthorizeAnswer, SiteOpError> {
-        self.run_write(|txn| {
+        tx.run(self, |txn| {
             self.decide_body(
                 txn,
                 site_id,
@@ -333,49 +213,15 @@ impl<S: Store> Engine<S> {
         })
     }
 
-    /// [`Engine::decide`] inside `txn`, a transaction the caller owns and
-    /// commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    #[allow(
-        clippy::too_many_arguments,
-        reason = "each argument is one fact the adapter holds; bundling them would only rename them"
-    )]
-    pub fn decide_in<W: WriteTransaction, R: CryptoRng + ?Sized>(
-        &self,
-        txn: &mut W,
-        site_id: &SiteId,
-        query: &str,
-        client_document: Option<&[u8]>,
-        subject: &str,
-        allow: bool,
-        rng: &mut R,
-        now: Timestamp,
-    ) -> Result<AuthorizeAnswer, SiteOpError> {
-        Self::within(txn, |txn| {
-            self.decide_body(
-                txn,
-                site_id,
-                query,
-                client_document,
-                subject,
-                allow,
-                rng,
-                now,
-            )
-            .map(|(answer, _)| answer)
-        })
-    }
-
-    /// The body of [`Engine::decide`] and
-    /// [`Engine::decide_in`]: both run it on one [`Txn`], so it is compiled once
-    /// per store.
+    /// The body of [`Engine::decide`] in either form, generic over the
+    /// transaction alone: both forms share one copy per store.
     /// Answers with the id of the code it issued, if it issued one
     /// ([`Engine::decide_with_apps`] keys the consent's apps by it).
     #[allow(
         clippy::too_many_arguments,
         reason = "each argument is one fact the adapter holds; bundling them would only rename them"
     )]
-    pub(super) fn decide_body<W: WriteTransaction, R: CryptoRng + ?Sized>(
+    pub(crate) fn decide_body<W: WriteTransaction, R: CryptoRng + ?Sized>(
         &self,
         txn: &mut Txn<'_, W>,
         site_id: &SiteId,
@@ -459,8 +305,9 @@ impl<S: Store> Engine<S> {
     /// accepts once.
     /// One write transaction; see [`TokenError::to_response`] for the answer
     /// on failure.
-    pub fn token<'a, R: CryptoRng + ?Sized>(
+    pub fn token<'a, X: Within<S>, R: CryptoRng + ?Sized>(
         &self,
+        tx: X,
         site_id: &SiteId,
         body: &'a str,
         authentication: impl Into<ClientAuthentication<'a>>,
@@ -468,30 +315,13 @@ impl<S: Store> Engine<S> {
         now: Timestamp,
     ) -> Result<TokenResponse, TokenError> {
         let authentication = authentication.into();
-        self.run_write(|txn| self.token_body(txn, site_id, body, authentication, rng, now))
-    }
-
-    /// [`Engine::token`] inside `txn`, a transaction the caller owns and
-    /// commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    pub fn token_in<'a, W: WriteTransaction, R: CryptoRng + ?Sized>(
-        &self,
-        txn: &mut W,
-        site_id: &SiteId,
-        body: &'a str,
-        authentication: impl Into<ClientAuthentication<'a>>,
-        rng: &mut R,
-        now: Timestamp,
-    ) -> Result<TokenResponse, TokenError> {
-        let authentication = authentication.into();
-        Self::within(txn, |txn| {
+        tx.run(self, |txn| {
             self.token_body(txn, site_id, body, authentication, rng, now)
         })
     }
 
-    /// The body of [`Engine::token`] and
-    /// [`Engine::token_in`]: both run it on one [`Txn`], so it is compiled once
-    /// per store.
+    /// The body of [`Engine::token`] in either form, generic over the
+    /// transaction alone: both forms share one copy per store.
     fn token_body<'a, W: WriteTransaction, R: CryptoRng + ?Sized>(
         &self,
         txn: &mut Txn<'_, W>,
@@ -699,7 +529,7 @@ impl<S: Store> Engine<S> {
         code.state = CodeState::Redeemed(grant.id);
         txn.save(&code.id, &code)?;
         self.insert_grant(txn, &grant)?;
-        super::granted_apps::adopt_code_apps(txn, &code.id, &grant.id)?;
+        crate::granted_apps::adopt_code_apps(txn, &code.id, &grant.id)?;
         super::ledger::join_live_tab(txn, &grant, self.policy.tab_heartbeat_timeout, now)?;
         let signer = Signer {
             issuer: &site.issuer,
@@ -905,37 +735,22 @@ impl<S: Store> Engine<S> {
     ///
     /// `authorization` is every `Authorization` value the request carried; a
     /// repeated field is refused first ([`RevokeError::Header`]).
-    pub fn revoke_token<'a>(
+    pub fn revoke_token<'a, X: Within<S>>(
         &self,
+        tx: X,
         site_id: &SiteId,
         body: &'a str,
         authentication: impl Into<ClientAuthentication<'a>>,
         now: Timestamp,
     ) -> Result<(), RevokeError> {
         let authentication = authentication.into();
-        self.run_write(|txn| self.revoke_token_body(txn, site_id, body, authentication, now))
-    }
-
-    /// [`Engine::revoke_token`] inside `txn`, a transaction the caller owns and
-    /// commits: see [operations in a shared
-    /// transaction](crate::store#operations-in-a-shared-transaction).
-    pub fn revoke_token_in<'a, W: WriteTransaction>(
-        &self,
-        txn: &mut W,
-        site_id: &SiteId,
-        body: &'a str,
-        authentication: impl Into<ClientAuthentication<'a>>,
-        now: Timestamp,
-    ) -> Result<(), RevokeError> {
-        let authentication = authentication.into();
-        Self::within(txn, |txn| {
+        tx.run(self, |txn| {
             self.revoke_token_body(txn, site_id, body, authentication, now)
         })
     }
 
-    /// The body of [`Engine::revoke_token`] and
-    /// [`Engine::revoke_token_in`]: both run it on one [`Txn`], so it is compiled once
-    /// per store.
+    /// The body of [`Engine::revoke_token`] in either form, generic over the
+    /// transaction alone: both forms share one copy per store.
     fn revoke_token_body<'a, W: WriteTransaction>(
         &self,
         txn: &mut Txn<'_, W>,

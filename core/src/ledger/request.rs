@@ -470,7 +470,7 @@ impl ExecutionRequest {
     }
 
     /// The server executor driving the latest run of a tab request, if one
-    /// is named ([`crate::Engine::begin_driven_in`]).
+    /// is named ([`crate::Engine::begin_driven`]).
     #[must_use]
     pub fn driver(&self) -> Option<u32> {
         (self.executor == Executor::Tab && self.driver != 0).then_some(self.driver)

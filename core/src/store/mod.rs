@@ -50,10 +50,13 @@
 //!
 //! # Operations in a shared transaction
 //!
-//! A durable commit costs an fsync. The engine can apply each operation to a
-//! `&mut W: WriteTransaction` it does not own, so a host may apply many
-//! callers' operations to one transaction and answer each caller only after
-//! the shared commit is durable (group commit). Two rules make that safe:
+//! A durable commit costs an fsync. Every engine operation that writes
+//! takes, as its first argument, where it runs
+//! ([`Within`](crate::engine::Within)): [`Own`](crate::engine::Own), a
+//! transaction of its own, or `&mut txn`, a [`WriteTransaction`] the caller
+//! owns (`engine.token(&mut txn, …)`), so a host may apply many callers'
+//! operations to one transaction and answer each caller only after the
+//! shared commit is durable (group commit). Two rules make that safe:
 //!
 //! * **Decide before writing.** An operation's answer is decided from what
 //!   it read; a rejection writes nothing unless the rejection itself must

@@ -172,7 +172,7 @@ async fn reset_browser_session(app: &Shared, session: &Session) {
     let ended = app
         .write(move |app, txn| {
             app.engine()
-                .reset_session_in(txn, app.site(), &browser_session, clock::now())
+                .reset_session(txn, app.site(), &browser_session, clock::now())
         })
         .await;
     match ended {
@@ -383,7 +383,7 @@ pub(crate) async fn agents_post(
                 .write(move |app, txn| {
                     // Only the user's own grants: the id alone is not authority.
                     app.engine()
-                        .revoke_own_grant_in(txn, app.site(), &subject, &id, clock::now())
+                        .revoke_own_grant(txn, app.site(), &subject, &id, clock::now())
                 })
                 .await;
             match revoked {

@@ -192,14 +192,8 @@ async fn set(
     let who = subject.clone();
     let set = app
         .write(move |app, txn| {
-            app.engine().set_granted_apps_in(
-                txn,
-                app.site(),
-                &who,
-                &grant,
-                &selection,
-                clock::now(),
-            )
+            app.engine()
+                .set_granted_apps(txn, app.site(), &who, &grant, &selection, clock::now())
         })
         .await;
     if matches!(set, Ok(Ok(()))) {

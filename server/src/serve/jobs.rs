@@ -32,7 +32,7 @@
 //!
 //! **Lost runs.** A run's ticket lives in the memory of the instance that
 //! drives it. `portcullis-axum` begins a tab run under that instance's
-//! executor lease ([`portcullis_core::Engine::begin_driven_in`]), so the
+//! executor lease ([`portcullis_core::Engine::begin_driven`]), so the
 //! ledger itself knows which instance holds each run: a repeat reaching
 //! another instance is `execution_pending` while that lease is live, and
 //! once the instance dies its runs end with `unknownTail` (at that repeat,

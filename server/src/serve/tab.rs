@@ -208,8 +208,8 @@ pub(crate) async fn connect(State(app): State<Shared>, headers: HeaderMap, raw: 
             for g in app.live_grants(&subject)? {
                 let now = clock::now();
                 let r = if hello.take_over {
-                    app.engine().take_over_tab_in(
-                        txn,
+                    app.engine().take_over_tab(
+                        &mut *txn,
                         app.site(),
                         &subject,
                         &g.id,
@@ -217,8 +217,14 @@ pub(crate) async fn connect(State(app): State<Shared>, headers: HeaderMap, raw: 
                         now,
                     )
                 } else {
-                    app.engine()
-                        .connect_tab_in(txn, app.site(), &subject, &g.id, &hello_core, now)
+                    app.engine().connect_tab(
+                        &mut *txn,
+                        app.site(),
+                        &subject,
+                        &g.id,
+                        &hello_core,
+                        now,
+                    )
                 };
                 let mut v = grant_json(&g);
                 let r = r.map(|_| ());
@@ -266,8 +272,8 @@ pub(crate) async fn heartbeat(
         .write_any(move |app, txn| {
             let mut out = Vec::new();
             for g in app.live_grants(&subject)? {
-                let r = app.engine().tab_heartbeat_in(
-                    txn,
+                let r = app.engine().tab_heartbeat(
+                    &mut *txn,
                     app.site(),
                     &subject,
                     &g.id,
@@ -307,8 +313,8 @@ pub(crate) async fn disconnect(
             for g in app.live_grants(&subject)? {
                 if app
                     .engine()
-                    .disconnect_tab_in(
-                        txn,
+                    .disconnect_tab(
+                        &mut *txn,
                         app.site(),
                         &subject,
                         &g.id,
@@ -740,7 +746,7 @@ pub(crate) async fn decide(State(app): State<Shared>, headers: HeaderMap, raw: B
     let subject = session.subject.clone();
     let done = app
         .write(move |app, txn| {
-            app.engine().decide_approval_in(
+            app.engine().decide_approval(
                 txn,
                 app.site(),
                 &subject,

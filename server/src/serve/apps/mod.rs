@@ -720,10 +720,10 @@ impl App {
         let created = self.commit(move |app, txn| {
             for id in &drop {
                 app.engine()
-                    .delete_app_view_in(txn, app.site(), &stored.subject, id)?;
+                    .delete_app_view(&mut *txn, app.site(), &stored.subject, id)?;
             }
             app.engine()
-                .create_app_view_in(txn, &stored, MAX_VIEWS_PER_USER)
+                .create_app_view(txn, &stored, MAX_VIEWS_PER_USER)
         });
         match created {
             Ok(Ok(())) => true,
@@ -812,7 +812,7 @@ impl App {
                 let changed = entry.stored;
                 let saved = self.commit(move |app, txn| {
                     let mut copy = changed.clone();
-                    app.engine().save_app_view_in(txn, &mut copy)
+                    app.engine().save_app_view(txn, &mut copy)
                 });
                 match saved {
                     Ok(Ok(())) => return Ok(out),
@@ -932,7 +932,7 @@ pub(crate) async fn deliver(
     let taken = app
         .write(move |app, txn| {
             app.engine()
-                .take_deliveries_in(txn, app.site(), &subject, &lineage)
+                .take_deliveries(txn, app.site(), &subject, &lineage)
         })
         .await;
     let items = match taken {
@@ -984,7 +984,7 @@ pub(crate) async fn deliver(
 
 /// `POST /agents/apps/context {selections: [{view, version}]}`: the user
 /// sends the context they inspected and selected to the agents that
-/// opened those Views ([`portcullis_core::Engine::send_context_in`]):
+/// opened those Views ([`portcullis_core::Engine::send_context`]):
 /// exactly the selected versions, at most 8 Views, each value at most 64
 /// KiB, all or nothing. A replaced, discarded or missing selection is
 /// refused with its stable reason and sends nothing.
@@ -1031,7 +1031,7 @@ pub(crate) async fn send_context(
     let sent = app
         .write(move |app, txn| {
             app.engine()
-                .send_context_in(txn, app.site(), &subject, &selections)
+                .send_context(txn, app.site(), &subject, &selections)
         })
         .await;
     match sent {
@@ -1374,7 +1374,7 @@ pub(crate) async fn deny_waiting(
         let (who, approval) = (subject.to_owned(), prompt.reference());
         let denied = app
             .write(move |app, txn| {
-                app.engine().decide_approval_in(
+                app.engine().decide_approval(
                     txn,
                     app.site(),
                     &who,
