@@ -14,6 +14,7 @@
 //! record a grant brings), in write transactions of 1 000 grants each.
 //! Prints one line with the count and the time taken.
 
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
@@ -122,10 +123,12 @@ fn main() -> Result<(), String> {
         }
         txn.commit().map_err(|e| e.to_string())?;
     }
-    println!(
+    writeln!(
+        std::io::stdout().lock(),
         "seeded {made} grants into {} in {:.1} s",
         db.display(),
         started.elapsed().as_secs_f64()
-    );
+    )
+    .map_err(|e| e.to_string())?;
     Ok(())
 }
