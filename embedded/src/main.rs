@@ -436,7 +436,7 @@ mod engine {
             ("code_verifier", VERIFIER),
         ]);
         let tokens = engine
-            .token(&site, &exchange, HeaderField::ABSENT, rng, clock.now())
+            .token(Own, &site, &exchange, HeaderField::ABSENT, rng, clock.now())
             .unwrap_or_else(|_| fail("code exchange"));
         clock.advance(10);
         let body = encode_pairs([
@@ -445,7 +445,7 @@ mod engine {
             ("client_id", client_id.as_str()),
         ]);
         let tokens = engine
-            .token(&site, &body, HeaderField::ABSENT, rng, clock.now())
+            .token(Own, &site, &body, HeaderField::ABSENT, rng, clock.now())
             .unwrap_or_else(|_| fail("refresh"));
 
         // Bearer check.
@@ -474,7 +474,7 @@ mod engine {
         };
         check(
             engine
-                .connect_tab(&site, USER, &principal.grant, &hello, clock.now())
+                .connect_tab(Own, &site, USER, &principal.grant, &hello, clock.now())
                 .is_ok(),
             "connect tab",
         );
@@ -486,28 +486,29 @@ mod engine {
         .unwrap_or_else(|_| fail("execute params"));
         let now_ms = TimestampMs::from(clock.now());
         let Ok(BeginAnswer::Run(ticket)) =
-            engine.begin(&principal, &params, Caller::Client, now_ms)
+            engine.begin(Own, &principal, &params, Caller::Client, now_ms)
         else {
             fail("execute begin")
         };
         let action = Action::new("items.list", Effect::Read, "skills:read", b"{}")
             .unwrap_or_else(|_| fail("action"));
-        let Ok(ActionVerdict::Run(running)) = engine.authorize_action(ticket, &action, clock.now())
+        let Ok(ActionVerdict::Run(running)) =
+            engine.authorize_action(Own, ticket, &action, clock.now())
         else {
             fail("authorize action")
         };
         let ticket = engine
-            .record_outcome(running, Report::ok("listed"), clock.now())
+            .record_outcome(Own, running, Report::ok("listed"), clock.now())
             .unwrap_or_else(|_| fail("record outcome"));
         let value = Completion::Value(serde_json::Value::Bool(true));
         let result = engine
-            .complete(ticket, &value, clock.now())
+            .complete(Own, ticket, &value, clock.now())
             .unwrap_or_else(|_| fail("execute complete"));
         check(
             result.end == End::Returned("true".into()) && result.outcomes.total == 1,
             "stored result",
         );
-        let again = engine.begin(&principal, &params, Caller::Client, now_ms);
+        let again = engine.begin(Own, &principal, &params, Caller::Client, now_ms);
         check(
             matches!(again, Ok(BeginAnswer::Stored(ref r)) if *r == result),
             "same request id answers the stored result",
@@ -516,7 +517,7 @@ mod engine {
         // A replayed code is refused and revokes the grant made from it.
         check(
             engine
-                .token(&site, &exchange, HeaderField::ABSENT, rng, clock.now())
+                .token(Own, &site, &exchange, HeaderField::ABSENT, rng, clock.now())
                 .is_err(),
             "code replay refused",
         );
