@@ -82,6 +82,7 @@
 mod agents;
 mod approvals;
 mod assertions;
+pub mod body_timeout;
 mod builder;
 mod csrf;
 mod documents;
@@ -98,6 +99,7 @@ mod respond;
 pub mod rmcp;
 mod run;
 pub mod store;
+pub mod strict_json;
 mod sweep;
 pub mod tab;
 mod user;

@@ -26,7 +26,7 @@
 //!
 //! Request bodies and whole requests are bounded by layers in the router
 //! ([`super::router`]): the body's idle timeout
-//! ([`super::body_timeout`]) and tower-http's request timeout.
+//! ([`portcullis_axum::body_timeout`]) and tower-http's request timeout.
 
 use std::collections::BTreeMap;
 use std::future::Future;

@@ -10,7 +10,7 @@
 //!   token); refusals are the core's challenges (`400`/`401`/`403` with
 //!   `WWW-Authenticate`) or `503` with `Retry-After`. The verified [`Agent`]
 //!   goes into the request extensions, where the tools read it.
-//! * Then the strict JSON check ([`super::jsonrpc`]), then rmcp's
+//! * Then the strict JSON check ([`portcullis_axum::strict_json`]), then rmcp's
 //!   [`service`]: MCP is served **statelessly** with JSON responses (no
 //!   `Mcp-Session-Id`: every POST carries its own bearer, so no session
 //!   outlives a token), and rmcp keeps its DNS-rebinding guard (the `Host`
@@ -55,7 +55,7 @@ use serde_json::{Value, json};
 
 use super::Shared;
 use super::gateway;
-use super::jsonrpc::MAX_MCP_BODY;
+use portcullis_axum::strict_json::MAX_MCP_BODY;
 use super::run::{self, Answer};
 use super::skills::{self, Skill};
 
@@ -81,7 +81,7 @@ fn service(
 
 /// The MCP route's service, which the bearer check
 /// ([`Portcullis::protect`](portcullis_axum::Portcullis::protect)) wraps:
-/// the strict JSON check ([`super::jsonrpc`]), then rmcp's [`service`].
+/// the strict JSON check ([`portcullis_axum::strict_json`]), then rmcp's [`service`].
 /// `protect` clones it per request, as tower services are: a clone is one
 /// `Arc`, and rmcp's `handle` runs on the shared service (its own
 /// `Service::call` would clone the service, configuration and all, per
@@ -101,7 +101,7 @@ pub(crate) fn endpoint(
     tower::service_fn(move |request: Request| {
         let rmcp = Arc::clone(&rmcp);
         async move {
-            Ok(match super::jsonrpc::strict(request).await {
+            Ok(match portcullis_axum::strict_json::strict(request).await {
                 Ok(request) => rmcp.handle(request).await.map(Body::new),
                 Err(refused) => refused,
             })

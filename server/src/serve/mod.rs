@@ -32,13 +32,11 @@
 
 mod answer;
 mod apps;
-mod body_timeout;
 mod browser;
 mod gateway;
 mod granted;
 mod host;
 mod jobs;
-mod jsonrpc;
 mod listen;
 mod mcp;
 mod navigate;
@@ -456,7 +454,7 @@ async fn revocations(
 /// The router, with the layers every response passes (outermost last):
 ///
 /// * the request timeout (tower-http `TimeoutLayer`, `408`) and the
-///   body's idle timeout ([`body_timeout`]: a body that sends nothing for
+///   body's idle timeout ([`portcullis_axum::body_timeout`]: a body that sends nothing for
 ///   `--body-timeout-secs` fails);
 /// * request logging ([`trace`]);
 /// * the response headers every answer carries: `X-Content-Type-Options:
@@ -466,7 +464,7 @@ async fn revocations(
 fn router(app: Shared, mcp_hosts: Vec<String>, limits: ConnLimits) -> Router {
     let secure = app.browser.secure;
     // The MCP body's limit is applied where the body is read
-    // (`jsonrpc::strict`), not by a layer that every request would clone.
+    // (`portcullis_axum::strict_json::strict`), not by a layer that every request would clone.
     let mcp = Router::new().route_service(
         "/mcp/{key}",
         app.portcullis.protect(mcp::endpoint(&app, mcp_hosts)),
@@ -509,7 +507,7 @@ fn router(app: Shared, mcp_hosts: Vec<String>, limits: ConnLimits) -> Router {
             StatusCode::REQUEST_TIMEOUT,
             Duration::from_secs(limits.request_timeout_secs),
         ))
-        .layer(body_timeout::BodyIdleTimeoutLayer::new(
+        .layer(portcullis_axum::body_timeout::BodyIdleTimeoutLayer::new(
             Duration::from_secs(limits.body_timeout_secs),
         ))
         .layer(axum::middleware::from_fn(trace::requests))

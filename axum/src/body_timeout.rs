@@ -1,8 +1,17 @@
-//! The request body's idle timeout: a body that has sent nothing for
-//! `--body-timeout-secs` while a handler waits for it fails (the handler's
-//! extractor answers `4xx`), so a client cannot hold a request open by
-//! stalling its body. (A body dribbled a byte at a time resets it; the
-//! router's whole-request timeout bounds that.)
+//! The request body's idle timeout, a production layer for any host: a
+//! body that has sent nothing for its timeout while a handler waits for it
+//! fails (the handler's extractor answers `4xx`), so a client cannot hold a
+//! request open by stalling its body. (A body dribbled a byte at a time
+//! resets it; a whole-request timeout, such as tower-http's
+//! `TimeoutLayer`, bounds that.)
+//!
+//! ```
+//! use std::time::Duration;
+//! use portcullis_axum::body_timeout::BodyIdleTimeoutLayer;
+//!
+//! let app: axum::Router = axum::Router::new()
+//!     .layer(BodyIdleTimeoutLayer::new(Duration::from_secs(10)));
+//! ```
 //!
 //! The bound is tower-http's `RequestBodyTimeoutLayer`'s; what differs is
 //! when the timer exists. That layer arms a timer before every poll of a
@@ -30,13 +39,14 @@ use tower::{Layer, Service};
 
 /// The layer: wraps every request's body in an [`IdleTimeoutBody`].
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct BodyIdleTimeoutLayer {
+pub struct BodyIdleTimeoutLayer {
     timeout: Duration,
 }
 
 impl BodyIdleTimeoutLayer {
     /// Fails a body that sends nothing for `timeout`.
-    pub(crate) fn new(timeout: Duration) -> Self {
+    #[must_use]
+    pub fn new(timeout: Duration) -> Self {
         Self { timeout }
     }
 }
@@ -54,7 +64,7 @@ impl<S> Layer<S> for BodyIdleTimeoutLayer {
 
 /// The service of [`BodyIdleTimeoutLayer`].
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct BodyIdleTimeout<S> {
+pub struct BodyIdleTimeout<S> {
     inner: S,
     timeout: Duration,
 }
@@ -79,7 +89,7 @@ where
 }
 
 /// A body that fails once it has had nothing ready for its timeout.
-pub(crate) struct IdleTimeoutBody<B> {
+pub struct IdleTimeoutBody<B> {
     body: B,
     timeout: Duration,
     /// Armed when a poll found nothing ready; dropped when a frame comes.
@@ -89,7 +99,9 @@ pub(crate) struct IdleTimeoutBody<B> {
 }
 
 impl<B> IdleTimeoutBody<B> {
-    fn new(timeout: Duration, body: B) -> Self {
+    /// `body`, failing once it has had nothing ready for `timeout`.
+    #[must_use]
+    pub fn new(timeout: Duration, body: B) -> Self {
         Self {
             body,
             timeout,
@@ -136,7 +148,7 @@ where
 
 /// The error of a body that stalled for its whole timeout.
 #[derive(Debug)]
-pub(crate) struct BodyTimedOut;
+pub struct BodyTimedOut;
 
 impl fmt::Display for BodyTimedOut {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -1,4 +1,4 @@
-//! The strict JSON check in front of the MCP endpoint: a JSON body that is
+//! The strict JSON check in front of an MCP endpoint: a JSON body that is
 //! not one well-formed JSON text is refused here, before rmcp sees it, with
 //! the JSON-RPC 2.0 error object (§5.1) and `400`.
 //!
@@ -14,14 +14,29 @@
 //! rmcp would answer such a body `415` with a plain-text message, or decode
 //! a duplicated member as whichever copy its decoder keeps.
 //!
-//! Only `POST`s with a JSON `Content-Type` are checked ([`strict`] runs
-//! behind the bearer check, in front of rmcp, see [`super::mcp::endpoint`]);
-//! anything else goes on to rmcp unread, which answers `405`/`415` as the
-//! transport spec says. The body limit is the MCP endpoint's
-//! ([`MAX_MCP_BODY`], applied as the body is read): a larger
-//! body is `413`, a body that fails to arrive (the client went away, or
-//! [`super::body_timeout`] ran out) `400`. A body that passes goes on to
-//! rmcp as the bytes read, unchanged.
+//! Only `POST`s with a JSON `Content-Type` are checked; anything else goes
+//! on unread, and rmcp answers `405`/`415` as the transport spec says. The
+//! body limit is the MCP endpoint's ([`MAX_MCP_BODY`], applied as the body
+//! is read): a larger body is `413`, a body that fails to arrive (the
+//! client went away, or [`crate::body_timeout`] ran out) `400`. A body that
+//! passes goes on as the bytes read, unchanged.
+//!
+//! Put it behind the bearer check and in front of rmcp, as the reference
+//! server does: an anonymous caller's body is never read.
+//!
+//! ```ignore
+//! let rmcp = Arc::new(streamable_http_service);
+//! let endpoint = tower::service_fn(move |request: Request| {
+//!     let rmcp = Arc::clone(&rmcp);
+//!     async move {
+//!         Ok::<_, Infallible>(match portcullis_axum::strict_json::strict(request).await {
+//!             Ok(request) => rmcp.handle(request).await.map(Body::new),
+//!             Err(refused) => refused,
+//!         })
+//!     }
+//! });
+//! router.route_service(&portcullis.mcp_route(), portcullis.protect(endpoint))
+//! ```
 
 use std::borrow::Cow;
 use std::collections::HashSet;
@@ -41,12 +56,12 @@ const PARSE_ERROR: i64 = -32700;
 const INVALID_REQUEST: i64 = -32600;
 
 /// Largest MCP request body (the ledger's envelope limit plus JSON-RPC).
-pub(crate) const MAX_MCP_BODY: usize = portcullis_core::ledger::MAX_ENVELOPE_LEN + 16 * 1024;
+pub const MAX_MCP_BODY: usize = portcullis_core::ledger::MAX_ENVELOPE_LEN + 16 * 1024;
 
 /// `request` as rmcp gets it, or the refusal: a `POST` with a JSON
 /// `Content-Type` has its body read within [`MAX_MCP_BODY`] and checked,
 /// and goes on with the bytes read; any other request goes on unread.
-pub(crate) async fn strict(request: Request) -> Result<Request, Response> {
+pub async fn strict(request: Request) -> Result<Request, Response> {
     if request.method() != Method::POST || !is_json(request.headers().get(header::CONTENT_TYPE)) {
         return Ok(request);
     }
