@@ -36,8 +36,9 @@ use portcullis_core::engine::{GrantSummary, SiteOpError};
 use portcullis_core::grant::{GrantId, GrantStatus};
 use serde_json::{Value, json};
 
-use crate::csrf::{self, Purpose};
-use crate::forms::{bad_csrf, bad_form, cross_site, json_refusal};
+use crate::csrf::Purpose;
+use crate::forms::{bad_form, json_refusal};
+use crate::page_request::{Page, bad_json};
 use crate::store::HostStore;
 use crate::user::SignedIn;
 use crate::{Portcullis, pages, respond};
@@ -164,27 +165,19 @@ impl<S: HostStore> Portcullis<S> {
         tracing::info!(found = revoked.is_some(), "agent disconnected by its user");
         Ok(revoked.map(|_| ()))
     }
+}
 
-    /// The signed-in user of a page request, or the host's sign-in.
-    async fn agents_page_user(&self, parts: &Parts) -> Result<SignedIn, Response> {
-        match self.inner.host.signed_in(parts).await {
-            Some(user) => Ok(user),
-            None => Err(self.inner.host.sign_in(&self.inner.agents_path)),
-        }
-    }
-
-    fn same_origin(&self, parts: &Parts) -> bool {
-        csrf::same_origin(
-            &parts.headers,
-            &self.inner.origin,
-            &self.facts().site.allowed_origins,
-        )
+/// The connected-agents page, for the checks of [`crate::page_request`].
+fn agents_page(path: &str) -> Page<'_> {
+    Page {
+        purpose: Purpose::Agents,
+        path,
     }
 }
 
 /// `GET <path>`: the page.
 pub(crate) async fn page<S: HostStore>(State(p): State<Portcullis<S>>, parts: Parts) -> Response {
-    let user = match p.agents_page_user(&parts).await {
+    let user = match p.page_user(&parts, agents_page(&p.inner.agents_path)).await {
         Ok(u) => u,
         Err(r) => return r,
     };
@@ -208,8 +201,9 @@ pub(crate) async fn activity_json<S: HostStore>(
     State(p): State<Portcullis<S>>,
     parts: Parts,
 ) -> Response {
-    let Some(user) = p.inner.host.signed_in(&parts).await else {
-        return json_refusal(StatusCode::UNAUTHORIZED, "login_required", "sign in first");
+    let user = match p.json_user(&parts).await {
+        Ok(u) => u,
+        Err(r) => return r,
     };
     let after = match parts
         .uri
@@ -261,24 +255,13 @@ pub(crate) async fn disconnect_form<S: HostStore>(
     parts: Parts,
     body: Bytes,
 ) -> Response {
-    if !p.same_origin(&parts) {
-        return cross_site();
-    }
-    let Some(form) = crate::forms::read_form(&body) else {
-        return bad_form();
-    };
-    let user = match p.agents_page_user(&parts).await {
-        Ok(u) => u,
+    let (user, form) = match p
+        .form_post(&parts, &body, agents_page(&p.inner.agents_path))
+        .await
+    {
+        Ok(post) => post,
         Err(r) => return r,
     };
-    if !p.inner.csrf.check(
-        Purpose::Agents,
-        &user,
-        form.get("csrf").unwrap_or_default(),
-        crate::now(),
-    ) {
-        return bad_csrf();
-    }
     let Some(grant) = form.get("grant").and_then(GrantId::parse) else {
         return bad_form();
     };
@@ -297,8 +280,9 @@ pub(crate) async fn list_json<S: HostStore>(
     State(p): State<Portcullis<S>>,
     parts: Parts,
 ) -> Response {
-    let Some(user) = p.inner.host.signed_in(&parts).await else {
-        return json_refusal(StatusCode::UNAUTHORIZED, "login_required", "sign in first");
+    let user = match p.json_user(&parts).await {
+        Ok(u) => u,
+        Err(r) => return r,
     };
     let agents = match p.connected(&user).await {
         Ok(v) => v,
@@ -317,42 +301,13 @@ pub(crate) async fn disconnect_json<S: HostStore>(
     parts: Parts,
     body: Bytes,
 ) -> Response {
-    if !p.same_origin(&parts) {
-        return json_refusal(
-            StatusCode::FORBIDDEN,
-            "cross_site",
-            "cross-site requests are refused",
-        );
-    }
-    let Some(user) = p.inner.host.signed_in(&parts).await else {
-        return json_refusal(StatusCode::UNAUTHORIZED, "login_required", "sign in first");
-    };
-    let Ok(Value::Object(fields)) = serde_json::from_slice::<Value>(&body) else {
-        return json_refusal(
-            StatusCode::BAD_REQUEST,
-            "invalid_request",
-            "the body is not a JSON object",
-        );
+    let (user, fields) = match p.json_post(&parts, &body, Purpose::Agents).await {
+        Ok(post) => post,
+        Err(r) => return r,
     };
     let field = |k: &str| fields.get(k).and_then(Value::as_str);
-    if !p.inner.csrf.check(
-        Purpose::Agents,
-        &user,
-        field("csrf").unwrap_or_default(),
-        crate::now(),
-    ) {
-        return json_refusal(
-            StatusCode::FORBIDDEN,
-            "bad_csrf",
-            "bad or expired csrf token",
-        );
-    }
     let Some(grant) = field("grant").and_then(GrantId::parse) else {
-        return json_refusal(
-            StatusCode::BAD_REQUEST,
-            "invalid_request",
-            "grant is required",
-        );
+        return bad_json("grant is required");
     };
     match p.disconnect(&user, grant).await {
         Ok(Some(())) => respond::json(StatusCode::OK, json!({"ok": true}).to_string()),

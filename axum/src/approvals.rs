@@ -32,8 +32,9 @@ use portcullis_core::grant::GrantId;
 use portcullis_core::ledger::{ActionFingerprint, RequestId};
 use serde_json::{Value, json};
 
-use crate::csrf::{self, Purpose};
-use crate::forms::{bad_csrf, bad_form, cross_site, json_refusal};
+use crate::csrf::Purpose;
+use crate::forms::bad_form;
+use crate::page_request::{Page, bad_json};
 use crate::store::HostStore;
 use crate::user::SignedIn;
 use crate::{Portcullis, pages, respond};
@@ -129,20 +130,22 @@ impl<S: HostStore> Portcullis<S> {
         tracing::debug!(ok = answer.is_ok(), "approval decided");
         Ok(answer)
     }
+}
 
-    /// The signed-in user of a page request, or the answer for a signed-out
-    /// one (the host's sign-in, back to the page).
-    async fn page_user(&self, parts: &Parts) -> Result<SignedIn, Response> {
-        match self.inner.host.signed_in(parts).await {
-            Some(user) => Ok(user),
-            None => Err(self.inner.host.sign_in(&self.inner.approvals_path)),
-        }
+/// The approvals page, for the checks of [`crate::page_request`].
+fn approvals_page(path: &str) -> Page<'_> {
+    Page {
+        purpose: Purpose::Approval,
+        path,
     }
 }
 
 /// `GET <path>`: the approvals page.
 pub(crate) async fn page<S: HostStore>(State(p): State<Portcullis<S>>, parts: Parts) -> Response {
-    let user = match p.page_user(&parts).await {
+    let user = match p
+        .page_user(&parts, approvals_page(&p.inner.approvals_path))
+        .await
+    {
         Ok(u) => u,
         Err(r) => return r,
     };
@@ -163,28 +166,13 @@ pub(crate) async fn decide_form<S: HostStore>(
     parts: Parts,
     body: Bytes,
 ) -> Response {
-    if !csrf::same_origin(
-        &parts.headers,
-        &p.inner.origin,
-        &p.facts().site.allowed_origins,
-    ) {
-        return cross_site();
-    }
-    let Some(form) = crate::forms::read_form(&body) else {
-        return bad_form();
-    };
-    let user = match p.page_user(&parts).await {
-        Ok(u) => u,
+    let (user, form) = match p
+        .form_post(&parts, &body, approvals_page(&p.inner.approvals_path))
+        .await
+    {
+        Ok(post) => post,
         Err(r) => return r,
     };
-    if !p.inner.csrf.check(
-        Purpose::Approval,
-        &user,
-        form.get("csrf").unwrap_or_default(),
-        crate::now(),
-    ) {
-        return bad_csrf();
-    }
     let Some(decision) = Decision::read(|k| form.get(k)) else {
         return bad_form();
     };
@@ -204,8 +192,9 @@ pub(crate) async fn pending_json<S: HostStore>(
     State(p): State<Portcullis<S>>,
     parts: Parts,
 ) -> Response {
-    let Some(user) = p.inner.host.signed_in(&parts).await else {
-        return json_refusal(StatusCode::UNAUTHORIZED, "login_required", "sign in first");
+    let user = match p.json_user(&parts).await {
+        Ok(u) => u,
+        Err(r) => return r,
     };
     let prompts = match p.pending_for(&user).await {
         Ok(v) => v,
@@ -224,22 +213,9 @@ pub(crate) async fn decide_json<S: HostStore>(
     parts: Parts,
     body: Bytes,
 ) -> Response {
-    if !csrf::same_origin(
-        &parts.headers,
-        &p.inner.origin,
-        &p.facts().site.allowed_origins,
-    ) {
-        return json_refusal(
-            StatusCode::FORBIDDEN,
-            "cross_site",
-            "cross-site requests are refused",
-        );
-    }
-    let Some(user) = p.inner.host.signed_in(&parts).await else {
-        return json_refusal(StatusCode::UNAUTHORIZED, "login_required", "sign in first");
-    };
-    let Ok(Value::Object(fields)) = serde_json::from_slice::<Value>(&body) else {
-        return bad_request("the body is not a JSON object");
+    let (user, fields) = match p.json_post(&parts, &body, Purpose::Approval).await {
+        Ok(post) => post,
+        Err(r) => return r,
     };
     let field = |k: &str| fields.get(k).and_then(Value::as_str);
     let seq = fields
@@ -250,20 +226,8 @@ pub(crate) async fn decide_json<S: HostStore>(
         "seq" => seq.as_deref(),
         k => field(k),
     });
-    if !p.inner.csrf.check(
-        Purpose::Approval,
-        &user,
-        field("csrf").unwrap_or_default(),
-        crate::now(),
-    ) {
-        return json_refusal(
-            StatusCode::FORBIDDEN,
-            "bad_csrf",
-            "bad or expired csrf token",
-        );
-    }
     let Some(decision) = decision else {
-        return bad_request("grant, requestId, seq, fingerprint and decision are required");
+        return bad_json("grant, requestId, seq, fingerprint and decision are required");
     };
     match p.decide(&user, decision).await {
         Ok(Err(ApprovalError::Store(e))) => respond::store(&e),
@@ -275,10 +239,6 @@ pub(crate) async fn decide_json<S: HostStore>(
         ),
         Err(r) => r,
     }
-}
-
-fn bad_request(why: &str) -> Response {
-    json_refusal(StatusCode::BAD_REQUEST, "invalid_request", why)
 }
 
 /// The HTTP status of a refused decision.

@@ -92,6 +92,7 @@ mod host;
 pub mod key_reload;
 pub mod keys;
 mod oauth;
+mod page_request;
 pub mod pages;
 pub mod remote;
 mod respond;

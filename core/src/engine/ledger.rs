@@ -401,6 +401,51 @@ impl<S: Store> Engine<S> {
         Ok((grant, status))
     }
 
+    /// The live grant `principal` names, its site and its lineage: what a
+    /// read of the lineage's requests ([`Engine::outcomes`],
+    /// [`Engine::request_status`]) needs, or why it is refused.
+    fn live_lineage<R: ReadTransaction>(
+        &self,
+        txn: &R,
+        principal: &Principal,
+        now: Timestamp,
+    ) -> Result<(Site, Grant, Lineage), OutcomesError> {
+        let site = load_site(txn, &principal.site).map_err(|e| match e {
+            SiteOpError::Store(e) => OutcomesError::Store(e),
+            SiteOpError::Site(_) => OutcomesError::Session(Failure::Revoked),
+        })?;
+        let (grant, status) = self.grant_status(txn, &site, &principal.grant, now)?;
+        let Some(grant) = grant.filter(|_| status == Some(GrantStatus::Live)) else {
+            return Err(OutcomesError::Session(session_failure(status)));
+        };
+        let lineage = Lineage::of(site.id.as_str(), &grant.subject, &grant.client_id);
+        Ok((site, grant, lineage))
+    }
+
+    /// Request `request_id` of `lineage`, as `grant` may read it: a request
+    /// an earlier grant of the lineage made is readable while that grant is
+    /// kept and not revoked (its results end with it).
+    fn lineage_request<R: ReadTransaction>(
+        &self,
+        txn: &R,
+        site: &Site,
+        grant: &Grant,
+        lineage: &Lineage,
+        request_id: &RequestId,
+        now: Timestamp,
+    ) -> Result<ExecutionRequest, OutcomesError> {
+        let rec: ExecutionRequest = txn
+            .load(&keys::request(lineage, request_id))?
+            .ok_or(OutcomesError::NotFound)?;
+        if rec.grant() != grant.id {
+            let (_, owner) = self.grant_status(txn, site, &rec.grant(), now)?;
+            if owner == Some(GrantStatus::Revoked) || owner.is_none() {
+                return Err(OutcomesError::ResultExpired);
+            }
+        }
+        Ok(rec)
+    }
+
     fn page<R: ReadTransaction>(
         &self,
         txn: &R,
@@ -1360,26 +1405,10 @@ impl<S: Store> Engine<S> {
         now: Timestamp,
     ) -> Result<OutcomePage, OutcomesError> {
         self.read(|txn| {
-            let site = load_site(txn, &principal.site).map_err(|e| match e {
-                SiteOpError::Store(e) => OutcomesError::Store(e),
-                SiteOpError::Site(_) => OutcomesError::Session(Failure::Revoked),
-            })?;
-            let (grant, status) = self.grant_status(txn, &site, &principal.grant, now)?;
-            let Some(grant) = grant.filter(|_| status == Some(GrantStatus::Live)) else {
-                return Err(OutcomesError::Session(session_failure(status)));
-            };
-            let lineage = Lineage::of(site.id.as_str(), &grant.subject, &grant.client_id);
+            let (site, grant, lineage) = self.live_lineage(txn, principal, now)?;
             let from = ledger::open_cursor(&self.keyring, &lineage, request_id, cursor)
                 .map_err(OutcomesError::Invalid)?;
-            let rec: ExecutionRequest = txn
-                .load(&keys::request(&lineage, request_id))?
-                .ok_or(OutcomesError::NotFound)?;
-            if rec.grant() != grant.id {
-                let (_, owner) = self.grant_status(txn, &site, &rec.grant(), now)?;
-                if owner == Some(GrantStatus::Revoked) || owner.is_none() {
-                    return Err(OutcomesError::ResultExpired);
-                }
-            }
+            let rec = self.lineage_request(txn, &site, &grant, &lineage, request_id, now)?;
             match rec.retained_until(self.policy.result_retention) {
                 Some(until) if now < until => Ok(self.page(txn, &lineage, &rec, from)?),
                 None if rec.is_undecided() => Err(OutcomesError::Pending),
@@ -1400,24 +1429,8 @@ impl<S: Store> Engine<S> {
         now: Timestamp,
     ) -> Result<RequestStatus, OutcomesError> {
         self.read(|txn| {
-            let site = load_site(txn, &principal.site).map_err(|e| match e {
-                SiteOpError::Store(e) => OutcomesError::Store(e),
-                SiteOpError::Site(_) => OutcomesError::Session(Failure::Revoked),
-            })?;
-            let (grant, status) = self.grant_status(txn, &site, &principal.grant, now)?;
-            let Some(grant) = grant.filter(|_| status == Some(GrantStatus::Live)) else {
-                return Err(OutcomesError::Session(session_failure(status)));
-            };
-            let lineage = Lineage::of(site.id.as_str(), &grant.subject, &grant.client_id);
-            let rec: ExecutionRequest = txn
-                .load(&keys::request(&lineage, request_id))?
-                .ok_or(OutcomesError::NotFound)?;
-            if rec.grant() != grant.id {
-                let (_, owner) = self.grant_status(txn, &site, &rec.grant(), now)?;
-                if owner == Some(GrantStatus::Revoked) || owner.is_none() {
-                    return Err(OutcomesError::ResultExpired);
-                }
-            }
+            let (site, grant, lineage) = self.live_lineage(txn, principal, now)?;
+            let rec = self.lineage_request(txn, &site, &grant, &lineage, request_id, now)?;
             match rec.state() {
                 RequestState::AwaitingApproval(pending) => {
                     Ok(RequestStatus::AwaitingApproval(pending.prompt(rec.id())))
