@@ -16,7 +16,7 @@ use portcullis_core::Own;
 use portcullis_core::authorize::AuthorizeAnswer;
 use portcullis_core::client::assertion::VerifiedAssertion;
 use portcullis_core::engine::{RevokeError, SiteOpError};
-use portcullis_core::error::{ErrorCode, WireError as _};
+use portcullis_core::error::{ErrorCode, WireError};
 use portcullis_core::http::HttpResponse;
 use portcullis_core::introspect::IntrospectError;
 use portcullis_core::metadata::KEY_SET_PATH;
@@ -536,16 +536,21 @@ async fn token<S: HostStore>(
             respond::core(tokens.to_response())
         }
         Ok(Err(TokenError::Store(e))) => respond::store(&e),
-        Ok(Err(e)) if e.http_status() >= 500 => {
-            tracing::warn!(error = e.code().as_str(), cause = %e, "token request refused");
-            respond::core(e.to_response())
-        }
-        Ok(Err(e)) => {
-            tracing::debug!(error = e.code().as_str(), "token request refused");
-            respond::core(e.to_response())
-        }
+        Ok(Err(e)) => refused(&e, e.to_response(), "token request"),
         Err(r) => r,
     }
+}
+
+/// `response`, the answer to a refused `what`: logged as a warning when
+/// the fault is the server's (5xx), at debug level when it is the
+/// client's; the error's code and cause, never the request's secrets.
+fn refused(e: &impl WireError, response: HttpResponse, what: &str) -> Response {
+    if e.http_status() >= 500 {
+        tracing::warn!(error = e.code().as_str(), cause = %e, "{what} refused");
+    } else {
+        tracing::debug!(error = e.code().as_str(), "{what} refused");
+    }
+    respond::core(response)
 }
 
 /// `POST /revoke` (RFC 7009): 200 with an empty body on success, also for
@@ -580,14 +585,7 @@ async fn revoke<S: HostStore>(
             StatusCode::OK.into_response()
         }
         Ok(Err(RevokeError::Store(e))) => respond::store(&e),
-        Ok(Err(e)) if e.http_status() >= 500 => {
-            tracing::warn!(error = e.code().as_str(), cause = %e, "revocation refused");
-            respond::core(e.to_response())
-        }
-        Ok(Err(e)) => {
-            tracing::debug!(error = e.code().as_str(), "revocation refused");
-            respond::core(e.to_response())
-        }
+        Ok(Err(e)) => refused(&e, e.to_response(), "revocation"),
         Err(r) => r,
     }
 }

@@ -551,16 +551,7 @@ impl<S: Store> Engine<S> {
         caller: Caller,
         now: TimestampMs,
     ) -> Result<BeginAnswer, BeginError> {
-        tx.run(self, |txn| {
-            self.begin_body(
-                txn,
-                principal,
-                params,
-                &ScopeSet::default(),
-                RunOn::Tab(caller, None),
-                now,
-            )
-        })
+        self.begin_needing(tx, principal, params, &ScopeSet::default(), caller, now)
     }
 
     /// [`Engine::begin`] for a call whose actions the adapter already knows

@@ -5,7 +5,8 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use serde::ser::SerializeMap as _;
+use serde::{Deserialize, Serialize, Serializer};
 
 use super::VerifyError;
 #[cfg(feature = "std")]
@@ -164,43 +165,66 @@ impl From<String> for Audience {
 }
 
 /// The claims Portcullis reads and writes. Unknown claims are ignored when
-/// verifying.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-
+/// verifying. As JSON (its [`Serialize`]) an object of the claims present,
+/// in declaration order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Claims {
     /// Issuer (RFC 7519 §4.1.1).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub iss: Option<String>,
     /// Subject: the user (§4.1.2).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub sub: Option<String>,
     /// Audience: the resource (§4.1.3).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub aud: Option<Audience>,
     /// Expiry, seconds since the epoch (§4.1.4).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub exp: Option<i64>,
     /// Not before (§4.1.5).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub nbf: Option<i64>,
     /// Issued at (§4.1.6).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub iat: Option<i64>,
     /// Token id (§4.1.7).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub jti: Option<String>,
     /// The OAuth client (RFC 9068 §2.2).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub client_id: Option<String>,
     /// Space-separated scopes (RFC 9068 §2.2.3).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub scope: Option<String>,
     /// The grant this token belongs to (Portcullis claim `gid`).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub gid: Option<String>,
     /// The user's organisation domain (agent tokens).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub org_domain: Option<String>,
+}
+
+impl Serialize for Claims {
+    /// The claims present, as serde's derive with `skip_serializing_if`
+    /// would write them (one loop a type instead of an attribute a field):
+    /// the reference [`Claims::write_json`] is tested against.
+    fn serialize<Ser: Serializer>(&self, serializer: Ser) -> Result<Ser::Ok, Ser::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        for (name, value) in [("iss", &self.iss), ("sub", &self.sub)] {
+            if let Some(value) = value {
+                map.serialize_entry(name, value)?;
+            }
+        }
+        if let Some(aud) = &self.aud {
+            map.serialize_entry("aud", aud)?;
+        }
+        for (name, value) in [("exp", self.exp), ("nbf", self.nbf), ("iat", self.iat)] {
+            if let Some(value) = value {
+                map.serialize_entry(name, &value)?;
+            }
+        }
+        for (name, value) in [
+            ("jti", &self.jti),
+            ("client_id", &self.client_id),
+            ("scope", &self.scope),
+            ("gid", &self.gid),
+            ("org_domain", &self.org_domain),
+        ] {
+            if let Some(value) = value {
+                map.serialize_entry(name, value)?;
+            }
+        }
+        map.end()
+    }
 }
 
 impl Claims {

@@ -55,9 +55,9 @@ use serde_json::{Value, json};
 
 use super::Shared;
 use super::gateway;
-use portcullis_axum::strict_json::MAX_MCP_BODY;
 use super::run::{self, Answer};
 use super::skills::{self, Skill};
+use portcullis_axum::strict_json::MAX_MCP_BODY;
 
 /// rmcp's Streamable HTTP service for [`Tools`]: stateless, JSON answers,
 /// the DNS-rebinding guard on `allowed_hosts`, the MCP body limit.
