@@ -503,6 +503,20 @@ fn client_authentication<'a>(
     }
 }
 
+/// A client's form post to the token or revocation endpoint: its
+/// `Authorization` values and form ([`form_request`]), and its client
+/// assertion, checked before the core sees the request
+/// ([`crate::assertions`]).
+async fn client_post<S: HostStore>(
+    p: &Portcullis<S>,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<(HeaderValues, String, Option<VerifiedAssertion>), Response> {
+    let (authorization, body) = form_request(headers, body)?;
+    let assertion = crate::assertions::verify(p, &body).await?;
+    Ok((authorization, body, assertion))
+}
+
 /// `POST /token`: a client assertion checked first
 /// ([`crate::assertions`]), then the core's answer, copied.
 async fn token<S: HostStore>(
@@ -510,12 +524,8 @@ async fn token<S: HostStore>(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let (authorization, body) = match form_request(&headers, &body) {
-        Ok(parts) => parts,
-        Err(r) => return r,
-    };
-    let assertion = match crate::assertions::verify(&p, &body).await {
-        Ok(assertion) => assertion,
+    let (authorization, body, assertion) = match client_post(&p, &headers, &body).await {
+        Ok(post) => post,
         Err(r) => return r,
     };
     let answer = p
@@ -560,12 +570,8 @@ async fn revoke<S: HostStore>(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let (authorization, body) = match form_request(&headers, &body) {
-        Ok(parts) => parts,
-        Err(r) => return r,
-    };
-    let assertion = match crate::assertions::verify(&p, &body).await {
-        Ok(assertion) => assertion,
+    let (authorization, body, assertion) = match client_post(&p, &headers, &body).await {
+        Ok(post) => post,
         Err(r) => return r,
     };
     let answer = p

@@ -50,6 +50,21 @@ fn resumed(id: RequestId) -> Step {
     }
 }
 
+/// Asserts that `step` ends the loop, interrupted for `reason`.
+#[track_caller]
+fn assert_interrupted(step: Result<Step, LoopError>, reason: Interruption, may_have_run: bool) {
+    let Ok(Step::Done(report)) = step else {
+        panic!("the loop did not end: {step:?}")
+    };
+    assert_eq!(
+        report.outcome,
+        Outcome::Interrupted {
+            reason,
+            may_have_run
+        }
+    );
+}
+
 fn rng() -> StdRng {
     StdRng::seed_from_u64(7)
 }
@@ -240,15 +255,10 @@ fn a_lost_session_after_admission_is_never_rerun_under_a_new_grant() {
         l.answered(refusal(id, "SESSION_REVOKED")),
         Ok(Step::Authenticate { scope: None })
     );
-    let Ok(Step::Done(report)) = l.authenticated(Session::New(read())) else {
-        panic!()
-    };
-    assert_eq!(
-        report.outcome,
-        Outcome::Interrupted {
-            reason: Interruption::SessionLost,
-            may_have_run: true
-        }
+    assert_interrupted(
+        l.authenticated(Session::New(read())),
+        Interruption::SessionLost,
+        true,
     );
 }
 
@@ -317,16 +327,7 @@ fn no_live_tab_and_a_hidden_tab_ask_a_human_then_resume() {
         l.answered(refusal(id, "tab_not_visible")),
         Ok(Step::AskHuman(HumanAction::ShowTab))
     );
-    let Step::Done(report) = l.give_up() else {
-        panic!()
-    };
-    assert_eq!(
-        report.outcome,
-        Outcome::Interrupted {
-            reason: Interruption::Abandoned,
-            may_have_run: false
-        }
-    );
+    assert_interrupted(Ok(l.give_up()), Interruption::Abandoned, false);
 }
 
 #[test]
@@ -356,15 +357,10 @@ fn a_lost_answer_resumes_and_marks_the_request_as_possibly_run() {
 #[test]
 fn result_expired_is_reported_and_never_rerun() {
     let (mut l, id) = invoking(&mut rng());
-    let Ok(Step::Done(report)) = l.answered(refusal(id, "result_expired")) else {
-        panic!()
-    };
-    assert_eq!(
-        report.outcome,
-        Outcome::Interrupted {
-            reason: Interruption::ResultExpired,
-            may_have_run: true
-        }
+    assert_interrupted(
+        l.answered(refusal(id, "result_expired")),
+        Interruption::ResultExpired,
+        true,
     );
 }
 
@@ -375,15 +371,10 @@ fn an_answer_for_another_id_or_out_of_turn_calls_are_refused() {
     assert_eq!(l.described(), Err(LoopError::OutOfTurn));
     let other = RequestId::random(&mut StdRng::seed_from_u64(99));
     assert_ne!(other, id);
-    let Ok(Step::Done(report)) = l.answered(refusal(other, "RATE_LIMITED")) else {
-        panic!()
-    };
-    assert_eq!(
-        report.outcome,
-        Outcome::Interrupted {
-            reason: Interruption::MismatchedAnswer,
-            may_have_run: true
-        }
+    assert_interrupted(
+        l.answered(refusal(other, "RATE_LIMITED")),
+        Interruption::MismatchedAnswer,
+        true,
     );
     assert_eq!(l.answered(Answer::Lost), Err(LoopError::OutOfTurn));
 }
@@ -408,16 +399,7 @@ fn budgets_end_the_loop() {
         assert_eq!(l.resume(), Ok(resumed(id)));
     }
     l.answered(pending()).unwrap();
-    let Ok(Step::Done(report)) = l.resume() else {
-        panic!()
-    };
-    assert_eq!(
-        report.outcome,
-        Outcome::Interrupted {
-            reason: Interruption::GaveUp,
-            may_have_run: true
-        }
-    );
+    assert_interrupted(l.resume(), Interruption::GaveUp, true);
 
     let limits = LoopLimits {
         max_wait_ms: 1000,
@@ -549,15 +531,10 @@ fn input_required_that_asks_for_a_form_stops_and_says_it_may_have_run() {
     let form = json!({"resultType": "input_required", "inputRequests": {
         "a": approval_request(PAGE),
         "b": {"method": "elicitation/create", "params": {"mode": "form", "message": "Your PIN?"}}}});
-    let Ok(Step::Done(report)) = l.answered(input_required(&form)) else {
-        panic!()
-    };
-    assert_eq!(
-        report.outcome,
-        Outcome::Interrupted {
-            reason: Interruption::UnsupportedInput,
-            may_have_run: true
-        }
+    assert_interrupted(
+        l.answered(input_required(&form)),
+        Interruption::UnsupportedInput,
+        true,
     );
 }
 
@@ -605,16 +582,7 @@ fn url_elicitation_required_shows_the_url_once_and_calls_again_with_the_same_id(
             &json!({"elicitations": [{"mode": "url", "url": PAGE}], "requestId": other.to_string()}),
         ),
     );
-    let Ok(Step::Done(report)) = l.answered(foreign) else {
-        panic!()
-    };
-    assert_eq!(
-        report.outcome,
-        Outcome::Interrupted {
-            reason: Interruption::MismatchedAnswer,
-            may_have_run: true
-        }
-    );
+    assert_interrupted(l.answered(foreign), Interruption::MismatchedAnswer, true);
 }
 
 #[test]
@@ -754,16 +722,7 @@ fn a_poll_answered_for_another_task_or_request_is_not_this_one() {
     l.answered(created).unwrap();
     l.resume().unwrap();
     let other = Answer::from_task_result(&json!({"taskId": "u", "status": "working"}));
-    let Ok(Step::Done(report)) = l.answered(other) else {
-        panic!()
-    };
-    assert_eq!(
-        report.outcome,
-        Outcome::Interrupted {
-            reason: Interruption::MismatchedAnswer,
-            may_have_run: true
-        }
-    );
+    assert_interrupted(l.answered(other), Interruption::MismatchedAnswer, true);
 
     let (mut l, _) = invoking(&mut rng());
     let created = Answer::from_tool_result(
@@ -850,14 +809,5 @@ fn polls_have_a_budget_of_their_own() {
         assert!(matches!(l.resume(), Ok(Step::Poll { .. })));
         l.answered(working()).unwrap();
     }
-    let Ok(Step::Done(report)) = l.resume() else {
-        panic!()
-    };
-    assert_eq!(
-        report.outcome,
-        Outcome::Interrupted {
-            reason: Interruption::GaveUp,
-            may_have_run: true
-        }
-    );
+    assert_interrupted(l.resume(), Interruption::GaveUp, true);
 }
