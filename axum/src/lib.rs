@@ -30,6 +30,11 @@
 //!   [`Portcullis::run_joining`] is the same for a client that cannot name
 //!   a request id: its identical calls join the unfinished one, so a retry
 //!   shows no second card and gets the result once it is approved.
+//! * production layers for the routes around it: [`body_timeout`] (a
+//!   request body that stalls fails, without a timer for a body that
+//!   arrived whole) and [`strict_json`] (a JSON-RPC body that is not one
+//!   well-formed JSON text, duplicate member names included, is refused
+//!   with JSON-RPC's own error before your MCP service parses it).
 //!
 //! What you supply is a [`Host`]: who is signed in on a request, where a
 //! signed-out user signs in, and, if you like, your own consent screen.
