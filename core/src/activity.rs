@@ -16,29 +16,37 @@
 //! the approval was bound to.
 //!
 //! **Nothing secret is in it**: no token, no code, and no argument values
-//! unless the host opts in ([`Policy::activity_arguments`]). Entries are
-//! kept for [`Policy::activity_retention`] (default 90 days; zero keeps
-//! none), then deleted by the sweep ([`Engine::sweep`]).
+//! unless the host opts in ([`Policy::activity_arguments`]). Entries are kept
+//! for [`Policy::activity_retention`] (default 90 days; zero keeps none), then
+//! deleted by the sweep ([`Engine::sweep`](crate::Engine::sweep)).
 //!
-//! Reading: [`Engine::user_activity`] (one user's entries, newest first)
-//! and [`Engine::activity_export`] (a site's entries in time order,
-//! filtered by time, user and client), a page at a time, each entry as
-//! one JSON object of the stable schema of [`ActivityEntry::to_json`].
+//! Reading: [`Engine::user_activity`](crate::Engine::user_activity) (one user's
+//! entries, newest first) and
+//! [`Engine::activity_export`](crate::Engine::activity_export) (a site's
+//! entries in time order, filtered by time, user and client), a page at a time,
+//! each entry as one JSON object of the stable schema of
+//! [`ActivityEntry::to_json`].
+//!
+//! This module owns the entries, their keys, and how the ledger writes and the
+//! sweep deletes them, and imports nothing from [`crate::engine`]. The engine's
+//! two reads above are in its child module `activity::ops`, which builds on
+//! both: the engine builds on this module, never the other way.
+
+mod ops;
 
 use alloc::string::String;
 use alloc::vec::Vec;
-use core::ops::Bound;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::engine::Engine;
 use crate::grant::GrantId;
 use crate::ledger::{ActionFingerprint, Effect, End, OutcomeStatus, RequestId};
 use crate::policy::Policy;
 use crate::site::SiteId;
 use crate::store::codec::{self, Decode, Encode, Record};
-use crate::store::{ReadTransaction, Store, StoreError, Table, WriteTransaction};
+use crate::store::keys;
+use crate::store::{StoreError, Table, WriteTransaction};
 use crate::time::Timestamp;
 
 /// Who made the call.
@@ -528,7 +536,7 @@ pub(crate) fn record<W: WriteTransaction>(
     let expires = entry.at.saturating_add(policy.activity_retention);
     txn.put(
         Table::Expiry,
-        &crate::engine::keys::expiry(expires, Table::Activity, &site_key),
+        &keys::expiry(expires, Table::Activity, &site_key),
         &[],
     )
 }
@@ -565,103 +573,3 @@ pub struct ActivityPage {
 
 /// The most entries one page reads.
 pub const MAX_PAGE: usize = 1000;
-
-impl<S: Store> Engine<S> {
-    /// `subject`'s activity on `site`, newest first: at most `limit`
-    /// entries (at most [`MAX_PAGE`]) after the cursor `after` of the
-    /// previous page. Only that user's entries: what a user's own page
-    /// shows.
-    pub fn user_activity(
-        &self,
-        site: &SiteId,
-        subject: &str,
-        after: Option<&[u8]>,
-        limit: usize,
-    ) -> Result<ActivityPage, StoreError> {
-        let prefix = user_prefix(site, subject);
-        // A cursor is only ever one of this user's keys: any other one
-        // (forged, or another user's) starts over at the user's first
-        // entry, never elsewhere.
-        let start = after
-            .filter(|a| a.starts_with(&prefix))
-            .map_or(Bound::Included(prefix.as_slice()), Bound::Excluded);
-        self.read(|txn| scan(txn, &prefix, None, start, limit, |_| true))
-    }
-
-    /// The operator's export of `site`'s activity in time order, filtered
-    /// by `filter`: at most `limit` entries (at most [`MAX_PAGE`]) after
-    /// the cursor `after` of the previous page (a cursor of another site
-    /// or before `since` starts over). Entries the filter leaves
-    /// out still count toward the page's scan, so a page may hold fewer
-    /// than `limit` with more to come (`next` says).
-    pub fn activity_export(
-        &self,
-        site: &SiteId,
-        filter: &ActivityFilter,
-        after: Option<&[u8]>,
-        limit: usize,
-    ) -> Result<ActivityPage, StoreError> {
-        let prefix = site_prefix(site);
-        let mut from = prefix.clone();
-        if let Some(since) = filter.since {
-            from.extend_from_slice(&since.as_secs().to_be_bytes());
-        }
-        let until = filter.until.map(|t| {
-            let mut k = prefix.clone();
-            k.extend_from_slice(&t.as_secs().to_be_bytes());
-            k
-        });
-        let start = after
-            .filter(|a| a.starts_with(&prefix) && *a >= from.as_slice())
-            .map_or(Bound::Included(from.as_slice()), Bound::Excluded);
-        if until
-            .as_deref()
-            .is_some_and(|until| until <= from.as_slice())
-        {
-            return Ok(ActivityPage {
-                entries: Vec::new(),
-                next: None,
-            });
-        }
-        let keep = |e: &ActivityEntry| {
-            filter.subject.as_deref().is_none_or(|s| s == e.subject)
-                && filter.client_id.as_deref().is_none_or(|c| c == e.client_id)
-        };
-        self.read(|txn| scan(txn, &prefix, until.as_deref(), start, limit, keep))
-    }
-}
-
-/// At most `limit` entries under `prefix` from `start` (before `until`,
-/// when given) that `keep` keeps, and the cursor after the last read.
-fn scan<R: ReadTransaction>(
-    txn: &R,
-    prefix: &[u8],
-    until: Option<&[u8]>,
-    start: Bound<&[u8]>,
-    limit: usize,
-    keep: impl Fn(&ActivityEntry) -> bool,
-) -> Result<ActivityPage, StoreError> {
-    let limit = limit.clamp(1, MAX_PAGE);
-    let prefix_end = crate::store::prefix_end(prefix);
-    let end = match (until, prefix_end.as_deref()) {
-        (Some(until), _) => Bound::Excluded(until),
-        (None, Some(end)) => Bound::Excluded(end),
-        (None, None) => Bound::Unbounded,
-    };
-    let rows = txn.range(Table::Activity, start, end, limit + 1)?;
-    let more = rows.len() > limit;
-    let mut entries = Vec::with_capacity(rows.len().min(limit));
-    let mut last = None;
-    for (key, bytes) in rows.into_iter().take(limit) {
-        if let Ok(entry) = codec::decode::<ActivityEntry>(&bytes)
-            && keep(&entry)
-        {
-            entries.push(entry);
-        }
-        last = Some(key);
-    }
-    Ok(ActivityPage {
-        entries,
-        next: if more { last } else { None },
-    })
-}

@@ -1,7 +1,8 @@
 //! Bearer tokens on protected-resource requests: reading the
 //! `Authorization` header (RFC 6750 §2.1) and writing the
 //! `WWW-Authenticate` challenge (RFC 6750 §3, with RFC 9728 §5.1's
-//! `resource_metadata`).
+//! `resource_metadata`), and [`Principal`], who a verified bearer token
+//! speaks for.
 //!
 //! Only the header method is accepted: a token in a query string ends up in
 //! logs and `Referer` headers, and OAuth 2.1 §5.2 drops it; the form-body
@@ -15,8 +16,11 @@ use core::fmt;
 
 use crate::describe::{Describe, display_by_describe};
 use crate::error::{ErrorCode, WireError};
+use crate::grant::GrantId;
 use crate::header::{HeaderError, HeaderField};
 use crate::scope::ScopeSet;
+use crate::site::SiteId;
+use crate::time::Timestamp;
 
 /// Longest `Authorization` header read.
 pub const MAX_AUTHORIZATION_LEN: usize = 8 * 1024 + 16;
@@ -235,6 +239,28 @@ fn param(out: &mut String, name: &str, value: &str) {
         }
     }
     out.push('"');
+}
+
+/// Who is calling a protected resource: the verified outcome of
+/// [`Engine::verify_bearer`](crate::Engine::verify_bearer).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Principal {
+    /// The site.
+    pub site: SiteId,
+    /// The grant the token belongs to.
+    pub grant: GrantId,
+    /// The user.
+    pub subject: String,
+    /// The client.
+    pub client_id: String,
+    /// The client's unverified name, for approval prompts.
+    pub client_name: Option<String>,
+    /// The token's scopes.
+    pub scopes: ScopeSet,
+    /// The token id (`jti`).
+    pub token_id: String,
+    /// When the token expires.
+    pub expires: Timestamp,
 }
 
 #[cfg(test)]

@@ -7,8 +7,8 @@ use alloc::vec::Vec;
 use core::fmt;
 use core::ops::Bound;
 
-use super::{Engine, SiteOpError, Txn, Within, WithinRead, keys, load_site};
-use crate::bearer::{self, BearerError, Challenge};
+use super::{Engine, SiteOpError, Txn, Within, WithinRead, load_site};
+use crate::bearer::{self, BearerError, Challenge, Principal};
 use crate::describe::Describe as _;
 use crate::error::{ErrorCode, WireError};
 use crate::form::Form;
@@ -20,30 +20,9 @@ use crate::jwt::{ClaimsRef, Expect, TokenType, VerifyError};
 use crate::metadata;
 use crate::scope::ScopeSet;
 use crate::site::{Site, SiteError, SiteId, SiteView};
+use crate::store::keys;
 use crate::store::{ReadTransaction, Store, StoreError, Table, WriteTransaction, prefix_end};
 use crate::time::Timestamp;
-
-/// Who is calling a protected resource: the verified outcome of
-/// [`Engine::verify_bearer`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Principal {
-    /// The site.
-    pub site: SiteId,
-    /// The grant the token belongs to.
-    pub grant: GrantId,
-    /// The user.
-    pub subject: String,
-    /// The client.
-    pub client_id: String,
-    /// The client's unverified name, for approval prompts.
-    pub client_name: Option<String>,
-    /// The token's scopes.
-    pub scopes: ScopeSet,
-    /// The token id (`jti`).
-    pub token_id: String,
-    /// When the token expires.
-    pub expires: Timestamp,
-}
 
 /// Why a protected-resource request was refused.
 #[non_exhaustive]

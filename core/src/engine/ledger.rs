@@ -2,9 +2,11 @@
 //! operations, the ledger sweep and start-up recovery): each in one store
 //! transaction of its own ([`Own`](super::Own)) or inside the caller's. See
 //! [`crate::ledger`] for the rules they implement. The approval
-//! operations live in [`crate::approval`], the connected tab's in
-//! [`crate::tab`], the server executors' in [`crate::executor`]; the helpers
-//! they share with these are here.
+//! operations live in `ledger::approval::ops`, the connected tab's in
+//! `tab::ops`, the server executors' in `executor::ops` (beside
+//! [`crate::approval`], [`crate::tab`] and [`crate::executor`], whose types
+//! this module uses); the helpers they share with these are here, and they
+//! call them, never the other way.
 //!
 //! The decision tables of a repeated `begin` and of `authorize_action` are
 //! the record's ([`ExecutionRequest::begin`], [`ExecutionRequest::authorize`]):
@@ -15,11 +17,10 @@
 use alloc::vec::Vec;
 use core::ops::Bound;
 
-use super::{Engine, SiteOpError, Txn, Within, keys, load_site};
+use super::{Engine, SiteOpError, Txn, Within, load_site};
 use crate::activity::{self, About, ActivityAction, ActivityEvent};
 use crate::approval::{ApprovalPrompt, Approved, Binding, GrantAutoApproval};
-use crate::bearer::Challenge;
-use crate::engine::Principal;
+use crate::bearer::{Challenge, Principal};
 use crate::executor::{ExecutorId, ExecutorLease};
 use crate::grant::{Grant, GrantId, GrantStatus};
 use crate::ledger::{
@@ -31,6 +32,7 @@ use crate::ledger::{
 use crate::metadata;
 use crate::scope::ScopeSet;
 use crate::site::{Site, SiteError};
+use crate::store::keys;
 use crate::store::{
     Entry, ReadTransaction, Store, StoreError, Table, WriteTransaction, prefix_end,
 };

@@ -143,6 +143,18 @@
 //! * [`Engine::user_activity`]: a user's activity, newest first.
 //! * [`Engine::activity_export`]: the operator's export of a site's.
 //!
+//! # Where the operations are written
+//!
+//! The engine's own modules hold the sites and keys, the OAuth endpoints,
+//! the grants and the execution ledger. A concept with a module of its own
+//! keeps its types and pure rules there, and that module never imports the
+//! engine; its operations are in its child module `ops` (`tab::ops`,
+//! `executor::ops`, `ledger::approval::ops`, `agent_token::ops`,
+//! `granted_apps::ops`, `activity::ops`; the stored Views' in
+//! `apps::stored`), which builds on both. So the engine imports the concepts
+//! and no module imports one that imports it back. The key layout the two
+//! sides share is the store's (`store::keys`).
+//!
 //! # Rules every operation keeps
 //!
 //! Every operation that needs the time takes `now`; every one that needs
@@ -156,7 +168,6 @@
 //! cost no fsync; one in which the store failed is dropped whole.
 
 pub(crate) mod grants;
-pub(crate) mod keys;
 pub(crate) mod ledger;
 mod oauth;
 mod within;
@@ -168,8 +179,9 @@ use crate::store::{ReadTransaction, Store, StoreError};
 
 pub use crate::agent_token::{AgentPrincipal, AgentTokenRequest, MintError};
 pub use crate::approval::{MAX_GRANTS_LISTED, MAX_PROMPTS_LISTED};
+pub use crate::bearer::Principal;
 pub use crate::granted_apps::GrantAppsError;
-pub use grants::{BearerRejection, GrantPage, GrantSummary, Principal};
+pub use grants::{BearerRejection, GrantPage, GrantSummary};
 pub use ledger::{AbandonCursor, Abandoned, RequestStatus};
 pub use oauth::RevokeError;
 pub(crate) use within::Txn;

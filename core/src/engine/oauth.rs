@@ -7,7 +7,7 @@ use core::fmt;
 
 use rand_core::CryptoRng;
 
-use super::{Engine, SiteOpError, Txn, Within, keys, load_site};
+use super::{Engine, SiteOpError, Txn, Within, load_site};
 use crate::authorize::{
     self, AuthorizationCode, AuthorizeAnswer, AuthorizeError, CodeState, Refusal,
 };
@@ -28,6 +28,7 @@ use crate::rand;
 use crate::scope::ScopeSet;
 use crate::secret::SecretString;
 use crate::site::{Site, SiteConfig, SiteError, SiteId};
+use crate::store::keys;
 use crate::store::{ReadTransaction, Store, StoreError, Table, WriteTransaction};
 use crate::time::Timestamp;
 use crate::token::{

@@ -8,7 +8,7 @@ use core::time::Duration;
 use serde::ser::SerializeMap as _;
 use serde::{Deserialize, Serialize, Serializer};
 
-use super::VerifyError;
+use super::error::{NumericDateFault, VerifyError};
 #[cfg(feature = "std")]
 use super::json;
 use super::json::{Number, Reader, Sink, Syntax};
@@ -584,32 +584,6 @@ fn numeric_date(r: &mut Reader<'_>, claim: &'static str) -> Result<i64, VerifyEr
         }
         Some(b'[' | b'{') => refuse(NumericDateFault::NotANumber),
         _ => Err(VerifyError::ClaimsMalformed),
-    }
-}
-
-/// Why a numeric date claim was refused.
-#[non_exhaustive]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum NumericDateFault {
-    /// Not a JSON number (a string, a boolean, …).
-    NotANumber,
-    /// A number with a fraction or exponent; only integers are accepted.
-    NotAnInteger,
-    /// An integer outside `i64`.
-    OutOfRange,
-    /// A negative integer: a `NumericDate` counts seconds since the epoch and
-    /// is non-negative (RFC 7519 §2).
-    Negative,
-}
-
-impl NumericDateFault {
-    pub(super) const fn as_str(self) -> &'static str {
-        match self {
-            Self::NotANumber => "is not a number",
-            Self::NotAnInteger => "is not an integer",
-            Self::OutOfRange => "is out of range",
-            Self::Negative => "is negative",
-        }
     }
 }
 

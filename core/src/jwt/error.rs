@@ -2,9 +2,34 @@
 
 use core::fmt;
 
-use super::claims::NumericDateFault;
 use crate::describe::{Describe, display_by_describe, write_pieces};
 use crate::error::{ErrorCode, WireError};
+
+/// Why a numeric date claim was refused.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NumericDateFault {
+    /// Not a JSON number (a string, a boolean, …).
+    NotANumber,
+    /// A number with a fraction or exponent; only integers are accepted.
+    NotAnInteger,
+    /// An integer outside `i64`.
+    OutOfRange,
+    /// A negative integer: a `NumericDate` counts seconds since the epoch and
+    /// is non-negative (RFC 7519 §2).
+    Negative,
+}
+
+impl NumericDateFault {
+    const fn as_str(self) -> &'static str {
+        match self {
+            Self::NotANumber => "is not a number",
+            Self::NotAnInteger => "is not an integer",
+            Self::OutOfRange => "is out of range",
+            Self::Negative => "is negative",
+        }
+    }
+}
 
 /// One of the three segments of a compact JWS.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -44,10 +44,8 @@ mod token_key;
 
 pub use algorithm::Algorithm;
 pub(crate) use claims::Expect;
-pub use claims::{
-    Audience, AudienceRef, Claims, ClaimsRef, NumericDateFault, TokenType, Validation,
-};
-pub use error::{KeyringError, Segment, SignError, VerifyError};
+pub use claims::{Audience, AudienceRef, Claims, ClaimsRef, TokenType, Validation};
+pub use error::{KeyringError, NumericDateFault, Segment, SignError, VerifyError};
 pub use keyring::{KeyId, Keyring, MAX_KID_LEN, MIN_KEY_LEN, SigningKey, Verified, VerifiedRef};
 #[cfg(any(feature = "eddsa", feature = "es256"))]
 pub use token_key::TokenKey;

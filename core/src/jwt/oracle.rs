@@ -11,8 +11,8 @@ use core::fmt;
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
-use super::VerifyError;
-use super::claims::{Audience, Claims, NumericDateFault};
+use super::claims::{Audience, Claims};
+use super::{NumericDateFault, VerifyError};
 
 /// Parses claims JSON with `serde_json`, with the same rules and errors as
 /// the hand-written parser.

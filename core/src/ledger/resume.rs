@@ -57,6 +57,7 @@ use sha2::{Digest as _, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::id::{Lineage, RequestId};
+use crate::bearer::Principal;
 use crate::error::{ErrorCode, WireError};
 use crate::jwt::{Keyring, SigningKey, b64};
 use crate::time::Timestamp;
@@ -256,7 +257,7 @@ impl<S: crate::store::Store> crate::Engine<S> {
     #[must_use]
     pub fn seal_request_state(
         &self,
-        principal: &crate::engine::Principal,
+        principal: &Principal,
         call: &CallDigest,
         request_id: RequestId,
         prompted: bool,
@@ -275,7 +276,7 @@ impl<S: crate::store::Store> crate::Engine<S> {
     /// user, client and call, and it has not expired. Reads no store.
     pub fn open_request_state(
         &self,
-        principal: &crate::engine::Principal,
+        principal: &Principal,
         call: &CallDigest,
         text: &str,
         now: Timestamp,
@@ -298,7 +299,7 @@ impl<S: crate::store::Store> crate::Engine<S> {
     #[must_use]
     pub fn seal_task_id(
         &self,
-        principal: &crate::engine::Principal,
+        principal: &Principal,
         request_id: RequestId,
         now: Timestamp,
     ) -> Option<String> {
@@ -315,7 +316,7 @@ impl<S: crate::store::Store> crate::Engine<S> {
     /// or client's id is refused, like a forged one.
     pub fn open_task_id(
         &self,
-        principal: &crate::engine::Principal,
+        principal: &Principal,
         text: &str,
         now: Timestamp,
     ) -> Result<RequestId, StateError> {
@@ -471,7 +472,7 @@ impl<S: crate::store::Store> crate::Engine<S> {
     #[must_use]
     pub fn seal_source_state(
         &self,
-        principal: &crate::engine::Principal,
+        principal: &Principal,
         call: &CallDigest,
         request_id: RequestId,
         payload: &[u8],
@@ -491,7 +492,7 @@ impl<S: crate::store::Store> crate::Engine<S> {
     /// Reads no store; a forged, foreign or stale state changes nothing.
     pub fn open_source_state(
         &self,
-        principal: &crate::engine::Principal,
+        principal: &Principal,
         call: &CallDigest,
         text: &str,
         now: Timestamp,
@@ -500,7 +501,7 @@ impl<S: crate::store::Store> crate::Engine<S> {
     }
 }
 
-fn lineage_of(principal: &crate::engine::Principal) -> Lineage {
+fn lineage_of(principal: &Principal) -> Lineage {
     Lineage::of(
         principal.site.as_str(),
         &principal.subject,

@@ -3,9 +3,10 @@
 //!
 //! A store is an ordered byte key-value store with named tables ([`Table`],
 //! owned by the core) and serializable transactions. The core owns the key
-//! layout and the record encoding ([`codec`]), so every store holds identical
-//! bytes and makes no policy decision; a store is a thin adapter that the same
-//! conformance suite (`tests/store_contract.rs`) runs against.
+//! layout (the crate-private `store::keys`) and the record encoding
+//! ([`codec`]), so every store holds identical bytes and makes no policy
+//! decision; a store is a thin adapter that the same conformance suite
+//! (`tests/store_contract.rs`) runs against.
 //!
 //! # The contract
 //!
@@ -74,6 +75,7 @@
 //! caller may retry (judged afresh, as above).
 
 pub mod codec;
+pub(crate) mod keys;
 mod table;
 
 use alloc::string::String;
