@@ -96,6 +96,7 @@ mod guard;
 mod host;
 pub mod key_reload;
 pub mod keys;
+pub mod navigate;
 mod oauth;
 mod page_request;
 pub mod pages;

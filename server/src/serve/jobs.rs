@@ -46,6 +46,7 @@
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
+use portcullis_axum::navigate::NavigateBounds;
 use portcullis_core::grant::GrantId;
 use portcullis_core::ledger::RequestId;
 use postgres::Client;
@@ -56,23 +57,6 @@ use crate::session::Epoch;
 
 /// A row left this long (its instance died mid-run) is deleted by the sweep.
 pub(crate) const STALE: Duration = Duration::from_hours(1);
-
-/// The bounds of the `navigate` commands' rows: those of the in-memory
-/// queue, which owns them ([`super::navigate::BOUNDS`]) and hands them to
-/// [`JobTable::open`], so that both paths keep and drop the same commands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct NavigateBounds {
-    /// Most pending commands per browser session (the oldest go).
-    pub(crate) per_session: usize,
-    /// Most bytes of pending commands of one user (the user's oldest go).
-    pub(crate) user_bytes: usize,
-    /// Most bytes of pending commands in all (anyone's oldest go).
-    pub(crate) total_bytes: usize,
-    /// How long a command lasts, delivered or not.
-    pub(crate) ttl: Duration,
-    /// How long a command handed to a page waits for its acknowledgement.
-    pub(crate) lease: Duration,
-}
 
 /// The job table of one instance: one connection of its own, used from the
 /// blocking pool only (the synchronous driver must not run on a runtime
