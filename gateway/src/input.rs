@@ -16,7 +16,7 @@
 //! * **What the source may ask for.** A forwarded call to a source at
 //!   2026-07-28 declares, in its `_meta`, exactly the elicitation modes the
 //!   agent declared for its own call ([`options`]; a revision is told apart
-//!   by [`super::is_modern`]), and nothing for an agent at an earlier
+//!   by its revision), and nothing for an agent at an earlier
 //!   revision, which cannot take the round at all. The spec forbids a
 //!   server to ask for input its client did not declare; a source that
 //!   does anyway, or asks for anything but an elicitation (sampling, roots:
@@ -47,12 +47,13 @@
 //!   instance within that time, or it is refused as expired (call again
 //!   without the state). A state larger still is refused.
 //!
-//! How a tool's round composes with the ledger is in [`super::tools`].
+//! How a tool's round composes with the ledger is in the `tools` module.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use portcullis_axum::{HostStore, Portcullis};
 use portcullis_core::engine::Principal;
 use portcullis_core::gateway::SourceId;
 use portcullis_core::ledger::RequestId;
@@ -81,24 +82,41 @@ const NO_STATE: u8 = 0;
 const INLINE: u8 = 1;
 const STASHED: u8 = 2;
 
-/// What an agent's call brings to a source's input round.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Round {
+/// What an agent's call brings to a source's input round: built with
+/// [`Round::of`] from the agent's request ([`Round::default`] for a caller
+/// that cannot take a round, an App View's); on a retry the host sets the
+/// source's state ([`crate::Gateway::unwrap_state`]) and the agent's
+/// answers.
+#[derive(Clone, Default)]
+pub struct Round {
     /// The elicitation the agent declared for this call, when it speaks
     /// 2026-07-28 (`None`: it cannot take a multi round-trip request, and
     /// the source is told of no elicitation).
-    pub(crate) elicitation: Option<ElicitationCapability>,
+    pub elicitation: Option<ElicitationCapability>,
     /// The source's own state, unwrapped from the agent's retry.
-    pub(crate) state: Option<String>,
+    pub state: Option<String>,
     /// The agent's answers, on a retry.
-    pub(crate) responses: Option<InputResponses>,
+    pub responses: Option<InputResponses>,
+}
+
+/// The state and the answers may carry what a person typed: only their
+/// presence is shown.
+impl std::fmt::Debug for Round {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Round")
+            .field("elicitation", &self.elicitation)
+            .field("state", &self.state.as_ref().map(|_| "<redacted>"))
+            .field("responses", &self.responses.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
 }
 
 impl Round {
     /// The round of an agent's request: its declared elicitation, when it
     /// speaks 2026-07-28 (the only revision with multi round-trip
     /// requests).
-    pub(crate) fn of(context: &RequestContext<rmcp::RoleServer>) -> Self {
+    #[must_use]
+    pub fn of(context: &RequestContext<rmcp::RoleServer>) -> Self {
         let modern = context
             .protocol_version()
             .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
@@ -129,7 +147,7 @@ pub(crate) fn options(
     timeout: Duration,
 ) -> PeerRequestOptions {
     let options = PeerRequestOptions::with_timeout(timeout);
-    if !super::is_modern(peer) {
+    if !crate::is_modern(peer) {
         return options;
     }
     let mut capabilities = ClientCapabilities::default();
@@ -231,17 +249,19 @@ pub(crate) fn digest(source: &SourceId, method: &str, name: &str, arguments: &[u
 
 /// Wraps the source's state `state` (or its absence) for `principal`'s
 /// call `call` under request `id`: the `requestState` the agent gets.
-pub(crate) fn wrap(
-    app: &super::super::App,
+pub(crate) fn wrap<S: HostStore>(
+    portcullis: &Portcullis<S>,
+    stash: &Stash,
     principal: &Principal,
     call: &CallDigest,
     id: RequestId,
     state: Option<String>,
 ) -> Result<String, String> {
-    let ttl = app.engine().policy().request_state_ttl;
-    let payload = payload(state, &app.gateway.stash, ttl)?;
-    app.engine()
-        .seal_source_state(principal, call, id, &payload, crate::clock::now())
+    let engine = portcullis.engine();
+    let ttl = engine.policy().request_state_ttl;
+    let payload = payload(state, stash, ttl)?;
+    engine
+        .seal_source_state(principal, call, id, &payload, crate::now())
         .ok_or_else(|| "no active signing key".to_owned())
 }
 
@@ -287,14 +307,29 @@ fn state_of(payload: &[u8], stash: &Stash) -> Result<Option<String>, Unwrap> {
     }
 }
 
-/// Why a wrapped state could not be used.
+/// Why a wrapped state (a `requestState` the gateway gave an agent) could
+/// not be used. [`Unwrap::code`] is stable; the message is the agent's
+/// `invalid params`.
 #[derive(Debug)]
-pub(crate) enum Unwrap {
+pub enum Unwrap {
     /// The core refused it (tampered, foreign, stale or not ours).
     State(StateError),
     /// It was intact, but the state it names is no longer kept.
     Gone,
 }
+
+impl Unwrap {
+    /// A stable code for the refusal.
+    #[must_use]
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::State(_) => "invalid_state",
+            Self::Gone => "state_gone",
+        }
+    }
+}
+
+impl std::error::Error for Unwrap {}
 
 impl std::fmt::Display for Unwrap {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -309,20 +344,18 @@ impl std::fmt::Display for Unwrap {
 
 /// Opens the wrapped state `text` of `principal`'s call `call`: the ledger
 /// request and the source's own state.
-pub(crate) fn unwrap(
-    app: &super::super::App,
+pub(crate) fn unwrap<S: HostStore>(
+    portcullis: &Portcullis<S>,
+    stash: &Stash,
     principal: &Principal,
     call: &CallDigest,
     text: &str,
 ) -> Result<(RequestId, Option<String>), Unwrap> {
-    let opened = app
+    let opened = portcullis
         .engine()
-        .open_source_state(principal, call, text, crate::clock::now())
+        .open_source_state(principal, call, text, crate::now())
         .map_err(Unwrap::State)?;
-    Ok((
-        opened.request_id,
-        state_of(&opened.payload, &app.gateway.stash)?,
-    ))
+    Ok((opened.request_id, state_of(&opened.payload, stash)?))
 }
 
 /// Source states too large to travel in ours, kept for their lifetime
