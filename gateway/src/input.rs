@@ -157,77 +157,136 @@ pub(crate) fn options(
     options.with_meta(meta)
 }
 
+/// Why a source's request for input is not passed on to the agent (the
+/// call or read then fails, and nothing is stored).
+#[derive(Debug)]
+pub(crate) enum Refused {
+    /// The agent cannot take a round (not at 2026-07-28, or it declared
+    /// no elicitation).
+    NoRound(SourceId),
+    /// An agent token (no grant to seal a state for) on a read.
+    AgentToken(SourceId),
+    /// Neither requests nor a state.
+    Empty(SourceId),
+    /// More than [`MAX_INPUT_REQUESTS`].
+    TooMany(SourceId),
+    /// A request other than an elicitation (the key named).
+    NotElicitation(SourceId, String),
+    /// A form the agent did not declare.
+    Form(SourceId),
+    /// A URL the agent did not declare.
+    Url(SourceId),
+    /// A URL that is not http(s).
+    NotHttp(SourceId),
+    /// A page on the host's own origin.
+    OwnOrigin(SourceId),
+    /// An elicitation mode the gateway does not know.
+    UnknownMode(SourceId),
+    /// The source's state is over [`MAX_STASHED_STATE`].
+    StateTooLarge,
+    /// The engine has no key to seal the state with now.
+    NoSigningKey,
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NoRound(s) => write!(
+                f,
+                "source {s} asks for input, which reaches only a client at protocol 2026-07-28 \
+                 that declared elicitation"
+            ),
+            Self::AgentToken(s) => write!(
+                f,
+                "source {s} asks for input, which an agent token cannot give"
+            ),
+            Self::Empty(s) => write!(
+                f,
+                "source {s} asked for input without saying what (neither inputRequests nor \
+                 requestState)"
+            ),
+            Self::TooMany(s) => write!(
+                f,
+                "source {s} asked for more than {MAX_INPUT_REQUESTS} inputs at once"
+            ),
+            Self::NotElicitation(s, key) => write!(
+                f,
+                "source {s} asked for input other than an elicitation ({key}), which the \
+                 gateway does not pass on"
+            ),
+            Self::Form(s) => write!(
+                f,
+                "source {s} asked for a form, which this client did not declare"
+            ),
+            Self::Url(s) => write!(
+                f,
+                "source {s} asked to open a URL, which this client did not declare"
+            ),
+            Self::NotHttp(s) => write!(f, "source {s} asked to open a URL that is not http(s)"),
+            Self::OwnOrigin(s) => write!(
+                f,
+                "source {s} asked to open a page of this server, which only Portcullis itself \
+                 may do"
+            ),
+            Self::UnknownMode(s) => {
+                write!(f, "source {s} asked for an elicitation of an unknown mode")
+            }
+            Self::StateTooLarge => write!(
+                f,
+                "the source's requestState is larger than {MAX_STASHED_STATE} bytes"
+            ),
+            Self::NoSigningKey => f.write_str("no active signing key"),
+        }
+    }
+}
+
 /// A source's `InputRequiredResult` as the agent gets it: each input
 /// request checked and labelled as the source's (see the module docs).
 /// The source's own state is returned beside it, for [`wrap`]. `own` is
-/// this server's public origin.
+/// the host's public origin.
 pub(crate) fn for_agent(
     source: &SourceId,
     result: InputRequiredResult,
     round: &Round,
     own: &str,
-) -> Result<(Option<InputRequests>, Option<String>), String> {
+) -> Result<(Option<InputRequests>, Option<String>), Refused> {
     let Some(can) = &round.elicitation else {
-        return Err(format!(
-            "source {source} asks for input, which reaches only a client at protocol 2026-07-28 \
-             that declared elicitation"
-        ));
+        return Err(Refused::NoRound(source.clone()));
     };
     let requests = result.input_requests.unwrap_or_default();
     if requests.is_empty() && result.request_state.is_none() {
-        return Err(format!(
-            "source {source} asked for input without saying what (neither inputRequests nor \
-             requestState)"
-        ));
+        return Err(Refused::Empty(source.clone()));
     }
     if requests.len() > MAX_INPUT_REQUESTS {
-        return Err(format!(
-            "source {source} asked for more than {MAX_INPUT_REQUESTS} inputs at once"
-        ));
+        return Err(Refused::TooMany(source.clone()));
     }
     let own = url::Url::parse(own).ok().map(|u| u.origin());
     let mut labelled = InputRequests::new();
     for (key, request) in requests {
         let InputRequest::Elicitation(mut elicit) = request else {
-            return Err(format!(
-                "source {source} asked for input other than an elicitation ({key}), which the \
-                 gateway does not pass on"
-            ));
+            return Err(Refused::NotElicitation(source.clone(), key));
         };
         match &mut elicit.params {
             ElicitRequestParams::FormElicitationParams { message, .. } => {
                 if can.form.is_none() {
-                    return Err(format!(
-                        "source {source} asked for a form, which this client did not declare"
-                    ));
+                    return Err(Refused::Form(source.clone()));
                 }
                 *message = label(source, message);
             }
             ElicitRequestParams::UrlElicitationParams { message, url, .. } => {
                 if can.url.is_none() {
-                    return Err(format!(
-                        "source {source} asked to open a URL, which this client did not declare"
-                    ));
+                    return Err(Refused::Url(source.clone()));
                 }
                 let parsed = url::Url::parse(url)
                     .ok()
                     .filter(|u| matches!(u.scheme(), "http" | "https"))
-                    .ok_or_else(|| {
-                        format!("source {source} asked to open a URL that is not http(s)")
-                    })?;
+                    .ok_or_else(|| Refused::NotHttp(source.clone()))?;
                 if own.as_ref() == Some(&parsed.origin()) {
-                    return Err(format!(
-                        "source {source} asked to open a page of this server, which only \
-                         Portcullis itself may do"
-                    ));
+                    return Err(Refused::OwnOrigin(source.clone()));
                 }
                 *message = label(source, message);
             }
-            _ => {
-                return Err(format!(
-                    "source {source} asked for an elicitation of an unknown mode"
-                ));
-            }
+            _ => return Err(Refused::UnknownMode(source.clone())),
         }
         labelled.insert(key, InputRequest::Elicitation(elicit));
     }
@@ -256,18 +315,18 @@ pub(crate) fn wrap<S: HostStore>(
     call: &CallDigest,
     id: RequestId,
     state: Option<String>,
-) -> Result<String, String> {
+) -> Result<String, Refused> {
     let engine = portcullis.engine();
     let ttl = engine.policy().request_state_ttl;
     let payload = payload(state, stash, ttl)?;
     engine
         .seal_source_state(principal, call, id, &payload, crate::now())
-        .ok_or_else(|| "no active signing key".to_owned())
+        .ok_or(Refused::NoSigningKey)
 }
 
 /// What a wrapped state carries for the source's state `state`: nothing,
 /// the state itself, or the key it is kept under in `stash` (for `ttl`).
-fn payload(state: Option<String>, stash: &Stash, ttl: Duration) -> Result<Vec<u8>, String> {
+fn payload(state: Option<String>, stash: &Stash, ttl: Duration) -> Result<Vec<u8>, Refused> {
     Ok(match state {
         None => vec![NO_STATE],
         Some(s) if s.len() <= INLINE_STATE => {
@@ -283,11 +342,7 @@ fn payload(state: Option<String>, stash: &Stash, ttl: Duration) -> Result<Vec<u8
             p.extend_from_slice(&key);
             p
         }
-        Some(_) => {
-            return Err(format!(
-                "the source's requestState is larger than {MAX_STASHED_STATE} bytes"
-            ));
-        }
+        Some(_) => return Err(Refused::StateTooLarge),
     })
 }
 
@@ -488,7 +543,9 @@ mod tests {
     #[test]
     fn what_the_agent_cannot_take_or_should_not_see_is_refused() {
         let refused = |requests: serde_json::Value, round: &Round| {
-            for_agent(&source(), asked(&requests), round, OWN).unwrap_err()
+            for_agent(&source(), asked(&requests), round, OWN)
+                .unwrap_err()
+                .to_string()
         };
         // A mode the agent did not declare, or no elicitation at all.
         assert!(refused(json!({"a": form("?")}), &round(false, true)).contains("form"));

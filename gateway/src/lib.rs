@@ -643,7 +643,41 @@ type Running = RunningService<RoleClient, Handler>;
 type Connection = (Running, Option<tokio::process::Child>);
 
 /// Connects to `source` once (no timeout here: the caller bounds it).
-async fn connect(source: &Arc<Source>, bounds: &Bounds) -> Result<Connection, String> {
+/// Why a source could not be connected and listed (logged, and retried
+/// with backoff).
+#[derive(Debug)]
+enum Down {
+    /// The HTTP client could not be built.
+    HttpClient(reqwest::Error),
+    /// The command could not be started (its program named).
+    Spawn(String, std::io::Error),
+    /// The child's pipes are missing.
+    Pipes,
+    /// The session could not be opened (`server/discover` or `initialize`).
+    Open(Box<rmcp::service::ClientInitializeError>),
+    /// Connecting took longer than its wait (in seconds).
+    ConnectTimeout(u64),
+    /// Listing the tools took longer than the call timeout.
+    ListTimeout,
+    /// Listing the tools failed.
+    List(ServiceError),
+}
+
+impl std::fmt::Display for Down {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::HttpClient(e) => write!(f, "building the HTTP client: {e}"),
+            Self::Spawn(program, e) => write!(f, "starting {program:?}: {e}"),
+            Self::Pipes => f.write_str("the child's pipes are missing"),
+            Self::Open(e) => e.fmt(f),
+            Self::ConnectTimeout(secs) => write!(f, "connecting timed out after {secs} s"),
+            Self::ListTimeout => f.write_str("listing tools timed out"),
+            Self::List(e) => write!(f, "listing tools: {e}"),
+        }
+    }
+}
+
+async fn connect(source: &Arc<Source>, bounds: &Bounds) -> Result<Connection, Down> {
     let handler = Handler(Arc::clone(source));
     match &source.spec.target {
         Target::Http(url) => {
@@ -651,7 +685,7 @@ async fn connect(source: &Arc<Source>, bounds: &Bounds) -> Result<Connection, St
                 .redirect(reqwest::redirect::Policy::none())
                 .connect_timeout(bounds.connect)
                 .build()
-                .map_err(|e| format!("building the HTTP client: {e}"))?;
+                .map_err(Down::HttpClient)?;
             let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
                 .max_sse_event_size(bounds.max_response)
                 // One more than the calls in flight: a 2026-07-28 source's
@@ -664,7 +698,7 @@ async fn connect(source: &Arc<Source>, bounds: &Bounds) -> Result<Connection, St
             let running = handler
                 .serve_with_lifecycle(transport, lifecycle())
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| Down::Open(Box::new(e)))?;
             Ok((running, None))
         }
         Target::Command { argv, env } => {
@@ -675,11 +709,9 @@ async fn connect(source: &Arc<Source>, bounds: &Bounds) -> Result<Connection, St
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::inherit())
                 .kill_on_drop(true);
-            let mut child = cmd
-                .spawn()
-                .map_err(|e| format!("starting {:?}: {e}", argv[0]))?;
+            let mut child = cmd.spawn().map_err(|e| Down::Spawn(argv[0].clone(), e))?;
             let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
-                return Err("the child's pipes are missing".into());
+                return Err(Down::Pipes);
             };
             // The line cap is `CappedLines`'s (it fails the call a line too
             // long answered); rmcp's own, a little higher, never trips.
@@ -689,7 +721,7 @@ async fn connect(source: &Arc<Source>, bounds: &Bounds) -> Result<Connection, St
             let running = handler
                 .serve_with_lifecycle(transport, lifecycle())
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| Down::Open(Box::new(e)))?;
             // The child lives as long as the connection: the supervisor
             // drops it (killing it, `kill_on_drop`) when the connection ends.
             Ok((running, Some(child)))
@@ -999,7 +1031,7 @@ async fn read_lists(
     peer: &Peer<RoleClient>,
     bounds: &Bounds,
     map: &UriMap,
-) -> Result<Listed, String> {
+) -> Result<Listed, Down> {
     let id = &source.spec.id;
     let mut listed = Listed::default();
 
@@ -1019,8 +1051,8 @@ async fn read_lists(
     );
     bounds::within(bounds.call, tools)
         .await
-        .map_err(|_| "listing tools timed out".to_owned())?
-        .map_err(|e| format!("listing tools: {e}"))?;
+        .map_err(|_| Down::ListTimeout)?
+        .map_err(Down::List)?;
     budget.log(id, "tools");
 
     // A source without resources (or whose listing fails) lists none.
@@ -1081,7 +1113,7 @@ async fn relist(
     bounds: &Bounds,
     map: &UriMap,
     names: &Names,
-) -> Result<(), String> {
+) -> Result<(), Down> {
     let listed = Arc::new(read_lists(source, peer, bounds, map).await?);
     *source.listed.lock().unwrap_or_else(PoisonError::into_inner) = Arc::clone(&listed);
     names.claim_later(source.index, &listed.tools);
@@ -1094,7 +1126,7 @@ async fn supervise(
     source: Arc<Source>,
     bounds: Bounds,
     names: Arc<Names>,
-    first: tokio::sync::oneshot::Sender<Result<(), String>>,
+    first: tokio::sync::oneshot::Sender<Result<(), Down>>,
 ) {
     let map = UriMap::default();
     let mut first = Some(first);
@@ -1113,7 +1145,7 @@ async fn supervise(
                 }
             }
             Ok(Err(e)) => Err(e),
-            Err(_) => Err(format!("connecting timed out after {} s", wait.as_secs())),
+            Err(_) => Err(Down::ConnectTimeout(wait.as_secs())),
         };
         let (running, mut child) = match connected {
             Ok(c) => c,

@@ -224,15 +224,13 @@ impl Gateway {
         asked: InputRequiredResult,
         round: &Round,
     ) -> Result<InputRequiredResult, ErrorData> {
-        let refused = |e: String| {
+        let refused = |e: input::Refused| {
+            let e = e.to_string();
             tracing::warn!(source = %source, error = %e, "gateway: a source's input request is not passed on");
             ErrorData::internal_error(e, Some(json!({"source": source.as_str()})))
         };
-        let principal = principal.ok_or_else(|| {
-            refused(format!(
-                "source {source} asks for input, which an agent token cannot give"
-            ))
-        })?;
+        let principal =
+            principal.ok_or_else(|| refused(input::Refused::AgentToken(source.clone())))?;
         let (requests, state) =
             input::for_agent(source, asked, round, &self.public_url).map_err(refused)?;
         let nil = RequestId::from_bytes([0; 16]);

@@ -114,22 +114,42 @@ pub(crate) fn rewrite_descriptor(map: &UriMap, source: &SourceId, tool: &Tool) -
     serde_json::from_value(map.rewrite_tool(source, v)).ok()
 }
 
+/// Why a listed tool is not offered (logged).
+#[derive(Debug)]
+pub(crate) enum Unofferable {
+    /// Its name makes no ledger action kind (the name given).
+    Name(String),
+    /// Its descriptor does not survive the mapping (the name given).
+    Descriptor(String),
+}
+
+impl std::fmt::Display for Unofferable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Name(name) => {
+                write!(
+                    f,
+                    "tool name {name:?} is not printable ASCII or is too long"
+                )
+            }
+            Self::Descriptor(name) => write!(f, "tool {name:?}: its descriptor cannot be mapped"),
+        }
+    }
+}
+
 /// A listed tool as the gateway offers it (its descriptor mapped), or why
 /// it cannot be: its descriptor does not survive the mapping, or its name
 /// makes no ledger action kind (printable ASCII, at most
 /// `MAX_KIND_LEN` bytes with the source's name).
-pub(crate) fn offerable(map: &UriMap, source: &SourceId, tool: &Tool) -> Result<Tool, String> {
+pub(crate) fn offerable(map: &UriMap, source: &SourceId, tool: &Tool) -> Result<Tool, Unofferable> {
     let kind = action_kind(source.as_str(), &tool.name);
     if kind.len() > portcullis_core::ledger::MAX_KIND_LEN
         || !kind.bytes().all(|b| b.is_ascii_graphic())
     {
-        return Err(format!(
-            "tool name {:?} is not printable ASCII or is too long",
-            tool.name
-        ));
+        return Err(Unofferable::Name(tool.name.to_string()));
     }
     rewrite_descriptor(map, source, tool)
-        .ok_or_else(|| format!("tool {:?}: its descriptor cannot be mapped", tool.name))
+        .ok_or_else(|| Unofferable::Descriptor(tool.name.to_string()))
 }
 
 /// The scope a downstream tool's call needs: the demo's `skills:read` for
@@ -439,18 +459,19 @@ impl Gateway {
         asked: InputRequiredResult,
     ) -> Reply {
         let source = &run.source.spec.id;
-        let refused = |e: &str| {
+        let refused = |e: input::Refused| {
+            let e = e.to_string();
             tracing::warn!(source = %source, error = e, "gateway: a source's input request is not passed on");
-            Reply::ledger(failure(ErrorCode::ActionUnavailable, e, Some(id)))
+            Reply::ledger(failure(ErrorCode::ActionUnavailable, &e, Some(id)))
         };
         let (requests, state) = match input::for_agent(source, asked, &run.round, &self.public_url)
         {
             Ok(r) => r,
-            Err(e) => return refused(&e),
+            Err(e) => return refused(e),
         };
         let state = match input::wrap(portcullis, &self.stash, principal, &run.digest, id, state) {
             Ok(s) => s,
-            Err(e) => return refused(&e),
+            Err(e) => return refused(e),
         };
         Reply {
             result: CallToolResult::success(Vec::new()),
