@@ -62,6 +62,7 @@ pub struct SourceSpec {
 /// Why a source's configuration was refused. [`ConfigError::code`] is
 /// stable; the message ([`fmt::Display`]) is for people.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ConfigError {
     /// `NAME=URL` or `NAME=cmd:COMMAND` was expected (the text given).
     Syntax(String),

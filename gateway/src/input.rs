@@ -366,6 +366,7 @@ fn state_of(payload: &[u8], stash: &Stash) -> Result<Option<String>, Unwrap> {
 /// not be used. [`Unwrap::code`] is stable; the message is the agent's
 /// `invalid params`.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum Unwrap {
     /// The core refused it (tampered, foreign, stale or not ours).
     State(StateError),

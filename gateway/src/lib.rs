@@ -143,7 +143,7 @@ mod tools;
 pub use config::{Config, ConfigError, SourceSpec, Target};
 pub use input::{Round, Unwrap};
 pub use kind::source_of_kind;
-pub use tools::{REQUEST_ID_META, Reply, ToolCall, digest, effect};
+pub use tools::{Reply, ToolCall, digest, effect};
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -759,6 +759,7 @@ impl std::fmt::Debug for Gateway {
 /// Why the gateway did not start. [`StartError::code`] is stable; the
 /// message ([`std::fmt::Display`]) is for the operator.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum StartError {
     /// The configuration was refused.
     Config(ConfigError),
@@ -769,6 +770,7 @@ pub enum StartError {
 
 /// A tool name two owners offer at the start ([`StartError::NameClash`]).
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct NameClash {
     /// The tool name.
     pub tool: String,

@@ -91,6 +91,7 @@ use rmcp::model::{
 };
 use serde_json::Value;
 
+use portcullis_axum::rmcp::REQUEST_ID_META;
 use portcullis_axum::{HostStore, Portcullis};
 
 use crate::bounds::{self, Bounds};
@@ -102,10 +103,6 @@ use crate::{Gateway, Source, Unavailable};
 /// rmcp's own timeout (which also cancels the request at the source) comes
 /// first.
 const GRACE: Duration = Duration::from_secs(2);
-
-/// The `_meta` key of a call's request id (a UUID): where an agent names
-/// the ledger request a call runs under, and where a result names it back.
-pub const REQUEST_ID_META: &str = "portcullis/requestId";
 
 /// A downstream descriptor with its UI metadata mapped; `None` if it does
 /// not survive the round trip through JSON (then it is not offered).
@@ -253,6 +250,7 @@ fn failure(code: ErrorCode, message: &str, id: Option<RequestId>) -> Answer {
 /// What a gateway tool call answers: the MCP result, and the challenge when
 /// the HTTP response must be `403 insufficient_scope`.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct Reply {
     /// The tool result: the downstream's own (mapped, with the request id
     /// in its `_meta`, [`REQUEST_ID_META`]) when the call completed, the

@@ -641,7 +641,7 @@ impl App {
             return false;
         };
         if let Some(meta) = result.get_mut("_meta").and_then(Value::as_object_mut) {
-            meta.remove(portcullis_gateway::REQUEST_ID_META);
+            meta.remove(portcullis_axum::rmcp::REQUEST_ID_META);
         }
         let p = &c.principal;
         let Some(view_id) = view_id_of(&p.grant, &origin) else {

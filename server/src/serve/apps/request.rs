@@ -688,7 +688,7 @@ impl Tool<'_> {
         .await;
         let mut v = serde_json::to_value(reply.result).unwrap_or(Value::Null);
         if let Some(m) = v.get_mut("_meta").and_then(Value::as_object_mut) {
-            m.remove(portcullis_gateway::REQUEST_ID_META);
+            m.remove(portcullis_axum::rmcp::REQUEST_ID_META);
         }
         v
     }
