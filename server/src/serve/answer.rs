@@ -1,29 +1,21 @@
-//! [`Answer`]: what a tool call answers, as `execute` ([`super::run`]) and
-//! the gateway's calls hand it to the MCP handler. Every body is the
-//! core's JSON.
+//! [`Answer`]: what a tool call answers, as `execute` ([`super::run`])
+//! hands it to the MCP handler. Every body is the core's JSON.
 
-use portcullis_core::bearer::Challenge;
 use portcullis_core::error::ErrorCode;
 use portcullis_core::ledger::{self, BeginError, RequestId};
 use serde_json::Value;
 
-/// A tool answer: the JSON body, and the challenge when the HTTP response
-/// must be `403 insufficient_scope`.
+/// A tool answer: the JSON body.
 #[derive(Clone, Debug)]
 pub(crate) struct Answer {
     /// The structured result.
     pub(crate) body: Value,
-    /// Set for a missing scope.
-    pub(crate) challenge: Option<Challenge>,
 }
 
 impl Answer {
     /// An answer with `body` and no challenge.
     pub(crate) fn ok(body: Value) -> Self {
-        Self {
-            body,
-            challenge: None,
-        }
+        Self { body }
     }
 
     /// Whether this is a protocol failure (`"ok": false`).
@@ -31,15 +23,10 @@ impl Answer {
         self.body["ok"] == Value::Bool(false)
     }
 
-    /// The answer to a refused `begin`: the core's JSON, and its challenge
-    /// for a missing scope.
+    /// The answer to a refused `begin`: the core's JSON.
     pub(crate) fn begin_error(e: &BeginError, id: Option<RequestId>) -> Self {
         Self {
             body: e.to_json(id),
-            challenge: match e {
-                BeginError::InsufficientScope(c) => Some(c.clone()),
-                _ => None,
-            },
         }
     }
 }

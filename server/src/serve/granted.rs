@@ -15,7 +15,7 @@
 //!   what it does not reach; a call of a tool (or a read of a resource) of
 //!   an app it does not reach answers exactly as for a tool (a source) that
 //!   does not exist, so the answer tells nothing about other sources. One
-//!   point read per request, and one more in [`super::gateway::tools::call`]
+//!   point read per request, and one more in [`portcullis_gateway::Gateway::call`]
 //!   (which checks every caller, an App View's path too); none on the
 //!   bearer check, none without sources.
 //!   A minted agent token has no grant: it reaches every app (it cannot

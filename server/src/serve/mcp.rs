@@ -21,7 +21,7 @@
 //!   missing scope found mid-run turns the HTTP response into the core's
 //!   `403 insufficient_scope` challenge, as the MCP authorization spec asks.
 //! * With `--source`, the downstream tools and resources of the gateway
-//!   ([`super::gateway`]) come through two narrow hooks: extra tools on the
+//!   ([`portcullis_gateway`]) come through two narrow hooks: extra tools on the
 //!   list (their calls go to the gateway) and the `resources/*` methods.
 
 use std::convert::Infallible;
@@ -54,10 +54,10 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 
 use super::Shared;
-use super::gateway;
 use super::run::{self, Answer};
 use super::skills::{self, Skill};
 use portcullis_axum::strict_json::MAX_MCP_BODY;
+use portcullis_gateway::{Reply, Round, ToolCall};
 
 /// rmcp's Streamable HTTP service for [`Tools`]: stateless, JSON answers,
 /// the DNS-rebinding guard on `allowed_hosts`, the MCP body limit.
@@ -138,10 +138,7 @@ impl Tools {
         // Tasks are `execute`'s, a built-in tool: a grant that no longer
         // reaches the built-ins (the reserved app `_host`) no longer reads
         // them either ([`super::granted`]).
-        if !gateway::reach::of(&self.app, Some(&principal))
-            .await?
-            .allows_host()
-        {
+        if !self.app.reach(Some(&principal)).await?.allows_host() {
             return Err(ErrorData::invalid_params("unknown task", None));
         }
         Ok((principal, id))
@@ -404,7 +401,7 @@ impl Tools {
 
     /// A downstream tool of the gateway, through the ledger. A retry that
     /// carries a wrapped source state (the source asked for input,
-    /// [`gateway::input`]) is unwrapped first: its request id is the one the
+    /// [`portcullis_gateway::Round`]) is unwrapped first: its request id is the one the
     /// call runs under, and the source gets its own state back with the
     /// agent's answers; any other state is one of the approval's.
     async fn call_gateway(
@@ -422,18 +419,21 @@ impl Tools {
             ));
         };
         let Some(p) = agent.principal().cloned() else {
-            let reply = gateway::tools::Reply::refused_agent_token();
+            let reply = Reply::refused_agent_token();
             return Ok(reply.result.into());
         };
         let arguments = match &args {
             Value::Object(m) => m.clone(),
             _ => JsonObject::new(),
         };
-        let mut round = gateway::input::Round::of(context);
+        let mut round = Round::of(context);
         let (approval_state, approval_answers) = match request.request_state.as_deref() {
             Some(text) if is_source_state(text) => {
-                let digest = gateway::tools::digest(&source.spec.id, name, &arguments);
-                let (id, state) = gateway::input::unwrap(&self.app, &p, &digest, text)
+                let digest = portcullis_gateway::digest(source.id(), name, &arguments);
+                let (id, state) = self
+                    .app
+                    .gateway
+                    .unwrap_state(&self.app.portcullis, &p, &digest, text)
                     .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
                 context
                     .meta
@@ -458,16 +458,15 @@ impl Tools {
         // or drawn for it) is the one the gateway runs under.
         // A tool that names an MCP App leaves a View once its call
         // completes ([`super::apps`]).
-        let view = super::apps::Candidate::of(&p, &source.spec.id, &tool, &arguments);
-        let reply = Box::pin(gateway::tools::call(
-            &self.app,
-            p,
-            (source, tool),
-            id,
+        let view = super::apps::Candidate::of(&p, source.id(), &tool, &arguments);
+        let reply = Box::pin(self.app.call_gateway(ToolCall {
+            principal: p,
+            tool: (source, tool),
+            request_id: id,
             arguments,
             round,
-            call.wait(Duration::ZERO),
-        ))
+            wait: call.wait(Duration::ZERO),
+        }))
         .await;
         raise(reply.challenge.as_ref(), agent);
         if let Some(asked) = reply.input {
@@ -508,7 +507,7 @@ impl ServerHandler for Tools {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let granted = gateway::reach::of(&self.app, principal_of(&context).as_ref()).await?;
+        let granted = self.app.reach(principal_of(&context).as_ref()).await?;
         let mut tools = if granted.allows_host() {
             TOOLS.clone()
         } else {
@@ -539,7 +538,7 @@ impl ServerHandler for Tools {
             .ok_or_else(|| ErrorData::internal_error("no verified caller", None))?;
         // A tool of an app the grant does not reach answers as a tool that
         // does not exist ([`super::granted`]).
-        let granted = gateway::reach::of(&self.app, agent.principal()).await?;
+        let granted = self.app.reach(agent.principal()).await?;
         let reaches = match request.name.as_ref() {
             "search_skills" | "describe_skill" | "execute" => granted.allows_host(),
             name => self
@@ -675,8 +674,8 @@ impl ServerHandler for Tools {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
-        let granted = gateway::reach::of(&self.app, principal_of(&context).as_ref()).await?;
-        Ok(gateway::resources::list(&self.app.gateway, &granted))
+        let granted = self.app.reach(principal_of(&context).as_ref()).await?;
+        Ok(self.app.gateway.resources(&granted))
     }
 
     async fn list_resource_templates(
@@ -684,12 +683,12 @@ impl ServerHandler for Tools {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
-        let granted = gateway::reach::of(&self.app, principal_of(&context).as_ref()).await?;
-        Ok(gateway::resources::templates(&self.app.gateway, &granted))
+        let granted = self.app.reach(principal_of(&context).as_ref()).await?;
+        Ok(self.app.gateway.templates(&granted))
     }
 
     /// A gateway resource's read; a source that asks for input passes its
-    /// request on to an agent at 2026-07-28 ([`gateway::resources`]).
+    /// request on to an agent at 2026-07-28 ([`portcullis_gateway::Gateway::read`]).
     async fn read_resource(
         &self,
         request: ReadResourceRequestParams,
@@ -700,13 +699,12 @@ impl ServerHandler for Tools {
             .get::<axum::http::request::Parts>()
             .and_then(|parts| parts.extensions.get::<Agent>())
             .and_then(|agent| agent.principal().cloned());
-        let round = gateway::input::Round::of(&context);
-        Box::pin(gateway::resources::read(
-            &self.app,
-            principal.as_ref(),
-            &request,
-            round,
-        ))
+        let round = Round::of(&context);
+        Box::pin(
+            self.app
+                .gateway
+                .read(&self.app.portcullis, principal.as_ref(), &request, round),
+        )
         .await
     }
 }

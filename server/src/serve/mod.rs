@@ -33,7 +33,6 @@
 mod answer;
 mod apps;
 mod browser;
-mod gateway;
 mod granted;
 mod host;
 mod jobs;
@@ -45,6 +44,7 @@ mod relay;
 mod respond;
 mod run;
 mod skills;
+mod sources;
 mod tab;
 mod trace;
 mod work;
@@ -100,7 +100,7 @@ pub(crate) struct App {
     channel: Channel,
     /// The downstream MCP servers exposed on the MCP endpoint (none
     /// without `--source`).
-    gateway: Arc<gateway::Gateway>,
+    gateway: Arc<portcullis_gateway::Gateway>,
     /// The MCP Apps host: App Views and the sandbox's origin ([`apps`]).
     apps: apps::Apps,
     /// The demo notes app's data.
@@ -172,6 +172,26 @@ impl Channel {
 type Shared = Arc<App>;
 
 impl App {
+    /// The apps (gateway sources) `principal`'s grant reaches
+    /// ([`granted`]; `None`: an agent token, which reaches every app).
+    async fn reach(
+        &self,
+        principal: Option<&portcullis_core::engine::Principal>,
+    ) -> Result<portcullis_core::granted_apps::AppSelection, rmcp::ErrorData> {
+        self.gateway.reach(&self.portcullis, principal).await
+    }
+
+    /// A downstream tool's call through the gateway; a call that now waits
+    /// on an approval wakes its person's Agents page.
+    async fn call_gateway(&self, call: portcullis_gateway::ToolCall) -> portcullis_gateway::Reply {
+        let subject = call.principal.subject.clone();
+        let reply = self.gateway.call(&self.portcullis, call).await;
+        if reply.approval_asked {
+            self.bump(&subject);
+        }
+        reply
+    }
+
     /// The engine (its operations block: call them on the blocking pool).
     fn engine(&self) -> Arc<Engine<Arc<Db>>> {
         self.portcullis.engine()
@@ -590,11 +610,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
         .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let gateway = if args.gateway.sources.is_empty() && args.gateway.sources_file.is_none() {
-        gateway::Gateway::none()
-    } else {
-        gateway::Gateway::start(&args.gateway, mcp::builtin_names()).await?
-    };
+    let gateway = sources::start(&args.gateway, &public, mcp::builtin_names()).await?;
     let _ = consent_sources.set(gateway.source_ids());
     let app = Arc::new(App {
         portcullis,

@@ -378,7 +378,7 @@ impl App {
             {
                 // A gateway tool's kind is `<source>/<tool>`: the card
                 // names the source (`null` for the app's own skills).
-                let source = super::gateway::kind::source_of_kind(&p.kind);
+                let source = portcullis_gateway::source_of_kind(&p.kind);
                 approvals.push(json!({
                     "grant": g.id.to_string(),
                     "requestId": p.request_id.to_string(),

@@ -34,7 +34,7 @@
 //!   back. Nothing but the handshake is served before the user chose
 //!   "Activate interactions" (`POST /agents/apps/activate`).
 //! * **`tools/call`** runs through the gateway's own call path
-//!   ([`super::gateway::tools::call`]): the execution ledger under a
+//!   ([`portcullis_gateway::Gateway::call`]): the execution ledger under a
 //!   request id of its own, a write waiting for the user's approval in the
 //!   Agents page's approvals list (outside the frame: the source, the tool
 //!   and the exact arguments), run once; under the View's grant **as it is
@@ -641,7 +641,7 @@ impl App {
             return false;
         };
         if let Some(meta) = result.get_mut("_meta").and_then(Value::as_object_mut) {
-            meta.remove(super::gateway::tools::REQUEST_ID_META);
+            meta.remove(portcullis_axum::rmcp::REQUEST_ID_META);
         }
         let p = &c.principal;
         let Some(view_id) = view_id_of(&p.grant, &origin) else {
@@ -656,7 +656,7 @@ impl App {
                 tool: c.tool.name.to_string(),
                 resource_uri: c.resource,
             },
-            &self.gateway.map,
+            self.gateway.map(),
         );
         let view = match view {
             Ok(v) => v,
@@ -1225,10 +1225,10 @@ pub(crate) async fn view_now(
 /// when the tool is gone, moved to another source, or names no App).
 fn current_app_uri(app: &App, source: &SourceId, tool: &str) -> Option<String> {
     let (owner, tool) = app.gateway.find(tool)?;
-    if &owner.spec.id != source {
+    if owner.id() != source {
         return None;
     }
-    let (s, downstream) = app.gateway.map.decode(&ui_resource(&tool)?).ok()?;
+    let (s, downstream) = app.gateway.map().decode(&ui_resource(&tool)?).ok()?;
     (&s == source).then_some(downstream)
 }
 
@@ -1427,13 +1427,15 @@ pub(crate) async fn resource(
             "this connection was not given the App's source",
         );
     }
-    let read = super::gateway::resources::read(
-        &app,
-        Some(&principal),
-        &ReadResourceRequestParams::new(uri),
-        super::gateway::input::Round::default(),
-    )
-    .await;
+    let read = app
+        .gateway
+        .read(
+            &app.portcullis,
+            Some(&principal),
+            &ReadResourceRequestParams::new(uri),
+            portcullis_gateway::Round::default(),
+        )
+        .await;
     let result = match read {
         Ok(rmcp::model::ReadResourceResponse::Complete(r)) => {
             serde_json::to_value(r).unwrap_or(Value::Null)

@@ -28,9 +28,9 @@
 //! core's [`portcullis_core::apps::View::admit`] under the grant as it is
 //! now (active View, the View's own source, a tool the source offers Apps,
 //! at most 128 in flight), then run through the gateway: a tool call with
-//! [`super::super::gateway::tools::call`], the path of an agent's call
+//! [`portcullis_gateway::Gateway::call`], the path of an agent's call
 //! (the execution ledger, its approvals, its `requestId` idempotency), a
-//! read with [`super::super::gateway::resources::read`]. A write's approval
+//! read with [`portcullis_gateway::Gateway::read`]. A write's approval
 //! is the ledger's, shown in the Agents page's approvals list (source, tool
 //! and exact arguments, outside the App's frame); once the user decided,
 //! the View's activation is checked again under the grant as it is then
@@ -60,7 +60,6 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::super::Shared;
-use super::super::gateway;
 use super::super::tab::post_body;
 use super::{Call, Refusal, view_now};
 use crate::clock;
@@ -370,8 +369,8 @@ fn rule(app: &Shared, target: OpTarget<'_>) -> Option<OpRule> {
     match target {
         OpTarget::Tool { source, name } => {
             let (owner, tool) = app.gateway.find(name)?;
-            (&owner.spec.id == source && super::app_visible(&tool)).then(|| OpRule {
-                effect: gateway::tools::effect(&tool),
+            (owner.id() == source && super::app_visible(&tool)).then(|| OpRule {
+                effect: portcullis_gateway::effect(&tool),
                 scope: None,
             })
         }
@@ -488,7 +487,7 @@ async fn admit(
         };
         let ticket = match v
             .view_mut()
-            .admit(op, authority, &app.gateway.map, |t| rule(app, t))
+            .admit(op, authority, app.gateway.map(), |t| rule(app, t))
         {
             Ok(ticket) => ticket,
             Err(e) => {
@@ -533,13 +532,15 @@ async fn admit(
 
 /// A read of the App's own source, through the gateway.
 async fn read(app: &Shared, principal: &Principal, uri: String) -> Value {
-    let read = gateway::resources::read(
-        app,
-        Some(principal),
-        &ReadResourceRequestParams::new(uri),
-        gateway::input::Round::default(),
-    )
-    .await;
+    let read = app
+        .gateway
+        .read(
+            &app.portcullis,
+            Some(principal),
+            &ReadResourceRequestParams::new(uri),
+            portcullis_gateway::Round::default(),
+        )
+        .await;
     match read {
         Ok(rmcp::model::ReadResourceResponse::Complete(r)) => {
             serde_json::to_value(r).unwrap_or(Value::Null)
@@ -672,23 +673,22 @@ impl Tool<'_> {
     /// ledger request.
     async fn gateway(
         &self,
-        source: &std::sync::Arc<gateway::Source>,
+        source: &std::sync::Arc<portcullis_gateway::Source>,
         tool: &rmcp::model::Tool,
         arguments: &JsonObject,
     ) -> Value {
-        let reply = Box::pin(gateway::tools::call(
-            self.app,
-            self.principal.clone(),
-            (std::sync::Arc::clone(source), tool.clone()),
-            self.request,
-            arguments.clone(),
-            gateway::input::Round::default(),
-            Duration::ZERO,
-        ))
+        let reply = Box::pin(self.app.call_gateway(portcullis_gateway::ToolCall {
+            principal: self.principal.clone(),
+            tool: (std::sync::Arc::clone(source), tool.clone()),
+            request_id: self.request,
+            arguments: arguments.clone(),
+            round: portcullis_gateway::Round::default(),
+            wait: Duration::ZERO,
+        }))
         .await;
         let mut v = serde_json::to_value(reply.result).unwrap_or(Value::Null);
         if let Some(m) = v.get_mut("_meta").and_then(Value::as_object_mut) {
-            m.remove(gateway::tools::REQUEST_ID_META);
+            m.remove(portcullis_axum::rmcp::REQUEST_ID_META);
         }
         v
     }

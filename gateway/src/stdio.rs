@@ -1,7 +1,7 @@
 //! A stdio source's output with its line cap: one JSON-RPC message per line
 //! (MCP "Transports", stdio: messages are delimited by newlines and contain
 //! none), and no line longer than the answer cap
-//! (`--source-max-response-bytes`).
+//! ([`crate::Config::max_response_bytes`]).
 //!
 //! rmcp's own line reader drops an oversized line and reads on, so the call
 //! that line answered would wait for its whole timeout and then be recorded

@@ -1,26 +1,82 @@
-//! The resource gateway as a running system: downstream MCP servers
-//! ("sources") whose tools and resources the authorized MCP endpoint
-//! exposes, under the core's URI mapping ([`portcullis_core::gateway`]).
+//! # portcullis-gateway
 //!
-//! This module owns the sources: their configuration (`--source`,
-//! `--sources FILE`), one rmcp client connection each (Streamable HTTP, or
-//! a child process over stdio), a supervisor task per source that connects,
-//! lists its tools, resources and templates into the gateway's cache,
-//! watches the connection and reconnects with backoff ([`bounds::backoff`]),
-//! and the owners of tool names ([`Names`]). A source that is down makes
+//! The resource gateway for a Portcullis host: downstream MCP servers
+//! ("sources") whose tools and resources the host's authorized MCP
+//! endpoint exposes to its agents, under the core's URI mapping
+//! ([`portcullis_core::gateway`]), every tool call through the execution
+//! ledger of [`portcullis_axum`] (approvals, `requestId` idempotency).
+//!
+//! A host configures its sources ([`Config`], [`SourceSpec`]), starts the
+//! [`Gateway`] once, and calls it from its MCP handler:
+//!
+//! | MCP method | the gateway's part |
+//! |---|---|
+//! | `tools/list` | [`Gateway::granted_tools`] of [`Gateway::reach`], after the host's own tools |
+//! | `tools/call` | [`Gateway::find`], then [`Gateway::call`] (a retry's state: [`Gateway::unwrap_state`]) |
+//! | `resources/list` | [`Gateway::resources`] |
+//! | `resources/templates/list` | [`Gateway::templates`] |
+//! | `resources/read` | [`Gateway::read`] |
+//!
+//! ```no_run
+//! # async fn mount<S: portcullis_axum::HostStore>(
+//! #     portcullis: portcullis_axum::Portcullis<S>,
+//! #     principal: portcullis_core::engine::Principal,
+//! # ) -> Result<(), Box<dyn std::error::Error>> {
+//! use portcullis_gateway::{Config, Gateway, Round, SourceSpec, ToolCall};
+//!
+//! let config = Config {
+//!     sources: vec![SourceSpec::parse("docs=http://127.0.0.1:3001/mcp")?],
+//!     public_url: "https://notes.example".into(),
+//!     ..Config::default()
+//! };
+//! // The host's own tool names: no source may take one.
+//! let gateway = Gateway::start(&config, vec!["execute".into()]).await?;
+//!
+//! // tools/list: the host's tools, then the sources' the grant reaches.
+//! let granted = gateway.reach(&portcullis, Some(&principal)).await?;
+//! let tools = gateway.granted_tools(&granted);
+//!
+//! // tools/call of a downstream tool, under a fresh ledger request.
+//! if let Some(tool) = gateway.find("search_docs") {
+//!     let reply = gateway
+//!         .call(&portcullis, ToolCall {
+//!             principal,
+//!             tool,
+//!             request_id: portcullis_axum::RequestId::from_bytes(rand::random()),
+//!             arguments: serde_json::Map::new(),
+//!             round: Round::default(),
+//!             wait: std::time::Duration::ZERO,
+//!         })
+//!         .await;
+//!     let _ = reply.result;
+//! }
+//! # let _ = tools; Ok(()) }
+//! ```
+//!
+//! ## How it runs
+//!
+//! The gateway owns the sources: one rmcp client connection each
+//! (Streamable HTTP, or a child process over stdio), a supervisor task per
+//! source that connects, lists its tools, resources and templates into the
+//! gateway's cache, watches the connection and reconnects with backoff
+//! (0.5 s doubling to 30 s), and the owners of tool names. A source that is down makes
 //! only its own tools and resources unavailable: calls to them answer
 //! `source_unavailable`; the other sources are unaffected.
 //!
-//! * [`tools`]: the downstream tools on the endpoint and their calls through
-//!   the execution ledger (approvals, `requestId` idempotency).
-//! * [`resources`]: `resources/list`, `resources/templates/list` (from the
-//!   cache) and `resources/read` (forwarded) under the mapping.
-//! * [`bounds`]: timeouts, the answer size cap, the concurrency cap, the
-//!   listing caps and how often lists are read.
-//! * [`stdio`]: a stdio source's output, its lines capped.
-//! * [`kind`]: a downstream tool's ledger action kind, `<source>/<tool>`.
-//! * [`input`]: a source's own requests for input (multi round-trip
-//!   requests), passed to the agent and back.
+//! * **Tools** ([`Gateway::call`]): the downstream tools on the endpoint
+//!   and their calls through the execution ledger (approvals, `requestId`
+//!   idempotency). A call is a ledger request of one action whose kind is
+//!   `<source>/<tool>` ([`source_of_kind`]) and whose effect comes from
+//!   the tool's annotations ([`effect`]).
+//! * **Resources** ([`Gateway::resources`], [`Gateway::templates`],
+//!   [`Gateway::read`]): the listings from the cache, reads forwarded, URIs
+//!   under the mapping.
+//! * **Bounds** ([`Config`]): timeouts, the answer size cap (a stdio
+//!   source's lines capped while read), the concurrency cap, the listing
+//!   caps and how often lists are read.
+//! * **Input** ([`Round`]): a source's own requests for input (multi
+//!   round-trip requests), passed to the agent and back, the source's
+//!   state sealed inside the gateway's ([`Gateway::unwrap_state`]).
 //!
 //! **Each source in its own revision.** A connection opens with
 //! `server/discover` at 2026-07-28, the revision without a handshake
@@ -39,55 +95,66 @@
 //! **Liveness in the source's revision.** 2026-07-28 has no `ping`, so a
 //! source at that revision is never pinged: a stdio source is alive while
 //! its process runs (its exit ends the connection at once, its output
-//! closing within [`HEALTH_EVERY`]), and an HTTP source is asked
-//! `server/discover`, which the
-//! revision keeps, every [`HEALTH_EVERY`] (the calls themselves also mark
-//! it down when they fail at the transport). A source at an earlier
-//! revision is pinged every [`HEALTH_EVERY`], as that revision provides.
+//! closing within five seconds), and an HTTP source is asked
+//! `server/discover`, which the revision keeps, every five seconds (the
+//! calls themselves also mark it down when they fail at the transport). A
+//! source at an earlier revision is pinged every five seconds, as that
+//! revision provides.
 //!
 //! **Listings are cached.** A source's lists are read when it connects,
 //! when it says they changed (`notifications/tools/list_changed`,
 //! `notifications/resources/*`; taken together within
-//! [`bounds::RELIST_EVERY`]; a source at 2026-07-28 says so only on the
-//! `subscriptions/listen` stream the gateway keeps open to it, [`listen`])
-//! and otherwise every [`bounds::RELIST_AFTER`];
-//! page by page, within the caps of [`bounds`]. `tools/list` and
+//! two seconds; a source at 2026-07-28 says so only on the
+//! `subscriptions/listen` stream the gateway keeps open to it) and
+//! otherwise every minute; page by page, within the listing caps (1024
+//! tools, 4096 resources, 1024 templates, 4 MiB of each, 256 pages). `tools/list` and
 //! `resources/list` are answered from that cache, never by asking every
 //! source again. An entry whose URI cannot be mapped (too long, a dot
 //! segment, …) is left out of its own source's listing, with a log line.
-//! A source that sends notifications faster than
-//! [`bounds::MAX_NOTIFICATIONS_PER_SEC`] is disconnected and reconnected
+//! A source that sends more than 256 notifications a second is
+//! disconnected and reconnected
 //! with backoff. The endpoint is stateless (no stream to push on), so
 //! clients see changes on their next listing.
 //!
 //! **Tool names are never changed, and never move.** At start the gateway
 //! waits for every source's first connection and listing (each within its
 //! connect and call timeouts; one that fails is retried in the background,
-//! each attempt given longer to connect, [`bounds::Bounds::connect_wait`])
+//! each attempt given longer to connect, up to eight times
+//! [`Config::connect_timeout`])
 //! and refuses to start when two sources, or a source and a built-in tool,
 //! share a name. From then on a name belongs to the first source that
 //! offered it for the life of the process: a name that a later listing
 //! (a source that connected late, or changed its list) claims for another
 //! source is refused and logged, and a name its owner stops listing is not
-//! handed to anyone else. A source owns at most
-//! [`bounds::MAX_TOOL_NAMES`] names, and for [`bounds::RESERVE_NAMES_FOR`]
-//! after the start the names others list for the first time wait for the
-//! sources that have not listed yet ([`Names`]).
-pub(crate) mod bounds;
-pub(crate) mod input;
-pub(crate) mod kind;
-pub(crate) mod reach;
-pub(crate) mod resources;
-mod stdio;
-pub(crate) mod tools;
+//! handed to anyone else. A source owns at most 2048 names, and for five
+//! minutes after the start the names others list for the first time wait
+//! for the sources that have not listed yet.
+#![forbid(unsafe_code)]
 
-use std::collections::{BTreeMap, HashMap};
+mod bounds;
+mod config;
+mod input;
+mod kind;
+mod reach;
+mod resources;
+mod stdio;
+mod tools;
+
+pub use config::{Config, ConfigError, SourceSpec, Target};
+pub use input::{Round, Unwrap};
+pub use kind::source_of_kind;
+pub use tools::{Reply, ToolCall, digest, effect};
+
+use std::collections::HashMap;
 use std::future::Future;
-use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
+use portcullis_axum::{HostStore, Portcullis};
+use portcullis_core::engine::Principal;
 use portcullis_core::gateway::{Gateway as UriMap, SourceId};
+use portcullis_core::ledger::RequestId;
+use portcullis_core::ledger::resume::CallDigest;
 use rmcp::model::{
     ClientCapabilities, ClientConfig, ClientRequest, DiscoverRequest, DiscoverRequestParams,
     Implementation, PaginatedRequestParams, PingRequest, ProtocolVersion, Resource,
@@ -99,10 +166,8 @@ use rmcp::transport::streamable_http_client::{
     StreamableHttpClientTransport, StreamableHttpClientTransportConfig,
 };
 use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt as _, RoleClient};
-use serde::Deserialize;
 use tokio::sync::{Notify, Semaphore, watch};
 
-use crate::cli::GatewayArgs;
 use bounds::Bounds;
 
 /// How often a connected source's liveness is checked (see the module
@@ -121,6 +186,15 @@ fn lifecycle() -> ClientLifecycleMode {
 /// Whether the source behind `peer` speaks a revision without the
 /// `initialize` handshake (2026-07-28 or later): its requests carry their
 /// own `_meta`, and it may answer a multi round-trip request.
+/// The current time, in whole seconds since the Unix epoch: the one place
+/// the gateway reads the wall clock (the core never does).
+pub(crate) fn now() -> portcullis_core::Timestamp {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    portcullis_core::Timestamp::from_secs(secs)
+}
+
 pub(crate) fn is_modern(peer: &Peer<RoleClient>) -> bool {
     peer.peer_info()
         .is_some_and(|info| !info.protocol_version.has_initialize())
@@ -132,122 +206,9 @@ fn revision(peer: &Peer<RoleClient>) -> String {
         .map_or_else(|| "unknown".to_owned(), |i| i.protocol_version.to_string())
 }
 
-/// Where a source is.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Target {
-    /// A Streamable HTTP endpoint.
-    Http(String),
-    /// A local command speaking MCP over stdio.
-    Command {
-        /// Program and arguments.
-        argv: Vec<String>,
-        /// Extra environment variables.
-        env: BTreeMap<String, String>,
-    },
-}
-
-/// One configured source.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct SourceSpec {
-    /// Its id (the name in gateway URIs and messages).
-    pub(crate) id: SourceId,
-    /// Where it is.
-    pub(crate) target: Target,
-}
-
-/// One entry of a `--sources` file.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileEntry {
-    url: Option<String>,
-    command: Option<Vec<String>>,
-    #[serde(default)]
-    env: BTreeMap<String, String>,
-}
-
-fn source_id(name: &str) -> Result<SourceId, String> {
-    SourceId::new(name).map_err(|e| format!("source name {name:?}: {e}"))
-}
-
-fn http_target(name: &str, url: &str) -> Result<Target, String> {
-    let parsed = url::Url::parse(url).map_err(|e| format!("source {name}: {url:?}: {e}"))?;
-    if !matches!(parsed.scheme(), "http" | "https") {
-        return Err(format!("source {name}: the URL must be http or https"));
-    }
-    Ok(Target::Http(url.to_owned()))
-}
-
-/// Parses one `--source NAME=URL` or `NAME=cmd:PROGRAM ARGS…`.
-pub(crate) fn parse_source(text: &str) -> Result<SourceSpec, String> {
-    let (name, rest) = text
-        .split_once('=')
-        .ok_or_else(|| format!("--source {text:?}: expected NAME=URL or NAME=cmd:COMMAND"))?;
-    let id = source_id(name)?;
-    let target = match rest.strip_prefix("cmd:") {
-        Some(cmd) => {
-            let argv: Vec<String> = cmd.split_whitespace().map(str::to_owned).collect();
-            if argv.is_empty() {
-                return Err(format!("source {name}: empty command"));
-            }
-            Target::Command {
-                argv,
-                env: BTreeMap::new(),
-            }
-        }
-        None => http_target(name, rest)?,
-    };
-    Ok(SourceSpec { id, target })
-}
-
-/// Parses a `--sources` JSON file's text.
-pub(crate) fn parse_sources_file(text: &str) -> Result<Vec<SourceSpec>, String> {
-    let entries: BTreeMap<String, FileEntry> =
-        serde_json::from_str(text).map_err(|e| format!("sources file: {e}"))?;
-    entries
-        .into_iter()
-        .map(|(name, e)| {
-            let id = source_id(&name)?;
-            let target = match (e.url, e.command) {
-                (Some(url), None) if e.env.is_empty() => http_target(&name, &url)?,
-                (None, Some(argv)) if !argv.is_empty() => Target::Command { argv, env: e.env },
-                _ => {
-                    return Err(format!(
-                        "source {name}: give either \"url\" or a non-empty \"command\" (with an optional \"env\")"
-                    ));
-                }
-            };
-            Ok(SourceSpec { id, target })
-        })
-        .collect()
-}
-
-/// Every source the flags name, in order (flags first, then the file's in
-/// name order); a name used twice is refused.
-pub(crate) fn specs(args: &GatewayArgs) -> Result<Vec<SourceSpec>, String> {
-    let mut out: Vec<SourceSpec> = args
-        .sources
-        .iter()
-        .map(|s| parse_source(s))
-        .collect::<Result<_, _>>()?;
-    if let Some(path) = &args.sources_file {
-        out.extend(parse_sources_file(&read_file(path)?)?);
-    }
-    let mut seen = std::collections::BTreeSet::new();
-    for s in &out {
-        if !seen.insert(s.id.as_str()) {
-            return Err(format!("source {} is configured twice", s.id));
-        }
-    }
-    Ok(out)
-}
-
-fn read_file(path: &Path) -> Result<String, String> {
-    std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))
-}
-
 /// What a source last listed: mapped for the gateway, within the caps.
 #[derive(Default)]
-pub(crate) struct Listed {
+struct Listed {
     /// Its tools, descriptors mapped (every one it listed, its names'
     /// owners aside: see [`Names`]).
     pub(crate) tools: Vec<Tool>,
@@ -259,10 +220,11 @@ pub(crate) struct Listed {
     pub(crate) uris: Vec<String>,
 }
 
-/// One source at run time.
-pub(crate) struct Source {
+/// One source at run time: what [`Gateway::find`] names as a tool's
+/// owner.
+pub struct Source {
     /// Its configuration.
-    pub(crate) spec: SourceSpec,
+    spec: SourceSpec,
     /// Its place in the configuration (what [`Names`] records).
     index: usize,
     /// The live connection's peer, `None` while down.
@@ -282,11 +244,11 @@ pub(crate) struct Source {
 
 /// A source's connection could not be used.
 #[derive(Debug)]
-pub(crate) struct Unavailable(pub(crate) SourceId);
+struct Unavailable(SourceId);
 
 impl Unavailable {
     /// The message a client sees.
-    pub(crate) fn message(&self) -> String {
+    fn message(&self) -> String {
         format!(
             "source {} is unavailable (the gateway is reconnecting to it): call again later",
             self.0
@@ -294,7 +256,22 @@ impl Unavailable {
     }
 }
 
+impl std::fmt::Debug for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Source")
+            .field("id", &self.spec.id)
+            .field("up", &self.is_up())
+            .finish_non_exhaustive()
+    }
+}
+
 impl Source {
+    /// Its id (the name in gateway URIs, action kinds and messages).
+    #[must_use]
+    pub fn id(&self) -> &SourceId {
+        &self.spec.id
+    }
+
     fn new(spec: SourceSpec, index: usize, bounds: &Bounds) -> Self {
         Self {
             spec,
@@ -309,7 +286,7 @@ impl Source {
     }
 
     /// The live peer, or [`Unavailable`].
-    pub(crate) fn peer(&self) -> Result<Peer<RoleClient>, Unavailable> {
+    fn peer(&self) -> Result<Peer<RoleClient>, Unavailable> {
         self.peer
             .borrow()
             .clone()
@@ -317,19 +294,19 @@ impl Source {
     }
 
     /// Whether it is connected now.
-    pub(crate) fn is_up(&self) -> bool {
+    fn is_up(&self) -> bool {
         self.peer.borrow().is_some()
     }
 
     /// A call to the source failed at the transport: reconnect.
-    pub(crate) fn failed(&self) {
+    fn failed(&self) {
         self.broken
             .store(true, std::sync::atomic::Ordering::Release);
         self.poke.notify_one();
     }
 
     /// What it last listed.
-    pub(crate) fn listed(&self) -> Arc<Listed> {
+    fn listed(&self) -> Arc<Listed> {
         Arc::clone(&self.listed.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
@@ -363,10 +340,7 @@ impl Source {
     }
 
     /// Waits for a call slot (part of the call's time budget).
-    pub(crate) async fn slot(
-        &self,
-        bounds: &Bounds,
-    ) -> Result<tokio::sync::SemaphorePermit<'_>, Unavailable> {
+    async fn slot(&self, bounds: &Bounds) -> Result<tokio::sync::SemaphorePermit<'_>, Unavailable> {
         match bounds::within(bounds.call, self.slots.acquire()).await {
             Ok(Ok(p)) => Ok(p),
             _ => Err(Unavailable(self.spec.id.clone())),
@@ -408,7 +382,7 @@ enum Owner {
 ///   order and only where still free, once every source has listed or the
 ///   reservation ends; a source's held names are those of its latest
 ///   listing.
-pub(crate) struct Names {
+struct Names {
     inner: Mutex<NamesInner>,
     /// The sources' ids, by index (for messages).
     ids: Vec<SourceId>,
@@ -511,7 +485,7 @@ impl Names {
         names: impl Iterator<Item = &'n str>,
         strict: bool,
         holding: bool,
-    ) -> Result<(), String> {
+    ) -> Result<(), StartError> {
         let (mut held, mut over) = (Vec::new(), 0usize);
         for name in names {
             match inner.owners.get(name).copied() {
@@ -519,10 +493,14 @@ impl Names {
                 Some(owner) => {
                     let (first, here) = (self.describe(owner), self.describe(Owner::Source(index)));
                     if strict {
-                        return Err(format!(
-                            "gateway: tool {name:?} is offered by both {first} and {here}; tool \
-                             names are never changed, so remove one of the two sources"
-                        ));
+                        return Err(StartError::NameClash(Box::new(NameClash {
+                            tool: name.to_owned(),
+                            first: match owner {
+                                Owner::BuiltIn => None,
+                                Owner::Source(i) => Some(self.ids[i].clone()),
+                            },
+                            second: self.ids[index].clone(),
+                        })));
                     }
                     tracing::warn!(
                         tool = name,
@@ -572,7 +550,7 @@ impl Names {
 
     /// The start: claims every source's names in configuration order;
     /// refuses a name two owners share. The reservation starts now.
-    fn start(&self, sources: &[Arc<Source>]) -> Result<(), String> {
+    fn start(&self, sources: &[Arc<Source>]) -> Result<(), StartError> {
         let mut inner = self.lock();
         for source in sources {
             let listed = source.listed();
@@ -665,7 +643,41 @@ type Running = RunningService<RoleClient, Handler>;
 type Connection = (Running, Option<tokio::process::Child>);
 
 /// Connects to `source` once (no timeout here: the caller bounds it).
-async fn connect(source: &Arc<Source>, bounds: &Bounds) -> Result<Connection, String> {
+/// Why a source could not be connected and listed (logged, and retried
+/// with backoff).
+#[derive(Debug)]
+enum Down {
+    /// The HTTP client could not be built.
+    HttpClient(reqwest::Error),
+    /// The command could not be started (its program named).
+    Spawn(String, std::io::Error),
+    /// The child's pipes are missing.
+    Pipes,
+    /// The session could not be opened (`server/discover` or `initialize`).
+    Open(Box<rmcp::service::ClientInitializeError>),
+    /// Connecting took longer than its wait (in seconds).
+    ConnectTimeout(u64),
+    /// Listing the tools took longer than the call timeout.
+    ListTimeout,
+    /// Listing the tools failed.
+    List(ServiceError),
+}
+
+impl std::fmt::Display for Down {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::HttpClient(e) => write!(f, "building the HTTP client: {e}"),
+            Self::Spawn(program, e) => write!(f, "starting {program:?}: {e}"),
+            Self::Pipes => f.write_str("the child's pipes are missing"),
+            Self::Open(e) => e.fmt(f),
+            Self::ConnectTimeout(secs) => write!(f, "connecting timed out after {secs} s"),
+            Self::ListTimeout => f.write_str("listing tools timed out"),
+            Self::List(e) => write!(f, "listing tools: {e}"),
+        }
+    }
+}
+
+async fn connect(source: &Arc<Source>, bounds: &Bounds) -> Result<Connection, Down> {
     let handler = Handler(Arc::clone(source));
     match &source.spec.target {
         Target::Http(url) => {
@@ -673,7 +685,7 @@ async fn connect(source: &Arc<Source>, bounds: &Bounds) -> Result<Connection, St
                 .redirect(reqwest::redirect::Policy::none())
                 .connect_timeout(bounds.connect)
                 .build()
-                .map_err(|e| format!("building the HTTP client: {e}"))?;
+                .map_err(Down::HttpClient)?;
             let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
                 .max_sse_event_size(bounds.max_response)
                 // One more than the calls in flight: a 2026-07-28 source's
@@ -686,7 +698,7 @@ async fn connect(source: &Arc<Source>, bounds: &Bounds) -> Result<Connection, St
             let running = handler
                 .serve_with_lifecycle(transport, lifecycle())
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| Down::Open(Box::new(e)))?;
             Ok((running, None))
         }
         Target::Command { argv, env } => {
@@ -697,11 +709,9 @@ async fn connect(source: &Arc<Source>, bounds: &Bounds) -> Result<Connection, St
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::inherit())
                 .kill_on_drop(true);
-            let mut child = cmd
-                .spawn()
-                .map_err(|e| format!("starting {:?}: {e}", argv[0]))?;
+            let mut child = cmd.spawn().map_err(|e| Down::Spawn(argv[0].clone(), e))?;
             let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
-                return Err("the child's pipes are missing".into());
+                return Err(Down::Pipes);
             };
             // The line cap is `CappedLines`'s (it fails the call a line too
             // long answered); rmcp's own, a little higher, never trips.
@@ -711,7 +721,7 @@ async fn connect(source: &Arc<Source>, bounds: &Bounds) -> Result<Connection, St
             let running = handler
                 .serve_with_lifecycle(transport, lifecycle())
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| Down::Open(Box::new(e)))?;
             // The child lives as long as the connection: the supervisor
             // drops it (killing it, `kill_on_drop`) when the connection ends.
             Ok((running, Some(child)))
@@ -719,8 +729,10 @@ async fn connect(source: &Arc<Source>, bounds: &Bounds) -> Result<Connection, St
     }
 }
 
-/// The gateway: the URI mapping, the sources and the owners of names.
-pub(crate) struct Gateway {
+/// The gateway: the URI mapping, the sources and the owners of tool names.
+/// Started once ([`Gateway::start`]) and shared by the host's handlers
+/// (behind an `Arc`).
+pub struct Gateway {
     /// The core's mapping and rewriters.
     pub(crate) map: UriMap,
     /// The sources, in configuration order.
@@ -731,36 +743,151 @@ pub(crate) struct Gateway {
     names: Arc<Names>,
     /// Sources' states too large to travel in a wrapped `requestState`.
     pub(crate) stash: input::Stash,
+    /// The host's public origin ([`Config::public_url`]).
+    pub(crate) public_url: String,
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway")
+            .field("sources", &self.sources)
+            .field("bounds", &self.bounds)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why the gateway did not start. [`StartError::code`] is stable; the
+/// message ([`std::fmt::Display`]) is for the operator.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum StartError {
+    /// The configuration was refused.
+    Config(ConfigError),
+    /// Two owners offer one tool name at the start: tool names are never
+    /// changed, so one of them must go.
+    NameClash(Box<NameClash>),
+}
+
+/// A tool name two owners offer at the start ([`StartError::NameClash`]).
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct NameClash {
+    /// The tool name.
+    pub tool: String,
+    /// Its first owner: a source, or `None` for the host's own (reserved)
+    /// tools.
+    pub first: Option<SourceId>,
+    /// The source that offers it too.
+    pub second: SourceId,
+}
+
+impl StartError {
+    /// A stable code for the refusal: the [`ConfigError::code`] of a
+    /// configuration refused, `tool_name_clash` otherwise.
+    #[must_use]
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Config(e) => e.code(),
+            Self::NameClash(_) => "tool_name_clash",
+        }
+    }
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Config(e) => e.fmt(f),
+            Self::NameClash(clash) => {
+                let NameClash {
+                    tool,
+                    first,
+                    second,
+                } = &**clash;
+                let first = match first {
+                    Some(id) => format!("source {id}"),
+                    None => "the built-in tools".to_owned(),
+                };
+                write!(
+                    f,
+                    "gateway: tool {tool:?} is offered by both {first} and source {second}; tool \
+                     names are never changed, so remove one of the two sources"
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for StartError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Config(e) => Some(e),
+            Self::NameClash(_) => None,
+        }
+    }
+}
+
+impl From<ConfigError> for StartError {
+    fn from(e: ConfigError) -> Self {
+        Self::Config(e)
+    }
 }
 
 impl Gateway {
-    /// A gateway without sources (nothing is forwarded).
-    pub(crate) fn none() -> Self {
+    /// A gateway without sources: nothing is listed or forwarded, and every
+    /// caller reaches every app ([`Gateway::reach`]).
+    #[must_use]
+    pub fn none() -> Self {
         Self {
             map: UriMap::default(),
             sources: Vec::new(),
-            bounds: Bounds::of(&GatewayArgs::default()),
+            bounds: Bounds::of(&Config::default()),
             names: Arc::new(Names::new(&[], Vec::new(), std::time::Duration::ZERO)),
             stash: input::Stash::default(),
+            public_url: String::new(),
         }
     }
 
     /// Whether any source is configured.
-    pub(crate) fn is_active(&self) -> bool {
+    #[must_use]
+    pub fn is_active(&self) -> bool {
         !self.sources.is_empty()
     }
 
     /// The configured sources' ids, in configuration order.
-    pub(crate) fn source_ids(&self) -> Vec<SourceId> {
+    #[must_use]
+    pub fn source_ids(&self) -> Vec<SourceId> {
         self.sources.iter().map(|s| s.spec.id.clone()).collect()
     }
 
-    /// Starts a supervisor per source and waits (up to the connect timeout)
-    /// for their first connections; refuses tool-name collisions among the
-    /// tools then known. `reserved` are the built-in tools' names.
-    pub(crate) async fn start(args: &GatewayArgs, reserved: Vec<String>) -> Result<Self, String> {
-        let specs = specs(args)?;
-        let bounds = Bounds::of(args);
+    /// The core's URI mapping the gateway's resources live under.
+    #[must_use]
+    pub fn map(&self) -> &UriMap {
+        &self.map
+    }
+
+    /// Opens, on an agent's retry, a `requestState` the gateway gave it
+    /// when a source asked for input ([`Reply::input`]): `principal`'s
+    /// call `call` ([`digest`] of the tool call). The ledger request the
+    /// retry runs under and the source's own state (for [`Round::state`]).
+    pub fn unwrap_state<S: HostStore>(
+        &self,
+        portcullis: &Portcullis<S>,
+        principal: &Principal,
+        call: &CallDigest,
+        text: &str,
+    ) -> Result<(RequestId, Option<String>), Unwrap> {
+        input::unwrap(portcullis, &self.stash, principal, call, text)
+    }
+
+    /// Starts a supervisor per source (on the current Tokio runtime, for
+    /// the life of the process) and waits (up to each source's connect and
+    /// call timeouts) for their first connections and listings; a source
+    /// not reachable then is retried in the background. Refuses tool-name
+    /// collisions among the tools then known. `reserved` are the host's own
+    /// tool names, which no source may take.
+    pub async fn start(config: &Config, reserved: Vec<String>) -> Result<Self, StartError> {
+        let specs = config.checked_sources()?;
+        let bounds = Bounds::of(config);
         // reqwest over rustls needs a process-wide provider (ring, as the
         // client documents' fetcher installs it).
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -806,6 +933,7 @@ impl Gateway {
             bounds,
             names,
             stash: input::Stash::default(),
+            public_url: config.public_url.clone(),
         })
     }
 }
@@ -905,7 +1033,7 @@ async fn read_lists(
     peer: &Peer<RoleClient>,
     bounds: &Bounds,
     map: &UriMap,
-) -> Result<Listed, String> {
+) -> Result<Listed, Down> {
     let id = &source.spec.id;
     let mut listed = Listed::default();
 
@@ -925,8 +1053,8 @@ async fn read_lists(
     );
     bounds::within(bounds.call, tools)
         .await
-        .map_err(|_| "listing tools timed out".to_owned())?
-        .map_err(|e| format!("listing tools: {e}"))?;
+        .map_err(|_| Down::ListTimeout)?
+        .map_err(Down::List)?;
     budget.log(id, "tools");
 
     // A source without resources (or whose listing fails) lists none.
@@ -987,7 +1115,7 @@ async fn relist(
     bounds: &Bounds,
     map: &UriMap,
     names: &Names,
-) -> Result<(), String> {
+) -> Result<(), Down> {
     let listed = Arc::new(read_lists(source, peer, bounds, map).await?);
     *source.listed.lock().unwrap_or_else(PoisonError::into_inner) = Arc::clone(&listed);
     names.claim_later(source.index, &listed.tools);
@@ -1000,7 +1128,7 @@ async fn supervise(
     source: Arc<Source>,
     bounds: Bounds,
     names: Arc<Names>,
-    first: tokio::sync::oneshot::Sender<Result<(), String>>,
+    first: tokio::sync::oneshot::Sender<Result<(), Down>>,
 ) {
     let map = UriMap::default();
     let mut first = Some(first);
@@ -1019,7 +1147,7 @@ async fn supervise(
                 }
             }
             Ok(Err(e)) => Err(e),
-            Err(_) => Err(format!("connecting timed out after {} s", wait.as_secs())),
+            Err(_) => Err(Down::ConnectTimeout(wait.as_secs())),
         };
         let (running, mut child) = match connected {
             Ok(c) => c,
@@ -1248,35 +1376,9 @@ async fn watch_connection(
 mod tests {
     use super::*;
 
-    #[test]
-    fn parses_sources() {
-        let s = parse_source("docs=http://127.0.0.1:3001/mcp").unwrap();
-        assert_eq!(s.id.as_str(), "docs");
-        assert_eq!(s.target, Target::Http("http://127.0.0.1:3001/mcp".into()));
-        let s = parse_source("fs=cmd:npx -y server-fs /tmp").unwrap();
-        assert!(
-            matches!(&s.target, Target::Command { argv, .. } if argv == &["npx", "-y", "server-fs", "/tmp"])
-        );
-        for bad in [
-            "docs",
-            "Docs=http://x",
-            "d=ftp://x",
-            "d=cmd:  ",
-            "=http://x",
-        ] {
-            assert!(parse_source(bad).is_err(), "{bad}");
-        }
-        let file = r#"{"a": {"url": "https://a.example/mcp"}, "b": {"command": ["node", "s.mjs"], "env": {"K": "V"}}}"#;
-        let specs = parse_sources_file(file).unwrap();
-        assert_eq!(specs.len(), 2);
-        assert!(matches!(&specs[1].target, Target::Command { env, .. } if env["K"] == "V"));
-        assert!(parse_sources_file(r#"{"a": {"url": "http://x", "command": ["y"]}}"#).is_err());
-        assert!(parse_sources_file(r#"{"a": {"uri": "http://x"}}"#).is_err());
-    }
-
     fn source(index: usize, id: &str, names: &[&'static str]) -> Arc<Source> {
-        let spec = parse_source(&format!("{id}=http://127.0.0.1:1/mcp")).unwrap();
-        let source = Source::new(spec, index, &Bounds::of(&GatewayArgs::default()));
+        let spec = SourceSpec::parse(&format!("{id}=http://127.0.0.1:1/mcp")).unwrap();
+        let source = Source::new(spec, index, &Bounds::of(&Config::default()));
         list(&source, names);
         Arc::new(source)
     }
@@ -1294,7 +1396,7 @@ mod tests {
 
     /// A gateway over `sources` after its start (or the start's refusal),
     /// every source having listed by then.
-    fn started(sources: Vec<Arc<Source>>) -> (Gateway, Result<(), String>) {
+    fn started(sources: Vec<Arc<Source>>) -> (Gateway, Result<(), StartError>) {
         started_without(sources, &[], bounds::RESERVE_NAMES_FOR)
     }
 
@@ -1304,7 +1406,7 @@ mod tests {
         sources: Vec<Arc<Source>>,
         absent: &[usize],
         reserve_for: std::time::Duration,
-    ) -> (Gateway, Result<(), String>) {
+    ) -> (Gateway, Result<(), StartError>) {
         let names = Names::new(
             &["execute".into()],
             sources.iter().map(|s| s.spec.id.clone()).collect(),
@@ -1339,6 +1441,8 @@ mod tests {
 
         let (twice, start) = started(vec![source(0, "a", &["x"]), source(1, "b", &["x"])]);
         let e = start.unwrap_err();
+        assert_eq!(e.code(), "tool_name_clash");
+        let e = e.to_string();
         assert!(
             e.contains("tool \"x\" is offered by both source a and source b"),
             "{e}"
@@ -1346,7 +1450,7 @@ mod tests {
         assert_eq!(twice.find("x").unwrap().0.spec.id.as_str(), "a");
 
         let (builtin, start) = started(vec![source(0, "a", &["execute"])]);
-        let e = start.unwrap_err();
+        let e = start.unwrap_err().to_string();
         assert!(e.contains("both the built-in tools and source a"), "{e}");
         assert!(offered(&builtin).is_empty());
     }
@@ -1557,11 +1661,13 @@ mod tests {
         let downstream = Changing::default();
         downstream.add("first").await;
         let url = serve(downstream.clone()).await;
-        let args = GatewayArgs {
-            sources: vec![format!("d={url}")],
-            ..GatewayArgs::default()
+        let config = Config {
+            sources: vec![SourceSpec::parse(&format!("d={url}")).unwrap()],
+            ..Config::default()
         };
-        let g = Gateway::start(&args, vec!["execute".into()]).await.unwrap();
+        let g = Gateway::start(&config, vec!["execute".into()])
+            .await
+            .unwrap();
         assert!(g.find("first").is_some(), "listed at the start");
         let deadline = Instant::now() + std::time::Duration::from_secs(5);
         while downstream.streams.lock().unwrap().is_empty() {
@@ -1580,14 +1686,5 @@ mod tests {
             );
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }
-    }
-
-    #[test]
-    fn a_name_twice_is_refused() {
-        let args = GatewayArgs {
-            sources: vec!["a=http://x/mcp".into(), "a=cmd:y".into()],
-            ..GatewayArgs::default()
-        };
-        assert!(specs(&args).unwrap_err().contains("twice"));
     }
 }

@@ -20,16 +20,16 @@
 //! **A call is a ledger request of one action.** The request's "code" (what
 //! its `requestId` is bound to) is the canonical JSON
 //! `{"source", "tool", "arguments"}`; its one action has the kind
-//! `<source>/<tool>` ([`super::kind`]), the effect above, and the arguments
+//! `<source>/<tool>` ([`crate::source_of_kind`] reads it back), the effect above, and the arguments
 //! (what the approval shows). The kind is what approvals and auto-approval
 //! are keyed by, so they are per source and tool: the app's own skills have
 //! no `/` in their names, so "always allow `create_note`" for the app never
 //! covers a source's `create_note`, nor one source's tool another's; and
 //! the approval card names the source. The
-//! call is run by `portcullis-axum` on this server
+//! call is run by `portcullis-axum` on the host's server
 //! ([`portcullis_axum::Portcullis::run_for`], the ledger's server
-//! executor): where `execute` hands a step to the tab, a gateway run calls
-//! the source once, the crate records the outcome and completes the request
+//! executor): where a tab program's step goes to the tab, a gateway run
+//! calls the source once, the crate records the outcome and completes the request
 //! with the (rewritten) downstream result. The ledger then answers every
 //! later call with the same `requestId` from its stored result, so the
 //! downstream call never runs twice: not on a repeat, not after an
@@ -52,7 +52,7 @@
 //! side, it never runs again, at the cost of waiting for the source).
 //!
 //! **A source that asks for input first** (MCP 2026-07-28, multi
-//! round-trip requests; the passing on is [`super::input`]'s). By the
+//! round-trip requests; the passing on is the `input` module's). By the
 //! protocol, a source that answers a call with an `InputRequiredResult` has
 //! not completed it: it needs something before it can, and the client's
 //! retry is a new request. So the source's answer is **not an outcome**:
@@ -91,19 +91,18 @@ use rmcp::model::{
 };
 use serde_json::Value;
 
-use super::super::Shared;
-use super::super::run::{Answer, failure};
-use super::input::{self, Round};
-use super::kind::action_kind;
-use super::{Gateway, Source, bounds};
+use portcullis_axum::rmcp::REQUEST_ID_META;
+use portcullis_axum::{HostStore, Portcullis};
+
+use crate::bounds::{self, Bounds};
+use crate::input::{self, Round};
+use crate::kind::action_kind;
+use crate::{Gateway, Source, Unavailable};
 
 /// How much longer than the call timeout a forwarded call is waited for:
 /// rmcp's own timeout (which also cancels the request at the source) comes
 /// first.
 const GRACE: Duration = Duration::from_secs(2);
-
-/// The `_meta` key of a call's request id.
-pub(crate) const REQUEST_ID_META: &str = "portcullis/requestId";
 
 /// A downstream descriptor with its UI metadata mapped; `None` if it does
 /// not survive the round trip through JSON (then it is not offered).
@@ -112,22 +111,42 @@ pub(crate) fn rewrite_descriptor(map: &UriMap, source: &SourceId, tool: &Tool) -
     serde_json::from_value(map.rewrite_tool(source, v)).ok()
 }
 
+/// Why a listed tool is not offered (logged).
+#[derive(Debug)]
+pub(crate) enum Unofferable {
+    /// Its name makes no ledger action kind (the name given).
+    Name(String),
+    /// Its descriptor does not survive the mapping (the name given).
+    Descriptor(String),
+}
+
+impl std::fmt::Display for Unofferable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Name(name) => {
+                write!(
+                    f,
+                    "tool name {name:?} is not printable ASCII or is too long"
+                )
+            }
+            Self::Descriptor(name) => write!(f, "tool {name:?}: its descriptor cannot be mapped"),
+        }
+    }
+}
+
 /// A listed tool as the gateway offers it (its descriptor mapped), or why
 /// it cannot be: its descriptor does not survive the mapping, or its name
 /// makes no ledger action kind (printable ASCII, at most
 /// `MAX_KIND_LEN` bytes with the source's name).
-pub(crate) fn offerable(map: &UriMap, source: &SourceId, tool: &Tool) -> Result<Tool, String> {
+pub(crate) fn offerable(map: &UriMap, source: &SourceId, tool: &Tool) -> Result<Tool, Unofferable> {
     let kind = action_kind(source.as_str(), &tool.name);
     if kind.len() > portcullis_core::ledger::MAX_KIND_LEN
         || !kind.bytes().all(|b| b.is_ascii_graphic())
     {
-        return Err(format!(
-            "tool name {:?} is not printable ASCII or is too long",
-            tool.name
-        ));
+        return Err(Unofferable::Name(tool.name.to_string()));
     }
     rewrite_descriptor(map, source, tool)
-        .ok_or_else(|| format!("tool {:?}: its descriptor cannot be mapped", tool.name))
+        .ok_or_else(|| Unofferable::Descriptor(tool.name.to_string()))
 }
 
 /// The scope a downstream tool's call needs: the demo's `skills:read` for
@@ -139,8 +158,11 @@ fn scope_of(effect: Effect) -> &'static str {
     }
 }
 
-/// The ledger effect of a downstream tool (see the module docs).
-pub(crate) fn effect(tool: &Tool) -> Effect {
+/// The ledger effect of a downstream tool, from its annotations: a
+/// read-only hint is a read; any other declared hint a write; none an
+/// unknown effect (asks, never auto-approved).
+#[must_use]
+pub fn effect(tool: &Tool) -> Effect {
     match &tool.annotations {
         Some(a) if a.read_only_hint == Some(true) => Effect::Read,
         Some(a) if a.read_only_hint.is_some() || a.destructive_hint.is_some() => Effect::Write,
@@ -149,10 +171,12 @@ pub(crate) fn effect(tool: &Tool) -> Effect {
 }
 
 impl Gateway {
-    /// The tools the endpoint offers of every source `granted` reaches
-    /// ([`super::super::granted`]), in source order: each the tools it lists
-    /// whose names it owns (see [`super::Names`]).
-    pub(crate) fn granted_tools(&self, granted: &AppSelection) -> Vec<Tool> {
+    /// `tools/list`'s downstream part: the tools of every source `granted`
+    /// reaches ([`Gateway::reach`]), in source order, each source's those
+    /// it lists whose names it owns (a name is its first owner's for the
+    /// life of the process), descriptors mapped.
+    #[must_use]
+    pub fn granted_tools(&self, granted: &AppSelection) -> Vec<Tool> {
         let mut out = Vec::new();
         for source in self
             .sources
@@ -171,15 +195,19 @@ impl Gateway {
         out
     }
 
-    /// The source that owns the tool name `name`, if one does.
-    pub(crate) fn source_of(&self, name: &str) -> Option<SourceId> {
+    /// The source that owns the tool name `name`, if one does (listed now
+    /// or not).
+    #[must_use]
+    pub fn source_of(&self, name: &str) -> Option<SourceId> {
         self.sources
             .get(self.names.owner(name)?)
             .map(|s| s.spec.id.clone())
     }
 
-    /// The source and descriptor of the offered tool `name`.
-    pub(crate) fn find(&self, name: &str) -> Option<(Arc<Source>, Tool)> {
+    /// The source and descriptor of the offered tool `name`, if a source
+    /// owns that name and lists it now.
+    #[must_use]
+    pub fn find(&self, name: &str) -> Option<(Arc<Source>, Tool)> {
         let source = self.sources.get(self.names.owner(name)?)?;
         let tool = source
             .listed()
@@ -191,22 +219,59 @@ impl Gateway {
     }
 }
 
+/// A tool answer in the core's JSON (the ledger's answer, or a refusal
+/// before it), and the challenge when the HTTP response must be
+/// `403 insufficient_scope`.
+struct Answer {
+    body: Value,
+    challenge: Option<Challenge>,
+}
+
+impl Answer {
+    fn ok(body: Value) -> Self {
+        Self {
+            body,
+            challenge: None,
+        }
+    }
+
+    /// Whether this is a protocol failure (`"ok": false`).
+    fn is_error(&self) -> bool {
+        self.body["ok"] == Value::Bool(false)
+    }
+}
+
+/// A protocol failure with `code`, in the core's shape
+/// ([`portcullis_core::ledger::failure_json`]).
+fn failure(code: ErrorCode, message: &str, id: Option<RequestId>) -> Answer {
+    Answer::ok(portcullis_core::ledger::failure_json(code, message, id))
+}
+
 /// What a gateway tool call answers: the MCP result, and the challenge when
 /// the HTTP response must be `403 insufficient_scope`.
-pub(crate) struct Reply {
-    /// The tool result.
-    pub(crate) result: CallToolResult,
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Reply {
+    /// The tool result: the downstream's own (mapped, with the request id
+    /// in its `_meta`, [`REQUEST_ID_META`]) when the call completed, the
+    /// ledger's JSON otherwise (pending, refused, a failure recorded).
+    pub result: CallToolResult,
     /// Set for a missing scope.
-    pub(crate) challenge: Option<Challenge>,
+    pub challenge: Option<Challenge>,
     /// The source asked for input: what the agent gets instead of
     /// `result` (its requests labelled, its state wrapped in ours).
-    pub(crate) input: Option<InputRequiredResult>,
+    pub input: Option<InputRequiredResult>,
+    /// The call waits on a person's approval, asked now: the host tells
+    /// the person's pages (the reference server wakes their Agents page).
+    pub approval_asked: bool,
 }
 
 impl Reply {
     /// A minted agent token has no grant, so it cannot run a call.
-    pub(crate) fn refused_agent_token() -> Self {
-        Self::ledger(Answer::begin_error(&BeginError::AgentToken, None))
+    #[must_use]
+    pub fn refused_agent_token() -> Self {
+        let e = BeginError::AgentToken;
+        Self::ledger(Answer::ok(e.to_json(None)))
     }
 
     fn ledger(answer: Answer) -> Self {
@@ -220,6 +285,7 @@ impl Reply {
             result,
             challenge: answer.challenge,
             input: None,
+            approval_asked: false,
         }
     }
 
@@ -243,6 +309,7 @@ impl Reply {
                     result,
                     challenge: None,
                     input: None,
+                    approval_asked: false,
                 }
             }
             None => Self::ledger(Answer {
@@ -254,113 +321,172 @@ impl Reply {
 }
 
 /// The digest of a call of `tool` of `source` with `arguments`: what a
-/// wrapped source state is bound to.
-pub(crate) fn digest(source: &SourceId, tool: &str, arguments: &JsonObject) -> CallDigest {
+/// wrapped source state is bound to ([`Gateway::unwrap_state`]).
+#[must_use]
+pub fn digest(source: &SourceId, tool: &str, arguments: &JsonObject) -> CallDigest {
     let bytes = serde_json::to_vec(arguments).unwrap_or_default();
     input::digest(source, "tools/call", tool, &bytes)
 }
 
-/// One call of the downstream tool `tool` of `source` by `principal` under
-/// request `rid` (the call's `_meta["portcullis/requestId"]`, its sealed
-/// state's, or a fresh one), run
-/// by `portcullis-axum` on this server ([`portcullis_axum::Portcullis::run_for`]),
-/// waiting at most `wait` for a person's decision; `round` is what the
-/// agent can take of a source's input round, and on a retry the source's
-/// state and the agent's answers.
-pub(crate) async fn call(
-    app: &Shared,
-    principal: Principal,
-    (source, tool): (Arc<Source>, Tool),
-    rid: RequestId,
-    arguments: JsonObject,
-    round: Round,
-    wait: Duration,
-) -> Reply {
-    // Only a source the grant reaches (`super::super::granted`), on every
-    // path here (an agent's call, checked before with the same answer as an
-    // unknown tool, or an App View's): refused before the ledger, as a tool
-    // that does not exist.
-    match super::reach::of(app, Some(&principal)).await {
-        Ok(granted) if granted.allows_source(&source.spec.id) => {}
-        Ok(_) => {
-            return Reply::ledger(failure(
-                ErrorCode::ActionNotFound,
-                &format!("no tool named {:?}", tool.name),
-                None,
-            ));
-        }
-        Err(_) => {
-            return Reply::ledger(failure(
-                ErrorCode::ServerError,
-                "temporary server error",
-                None,
-            ));
-        }
-    }
-    let effect = effect(&tool);
-    let action = match serde_json::to_vec(&arguments)
-        .map_err(|e| e.to_string())
-        .and_then(|a| {
-            let kind = action_kind(source.spec.id.as_str(), &tool.name);
-            Action::new(&kind, effect, scope_of(effect), &a).map_err(|e| e.to_string())
-        }) {
-        Ok(a) => a,
-        Err(e) => return Reply::ledger(failure(ErrorCode::InvalidParams, &e, Some(rid))),
-    };
-    // A source that is down is refused before the ledger stores anything.
-    if let Err(e) = source.peer() {
-        return Reply::ledger(failure(
-            ErrorCode::SourceUnavailable,
-            &e.message(),
-            Some(rid),
-        ));
-    }
-    let run = Run {
-        app: Arc::clone(app),
-        digest: digest(&source.spec.id, &tool.name, &arguments),
-        source,
-        request: CallToolRequestParams::new(tool.name).with_arguments(arguments),
-        round,
-        asked: std::sync::Mutex::default(),
-    };
-    let run = Arc::new(run);
-    let performer = Arc::clone(&run);
-    let ran = app
-        .portcullis
-        .run_for(&principal, rid, action, wait, move || async move {
-            performer.perform().await
-        })
-        .await;
-    match ran.outcome() {
-        Outcome::Withdrawn(_) => {
-            let asked = run
-                .asked
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .take();
-            match asked {
-                Some(asked) => run.asked(&principal, rid, asked),
-                None => Reply::ledger(failure(
+/// One call of a downstream tool, as the host hands it to
+/// [`Gateway::call`].
+#[derive(Debug)]
+pub struct ToolCall {
+    /// Who calls: the agent's grant (a minted agent token has none and
+    /// cannot call, [`Reply::refused_agent_token`]).
+    pub principal: Principal,
+    /// The tool's source and descriptor ([`Gateway::find`]).
+    pub tool: (Arc<Source>, Tool),
+    /// The ledger request it runs under: the call's
+    /// `_meta["portcullis/requestId"]`, its sealed state's, or a fresh one.
+    pub request_id: RequestId,
+    /// The tool's arguments, the downstream's own.
+    pub arguments: JsonObject,
+    /// What the agent can take of a source's input round, and on a retry
+    /// the source's state and the agent's answers.
+    pub round: Round,
+    /// How long to wait for a person's decision before answering pending.
+    pub wait: Duration,
+}
+
+impl Gateway {
+    /// `tools/call` of a downstream tool: run by `portcullis-axum` on the
+    /// host's server ([`portcullis_axum::Portcullis::run_for`]) under the
+    /// call's ledger request, approvals and `requestId` idempotency
+    /// included (see the crate docs). A source the caller's grant does not
+    /// reach answers as a tool that does not exist.
+    pub async fn call<S: HostStore>(&self, portcullis: &Portcullis<S>, call: ToolCall) -> Reply {
+        let ToolCall {
+            principal,
+            tool: (source, tool),
+            request_id: rid,
+            arguments,
+            round,
+            wait,
+        } = call;
+        // Only a source the grant reaches, on every path here (an agent's
+        // call, checked before with the same answer as an unknown tool, or
+        // an App View's): refused before the ledger, as a tool that does
+        // not exist.
+        match self.reach(portcullis, Some(&principal)).await {
+            Ok(granted) if granted.allows_source(&source.spec.id) => {}
+            Ok(_) => {
+                return Reply::ledger(failure(
+                    ErrorCode::ActionNotFound,
+                    &format!("no tool named {:?}", tool.name),
+                    None,
+                ));
+            }
+            Err(_) => {
+                return Reply::ledger(failure(
                     ErrorCode::ServerError,
                     "temporary server error",
-                    Some(rid),
-                )),
+                    None,
+                ));
             }
         }
-        Outcome::Pending(p) => {
-            if p.approval.is_some() {
-                app.bump(&principal.subject);
-            }
-            Reply::ledger(Answer::ok(ran.answer().clone()))
+        let effect = effect(&tool);
+        let action = match serde_json::to_vec(&arguments)
+            .map_err(|e| e.to_string())
+            .and_then(|a| {
+                let kind = action_kind(source.spec.id.as_str(), &tool.name);
+                Action::new(&kind, effect, scope_of(effect), &a).map_err(|e| e.to_string())
+            }) {
+            Ok(a) => a,
+            Err(e) => return Reply::ledger(failure(ErrorCode::InvalidParams, &e, Some(rid))),
+        };
+        // A source that is down is refused before the ledger stores anything.
+        if let Err(e) = source.peer() {
+            return Reply::ledger(failure(
+                ErrorCode::SourceUnavailable,
+                &e.message(),
+                Some(rid),
+            ));
         }
-        _ => Reply::answered(ran.answer(), rid, ran.challenge().cloned()),
+        let run = Run {
+            map: self.map.clone(),
+            bounds: self.bounds,
+            digest: digest(&source.spec.id, &tool.name, &arguments),
+            source,
+            request: CallToolRequestParams::new(tool.name).with_arguments(arguments),
+            round,
+            asked: std::sync::Mutex::default(),
+        };
+        let run = Arc::new(run);
+        let performer = Arc::clone(&run);
+        let ran = portcullis
+            .run_for(&principal, rid, action, wait, move || async move {
+                performer.perform().await
+            })
+            .await;
+        match ran.outcome() {
+            Outcome::Withdrawn(_) => {
+                let asked = run
+                    .asked
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .take();
+                match asked {
+                    Some(asked) => self.asked(portcullis, &run, &principal, rid, asked),
+                    None => Reply::ledger(failure(
+                        ErrorCode::ServerError,
+                        "temporary server error",
+                        Some(rid),
+                    )),
+                }
+            }
+            Outcome::Pending(p) => {
+                let mut reply = Reply::ledger(Answer::ok(ran.answer().clone()));
+                reply.approval_asked = p.approval.is_some();
+                reply
+            }
+            _ => Reply::answered(ran.answer(), rid, ran.challenge().cloned()),
+        }
+    }
+
+    /// The source asked for input before running the call: the action was
+    /// withdrawn (no outcome; the request parked, the approval kept) and
+    /// the agent gets the source's requests with its state wrapped in
+    /// ours, or, when it cannot take them, a failure that stores nothing.
+    fn asked<S: HostStore>(
+        &self,
+        portcullis: &Portcullis<S>,
+        run: &Run,
+        principal: &Principal,
+        id: RequestId,
+        asked: InputRequiredResult,
+    ) -> Reply {
+        let source = &run.source.spec.id;
+        let refused = |e: input::Refused| {
+            let e = e.to_string();
+            tracing::warn!(source = %source, error = e, "gateway: a source's input request is not passed on");
+            Reply::ledger(failure(ErrorCode::ActionUnavailable, &e, Some(id)))
+        };
+        let (requests, state) = match input::for_agent(source, asked, &run.round, &self.public_url)
+        {
+            Ok(r) => r,
+            Err(e) => return refused(e),
+        };
+        let state = match input::wrap(portcullis, &self.stash, principal, &run.digest, id, state) {
+            Ok(s) => s,
+            Err(e) => return refused(e),
+        };
+        Reply {
+            result: CallToolResult::success(Vec::new()),
+            challenge: None,
+            input: Some(InputRequiredResult::new(requests, Some(state))),
+            approval_asked: false,
+        }
     }
 }
 
-/// One call of a source's tool, performed by this server when the ledger
-/// lets it run.
+/// One call of a source's tool, performed by the host's server when the
+/// ledger lets it run.
 struct Run {
-    app: Shared,
+    /// The gateway's URI mapping.
+    map: UriMap,
+    /// The gateway's bounds.
+    bounds: Bounds,
     /// The call's digest (a wrapped state's binding).
     digest: CallDigest,
     source: Arc<Source>,
@@ -396,37 +522,11 @@ impl Run {
         }
     }
 
-    /// The source asked for input before running the call: the action was
-    /// withdrawn (no outcome; the request parked, the approval kept) and
-    /// the agent gets the source's requests with its state wrapped in
-    /// ours, or, when it cannot take them, a failure that stores nothing.
-    fn asked(&self, principal: &Principal, id: RequestId, asked: InputRequiredResult) -> Reply {
-        let source = &self.source.spec.id;
-        let refused = |e: &str| {
-            tracing::warn!(source = %source, error = e, "gateway: a source's input request is not passed on");
-            Reply::ledger(failure(ErrorCode::ActionUnavailable, e, Some(id)))
-        };
-        let (requests, state) =
-            match input::for_agent(source, asked, &self.round, &self.app.browser.public_url) {
-                Ok(r) => r,
-                Err(e) => return refused(&e),
-            };
-        let state = match input::wrap(&self.app, principal, &self.digest, id, state) {
-            Ok(s) => s,
-            Err(e) => return refused(&e),
-        };
-        Reply {
-            result: CallToolResult::success(Vec::new()),
-            challenge: None,
-            input: Some(InputRequiredResult::new(requests, Some(state))),
-        }
-    }
-
     /// Calls the source once, within the bounds (with the source's state
     /// and the agent's answers on a retry); the result rewritten.
     async fn call(&self) -> Performed {
-        let bounds = self.app.gateway.bounds;
-        let unavailable = |e: super::Unavailable| {
+        let bounds = self.bounds;
+        let unavailable = |e: Unavailable| {
             Performed::Done(Completion::Error(BusinessError::new(
                 "SOURCE_UNAVAILABLE",
                 e.message(),
@@ -508,7 +608,7 @@ impl Run {
         Performed::Done(completion)
     }
 
-    /// The source's result as this server answers it: a result of the
+    /// The source's result as the host's server answers it: a result of the
     /// client's revision (`resultType` set, which rmcp leaves out for a
     /// client before 2026-07-28), its URIs mapped. One that names a URI the
     /// gateway cannot map is refused: `UNMAPPABLE_URI`.
@@ -520,9 +620,7 @@ impl Run {
                 BusinessError::new("BAD_RESULT", "the source's result could not be read")
             })
             .and_then(|v| {
-                self.app
-                    .gateway
-                    .map
+                self.map
                     .rewrite_tool_result(source, v)
                     .map_err(|e| {
                         tracing::warn!(source = %source, error = %e, "gateway: a result names an unmappable URI");

@@ -6,7 +6,7 @@
 //!
 //! The size cap is enforced while reading, before anything is parsed: by
 //! rmcp's Streamable HTTP client (one JSON body, one SSE event) and on stdio
-//! by [`super::stdio`] (one line). The timeouts wrap every future that waits
+//! by `stdio`'s capped lines (one line). The timeouts wrap every future that waits
 //! on a source, and the concurrency cap is a semaphore per source. The
 //! listing caps ([`MAX_TOOLS`], [`MAX_RESOURCES`], [`MAX_TEMPLATES`],
 //! [`MAX_LIST_BYTES`], [`MAX_PAGES`]) are applied while a source's lists
@@ -16,7 +16,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use crate::cli::GatewayArgs;
+use crate::Config;
 
 /// The most tools one source may offer; the rest are left out (logged).
 pub(crate) const MAX_TOOLS: usize = 1024;
@@ -51,7 +51,7 @@ pub(crate) const RELIST_AFTER: Duration = Duration::from_mins(1);
 /// flood: the connection is dropped and made again (with backoff).
 pub(crate) const MAX_NOTIFICATIONS_PER_SEC: u32 = 256;
 
-/// The bounds every source gets (from the `serve` flags).
+/// The bounds every source gets (from the [`Config`]).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Bounds {
     /// Connecting and `initialize`.
@@ -65,15 +65,14 @@ pub(crate) struct Bounds {
 }
 
 impl Bounds {
-    /// The bounds the flags ask for (clap checks their ranges; a zero from
-    /// a hand-built value is raised to the least usable bound).
-    pub(crate) fn of(args: &GatewayArgs) -> Self {
+    /// The bounds `config` asks for (a value below the least usable bound
+    /// is raised to it).
+    pub(crate) fn of(config: &Config) -> Self {
         Self {
-            connect: Duration::from_secs(args.source_connect_timeout_secs.max(1)),
-            call: Duration::from_secs(args.source_call_timeout_secs.max(1)),
-            max_response: usize::try_from(args.source_max_response_bytes.max(1024))
-                .unwrap_or(usize::MAX),
-            max_concurrent: usize::try_from(args.source_max_concurrent.max(1)).unwrap_or(16),
+            connect: config.connect_timeout.max(Duration::from_secs(1)),
+            call: config.call_timeout.max(Duration::from_secs(1)),
+            max_response: config.max_response_bytes.max(1024),
+            max_concurrent: config.max_concurrent.max(1),
         }
     }
 }
@@ -140,9 +139,9 @@ mod tests {
 
     #[test]
     fn the_connect_wait_grows_to_a_bound() {
-        let b = Bounds::of(&GatewayArgs {
-            source_connect_timeout_secs: 10,
-            ..GatewayArgs::default()
+        let b = Bounds::of(&Config {
+            connect_timeout: Duration::from_secs(10),
+            ..Config::default()
         });
         let waits: Vec<u64> = (0..6).map(|a| b.connect_wait(a).as_secs()).collect();
         assert_eq!(waits, [10, 20, 40, 80, 80, 80]);

@@ -16,7 +16,7 @@
 //! * **What the source may ask for.** A forwarded call to a source at
 //!   2026-07-28 declares, in its `_meta`, exactly the elicitation modes the
 //!   agent declared for its own call ([`options`]; a revision is told apart
-//!   by [`super::is_modern`]), and nothing for an agent at an earlier
+//!   by its revision), and nothing for an agent at an earlier
 //!   revision, which cannot take the round at all. The spec forbids a
 //!   server to ask for input its client did not declare; a source that
 //!   does anyway, or asks for anything but an elicitation (sampling, roots:
@@ -47,12 +47,13 @@
 //!   instance within that time, or it is refused as expired (call again
 //!   without the state). A state larger still is refused.
 //!
-//! How a tool's round composes with the ledger is in [`super::tools`].
+//! How a tool's round composes with the ledger is in the `tools` module.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use portcullis_axum::{HostStore, Portcullis};
 use portcullis_core::engine::Principal;
 use portcullis_core::gateway::SourceId;
 use portcullis_core::ledger::RequestId;
@@ -81,24 +82,41 @@ const NO_STATE: u8 = 0;
 const INLINE: u8 = 1;
 const STASHED: u8 = 2;
 
-/// What an agent's call brings to a source's input round.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Round {
+/// What an agent's call brings to a source's input round: built with
+/// [`Round::of`] from the agent's request ([`Round::default`] for a caller
+/// that cannot take a round, an App View's); on a retry the host sets the
+/// source's state ([`crate::Gateway::unwrap_state`]) and the agent's
+/// answers.
+#[derive(Clone, Default)]
+pub struct Round {
     /// The elicitation the agent declared for this call, when it speaks
     /// 2026-07-28 (`None`: it cannot take a multi round-trip request, and
     /// the source is told of no elicitation).
-    pub(crate) elicitation: Option<ElicitationCapability>,
+    pub elicitation: Option<ElicitationCapability>,
     /// The source's own state, unwrapped from the agent's retry.
-    pub(crate) state: Option<String>,
+    pub state: Option<String>,
     /// The agent's answers, on a retry.
-    pub(crate) responses: Option<InputResponses>,
+    pub responses: Option<InputResponses>,
+}
+
+/// The state and the answers may carry what a person typed: only their
+/// presence is shown.
+impl std::fmt::Debug for Round {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Round")
+            .field("elicitation", &self.elicitation)
+            .field("state", &self.state.as_ref().map(|_| "<redacted>"))
+            .field("responses", &self.responses.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
 }
 
 impl Round {
     /// The round of an agent's request: its declared elicitation, when it
     /// speaks 2026-07-28 (the only revision with multi round-trip
     /// requests).
-    pub(crate) fn of(context: &RequestContext<rmcp::RoleServer>) -> Self {
+    #[must_use]
+    pub fn of(context: &RequestContext<rmcp::RoleServer>) -> Self {
         let modern = context
             .protocol_version()
             .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
@@ -129,7 +147,7 @@ pub(crate) fn options(
     timeout: Duration,
 ) -> PeerRequestOptions {
     let options = PeerRequestOptions::with_timeout(timeout);
-    if !super::is_modern(peer) {
+    if !crate::is_modern(peer) {
         return options;
     }
     let mut capabilities = ClientCapabilities::default();
@@ -139,77 +157,136 @@ pub(crate) fn options(
     options.with_meta(meta)
 }
 
+/// Why a source's request for input is not passed on to the agent (the
+/// call or read then fails, and nothing is stored).
+#[derive(Debug)]
+pub(crate) enum Refused {
+    /// The agent cannot take a round (not at 2026-07-28, or it declared
+    /// no elicitation).
+    NoRound(SourceId),
+    /// An agent token (no grant to seal a state for) on a read.
+    AgentToken(SourceId),
+    /// Neither requests nor a state.
+    Empty(SourceId),
+    /// More than [`MAX_INPUT_REQUESTS`].
+    TooMany(SourceId),
+    /// A request other than an elicitation (the key named).
+    NotElicitation(SourceId, String),
+    /// A form the agent did not declare.
+    Form(SourceId),
+    /// A URL the agent did not declare.
+    Url(SourceId),
+    /// A URL that is not http(s).
+    NotHttp(SourceId),
+    /// A page on the host's own origin.
+    OwnOrigin(SourceId),
+    /// An elicitation mode the gateway does not know.
+    UnknownMode(SourceId),
+    /// The source's state is over [`MAX_STASHED_STATE`].
+    StateTooLarge,
+    /// The engine has no key to seal the state with now.
+    NoSigningKey,
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NoRound(s) => write!(
+                f,
+                "source {s} asks for input, which reaches only a client at protocol 2026-07-28 \
+                 that declared elicitation"
+            ),
+            Self::AgentToken(s) => write!(
+                f,
+                "source {s} asks for input, which an agent token cannot give"
+            ),
+            Self::Empty(s) => write!(
+                f,
+                "source {s} asked for input without saying what (neither inputRequests nor \
+                 requestState)"
+            ),
+            Self::TooMany(s) => write!(
+                f,
+                "source {s} asked for more than {MAX_INPUT_REQUESTS} inputs at once"
+            ),
+            Self::NotElicitation(s, key) => write!(
+                f,
+                "source {s} asked for input other than an elicitation ({key}), which the \
+                 gateway does not pass on"
+            ),
+            Self::Form(s) => write!(
+                f,
+                "source {s} asked for a form, which this client did not declare"
+            ),
+            Self::Url(s) => write!(
+                f,
+                "source {s} asked to open a URL, which this client did not declare"
+            ),
+            Self::NotHttp(s) => write!(f, "source {s} asked to open a URL that is not http(s)"),
+            Self::OwnOrigin(s) => write!(
+                f,
+                "source {s} asked to open a page of this server, which only Portcullis itself \
+                 may do"
+            ),
+            Self::UnknownMode(s) => {
+                write!(f, "source {s} asked for an elicitation of an unknown mode")
+            }
+            Self::StateTooLarge => write!(
+                f,
+                "the source's requestState is larger than {MAX_STASHED_STATE} bytes"
+            ),
+            Self::NoSigningKey => f.write_str("no active signing key"),
+        }
+    }
+}
+
 /// A source's `InputRequiredResult` as the agent gets it: each input
 /// request checked and labelled as the source's (see the module docs).
 /// The source's own state is returned beside it, for [`wrap`]. `own` is
-/// this server's public origin.
+/// the host's public origin.
 pub(crate) fn for_agent(
     source: &SourceId,
     result: InputRequiredResult,
     round: &Round,
     own: &str,
-) -> Result<(Option<InputRequests>, Option<String>), String> {
+) -> Result<(Option<InputRequests>, Option<String>), Refused> {
     let Some(can) = &round.elicitation else {
-        return Err(format!(
-            "source {source} asks for input, which reaches only a client at protocol 2026-07-28 \
-             that declared elicitation"
-        ));
+        return Err(Refused::NoRound(source.clone()));
     };
     let requests = result.input_requests.unwrap_or_default();
     if requests.is_empty() && result.request_state.is_none() {
-        return Err(format!(
-            "source {source} asked for input without saying what (neither inputRequests nor \
-             requestState)"
-        ));
+        return Err(Refused::Empty(source.clone()));
     }
     if requests.len() > MAX_INPUT_REQUESTS {
-        return Err(format!(
-            "source {source} asked for more than {MAX_INPUT_REQUESTS} inputs at once"
-        ));
+        return Err(Refused::TooMany(source.clone()));
     }
     let own = url::Url::parse(own).ok().map(|u| u.origin());
     let mut labelled = InputRequests::new();
     for (key, request) in requests {
         let InputRequest::Elicitation(mut elicit) = request else {
-            return Err(format!(
-                "source {source} asked for input other than an elicitation ({key}), which the \
-                 gateway does not pass on"
-            ));
+            return Err(Refused::NotElicitation(source.clone(), key));
         };
         match &mut elicit.params {
             ElicitRequestParams::FormElicitationParams { message, .. } => {
                 if can.form.is_none() {
-                    return Err(format!(
-                        "source {source} asked for a form, which this client did not declare"
-                    ));
+                    return Err(Refused::Form(source.clone()));
                 }
                 *message = label(source, message);
             }
             ElicitRequestParams::UrlElicitationParams { message, url, .. } => {
                 if can.url.is_none() {
-                    return Err(format!(
-                        "source {source} asked to open a URL, which this client did not declare"
-                    ));
+                    return Err(Refused::Url(source.clone()));
                 }
                 let parsed = url::Url::parse(url)
                     .ok()
                     .filter(|u| matches!(u.scheme(), "http" | "https"))
-                    .ok_or_else(|| {
-                        format!("source {source} asked to open a URL that is not http(s)")
-                    })?;
+                    .ok_or_else(|| Refused::NotHttp(source.clone()))?;
                 if own.as_ref() == Some(&parsed.origin()) {
-                    return Err(format!(
-                        "source {source} asked to open a page of this server, which only \
-                         Portcullis itself may do"
-                    ));
+                    return Err(Refused::OwnOrigin(source.clone()));
                 }
                 *message = label(source, message);
             }
-            _ => {
-                return Err(format!(
-                    "source {source} asked for an elicitation of an unknown mode"
-                ));
-            }
+            _ => return Err(Refused::UnknownMode(source.clone())),
         }
         labelled.insert(key, InputRequest::Elicitation(elicit));
     }
@@ -231,23 +308,25 @@ pub(crate) fn digest(source: &SourceId, method: &str, name: &str, arguments: &[u
 
 /// Wraps the source's state `state` (or its absence) for `principal`'s
 /// call `call` under request `id`: the `requestState` the agent gets.
-pub(crate) fn wrap(
-    app: &super::super::App,
+pub(crate) fn wrap<S: HostStore>(
+    portcullis: &Portcullis<S>,
+    stash: &Stash,
     principal: &Principal,
     call: &CallDigest,
     id: RequestId,
     state: Option<String>,
-) -> Result<String, String> {
-    let ttl = app.engine().policy().request_state_ttl;
-    let payload = payload(state, &app.gateway.stash, ttl)?;
-    app.engine()
-        .seal_source_state(principal, call, id, &payload, crate::clock::now())
-        .ok_or_else(|| "no active signing key".to_owned())
+) -> Result<String, Refused> {
+    let engine = portcullis.engine();
+    let ttl = engine.policy().request_state_ttl;
+    let payload = payload(state, stash, ttl)?;
+    engine
+        .seal_source_state(principal, call, id, &payload, crate::now())
+        .ok_or(Refused::NoSigningKey)
 }
 
 /// What a wrapped state carries for the source's state `state`: nothing,
 /// the state itself, or the key it is kept under in `stash` (for `ttl`).
-fn payload(state: Option<String>, stash: &Stash, ttl: Duration) -> Result<Vec<u8>, String> {
+fn payload(state: Option<String>, stash: &Stash, ttl: Duration) -> Result<Vec<u8>, Refused> {
     Ok(match state {
         None => vec![NO_STATE],
         Some(s) if s.len() <= INLINE_STATE => {
@@ -263,11 +342,7 @@ fn payload(state: Option<String>, stash: &Stash, ttl: Duration) -> Result<Vec<u8
             p.extend_from_slice(&key);
             p
         }
-        Some(_) => {
-            return Err(format!(
-                "the source's requestState is larger than {MAX_STASHED_STATE} bytes"
-            ));
-        }
+        Some(_) => return Err(Refused::StateTooLarge),
     })
 }
 
@@ -287,14 +362,30 @@ fn state_of(payload: &[u8], stash: &Stash) -> Result<Option<String>, Unwrap> {
     }
 }
 
-/// Why a wrapped state could not be used.
+/// Why a wrapped state (a `requestState` the gateway gave an agent) could
+/// not be used. [`Unwrap::code`] is stable; the message is the agent's
+/// `invalid params`.
 #[derive(Debug)]
-pub(crate) enum Unwrap {
+#[non_exhaustive]
+pub enum Unwrap {
     /// The core refused it (tampered, foreign, stale or not ours).
     State(StateError),
     /// It was intact, but the state it names is no longer kept.
     Gone,
 }
+
+impl Unwrap {
+    /// A stable code for the refusal.
+    #[must_use]
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::State(_) => "invalid_state",
+            Self::Gone => "state_gone",
+        }
+    }
+}
+
+impl std::error::Error for Unwrap {}
 
 impl std::fmt::Display for Unwrap {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -309,20 +400,18 @@ impl std::fmt::Display for Unwrap {
 
 /// Opens the wrapped state `text` of `principal`'s call `call`: the ledger
 /// request and the source's own state.
-pub(crate) fn unwrap(
-    app: &super::super::App,
+pub(crate) fn unwrap<S: HostStore>(
+    portcullis: &Portcullis<S>,
+    stash: &Stash,
     principal: &Principal,
     call: &CallDigest,
     text: &str,
 ) -> Result<(RequestId, Option<String>), Unwrap> {
-    let opened = app
+    let opened = portcullis
         .engine()
-        .open_source_state(principal, call, text, crate::clock::now())
+        .open_source_state(principal, call, text, crate::now())
         .map_err(Unwrap::State)?;
-    Ok((
-        opened.request_id,
-        state_of(&opened.payload, &app.gateway.stash)?,
-    ))
+    Ok((opened.request_id, state_of(&opened.payload, stash)?))
 }
 
 /// Source states too large to travel in ours, kept for their lifetime
@@ -455,7 +544,9 @@ mod tests {
     #[test]
     fn what_the_agent_cannot_take_or_should_not_see_is_refused() {
         let refused = |requests: serde_json::Value, round: &Round| {
-            for_agent(&source(), asked(&requests), round, OWN).unwrap_err()
+            for_agent(&source(), asked(&requests), round, OWN)
+                .unwrap_err()
+                .to_string()
         };
         // A mode the agent did not declare, or no elicitation at all.
         assert!(refused(json!({"a": form("?")}), &round(false, true)).contains("form"));

@@ -1,17 +1,19 @@
 //! The ledger action kind of a downstream tool, `<source>/<tool>`: what
 //! approvals and auto-approval are keyed by, so they are per source and tool
 //! and never shared with the app's own skills (whose names have no `/`).
-//! A leaf module: the tab's approval card ([`super::super::tab`]) reads the
-//! source from a kind without depending on the gateway's calls.
+//! A host's approval card reads the source from a kind with
+//! [`source_of_kind`].
 
 /// The action kind of `source`'s tool `tool`.
+#[must_use]
 pub(crate) fn action_kind(source: &str, tool: &str) -> String {
     format!("{source}/{tool}")
 }
 
-/// The source and tool of a kind [`action_kind`] made; `None` for the app's
-/// own skills.
-pub(crate) fn source_of_kind(kind: &str) -> Option<(&str, &str)> {
+/// The source and tool of a gateway tool's action kind
+/// (`<source>/<tool>`); `None` for the app's own skills.
+#[must_use]
+pub fn source_of_kind(kind: &str) -> Option<(&str, &str)> {
     kind.split_once('/')
 }
 
