@@ -194,9 +194,9 @@ pub struct Claims {
 }
 
 impl Serialize for Claims {
-    /// The claims present, as serde's derive with `skip_serializing_if`
-    /// would write them (one loop a type instead of an attribute a field):
-    /// the reference [`Claims::write_json`] is tested against.
+    /// The claims present, in declaration order, as serde's derive with
+    /// `skip_serializing_if` on every field would write them: the
+    /// reference the signer's own JSON writer is tested against.
     fn serialize<Ser: Serializer>(&self, serializer: Ser) -> Result<Ser::Ok, Ser::Error> {
         let mut map = serializer.serialize_map(None)?;
         for (name, value) in [("iss", &self.iss), ("sub", &self.sub)] {
