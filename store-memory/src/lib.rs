@@ -379,30 +379,38 @@ impl<L: TableLock> fmt::Debug for MemoryWrite<'_, L> {
     }
 }
 
-impl<L: TableLock> ReadTransaction for MemoryRead<'_, L> {
-    fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        Ok(self.tables.of(table).get(key).cloned())
-    }
+/// Reads of a transaction that holds the tables (`self.tables`, read or
+/// write locked): the same for both kinds of transaction.
+macro_rules! reads_from_tables {
+    ($transaction:ident) => {
+        impl<L: TableLock> ReadTransaction for $transaction<'_, L> {
+            fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+                Ok(self.tables.of(table).get(key).cloned())
+            }
 
-    fn get_with<T>(
-        &self,
-        table: Table,
-        key: &[u8],
-        f: impl FnOnce(&[u8]) -> T,
-    ) -> Result<Option<T>, StoreError> {
-        Ok(self.tables.of(table).get(key).map(|v| f(v)))
-    }
+            fn get_with<T>(
+                &self,
+                table: Table,
+                key: &[u8],
+                f: impl FnOnce(&[u8]) -> T,
+            ) -> Result<Option<T>, StoreError> {
+                Ok(self.tables.of(table).get(key).map(|v| f(v)))
+            }
 
-    fn range(
-        &self,
-        table: Table,
-        start: Bound<&[u8]>,
-        end: Bound<&[u8]>,
-        limit: usize,
-    ) -> Result<Vec<Entry>, StoreError> {
-        Ok(self.tables.of(table).range(start, end, limit))
-    }
+            fn range(
+                &self,
+                table: Table,
+                start: Bound<&[u8]>,
+                end: Bound<&[u8]>,
+                limit: usize,
+            ) -> Result<Vec<Entry>, StoreError> {
+                Ok(self.tables.of(table).range(start, end, limit))
+            }
+        }
+    };
 }
+
+reads_from_tables!(MemoryRead);
 
 /// The undo log of a write: `(table, key, value before the write)`.
 type Undo = (Table, Key, Option<Vec<u8>>);
@@ -414,30 +422,7 @@ pub struct MemoryWrite<'a, L: TableLock + 'a> {
     undo: Vec<Undo>,
 }
 
-impl<L: TableLock> ReadTransaction for MemoryWrite<'_, L> {
-    fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        Ok(self.tables.of(table).get(key).cloned())
-    }
-
-    fn get_with<T>(
-        &self,
-        table: Table,
-        key: &[u8],
-        f: impl FnOnce(&[u8]) -> T,
-    ) -> Result<Option<T>, StoreError> {
-        Ok(self.tables.of(table).get(key).map(|v| f(v)))
-    }
-
-    fn range(
-        &self,
-        table: Table,
-        start: Bound<&[u8]>,
-        end: Bound<&[u8]>,
-        limit: usize,
-    ) -> Result<Vec<Entry>, StoreError> {
-        Ok(self.tables.of(table).range(start, end, limit))
-    }
-}
+reads_from_tables!(MemoryWrite);
 
 impl<L: TableLock> WriteTransaction for MemoryWrite<'_, L> {
     fn put(&mut self, table: Table, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
