@@ -26,11 +26,13 @@
 
 mod page;
 
+use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::http::request::Parts;
 use axum::response::Response;
+use axum::routing::{get, post};
 use portcullis_core::activity::{ActivityEntry, ActivityPage};
 use portcullis_core::engine::{GrantSummary, SiteOpError};
 use portcullis_core::grant::{GrantId, GrantStatus};
@@ -39,6 +41,7 @@ use serde_json::{Value, json};
 use crate::csrf::Purpose;
 use crate::forms::{bad_form, json_refusal};
 use crate::page_request::{Page, bad_json};
+use crate::respond::Handled;
 use crate::store::HostStore;
 use crate::user::SignedIn;
 use crate::{Portcullis, pages, respond};
@@ -175,36 +178,32 @@ fn agents_page(path: &str) -> Page<'_> {
     }
 }
 
+/// The connected-agents page's routes under `path` (see the module docs).
+pub(crate) fn routes<S: HostStore>(path: &str) -> Router<Portcullis<S>> {
+    Router::new()
+        .route(path, get(page::<S>).post(disconnect_form::<S>))
+        .route(&format!("{path}/list"), get(list_json::<S>))
+        .route(&format!("{path}/activity"), get(activity_json::<S>))
+        .route(&format!("{path}/disconnect"), post(disconnect_json::<S>))
+}
+
 /// `GET <path>`: the page.
-pub(crate) async fn page<S: HostStore>(State(p): State<Portcullis<S>>, parts: Parts) -> Response {
-    let user = match p.page_user(&parts, agents_page(&p.inner.agents_path)).await {
-        Ok(u) => u,
-        Err(r) => return r,
-    };
-    let agents = match p.connected(&user).await {
-        Ok(v) => v,
-        Err(r) => return r,
-    };
-    let recent = match p.activity_of(&user, None, RECENT).await {
-        Ok(page) => page.entries,
-        Err(r) => return r,
-    };
+async fn page<S: HostStore>(State(p): State<Portcullis<S>>, parts: Parts) -> Handled {
+    let user = p
+        .page_user(&parts, agents_page(&p.inner.agents_path))
+        .await?;
+    let agents = p.connected(&user).await?;
+    let recent = p.activity_of(&user, None, RECENT).await?.entries;
     let csrf = p.inner.csrf.issue(Purpose::Agents, &user, crate::now());
-    respond::html(
+    Ok(respond::html(
         StatusCode::OK,
         page::connected_agents(&user.subject, &agents, &recent, &p.inner.agents_path, &csrf),
-    )
+    ))
 }
 
 /// `GET <path>/activity`: the user's activity record as JSON.
-pub(crate) async fn activity_json<S: HostStore>(
-    State(p): State<Portcullis<S>>,
-    parts: Parts,
-) -> Response {
-    let user = match p.json_user(&parts).await {
-        Ok(u) => u,
-        Err(r) => return r,
-    };
+async fn activity_json<S: HostStore>(State(p): State<Portcullis<S>>, parts: Parts) -> Handled {
+    let user = p.json_user(&parts).await?;
     let after = match parts
         .uri
         .query()
@@ -214,23 +213,16 @@ pub(crate) async fn activity_json<S: HostStore>(
         Some(hex) => match decode_cursor(hex) {
             Some(cursor) => Some(cursor),
             None => {
-                return json_refusal(
-                    StatusCode::BAD_REQUEST,
-                    "invalid_request",
-                    "after is not a cursor of this record",
-                );
+                return Err(bad_json("after is not a cursor of this record"));
             }
         },
     };
-    let page = match p.activity_of(&user, after, RECENT).await {
-        Ok(page) => page,
-        Err(r) => return r,
-    };
+    let page = p.activity_of(&user, after, RECENT).await?;
     let body = json!({
         "entries": page.entries.iter().map(ActivityEntry::to_json).collect::<Vec<_>>(),
         "next": page.next.as_deref().map(encode_cursor),
     });
-    respond::json(StatusCode::OK, body.to_string())
+    Ok(respond::json(StatusCode::OK, body.to_string()))
 }
 
 /// A page cursor as text: lower-case hex.
@@ -250,72 +242,54 @@ fn decode_cursor(hex: &str) -> Option<Vec<u8>> {
 }
 
 /// `POST <path>`: the page's Disconnect form.
-pub(crate) async fn disconnect_form<S: HostStore>(
+async fn disconnect_form<S: HostStore>(
     State(p): State<Portcullis<S>>,
     parts: Parts,
     body: Bytes,
-) -> Response {
-    let (user, form) = match p
+) -> Handled {
+    let (user, form) = p
         .form_post(&parts, &body, agents_page(&p.inner.agents_path))
-        .await
-    {
-        Ok(post) => post,
-        Err(r) => return r,
-    };
+        .await?;
     let Some(grant) = form.get("grant").and_then(GrantId::parse) else {
-        return bad_form();
+        return Err(bad_form());
     };
-    match p.disconnect(&user, grant).await {
-        Ok(Some(())) => respond::see_other(&p.inner.agents_path),
-        Ok(None) => respond::html(
+    Ok(match p.disconnect(&user, grant).await? {
+        Some(()) => respond::see_other(&p.inner.agents_path),
+        None => respond::html(
             StatusCode::NOT_FOUND,
             pages::error("No such agent", "You have no connected agent with this id."),
         ),
-        Err(r) => r,
-    }
+    })
 }
 
 /// `GET <path>/list`: the page's data as JSON.
-pub(crate) async fn list_json<S: HostStore>(
-    State(p): State<Portcullis<S>>,
-    parts: Parts,
-) -> Response {
-    let user = match p.json_user(&parts).await {
-        Ok(u) => u,
-        Err(r) => return r,
-    };
-    let agents = match p.connected(&user).await {
-        Ok(v) => v,
-        Err(r) => return r,
-    };
+async fn list_json<S: HostStore>(State(p): State<Portcullis<S>>, parts: Parts) -> Handled {
+    let user = p.json_user(&parts).await?;
+    let agents = p.connected(&user).await?;
     let body = json!({
         "csrf": p.inner.csrf.issue(Purpose::Agents, &user, crate::now()),
         "agents": agents.iter().map(Connected::to_json).collect::<Vec<_>>(),
     });
-    respond::json(StatusCode::OK, body.to_string())
+    Ok(respond::json(StatusCode::OK, body.to_string()))
 }
 
 /// `POST <path>/disconnect`: a disconnection as JSON.
-pub(crate) async fn disconnect_json<S: HostStore>(
+async fn disconnect_json<S: HostStore>(
     State(p): State<Portcullis<S>>,
     parts: Parts,
     body: Bytes,
-) -> Response {
-    let (user, fields) = match p.json_post(&parts, &body, Purpose::Agents).await {
-        Ok(post) => post,
-        Err(r) => return r,
-    };
+) -> Handled {
+    let (user, fields) = p.json_post(&parts, &body, Purpose::Agents).await?;
     let field = |k: &str| fields.get(k).and_then(Value::as_str);
     let Some(grant) = field("grant").and_then(GrantId::parse) else {
-        return bad_json("grant is required");
+        return Err(bad_json("grant is required"));
     };
-    match p.disconnect(&user, grant).await {
-        Ok(Some(())) => respond::json(StatusCode::OK, json!({"ok": true}).to_string()),
-        Ok(None) => json_refusal(
+    Ok(match p.disconnect(&user, grant).await? {
+        Some(()) => respond::json(StatusCode::OK, json!({"ok": true}).to_string()),
+        None => json_refusal(
             StatusCode::NOT_FOUND,
             "not_found",
             "you have no connected agent with this id",
         ),
-        Err(r) => r,
-    }
+    })
 }

@@ -21,11 +21,13 @@
 //! `bad_csrf`, `forbidden`), `400` (`invalid_request`) or `409` (a stale
 //! decision).
 
+use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::http::request::Parts;
 use axum::response::Response;
+use axum::routing::{get, post};
 use portcullis_core::WireError as _;
 use portcullis_core::approval::{ApprovalDecision, ApprovalError, ApprovalPrompt, ApprovalRef};
 use portcullis_core::grant::GrantId;
@@ -35,6 +37,7 @@ use serde_json::{Value, json};
 use crate::csrf::Purpose;
 use crate::forms::bad_form;
 use crate::page_request::{Page, bad_json};
+use crate::respond::Handled;
 use crate::store::HostStore;
 use crate::user::SignedIn;
 use crate::{Portcullis, pages, respond};
@@ -140,83 +143,67 @@ fn approvals_page(path: &str) -> Page<'_> {
     }
 }
 
+/// The approvals page's routes under `path` (see the module docs).
+pub(crate) fn routes<S: HostStore>(path: &str) -> Router<Portcullis<S>> {
+    Router::new()
+        .route(path, get(page::<S>).post(decide_form::<S>))
+        .route(&format!("{path}/pending"), get(pending_json::<S>))
+        .route(&format!("{path}/decide"), post(decide_json::<S>))
+}
+
 /// `GET <path>`: the approvals page.
-pub(crate) async fn page<S: HostStore>(State(p): State<Portcullis<S>>, parts: Parts) -> Response {
-    let user = match p
+async fn page<S: HostStore>(State(p): State<Portcullis<S>>, parts: Parts) -> Handled {
+    let user = p
         .page_user(&parts, approvals_page(&p.inner.approvals_path))
-        .await
-    {
-        Ok(u) => u,
-        Err(r) => return r,
-    };
-    let prompts = match p.pending_for(&user).await {
-        Ok(v) => v,
-        Err(r) => return r,
-    };
+        .await?;
+    let prompts = p.pending_for(&user).await?;
     let csrf = p.inner.csrf.issue(Purpose::Approval, &user, crate::now());
-    respond::html(
+    Ok(respond::html(
         StatusCode::OK,
         pages::approvals(&user.subject, &prompts, &p.inner.approvals_path, &csrf),
-    )
+    ))
 }
 
 /// `POST <path>`: the page's decision form.
-pub(crate) async fn decide_form<S: HostStore>(
+async fn decide_form<S: HostStore>(
     State(p): State<Portcullis<S>>,
     parts: Parts,
     body: Bytes,
-) -> Response {
-    let (user, form) = match p
+) -> Handled {
+    let (user, form) = p
         .form_post(&parts, &body, approvals_page(&p.inner.approvals_path))
-        .await
-    {
-        Ok(post) => post,
-        Err(r) => return r,
-    };
+        .await?;
     let Some(decision) = Decision::read(|k| form.get(k)) else {
-        return bad_form();
+        return Err(bad_form());
     };
-    match p.decide(&user, decision).await {
-        Ok(Err(ApprovalError::Store(e))) => respond::store(&e),
-        Ok(Ok(())) => respond::see_other(&p.inner.approvals_path),
-        Ok(Err(e)) => respond::html(
+    Ok(match p.decide(&user, decision).await? {
+        Err(ApprovalError::Store(e)) => respond::store(&e),
+        Ok(()) => respond::see_other(&p.inner.approvals_path),
+        Err(e) => respond::html(
             e.http_status_code(),
             pages::error("This approval cannot be decided", &e.to_string()),
         ),
-        Err(r) => r,
-    }
+    })
 }
 
 /// `GET <path>/pending`: the page's data as JSON.
-pub(crate) async fn pending_json<S: HostStore>(
-    State(p): State<Portcullis<S>>,
-    parts: Parts,
-) -> Response {
-    let user = match p.json_user(&parts).await {
-        Ok(u) => u,
-        Err(r) => return r,
-    };
-    let prompts = match p.pending_for(&user).await {
-        Ok(v) => v,
-        Err(r) => return r,
-    };
+async fn pending_json<S: HostStore>(State(p): State<Portcullis<S>>, parts: Parts) -> Handled {
+    let user = p.json_user(&parts).await?;
+    let prompts = p.pending_for(&user).await?;
     let body = json!({
         "csrf": p.inner.csrf.issue(Purpose::Approval, &user, crate::now()),
         "approvals": prompts.iter().map(prompt_json).collect::<Vec<_>>(),
     });
-    respond::json(StatusCode::OK, body.to_string())
+    Ok(respond::json(StatusCode::OK, body.to_string()))
 }
 
 /// `POST <path>/decide`: a decision as JSON.
-pub(crate) async fn decide_json<S: HostStore>(
+async fn decide_json<S: HostStore>(
     State(p): State<Portcullis<S>>,
     parts: Parts,
     body: Bytes,
-) -> Response {
-    let (user, fields) = match p.json_post(&parts, &body, Purpose::Approval).await {
-        Ok(post) => post,
-        Err(r) => return r,
-    };
+) -> Handled {
+    let (user, fields) = p.json_post(&parts, &body, Purpose::Approval).await?;
     let field = |k: &str| fields.get(k).and_then(Value::as_str);
     let seq = fields
         .get("seq")
@@ -227,18 +214,19 @@ pub(crate) async fn decide_json<S: HostStore>(
         k => field(k),
     });
     let Some(decision) = decision else {
-        return bad_json("grant, requestId, seq, fingerprint and decision are required");
+        return Err(bad_json(
+            "grant, requestId, seq, fingerprint and decision are required",
+        ));
     };
-    match p.decide(&user, decision).await {
-        Ok(Err(ApprovalError::Store(e))) => respond::store(&e),
-        Ok(Ok(())) => respond::json(StatusCode::OK, json!({"ok": true}).to_string()),
-        Ok(Err(e)) => respond::json(
+    Ok(match p.decide(&user, decision).await? {
+        Err(ApprovalError::Store(e)) => respond::store(&e),
+        Ok(()) => respond::json(StatusCode::OK, json!({"ok": true}).to_string()),
+        Err(e) => respond::json(
             e.http_status_code(),
             json!({"ok": false, "error": {"code": e.code().as_str(), "message": e.to_string()}})
                 .to_string(),
         ),
-        Err(r) => r,
-    }
+    })
 }
 
 /// The HTTP status of a refused decision.

@@ -25,6 +25,7 @@ use portcullis_core::token::{ClientAuthentication, TokenError};
 use crate::csrf::{self, Purpose};
 use crate::forms::{BODY_LIMIT, bad_csrf, bad_form, cross_site, read_form};
 use crate::pages::ConsentPage;
+use crate::respond::Handled;
 use crate::respond::{self, HeaderValues};
 use crate::store::HostStore;
 use crate::{Portcullis, pages};
@@ -89,34 +90,8 @@ impl<S: HostStore> Portcullis<S> {
             .route(&format!("{oauth}/token"), post(token::<S>))
             .route(&format!("{oauth}/revoke"), post(revoke::<S>))
             .route(&format!("{oauth}/introspect"), post(introspect::<S>))
-            .route(
-                &approvals,
-                get(crate::approvals::page::<S>).post(crate::approvals::decide_form::<S>),
-            )
-            .route(
-                &format!("{approvals}/pending"),
-                get(crate::approvals::pending_json::<S>),
-            )
-            .route(
-                &format!("{approvals}/decide"),
-                post(crate::approvals::decide_json::<S>),
-            )
-            .route(
-                &agents,
-                get(crate::agents::page::<S>).post(crate::agents::disconnect_form::<S>),
-            )
-            .route(
-                &format!("{agents}/list"),
-                get(crate::agents::list_json::<S>),
-            )
-            .route(
-                &format!("{agents}/activity"),
-                get(crate::agents::activity_json::<S>),
-            )
-            .route(
-                &format!("{agents}/disconnect"),
-                post(crate::agents::disconnect_json::<S>),
-            )
+            .merge(crate::approvals::routes(&approvals))
+            .merge(crate::agents::routes(&agents))
             .layer(DefaultBodyLimit::max(BODY_LIMIT))
             .layer(axum::middleware::map_response(common_headers))
             .with_state(self.clone())
@@ -276,23 +251,19 @@ async fn authorize<S: HostStore>(
     State(p): State<Portcullis<S>>,
     parts: Parts,
     RawQuery(query): RawQuery,
-) -> Response {
+) -> Handled {
     let query = query.unwrap_or_default();
     let q = query.clone();
-    let answer = match with_document(&p, move |p, document| {
+    let answer = with_document(&p, move |p, document| {
         p.inner.engine().authorize(&p.inner.site_id, &q, document)
     })
-    .await
-    {
-        Ok(a) => a,
-        Err(r) => return r,
-    };
+    .await?;
     let AuthorizeAnswer::Consent(screen) = answer else {
-        return answer_page(answer);
+        return Err(answer_page(answer));
     };
     let action = self_url(&p.inner.oauth_path, &query);
     let Some(user) = p.inner.host.signed_in(&parts).await else {
-        return p.inner.host.sign_in(&action);
+        return Err(p.inner.host.sign_in(&action));
     };
     // Bound to this authorization request: a token of one consent form
     // cannot approve another request (the form posts the query back as is).
@@ -301,14 +272,14 @@ async fn authorize<S: HostStore>(
         .csrf
         .issue_bound(Purpose::Consent, &user, query.as_bytes(), crate::now());
     let fields = p.inner.host.consent_fields(&screen, &user);
-    p.inner.host.consent(&ConsentPage {
+    Ok(p.inner.host.consent(&ConsentPage {
         screen: &screen,
         user: &user,
         action: &action,
         csrf: &csrf,
         scope_descriptions: &p.inner.scopes,
         fields: &fields,
-    })
+    }))
 }
 
 /// Every answer but the consent screen.
@@ -523,11 +494,8 @@ async fn token<S: HostStore>(
     State(p): State<Portcullis<S>>,
     headers: HeaderMap,
     body: Bytes,
-) -> Response {
-    let (authorization, body, assertion) = match client_post(&p, &headers, &body).await {
-        Ok(post) => post,
-        Err(r) => return r,
-    };
+) -> Handled {
+    let (authorization, body, assertion) = client_post(&p, &headers, &body).await?;
     let answer = p
         .write(move |p, txn| {
             p.inner.engine().token(
@@ -540,15 +508,14 @@ async fn token<S: HostStore>(
             )
         })
         .await;
-    match answer {
-        Ok(Ok(tokens)) => {
+    Ok(match answer? {
+        Ok(tokens) => {
             tracing::debug!("tokens issued");
             respond::core(tokens.to_response())
         }
-        Ok(Err(TokenError::Store(e))) => respond::store(&e),
-        Ok(Err(e)) => refused(&e, e.to_response(), "token request"),
-        Err(r) => r,
-    }
+        Err(TokenError::Store(e)) => respond::store(&e),
+        Err(e) => refused(&e, e.to_response(), "token request"),
+    })
 }
 
 /// `response`, the answer to a refused `what`: logged as a warning when
@@ -569,11 +536,8 @@ async fn revoke<S: HostStore>(
     State(p): State<Portcullis<S>>,
     headers: HeaderMap,
     body: Bytes,
-) -> Response {
-    let (authorization, body, assertion) = match client_post(&p, &headers, &body).await {
-        Ok(post) => post,
-        Err(r) => return r,
-    };
+) -> Handled {
+    let (authorization, body, assertion) = client_post(&p, &headers, &body).await?;
     let answer = p
         .write(move |p, txn| {
             p.inner.engine().revoke_token(
@@ -585,15 +549,14 @@ async fn revoke<S: HostStore>(
             )
         })
         .await;
-    match answer {
-        Ok(Ok(())) => {
+    Ok(match answer? {
+        Ok(()) => {
             tracing::debug!("revocation accepted");
             StatusCode::OK.into_response()
         }
-        Ok(Err(RevokeError::Store(e))) => respond::store(&e),
-        Ok(Err(e)) => refused(&e, e.to_response(), "revocation"),
-        Err(r) => r,
-    }
+        Err(RevokeError::Store(e)) => respond::store(&e),
+        Err(e) => refused(&e, e.to_response(), "revocation"),
+    })
 }
 
 /// `POST /introspect` (RFC 7662): the core authenticates the resource
@@ -606,11 +569,8 @@ async fn introspect<S: HostStore>(
     State(p): State<Portcullis<S>>,
     headers: HeaderMap,
     body: Bytes,
-) -> Response {
-    let (authorization, body) = match form_request(&headers, &body) {
-        Ok(parts) => parts,
-        Err(r) => return r,
-    };
+) -> Handled {
+    let (authorization, body) = form_request(&headers, &body)?;
     let ask = |p: &Portcullis<S>, authorization: &HeaderValues, body: &str| {
         p.inner.engine().introspect(
             Own,
@@ -628,12 +588,9 @@ async fn introspect<S: HostStore>(
         .filter(|v| !matches!(v, Err(IntrospectError::Store(_))));
     let answer = match inline {
         Some(answer) => answer,
-        None => match p.read(move |p| ask(p, &authorization, &body)).await {
-            Ok(answer) => answer,
-            Err(r) => return r,
-        },
+        None => p.read(move |p| ask(p, &authorization, &body)).await?,
     };
-    match answer {
+    Ok(match answer {
         Ok(answer) => {
             tracing::debug!(active = answer.is_active(), "introspection answered");
             respond::core(answer.to_response())
@@ -643,5 +600,5 @@ async fn introspect<S: HostStore>(
             tracing::debug!(error = e.code().as_str(), "introspection refused");
             respond::core(e.to_response())
         }
-    }
+    })
 }

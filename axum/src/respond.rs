@@ -10,6 +10,10 @@ use portcullis_core::header::HeaderField;
 use portcullis_core::http::HttpResponse;
 use portcullis_core::store::{StoreError, StoreErrorKind};
 
+/// A handler's answer: its response, or the refusal it stopped at (also a
+/// response; `?` on a step that may refuse returns it as is).
+pub(crate) type Handled = Result<Response, Response>;
+
 /// The core's answer (an [`HttpResponse`] from an engine HTTP operation):
 /// status, headers and body copied as they are.
 #[must_use]

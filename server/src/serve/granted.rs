@@ -42,6 +42,7 @@ use super::browser::FormBody;
 use super::{BODY_LIMIT, Shared, respond, tab};
 use crate::clock;
 use crate::pages::{self, escape};
+use crate::serve::respond::Handled;
 
 /// What the reserved app is called on the pages.
 const HOST_LABEL: &str = "This app's own tools (search_skills, describe_skill, execute)";
@@ -116,9 +117,9 @@ pub(crate) fn to_json(selection: &AppSelection) -> Value {
 
 /// `GET /agents/granted`: the signed-in user's live grants, each with the
 /// form of the apps it reaches.
-pub(crate) async fn page(State(app): State<Shared>, headers: HeaderMap) -> Response {
+pub(crate) async fn page(State(app): State<Shared>, headers: HeaderMap) -> Handled {
     let Some(session) = app.session(&headers) else {
-        return respond::see_other("/agents");
+        return Err(respond::see_other("/agents"));
     };
     let subject = session.subject.clone();
     let listed = app
@@ -143,11 +144,10 @@ pub(crate) async fn page(State(app): State<Shared>, headers: HeaderMap) -> Respo
             Ok::<_, portcullis_core::engine::SiteOpError>(out)
         })
         .await;
-    let grants = match listed {
-        Ok(Ok(grants)) => grants,
-        Ok(Err(portcullis_core::engine::SiteOpError::Store(e))) => return respond::store(&e),
-        Ok(Err(e)) => return respond::internal(&e.to_string()),
-        Err(r) => return r,
+    let grants = match listed? {
+        Ok(grants) => grants,
+        Err(portcullis_core::engine::SiteOpError::Store(e)) => return Err(respond::store(&e)),
+        Err(e) => return Err(respond::internal(&e.to_string())),
     };
     let sources = app.gateway.source_ids();
     let csrf = session.csrf_token(&app.browser.session_key);
@@ -176,10 +176,10 @@ pub(crate) async fn page(State(app): State<Shared>, headers: HeaderMap) -> Respo
             fields = fields(&sources, apps),
         );
     }
-    respond::html(
+    Ok(respond::html(
         StatusCode::OK,
         pages::granted_apps(&session.subject, &forms),
-    )
+    ))
 }
 
 /// Sets `grant`'s apps for the signed-in `subject` (its own grants only).
@@ -255,17 +255,14 @@ pub(crate) async fn json_post(
     State(app): State<Shared>,
     headers: HeaderMap,
     body: Bytes,
-) -> Response {
-    let session = match tab::check_post(&app, &headers) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
+) -> Handled {
+    let session = tab::check_post(&app, &headers)?;
     let invalid = |why: &str| tab::error(StatusCode::BAD_REQUEST, "INVALID_PARAMS", why);
     let Ok(body) = serde_json::from_slice::<Value>(&body) else {
-        return invalid("malformed body");
+        return Err(invalid("malformed body"));
     };
     let Some(grant) = body["grant"].as_str().and_then(GrantId::parse) else {
-        return invalid("`grant` must be a grant id");
+        return Err(invalid("`grant` must be a grant id"));
     };
     let sources = app.gateway.source_ids();
     let selection = match &body["apps"] {
@@ -278,19 +275,20 @@ pub(crate) async fn json_post(
     };
     let selection = match selection {
         Ok(s) => s,
-        Err(why) => return invalid(&why),
+        Err(why) => return Err(invalid(&why)),
     };
     let answer = to_json(&selection);
-    match set(&app, session.subject.clone(), grant, selection).await {
-        Ok(Ok(())) => (
-            StatusCode::OK,
-            axum::Json(json!({"ok": true, "grant": grant.to_string(), "apps": answer})),
-        )
-            .into_response(),
-        Ok(Err(GrantAppsError::Store(e))) => respond::store(&e),
-        Ok(Err(e)) => tab::error(StatusCode::NOT_FOUND, e.code().as_str(), &e.to_string()),
-        Err(r) => r,
-    }
+    Ok(
+        match set(&app, session.subject.clone(), grant, selection).await? {
+            Ok(()) => (
+                StatusCode::OK,
+                axum::Json(json!({"ok": true, "grant": grant.to_string(), "apps": answer})),
+            )
+                .into_response(),
+            Err(GrantAppsError::Store(e)) => respond::store(&e),
+            Err(e) => tab::error(StatusCode::NOT_FOUND, e.code().as_str(), &e.to_string()),
+        },
+    )
 }
 
 #[cfg(test)]

@@ -22,6 +22,7 @@ use serde_json::{Value, json};
 
 use super::skills::{MAX_BODY_LEN, MAX_TITLE_LEN};
 use super::{Shared, tab};
+use crate::serve::respond::Handled;
 
 /// Most notes one user keeps.
 pub(crate) const MAX_NOTES: usize = 500;
@@ -81,26 +82,33 @@ pub(crate) async fn list(State(app): State<Shared>, headers: HeaderMap) -> Respo
 }
 
 /// `POST /app/notes`.
-pub(crate) async fn create(State(app): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
-    let session = match tab::check_post(&app, &headers) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
+pub(crate) async fn create(State(app): State<Shared>, headers: HeaderMap, body: Bytes) -> Handled {
+    let session = tab::check_post(&app, &headers)?;
     let Ok(note) = serde_json::from_slice::<NewNote>(&body) else {
-        return tab::error(StatusCode::BAD_REQUEST, "INVALID_PARAMS", "bad note");
+        return Err(tab::error(
+            StatusCode::BAD_REQUEST,
+            "INVALID_PARAMS",
+            "bad note",
+        ));
     };
     if note.title.is_empty()
         || note.title.len() > MAX_TITLE_LEN
         || note.body.is_empty()
         || note.body.len() > MAX_BODY_LEN
     {
-        return tab::error(StatusCode::BAD_REQUEST, "INVALID_PARAMS", "bad note");
+        return Err(tab::error(
+            StatusCode::BAD_REQUEST,
+            "INVALID_PARAMS",
+            "bad note",
+        ));
     }
-    match app.notes.create(&session.subject, note.title, note.body) {
-        Some(v) => {
-            tracing::debug!("note created");
-            (StatusCode::CREATED, axum::Json(v)).into_response()
-        }
-        None => tab::error(StatusCode::CONFLICT, "NOTES_FULL", "too many notes"),
-    }
+    Ok(
+        match app.notes.create(&session.subject, note.title, note.body) {
+            Some(v) => {
+                tracing::debug!("note created");
+                (StatusCode::CREATED, axum::Json(v)).into_response()
+            }
+            None => tab::error(StatusCode::CONFLICT, "NOTES_FULL", "too many notes"),
+        },
+    )
 }

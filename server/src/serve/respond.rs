@@ -12,6 +12,10 @@ pub(crate) use portcullis_axum::{
     core_response as core, html, internal_error as internal, see_other, store_error as store,
 };
 
+/// A handler's answer: its response, or the refusal it stopped at (also a
+/// response; `?` on a step that may refuse returns it as is).
+pub(crate) type Handled = Result<Response, Response>;
+
 /// An HTML page that runs this server's own scripts (the Agents page, the
 /// connected tab): [`html`] with `script-src 'self'` and `connect-src 'self'`
 /// added, still no inline script.

@@ -52,6 +52,7 @@ use super::work::{Delivery, Job, TabReport};
 use super::{App, Shared};
 use crate::clock;
 use crate::notify::Event;
+use crate::serve::respond::Handled;
 use crate::session::Session;
 
 /// Longest a work poll waits.
@@ -189,11 +190,8 @@ struct Hello {
 }
 
 /// `POST /agents/tab/connect`.
-pub(crate) async fn connect(State(app): State<Shared>, headers: HeaderMap, raw: Bytes) -> Response {
-    let (session, hello) = match post_body::<Hello>(&app, &headers, &raw) {
-        Ok(parts) => parts,
-        Err(r) => return r,
-    };
+pub(crate) async fn connect(State(app): State<Shared>, headers: HeaderMap, raw: Bytes) -> Handled {
+    let (session, hello) = post_body::<Hello>(&app, &headers, &raw)?;
     let subject = session.subject.clone();
     let browser_session = session.browser_session().to_owned();
     let done = app
@@ -237,15 +235,14 @@ pub(crate) async fn connect(State(app): State<Shared>, headers: HeaderMap, raw: 
             Ok::<_, String>(out)
         })
         .await;
-    match done {
-        Ok(Ok(grants)) => {
+    Ok(match done? {
+        Ok(grants) => {
             app.bump(&session.subject);
             tracing::debug!(grants = grants.len(), "tab connected");
             Json(json!({"ok": true, "grants": grants})).into_response()
         }
-        Ok(Err(e)) => super::respond::database(&e),
-        Err(r) => r,
-    }
+        Err(e) => super::respond::database(&e),
+    })
 }
 
 #[derive(Deserialize)]
@@ -262,11 +259,8 @@ pub(crate) async fn heartbeat(
     State(app): State<Shared>,
     headers: HeaderMap,
     raw: Bytes,
-) -> Response {
-    let (session, beat) = match post_body::<Beat>(&app, &headers, &raw) {
-        Ok(parts) => parts,
-        Err(r) => return r,
-    };
+) -> Handled {
+    let (session, beat) = post_body::<Beat>(&app, &headers, &raw)?;
     let subject = session.subject.clone();
     let done = app
         .write_any(move |app, txn| {
@@ -289,11 +283,10 @@ pub(crate) async fn heartbeat(
             Ok::<_, String>(out)
         })
         .await;
-    match done {
-        Ok(Ok(grants)) => Json(json!({"ok": true, "grants": grants})).into_response(),
-        Ok(Err(e)) => super::respond::database(&e),
-        Err(r) => r,
-    }
+    Ok(match done? {
+        Ok(grants) => Json(json!({"ok": true, "grants": grants})).into_response(),
+        Err(e) => super::respond::database(&e),
+    })
 }
 
 /// `POST /agents/tab/disconnect`.
@@ -301,11 +294,8 @@ pub(crate) async fn disconnect(
     State(app): State<Shared>,
     headers: HeaderMap,
     raw: Bytes,
-) -> Response {
-    let (session, beat) = match post_body::<Beat>(&app, &headers, &raw) {
-        Ok(parts) => parts,
-        Err(r) => return r,
-    };
+) -> Handled {
+    let (session, beat) = post_body::<Beat>(&app, &headers, &raw)?;
     let subject = session.subject.clone();
     let done = app
         .write_any(move |app, txn| {
@@ -330,15 +320,14 @@ pub(crate) async fn disconnect(
             Ok::<_, String>(ended)
         })
         .await;
-    match done {
-        Ok(Ok(ended)) => {
+    Ok(match done? {
+        Ok(ended) => {
             app.bump(&session.subject);
             tracing::debug!(ended, "tab disconnected");
             Json(json!({"ok": true, "ended": ended})).into_response()
         }
-        Ok(Err(e)) => super::respond::database(&e),
-        Err(r) => r,
-    }
+        Err(e) => super::respond::database(&e),
+    })
 }
 
 /// The work-poll query.
@@ -635,11 +624,8 @@ struct JobReport {
 }
 
 /// `POST /agents/tab/report`.
-pub(crate) async fn report(State(app): State<Shared>, headers: HeaderMap, raw: Bytes) -> Response {
-    let (session, r) = match post_body::<JobReport>(&app, &headers, &raw) {
-        Ok(parts) => parts,
-        Err(r) => return r,
-    };
+pub(crate) async fn report(State(app): State<Shared>, headers: HeaderMap, raw: Bytes) -> Handled {
+    let (session, r) = post_body::<JobReport>(&app, &headers, &raw)?;
     let failed = if r.ok {
         None
     } else {
@@ -665,14 +651,10 @@ pub(crate) async fn report(State(app): State<Shared>, headers: HeaderMap, raw: B
                     Ok::<_, String>(ok)
                 })
                 .await;
-            match recorded {
-                Ok(Ok(ok)) => ok,
-                Ok(Err(e)) => return super::respond::database(&e),
-                Err(r) => return r,
-            }
+            recorded?.map_err(|e| super::respond::database(&e))?
         }
     };
-    if delivered {
+    Ok(if delivered {
         Json(json!({"ok": true})).into_response()
     } else {
         error(
@@ -680,7 +662,7 @@ pub(crate) async fn report(State(app): State<Shared>, headers: HeaderMap, raw: B
             "EXPECTATION_FAILED",
             "no such job awaits a report",
         )
-    }
+    })
 }
 
 #[derive(Deserialize)]
@@ -691,21 +673,17 @@ struct Ack {
 
 /// `POST /agents/tab/ack`: the page applied a message of its browser
 /// session. 404 when this session has no such message pending.
-pub(crate) async fn ack(State(app): State<Shared>, headers: HeaderMap, raw: Bytes) -> Response {
-    let (session, a) = match post_body::<Ack>(&app, &headers, &raw) {
-        Ok(parts) => parts,
-        Err(r) => return r,
-    };
-    if app.ack_navigate(session.browser_session(), &a.id).await {
-        tracing::debug!("navigate applied by the tab");
-        Json(json!({"ok": true})).into_response()
-    } else {
-        error(
+pub(crate) async fn ack(State(app): State<Shared>, headers: HeaderMap, raw: Bytes) -> Handled {
+    let (session, a) = post_body::<Ack>(&app, &headers, &raw)?;
+    if !app.ack_navigate(session.browser_session(), &a.id).await {
+        return Err(error(
             StatusCode::NOT_FOUND,
             "EXPECTATION_FAILED",
             "no such message awaits an acknowledgement",
-        )
+        ));
     }
+    tracing::debug!("navigate applied by the tab");
+    Ok(Json(json!({"ok": true})).into_response())
 }
 
 #[derive(Deserialize)]
@@ -719,23 +697,30 @@ struct Decide {
 }
 
 /// `POST /agents/tab/decide`.
-pub(crate) async fn decide(State(app): State<Shared>, headers: HeaderMap, raw: Bytes) -> Response {
-    let (session, d) = match post_body::<Decide>(&app, &headers, &raw) {
-        Ok(parts) => parts,
-        Err(r) => return r,
-    };
+pub(crate) async fn decide(State(app): State<Shared>, headers: HeaderMap, raw: Bytes) -> Handled {
+    let (session, d) = post_body::<Decide>(&app, &headers, &raw)?;
     let decision = match d.decision.as_str() {
         "once" => ApprovalDecision::Once,
         "auto" => ApprovalDecision::AutoApproveKind,
         "deny" => ApprovalDecision::Deny,
-        _ => return error(StatusCode::BAD_REQUEST, "INVALID_PARAMS", "bad decision"),
+        _ => {
+            return Err(error(
+                StatusCode::BAD_REQUEST,
+                "INVALID_PARAMS",
+                "bad decision",
+            ));
+        }
     };
     let (Some(grant), Ok(request_id), Some(fingerprint)) = (
         GrantId::parse(&d.grant),
         RequestId::parse(&d.request_id),
         portcullis_core::hex::decode::<32>(&d.fingerprint),
     ) else {
-        return error(StatusCode::BAD_REQUEST, "INVALID_PARAMS", "bad approval");
+        return Err(error(
+            StatusCode::BAD_REQUEST,
+            "INVALID_PARAMS",
+            "bad approval",
+        ));
     };
     let approval = ApprovalRef {
         grant,
@@ -756,16 +741,15 @@ pub(crate) async fn decide(State(app): State<Shared>, headers: HeaderMap, raw: B
             )
         })
         .await;
-    match done {
-        Ok(Ok(())) => {
+    Ok(match done? {
+        Ok(()) => {
             app.bump(&session.subject);
             // A client's retry waiting for this decision answers at once.
             app.portcullis.announce(grant, request_id);
             tracing::debug!(decision = d.decision, "approval decided");
             Json(json!({"ok": true})).into_response()
         }
-        Ok(Err(portcullis_core::approval::ApprovalError::Store(e))) => super::respond::store(&e),
-        Ok(Err(e)) => wire_error(&e),
-        Err(r) => r,
-    }
+        Err(portcullis_core::approval::ApprovalError::Store(e)) => super::respond::store(&e),
+        Err(e) => wire_error(&e),
+    })
 }

@@ -90,6 +90,7 @@ use serde_json::{Value, json};
 use super::tab::{error, post_body};
 use super::{App, Shared};
 use crate::clock;
+use crate::serve::respond::Handled;
 
 /// Views one user may have at once.
 pub(crate) const MAX_VIEWS_PER_USER: usize = 16;
@@ -992,7 +993,7 @@ pub(crate) async fn send_context(
     State(app): State<Shared>,
     headers: HeaderMap,
     raw: Bytes,
-) -> Response {
+) -> Handled {
     #[derive(Deserialize)]
     #[serde(deny_unknown_fields)]
     struct Picked {
@@ -1004,23 +1005,20 @@ pub(crate) async fn send_context(
     struct Send {
         selections: Vec<Picked>,
     }
-    let (session, body): (_, Send) = match post_body(&app, &headers, &raw) {
-        Ok(checked) => checked,
-        Err(r) => return r,
-    };
+    let (session, body): (_, Send) = post_body(&app, &headers, &raw)?;
     if body.selections.is_empty()
         || body.selections.len() > portcullis_core::apps::MAX_SUBMISSION_VIEWS
     {
-        return error(
+        return Err(error(
             StatusCode::BAD_REQUEST,
             "INVALID_PARAMS",
             "select 1 to 8 Views' context",
-        );
+        ));
     }
     let mut selections = Vec::with_capacity(body.selections.len());
     for p in body.selections {
         let Ok(view) = ViewId::new(&p.view) else {
-            return Refusal::NoView.response();
+            return Err(Refusal::NoView.response());
         };
         selections.push(portcullis_core::apps::Selection {
             view,
@@ -1034,14 +1032,14 @@ pub(crate) async fn send_context(
                 .send_context(txn, app.site(), &subject, &selections)
         })
         .await;
-    match sent {
-        Ok(Ok(n)) => {
+    Ok(match sent? {
+        Ok(n) => {
             app.bump(&session.subject);
             tracing::debug!(values = n, "MCP Apps: context sent to the agent");
             Json(json!({"ok": true, "sent": n})).into_response()
         }
-        Ok(Err(AppViewError::Store(e))) => super::respond::store(&e),
-        Ok(Err(e)) => {
+        Err(AppViewError::Store(e)) => super::respond::store(&e),
+        Err(e) => {
             // A typed refusal with its stable reason (`context_replaced`,
             // `context_discarded`, `context_missing`, …); nothing was sent.
             use portcullis_core::WireError as _;
@@ -1055,8 +1053,7 @@ pub(crate) async fn send_context(
             )
                 .into_response()
         }
-        Err(r) => r,
-    }
+    })
 }
 
 /// `POST /agents/apps/check {view, id}`: "Check result" for an App
@@ -1067,7 +1064,7 @@ pub(crate) async fn send_context(
 /// [`portcullis_core::apps::reconcile`]. It never runs the operation
 /// again. A final answer (completed, failed, unknown) ends the operation in
 /// the View; "still pending" leaves it to be checked again.
-pub(crate) async fn check(State(app): State<Shared>, headers: HeaderMap, raw: Bytes) -> Response {
+pub(crate) async fn check(State(app): State<Shared>, headers: HeaderMap, raw: Bytes) -> Handled {
     use portcullis_core::apps::{Receipt, Reconciled, UnknownWhy, reconcile};
     #[derive(Deserialize)]
     #[serde(deny_unknown_fields)]
@@ -1080,12 +1077,13 @@ pub(crate) async fn check(State(app): State<Shared>, headers: HeaderMap, raw: By
         #[serde(default)]
         request: Option<String>,
     }
-    let (session, c): (_, Check) = match post_body(&app, &headers, &raw) {
-        Ok(checked) => checked,
-        Err(r) => return r,
-    };
+    let (session, c): (_, Check) = post_body(&app, &headers, &raw)?;
     let Some(rpc) = rpc_id(&c.id) else {
-        return error(StatusCode::BAD_REQUEST, "INVALID_PARAMS", "bad request id");
+        return Err(error(
+            StatusCode::BAD_REQUEST,
+            "INVALID_PARAMS",
+            "bad request id",
+        ));
     };
     let (subject, view) = (session.subject.as_str(), c.view.as_str());
     let found = app.with_view(subject, view, |v| {
@@ -1105,20 +1103,20 @@ pub(crate) async fn check(State(app): State<Shared>, headers: HeaderMap, raw: By
         Ok(None) => match c.request.as_deref().and_then(|r| RequestId::parse(r).ok()) {
             Some(request) => (request, None, false),
             None => {
-                return error(
+                return Err(error(
                     StatusCode::NOT_FOUND,
                     "ACTION_NOT_FOUND",
                     "no such App operation in flight",
-                );
+                ));
             }
         },
-        Err(e) => return e.response(),
+        Err(e) => return Err(e.response()),
     };
     // The receipt is read under the View's grant as it is now: a revoked
     // grant reads no stored result.
     let principal = match view_now(&app, subject, view).await {
         Ok((p, _)) => p,
-        Err(e) => return e.response(),
+        Err(e) => return Err(e.response()),
     };
     let answer = app
         .blocking(move |app| {
@@ -1126,10 +1124,7 @@ pub(crate) async fn check(State(app): State<Shared>, headers: HeaderMap, raw: By
                 .request_status(&principal, &request, clock::now())
         })
         .await;
-    let answer = match answer {
-        Ok(a) => a,
-        Err(r) => return r,
-    };
+    let answer = answer?;
     let reconciled = if read {
         // A read never reaches the ledger: it has no receipt, and it had no
         // effect to reconcile.
@@ -1138,7 +1133,7 @@ pub(crate) async fn check(State(app): State<Shared>, headers: HeaderMap, raw: By
         let Some(receipt) = Receipt::from_answer(&answer) else {
             // Not a receipt (the grant is not live, the store failed): that
             // error is the answer; no outcome is guessed from it.
-            return match answer {
+            return Err(match answer {
                 Err(portcullis_core::ledger::OutcomesError::Store(e)) => super::respond::store(&e),
                 Err(e) => {
                     use portcullis_core::WireError as _;
@@ -1149,7 +1144,7 @@ pub(crate) async fn check(State(app): State<Shared>, headers: HeaderMap, raw: By
                     )
                 }
                 Ok(_) => super::respond::internal("a receipt was not read"),
-            };
+            });
         };
         reconcile(receipt)
     };
@@ -1166,7 +1161,7 @@ pub(crate) async fn check(State(app): State<Shared>, headers: HeaderMap, raw: By
         });
         app.bump(subject);
     }
-    Json(json!({"ok": true, "outcome": outcome, "detail": detail})).into_response()
+    Ok(Json(json!({"ok": true, "outcome": outcome, "detail": detail})).into_response())
 }
 
 /// What the page shows of a reconciled receipt: `completed` (the result),
@@ -1234,22 +1229,15 @@ fn current_app_uri(app: &App, source: &SourceId, tool: &str) -> Option<String> {
 
 /// `POST /agents/apps/activate {view}`: "Activate interactions", against
 /// the View's grant as it is now and its tool's current App.
-pub(crate) async fn activate(
-    State(app): State<Shared>,
-    headers: HeaderMap,
-    raw: Bytes,
-) -> Response {
-    let (session, r): (_, ViewRef) = match post_body(&app, &headers, &raw) {
-        Ok(checked) => checked,
-        Err(r) => return r,
-    };
+pub(crate) async fn activate(State(app): State<Shared>, headers: HeaderMap, raw: Bytes) -> Handled {
+    let (session, r): (_, ViewRef) = post_body(&app, &headers, &raw)?;
     let authority = match view_now(&app, &session.subject, &r.view).await {
         Ok((_, a)) => a,
         Err(Refusal::GrantEnded) => {
             let _ = app.with_view(&session.subject, &r.view, |v| v.view_mut().deactivate());
-            return Refusal::GrantEnded.response();
+            return Err(Refusal::GrantEnded.response());
         }
-        Err(e) => return e.response(),
+        Err(e) => return Err(e.response()),
     };
     let done = app.with_view(&session.subject, &r.view, |v| {
         let current = current_app_uri(&app, v.view().source(), &v.tool.name);
@@ -1257,7 +1245,7 @@ pub(crate) async fn activate(
         // Approvals asked under an earlier activation do not carry over.
         activated.map(|withdrawn| (v.drop_withdrawn(&withdrawn), v.view().origin().grant))
     });
-    match done {
+    Ok(match done {
         Ok(Ok((waiting, grant))) => {
             if !waiting.is_empty() {
                 deny_waiting(&app, &session.subject, grant, &waiting).await;
@@ -1267,7 +1255,7 @@ pub(crate) async fn activate(
         }
         Ok(Err(e)) => error(StatusCode::FORBIDDEN, "PERMISSION_DENIED", &e.to_string()),
         Err(e) => e.response(),
-    }
+    })
 }
 
 /// `POST /agents/apps/close {view}`: its controls, open proposals and
@@ -1275,11 +1263,8 @@ pub(crate) async fn activate(
 /// An App write that was waiting for the user's approval is denied in the
 /// ledger ([`deny_waiting`]), so its card leaves the approvals list and the
 /// action never runs: nobody is left to approve it for.
-pub(crate) async fn close(State(app): State<Shared>, headers: HeaderMap, raw: Bytes) -> Response {
-    let (session, r): (_, ViewRef) = match post_body(&app, &headers, &raw) {
-        Ok(checked) => checked,
-        Err(r) => return r,
-    };
+pub(crate) async fn close(State(app): State<Shared>, headers: HeaderMap, raw: Bytes) -> Handled {
+    let (session, r): (_, ViewRef) = post_body(&app, &headers, &raw)?;
     let closed = app.with_view(&session.subject, &r.view, |v| {
         let withdrawn = v.view_mut().close();
         for p in &withdrawn.proposals {
@@ -1288,7 +1273,7 @@ pub(crate) async fn close(State(app): State<Shared>, headers: HeaderMap, raw: By
         let waiting = v.drop_withdrawn(&withdrawn);
         (withdrawn.running, v.view().origin().grant, waiting)
     });
-    match closed {
+    Ok(match closed {
         Ok((running, grant, waiting)) => {
             if !waiting.is_empty() {
                 deny_waiting(&app, &session.subject, grant, &waiting).await;
@@ -1298,7 +1283,7 @@ pub(crate) async fn close(State(app): State<Shared>, headers: HeaderMap, raw: By
             Json(json!({"ok": true, "running": running})).into_response()
         }
         Err(e) => e.response(),
-    }
+    })
 }
 
 /// Looks again at the user's Views of `grant` once its authority changed
@@ -1399,18 +1384,11 @@ pub(crate) async fn deny_waiting(
 /// `POST /agents/apps/resource {view}`: the App's HTML and its declared
 /// CSP origins (exact origins only), read through the gateway under the
 /// View's grant as it is now.
-pub(crate) async fn resource(
-    State(app): State<Shared>,
-    headers: HeaderMap,
-    raw: Bytes,
-) -> Response {
-    let (session, r): (_, ViewRef) = match post_body(&app, &headers, &raw) {
-        Ok(checked) => checked,
-        Err(r) => return r,
-    };
+pub(crate) async fn resource(State(app): State<Shared>, headers: HeaderMap, raw: Bytes) -> Handled {
+    let (session, r): (_, ViewRef) = post_body(&app, &headers, &raw)?;
     let (principal, authority) = match view_now(&app, &session.subject, &r.view).await {
         Ok(v) => v,
-        Err(e) => return e.response(),
+        Err(e) => return Err(e.response()),
     };
     let Ok((uri, source)) = app.with_view(&session.subject, &r.view, |v| {
         (
@@ -1418,14 +1396,14 @@ pub(crate) async fn resource(
             v.view().source().clone(),
         )
     }) else {
-        return Refusal::NoView.response();
+        return Err(Refusal::NoView.response());
     };
     if !authority.sources.includes(&source) {
-        return error(
+        return Err(error(
             StatusCode::FORBIDDEN,
             "PERMISSION_DENIED",
             "this connection was not given the App's source",
-        );
+        ));
     }
     let read = app
         .gateway
@@ -1441,38 +1419,42 @@ pub(crate) async fn resource(
             serde_json::to_value(r).unwrap_or(Value::Null)
         }
         Ok(_) => {
-            return error(
+            return Err(error(
                 StatusCode::BAD_GATEWAY,
                 "ACTION_UNAVAILABLE",
                 "the source asks for input before it gives the App",
-            );
+            ));
         }
         Err(e) => {
             tracing::warn!(error = %e.message, "MCP Apps: reading the App failed");
-            return error(StatusCode::BAD_GATEWAY, "SOURCE_UNAVAILABLE", &e.message);
+            return Err(error(
+                StatusCode::BAD_GATEWAY,
+                "SOURCE_UNAVAILABLE",
+                &e.message,
+            ));
         }
     };
     let Some((html, (connect, resource))) =
         app_html(&result, &[&app.browser.public_url, &app.apps.sandbox])
     else {
         tracing::warn!("MCP Apps: the App's resource holds no text/html;profile=mcp-app");
-        return error(
+        return Err(error(
             StatusCode::BAD_GATEWAY,
             "EXPECTATION_FAILED",
             "the resource holds no text/html;profile=mcp-app content",
-        );
+        ));
     };
     tracing::debug!(
         connect = connect.len(),
         resource = resource.len(),
         "MCP Apps: App read; its CSP origins kept"
     );
-    Json(json!({
+    Ok(Json(json!({
         "ok": true,
         "html": html,
         "csp": {"connectDomains": connect, "resourceDomains": resource},
     }))
-    .into_response()
+    .into_response())
 }
 
 /// An App's HTML and its kept CSP origins (`connectDomains`,

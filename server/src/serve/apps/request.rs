@@ -63,6 +63,7 @@ use super::super::Shared;
 use super::super::tab::post_body;
 use super::{Call, Refusal, view_now};
 use crate::clock;
+use crate::serve::respond::Handled;
 
 /// How long one request waits for the user's decision on an approval
 /// before answering `pending` (the page asks again).
@@ -123,20 +124,17 @@ fn refuse(id: Option<&RpcId>, message: &str) -> Response {
 }
 
 /// `POST /agents/apps/request`.
-pub(crate) async fn request(State(app): State<Shared>, headers: HeaderMap, raw: Bytes) -> Response {
-    let (session, f): (_, Forwarded) = match post_body(&app, &headers, &raw) {
-        Ok(checked) => checked,
-        Err(r) => return r,
-    };
+pub(crate) async fn request(State(app): State<Shared>, headers: HeaderMap, raw: Bytes) -> Handled {
+    let (session, f): (_, Forwarded) = post_body(&app, &headers, &raw)?;
     let (subject, view) = (session.subject.as_str(), f.view.as_str());
     if let Err(e) = app.with_view(subject, view, |_| ()) {
-        return e.response();
+        return Err(e.response());
     }
     let AppRequest { id, call } = match AppRequest::parse(f.message.as_bytes()) {
         Ok(r) => r,
-        Err(e) => return respond(refusal(f.message.as_bytes(), e)),
+        Err(e) => return Err(respond(refusal(f.message.as_bytes(), e))),
     };
-    match call {
+    Ok(match call {
         AppCall::Initialize { .. } => initialize(&app, subject, view, id.as_ref()),
         AppCall::Initialized => ok(json!({"initialized": true})),
         AppCall::Ping => id.map_or_else(|| ok(json!({})), |id| respond(result(&id, json!({})))),
@@ -163,7 +161,7 @@ pub(crate) async fn request(State(app): State<Shared>, headers: HeaderMap, raw: 
         }
         AppCall::OpenLink { url } => {
             let Some(policy) = app.apps.link_policy.clone() else {
-                return refuse(id.as_ref(), "this host opens no links");
+                return Err(refuse(id.as_ref(), "this host opens no links"));
             };
             propose(&app, subject, view, id, move |v| {
                 v.propose_link(&url, &policy)
@@ -193,7 +191,7 @@ pub(crate) async fn request(State(app): State<Shared>, headers: HeaderMap, raw: 
             }
         }
         _ => refuse(id.as_ref(), "method not supported by this host"),
-    }
+    })
 }
 
 /// The answer to a message the core refused: a JSON-RPC error with the
@@ -298,25 +296,18 @@ struct Decision {
 /// and queued for the agent that opened the View in one change,
 /// [`portcullis_core::apps::StoredView::send_message`], its next tool
 /// result carries it) or `decline` (it never reaches the agent).
-pub(crate) async fn proposal(
-    State(app): State<Shared>,
-    headers: HeaderMap,
-    raw: Bytes,
-) -> Response {
-    let (session, d): (_, Decision) = match post_body(&app, &headers, &raw) {
-        Ok(checked) => checked,
-        Err(r) => return r,
-    };
+pub(crate) async fn proposal(State(app): State<Shared>, headers: HeaderMap, raw: Bytes) -> Handled {
+    let (session, d): (_, Decision) = post_body(&app, &headers, &raw)?;
     let pid = ProposalId(d.proposal);
     let accept = match d.choice.as_str() {
         "accept" => true,
         "decline" => false,
         _ => {
-            return super::super::tab::error(
+            return Err(super::super::tab::error(
                 axum::http::StatusCode::BAD_REQUEST,
                 "INVALID_PARAMS",
                 "bad decision",
-            );
+            ));
         }
     };
     let done = app.with_view(&session.subject, &d.view, |v| {
@@ -352,13 +343,13 @@ pub(crate) async fn proposal(
         }
         settled
     });
-    match done {
+    Ok(match done {
         Ok(Ok((response, shown))) => ok(json!({"response": response, "shown": shown})),
         Ok(Err(why)) => {
             super::super::tab::error(axum::http::StatusCode::CONFLICT, "EXPECTATION_FAILED", &why)
         }
         Err(e) => e.response(),
-    }
+    })
 }
 
 /// The rule for an App operation on the View's own source (see
