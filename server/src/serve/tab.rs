@@ -49,7 +49,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::work::{Delivery, Job, TabReport};
-use super::{App, Shared};
+use super::{App, AppWrite, Shared};
 use crate::clock;
 use crate::notify::Event;
 use crate::serve::respond::Handled;
@@ -161,6 +161,24 @@ impl App {
     }
 }
 
+/// `each` for every live grant of `subject`, all in one write: what each
+/// gave, grant by grant, or the refusal of a store that failed.
+async fn for_live_grants<T, F>(app: &Shared, subject: String, each: F) -> Result<Vec<T>, Response>
+where
+    T: Send + 'static,
+    F: for<'t, 'b, 'w> Fn(&App, &mut AppWrite<'t, 'b, 'w>, &str, &LiveGrant) -> T
+        + Send
+        + Sync
+        + 'static,
+{
+    app.write_any(move |app, txn| {
+        let grants = app.live_grants(&subject)?;
+        Ok::<_, String>(grants.iter().map(|g| each(app, txn, &subject, g)).collect())
+    })
+    .await?
+    .map_err(|e| super::respond::database(&e))
+}
+
 fn grant_json(g: &LiveGrant) -> Value {
     json!({
         "grant": g.id.to_string(),
@@ -192,57 +210,38 @@ struct Hello {
 /// `POST /agents/tab/connect`.
 pub(crate) async fn connect(State(app): State<Shared>, headers: HeaderMap, raw: Bytes) -> Handled {
     let (session, hello) = post_body::<Hello>(&app, &headers, &raw)?;
-    let subject = session.subject.clone();
-    let browser_session = session.browser_session().to_owned();
-    let done = app
-        .write_any(move |app, txn| {
-            let hello_core = TabHello {
-                browser_session: browser_session.clone(),
-                tab_id: hello.tab_id.clone(),
-                page_instance: hello.page_instance.clone(),
-                visible: hello.visible,
+    let hello_core = TabHello {
+        browser_session: session.browser_session().to_owned(),
+        tab_id: hello.tab_id,
+        page_instance: hello.page_instance,
+        visible: hello.visible,
+    };
+    let take_over = hello.take_over;
+    let grants = for_live_grants(
+        &app,
+        session.subject.clone(),
+        move |app, txn, subject, g| {
+            let now = clock::now();
+            let r = if take_over {
+                app.engine()
+                    .take_over_tab(&mut *txn, app.site(), subject, &g.id, &hello_core, now)
+            } else {
+                app.engine()
+                    .connect_tab(&mut *txn, app.site(), subject, &g.id, &hello_core, now)
             };
-            let mut out = Vec::new();
-            for g in app.live_grants(&subject)? {
-                let now = clock::now();
-                let r = if hello.take_over {
-                    app.engine().take_over_tab(
-                        &mut *txn,
-                        app.site(),
-                        &subject,
-                        &g.id,
-                        &hello_core,
-                        now,
-                    )
-                } else {
-                    app.engine().connect_tab(
-                        &mut *txn,
-                        app.site(),
-                        &subject,
-                        &g.id,
-                        &hello_core,
-                        now,
-                    )
-                };
-                let mut v = grant_json(&g);
-                let r = r.map(|_| ());
-                v["state"] = json!(tab_state(&r));
-                if let Err(e) = &r {
-                    v["error"] = json!({"code": e.code().as_str(), "message": e.to_string()});
-                }
-                out.push(v);
+            let mut v = grant_json(g);
+            let r = r.map(|_| ());
+            v["state"] = json!(tab_state(&r));
+            if let Err(e) = &r {
+                v["error"] = json!({"code": e.code().as_str(), "message": e.to_string()});
             }
-            Ok::<_, String>(out)
-        })
-        .await;
-    Ok(match done? {
-        Ok(grants) => {
-            app.bump(&session.subject);
-            tracing::debug!(grants = grants.len(), "tab connected");
-            Json(json!({"ok": true, "grants": grants})).into_response()
-        }
-        Err(e) => super::respond::database(&e),
-    })
+            v
+        },
+    )
+    .await?;
+    app.bump(&session.subject);
+    tracing::debug!(grants = grants.len(), "tab connected");
+    Ok(Json(json!({"ok": true, "grants": grants})).into_response())
 }
 
 #[derive(Deserialize)]
@@ -261,32 +260,27 @@ pub(crate) async fn heartbeat(
     raw: Bytes,
 ) -> Handled {
     let (session, beat) = post_body::<Beat>(&app, &headers, &raw)?;
-    let subject = session.subject.clone();
-    let done = app
-        .write_any(move |app, txn| {
-            let mut out = Vec::new();
-            for g in app.live_grants(&subject)? {
-                let r = app.engine().tab_heartbeat(
-                    &mut *txn,
-                    app.site(),
-                    &subject,
-                    &g.id,
-                    &beat.tab_id,
-                    &beat.page_instance,
-                    beat.visible,
-                    clock::now(),
-                );
-                let mut v = grant_json(&g);
-                v["state"] = json!(tab_state(&r));
-                out.push(v);
-            }
-            Ok::<_, String>(out)
-        })
-        .await;
-    Ok(match done? {
-        Ok(grants) => Json(json!({"ok": true, "grants": grants})).into_response(),
-        Err(e) => super::respond::database(&e),
-    })
+    let grants = for_live_grants(
+        &app,
+        session.subject.clone(),
+        move |app, txn, subject, g| {
+            let r = app.engine().tab_heartbeat(
+                &mut *txn,
+                app.site(),
+                subject,
+                &g.id,
+                &beat.tab_id,
+                &beat.page_instance,
+                beat.visible,
+                clock::now(),
+            );
+            let mut v = grant_json(g);
+            v["state"] = json!(tab_state(&r));
+            v
+        },
+    )
+    .await?;
+    Ok(Json(json!({"ok": true, "grants": grants})).into_response())
 }
 
 /// `POST /agents/tab/disconnect`.
@@ -296,38 +290,30 @@ pub(crate) async fn disconnect(
     raw: Bytes,
 ) -> Handled {
     let (session, beat) = post_body::<Beat>(&app, &headers, &raw)?;
-    let subject = session.subject.clone();
-    let done = app
-        .write_any(move |app, txn| {
-            let mut ended = 0;
-            for g in app.live_grants(&subject)? {
-                if app
-                    .engine()
-                    .disconnect_tab(
-                        &mut *txn,
-                        app.site(),
-                        &subject,
-                        &g.id,
-                        &beat.tab_id,
-                        &beat.page_instance,
-                        clock::now(),
-                    )
-                    .is_ok()
-                {
-                    ended += 1;
-                }
-            }
-            Ok::<_, String>(ended)
-        })
-        .await;
-    Ok(match done? {
-        Ok(ended) => {
-            app.bump(&session.subject);
-            tracing::debug!(ended, "tab disconnected");
-            Json(json!({"ok": true, "ended": ended})).into_response()
-        }
-        Err(e) => super::respond::database(&e),
-    })
+    let ended = for_live_grants(
+        &app,
+        session.subject.clone(),
+        move |app, txn, subject, g| {
+            app.engine()
+                .disconnect_tab(
+                    &mut *txn,
+                    app.site(),
+                    subject,
+                    &g.id,
+                    &beat.tab_id,
+                    &beat.page_instance,
+                    clock::now(),
+                )
+                .is_ok()
+        },
+    )
+    .await?
+    .into_iter()
+    .filter(|&ended| ended)
+    .count();
+    app.bump(&session.subject);
+    tracing::debug!(ended, "tab disconnected");
+    Ok(Json(json!({"ok": true, "ended": ended})).into_response())
 }
 
 /// The work-poll query.
