@@ -370,7 +370,14 @@ impl Call {
         let call = bound.as_ref().unwrap_or(self);
         let wait = call.wait(portcullis.inner.approval_wait);
         let ran = portcullis
-            .run_once_waiting(agent, call.request_id, call.joins, action, wait, run)
+            .run_once_waiting(
+                agent,
+                call.request_id,
+                call.joins,
+                action,
+                wait,
+                crate::run::acting(run),
+            )
             .await;
         let approval_url = match ran.outcome() {
             Outcome::Pending(p) => p.approval_url.clone(),

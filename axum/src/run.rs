@@ -40,6 +40,7 @@
 //! an identical call is a new write and asks again.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use portcullis_core::Own;
@@ -392,18 +393,44 @@ pub(crate) trait Work<T>: Send + 'static {
     ) -> impl Future<Output = Step<T>> + Send + 'a;
 }
 
-/// One action this process performs: `run_once`'s closure.
-struct OnServer<F> {
-    action: Action,
-    /// Taken when the action runs: it runs at most once per call.
-    run: Option<F>,
-}
+/// A server action's body as the ledger's machinery carries it: boxed once
+/// where a caller hands it over ([`Portcullis::run_once`],
+/// [`Portcullis::run_joining`], [`Portcullis::run_for`], the rmcp glue's
+/// `Call::run`), so that the machinery is compiled once per result type,
+/// not once per closure.
+pub(crate) type ActionBody<T> =
+    Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = Act<T>> + Send>> + Send>;
 
-impl<T, F, Fut> Work<T> for OnServer<F>
+/// `run` as an [`ActionBody`].
+pub(crate) fn action_body<T, F, Fut>(run: F) -> ActionBody<T>
 where
-    T: Serialize + DeserializeOwned + Send + 'static,
     F: FnOnce() -> Fut + Send + 'static,
     Fut: Future<Output = Act<T>> + Send + 'static,
+{
+    Box::new(move || Box::pin(run()))
+}
+
+/// `run`, an action that always acts (its business result), as an
+/// [`ActionBody`].
+pub(crate) fn acting<T, F, Fut>(run: F) -> ActionBody<T>
+where
+    T: 'static,
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = Result<T, BusinessError>> + Send + 'static,
+{
+    action_body(move || async move { Act::Did(run().await) })
+}
+
+/// One action this process performs: `run_once`'s closure.
+struct OnServer<T> {
+    action: Action,
+    /// Taken when the action runs: it runs at most once per call.
+    run: Option<ActionBody<T>>,
+}
+
+impl<T> Work<T> for OnServer<T>
+where
+    T: Serialize + DeserializeOwned + Send + 'static,
 {
     fn on_tab(&self) -> bool {
         false
@@ -487,7 +514,7 @@ impl<S: HostStore> Portcullis<S> {
         Fut: Future<Output = Result<T, BusinessError>> + Send + 'static,
     {
         let wait = self.inner.approval_wait;
-        self.run_once_waiting(agent, request_id, false, action, wait, run)
+        self.run_once_waiting(agent, request_id, false, action, wait, acting(run))
             .await
     }
 
@@ -509,7 +536,7 @@ impl<S: HostStore> Portcullis<S> {
     {
         let wait = self.inner.approval_wait;
         let fresh = RequestId::random(&mut rand::rng());
-        self.run_once_waiting(agent, fresh, true, action, wait, run)
+        self.run_once_waiting(agent, fresh, true, action, wait, acting(run))
             .await
     }
 
@@ -517,21 +544,18 @@ impl<S: HostStore> Portcullis<S> {
     /// decision (or a run in progress) before it answers pending; with
     /// `join`, for a call that names no request id (`request_id` is a fresh
     /// one), as [`Portcullis::run_joining`].
-    pub(crate) async fn run_once_waiting<T, F, Fut>(
+    pub(crate) async fn run_once_waiting<T>(
         &self,
         agent: &Agent,
         request_id: RequestId,
         join: bool,
         action: Action,
         wait: Duration,
-        run: F,
+        run: ActionBody<T>,
     ) -> Ran<T>
     where
         T: Serialize + DeserializeOwned + Send + 'static,
-        F: FnOnce() -> Fut + Send + 'static,
-        Fut: Future<Output = Result<T, BusinessError>> + Send + 'static,
     {
-        let run = move || async move { Act::Did(run().await) };
         let ran = self
             .run_server(agent.principal(), request_id, join, action, wait, run)
             .await;
@@ -561,25 +585,24 @@ impl<S: HostStore> Portcullis<S> {
         F: FnOnce() -> Fut + Send + 'static,
         Fut: Future<Output = Act<T>> + Send + 'static,
     {
+        let run = action_body(run);
         self.run_server(Some(principal), request_id, false, action, wait, run)
             .await
     }
 
     /// A server action's run for `principal` (`None`: a minted agent
     /// token, which has no grant to run under).
-    async fn run_server<T, F, Fut>(
+    async fn run_server<T>(
         &self,
         principal: Option<&Principal>,
         request_id: RequestId,
         join: bool,
         action: Action,
         wait: Duration,
-        run: F,
+        run: ActionBody<T>,
     ) -> Ran<T>
     where
         T: Serialize + DeserializeOwned + Send + 'static,
-        F: FnOnce() -> Fut + Send + 'static,
-        Fut: Future<Output = Act<T>> + Send + 'static,
     {
         let params = match request_params(request_id, &action) {
             Ok(p) if join => p.joining(),
@@ -927,11 +950,13 @@ impl<S: HostStore> Portcullis<S> {
 
     /// Runs the authorized action on a task of its own, records its
     /// outcome, and completes the request with its result.
-    pub(crate) async fn run_and_record<T, F, Fut>(&self, ticket: ExecutionTicket, run: F) -> Ran<T>
+    pub(crate) async fn run_and_record<T>(
+        &self,
+        ticket: ExecutionTicket,
+        run: ActionBody<T>,
+    ) -> Ran<T>
     where
         T: Serialize + DeserializeOwned + Send + 'static,
-        F: FnOnce() -> Fut + Send + 'static,
-        Fut: Future<Output = Act<T>> + Send + 'static,
     {
         let id = ticket.request_id();
         let result = match tokio::spawn(async move { run().await }).await {
