@@ -28,7 +28,7 @@ impl<S: Store> Engine<S> {
     /// token text (show it once) and its record.
     #[allow(
         clippy::needless_pass_by_value,
-        reason = "by value as before; an attempt that may re-run on a conflict clones what it keeps"
+        reason = "the request by value, as callers hand it over; every attempt reads it in place"
     )]
     pub fn mint_agent_token<X: Within<S>, R: CryptoRng + ?Sized>(
         &self,
@@ -39,21 +39,17 @@ impl<S: Store> Engine<S> {
         now: Timestamp,
     ) -> Result<(SecretString, AgentToken), MintError> {
         tx.run(self, |txn| {
-            self.mint_agent_token_body(txn, site_id, request.clone(), rng, now)
+            self.mint_agent_token_body(txn, site_id, &request, rng, now)
         })
     }
 
     /// The body of [`Engine::mint_agent_token`] in either form, generic over the
     /// transaction alone: both forms share one copy per store.
-    #[allow(
-        clippy::needless_pass_by_value,
-        reason = "by value as before; an attempt that may re-run on a conflict clones what it keeps"
-    )]
     fn mint_agent_token_body<W: WriteTransaction, R: CryptoRng + ?Sized>(
         &self,
         txn: &mut Txn<'_, W>,
         site_id: &SiteId,
-        request: AgentTokenRequest,
+        request: &AgentTokenRequest,
         rng: &mut R,
         now: Timestamp,
     ) -> Result<(SecretString, AgentToken), MintError> {

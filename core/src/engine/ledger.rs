@@ -1085,7 +1085,17 @@ impl<S: Store> Engine<S> {
             tab,
         })
     }
+}
 
+/// The operations on a run's ticket ([`ExecutionTicket`]): each consumes
+/// the ticket it is handed (its answer hands one back), and each attempt
+/// of its transaction works on a duplicate, since a conflict may run it
+/// again.
+#[allow(
+    clippy::needless_pass_by_value,
+    reason = "a ticket is consumed by contract; an attempt that may re-run on a conflict duplicates or clones what it keeps"
+)]
+impl<S: Store> Engine<S> {
     /// Authorizes the next action of a run (see [`ActionVerdict`]): replays
     /// a recorded one, checks the scope it names ([`Action::scope`]), the
     /// tab's visibility for actions that drive page controls, and the
@@ -1097,10 +1107,6 @@ impl<S: Store> Engine<S> {
     /// declare ([`crate::ledger::LedgerError::UndeclaredScope`],
     /// `server_error`), or, on a server run, an action that drives page
     /// controls ([`crate::ledger::LedgerError::InvalidAction`]).
-    #[allow(
-        clippy::needless_pass_by_value,
-        reason = "the ticket is consumed by contract; each attempt works on a duplicate, in case a conflict re-runs it"
-    )]
     pub fn authorize_action<X: Within<S>>(
         &self,
         tx: X,
@@ -1115,10 +1121,6 @@ impl<S: Store> Engine<S> {
 
     /// The body of [`Engine::authorize_action`] in either form, generic over the
     /// transaction alone: both forms share one copy per store.
-    #[allow(
-        clippy::needless_pass_by_value,
-        reason = "the ticket is consumed by contract; each attempt works on a duplicate, in case a conflict re-runs it"
-    )]
     fn authorize_action_body<W: WriteTransaction>(
         &self,
         txn: &mut Txn<'_, W>,
@@ -1242,10 +1244,6 @@ impl<S: Store> Engine<S> {
     ///
     /// Only a host that knows the action had no effect may call this:
     /// anything that may have run is an outcome ([`Engine::record_outcome`]).
-    #[allow(
-        clippy::needless_pass_by_value,
-        reason = "the ticket is consumed by contract; each attempt works on a duplicate, in case a conflict re-runs it"
-    )]
     pub fn withdraw_action<X: Within<S>>(
         &self,
         tx: X,
@@ -1265,10 +1263,6 @@ impl<S: Store> Engine<S> {
 
     /// Records the outcome of the action the run was last authorized to
     /// perform; returns the ticket for the next action.
-    #[allow(
-        clippy::needless_pass_by_value,
-        reason = "by value as before; an attempt that may re-run on a conflict clones what it keeps"
-    )]
     pub fn record_outcome<X: Within<S>>(
         &self,
         tx: X,
@@ -1283,10 +1277,6 @@ impl<S: Store> Engine<S> {
 
     /// The body of [`Engine::record_outcome`] in either form, generic over the
     /// transaction alone: both forms share one copy per store.
-    #[allow(
-        clippy::needless_pass_by_value,
-        reason = "by value as before; an attempt that may re-run on a conflict clones what it keeps"
-    )]
     fn record_outcome_body<W: WriteTransaction>(
         &self,
         txn: &mut Txn<'_, W>,
@@ -1339,10 +1329,6 @@ impl<S: Store> Engine<S> {
     /// Ends the run with the code's result or business error and returns
     /// the stored result. `unknownTail` is set if an authorized action was
     /// never confirmed.
-    #[allow(
-        clippy::needless_pass_by_value,
-        reason = "the ticket is consumed by contract; each attempt works on a duplicate, in case a conflict re-runs it"
-    )]
     pub fn complete<X: Within<S>>(
         &self,
         tx: X,
@@ -1388,7 +1374,9 @@ impl<S: Store> Engine<S> {
         self.stored(&*txn, &ticket.lineage, &rec, 0)?
             .ok_or(TicketError::Stale)
     }
+}
 
+impl<S: Store> Engine<S> {
     /// A page of a stored result's outcomes, from an `outcomeCursor`.
     pub fn outcomes(
         &self,

@@ -1,22 +1,13 @@
 //! Fuzz entry points for client registration and metadata documents.
 
+use super::keyring;
 use crate::client::{
     self, Client, ClientIdUrl, RedirectKind, RedirectUri, TokenEndpointAuthMethod,
     is_browser_scheme, parse_client_id_url,
 };
-use crate::jwt::{Keyring, SigningKey};
 use crate::time::Timestamp;
 
 const DOCUMENT_URL: &str = "https://client.example.com/oauth/metadata.json";
-
-fn keyring() -> Keyring {
-    let mut keyring = Keyring::new();
-    keyring
-        .insert("k1", SigningKey::from_bytes(&[7; 32]).expect("32-byte key"))
-        .expect("valid kid");
-    keyring.set_active("k1").expect("known kid");
-    keyring
-}
 
 /// Invariants every resolved client holds, however it was obtained.
 fn check_client(client: &Client) {

@@ -3,19 +3,10 @@
 
 use alloc::string::ToString;
 
-use crate::jwt::{Keyring, SigningKey};
+use super::keyring;
 use crate::ledger::{
     self, CodeFingerprint, ExecuteParams, Lineage, MAX_CODE_LEN, MAX_ENVELOPE_LEN, RequestId,
 };
-
-fn keyring() -> Keyring {
-    let mut keyring = Keyring::new();
-    keyring
-        .insert("k1", SigningKey::from_bytes(&[7; 32]).expect("32-byte key"))
-        .expect("valid kid");
-    keyring.set_active("k1").expect("known kid");
-    keyring
-}
 
 /// Parses arbitrary bytes as an `execute` envelope and as a request id.
 /// Whatever is accepted must be within bounds, print back to an id that

@@ -16,6 +16,18 @@ use core::convert::Infallible;
 use rand_core::{TryCryptoRng, TryRng};
 use sha2::{Digest as _, Sha256};
 
+use crate::jwt::{Keyring, SigningKey};
+
+/// The fuzz entry points' keyring: one HS256 key, `k1`, active.
+pub(crate) fn keyring() -> Keyring {
+    let mut keyring = Keyring::new();
+    keyring
+        .insert("k1", SigningKey::from_bytes(&[7; 32]).expect("32-byte key"))
+        .expect("valid kid");
+    keyring.set_active("k1").expect("known kid");
+    keyring
+}
+
 /// A deterministic generator for the fuzz entry points, so a crashing input
 /// replays exactly: SHA-256 of a counter. It is predictable by design and
 /// marked cryptographic only because the operations under test demand it.

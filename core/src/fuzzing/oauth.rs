@@ -1,23 +1,16 @@
 //! Fuzz entry points for the authorization server's parsers.
 
+use super::keyring;
 use crate::authorize;
 use crate::bearer;
 use crate::form::Form;
 use crate::grant::{Grant, RefreshTokenParts};
 use crate::header::{HeaderError, HeaderField};
-use crate::jwt::{Keyring, SigningKey, TokenType, Validation};
+use crate::jwt::{TokenType, Validation};
 use crate::scope::ScopeSet;
 use crate::site::{Site, SiteConfig, SiteId};
 use crate::time::Timestamp;
 use crate::token::{self, ClientCredentials, TokenError};
-
-fn keyring() -> Keyring {
-    let mut k = Keyring::new();
-    k.insert("k1", SigningKey::from_bytes(&[7; 32]).expect("32-byte key"))
-        .expect("valid kid");
-    k.set_active("k1").expect("known kid");
-    k
-}
 
 fn site() -> Site {
     let config = SiteConfig::new(

@@ -244,12 +244,8 @@ impl Action {
         arguments: Option<Vec<u8>>,
     ) -> Self {
         Self {
-            kind,
-            effect,
-            scope: effect.implied_scope().into(),
-            drives_page,
-            fingerprint,
             arguments,
+            ..Self::without_arguments(kind, effect, drives_page, fingerprint)
         }
     }
 
