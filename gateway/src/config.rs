@@ -94,6 +94,10 @@ pub enum ConfigError {
     Entry(String),
     /// Two sources have one name.
     Twice(SourceId),
+    /// [`Config::public_url`] is not an `http` or `https` URL (the text
+    /// given): without the host's origin, a source's URL elicitation that
+    /// sends a person to a page of the host could not be refused.
+    PublicUrl(String),
 }
 
 impl ConfigError {
@@ -109,6 +113,7 @@ impl ConfigError {
             Self::File(_) => "sources_file",
             Self::Entry(_) => "sources_file_entry",
             Self::Twice(_) => "source_twice",
+            Self::PublicUrl(_) => "public_url",
         }
     }
 }
@@ -132,6 +137,10 @@ impl fmt::Display for ConfigError {
                 "source {name}: give either \"url\" or a non-empty \"command\" (with an optional \"env\")"
             ),
             Self::Twice(id) => write!(f, "source {id} is configured twice"),
+            Self::PublicUrl(url) => write!(
+                f,
+                "the gateway's public URL {url:?} is not an http or https URL"
+            ),
         }
     }
 }
@@ -233,7 +242,9 @@ pub struct Config {
     /// Calls in flight to one source at once. At least one is used.
     pub max_concurrent: usize,
     /// The host's public origin: a source may never send a person to a
-    /// page there (a URL elicitation passed on to an agent).
+    /// page there (a URL elicitation passed on to an agent). Required:
+    /// [`Gateway::start`](crate::Gateway::start) refuses a configuration
+    /// whose public URL is not `http` or `https` ([`ConfigError::PublicUrl`]).
     pub public_url: String,
 }
 
@@ -251,8 +262,15 @@ impl Default for Config {
 }
 
 impl Config {
-    /// The sources, checked: a name used twice is refused.
+    /// The sources, checked: a name used twice is refused, and so is a
+    /// public URL that names no `http` or `https` origin.
     pub(crate) fn checked_sources(&self) -> Result<Vec<SourceSpec>, ConfigError> {
+        let origin = url::Url::parse(&self.public_url)
+            .ok()
+            .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some());
+        if origin.is_none() {
+            return Err(ConfigError::PublicUrl(self.public_url.clone()));
+        }
         let mut seen = BTreeSet::new();
         for s in &self.sources {
             if !seen.insert(s.id.as_str()) {
@@ -266,6 +284,23 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_config_without_the_hosts_origin_is_refused() {
+        for url in ["", "notes.example", "ftp://notes.example", "file:///tmp"] {
+            let config = Config {
+                public_url: url.into(),
+                ..Config::default()
+            };
+            let refused = config.checked_sources().unwrap_err();
+            assert_eq!(refused.code(), "public_url", "{url:?}");
+        }
+        let config = Config {
+            public_url: "https://notes.example".into(),
+            ..Config::default()
+        };
+        assert!(config.checked_sources().is_ok());
+    }
 
     #[test]
     fn parses_sources() {
@@ -300,6 +335,7 @@ mod tests {
                 SourceSpec::parse("a=http://x/mcp").unwrap(),
                 SourceSpec::parse("a=cmd:y").unwrap(),
             ],
+            public_url: "https://notes.example".into(),
             ..Config::default()
         };
         let e = config.checked_sources().unwrap_err();

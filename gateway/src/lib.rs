@@ -1663,6 +1663,7 @@ mod tests {
         let url = serve(downstream.clone()).await;
         let config = Config {
             sources: vec![SourceSpec::parse(&format!("d={url}")).unwrap()],
+            public_url: "http://127.0.0.1:1".into(),
             ..Config::default()
         };
         let g = Gateway::start(&config, vec!["execute".into()])
