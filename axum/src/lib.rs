@@ -390,9 +390,11 @@ pub fn url_encode(s: &str) -> String {
     url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }
 
-/// The clock every operation is given: this crate reads it, the core never
-/// does.
-pub(crate) fn now() -> portcullis_core::Timestamp {
+/// The clock every engine operation is given, in whole seconds since the
+/// Unix epoch: this crate reads it, the core never does. A host's own
+/// calls to the [`Engine`] take `now` from here too.
+#[must_use]
+pub fn now() -> portcullis_core::Timestamp {
     portcullis_core::TimestampMs::from_millis(now_ms_u64()).timestamp()
 }
 

@@ -320,7 +320,7 @@ pub(crate) fn wrap<S: HostStore>(
     let ttl = engine.policy().request_state_ttl;
     let payload = payload(state, stash, ttl)?;
     engine
-        .seal_source_state(principal, call, id, &payload, crate::now())
+        .seal_source_state(principal, call, id, &payload, portcullis_axum::now())
         .ok_or(Refused::NoSigningKey)
 }
 
@@ -409,7 +409,7 @@ pub(crate) fn unwrap<S: HostStore>(
 ) -> Result<(RequestId, Option<String>), Unwrap> {
     let opened = portcullis
         .engine()
-        .open_source_state(principal, call, text, crate::now())
+        .open_source_state(principal, call, text, portcullis_axum::now())
         .map_err(Unwrap::State)?;
     Ok((opened.request_id, state_of(&opened.payload, stash)?))
 }

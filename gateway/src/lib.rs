@@ -186,15 +186,6 @@ fn lifecycle() -> ClientLifecycleMode {
 /// Whether the source behind `peer` speaks a revision without the
 /// `initialize` handshake (2026-07-28 or later): its requests carry their
 /// own `_meta`, and it may answer a multi round-trip request.
-/// The current time, in whole seconds since the Unix epoch: the one place
-/// the gateway reads the wall clock (the core never does).
-pub(crate) fn now() -> portcullis_core::Timestamp {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    portcullis_core::Timestamp::from_secs(secs)
-}
-
 pub(crate) fn is_modern(peer: &Peer<RoleClient>) -> bool {
     peer.peer_info()
         .is_some_and(|info| !info.protocol_version.has_initialize())

@@ -9,7 +9,8 @@ use portcullis_core::engine::Principal;
 use portcullis_core::granted_apps::AppSelection;
 use rmcp::ErrorData;
 
-use crate::{Gateway, now};
+use crate::Gateway;
+use portcullis_axum::now;
 
 impl Gateway {
     /// The apps (sources) `principal` reaches: every app for a minted agent

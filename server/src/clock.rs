@@ -1,14 +1,5 @@
-//! The one place the server reads the wall clock. The core never does: every
-//! operation gets `now` from here as an argument.
+//! The one place the server reads the wall clock: `portcullis-axum`'s
+//! ([`portcullis_axum::now`]). The core never does: every operation gets
+//! `now` from here as an argument.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
-use portcullis_core::Timestamp;
-
-/// The current time, in whole seconds since the Unix epoch.
-pub(crate) fn now() -> Timestamp {
-    let secs = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    Timestamp::from_secs(secs)
-}
+pub(crate) use portcullis_axum::now;

@@ -419,11 +419,8 @@ pub(crate) async fn work(
     State(app): State<Shared>,
     headers: HeaderMap,
     Query(q): Query<WorkQuery>,
-) -> Response {
-    let session = match check_post(&app, &headers) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
+) -> Handled {
+    let session = check_post(&app, &headers)?;
     let subject = session.subject.clone();
     let browser_session = session.browser_session();
     let poll = app.channel.relay.enter(&subject, browser_session);
@@ -435,27 +432,22 @@ pub(crate) async fn work(
     let mut deadline = Instant::now() + POLL;
     loop {
         if poll.superseded() {
-            return superseded();
+            return Ok(superseded());
         }
         let (version, cell) = app.channel.relay.watch(&subject);
         let built = cell
             .cell
             .get_or_try_init(|| async {
                 let who = subject.clone();
-                match app.blocking(move |app| app.snapshot(&who)).await {
-                    Ok(Ok(s)) => {
-                        tracing::debug!("tab snapshot built");
-                        Ok(Arc::new(s))
-                    }
-                    Ok(Err(e)) => Err(super::respond::database(&e)),
-                    Err(r) => Err(r),
-                }
+                let snap = app
+                    .blocking(move |app| app.snapshot(&who))
+                    .await?
+                    .map_err(|e| super::respond::database(&e))?;
+                tracing::debug!("tab snapshot built");
+                Ok(Arc::new(snap))
             })
             .await;
-        let snap = match built {
-            Ok(s) => Arc::clone(s),
-            Err(r) => return r,
-        };
+        let snap = Arc::clone(built?);
         let tabs: HashMap<GrantId, &TabConnection> = snap
             .grants
             .iter()
@@ -473,10 +465,7 @@ pub(crate) async fn work(
         };
         let jobs = match app.channel.jobs {
             None => app.channel.relay.take_jobs(&subject, deliver),
-            Some(table) => match take_rows(&app, table, &subject, deliver).await {
-                Ok(jobs) => jobs,
-                Err(r) => return r,
-            },
+            Some(table) => take_rows(&app, table, &subject, deliver).await?,
         };
         let messages = if may_take_messages(&snap, browser_session, &q) {
             app.take_navigates(browser_session).await
@@ -485,7 +474,7 @@ pub(crate) async fn work(
         };
         let now = Instant::now();
         if !jobs.is_empty() || !messages.is_empty() || version > q.since || now >= deadline {
-            return answer(&snap, version, &jobs, &messages, &q);
+            return Ok(answer(&snap, version, &jobs, &messages, &q));
         }
         let mut stopping = app.channel.stopping.clone();
         if *stopping.borrow() {
