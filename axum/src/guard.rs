@@ -40,6 +40,7 @@ use axum::body::Body;
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, Method, Request, StatusCode, header};
 use axum::response::{IntoResponse as _, Response};
+use portcullis_core::Engine;
 use portcullis_core::bearer::{self, Challenge};
 use portcullis_core::engine::{AgentPrincipal, BearerRejection, Principal};
 use portcullis_core::error::{ErrorCode, WireError as _};
@@ -349,6 +350,11 @@ pub trait Gatekeeper: sealed::Sealed + Clone + Send + Sync + 'static {
     /// The checks before the service sees a request with these `parts`:
     /// the verified agent, or the refusal to answer with.
     fn admit(&self, parts: &Parts) -> impl Future<Output = Result<Agent, Response>> + Send;
+
+    /// [`Gatekeeper::admit`] when its checks need not wait (a local store,
+    /// a shared store's read cache, keys already fetched); `None` when they
+    /// must, and then only `admit` decides.
+    fn admit_now(&self, parts: &Parts) -> Option<Result<Agent, Response>>;
 }
 
 pub(crate) mod sealed {
@@ -361,6 +367,10 @@ impl<S: HostStore> sealed::Sealed for Portcullis<S> {}
 impl<S: HostStore> Gatekeeper for Portcullis<S> {
     fn admit(&self, parts: &Parts) -> impl Future<Output = Result<Agent, Response>> + Send {
         self.authenticate(parts)
+    }
+
+    fn admit_now(&self, parts: &Parts) -> Option<Result<Agent, Response>> {
+        self.authenticate_now(parts)
     }
 }
 
@@ -466,40 +476,54 @@ where
     F: FnOnce(Request<Body>) -> Fut,
     Fut: Future<Output = Response>,
 {
-    let (mut parts, body) = request.into_parts();
-    let agent = match gate.admit(&parts).await {
-        Ok(agent) => agent,
+    let (parts, body) = request.into_parts();
+    match gate.admit(&parts).await {
+        Ok(agent) => serve_admitted(agent, parts, body, serve).await,
         Err(refusal) => {
             drain(body).await;
-            return refusal;
+            refusal
         }
-    };
-    let body = match note_initialize(&parts, &agent, body).await {
-        Ok(body) => body,
-        Err(refusal) => return refusal,
+    }
+}
+
+/// An admitted request through `serve`, the verified `agent` in its
+/// extensions, and the answer through [`finish`].
+async fn serve_admitted<F, Fut>(agent: Agent, mut parts: Parts, body: Body, serve: F) -> Response
+where
+    F: FnOnce(Request<Body>) -> Fut,
+    Fut: Future<Output = Response>,
+{
+    let body = if reads_initialize(&parts, &agent) {
+        match note_initialize(&agent, body).await {
+            Ok(body) => body,
+            Err(refusal) => return refusal,
+        }
+    } else {
+        body
     };
     parts.extensions.insert(agent.clone());
     let response = serve(Request::from_parts(parts, body)).await;
     finish(&agent, response)
 }
 
-/// Notes what an `initialize` declares ([`Initialized`]) and hands the
-/// body on unchanged. Only a small `POST` without `MCP-Protocol-Version`
+/// Whether the body is read to note what an `initialize` declares
+/// ([`Initialized`]): only a small `POST` without `MCP-Protocol-Version`
 /// (the header every request after the handshake carries), from an agent
-/// with a grant, is read here.
-async fn note_initialize(parts: &Parts, agent: &Agent, body: Body) -> Result<Body, Response> {
-    let small = parts
-        .headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
-        .is_some_and(|n| n <= INITIALIZE_LIMIT);
-    let Some(principal) = agent.principal() else {
-        return Ok(body);
-    };
-    if parts.method != Method::POST || parts.headers.contains_key("mcp-protocol-version") || !small
-    {
-        return Ok(body);
-    }
+/// with a grant.
+fn reads_initialize(parts: &Parts, agent: &Agent) -> bool {
+    agent.principal().is_some()
+        && parts.method == Method::POST
+        && !parts.headers.contains_key("mcp-protocol-version")
+        && parts
+            .headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
+            .is_some_and(|n| n <= INITIALIZE_LIMIT)
+}
+
+/// Notes what an `initialize` declares and hands the body on unchanged
+/// (see [`reads_initialize`]).
+async fn note_initialize(agent: &Agent, body: Body) -> Result<Body, Response> {
     let Ok(bytes) = axum::body::to_bytes(body, INITIALIZE_LIMIT).await else {
         return Err((
             StatusCode::BAD_REQUEST,
@@ -507,7 +531,7 @@ async fn note_initialize(parts: &Parts, agent: &Agent, body: Body) -> Result<Bod
         )
             .into_response());
     };
-    if let Some(url) = initialize_declares_url(&bytes) {
+    if let (Some(principal), Some(url)) = (agent.principal(), initialize_declares_url(&bytes)) {
         agent.inner.services.note_initialize(principal, url);
     }
     Ok(Body::from(bytes))
@@ -557,6 +581,37 @@ impl<S: HostStore> Portcullis<S> {
     /// the service answered, pass the response through
     /// [`Portcullis::finish`] (or use [`Portcullis::guarded`]).
     pub async fn authenticate(&self, parts: &Parts) -> Result<Agent, Response> {
+        let (authorization, resource_metadata) = self.precheck(parts)?;
+        let verdict = match self.verdict_now(&authorization) {
+            Some(v) => v,
+            None => {
+                self.blocking(move |p| p.check(&p.inner.engine(), authorization.field()))
+                    .await?
+            }
+        };
+        self.admitted(verdict, resource_metadata)
+    }
+
+    /// [`Portcullis::authenticate`] when the bearer check need not wait
+    /// for the store; `None` when it must.
+    fn authenticate_now(&self, parts: &Parts) -> Option<Result<Agent, Response>> {
+        let (authorization, resource_metadata) = match self.precheck(parts) {
+            Ok(checked) => checked,
+            Err(refusal) => return Some(Err(refusal)),
+        };
+        let verdict = self.verdict_now(&authorization)?;
+        Some(self.admitted(verdict, resource_metadata))
+    }
+
+    /// The checks before the token's: the `Origin`, the path's key, no token
+    /// in the query. The `Authorization` field's values (every one: the core
+    /// refuses a repeated field, 400 `invalid_request`) and the URL of the
+    /// resource's metadata, for the agent's challenges.
+    #[expect(
+        clippy::result_large_err,
+        reason = "the refusal is the response itself, sent at once; boxing it buys nothing"
+    )]
+    fn precheck(&self, parts: &Parts) -> Result<(HeaderValues, Arc<str>), Response> {
         let facts = self.facts();
         if let Some(origin) = parts.headers.get(header::ORIGIN)
             && !facts
@@ -578,28 +633,44 @@ impl<S: HostStore> Portcullis<S> {
                 &e.to_string(),
             )));
         }
-        // Every value: the core refuses a repeated field (400 invalid_request).
-        let authorization = HeaderValues::of(&parts.headers, header::AUTHORIZATION);
-        // A shared store with a read cache answers from memory on the
-        // runtime; a miss (or no cache) goes to the blocking pool.
-        let inline = self
-            .inner
-            .engine()
-            .store()
-            .in_memory(|| self.check(authorization.field()))
-            .filter(|v| !matches!(v, Err(BearerRejection::Store(_))));
-        let verdict = match inline {
-            Some(v) => v,
-            None => self.read(move |p| p.check(authorization.field())).await?,
-        };
+        Ok((
+            HeaderValues::of(&parts.headers, header::AUTHORIZATION),
+            Arc::clone(&facts.resource_metadata),
+        ))
+    }
+
+    /// The bearer check where it need not wait: on the runtime for a local
+    /// store (a read transaction of an in-process file), from memory for a
+    /// shared store with a read cache. `None` for a miss, a store error of
+    /// the cache or no cache: then it runs on the blocking pool.
+    fn verdict_now(
+        &self,
+        authorization: &HeaderValues,
+    ) -> Option<Result<Identity, BearerRejection>> {
+        let engine = self.inner.engine();
+        let store = engine.store();
+        if store.is_local() {
+            return Some(self.check(&engine, authorization.field()));
+        }
+        store
+            .in_memory(|| self.check(&engine, authorization.field()))
+            .filter(|v| !matches!(v, Err(BearerRejection::Store(_))))
+    }
+
+    /// The bearer check's verdict as the agent to serve, or the refusal.
+    #[expect(
+        clippy::result_large_err,
+        reason = "the refusal is the response itself, sent at once; boxing it buys nothing"
+    )]
+    fn admitted(
+        &self,
+        verdict: Result<Identity, BearerRejection>,
+        resource_metadata: Arc<str>,
+    ) -> Result<Agent, Response> {
         match verdict {
             Ok(identity) => {
                 let services: Arc<dyn Services> = self.inner.clone();
-                Ok(Agent::new(
-                    identity,
-                    Arc::clone(&facts.resource_metadata),
-                    services,
-                ))
+                Ok(Agent::new(identity, resource_metadata, services))
             }
             Err(rejection) => Err(refused(&rejection)),
         }
@@ -630,13 +701,10 @@ impl<S: HostStore> Portcullis<S> {
     /// only for what may be a minted agent token.
     fn check(
         &self,
+        engine: &Engine<Arc<S>>,
         authorization: portcullis_core::header::HeaderField<'_>,
     ) -> Result<Identity, BearerRejection> {
-        let (engine, site, required) = (
-            &self.inner.engine(),
-            &self.inner.site_id,
-            &self.inner.endpoint_scopes,
-        );
+        let (site, required) = (&self.inner.site_id, &self.inner.endpoint_scopes);
         let now = crate::now();
         let first = match engine.verify_bearer(site, authorization, required, now) {
             Ok(p) => return Ok(Identity::Grant(p)),
@@ -790,21 +858,48 @@ where
     }
 
     fn call(&mut self, request: Request<Body>) -> Self::Future {
-        // The clone that was driven ready serves this request; the fresh
-        // clone stays behind for the next (the usual tower pattern).
-        let fresh = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, fresh);
-        let gate = self.gate.clone();
-        Box::pin(async move {
-            let response = guarded(&gate, request, |request| async move {
-                match inner.call(request).await {
-                    Ok(r) => r.map(Body::new),
-                    Err(never) => match never {},
-                }
-            })
-            .await;
-            Ok(response)
-        })
+        let (mut parts, body) = request.into_parts();
+        match self.gate.admit_now(&parts) {
+            // Decided without waiting (a local store, a warm cache): the
+            // service that was driven ready takes the request now, and
+            // neither it nor the gatekeeper is cloned.
+            Some(Ok(agent)) if !reads_initialize(&parts, &agent) => {
+                parts.extensions.insert(agent.clone());
+                let answer = self.inner.call(Request::from_parts(parts, body));
+                Box::pin(async move { Ok(finish(&agent, answered(answer.await))) })
+            }
+            Some(Err(refusal)) => Box::pin(async move {
+                drain(body).await;
+                Ok(refusal)
+            }),
+            admitted => {
+                // The clone that was driven ready serves this request once
+                // the checks are done; the fresh clone stays behind for the
+                // next (the usual tower pattern).
+                let fresh = self.inner.clone();
+                let mut inner = std::mem::replace(&mut self.inner, fresh);
+                let gate = self.gate.clone();
+                Box::pin(async move {
+                    let serve = |request| async move { answered(inner.call(request).await) };
+                    Ok(match admitted {
+                        Some(Ok(agent)) => serve_admitted(agent, parts, body, serve).await,
+                        _ => guarded(&gate, Request::from_parts(parts, body), serve).await,
+                    })
+                })
+            }
+        }
+    }
+}
+
+/// The protected service's answer, its body boxed as axum's.
+fn answered<B>(answer: Result<axum::http::Response<B>, Infallible>) -> Response
+where
+    B: http_body::Body<Data = axum::body::Bytes> + Send + 'static,
+    B::Error: Into<axum::BoxError>,
+{
+    match answer {
+        Ok(response) => response.map(Body::new),
+        Err(never) => match never {},
     }
 }
 

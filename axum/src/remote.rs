@@ -343,6 +343,40 @@ impl RemoteResource {
     /// The checks of [`RemoteResource::protect`] for a request's `parts`:
     /// the verified agent, or the refusal to answer with.
     pub async fn authenticate(&self, parts: &Parts) -> Result<Agent, Response> {
+        let authorization = self.precheck(parts)?;
+        let mut verdict = self.verify(&authorization);
+        if let Err(Refusal {
+            unknown_key: true, ..
+        }) = verdict
+            && self.refetch_for_unknown_key().await
+        {
+            verdict = self.verify(&authorization);
+        }
+        self.admitted(verdict)
+    }
+
+    /// [`RemoteResource::authenticate`] when it needs no key set fetch:
+    /// `None` for a token that names a key not yet known.
+    fn authenticate_now(&self, parts: &Parts) -> Option<Result<Agent, Response>> {
+        let authorization = match self.precheck(parts) {
+            Ok(a) => a,
+            Err(refusal) => return Some(Err(refusal)),
+        };
+        match self.verify(&authorization) {
+            Err(Refusal {
+                unknown_key: true, ..
+            }) => None,
+            verdict => Some(self.admitted(verdict)),
+        }
+    }
+
+    /// The checks before the token's: the `Origin`, the path, no token in
+    /// the query. The `Authorization` field's values.
+    #[expect(
+        clippy::result_large_err,
+        reason = "the refusal is the response itself, sent at once; boxing it buys nothing"
+    )]
+    fn precheck(&self, parts: &Parts) -> Result<HeaderValues, Response> {
         let inner = &self.inner;
         if let Some(origin) = parts.headers.get(header::ORIGIN)
             && !inner
@@ -362,19 +396,22 @@ impl RemoteResource {
                 &e.to_string(),
             )));
         }
-        let authorization = HeaderValues::of(&parts.headers, header::AUTHORIZATION);
-        let mut verdict = self.verify(&authorization);
-        if let Err(Refusal {
-            unknown_key: true, ..
-        }) = verdict
-            && self.refetch_for_unknown_key().await
-        {
-            verdict = self.verify(&authorization);
-        }
+        Ok(HeaderValues::of(&parts.headers, header::AUTHORIZATION))
+    }
+
+    /// The token's verdict as the agent to serve, or the refusal.
+    #[expect(
+        clippy::result_large_err,
+        reason = "the refusal is the response itself, sent at once; boxing it buys nothing"
+    )]
+    fn admitted(
+        &self,
+        verdict: Result<portcullis_core::resource_server::RemoteGrant, Refusal>,
+    ) -> Result<Agent, Response> {
         match verdict {
             Ok(grant) => Ok(Agent::new(
                 Identity::Remote(grant),
-                Arc::clone(&inner.resource_metadata),
+                Arc::clone(&self.inner.resource_metadata),
                 Arc::new(NoServices),
             )),
             Err(refusal) => {
@@ -511,5 +548,9 @@ impl sealed::Sealed for RemoteResource {}
 impl Gatekeeper for RemoteResource {
     fn admit(&self, parts: &Parts) -> impl Future<Output = Result<Agent, Response>> + Send {
         self.authenticate(parts)
+    }
+
+    fn admit_now(&self, parts: &Parts) -> Option<Result<Agent, Response>> {
+        self.authenticate_now(parts)
     }
 }

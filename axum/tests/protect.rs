@@ -51,6 +51,39 @@ async fn the_verified_agent_reaches_the_service_in_the_request_extensions() {
     );
 }
 
+/// An `initialize` (a `POST` without `MCP-Protocol-Version`) is read by the
+/// guard to note its capabilities and reaches the service unchanged; the
+/// requests after it (with the header) are served without that read and
+/// see what it declared.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_initialize_is_noted_and_reaches_the_service_unchanged() {
+    let app = TestApp::start(MemoryStore::new()).await;
+    let (client, tokens) = app.connect("alice", READ).await;
+    let after = [("mcp-protocol-version", "2025-11-25")];
+    let declared = json!({"tool": "declared"});
+    let before = client.call_with(&tokens.access, &declared, &after).await;
+    assert_eq!(before.status, StatusCode::OK, "{}", before.body);
+    assert_eq!(before.json()["url_elicitation"], json!(false));
+
+    let initialize = json!({
+        "tool": "declared",
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"capabilities": {"elicitation": {"url": {}}}},
+    });
+    let first = client.call_ok(&tokens.access, &initialize).await;
+    assert_eq!(
+        first["call"], initialize,
+        "the body reaches the service whole"
+    );
+
+    let later = client.call_with(&tokens.access, &declared, &after).await;
+    assert_eq!(later.status, StatusCode::OK, "{}", later.body);
+    assert_eq!(later.json()["url_elicitation"], json!(true));
+    assert_eq!(later.json()["call"], declared);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_credentials_are_refused_before_the_service() {
     let app = TestApp::start(MemoryStore::new()).await;

@@ -437,6 +437,8 @@ pub(crate) fn request_id() -> RequestId {
 ///
 /// * `whoami`: the agent's subject and scopes (no scope needed beyond the
 ///   endpoint's);
+/// * `declared`: whether the agent's last `initialize` declared URL
+///   elicitation, and the call as the service received it;
 /// * `export`: `Agent::require("notes:write")`, then answers anyway (the
 ///   guard must turn it into a 403);
 /// * `add`, `delete`: writes (kinds `add_note`, `delete_note`) under
@@ -466,6 +468,11 @@ async fn tool<S: HostStore>(State(t): State<Tools<S>>, parts: Parts, body: Bytes
             "subject": agent.subject(),
             "scopes": agent.scopes().as_param(),
             "grant": agent.principal().is_some(),
+        }))
+        .into_response(),
+        Some("declared") => Json(json!({
+            "url_elicitation": agent.declared_url_elicitation(),
+            "call": call,
         }))
         .into_response(),
         Some("export") => match agent.require(WRITE) {
