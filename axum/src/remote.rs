@@ -70,7 +70,9 @@ use portcullis_core::resource_server::{Refusal, RemoteSite};
 use portcullis_core::scope::ScopeSet;
 use serde::Deserialize;
 
-use crate::guard::{Agent, Gatekeeper, Identity, NoServices, Protect, ProtectLayer, sealed};
+use crate::guard::{
+    Agent, Gatekeeper, Identity, NoServices, Protect, ProtectLayer, Services, sealed,
+};
 pub use crate::keys::KEY_SET_MAX_AGE;
 use crate::respond::{self, HeaderValues};
 
@@ -241,6 +243,7 @@ impl RemoteBuilder {
             document: document.to_json(),
             document_path,
             resource_metadata,
+            no_services: Arc::new(NoServices),
             path: resource_url.path().to_owned(),
             allowed_origins,
             refetched: tokio::sync::Mutex::new(None),
@@ -286,6 +289,9 @@ struct RemoteInner {
     document_path: String,
     /// Its absolute URL, shared with every agent.
     resource_metadata: Arc<str>,
+    /// What every agent of this resource server is given in place of the
+    /// site's services (none): one allocation, not one per request.
+    no_services: Arc<dyn Services>,
     /// The resource URL's path: where the service is mounted.
     path: String,
     allowed_origins: Vec<String>,
@@ -412,7 +418,7 @@ impl RemoteResource {
             Ok(grant) => Ok(Agent::new(
                 Identity::Remote(grant),
                 Arc::clone(&self.inner.resource_metadata),
-                Arc::new(NoServices),
+                Arc::clone(&self.inner.no_services),
             )),
             Err(refusal) => {
                 tracing::debug!(
