@@ -262,15 +262,18 @@ impl Default for Config {
 }
 
 impl Config {
-    /// The sources, checked: a name used twice is refused, and so is a
-    /// public URL that names no `http` or `https` origin.
-    pub(crate) fn checked_sources(&self) -> Result<Vec<SourceSpec>, ConfigError> {
-        let origin = url::Url::parse(&self.public_url)
+    /// The host's origin, from [`Config::public_url`]: refused unless it
+    /// is an `http` or `https` URL with a host.
+    pub(crate) fn host_origin(&self) -> Result<url::Origin, ConfigError> {
+        url::Url::parse(&self.public_url)
             .ok()
-            .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some());
-        if origin.is_none() {
-            return Err(ConfigError::PublicUrl(self.public_url.clone()));
-        }
+            .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
+            .map(|u| u.origin())
+            .ok_or_else(|| ConfigError::PublicUrl(self.public_url.clone()))
+    }
+
+    /// The sources, checked: a name used twice is refused.
+    pub(crate) fn checked_sources(&self) -> Result<Vec<SourceSpec>, ConfigError> {
         let mut seen = BTreeSet::new();
         for s in &self.sources {
             if !seen.insert(s.id.as_str()) {
@@ -292,14 +295,14 @@ mod tests {
                 public_url: url.into(),
                 ..Config::default()
             };
-            let refused = config.checked_sources().unwrap_err();
+            let refused = config.host_origin().unwrap_err();
             assert_eq!(refused.code(), "public_url", "{url:?}");
         }
         let config = Config {
             public_url: "https://notes.example".into(),
             ..Config::default()
         };
-        assert!(config.checked_sources().is_ok());
+        assert!(config.host_origin().is_ok());
     }
 
     #[test]

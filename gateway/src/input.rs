@@ -243,12 +243,12 @@ impl std::fmt::Display for Refused {
 /// A source's `InputRequiredResult` as the agent gets it: each input
 /// request checked and labelled as the source's (see the module docs).
 /// The source's own state is returned beside it, for [`wrap`]. `own` is
-/// the host's public origin.
+/// the host's origin.
 pub(crate) fn for_agent(
     source: &SourceId,
     result: InputRequiredResult,
     round: &Round,
-    own: &str,
+    own: &url::Origin,
 ) -> Result<(Option<InputRequests>, Option<String>), Refused> {
     let Some(can) = &round.elicitation else {
         return Err(Refused::NoRound(source.clone()));
@@ -260,7 +260,6 @@ pub(crate) fn for_agent(
     if requests.len() > MAX_INPUT_REQUESTS {
         return Err(Refused::TooMany(source.clone()));
     }
-    let own = url::Url::parse(own).ok().map(|u| u.origin());
     let mut labelled = InputRequests::new();
     for (key, request) in requests {
         let InputRequest::Elicitation(mut elicit) = request else {
@@ -281,7 +280,7 @@ pub(crate) fn for_agent(
                     .ok()
                     .filter(|u| matches!(u.scheme(), "http" | "https"))
                     .ok_or_else(|| Refused::NotHttp(source.clone()))?;
-                if own.as_ref() == Some(&parsed.origin()) {
+                if parsed.origin() == *own {
                     return Err(Refused::OwnOrigin(source.clone()));
                 }
                 *message = label(source, message);
@@ -522,14 +521,19 @@ mod tests {
         json!({"method": "elicitation/create", "params": {"mode": "url", "message": "Sign in", "url": url}})
     }
 
-    const OWN: &str = "https://portcullis.example";
+    /// The host's origin in these tests.
+    fn own() -> url::Origin {
+        url::Url::parse("https://portcullis.example")
+            .unwrap()
+            .origin()
+    }
 
     #[test]
     fn elicitations_reach_the_agent_labelled_as_the_sources() {
         let result = asked(
             &json!({"where": form("Which folder?"), "login": url("https://notes.example/login")}),
         );
-        let (requests, state) = for_agent(&source(), result, &round(true, true), OWN).unwrap();
+        let (requests, state) = for_agent(&source(), result, &round(true, true), &own()).unwrap();
         assert_eq!(state.as_deref(), Some("theirs"));
         let v = serde_json::to_value(requests.unwrap()).unwrap();
         assert_eq!(v["where"]["params"]["message"], "[notes] Which folder?");
@@ -544,7 +548,7 @@ mod tests {
     #[test]
     fn what_the_agent_cannot_take_or_should_not_see_is_refused() {
         let refused = |requests: serde_json::Value, round: &Round| {
-            for_agent(&source(), asked(&requests), round, OWN)
+            for_agent(&source(), asked(&requests), round, &own())
                 .unwrap_err()
                 .to_string()
         };
@@ -581,14 +585,14 @@ mod tests {
         .unwrap();
         let mut empty = empty;
         empty.request_state = None;
-        assert!(for_agent(&source(), empty, &round(true, true), OWN).is_err());
+        assert!(for_agent(&source(), empty, &round(true, true), &own()).is_err());
         // Another origin (another port) is the source's own business.
         assert!(
             for_agent(
                 &source(),
                 asked(&json!({"a": url("https://portcullis.example:8443/")})),
                 &round(true, true),
-                OWN
+                &own()
             )
             .is_ok()
         );

@@ -734,8 +734,8 @@ pub struct Gateway {
     names: Arc<Names>,
     /// Sources' states too large to travel in a wrapped `requestState`.
     pub(crate) stash: input::Stash,
-    /// The host's public origin ([`Config::public_url`]).
-    pub(crate) public_url: String,
+    /// The host's origin ([`Config::public_url`]), parsed once at start.
+    pub(crate) host_origin: url::Origin,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -834,7 +834,8 @@ impl Gateway {
             bounds: Bounds::of(&Config::default()),
             names: Arc::new(Names::new(&[], Vec::new(), std::time::Duration::ZERO)),
             stash: input::Stash::default(),
-            public_url: String::new(),
+            // No source, so no elicitation to compare with it.
+            host_origin: url::Origin::new_opaque(),
         }
     }
 
@@ -878,6 +879,7 @@ impl Gateway {
     /// tool names, which no source may take.
     pub async fn start(config: &Config, reserved: Vec<String>) -> Result<Self, StartError> {
         let specs = config.checked_sources()?;
+        let host_origin = config.host_origin()?;
         let bounds = Bounds::of(config);
         // reqwest over rustls needs a process-wide provider (ring, as the
         // client documents' fetcher installs it).
@@ -924,7 +926,7 @@ impl Gateway {
             bounds,
             names,
             stash: input::Stash::default(),
-            public_url: config.public_url.clone(),
+            host_origin,
         })
     }
 }

@@ -232,7 +232,7 @@ impl Gateway {
         let principal =
             principal.ok_or_else(|| refused(input::Refused::AgentToken(source.clone())))?;
         let (requests, state) =
-            input::for_agent(source, asked, round, &self.public_url).map_err(refused)?;
+            input::for_agent(source, asked, round, &self.host_origin).map_err(refused)?;
         let nil = RequestId::from_bytes([0; 16]);
         let state =
             input::wrap(portcullis, &self.stash, principal, digest, nil, state).map_err(refused)?;

@@ -462,7 +462,7 @@ impl Gateway {
             tracing::warn!(source = %source, error = e, "gateway: a source's input request is not passed on");
             Reply::ledger(failure(ErrorCode::ActionUnavailable, &e, Some(id)))
         };
-        let (requests, state) = match input::for_agent(source, asked, &run.round, &self.public_url)
+        let (requests, state) = match input::for_agent(source, asked, &run.round, &self.host_origin)
         {
             Ok(r) => r,
             Err(e) => return refused(e),
