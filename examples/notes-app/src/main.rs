@@ -7,6 +7,7 @@
 mod app;
 mod transport;
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use app::{App, NewNote};
@@ -18,6 +19,7 @@ use portcullis_axum::{
     Agent, Effect, Host, Portcullis, RedbStore, SignedIn, see_other, url_encode,
 };
 // glue:end
+use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResponse, CallToolResult, ServerCapabilities, ServerConfig};
 use rmcp::{ErrorData, ServerHandler, tool, tool_handler, tool_router};
@@ -81,7 +83,11 @@ impl NotesMcp {
     }
 }
 
-#[tool_handler]
+/// The tools' router, built once: rmcp's `#[tool_handler]` otherwise
+/// builds it, and checks every tool's name, on every request.
+static TOOLS: LazyLock<ToolRouter<NotesMcp>> = LazyLock::new(NotesMcp::tool_router);
+
+#[tool_handler(router = TOOLS)]
 impl ServerHandler for NotesMcp {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
