@@ -6,10 +6,14 @@
 #   store-postgres/test-cluster.sh restart   # pg_ctl restart -m fast: every connection ends
 #   store-postgres/test-cluster.sh down      # the server stops; the cluster stays
 #   store-postgres/test-cluster.sh up        # and starts again
+#   store-postgres/test-cluster.sh dir       # prints the cluster's directory (its CA: <dir>/ca.crt)
 #
-# The cluster lives in $PORTCULLIS_PG_DIR (default /tmp/portcullis-pg), listens
-# on 127.0.0.1:$PORTCULLIS_PG_PORT (default 55432) only, and runs as an
-# unprivileged user (`portcullis-pg`, created if needed) when started by root.
+# The cluster lives in $PORTCULLIS_PG_DIR, listens on 127.0.0.1:$PORTCULLIS_PG_PORT
+# only, and runs as an unprivileged user (`portcullis-pg`, created if needed)
+# when started by root. By default each checkout has a cluster of its own: the
+# port is 55432 plus a slot (0-499) drawn from the checkout's path, the
+# directory /tmp/portcullis-pg-<port>, so two checkouts' runs on one machine
+# never stop or reuse each other's cluster (`dir` prints this checkout's).
 # Authentication is scram-sha-256 with a fresh random password, so the URL
 # carries a secret as a real deployment's would. Without --durable the cluster
 # skips fsync (the tests are about transaction semantics, not crash safety);
@@ -23,8 +27,10 @@
 #   store-postgres/test-cluster.sh stop
 set -euo pipefail
 
-dir="${PORTCULLIS_PG_DIR:-/tmp/portcullis-pg}"
-port="${PORTCULLIS_PG_PORT:-55432}"
+checkout="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
+slot=$(( $(printf %s "$checkout" | cksum | cut -d' ' -f1) % 500 ))
+port="${PORTCULLIS_PG_PORT:-$((55432 + slot))}"
+dir="${PORTCULLIS_PG_DIR:-/tmp/portcullis-pg-$port}"
 os_user="${PORTCULLIS_PG_OS_USER:-portcullis-pg}"
 
 bin="${PORTCULLIS_PG_BIN:-}"
@@ -134,8 +140,9 @@ case "${1:-}" in
         ;;
     down) down ;;
     up) up ;;
+    dir) echo "$dir" ;;
     *)
-        echo "usage: $0 start [--durable] | stop | restart | down | up" >&2
+        echo "usage: $0 start [--durable] | stop | restart | down | up | dir" >&2
         exit 2
         ;;
 esac
