@@ -7,10 +7,20 @@
 //! is a snapshot. The host chooses [`Durability`]: `Immediate` (the default)
 //! fsyncs every commit, so an acknowledged operation survives a crash;
 //! `None` trades that for speed and is only for tests or caches.
+//!
+//! Read transactions share one snapshot, that of the store's last commit,
+//! with the tables they opened kept open, until the store commits again:
+//! the store is its database's only writer and every commit retires the
+//! shared snapshot before it returns, so a read begun after a commit
+//! returned sees it, as with a snapshot of its own (the `snapshot`
+//! module's docs give the rules and why).
 #![forbid(unsafe_code)]
+
+mod snapshot;
 
 use std::ops::Bound;
 use std::path::Path;
+use std::sync::Arc;
 
 use portcullis_core::store::{
     Entry, ReadTransaction, Savepoint, Store, StoreError, StoreErrorKind, Table, WriteTransaction,
@@ -20,7 +30,9 @@ use portcullis_core::store::{
 pub use portcullis_store_group as group;
 pub use portcullis_store_group::{BatchWrite, GroupCommitter};
 pub use redb::Durability;
-use redb::{ReadableDatabase, ReadableTable, TableDefinition, TableError};
+use redb::{ReadableTable, TableDefinition};
+
+use snapshot::{Snapshot, Snapshots};
 
 type Def = TableDefinition<'static, &'static [u8], &'static [u8]>;
 
@@ -77,6 +89,8 @@ const fn unreachable_table() -> Def {
 pub struct RedbStore {
     db: redb::Database,
     durability: Durability,
+    /// The snapshot read transactions share, retired by every commit.
+    snapshots: Arc<Snapshots>,
 }
 
 impl RedbStore {
@@ -87,6 +101,7 @@ impl RedbStore {
         let store = Self {
             db,
             durability: Durability::Immediate,
+            snapshots: Arc::default(),
         };
         store.create_tables()?;
         Ok(store)
@@ -99,7 +114,10 @@ impl RedbStore {
         self
     }
 
-    /// The underlying database, for backups and compaction.
+    /// The underlying database, for backups and compaction. Write through
+    /// the store, not through this: the store's reads share the snapshot
+    /// of its own last commit, so a write committed here directly is not
+    /// seen by them until the store commits again.
     #[must_use]
     pub fn database(&self) -> &redb::Database {
         &self.db
@@ -121,7 +139,7 @@ impl Store for RedbStore {
 
     fn begin_read(&self) -> Result<RedbRead, StoreError> {
         Ok(RedbRead {
-            txn: self.db.begin_read().map_err(|e| error(e, "begin read"))?,
+            snapshot: self.snapshots.take(&self.db)?,
         })
     }
 
@@ -132,13 +150,15 @@ impl Store for RedbStore {
         Ok(RedbWrite {
             txn,
             undo: Vec::new(),
+            snapshots: Arc::clone(&self.snapshots),
         })
     }
 }
 
-/// A read transaction: a redb snapshot.
+/// A read transaction: the redb snapshot of the store's last commit,
+/// shared with the other read transactions begun since.
 pub struct RedbRead {
-    txn: redb::ReadTransaction,
+    snapshot: Arc<Snapshot>,
 }
 
 impl std::fmt::Debug for RedbRead {
@@ -149,13 +169,7 @@ impl std::fmt::Debug for RedbRead {
 
 impl ReadTransaction for RedbRead {
     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        let t = match self.txn.open_table(definition(table)) {
-            Ok(t) => t,
-            Err(TableError::TableDoesNotExist(_)) => return Ok(None),
-            Err(e) => return Err(error(e, "open table")),
-        };
-        let value = t.get(key).map_err(|e| error(e, "get"))?;
-        Ok(value.map(|v| v.value().to_vec()))
+        self.get_with(table, key, <[u8]>::to_vec)
     }
 
     fn get_with<T>(
@@ -164,10 +178,8 @@ impl ReadTransaction for RedbRead {
         key: &[u8],
         f: impl FnOnce(&[u8]) -> T,
     ) -> Result<Option<T>, StoreError> {
-        let t = match self.txn.open_table(definition(table)) {
-            Ok(t) => t,
-            Err(TableError::TableDoesNotExist(_)) => return Ok(None),
-            Err(e) => return Err(error(e, "open table")),
+        let Some(t) = self.snapshot.table(table)? else {
+            return Ok(None);
         };
         let value = t.get(key).map_err(|e| error(e, "get"))?;
         Ok(value.map(|v| f(v.value())))
@@ -180,12 +192,10 @@ impl ReadTransaction for RedbRead {
         end: Bound<&[u8]>,
         limit: usize,
     ) -> Result<Vec<Entry>, StoreError> {
-        let t = match self.txn.open_table(definition(table)) {
-            Ok(t) => t,
-            Err(TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
-            Err(e) => return Err(error(e, "open table")),
+        let Some(t) = self.snapshot.table(table)? else {
+            return Ok(Vec::new());
         };
-        collect(&t, start, end, limit)
+        collect(t, start, end, limit)
     }
 }
 
@@ -199,6 +209,8 @@ pub struct RedbWrite {
     txn: redb::WriteTransaction,
     /// `(table, key, value before the write)`, oldest first.
     undo: Vec<(Table, Vec<u8>, Option<Vec<u8>>)>,
+    /// The store's shared snapshot, retired when this commits.
+    snapshots: Arc<Snapshots>,
 }
 
 impl std::fmt::Debug for RedbWrite {
@@ -302,8 +314,13 @@ impl WriteTransaction for RedbWrite {
         Ok(())
     }
 
+    /// Commits, then retires the shared snapshot before returning, whether
+    /// or not the commit succeeded (a failed one may have landed): a read
+    /// begun after this returns sees the commit.
     fn commit(self) -> Result<(), StoreError> {
-        self.txn.commit().map_err(|e| error(e, "commit"))
+        let committed = self.txn.commit();
+        self.snapshots.retire();
+        committed.map_err(|e| error(e, "commit"))
     }
 }
 
