@@ -246,6 +246,27 @@ fn a_read_transaction_is_a_snapshot<S: Store + Sync>(store: &S) {
     );
 }
 
+/// A read transaction begun after a commit returned sees that commit:
+/// a new value, another, and a delete. Sites are a table a store may keep
+/// in memory (PostgreSQL's read cache) or share a snapshot of (redb):
+/// neither may answer a read begun after a commit from before it. (No read
+/// transaction is held across the writes: the memory stores' readers hold
+/// off writers.)
+fn a_read_begun_after_a_commit_sees_it<S: Store>(store: &S) {
+    let read = |store: &S| {
+        let r = store.begin_read().unwrap();
+        r.get(Table::Sites, b"s").unwrap()
+    };
+    for value in [&b"1"[..], b"2", b"3"] {
+        put(store, Table::Sites, b"s", value);
+        assert_eq!(read(store).as_deref(), Some(value));
+    }
+    let mut w = store.begin_write().unwrap();
+    w.delete(Table::Sites, b"s").unwrap();
+    w.commit().unwrap();
+    assert_eq!(read(store), None);
+}
+
 /// A rollback undoes exactly the writes after its savepoint — puts over
 /// old values, new keys and deletes — and the transaction goes on.
 fn a_rollback_undoes_only_the_writes_after_its_savepoint<S: Store>(store: &S) {
@@ -372,6 +393,7 @@ on_every_store!(
     holds_a_one_mebibyte_value,
     racing_writers_lose_no_update,
     a_read_transaction_is_a_snapshot,
+    a_read_begun_after_a_commit_sees_it,
 );
 
 mod redb_durability {
