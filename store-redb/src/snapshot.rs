@@ -132,7 +132,7 @@ mod tests {
     use portcullis_core::store::{ReadTransaction as _, Store as _, WriteTransaction as _};
 
     use super::*;
-    use crate::{Durability, RedbStore};
+    use crate::{Durability, RedbRead, RedbStore};
 
     fn store() -> (tempfile::TempDir, RedbStore) {
         let dir = tempfile::tempdir().unwrap();
@@ -148,6 +148,11 @@ mod tests {
         w.commit().unwrap();
     }
 
+    /// The value of the one key these tests write, as `r` sees it.
+    fn value(r: &RedbRead) -> Option<Vec<u8>> {
+        r.get(Table::Grants, b"k").unwrap()
+    }
+
     #[test]
     fn readers_share_one_snapshot_until_a_commit_and_keep_theirs_after() {
         let (_dir, store) = store();
@@ -157,14 +162,8 @@ mod tests {
         put(&store, b"2");
         let c = store.begin_read().unwrap();
         assert!(!Arc::ptr_eq(&a.snapshot, &c.snapshot));
-        assert_eq!(
-            a.get(Table::Grants, b"k").unwrap().as_deref(),
-            Some(&b"1"[..])
-        );
-        assert_eq!(
-            c.get(Table::Grants, b"k").unwrap().as_deref(),
-            Some(&b"2"[..])
-        );
+        assert_eq!(value(&a).as_deref(), Some(&b"1"[..]));
+        assert_eq!(value(&c).as_deref(), Some(&b"2"[..]));
     }
 
     #[test]
@@ -177,10 +176,7 @@ mod tests {
         drop(w);
         let b = store.begin_read().unwrap();
         assert!(Arc::ptr_eq(&a.snapshot, &b.snapshot));
-        assert_eq!(
-            b.get(Table::Grants, b"k").unwrap().as_deref(),
-            Some(&b"1"[..])
-        );
+        assert_eq!(value(&b).as_deref(), Some(&b"1"[..]));
     }
 
     #[test]
@@ -199,10 +195,7 @@ mod tests {
         store.snapshots.install(&early);
         let later = store.begin_read().unwrap();
         assert!(!Arc::ptr_eq(&early, &later.snapshot));
-        assert_eq!(
-            later.get(Table::Grants, b"k").unwrap().as_deref(),
-            Some(&b"2"[..])
-        );
+        assert_eq!(value(&later).as_deref(), Some(&b"2"[..]));
     }
 
     /// Racing readers and a writer: a read transaction begun after a
@@ -223,7 +216,7 @@ mod tests {
                     while !done.load(Ordering::SeqCst) {
                         let floor = returned.load(Ordering::SeqCst);
                         let r = store.begin_read().unwrap();
-                        let seen = r.get(Table::Grants, b"k").unwrap().unwrap();
+                        let seen = value(&r).unwrap();
                         let seen = u64::from_be_bytes(seen.try_into().unwrap());
                         assert!(seen >= floor, "read {seen} after commit {floor} returned");
                         reads += 1;
