@@ -349,30 +349,84 @@ impl Agent {
 pub trait Gatekeeper: sealed::Sealed + Clone + Send + Sync + 'static {
     /// The checks before the service sees a request with these `parts`:
     /// the verified agent, or the refusal to answer with.
-    fn admit(&self, parts: &Parts) -> impl Future<Output = Result<Agent, Response>> + Send;
-
-    /// [`Gatekeeper::admit`] when its checks need not wait (a local store,
-    /// a shared store's read cache, keys already fetched); `None` when they
-    /// must, and then only `admit` decides.
-    fn admit_now(&self, parts: &Parts) -> Option<Result<Agent, Response>>;
-}
-
-pub(crate) mod sealed {
-    /// Only this crate's gatekeepers.
-    pub trait Sealed {}
-}
-
-impl<S: HostStore> sealed::Sealed for Portcullis<S> {}
-
-impl<S: HostStore> Gatekeeper for Portcullis<S> {
     fn admit(&self, parts: &Parts) -> impl Future<Output = Result<Agent, Response>> + Send {
-        self.authenticate(parts)
-    }
-
-    fn admit_now(&self, parts: &Parts) -> Option<Result<Agent, Response>> {
-        self.authenticate_now(parts)
+        let start = self.admit_now(parts);
+        async move {
+            match start {
+                Admission::Decided(verdict) => verdict,
+                Admission::Waits(waiting) => self.admit_after(waiting).await,
+            }
+        }
     }
 }
+
+/// A gatekeeper's checks in two halves, so that a request whose checks
+/// must wait does not run the first half twice.
+pub(crate) mod sealed {
+    use std::future::Future;
+
+    use axum::http::request::Parts;
+    use axum::response::Response;
+
+    use super::Agent;
+
+    /// Where [`Sealed::admit_now`] left a request.
+    pub enum Admission<W> {
+        /// Decided without waiting: the verified agent, or the refusal to
+        /// answer with.
+        Decided(Result<Agent, Response>),
+        /// What could be checked without waiting passed; the rest waits
+        /// ([`Sealed::admit_after`]) with what the first half found.
+        Waits(W),
+    }
+
+    /// Only this crate's gatekeepers; the halves of
+    /// [`Gatekeeper::admit`](super::Gatekeeper::admit).
+    pub trait Sealed {
+        /// What the checks that wait start from.
+        type Waiting: Send + 'static;
+
+        /// Every check that needs no wait (a local store, a shared store's
+        /// read cache, keys already fetched).
+        fn admit_now(&self, parts: &Parts) -> Admission<Self::Waiting>;
+
+        /// The checks that wait (the store on the blocking pool, a key set
+        /// fetched again), from where [`Sealed::admit_now`] stopped.
+        fn admit_after(
+            &self,
+            waiting: Self::Waiting,
+        ) -> impl Future<Output = Result<Agent, Response>> + Send;
+    }
+}
+
+pub(crate) use sealed::Admission;
+
+impl<S: HostStore> sealed::Sealed for Portcullis<S> {
+    type Waiting = (HeaderValues, Arc<str>);
+
+    fn admit_now(&self, parts: &Parts) -> Admission<Self::Waiting> {
+        let (authorization, resource_metadata) = match self.precheck(parts) {
+            Ok(checked) => checked,
+            Err(refusal) => return Admission::Decided(Err(refusal)),
+        };
+        match self.verdict_now(&authorization) {
+            Some(verdict) => Admission::Decided(self.admitted(verdict, resource_metadata)),
+            None => Admission::Waits((authorization, resource_metadata)),
+        }
+    }
+
+    async fn admit_after(
+        &self,
+        (authorization, resource_metadata): Self::Waiting,
+    ) -> Result<Agent, Response> {
+        let verdict = self
+            .blocking(move |p| p.check(&p.inner.engine(), authorization.field()))
+            .await?;
+        self.admitted(verdict, resource_metadata)
+    }
+}
+
+impl<S: HostStore> Gatekeeper for Portcullis<S> {}
 
 /// A service behind a gatekeeper's checks: [`Portcullis::protect`],
 /// [`RemoteResource::protect`](crate::remote::RemoteResource::protect).
@@ -587,26 +641,7 @@ impl<S: HostStore> Portcullis<S> {
     /// the service answered, pass the response through
     /// [`Portcullis::finish`] (or use [`Portcullis::guarded`]).
     pub async fn authenticate(&self, parts: &Parts) -> Result<Agent, Response> {
-        let (authorization, resource_metadata) = self.precheck(parts)?;
-        let verdict = match self.verdict_now(&authorization) {
-            Some(v) => v,
-            None => {
-                self.blocking(move |p| p.check(&p.inner.engine(), authorization.field()))
-                    .await?
-            }
-        };
-        self.admitted(verdict, resource_metadata)
-    }
-
-    /// [`Portcullis::authenticate`] when the bearer check need not wait
-    /// for the store; `None` when it must.
-    fn authenticate_now(&self, parts: &Parts) -> Option<Result<Agent, Response>> {
-        let (authorization, resource_metadata) = match self.precheck(parts) {
-            Ok(checked) => checked,
-            Err(refusal) => return Some(Err(refusal)),
-        };
-        let verdict = self.verdict_now(&authorization)?;
-        Some(self.admitted(verdict, resource_metadata))
+        self.admit(parts).await
     }
 
     /// The checks before the token's: the `Origin`, the path's key, no token
@@ -869,16 +904,16 @@ where
             // Decided without waiting (a local store, a warm cache): the
             // service that was driven ready takes the request now, and
             // neither it nor the gatekeeper is cloned.
-            Some(Ok(agent)) if !reads_initialize(&parts, &agent) => {
+            Admission::Decided(Ok(agent)) if !reads_initialize(&parts, &agent) => {
                 parts.extensions.insert(agent.clone());
                 let answer = self.inner.call(Request::from_parts(parts, body));
                 Box::pin(async move { Ok(finish(&agent, answered(answer.await))) })
             }
-            Some(Err(refusal)) => Box::pin(async move {
+            Admission::Decided(Err(refusal)) => Box::pin(async move {
                 drain(body).await;
                 Ok(refusal)
             }),
-            admitted => {
+            admission => {
                 // The clone that was driven ready serves this request once
                 // the checks are done; the fresh clone stays behind for the
                 // next (the usual tower pattern).
@@ -886,10 +921,22 @@ where
                 let mut inner = std::mem::replace(&mut self.inner, fresh);
                 let gate = self.gate.clone();
                 Box::pin(async move {
-                    let serve = |request| async move { answered(inner.call(request).await) };
-                    Ok(match admitted {
-                        Some(Ok(agent)) => serve_admitted(agent, parts, body, serve).await,
-                        _ => guarded(&gate, Request::from_parts(parts, body), serve).await,
+                    // The checks that wait go on from where `admit_now`
+                    // stopped: nothing before them runs twice.
+                    let verdict = match admission {
+                        Admission::Decided(verdict) => verdict,
+                        Admission::Waits(waiting) => gate.admit_after(waiting).await,
+                    };
+                    Ok(match verdict {
+                        Ok(agent) => {
+                            let serve =
+                                |request| async move { answered(inner.call(request).await) };
+                            serve_admitted(agent, parts, body, serve).await
+                        }
+                        Err(refusal) => {
+                            drain(body).await;
+                            refusal
+                        }
                     })
                 })
             }

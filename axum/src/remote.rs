@@ -71,7 +71,7 @@ use portcullis_core::scope::ScopeSet;
 use serde::Deserialize;
 
 use crate::guard::{
-    Agent, Gatekeeper, Identity, NoServices, Protect, ProtectLayer, Services, sealed,
+    Admission, Agent, Gatekeeper, Identity, NoServices, Protect, ProtectLayer, Services, sealed,
 };
 pub use crate::keys::KEY_SET_MAX_AGE;
 use crate::respond::{self, HeaderValues};
@@ -349,31 +349,7 @@ impl RemoteResource {
     /// The checks of [`RemoteResource::protect`] for a request's `parts`:
     /// the verified agent, or the refusal to answer with.
     pub async fn authenticate(&self, parts: &Parts) -> Result<Agent, Response> {
-        let authorization = self.precheck(parts)?;
-        let mut verdict = self.verify(&authorization);
-        if let Err(Refusal {
-            unknown_key: true, ..
-        }) = verdict
-            && self.refetch_for_unknown_key().await
-        {
-            verdict = self.verify(&authorization);
-        }
-        self.admitted(verdict)
-    }
-
-    /// [`RemoteResource::authenticate`] when it needs no key set fetch:
-    /// `None` for a token that names a key not yet known.
-    fn authenticate_now(&self, parts: &Parts) -> Option<Result<Agent, Response>> {
-        let authorization = match self.precheck(parts) {
-            Ok(a) => a,
-            Err(refusal) => return Some(Err(refusal)),
-        };
-        match self.verify(&authorization) {
-            Err(Refusal {
-                unknown_key: true, ..
-            }) => None,
-            verdict => Some(self.admitted(verdict)),
-        }
+        self.admit(parts).await
     }
 
     /// The checks before the token's: the `Origin`, the path, no token in
@@ -549,14 +525,36 @@ async fn fetch(
     Ok((body, ttl))
 }
 
-impl sealed::Sealed for RemoteResource {}
+impl sealed::Sealed for RemoteResource {
+    /// The `Authorization` field, and the refusal of a token whose key is
+    /// not in the key set yet.
+    type Waiting = (HeaderValues, Refusal);
 
-impl Gatekeeper for RemoteResource {
-    fn admit(&self, parts: &Parts) -> impl Future<Output = Result<Agent, Response>> + Send {
-        self.authenticate(parts)
+    fn admit_now(&self, parts: &Parts) -> Admission<Self::Waiting> {
+        let authorization = match self.precheck(parts) {
+            Ok(a) => a,
+            Err(refusal) => return Admission::Decided(Err(refusal)),
+        };
+        match self.verify(&authorization) {
+            Err(refusal) if refusal.unknown_key => Admission::Waits((authorization, refusal)),
+            verdict => Admission::Decided(self.admitted(verdict)),
+        }
     }
 
-    fn admit_now(&self, parts: &Parts) -> Option<Result<Agent, Response>> {
-        self.authenticate_now(parts)
+    /// A token naming a key not in the key set yet: the set is fetched
+    /// again (at most once per [`REFETCH_INTERVAL`]) and the token checked
+    /// with what came.
+    async fn admit_after(
+        &self,
+        (authorization, refusal): Self::Waiting,
+    ) -> Result<Agent, Response> {
+        let verdict = if self.refetch_for_unknown_key().await {
+            self.verify(&authorization)
+        } else {
+            Err(refusal)
+        };
+        self.admitted(verdict)
     }
 }
+
+impl Gatekeeper for RemoteResource {}

@@ -136,8 +136,9 @@ pub(crate) fn unavailable(cause: &str) -> Response {
 /// Every value a request carried for one header field, owned so it can go
 /// to the blocking thread the core runs on. The core decides what a
 /// repeated field means; nothing here picks a value. One value (the common
-/// case) is held without allocating.
-pub(crate) struct HeaderValues {
+/// case) is held without allocating. (`pub` in a private module, for the
+/// gatekeepers' sealed trait, which carries it between its two halves.)
+pub struct HeaderValues {
     first: Option<HeaderValue>,
     rest: Vec<HeaderValue>,
 }
