@@ -968,7 +968,15 @@ mod tests {
     use portcullis_core::site::SiteId;
     use portcullis_core::store::{StoreError, StoreErrorKind};
 
-    use super::{Initialized, initialize_declares_url, refused};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use axum::body::Body;
+    use axum::http::Request;
+    use axum::http::request::Parts;
+    use axum::response::{IntoResponse as _, Response};
+
+    use super::sealed::{Admission, Sealed};
+    use super::{Agent, Gatekeeper, Initialized, Protect, initialize_declares_url, refused};
 
     fn principal(subject: &str, client: &str) -> Principal {
         Principal {
@@ -1065,5 +1073,44 @@ mod tests {
         assert_eq!(initialize_declares_url(form_only), Some(false));
         assert_eq!(initialize_declares_url(call), None);
         assert_eq!(initialize_declares_url(b"not json initialize"), None);
+    }
+
+    /// A gatekeeper whose check always waits, counting each half.
+    #[derive(Clone, Default)]
+    struct AlwaysWaits {
+        now: Arc<AtomicUsize>,
+        after: Arc<AtomicUsize>,
+    }
+
+    impl Sealed for AlwaysWaits {
+        type Waiting = ();
+
+        fn admit_now(&self, _: &Parts) -> Admission<()> {
+            self.now.fetch_add(1, Ordering::SeqCst);
+            Admission::Waits(())
+        }
+
+        async fn admit_after(&self, (): ()) -> Result<Agent, Response> {
+            self.after.fetch_add(1, Ordering::SeqCst);
+            Err(StatusCode::UNAUTHORIZED.into_response())
+        }
+    }
+
+    impl Gatekeeper for AlwaysWaits {}
+
+    /// A request whose check must wait (a PostgreSQL cache miss, a key set
+    /// to fetch again) goes on from where the checks that need no wait
+    /// stopped: they run once, through the service and through `admit`.
+    #[tokio::test]
+    async fn a_check_that_waits_runs_the_first_half_once() {
+        let gate = AlwaysWaits::default();
+        let mut protected = Protect::new(gate.clone(), axum::Router::new());
+        let response = tower::Service::call(&mut protected, Request::new(Body::empty()))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+        assert!(gate.admit(&Request::new(()).into_parts().0).await.is_err());
+        assert_eq!(gate.now.load(Ordering::SeqCst), 2);
+        assert_eq!(gate.after.load(Ordering::SeqCst), 2);
     }
 }
